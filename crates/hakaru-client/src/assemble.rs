@@ -1,0 +1,243 @@
+//! Merging both ends' samples and reports into the model's result types.
+
+use std::collections::BTreeMap;
+
+use hakaru_model::{
+    rfc3339_utc, BitRate, Counted, DirectionInterval, DirectionTotal, EndResult, FlowDir,
+    FlowInterval, FlowResult, FlowSide, IntervalRecord, IntervalSample, Role, RunResult,
+    SideReport, TcpSpec, SCHEMA_VERSION,
+};
+
+/// Merges this end's and the server's sample for one interval. The client's own timestamps
+/// label the interval when it has one.
+pub fn merge_interval(
+    local: Option<&IntervalSample>,
+    remote: Option<&IntervalSample>,
+    dirs: &BTreeMap<u32, FlowDir>,
+) -> IntervalRecord {
+    let base = local.or(remote);
+    let (index, start, end, omitted) = base.map_or((0, 0.0, 0.0, false), |s| {
+        (s.index, s.start, s.end, s.omitted)
+    });
+    let secs = end - start;
+    let rate = |b: Option<u64>| b.map(|b| BitRate::from_bytes(b, secs));
+    let find = |s: Option<&IntervalSample>, id: u32| {
+        s.and_then(|s| s.flows.iter().find(|f| f.id == id).cloned())
+    };
+    let mut flows = Vec::with_capacity(dirs.len());
+    for (&id, &dir) in dirs {
+        // Up flows: the client sends, the server receives; down flows the reverse.
+        let (snd, rcv) = match dir {
+            FlowDir::Up => (find(local, id), find(remote, id)),
+            FlowDir::Down => (find(remote, id), find(local, id)),
+        };
+        let sender_bytes = snd.as_ref().map(|f| f.bytes);
+        let receiver_bytes = rcv.as_ref().map(|f| f.bytes);
+        flows.push(FlowInterval {
+            id,
+            dir,
+            receiver_bytes,
+            receiver_bps: rate(receiver_bytes),
+            sender_bytes,
+            sender_bps: rate(sender_bytes),
+            tcp: snd.and_then(|f| f.tcp),
+        });
+    }
+    let mut sums = Vec::new();
+    for dir in [FlowDir::Up, FlowDir::Down] {
+        let of_dir: Vec<&FlowInterval> = flows.iter().filter(|f| f.dir == dir).collect();
+        if of_dir.is_empty() {
+            continue;
+        }
+        let add = |get: fn(&FlowInterval) -> Option<u64>| -> Option<u64> {
+            of_dir.iter().map(|f| get(f)).sum()
+        };
+        let receiver_bytes = add(|f| f.receiver_bytes);
+        let sender_bytes = add(|f| f.sender_bytes);
+        let retransmits = of_dir
+            .iter()
+            .map(|f| f.tcp.map(|t| t.retransmits))
+            .sum::<Option<u64>>();
+        sums.push(DirectionInterval {
+            dir,
+            receiver_bytes,
+            receiver_bps: rate(receiver_bytes),
+            sender_bytes,
+            sender_bps: rate(sender_bytes),
+            retransmits,
+        });
+    }
+    IntervalRecord {
+        index,
+        start,
+        end,
+        omitted,
+        flows,
+        sums,
+    }
+}
+
+/// Everything [`assemble`] needs.
+pub struct Inputs {
+    /// The test.
+    pub spec: TcpSpec,
+    /// Server address.
+    pub server: String,
+    /// Whether the server was in-process.
+    pub embedded: bool,
+    /// Local control address.
+    pub local_address: String,
+    /// Remote control address.
+    pub remote_address: String,
+    /// Wall-clock start.
+    pub started_unix: f64,
+    /// Merged intervals.
+    pub intervals: Vec<IntervalRecord>,
+    /// This end's report.
+    pub local: SideReport,
+    /// The server's report.
+    pub remote: SideReport,
+    /// Stopped early.
+    pub interrupted: bool,
+}
+
+fn counted(side: Option<&FlowSide>) -> Counted {
+    side.map_or_else(Counted::default, |f| {
+        Counted::new(f.bytes, f.seconds, f.calls)
+    })
+}
+
+fn end_result(r: &SideReport) -> EndResult {
+    let moved: u64 = r.flows.iter().map(|f| f.bytes).sum();
+    EndResult {
+        bytes_per_cpu_second: r
+            .cpu
+            .as_ref()
+            .filter(|c| c.busy_s > 0.0)
+            .map(|c| moved as f64 / c.busy_s),
+        cpu: r.cpu.clone(),
+        nic: r.nic.clone(),
+        env: r.env.clone(),
+        send_mode: r.send_mode.clone(),
+        recv_mode: r.recv_mode.clone(),
+    }
+}
+
+/// Builds the run's result from both ends' reports.
+pub fn assemble(i: Inputs) -> RunResult {
+    let find = |r: &SideReport, id: u32, role: Role| {
+        r.flows
+            .iter()
+            .find(|f| f.id == id && f.role == role)
+            .cloned()
+    };
+    let mut flows = Vec::new();
+    for (id, dir) in i.spec.flow_plan() {
+        let (snd_end, rcv_end) = match dir {
+            FlowDir::Up => (&i.local, &i.remote),
+            FlowDir::Down => (&i.remote, &i.local),
+        };
+        let snd = find(snd_end, id, Role::Sender);
+        let rcv = find(rcv_end, id, Role::Receiver);
+        flows.push(FlowResult {
+            id,
+            dir,
+            receiver: counted(rcv.as_ref()),
+            sender: counted(snd.as_ref()),
+            tcp_info: snd.and_then(|f| f.tcp_info),
+        });
+    }
+    let mut totals = Vec::new();
+    for dir in [FlowDir::Up, FlowDir::Down] {
+        let of: Vec<&FlowResult> = flows.iter().filter(|f| f.dir == dir).collect();
+        if of.is_empty() {
+            continue;
+        }
+        let sum = |get: fn(&FlowResult) -> Counted| {
+            let b = of.iter().map(|f| get(f).bytes).sum();
+            let c = of.iter().map(|f| get(f).calls).sum();
+            let s = of.iter().map(|f| get(f).seconds).fold(0.0, f64::max);
+            Counted::new(b, s, c)
+        };
+        totals.push(DirectionTotal {
+            dir,
+            flows: of.len() as u32,
+            receiver: sum(|f| f.receiver),
+            sender: sum(|f| f.sender),
+            retransmits: of
+                .iter()
+                .filter_map(|f| f.tcp_info.as_ref().map(|t| t.retransmits))
+                .sum(),
+        });
+    }
+    RunResult {
+        schema_version: SCHEMA_VERSION,
+        tool: "hakaru".into(),
+        tool_version: env!("CARGO_PKG_VERSION").into(),
+        test: "tcp".into(),
+        started_at: rfc3339_utc(i.started_unix),
+        started_at_unix: i.started_unix,
+        server: i.server,
+        embedded_server: i.embedded,
+        local_address: i.local_address,
+        remote_address: i.remote_address,
+        spec: i.spec,
+        intervals: i.intervals,
+        flows,
+        totals,
+        client: end_result(&i.local),
+        server_end: end_result(&i.remote),
+        interrupted: i.interrupted,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hakaru_model::FlowTick;
+
+    fn sample(index: u32, flows: &[(u32, u64)]) -> IntervalSample {
+        IntervalSample {
+            index,
+            start: index as f64,
+            end: index as f64 + 1.0,
+            omitted: false,
+            flows: flows
+                .iter()
+                .map(|&(id, bytes)| FlowTick {
+                    id,
+                    bytes,
+                    calls: 1,
+                    tcp: None,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn merge_takes_receiver_from_the_receiving_end() {
+        let dirs: BTreeMap<u32, FlowDir> =
+            [(0, FlowDir::Up), (1, FlowDir::Down)].into_iter().collect();
+        let local = sample(3, &[(0, 100), (1, 7)]);
+        let remote = sample(3, &[(0, 90), (1, 8)]);
+        let r = merge_interval(Some(&local), Some(&remote), &dirs);
+        assert_eq!(r.index, 3);
+        let up = &r.flows[0];
+        assert_eq!((up.sender_bytes, up.receiver_bytes), (Some(100), Some(90)));
+        let down = &r.flows[1];
+        assert_eq!((down.sender_bytes, down.receiver_bytes), (Some(8), Some(7)));
+        assert_eq!(r.sums.len(), 2);
+        assert_eq!(r.sums[0].receiver_bytes, Some(90));
+        assert_eq!(r.sums[0].receiver_bps, Some(BitRate(720.0)));
+    }
+
+    #[test]
+    fn merge_with_one_end_missing_leaves_gaps() {
+        let dirs: BTreeMap<u32, FlowDir> = [(0, FlowDir::Up)].into_iter().collect();
+        let local = sample(9, &[(0, 100)]);
+        let r = merge_interval(Some(&local), None, &dirs);
+        assert_eq!(r.flows[0].receiver_bytes, None);
+        assert_eq!(r.sums[0].receiver_bytes, None);
+        assert_eq!(r.sums[0].sender_bytes, Some(100));
+    }
+}

@@ -1,0 +1,562 @@
+//! hakaru-client: the client side of a test.
+//!
+//! Opens the control connection, asks for the test, opens the data connections, runs this
+//! end's flows, merges the server's interval samples with its own as they arrive, and
+//! assembles the [`RunResult`] from both ends' final reports.
+
+mod assemble;
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use hakaru_engine::control::{ControlConn, ControlError};
+use hakaru_engine::sockopt::{apply_tcp_options, SockoptError};
+use hakaru_engine::tcp::{FlowSocket, SideConfig, SideError, SideRun};
+use hakaru_engine::{sys, Observer};
+use hakaru_model::{Amount, End, FlowDir, IntervalSample, Role, RunResult, SideReport, TcpSpec};
+use hakaru_proto::{native::opening, Message, TestKind, PROTOCOL_VERSION};
+use socket2::{Domain, Protocol, Socket, Type};
+
+pub use assemble::{assemble, merge_interval};
+
+/// Address family restriction for resolving the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Family {
+    /// Whatever the name resolves to, in order.
+    #[default]
+    Any,
+    /// IPv4 only (`-4`).
+    V4,
+    /// IPv6 only (`-6`).
+    V6,
+}
+
+/// Where to run a TCP test and how.
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    /// Server host name or address.
+    pub host: String,
+    /// Server control port.
+    pub port: u16,
+    /// Family restriction.
+    pub family: Family,
+    /// Local address to bind control and data sockets to (`-B`).
+    pub bind: Option<IpAddr>,
+    /// The test.
+    pub spec: TcpSpec,
+    /// CPUs to pin this end's workers to (`-A`).
+    pub affinity: Vec<usize>,
+    /// True when the server is the in-process loopback one.
+    pub embedded: bool,
+    /// How long connecting may take.
+    pub connect_timeout: Duration,
+}
+
+/// Why a client run failed. Each message names the peer or the flag at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The host name did not resolve.
+    #[error("cannot resolve host '{host}': {reason}")]
+    Resolve {
+        /// Host as given.
+        host: String,
+        /// Why.
+        reason: String,
+    },
+    /// The TCP connection failed.
+    #[error("cannot connect to {addr}: {reason}")]
+    Connect {
+        /// Address tried last.
+        addr: String,
+        /// Why.
+        reason: String,
+    },
+    /// The peer is not a hakaru server.
+    #[error("{addr} is not a hakaru server: {detail}")]
+    NotHakaru {
+        /// Server address.
+        addr: String,
+        /// What was seen.
+        detail: String,
+    },
+    /// The server refused the test.
+    #[error("the server refused the test: {0}")]
+    Refused(String),
+    /// The server reported an error.
+    #[error("the server reported: {0}")]
+    Server(String),
+    /// The control connection failed.
+    #[error("control connection to {addr}: {source}")]
+    Control {
+        /// Server address.
+        addr: String,
+        /// What failed.
+        #[source]
+        source: ControlError,
+    },
+    /// A socket option was refused locally.
+    #[error(transparent)]
+    Sockopt(#[from] SockoptError),
+    /// A data connection could not be opened.
+    #[error("opening data connection for flow {flow}: {reason}")]
+    Data {
+        /// Flow id.
+        flow: u32,
+        /// Why.
+        reason: String,
+    },
+    /// This end's flows could not be started.
+    #[error(transparent)]
+    Side(#[from] SideError),
+    /// A flow failed mid-test.
+    #[error("{0}")]
+    Flow(String),
+    /// The server went away mid-test.
+    #[error("the server at {addr} {what}")]
+    ServerGone {
+        /// Server address.
+        addr: String,
+        /// What happened.
+        what: String,
+    },
+}
+
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+const KEEPALIVE_EVERY: Duration = Duration::from_secs(2);
+const PEER_SILENCE: Duration = Duration::from_secs(15);
+const RESULTS_TIMEOUT: Duration = Duration::from_secs(20);
+
+enum Event {
+    Remote(Message),
+    RemoteFailed(ControlError),
+    Local(IntervalSample),
+    LocalDone,
+}
+
+/// Resolves `host:port` honouring the family restriction.
+pub fn resolve(host: &str, port: u16, family: Family) -> Result<Vec<SocketAddr>, ClientError> {
+    let addrs: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| ClientError::Resolve {
+            host: host.to_string(),
+            reason: e.to_string(),
+        })?
+        .filter(|a| match family {
+            Family::Any => true,
+            Family::V4 => a.is_ipv4(),
+            Family::V6 => a.is_ipv6(),
+        })
+        .collect();
+    if addrs.is_empty() {
+        return Err(ClientError::Resolve {
+            host: host.to_string(),
+            reason: match family {
+                Family::V4 => "no IPv4 address (-4)".into(),
+                Family::V6 => "no IPv6 address (-6)".into(),
+                Family::Any => "no address".into(),
+            },
+        });
+    }
+    Ok(addrs)
+}
+
+fn connect_one(
+    addr: SocketAddr,
+    bind: Option<IpAddr>,
+    timeout: Duration,
+    prepare: impl FnOnce(&Socket) -> Result<(), ClientError>,
+) -> Result<TcpStream, ClientError> {
+    let fail = |reason: String| ClientError::Connect {
+        addr: addr.to_string(),
+        reason,
+    };
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
+        .map_err(|e| fail(e.to_string()))?;
+    if let Some(ip) = bind {
+        sock.bind(&SocketAddr::new(ip, 0).into())
+            .map_err(|e| fail(format!("-B/--bind {ip}: {e}")))?;
+    }
+    prepare(&sock)?;
+    sock.connect_timeout(&addr.into(), timeout).map_err(|e| {
+        fail(match e.kind() {
+            std::io::ErrorKind::ConnectionRefused => {
+                "connection refused (is `hakaru server` running there?)".into()
+            }
+            std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => {
+                format!("no answer within {} s", timeout.as_secs())
+            }
+            _ => e.to_string(),
+        })
+    })?;
+    Ok(sock.into())
+}
+
+/// Runs one TCP test against a hakaru server. `stop` ends the test early (Ctrl-C): senders
+/// stop, the ends exchange results as usual, and the result is marked interrupted.
+pub fn run_tcp(
+    opts: &ClientOptions,
+    observer: &mut dyn Observer,
+    stop: Arc<AtomicBool>,
+) -> Result<RunResult, ClientError> {
+    opts.spec
+        .validate()
+        .map_err(|e| ClientError::Refused(format!("(checked locally) {}", e.0)))?;
+    let addrs = resolve(&opts.host, opts.port, opts.family)?;
+    let mut last_err = None;
+    let mut control = None;
+    for a in &addrs {
+        match connect_one(*a, opts.bind, opts.connect_timeout, |_| Ok(())) {
+            Ok(s) => {
+                control = Some((s, *a));
+                break;
+            }
+            Err(e) => last_err = Some(e),
+        }
+    }
+    let (stream, server_addr) = match control {
+        Some(c) => c,
+        None => {
+            return Err(last_err.unwrap_or(ClientError::Resolve {
+                host: opts.host.clone(),
+                reason: "no address".into(),
+            }))
+        }
+    };
+    let addr_s = server_addr.to_string();
+    let ctl_err = |source: ControlError| ClientError::Control {
+        addr: addr_s.clone(),
+        source,
+    };
+    let local_address = stream
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    let local_ip = stream.local_addr().ok().map(|a| a.ip());
+    let mut conn = ControlConn::new(stream);
+    conn.send_raw(&opening(&Message::Hello {
+        protocol: PROTOCOL_VERSION,
+        software: format!("hakaru {}", env!("CARGO_PKG_VERSION")),
+    }))
+    .map_err(ctl_err)?;
+    match conn.recv(HANDSHAKE_TIMEOUT) {
+        Ok(Message::Welcome { .. }) => {}
+        Ok(Message::Error { message }) => return Err(ClientError::Server(message)),
+        Ok(other) => {
+            return Err(ClientError::NotHakaru {
+                addr: addr_s,
+                detail: format!("it answered the hello with {}", other.name()),
+            })
+        }
+        Err(ControlError::Proto(e)) => {
+            return Err(ClientError::NotHakaru {
+                addr: addr_s,
+                detail: e.to_string(),
+            })
+        }
+        Err(ControlError::Timeout(_)) => {
+            return Err(ClientError::NotHakaru {
+                addr: addr_s,
+                detail: format!(
+                    "it sent no greeting within {} s",
+                    HANDSHAKE_TIMEOUT.as_secs()
+                ),
+            })
+        }
+        Err(ControlError::Closed) => {
+            return Err(ClientError::NotHakaru {
+                addr: addr_s,
+                detail: "it closed the connection without a greeting".into(),
+            })
+        }
+        Err(e) => return Err(ctl_err(e)),
+    }
+    let spec = opts.spec.clone();
+    conn.send(&Message::TestRequest {
+        test: TestKind::Tcp(spec.clone()),
+    })
+    .map_err(ctl_err)?;
+    let token = match conn.recv(HANDSHAKE_TIMEOUT).map_err(ctl_err)? {
+        Message::Accepted { token, .. } => token,
+        Message::Refused { reason } => return Err(ClientError::Refused(reason)),
+        Message::Error { message } => return Err(ClientError::Server(message)),
+        other => {
+            return Err(ClientError::Server(format!(
+                "unexpected {} message instead of an answer to the test request",
+                other.name()
+            )))
+        }
+    };
+    observer.on_start(&spec, &addr_s, opts.embedded);
+    // Data connections, each announcing the test token and its flow id.
+    let plan = spec.flow_plan();
+    let ipv6 = server_addr.is_ipv6();
+    let mut flows = Vec::with_capacity(plan.len());
+    let mut up_i = 0u32;
+    for (fid, dir) in &plan {
+        let mut s = connect_one(server_addr, opts.bind, opts.connect_timeout, |sock| {
+            apply_tcp_options(sock, &spec, ipv6, true).map_err(ClientError::from)
+        })
+        .map_err(|e| match e {
+            ClientError::Sockopt(_) => e,
+            other => ClientError::Data {
+                flow: *fid,
+                reason: other.to_string(),
+            },
+        })?;
+        use std::io::Write;
+        s.write_all(&opening(&Message::DataHello {
+            token: token.clone(),
+            flow: *fid,
+        }))
+        .map_err(|e| ClientError::Data {
+            flow: *fid,
+            reason: e.to_string(),
+        })?;
+        let (role, quota) = match dir {
+            FlowDir::Up => {
+                up_i += 1;
+                (Role::Sender, spec.bytes_for_flow(up_i - 1))
+            }
+            FlowDir::Down => (Role::Receiver, None),
+        };
+        flows.push(FlowSocket {
+            id: *fid,
+            dir: *dir,
+            role,
+            stream: s,
+            quota,
+        });
+    }
+    match conn.recv(HANDSHAKE_TIMEOUT).map_err(ctl_err)? {
+        Message::Start => {}
+        Message::Error { message } => return Err(ClientError::Server(message)),
+        other => {
+            return Err(ClientError::Server(format!(
+                "unexpected {} message instead of start",
+                other.name()
+            )))
+        }
+    }
+    let started_unix = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0);
+    let (tx, rx) = mpsc::channel::<Event>();
+    let cfg = SideConfig {
+        end: End::Client,
+        length: spec.length.0 as usize,
+        discard: spec.discard,
+        zerocopy: spec.zerocopy,
+        affinity: opts.affinity.clone(),
+        interval: spec.interval.0,
+        omit: spec.omit.0,
+        duration: match spec.amount {
+            Amount::Time(t) => Some(t.0),
+            _ => None,
+        },
+        stall_timeout: spec.stall_timeout.0,
+        iface: local_ip.and_then(sys::interface_for_addr),
+    };
+    let (t1, t2) = (tx.clone(), tx.clone());
+    let run = SideRun::start(
+        cfg,
+        flows,
+        Box::new(move |s| {
+            let _ = t1.send(Event::Local(s));
+        }),
+        Box::new(move || {
+            let _ = t2.send(Event::LocalDone);
+        }),
+    )?;
+    // A reader thread turns control messages into events so one loop sees everything.
+    let reader_stop = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let stream = conn.stream().try_clone().map_err(|e| ctl_err(e.into()))?;
+        let stop_r = Arc::clone(&reader_stop);
+        let tx = tx.clone();
+        let dec = conn.take_decoder();
+        std::thread::Builder::new()
+            .name("hakaru-control".into())
+            .spawn(move || {
+                let mut c = ControlConn::with_decoder(stream, dec);
+                while !stop_r.load(Ordering::Acquire) {
+                    match c.poll(Duration::from_millis(200)) {
+                        Ok(Some(m)) => {
+                            let fin = matches!(m, Message::Finished { .. } | Message::Error { .. });
+                            if tx.send(Event::Remote(m)).is_err() || fin {
+                                return;
+                            }
+                        }
+                        Ok(None) => {}
+                        Err(e) => {
+                            let _ = tx.send(Event::RemoteFailed(e));
+                            return;
+                        }
+                    }
+                }
+            })
+            .map_err(|e| ctl_err(e.into()))?
+    };
+    drop(tx);
+    let outcome = event_loop(&mut conn, &run, &rx, &spec, observer, &stop, &addr_s);
+    reader_stop.store(true, Ordering::Release);
+    let (remote, intervals, interrupted) = match outcome {
+        Ok(v) => v,
+        Err(e) => {
+            run.abort();
+            let _ = conn.send(&Message::Error {
+                message: format!("client gave up: {e}"),
+            });
+            let _ = reader.join();
+            drop(run);
+            return Err(e);
+        }
+    };
+    let local = run.wait();
+    let _ = conn.send(&Message::Finished {
+        report: local.clone(),
+    });
+    let _ = reader.join();
+    if let Some(e) = local
+        .flows
+        .iter()
+        .chain(remote.flows.iter())
+        .find_map(|f| f.error.clone())
+    {
+        return Err(ClientError::Flow(e));
+    }
+    let remote_address = addr_s.clone();
+    let result = assemble(assemble::Inputs {
+        spec,
+        server: addr_s,
+        embedded: opts.embedded,
+        local_address,
+        remote_address,
+        started_unix,
+        intervals,
+        local,
+        remote,
+        interrupted,
+    });
+    observer.on_end(&result);
+    Ok(result)
+}
+
+type LoopOut = (SideReport, Vec<hakaru_model::IntervalRecord>, bool);
+
+fn event_loop(
+    conn: &mut ControlConn,
+    run: &SideRun,
+    rx: &mpsc::Receiver<Event>,
+    spec: &TcpSpec,
+    observer: &mut dyn Observer,
+    stop: &AtomicBool,
+    addr: &str,
+) -> Result<LoopOut, ClientError> {
+    let dirs: BTreeMap<u32, FlowDir> = spec.flow_plan().into_iter().collect();
+    let mut local_s: BTreeMap<u32, IntervalSample> = BTreeMap::new();
+    let mut remote_s: BTreeMap<u32, IntervalSample> = BTreeMap::new();
+    let mut records = Vec::new();
+    let mut remote_report: Option<SideReport> = None;
+    let mut local_done = run.is_done();
+    let mut interrupted = false;
+    let mut last_heard = Instant::now();
+    let mut last_sent = Instant::now();
+    let mut results_deadline: Option<Instant> = None;
+    let gone = |what: String| ClientError::ServerGone {
+        addr: addr.to_string(),
+        what,
+    };
+    loop {
+        if local_done && remote_report.is_some() {
+            break;
+        }
+        if !interrupted && stop.load(Ordering::Acquire) {
+            interrupted = true;
+            run.stop_sending();
+            conn.send(&Message::Stop)
+                .map_err(|e| gone(format!("could not be told to stop: {e}")))?;
+        }
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(Event::Local(s)) => {
+                local_s.insert(s.index, s);
+            }
+            Ok(Event::LocalDone) => {
+                local_done = true;
+                results_deadline = Some(Instant::now() + RESULTS_TIMEOUT);
+            }
+            Ok(Event::Remote(m)) => {
+                last_heard = Instant::now();
+                match m {
+                    Message::Interval { sample } => {
+                        remote_s.insert(sample.index, sample);
+                    }
+                    Message::Keepalive => {}
+                    Message::Finished { report } => remote_report = Some(report),
+                    Message::Error { message } => return Err(ClientError::Server(message)),
+                    other => {
+                        return Err(ClientError::Server(format!(
+                            "unexpected {} message during the test",
+                            other.name()
+                        )))
+                    }
+                }
+            }
+            Ok(Event::RemoteFailed(ControlError::Closed)) => {
+                return Err(gone(
+                    "closed the control connection mid-test (did it exit?)".into(),
+                ))
+            }
+            Ok(Event::RemoteFailed(e)) => return Err(gone(format!("failed mid-test: {e}"))),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                if remote_report.is_none() {
+                    return Err(gone("stopped answering".into()));
+                }
+            }
+        }
+        // Emit every interval both ends have reported.
+        while let Some((&k, _)) = local_s.iter().next() {
+            if !remote_s.contains_key(&k) {
+                break;
+            }
+            let (l, r) = (local_s.remove(&k), remote_s.remove(&k));
+            let rec = merge_interval(l.as_ref(), r.as_ref(), &dirs);
+            observer.on_interval(&rec);
+            records.push(rec);
+        }
+        if last_heard.elapsed() > PEER_SILENCE {
+            return Err(gone(format!("was silent for {} s", PEER_SILENCE.as_secs())));
+        }
+        if results_deadline.is_some_and(|d| Instant::now() > d) && remote_report.is_none() {
+            return Err(gone(format!(
+                "sent no results within {} s of the end",
+                RESULTS_TIMEOUT.as_secs()
+            )));
+        }
+        if last_sent.elapsed() > KEEPALIVE_EVERY {
+            conn.send(&Message::Keepalive)
+                .map_err(|e| gone(format!("is unreachable: {e}")))?;
+            last_sent = Instant::now();
+        }
+    }
+    // Drain samples that arrived with the end, then intervals only one end reported.
+    while let Ok(ev) = rx.try_recv() {
+        if let Event::Local(s) = ev {
+            local_s.insert(s.index, s);
+        }
+    }
+    let keys: std::collections::BTreeSet<u32> =
+        local_s.keys().chain(remote_s.keys()).copied().collect();
+    for k in keys {
+        let rec = merge_interval(local_s.get(&k), remote_s.get(&k), &dirs);
+        observer.on_interval(&rec);
+        records.push(rec);
+    }
+    let report = remote_report.ok_or_else(|| gone("sent no results".into()))?;
+    Ok((report, records, interrupted))
+}

@@ -1,0 +1,15 @@
+//! hakaru-engine: the data plane.
+//!
+//! Flow workers move bytes on sockets they are handed, count into per-flow atomic counters,
+//! and a ticker thread snapshots those counters every interval. Nothing here prints or speaks
+//! a control protocol: callers get samples through callbacks and a [`hakaru_model::SideReport`]
+//! at the end. OS-specific code lives in [`sys`].
+
+pub mod control;
+pub mod counters;
+pub mod observer;
+pub mod sockopt;
+pub mod sys;
+pub mod tcp;
+
+pub use observer::Observer;

@@ -1,0 +1,90 @@
+//! Socket options a TCP test sets on its data sockets, with errors that name the flag.
+
+use std::io;
+
+use hakaru_model::TcpSpec;
+use socket2::Socket;
+
+/// A socket option the OS refused; the message names the flag that asked for it.
+#[derive(Debug, thiserror::Error)]
+#[error("{flag}: {source}")]
+pub struct SockoptError {
+    /// The flag that asked for the option, e.g. `-C/--congestion cubic2`.
+    pub flag: String,
+    /// The OS error.
+    #[source]
+    pub source: io::Error,
+}
+
+fn wrap<T>(flag: impl Into<String>, r: io::Result<T>) -> Result<T, SockoptError> {
+    r.map_err(|source| SockoptError {
+        flag: flag.into(),
+        source,
+    })
+}
+
+/// Applies the spec's options to a data socket. `before_connect` also sets what only works
+/// before the handshake (the MSS); the server calls it on accepted sockets with `false`.
+pub fn apply_tcp_options(
+    sock: &Socket,
+    spec: &TcpSpec,
+    ipv6: bool,
+    before_connect: bool,
+) -> Result<(), SockoptError> {
+    if let Some(w) = spec.window {
+        let size = usize::try_from(w.0).unwrap_or(usize::MAX);
+        wrap(
+            format!("-w/--window {}", w.0),
+            sock.set_send_buffer_size(size),
+        )?;
+        wrap(
+            format!("-w/--window {}", w.0),
+            sock.set_recv_buffer_size(size),
+        )?;
+    }
+    if spec.nodelay {
+        wrap("-N/--no-delay", sock.set_tcp_nodelay(true))?;
+    }
+    if let Some(tos) = spec.tos {
+        let r = if ipv6 {
+            #[cfg(unix)]
+            {
+                sock.set_tclass_v6(u32::from(tos))
+            }
+            #[cfg(not(unix))]
+            {
+                Err(io::Error::new(io::ErrorKind::Unsupported, "IPV6_TCLASS"))
+            }
+        } else {
+            sock.set_tos_v4(u32::from(tos))
+        };
+        wrap(format!("--tos {tos}"), r)?;
+    }
+    #[cfg(target_os = "linux")]
+    if let Some(cc) = &spec.congestion {
+        wrap(
+            format!("-C/--congestion {cc}"),
+            sock.set_tcp_congestion(cc.as_bytes()).map_err(|e| {
+                if e.raw_os_error() == Some(libc::ENOENT) {
+                    io::Error::new(
+                        io::ErrorKind::NotFound,
+                        format!(
+                            "congestion control '{cc}' is not available on this host (available: {})",
+                            crate::sys::available_congestion().join(" ")
+                        ),
+                    )
+                } else {
+                    e
+                }
+            }),
+        )?;
+    }
+    #[cfg(all(unix, not(target_os = "redox")))]
+    if before_connect {
+        if let Some(mss) = spec.mss {
+            wrap(format!("-M/--mss {mss}"), sock.set_tcp_mss(mss))?;
+        }
+    }
+    let _ = before_connect;
+    Ok(())
+}

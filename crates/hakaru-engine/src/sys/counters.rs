@@ -1,0 +1,456 @@
+//! CPU and NIC counter snapshots: parsers for Linux `/proc` text and the delta arithmetic.
+//!
+//! Everything here is pure, so it is compiled on every OS: a snapshot taken by a Linux peer can
+//! be parsed and reduced anywhere, and the tests run without a `/proc`.
+
+use hakaru_model::{CpuUsage, NicUsage};
+
+/// Linux's USER_HZ on every mainstream architecture; used until the backend reads the real one.
+const DEFAULT_TICKS_PER_SEC: u64 = 100;
+
+/// Opaque snapshot of the machine-wide CPU counters (the `/proc/stat` `cpu ` line).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CpuSnapshot {
+    user: u64,
+    nice: u64,
+    system: u64,
+    idle: u64,
+    iowait: u64,
+    irq: u64,
+    softirq: u64,
+    steal: u64,
+    cpus: u32,
+    ticks_per_sec: u64,
+}
+
+impl CpuSnapshot {
+    /// Replaces the assumed tick rate with the one the OS reported (sysconf(_SC_CLK_TCK)).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    pub(crate) fn with_ticks_per_sec(mut self, hz: u64) -> Self {
+        if hz > 0 {
+            self.ticks_per_sec = hz;
+        }
+        self
+    }
+}
+
+/// Parses `/proc/stat` text into a [`CpuSnapshot`]; `None` if the aggregate `cpu` line is
+/// missing or malformed.
+pub fn parse_proc_stat(text: &str) -> Option<CpuSnapshot> {
+    let mut total: Option<Vec<u64>> = None;
+    let mut cpus: u32 = 0;
+    for line in text.lines() {
+        let mut words = line.split_whitespace();
+        let Some(label) = words.next() else { continue };
+        let Some(suffix) = label.strip_prefix("cpu") else {
+            continue;
+        };
+        if suffix.is_empty() {
+            if total.is_some() {
+                // Two aggregate lines: not /proc/stat as we know it.
+                return None;
+            }
+            let fields = words
+                .map(|w| w.parse::<u64>().ok())
+                .collect::<Option<Vec<u64>>>()?;
+            total = Some(fields);
+        } else if suffix.bytes().all(|b| b.is_ascii_digit()) {
+            cpus = cpus.saturating_add(1);
+        }
+    }
+    let f = total?;
+    // user nice system idle have existed since 2.4; later columns appeared over time and
+    // count as zero on kernels that lack them.
+    if f.len() < 4 {
+        return None;
+    }
+    let at = |i: usize| f.get(i).copied().unwrap_or(0);
+    // Columns 8 and 9 (guest, guest_nice) are already included in user and nice.
+    Some(CpuSnapshot {
+        user: at(0),
+        nice: at(1),
+        system: at(2),
+        idle: at(3),
+        iowait: at(4),
+        irq: at(5),
+        softirq: at(6),
+        steal: at(7),
+        cpus,
+        ticks_per_sec: DEFAULT_TICKS_PER_SEC,
+    })
+}
+
+/// CPU use between two snapshots taken `wall_secs` apart; percentages are of all CPUs' time.
+pub fn cpu_usage(before: &CpuSnapshot, after: &CpuSnapshot, wall_secs: f64) -> CpuUsage {
+    // saturating, not wrapping: iowait and idle are known to step backwards on NO_HZ kernels,
+    // and a wrapped delta would report centuries of CPU time.
+    // Sums saturate too, so that arbitrary snapshots cannot overflow.
+    let d = |a: u64, b: u64| b.saturating_sub(a);
+    let sum = |parts: &[u64]| parts.iter().fold(0u64, |acc, &p| acc.saturating_add(p));
+    let user = sum(&[d(before.user, after.user), d(before.nice, after.nice)]);
+    let system = d(before.system, after.system);
+    let idle = sum(&[d(before.idle, after.idle), d(before.iowait, after.iowait)]);
+    let irq = d(before.irq, after.irq);
+    let softirq = d(before.softirq, after.softirq);
+    let steal = d(before.steal, after.steal);
+    let busy = sum(&[user, system, irq, softirq, steal]);
+    let total = sum(&[busy, idle]);
+
+    let hz = after.ticks_per_sec.max(1) as f64;
+    let secs = |ticks: u64| ticks as f64 / hz;
+    let pct = |ticks: u64| {
+        if total == 0 {
+            0.0
+        } else {
+            ticks as f64 * 100.0 / total as f64
+        }
+    };
+    CpuUsage {
+        seconds: wall_secs,
+        cpus: after.cpus.max(before.cpus),
+        user_s: secs(user),
+        system_s: secs(system),
+        irq_s: secs(irq),
+        softirq_s: secs(softirq),
+        steal_s: secs(steal),
+        busy_s: secs(busy),
+        user_pct: pct(user),
+        system_pct: pct(system),
+        softirq_pct: pct(softirq),
+        busy_pct: pct(busy),
+    }
+}
+
+/// Counters of one network interface, as `/proc/net/dev` reports them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NicSnapshot {
+    /// Interface name.
+    pub interface: String,
+    /// Bytes received.
+    pub rx_bytes: u64,
+    /// Packets received.
+    pub rx_packets: u64,
+    /// Receive errors.
+    pub rx_errors: u64,
+    /// Received packets dropped.
+    pub rx_drops: u64,
+    /// Bytes sent.
+    pub tx_bytes: u64,
+    /// Packets sent.
+    pub tx_packets: u64,
+    /// Transmit errors.
+    pub tx_errors: u64,
+    /// Sent packets dropped.
+    pub tx_drops: u64,
+}
+
+/// Parses the line of `iface` out of `/proc/net/dev` text; `None` if absent or malformed.
+pub fn parse_proc_net_dev(text: &str, iface: &str) -> Option<NicSnapshot> {
+    // Linux refuses ':' in interface names, so the first colon always ends the name; the
+    // first counter may be glued to it ("eth0:123") when the byte count is wide.
+    let rest = text.lines().find_map(|line| {
+        let (name, rest) = line.split_once(':')?;
+        (name.trim() == iface).then_some(rest)
+    })?;
+    let fields = rest
+        .split_whitespace()
+        .map(|w| w.parse::<u64>().ok())
+        .collect::<Option<Vec<u64>>>()?;
+    // 8 receive columns then at least 4 transmit columns (bytes packets errs drop).
+    if fields.len() < 12 {
+        return None;
+    }
+    Some(NicSnapshot {
+        interface: iface.to_string(),
+        rx_bytes: fields[0],
+        rx_packets: fields[1],
+        rx_errors: fields[2],
+        rx_drops: fields[3],
+        tx_bytes: fields[8],
+        tx_packets: fields[9],
+        tx_errors: fields[10],
+        tx_drops: fields[11],
+    })
+}
+
+/// Bytes in the "kB" of `sar -n DEV` rxkB/s and txkB/s: sysstat divides by 1024, and the
+/// numbers are meant to be compared side by side with sar's.
+const SAR_KILOBYTE: f64 = 1024.0;
+
+/// Interface counter deltas between two snapshots taken `wall_secs` apart, with per-second
+/// rates as `sar -n DEV` prints them (kB = 1024 bytes, like sysstat).
+pub fn nic_usage(before: &NicSnapshot, after: &NicSnapshot, wall_secs: f64) -> NicUsage {
+    // wrapping: the kernel's counters are free-running and wrap at their width.
+    let d = |a: u64, b: u64| b.wrapping_sub(a);
+    let rx_packets = d(before.rx_packets, after.rx_packets);
+    let tx_packets = d(before.tx_packets, after.tx_packets);
+    let rx_bytes = d(before.rx_bytes, after.rx_bytes);
+    let tx_bytes = d(before.tx_bytes, after.tx_bytes);
+    let rx_drops = d(before.rx_drops, after.rx_drops);
+    let tx_drops = d(before.tx_drops, after.tx_drops);
+    // A zero, negative or NaN interval has no meaningful rate; report none rather than inf.
+    let rate = |n: u64| {
+        if wall_secs.is_finite() && wall_secs > 0.0 {
+            n as f64 / wall_secs
+        } else {
+            0.0
+        }
+    };
+    NicUsage {
+        interface: after.interface.clone(),
+        seconds: wall_secs,
+        rx_packets,
+        tx_packets,
+        rx_bytes,
+        tx_bytes,
+        rx_drops,
+        tx_drops,
+        rx_errors: d(before.rx_errors, after.rx_errors),
+        tx_errors: d(before.tx_errors, after.tx_errors),
+        rx_pps: rate(rx_packets),
+        tx_pps: rate(tx_packets),
+        rx_kbps: rate(rx_bytes) / SAR_KILOBYTE,
+        tx_kbps: rate(tx_bytes) / SAR_KILOBYTE,
+        rx_drops_ps: rate(rx_drops),
+        tx_drops_ps: rate(tx_drops),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PROC_STAT: &str = "\
+cpu  10132153 290696 3084719 46828483 16683 0 25195 0 175628 0
+cpu0 1393280 32966 572056 13343292 6130 0 17875 0 23933 0
+cpu1 1335205 39826 511590 11679393 4074 0 5053 0 38302 0
+cpu2 1287425 29808 468960 11901584 3414 0 1280 0 53681 0
+cpu3 6116242 188095 1532112 9904213 3063 0 985 0 59711 0
+intr 1462898 0 0 0 0 0 0 0 0
+ctxt 2883418
+btime 1700000000
+processes 18817
+procs_running 2
+procs_blocked 0
+softirq 123 1 2 3 4 5 6 7 8 9 10
+";
+
+    #[test]
+    fn proc_stat_parses_aggregate_and_counts_cpus() {
+        let s = parse_proc_stat(PROC_STAT).expect("parses");
+        assert_eq!(s.user, 10132153);
+        assert_eq!(s.nice, 290696);
+        assert_eq!(s.system, 3084719);
+        assert_eq!(s.idle, 46828483);
+        assert_eq!(s.iowait, 16683);
+        assert_eq!(s.irq, 0);
+        assert_eq!(s.softirq, 25195);
+        assert_eq!(s.steal, 0);
+        assert_eq!(s.cpus, 4);
+        assert_eq!(s.ticks_per_sec, 100);
+    }
+
+    #[test]
+    fn proc_stat_accepts_old_kernels_with_four_columns() {
+        let s = parse_proc_stat("cpu 1 2 3 4\ncpu0 1 2 3 4\n").expect("parses");
+        assert_eq!((s.user, s.nice, s.system, s.idle), (1, 2, 3, 4));
+        assert_eq!((s.iowait, s.irq, s.softirq, s.steal), (0, 0, 0, 0));
+        assert_eq!(s.cpus, 1);
+    }
+
+    #[test]
+    fn proc_stat_rejects_garbage() {
+        for text in [
+            "",
+            "\n\n",
+            "cpu0 1 2 3 4 5 6 7 8\n",
+            "cpu 1 2 3\n",
+            "cpu 1 2 x 4 5\n",
+            "cpu -1 2 3 4\n",
+            "cpu 99999999999999999999999 2 3 4\n",
+            "cpu 1 2 3 4\ncpu 1 2 3 4\n",
+            "cpux 1 2 3 4\n",
+            "\u{0}\u{ffff} cpu",
+        ] {
+            assert_eq!(parse_proc_stat(text), None, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn proc_stat_ignores_cpu_like_labels() {
+        let s = parse_proc_stat("cpu 1 2 3 4\ncpu0 1\ncpufreq 9\ncpu1 2\n").expect("parses");
+        assert_eq!(s.cpus, 2);
+    }
+
+    fn cpu(user: u64, system: u64, idle: u64, softirq: u64) -> CpuSnapshot {
+        CpuSnapshot {
+            user,
+            nice: 0,
+            system,
+            idle,
+            iowait: 0,
+            irq: 0,
+            softirq,
+            steal: 0,
+            cpus: 2,
+            ticks_per_sec: 100,
+        }
+    }
+
+    #[test]
+    fn cpu_usage_arithmetic() {
+        let a = CpuSnapshot {
+            nice: 5,
+            irq: 1,
+            steal: 2,
+            iowait: 7,
+            ..cpu(100, 50, 1000, 10)
+        };
+        // Over 1 s on 2 CPUs (200 ticks): user 30+5, system 20, irq 4, softirq 10, steal 6,
+        // idle 100 + iowait 25.
+        let b = CpuSnapshot {
+            nice: 10,
+            irq: 5,
+            steal: 8,
+            iowait: 32,
+            ..cpu(130, 70, 1100, 20)
+        };
+        let u = cpu_usage(&a, &b, 1.0);
+        assert_eq!(u.seconds, 1.0);
+        assert_eq!(u.cpus, 2);
+        assert!((u.user_s - 0.35).abs() < 1e-9);
+        assert!((u.system_s - 0.20).abs() < 1e-9);
+        assert!((u.irq_s - 0.04).abs() < 1e-9);
+        assert!((u.softirq_s - 0.10).abs() < 1e-9);
+        assert!((u.steal_s - 0.06).abs() < 1e-9);
+        assert!((u.busy_s - 0.75).abs() < 1e-9);
+        assert!((u.user_pct - 17.5).abs() < 1e-9);
+        assert!((u.system_pct - 10.0).abs() < 1e-9);
+        assert!((u.softirq_pct - 5.0).abs() < 1e-9);
+        assert!((u.busy_pct - 37.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn cpu_usage_uses_real_tick_rate_and_survives_odd_input() {
+        let a = cpu(0, 0, 0, 0).with_ticks_per_sec(1000);
+        let b = cpu(500, 0, 500, 0).with_ticks_per_sec(1000);
+        let u = cpu_usage(&a, &b, 0.5);
+        assert!((u.user_s - 0.5).abs() < 1e-9);
+        assert!((u.busy_pct - 50.0).abs() < 1e-9);
+
+        // No ticks elapsed, and counters that went backwards: zeros, not NaN or huge numbers.
+        let same = cpu_usage(&b, &b, 0.0);
+        assert_eq!(same.busy_pct, 0.0);
+        let back = cpu_usage(&b, &a, 1.0);
+        assert_eq!(back.busy_s, 0.0);
+        assert_eq!(back.busy_pct, 0.0);
+
+        let zero = cpu(0, 0, 0, 0);
+        let max = CpuSnapshot {
+            nice: u64::MAX,
+            steal: u64::MAX,
+            ..cpu(u64::MAX, u64::MAX, u64::MAX, u64::MAX)
+        };
+        let huge = cpu_usage(&zero, &max, 1.0);
+        assert!(huge.busy_pct.is_finite() && huge.busy_pct <= 100.0);
+    }
+
+    const PROC_NET_DEV: &str = "\
+Inter-|   Receive                                                |  Transmit
+ face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed
+    lo: 1234 25 0 0 0 0 0 0 1234 25 0 0 0 0 0 0
+  eth0:18446744073709551000 3915 1 2 0 0 0 7 224602 2200 3 4 0 0 0 0
+docker0:       0       0    0    0    0     0          0         0        0       0    0    0    0     0       0          0
+ wlan0: 5 6 7 8 0 0 0 0 9 10 11 12 0 0 0 0
+";
+
+    #[test]
+    fn proc_net_dev_parses_each_interface() {
+        let lo = parse_proc_net_dev(PROC_NET_DEV, "lo").expect("lo");
+        assert_eq!(
+            lo,
+            NicSnapshot {
+                interface: "lo".into(),
+                rx_bytes: 1234,
+                rx_packets: 25,
+                tx_bytes: 1234,
+                tx_packets: 25,
+                ..NicSnapshot::default()
+            }
+        );
+        let eth0 = parse_proc_net_dev(PROC_NET_DEV, "eth0").expect("eth0");
+        assert_eq!(eth0.rx_bytes, 18446744073709551000);
+        assert_eq!(eth0.rx_packets, 3915);
+        assert_eq!((eth0.rx_errors, eth0.rx_drops), (1, 2));
+        assert_eq!((eth0.tx_bytes, eth0.tx_packets), (224602, 2200));
+        assert_eq!((eth0.tx_errors, eth0.tx_drops), (3, 4));
+        let w = parse_proc_net_dev(PROC_NET_DEV, "wlan0").expect("wlan0");
+        assert_eq!(
+            (w.rx_bytes, w.rx_packets, w.rx_errors, w.rx_drops),
+            (5, 6, 7, 8)
+        );
+        assert_eq!(
+            (w.tx_bytes, w.tx_packets, w.tx_errors, w.tx_drops),
+            (9, 10, 11, 12)
+        );
+        assert!(parse_proc_net_dev(PROC_NET_DEV, "docker0").is_some());
+    }
+
+    #[test]
+    fn proc_net_dev_misses_and_garbage() {
+        // A name is matched whole, never as a prefix or suffix.
+        assert_eq!(parse_proc_net_dev(PROC_NET_DEV, "eth"), None);
+        assert_eq!(parse_proc_net_dev(PROC_NET_DEV, "th0"), None);
+        assert_eq!(parse_proc_net_dev(PROC_NET_DEV, ""), None);
+        assert_eq!(parse_proc_net_dev(PROC_NET_DEV, "face |bytes"), None);
+        for text in [
+            "",
+            "eth0:",
+            "eth0: 1 2 3 4 5 6 7 8 9 10 11",
+            "eth0: 1 2 3 4 5 6 7 8 9 10 11 x",
+            "eth0: 1 2 3 4 5 6 7 8 9 10 11 -12",
+            "eth0 1 2 3 4 5 6 7 8 9 10 11 12",
+            ":::::",
+        ] {
+            assert_eq!(parse_proc_net_dev(text, "eth0"), None, "{text:?}");
+        }
+        // Only the transmit columns sar uses are required.
+        assert!(parse_proc_net_dev("eth0: 1 2 3 4 5 6 7 8 9 10 11 12", "eth0").is_some());
+    }
+
+    #[test]
+    fn nic_usage_arithmetic_and_wrap() {
+        let a = parse_proc_net_dev(PROC_NET_DEV, "eth0").expect("eth0");
+        let b = NicSnapshot {
+            // Wrapped past 2^64 by 1000 + 616 bytes.
+            rx_bytes: 1000,
+            rx_packets: 3915 + 2000,
+            rx_drops: 2 + 10,
+            tx_bytes: 224602 + 2048 * 2,
+            tx_packets: 2200 + 40,
+            tx_errors: 3 + 1,
+            ..a.clone()
+        };
+        let u = nic_usage(&a, &b, 2.0);
+        assert_eq!(u.interface, "eth0");
+        assert_eq!(u.seconds, 2.0);
+        assert_eq!(u.rx_bytes, 1616);
+        assert_eq!(u.rx_packets, 2000);
+        assert_eq!(u.tx_bytes, 4096);
+        assert_eq!(u.tx_packets, 40);
+        assert_eq!((u.rx_drops, u.tx_drops), (10, 0));
+        assert_eq!((u.rx_errors, u.tx_errors), (0, 1));
+        assert_eq!(u.rx_pps, 1000.0);
+        assert_eq!(u.tx_pps, 20.0);
+        assert_eq!(u.tx_kbps, 2.0);
+        assert!((u.rx_kbps - 808.0 / 1024.0).abs() < 1e-12);
+        assert_eq!(u.rx_drops_ps, 5.0);
+        assert_eq!(u.tx_drops_ps, 0.0);
+
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let z = nic_usage(&a, &b, bad);
+            assert_eq!(z.rx_bytes, 1616);
+            assert_eq!((z.rx_pps, z.rx_kbps, z.tx_drops_ps), (0.0, 0.0, 0.0));
+        }
+    }
+}

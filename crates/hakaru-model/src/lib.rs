@@ -1,0 +1,15 @@
+//! hakaru-model: plain data shared by every layer of hakaru.
+//!
+//! Units are types ([`Bytes`], [`BitRate`], [`Dur`]) that parse from and print to the forms
+//! users type (`128K`, `10G`, `250us`). Test specifications are validated here so that a
+//! spec received from the network is checked by the same code as one built from flags.
+//! [`RunResult`] is the one result type every renderer reads; it is versioned by
+//! [`SCHEMA_VERSION`].
+
+pub mod config;
+pub mod result;
+pub mod units;
+
+pub use config::*;
+pub use result::*;
+pub use units::*;

@@ -1,0 +1,449 @@
+//! Samples and results: what each end measures and the one [`RunResult`] every renderer reads.
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{FlowDir, TcpSpec};
+use crate::units::BitRate;
+
+/// Version of the JSON result format; bumped on any incompatible change.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Which end of a test a report comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum End {
+    /// The end that ran `hakaru tcp`.
+    Client,
+    /// The end that ran `hakaru server`.
+    Server,
+}
+
+/// Whether an end sends or receives on a flow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Writes data into the flow.
+    Sender,
+    /// Reads data from the flow.
+    Receiver,
+}
+
+/// A snapshot of Linux `struct tcp_info` for one socket (times in microseconds).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct TcpInfo {
+    /// Congestion control algorithm in use on the socket (TCP_CONGESTION).
+    pub congestion: Option<String>,
+    /// Segments retransmitted over the connection's life (tcpi_total_retrans).
+    pub retransmits: u64,
+    /// Segments currently considered lost (tcpi_lost).
+    pub lost: u32,
+    /// Reordering events seen (tcpi_reord_seen).
+    pub reord_seen: u32,
+    /// Smoothed round-trip time, microseconds (tcpi_rtt).
+    pub rtt_us: u32,
+    /// Round-trip time variance, microseconds (tcpi_rttvar).
+    pub rttvar_us: u32,
+    /// Minimum round-trip time seen, microseconds (tcpi_min_rtt).
+    pub min_rtt_us: u32,
+    /// Congestion window, in segments (tcpi_snd_cwnd).
+    pub snd_cwnd: u32,
+    /// Sender maximum segment size, bytes (tcpi_snd_mss).
+    pub snd_mss: u32,
+    /// Path MTU, bytes (tcpi_pmtu).
+    pub pmtu: u32,
+    /// Current pacing rate, bits per second (tcpi_pacing_rate x 8).
+    pub pacing_rate_bps: f64,
+    /// Most recent delivery rate estimate, bits per second (tcpi_delivery_rate x 8).
+    pub delivery_rate_bps: f64,
+    /// Time the connection was busy sending, microseconds (tcpi_busy_time).
+    pub busy_time_us: u64,
+    /// Time sending was limited by the receiver's window, microseconds (tcpi_rwnd_limited).
+    pub rwnd_limited_us: u64,
+    /// Time sending was limited by the send buffer, microseconds (tcpi_sndbuf_limited).
+    pub sndbuf_limited_us: u64,
+    /// Bytes acknowledged by the peer (tcpi_bytes_acked).
+    pub bytes_acked: u64,
+    /// Bytes retransmitted (tcpi_bytes_retrans).
+    pub bytes_retrans: u64,
+}
+
+/// CPU use of the whole machine at one end over the counted part of a test, from /proc/stat.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct CpuUsage {
+    /// Wall-clock seconds the deltas cover.
+    pub seconds: f64,
+    /// Number of CPUs the percentages are shared over.
+    pub cpus: u32,
+    /// CPU-seconds in user mode (user + nice).
+    pub user_s: f64,
+    /// CPU-seconds in kernel mode (system).
+    pub system_s: f64,
+    /// CPU-seconds in hard interrupts (irq).
+    pub irq_s: f64,
+    /// CPU-seconds in soft interrupts, where most network receive work runs (softirq).
+    pub softirq_s: f64,
+    /// CPU-seconds stolen by the hypervisor (steal).
+    pub steal_s: f64,
+    /// Busy CPU-seconds: user + system + irq + softirq + steal.
+    pub busy_s: f64,
+    /// user_s as a percentage of all CPUs' time.
+    pub user_pct: f64,
+    /// system_s as a percentage of all CPUs' time.
+    pub system_pct: f64,
+    /// softirq_s as a percentage of all CPUs' time.
+    pub softirq_pct: f64,
+    /// busy_s as a percentage of all CPUs' time.
+    pub busy_pct: f64,
+}
+
+/// Interface counter deltas at one end over the counted part of a test (what `sar -n DEV` shows).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct NicUsage {
+    /// Interface name (loopback reports `lo`).
+    pub interface: String,
+    /// Seconds the deltas cover.
+    pub seconds: f64,
+    /// Packets received.
+    pub rx_packets: u64,
+    /// Packets sent.
+    pub tx_packets: u64,
+    /// Bytes received.
+    pub rx_bytes: u64,
+    /// Bytes sent.
+    pub tx_bytes: u64,
+    /// Received packets dropped.
+    pub rx_drops: u64,
+    /// Sent packets dropped.
+    pub tx_drops: u64,
+    /// Receive errors.
+    pub rx_errors: u64,
+    /// Transmit errors.
+    pub tx_errors: u64,
+    /// Received packets per second (sar rxpck/s).
+    pub rx_pps: f64,
+    /// Sent packets per second (sar txpck/s).
+    pub tx_pps: f64,
+    /// Received kilobytes (1024 bytes, as sysstat counts them) per second (sar rxkB/s).
+    pub rx_kbps: f64,
+    /// Sent kilobytes (1024 bytes, as sysstat counts them) per second (sar txkB/s).
+    pub tx_kbps: f64,
+    /// Receive drops per second.
+    pub rx_drops_ps: f64,
+    /// Transmit drops per second.
+    pub tx_drops_ps: f64,
+}
+
+/// Facts about one end's machine and network stack.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Environment {
+    /// hakaru version running at this end.
+    pub software: String,
+    /// Host name.
+    pub hostname: String,
+    /// Operating system family (`linux`, `macos`, `windows`, ...).
+    pub os: String,
+    /// Kernel release (`uname -r`).
+    pub kernel: String,
+    /// Number of online CPUs.
+    pub cpus: u32,
+    /// The system's default TCP congestion control.
+    pub default_congestion: Option<String>,
+    /// Interface the test's traffic used at this end.
+    pub interface: Option<String>,
+    /// Root queueing discipline of that interface (`noqueue`, `pfifo_fast`, `tbf`, ...).
+    pub qdisc: Option<String>,
+    /// MTU of that interface, bytes.
+    pub mtu: Option<u32>,
+    /// net.core.rmem_max, bytes.
+    pub rmem_max: Option<u64>,
+    /// net.core.wmem_max, bytes.
+    pub wmem_max: Option<u64>,
+    /// net.ipv4.tcp_rmem (min default max), bytes.
+    pub tcp_rmem: Option<String>,
+    /// net.ipv4.tcp_wmem (min default max), bytes.
+    pub tcp_wmem: Option<String>,
+}
+
+/// Per-flow per-interval TCP state of a sending socket.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct TcpTick {
+    /// Retransmitted segments during the interval.
+    pub retransmits: u64,
+    /// Congestion window at the end of the interval, segments.
+    pub snd_cwnd: u32,
+    /// Smoothed RTT at the end of the interval, microseconds.
+    pub rtt_us: u32,
+}
+
+/// One flow's counters for one interval, as seen by one end.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct FlowTick {
+    /// Flow id.
+    pub id: u32,
+    /// Bytes moved during the interval.
+    pub bytes: u64,
+    /// Write or read calls during the interval.
+    pub calls: u64,
+    /// TCP state, for flows this end sends on.
+    pub tcp: Option<TcpTick>,
+}
+
+/// One end's interval sample: counters of every flow over [start, end) seconds of that end's clock.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct IntervalSample {
+    /// Interval number, from 0.
+    pub index: u32,
+    /// Start, seconds since the test started.
+    pub start: f64,
+    /// End, seconds since the test started.
+    pub end: f64,
+    /// True inside the omitted warm-up.
+    pub omitted: bool,
+    /// Per-flow counters.
+    pub flows: Vec<FlowTick>,
+}
+
+/// One end's view of one flow over the whole counted test.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct FlowSide {
+    /// Flow id.
+    pub id: u32,
+    /// Direction the flow carries data.
+    pub dir: FlowDir,
+    /// This end's role on the flow.
+    pub role: Role,
+    /// Bytes moved after the warm-up.
+    pub bytes: u64,
+    /// Bytes moved during the omitted warm-up.
+    pub omitted_bytes: u64,
+    /// Write or read calls after the warm-up.
+    pub calls: u64,
+    /// Seconds from the end of the warm-up to this end's last byte on any flow.
+    pub seconds: f64,
+    /// TCP_INFO of the socket at the end, for flows this end sends on.
+    pub tcp_info: Option<TcpInfo>,
+    /// What went wrong on the flow, if anything.
+    pub error: Option<String>,
+}
+
+/// One end's final report of a test, exchanged over the control connection.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SideReport {
+    /// Which end this is.
+    pub end: End,
+    /// Per-flow results.
+    pub flows: Vec<FlowSide>,
+    /// Machine CPU use over the counted part of the test, where the OS reports it.
+    pub cpu: Option<CpuUsage>,
+    /// Interface counters over the counted part of the test, where the OS reports them.
+    pub nic: Option<NicUsage>,
+    /// Machine and stack facts.
+    pub env: Environment,
+    /// How this end sent: `copy` (write) or `sendfile` (-Z).
+    pub send_mode: String,
+    /// How this end received: `copy` (read) or `discard` (MSG_TRUNC, --discard).
+    pub recv_mode: String,
+}
+
+/// Bytes counted at one end of a flow or direction, with the time and rate.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Counted {
+    /// Bytes after the warm-up.
+    pub bytes: u64,
+    /// Seconds the bytes were counted over.
+    pub seconds: f64,
+    /// bytes x 8 / seconds.
+    pub bits_per_second: BitRate,
+    /// Write or read system calls.
+    pub calls: u64,
+}
+
+impl Counted {
+    /// Builds a count and derives its rate.
+    pub fn new(bytes: u64, seconds: f64, calls: u64) -> Self {
+        Counted {
+            bytes,
+            seconds,
+            bits_per_second: BitRate::from_bytes(bytes, seconds),
+            calls,
+        }
+    }
+}
+
+/// One flow's final figures: what the receiver got (the headline) and what the sender wrote.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct FlowResult {
+    /// Flow id.
+    pub id: u32,
+    /// Direction the flow carries data.
+    pub dir: FlowDir,
+    /// Counted at the receiving socket: the headline.
+    pub receiver: Counted,
+    /// Counted at the sending socket.
+    pub sender: Counted,
+    /// TCP_INFO of the sending socket at the end of the test.
+    pub tcp_info: Option<TcpInfo>,
+}
+
+/// All flows of one direction added up.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct DirectionTotal {
+    /// Direction.
+    pub dir: FlowDir,
+    /// Number of flows.
+    pub flows: u32,
+    /// Sum over flows at the receivers: the headline.
+    pub receiver: Counted,
+    /// Sum over flows at the senders.
+    pub sender: Counted,
+    /// Segments retransmitted, summed over the sending sockets.
+    pub retransmits: u64,
+}
+
+/// One flow's figures for one interval, merged from both ends.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct FlowInterval {
+    /// Flow id.
+    pub id: u32,
+    /// Direction.
+    pub dir: FlowDir,
+    /// Bytes the receiver read during the interval (absent if that end sent no sample).
+    pub receiver_bytes: Option<u64>,
+    /// Receiver rate over the interval.
+    pub receiver_bps: Option<BitRate>,
+    /// Bytes the sender wrote during the interval (absent if that end sent no sample).
+    pub sender_bytes: Option<u64>,
+    /// Sender rate over the interval.
+    pub sender_bps: Option<BitRate>,
+    /// Sending socket's TCP state at the end of the interval.
+    pub tcp: Option<TcpTick>,
+}
+
+/// One direction's sum for one interval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct DirectionInterval {
+    /// Direction.
+    pub dir: FlowDir,
+    /// Bytes all receivers read during the interval.
+    pub receiver_bytes: Option<u64>,
+    /// Receiver rate.
+    pub receiver_bps: Option<BitRate>,
+    /// Bytes all senders wrote during the interval.
+    pub sender_bytes: Option<u64>,
+    /// Sender rate.
+    pub sender_bps: Option<BitRate>,
+    /// Retransmits during the interval, summed over sending sockets.
+    pub retransmits: Option<u64>,
+}
+
+/// One reporting interval, merged from both ends.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct IntervalRecord {
+    /// Interval number, from 0.
+    pub index: u32,
+    /// Start, seconds since the test started (client clock).
+    pub start: f64,
+    /// End, seconds since the test started (client clock).
+    pub end: f64,
+    /// True inside the omitted warm-up (not counted in totals).
+    pub omitted: bool,
+    /// Per-flow figures.
+    pub flows: Vec<FlowInterval>,
+    /// Per-direction sums.
+    pub sums: Vec<DirectionInterval>,
+}
+
+/// One end's resource use and environment, with its efficiency.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct EndResult {
+    /// Machine CPU use over the counted part of the test.
+    pub cpu: Option<CpuUsage>,
+    /// Interface counters over the counted part of the test.
+    pub nic: Option<NicUsage>,
+    /// Machine and stack facts.
+    pub env: Environment,
+    /// Bytes this end sent plus bytes it received, per busy CPU-second of its machine.
+    pub bytes_per_cpu_second: Option<f64>,
+    /// How this end sent: `copy` or `sendfile`.
+    pub send_mode: String,
+    /// How this end received: `copy` or `discard`.
+    pub recv_mode: String,
+}
+
+/// The result of one hakaru run: every renderer reads this.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct RunResult {
+    /// Version of this format (see docs/json.md).
+    pub schema_version: u32,
+    /// Always `hakaru`.
+    pub tool: String,
+    /// hakaru version of the client.
+    pub tool_version: String,
+    /// Test kind: `tcp`.
+    pub test: String,
+    /// Wall-clock start, RFC 3339 UTC.
+    pub started_at: String,
+    /// Wall-clock start, seconds since the Unix epoch.
+    pub started_at_unix: f64,
+    /// Server address the client connected to (`host:port`).
+    pub server: String,
+    /// True when the server ran inside the client process on loopback (no HOST given).
+    pub embedded_server: bool,
+    /// Local address of the control connection.
+    pub local_address: String,
+    /// Remote address of the control connection.
+    pub remote_address: String,
+    /// The test as both ends ran it.
+    pub spec: TcpSpec,
+    /// Interval reports, in order.
+    pub intervals: Vec<IntervalRecord>,
+    /// Per-flow totals.
+    pub flows: Vec<FlowResult>,
+    /// Per-direction totals.
+    pub totals: Vec<DirectionTotal>,
+    /// The client end.
+    pub client: EndResult,
+    /// The server end.
+    pub server_end: EndResult,
+    /// True if the test was stopped early (Ctrl-C); the figures cover the time it ran.
+    pub interrupted: bool,
+}
+
+/// Formats Unix seconds as an RFC 3339 UTC timestamp with milliseconds.
+pub fn rfc3339_utc(unix: f64) -> String {
+    let total_ms = (unix * 1000.0).floor() as i64;
+    let ms = total_ms.rem_euclid(1000);
+    let secs = total_ms.div_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let (h, m, s) = (rem / 3600, (rem % 3600) / 60, rem % 60);
+    // Civil-from-days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let mo = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(mo <= 2);
+    format!("{y:04}-{mo:02}-{d:02}T{h:02}:{m:02}:{s:02}.{ms:03}Z")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_known_instants() {
+        assert_eq!(rfc3339_utc(0.0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339_utc(951_782_400.5), "2000-02-29T00:00:00.500Z");
+        assert_eq!(rfc3339_utc(1_795_000_000.0), "2026-11-18T09:06:40.000Z");
+    }
+
+    #[test]
+    fn counted_derives_rate() {
+        let c = Counted::new(1_250_000_000, 10.0, 5);
+        assert_eq!(c.bits_per_second, BitRate(1e9));
+    }
+}

@@ -1,0 +1,10 @@
+//! hakaru-proto: wire formats, without I/O.
+//!
+//! Everything here takes bytes and returns messages (or the reverse), so it is tested
+//! without sockets. [`native`] is hakaru's own control protocol; [`preamble`] tells the
+//! protocols that share the control port apart from their first bytes.
+
+pub mod native;
+pub mod preamble;
+
+pub use native::{Decoder, Message, ProtoError, TestKind, MAGIC, MAX_FRAME, PROTOCOL_VERSION};

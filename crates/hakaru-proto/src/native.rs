@@ -1,0 +1,333 @@
+//! hakaru's native control protocol.
+//!
+//! A connection starts with the 4-byte [`MAGIC`] from each side, then carries frames: a
+//! big-endian u32 length followed by that many bytes of one JSON-encoded [`Message`].
+//! Frames over [`MAX_FRAME`] bytes are refused before any allocation, so a peer cannot make
+//! the other end buffer an arbitrary amount.
+
+use hakaru_model::{IntervalSample, SideReport, TcpSpec};
+use serde::{Deserialize, Serialize};
+
+/// First bytes of every hakaru connection, in both directions.
+pub const MAGIC: [u8; 4] = *b"HKRU";
+/// Control protocol version; peers with another version are refused with a clear error.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// Largest frame accepted (8 MiB: a final report of 2048 flows fits with room to spare).
+pub const MAX_FRAME: usize = 8 << 20;
+
+/// The test a client asks for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum TestKind {
+    /// TCP bulk transfer.
+    Tcp(TcpSpec),
+}
+
+/// One control message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Message {
+    /// Client → server, first frame of a control connection.
+    Hello {
+        /// Client's protocol version.
+        protocol: u32,
+        /// Client software and version.
+        software: String,
+    },
+    /// Server → client, answer to a compatible `Hello`.
+    Welcome {
+        /// Server's protocol version.
+        protocol: u32,
+        /// Server software and version.
+        software: String,
+    },
+    /// Client → server: run this test.
+    TestRequest {
+        /// The test.
+        test: TestKind,
+    },
+    /// Server → client: the test is set up; data connections carry `token`.
+    Accepted {
+        /// Server-side test number (for logs).
+        test_id: u64,
+        /// Secret that ties data connections to this test (hex).
+        token: String,
+    },
+    /// Server → client: the test will not run, and why.
+    Refused {
+        /// Reason, naming the offending option.
+        reason: String,
+    },
+    /// Client → server, first frame of a data connection.
+    DataHello {
+        /// The test's token.
+        token: String,
+        /// Flow id this connection carries.
+        flow: u32,
+    },
+    /// Server → client: every data connection arrived; both ends start now.
+    Start,
+    /// Server → client: the server's counters for one interval.
+    Interval {
+        /// The sample.
+        sample: IntervalSample,
+    },
+    /// Either way: still alive (sent every couple of seconds during a test).
+    Keepalive,
+    /// Client → server: stop sending now (Ctrl-C); finish as usual.
+    Stop,
+    /// Either way: this end's final report.
+    Finished {
+        /// The report.
+        report: SideReport,
+    },
+    /// Either way: a fatal problem; the sender closes after it.
+    Error {
+        /// What went wrong.
+        message: String,
+    },
+}
+
+impl Message {
+    /// Short name of the message type, for error messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Message::Hello { .. } => "hello",
+            Message::Welcome { .. } => "welcome",
+            Message::TestRequest { .. } => "test_request",
+            Message::Accepted { .. } => "accepted",
+            Message::Refused { .. } => "refused",
+            Message::DataHello { .. } => "data_hello",
+            Message::Start => "start",
+            Message::Interval { .. } => "interval",
+            Message::Keepalive => "keepalive",
+            Message::Stop => "stop",
+            Message::Finished { .. } => "finished",
+            Message::Error { .. } => "error",
+        }
+    }
+
+    /// Encodes the message as one frame (length prefix + JSON).
+    pub fn encode(&self) -> Vec<u8> {
+        let body =
+            serde_json::to_vec(self).unwrap_or_else(|_| b"{\"type\":\"keepalive\"}".to_vec());
+        let mut out = Vec::with_capacity(4 + body.len());
+        out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        out.extend_from_slice(&body);
+        out
+    }
+}
+
+/// A protocol violation by the peer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProtoError {
+    /// The connection did not start with hakaru's magic.
+    #[error("not a hakaru peer: the connection began with {0:02x?} instead of \"HKRU\"")]
+    BadMagic(Vec<u8>),
+    /// A frame claimed more bytes than allowed.
+    #[error("control message of {len} bytes exceeds the {max}-byte limit")]
+    Oversized {
+        /// Claimed length.
+        len: usize,
+        /// Limit.
+        max: usize,
+    },
+    /// A frame that is not a valid message.
+    #[error("malformed control message: {0}")]
+    Malformed(String),
+}
+
+/// Incremental decoder: feed bytes as they arrive, take messages as they complete.
+#[derive(Debug)]
+pub struct Decoder {
+    buf: Vec<u8>,
+    need_magic: bool,
+    max: usize,
+}
+
+impl Decoder {
+    /// A decoder that first expects the 4-byte magic.
+    pub fn new() -> Self {
+        Decoder {
+            buf: Vec::new(),
+            need_magic: true,
+            max: MAX_FRAME,
+        }
+    }
+
+    /// A decoder for a stream whose magic was already consumed.
+    pub fn after_magic() -> Self {
+        Decoder {
+            need_magic: false,
+            ..Decoder::new()
+        }
+    }
+
+    /// Appends received bytes.
+    pub fn feed(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// Bytes buffered but not yet decoded.
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Returns the next complete message, `Ok(None)` if more bytes are needed.
+    pub fn next_message(&mut self) -> Result<Option<Message>, ProtoError> {
+        if self.need_magic {
+            let n = self.buf.len().min(4);
+            if self.buf[..n] != MAGIC[..n] {
+                return Err(ProtoError::BadMagic(self.buf[..n].to_vec()));
+            }
+            if n < 4 {
+                return Ok(None);
+            }
+            self.buf.drain(..4);
+            self.need_magic = false;
+        }
+        if self.buf.len() < 4 {
+            return Ok(None);
+        }
+        let len = u32::from_be_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]) as usize;
+        if len > self.max {
+            return Err(ProtoError::Oversized { len, max: self.max });
+        }
+        if self.buf.len() < 4 + len {
+            return Ok(None);
+        }
+        let msg = serde_json::from_slice::<Message>(&self.buf[4..4 + len])
+            .map_err(|e| ProtoError::Malformed(e.to_string()));
+        self.buf.drain(..4 + len);
+        msg.map(Some)
+    }
+}
+
+impl Default for Decoder {
+    fn default() -> Self {
+        Decoder::new()
+    }
+}
+
+/// The magic followed by one encoded message: what opens a connection.
+pub fn opening(msg: &Message) -> Vec<u8> {
+    let mut out = MAGIC.to_vec();
+    out.extend_from_slice(&msg.encode());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hakaru_model::{Amount, Bytes, Direction, FlowTick};
+
+    fn samples() -> Vec<Message> {
+        vec![
+            Message::Hello {
+                protocol: 1,
+                software: "hakaru 0.1.0".into(),
+            },
+            Message::TestRequest {
+                test: TestKind::Tcp(TcpSpec {
+                    flows: 8,
+                    direction: Direction::Bidir,
+                    amount: Amount::Bytes(Bytes(12345)),
+                    congestion: Some("cubic".into()),
+                    ..TcpSpec::default()
+                }),
+            },
+            Message::Accepted {
+                test_id: 7,
+                token: "00ff".into(),
+            },
+            Message::DataHello {
+                token: "00ff".into(),
+                flow: 3,
+            },
+            Message::Start,
+            Message::Interval {
+                sample: IntervalSample {
+                    index: 2,
+                    start: 2.0,
+                    end: 3.0,
+                    omitted: false,
+                    flows: vec![FlowTick {
+                        id: 0,
+                        bytes: 99,
+                        calls: 1,
+                        tcp: None,
+                    }],
+                },
+            },
+            Message::Stop,
+            Message::Error {
+                message: "boom".into(),
+            },
+        ]
+    }
+
+    #[test]
+    fn messages_round_trip_in_one_stream() {
+        let mut wire = MAGIC.to_vec();
+        for m in samples() {
+            wire.extend(m.encode());
+        }
+        let mut d = Decoder::new();
+        let mut got = Vec::new();
+        // Feed one byte at a time: framing must survive any split.
+        for b in wire {
+            d.feed(&[b]);
+            while let Some(m) = d.next_message().unwrap() {
+                got.push(m);
+            }
+        }
+        assert_eq!(got, samples());
+        assert_eq!(d.buffered(), 0);
+    }
+
+    #[test]
+    fn wrong_magic_is_rejected_early() {
+        let mut d = Decoder::new();
+        d.feed(b"GE");
+        assert!(matches!(d.next_message(), Err(ProtoError::BadMagic(_))));
+        let mut d = Decoder::new();
+        d.feed(b"HK");
+        assert_eq!(d.next_message(), Ok(None));
+    }
+
+    #[test]
+    fn oversized_frame_is_rejected_before_buffering() {
+        let mut d = Decoder::after_magic();
+        d.feed(&(100u32 << 20).to_be_bytes());
+        let e = d.next_message().unwrap_err();
+        assert!(matches!(e, ProtoError::Oversized { len, .. } if len == 100 << 20));
+        assert!(e.to_string().contains("exceeds"));
+    }
+
+    #[test]
+    fn garbage_json_is_malformed() {
+        for body in [
+            &b"{not json"[..],
+            b"{\"type\":\"launch_missiles\"}",
+            b"[]",
+            b"",
+        ] {
+            let mut d = Decoder::after_magic();
+            d.feed(&(body.len() as u32).to_be_bytes());
+            d.feed(body);
+            assert!(
+                matches!(d.next_message(), Err(ProtoError::Malformed(_))),
+                "{body:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn opening_starts_with_magic() {
+        let o = opening(&Message::Keepalive);
+        assert_eq!(&o[..4], b"HKRU");
+        let mut d = Decoder::new();
+        d.feed(&o);
+        assert_eq!(d.next_message().unwrap(), Some(Message::Keepalive));
+    }
+}

@@ -1,0 +1,78 @@
+//! `--json-stream`: JSON Lines events as the test runs, each `{"type": ..., "data": ...}`.
+
+use hakaru_model::{IntervalRecord, RunResult, TcpSpec};
+use serde::Serialize;
+
+#[derive(Serialize)]
+struct Envelope<'a, T: Serialize> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    data: T,
+}
+
+#[derive(Serialize)]
+struct StartData<'a> {
+    schema_version: u32,
+    server: &'a str,
+    embedded_server: bool,
+    spec: &'a TcpSpec,
+}
+
+#[derive(Serialize)]
+struct ErrorData<'a> {
+    message: &'a str,
+}
+
+fn line<T: Serialize>(kind: &str, data: T) -> String {
+    let mut s = serde_json::to_string(&Envelope { kind, data })
+        .unwrap_or_else(|e| format!("{{\"type\":\"error\",\"data\":{{\"message\":\"{e}\"}}}}"));
+    s.push('\n');
+    s
+}
+
+/// The `start` event.
+pub fn start(spec: &TcpSpec, server: &str, embedded: bool) -> String {
+    line(
+        "start",
+        StartData {
+            schema_version: hakaru_model::SCHEMA_VERSION,
+            server,
+            embedded_server: embedded,
+            spec,
+        },
+    )
+}
+
+/// An `interval` event.
+pub fn interval(rec: &IntervalRecord) -> String {
+    line("interval", rec)
+}
+
+/// The `end` event, carrying the whole result.
+pub fn end(result: &RunResult) -> String {
+    line("end", result)
+}
+
+/// An `error` event.
+pub fn error(message: &str) -> String {
+    line("error", ErrorData { message })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_are_enveloped_lines() {
+        let e = error("boom \"quoted\"");
+        assert!(e.ends_with('\n'));
+        let v: serde_json::Value = serde_json::from_str(e.trim_end()).unwrap();
+        assert_eq!(v["type"], "error");
+        assert_eq!(v["data"]["message"], "boom \"quoted\"");
+        let s = start(&TcpSpec::default(), "h:1", true);
+        let v: serde_json::Value = serde_json::from_str(s.trim_end()).unwrap();
+        assert_eq!(v["type"], "start");
+        assert_eq!(v["data"]["spec"]["flows"], 1);
+        assert_eq!(v["data"]["schema_version"], hakaru_model::SCHEMA_VERSION);
+    }
+}

@@ -1,0 +1,17 @@
+//! The JSON Schema of `--json` output, generated from the model's types and doc comments.
+//! docs/schema/run-result.schema.json is this schema, checked by a test.
+
+use hakaru_model::RunResult;
+
+/// The JSON Schema (draft 2020-12) of a [`RunResult`] document.
+pub fn run_result_schema() -> serde_json::Value {
+    let schema = schemars::schema_for!(RunResult);
+    serde_json::to_value(&schema).unwrap_or(serde_json::Value::Null)
+}
+
+/// The schema as pretty JSON text with a trailing newline.
+pub fn run_result_schema_text() -> String {
+    let mut s = serde_json::to_string_pretty(&run_result_schema()).unwrap_or_default();
+    s.push('\n');
+    s
+}

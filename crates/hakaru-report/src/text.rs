@@ -1,0 +1,318 @@
+//! Human text: live interval lines and the final summary.
+
+use std::fmt::Write;
+
+use hakaru_model::{
+    Amount, BitRate, Bytes, Counted, Direction, EndResult, FlowDir, IntervalRecord, RunResult,
+    TcpSpec,
+};
+
+/// The line that opens a run.
+pub fn header(spec: &TcpSpec, server: &str, embedded: bool) -> String {
+    let dir = match spec.direction {
+        Direction::Forward => "client -> server",
+        Direction::Reverse => "server -> client (reverse)",
+        Direction::Bidir => "both directions (bidir)",
+    };
+    let amount = match spec.amount {
+        Amount::Time(t) => format!("{t}"),
+        Amount::Bytes(b) => format!("{} total per direction", Bytes(b.0)),
+        Amount::Blocks(k) => format!("{k} blocks of {} per direction", Bytes(spec.length.0)),
+    };
+    let mut s = format!(
+        "hakaru TCP to {server}{}: {} flow(s) {dir}, {amount}, {} writes/reads",
+        if embedded {
+            " (embedded loopback server)"
+        } else {
+            ""
+        },
+        spec.flows,
+        Bytes(spec.length.0),
+    );
+    if !spec.omit.is_zero() {
+        let _ = write!(s, ", first {} omitted", spec.omit);
+    }
+    if spec.discard {
+        s.push_str(", receiver DISCARDS (MSG_TRUNC)");
+    }
+    if spec.zerocopy {
+        s.push_str(", sender uses SENDFILE (-Z)");
+    }
+    s.push('\n');
+    s
+}
+
+/// Column headings for interval lines.
+pub fn interval_heading() -> String {
+    format!(
+        "{:<5} {:<4} {:>15}  {:>22}  {:>22}  {:>5} {:>6} {:>8}\n",
+        "[ ID]", "Dir", "Interval", "Receiver", "Sender", "Retr", "Cwnd", "RTT"
+    )
+}
+
+fn pair(bytes: Option<u64>, rate: Option<BitRate>) -> String {
+    match (bytes, rate) {
+        (Some(b), Some(r)) => format!("{:>10} {:>11}", Bytes(b).to_string(), r.to_string()),
+        _ => format!("{:>22}", "-"),
+    }
+}
+
+fn span(start: f64, end: f64) -> String {
+    format!("{start:6.2}-{end:<6.2} s")
+}
+
+/// Lines for one interval: one per flow, then a SUM line per direction with several flows.
+pub fn interval_lines(rec: &IntervalRecord) -> String {
+    let mut s = String::new();
+    let omitted = if rec.omitted { "  (omitted)" } else { "" };
+    for f in &rec.flows {
+        let (retr, cwnd, rtt) = match f.tcp {
+            Some(t) => (
+                t.retransmits.to_string(),
+                t.snd_cwnd.to_string(),
+                format!("{}us", t.rtt_us),
+            ),
+            None => ("".into(), "".into(), "".into()),
+        };
+        let _ = writeln!(
+            s,
+            "[{:>3}] {:<4} {:>15}  {}  {}  {:>5} {:>6} {:>8}{omitted}",
+            f.id,
+            f.dir.label(),
+            span(rec.start, rec.end),
+            pair(f.receiver_bytes, f.receiver_bps),
+            pair(f.sender_bytes, f.sender_bps),
+            retr,
+            cwnd,
+            rtt
+        );
+    }
+    for d in &rec.sums {
+        let n = rec.flows.iter().filter(|f| f.dir == d.dir).count();
+        if n < 2 {
+            continue;
+        }
+        let _ = writeln!(
+            s,
+            "[SUM] {:<4} {:>15}  {}  {}  {:>5}{omitted}",
+            d.dir.label(),
+            span(rec.start, rec.end),
+            pair(d.receiver_bytes, d.receiver_bps),
+            pair(d.sender_bytes, d.sender_bps),
+            d.retransmits.map(|r| r.to_string()).unwrap_or_default()
+        );
+    }
+    s
+}
+
+fn counted(c: &Counted) -> String {
+    format!(
+        "{:>10} {:>11}",
+        Bytes(c.bytes).to_string(),
+        c.bits_per_second.to_string()
+    )
+}
+
+fn ms(us: u64) -> String {
+    format!("{:.0} ms", us as f64 / 1000.0)
+}
+
+fn end_lines(s: &mut String, name: &str, e: &EndResult) {
+    if let Some(c) = &e.cpu {
+        let _ = writeln!(
+            s,
+            "  {name:<6} CPU {:5.1}% busy of {} CPUs (user {:.1}%, system {:.1}%, softirq {:.1}%), {:.2} CPU-s",
+            c.busy_pct, c.cpus, c.user_pct, c.system_pct, c.softirq_pct, c.busy_s
+        );
+    } else {
+        let _ = writeln!(s, "  {name:<6} CPU not available on this OS");
+    }
+    if let Some(b) = e.bytes_per_cpu_second {
+        let _ = writeln!(
+            s,
+            "  {name:<6} efficiency {}/CPU-s ({:.2} GB per CPU-second, sent + received)",
+            Bytes(b as u64),
+            b / 1e9
+        );
+    }
+    if let Some(n) = &e.nic {
+        let _ = writeln!(
+            s,
+            "  {name:<6} NIC {}: rxpck/s {:.0}  txpck/s {:.0}  rxkB/s {:.0}  txkB/s {:.0}  rxdrop/s {:.1}  txdrop/s {:.1}  errors rx {} tx {}",
+            n.interface, n.rx_pps, n.tx_pps, n.rx_kbps, n.tx_kbps, n.rx_drops_ps, n.tx_drops_ps,
+            n.rx_errors, n.tx_errors
+        );
+    }
+    let v = &e.env;
+    let opt = |o: &Option<String>| o.clone().unwrap_or_else(|| "?".into());
+    let _ = writeln!(
+        s,
+        "  {name:<6} env {} {} on {} ({} CPUs), default cc {}, iface {} qdisc {} mtu {}, rmem_max {} wmem_max {}, tcp_rmem [{}] tcp_wmem [{}], send {} / receive {}",
+        v.os,
+        v.kernel,
+        v.hostname,
+        v.cpus,
+        opt(&v.default_congestion),
+        opt(&v.interface),
+        opt(&v.qdisc),
+        v.mtu.map(|m| m.to_string()).unwrap_or_else(|| "?".into()),
+        v.rmem_max.map(|m| m.to_string()).unwrap_or_else(|| "?".into()),
+        v.wmem_max.map(|m| m.to_string()).unwrap_or_else(|| "?".into()),
+        opt(&v.tcp_rmem),
+        opt(&v.tcp_wmem),
+        e.send_mode,
+        e.recv_mode,
+    );
+}
+
+/// The final summary.
+pub fn summary(r: &RunResult) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "- - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - -"
+    );
+    let _ = writeln!(
+        s,
+        "{:<5} {:<4} {:>15}  {:>22}  {:>22}  {:>5}",
+        "[ ID]", "Dir", "Interval", "Receiver (headline)", "Sender", "Retr"
+    );
+    for f in &r.flows {
+        let _ = writeln!(
+            s,
+            "[{:>3}] {:<4} {:>15}  {}  {}  {:>5}",
+            f.id,
+            f.dir.label(),
+            span(0.0, f.receiver.seconds),
+            counted(&f.receiver),
+            counted(&f.sender),
+            f.tcp_info
+                .as_ref()
+                .map(|t| t.retransmits.to_string())
+                .unwrap_or_default()
+        );
+    }
+    for t in &r.totals {
+        let _ = writeln!(
+            s,
+            "[SUM] {:<4} {:>15}  {}  {}  {:>5}   {} flow(s)",
+            t.dir.label(),
+            span(0.0, t.receiver.seconds),
+            counted(&t.receiver),
+            counted(&t.sender),
+            t.retransmits,
+            t.flows
+        );
+    }
+    let with_info: Vec<_> = r.flows.iter().filter(|f| f.tcp_info.is_some()).collect();
+    if !with_info.is_empty() {
+        let _ = writeln!(s, "TCP_INFO of the sending sockets at the end:");
+        for f in with_info {
+            let Some(t) = &f.tcp_info else { continue };
+            let _ = writeln!(
+                s,
+                "[{:>3}] {:<4} cc {} rtt {}us +/- {}us (min {}us) cwnd {} x {} B retrans {} lost {} pacing {} delivery {} | busy {} rwnd-limited {} sndbuf-limited {}",
+                f.id,
+                f.dir.label(),
+                t.congestion.as_deref().unwrap_or("?"),
+                t.rtt_us,
+                t.rttvar_us,
+                t.min_rtt_us,
+                t.snd_cwnd,
+                t.snd_mss,
+                t.retransmits,
+                t.lost,
+                BitRate(t.pacing_rate_bps),
+                BitRate(t.delivery_rate_bps),
+                ms(t.busy_time_us),
+                ms(t.rwnd_limited_us),
+                ms(t.sndbuf_limited_us),
+            );
+        }
+    }
+    let _ = writeln!(
+        s,
+        "Ends (CPU from /proc/stat covers the whole machine at each end):"
+    );
+    end_lines(&mut s, "client", &r.client);
+    end_lines(&mut s, "server", &r.server_end);
+    if r.embedded_server {
+        let _ = writeln!(
+            s,
+            "  note: embedded loopback server: both ends share this machine, its CPUs and lo"
+        );
+    }
+    if r.interrupted {
+        let _ = writeln!(
+            s,
+            "  note: interrupted; figures cover the time the test ran"
+        );
+    }
+    for t in &r.totals {
+        let dir = match t.dir {
+            FlowDir::Up => "client -> server",
+            FlowDir::Down => "server -> client",
+        };
+        let _ = writeln!(
+            s,
+            "{dir}: {} received ({} sent)",
+            t.receiver.bits_per_second, t.sender.bits_per_second
+        );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hakaru_model::{DirectionInterval, FlowInterval, TcpTick};
+
+    #[test]
+    fn interval_lines_show_both_ends_and_sum() {
+        let rec = IntervalRecord {
+            index: 0,
+            start: 0.0,
+            end: 1.0,
+            omitted: false,
+            flows: vec![
+                FlowInterval {
+                    id: 0,
+                    dir: FlowDir::Up,
+                    receiver_bytes: Some(1 << 30),
+                    receiver_bps: Some(BitRate(8.59e9)),
+                    sender_bytes: Some(1 << 30),
+                    sender_bps: Some(BitRate(8.59e9)),
+                    tcp: Some(TcpTick {
+                        retransmits: 2,
+                        snd_cwnd: 40,
+                        rtt_us: 55,
+                    }),
+                },
+                FlowInterval {
+                    id: 1,
+                    dir: FlowDir::Up,
+                    receiver_bytes: None,
+                    receiver_bps: None,
+                    sender_bytes: Some(5),
+                    sender_bps: Some(BitRate(40.0)),
+                    tcp: None,
+                },
+            ],
+            sums: vec![DirectionInterval {
+                dir: FlowDir::Up,
+                receiver_bytes: None,
+                receiver_bps: None,
+                sender_bytes: Some((1 << 30) + 5),
+                sender_bps: Some(BitRate(8.59e9)),
+                retransmits: None,
+            }],
+        };
+        let out = interval_lines(&rec);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert!(lines[0].contains("1.00 GiB") && lines[0].contains("8.59 Gbit/s"));
+        assert!(lines[0].contains("55us"));
+        assert!(lines[1].contains(" - "), "{}", lines[1]);
+        assert!(lines[2].starts_with("[SUM]"));
+    }
+}

@@ -1,0 +1,156 @@
+//! First contact: read a new connection's first bytes and hand it to the right handler.
+
+use std::io::Read;
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hakaru_proto::preamble::{classify, Preamble};
+use hakaru_proto::{Decoder, Message};
+
+use crate::{session, Ctx};
+
+/// How long a new connection has to say what it is.
+const FIRST_BYTES_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Decrements a counter when dropped, however the thread ends.
+pub(crate) struct CountGuard<'a>(pub &'a std::sync::atomic::AtomicUsize);
+
+impl Drop for CountGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Starts a thread for a freshly accepted connection.
+pub(crate) fn spawn(ctx: Arc<Ctx>, stream: TcpStream, peer: SocketAddr) {
+    if ctx.pending.load(Ordering::Acquire) >= ctx.cfg.max_pending {
+        tracing::warn!("refused connection from {peer}: too many connections still handshaking");
+        return;
+    }
+    ctx.pending.fetch_add(1, Ordering::AcqRel);
+    ctx.threads.fetch_add(1, Ordering::AcqRel);
+    let c = Arc::clone(&ctx);
+    let r = std::thread::Builder::new()
+        .name("hakaru-conn".into())
+        .stack_size(512 << 10)
+        .spawn(move || {
+            let _t = CountGuard(&c.threads);
+            handle(&c, stream, peer);
+        });
+    if let Err(e) = r {
+        ctx.pending.fetch_sub(1, Ordering::AcqRel);
+        ctx.threads.fetch_sub(1, Ordering::AcqRel);
+        tracing::warn!("could not start a thread for {peer}: {e}");
+    }
+}
+
+fn handle(ctx: &Ctx, mut stream: TcpStream, peer: SocketAddr) {
+    let mut pending = Some(CountGuard(&ctx.pending));
+    let mut first = Vec::with_capacity(64);
+    let deadline = Instant::now() + FIRST_BYTES_TIMEOUT;
+    let mut buf = [0u8; 4096];
+    let kind = loop {
+        if let Some(k) = classify(&first) {
+            break k;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || ctx.shutdown.load(Ordering::Acquire) {
+            tracing::info!(
+                "closed connection from {peer}: it sent nothing recognisable within 10 s"
+            );
+            return;
+        }
+        let _ = stream.set_read_timeout(Some(left.min(Duration::from_millis(500))));
+        match stream.read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) => first.extend_from_slice(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return,
+        }
+    };
+    match kind {
+        Preamble::Hakaru => {}
+        Preamble::Iperf3Cookie => {
+            tracing::warn!(
+                "rejected connection from {peer}: iperf3 clients are not served yet on this port"
+            );
+            return;
+        }
+        Preamble::Unknown => {
+            tracing::warn!(
+                "rejected connection from {peer}: not a hakaru client (first bytes {:02x?})",
+                &first[..first.len().min(8)]
+            );
+            return;
+        }
+    }
+    let mut dec = Decoder::new();
+    dec.feed(&first);
+    // The first frame says whether this is a control or a data connection.
+    let msg = loop {
+        match dec.next_message() {
+            Ok(Some(m)) => break m,
+            Ok(None) => {}
+            Err(e) => {
+                reject(&mut stream, peer, &e.to_string());
+                return;
+            }
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            tracing::info!("closed connection from {peer}: no complete hello within 10 s");
+            return;
+        }
+        let _ = stream.set_read_timeout(Some(left));
+        match stream.read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) => dec.feed(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return,
+        }
+    };
+    pending.take();
+    match msg {
+        Message::Hello { protocol, software } => {
+            session::control(ctx, stream, dec, peer, protocol, software);
+        }
+        Message::DataHello { token, flow } => {
+            if dec.buffered() > 0 {
+                tracing::warn!("data connection from {peer} sent data before the test started");
+            }
+            let _ = stream.set_read_timeout(None);
+            if ctx.registry.deliver(&token, (flow, stream)).is_err() {
+                tracing::warn!("closed data connection from {peer}: no test with that token");
+            }
+        }
+        other => reject(
+            &mut stream,
+            peer,
+            &format!("expected hello or data_hello first, got {}", other.name()),
+        ),
+    }
+}
+
+fn reject(stream: &mut TcpStream, peer: SocketAddr, why: &str) {
+    use std::io::Write;
+    tracing::warn!("rejected connection from {peer}: {why}");
+    let mut out = hakaru_proto::MAGIC.to_vec();
+    out.extend(
+        Message::Error {
+            message: why.to_string(),
+        }
+        .encode(),
+    );
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
+    let _ = stream.write_all(&out);
+}

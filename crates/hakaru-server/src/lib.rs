@@ -1,0 +1,232 @@
+//! hakaru-server: the daemon.
+//!
+//! One listening socket serves every client: control connections and data connections
+//! arrive on the same port and are told apart by their first bytes. Each connection gets a
+//! thread; each test owns its sockets and worker threads and frees them however it ends, so
+//! one test's failure never touches another.
+
+mod dispatch;
+mod registry;
+mod session;
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+pub use registry::Registry;
+
+/// Default control port (iperf3's, so firewalls already open for iperf3 work).
+pub const DEFAULT_PORT: u16 = 5201;
+
+/// Address family restriction for the listener.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Family {
+    /// IPv6 socket accepting IPv4 too (dual stack) where the OS allows it.
+    #[default]
+    Any,
+    /// IPv4 only.
+    V4,
+    /// IPv6 only.
+    V6,
+}
+
+/// How the server listens and what it allows.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Address to bind; `None` binds the wildcard of the family.
+    pub bind: Option<IpAddr>,
+    /// Port; 0 picks a free one.
+    pub port: u16,
+    /// Family restriction.
+    pub family: Family,
+    /// Most tests running at once; more are refused with a reason.
+    pub max_tests: usize,
+    /// Most connections waiting to say what they are.
+    pub max_pending: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            bind: None,
+            port: DEFAULT_PORT,
+            family: Family::Any,
+            max_tests: 64,
+            max_pending: 512,
+        }
+    }
+}
+
+/// State shared by every connection thread.
+pub(crate) struct Ctx {
+    pub cfg: ServerConfig,
+    pub registry: Registry,
+    pub shutdown: Arc<AtomicBool>,
+    pub next_test: AtomicU64,
+    pub active_tests: AtomicUsize,
+    pub pending: AtomicUsize,
+    pub threads: AtomicUsize,
+}
+
+/// A bound server, ready to run.
+pub struct Server {
+    listener: TcpListener,
+    ctx: Arc<Ctx>,
+}
+
+impl Server {
+    /// Binds the listening socket.
+    pub fn bind(cfg: ServerConfig) -> io::Result<Server> {
+        let ip = match (cfg.bind, cfg.family) {
+            (Some(ip), _) => ip,
+            (None, Family::V4) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            (None, _) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+        };
+        let addr = SocketAddr::new(ip, cfg.port);
+        let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+        sock.set_reuse_address(true)?;
+        if addr.is_ipv6() {
+            let only_v6 = cfg.family == Family::V6;
+            if let Err(e) = sock.set_only_v6(only_v6) {
+                if only_v6 {
+                    return Err(e);
+                }
+            }
+        }
+        let bound = sock.bind(&addr.into());
+        if let Err(e) = bound {
+            // A host without IPv6: fall back to the IPv4 wildcard.
+            if cfg.bind.is_none() && cfg.family == Family::Any {
+                return Server::bind(ServerConfig {
+                    family: Family::V4,
+                    ..cfg
+                });
+            }
+            return Err(io::Error::new(e.kind(), format!("binding {addr}: {e}")));
+        }
+        sock.listen(1024)?;
+        let listener: TcpListener = sock.into();
+        Ok(Server {
+            listener,
+            ctx: Arc::new(Ctx {
+                cfg,
+                registry: Registry::default(),
+                shutdown: Arc::new(AtomicBool::new(false)),
+                next_test: AtomicU64::new(1),
+                active_tests: AtomicUsize::new(0),
+                pending: AtomicUsize::new(0),
+                threads: AtomicUsize::new(0),
+            }),
+        })
+    }
+
+    /// The address actually bound.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Flag that stops the server when set (wire it to SIGINT/SIGTERM).
+    pub fn shutdown_flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.ctx.shutdown)
+    }
+
+    /// Tests running right now.
+    pub fn active_tests(&self) -> usize {
+        self.ctx.active_tests.load(Ordering::Relaxed)
+    }
+
+    /// Serves until the shutdown flag is set, then waits up to 5 s for tests to wind down.
+    pub fn run(self) -> io::Result<()> {
+        self.listener.set_nonblocking(true)?;
+        tracing::info!("listening on {}", self.local_addr()?);
+        while !self.ctx.shutdown.load(Ordering::Acquire) {
+            match self.listener.accept() {
+                Ok((stream, peer)) => {
+                    let _ = stream.set_nonblocking(false);
+                    dispatch::spawn(Arc::clone(&self.ctx), stream, peer);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_readable(&self.listener),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    // Out of file descriptors and the like: log, back off, keep serving.
+                    tracing::warn!("accept failed: {e}");
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+        }
+        tracing::info!("shutting down");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.ctx.threads.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
+    /// Runs the server on a background thread (the embedded loopback server).
+    pub fn spawn(self) -> io::Result<ServerHandle> {
+        let addr = self.local_addr()?;
+        let flag = self.shutdown_flag();
+        let thread = std::thread::Builder::new()
+            .name("hakaru-server".into())
+            .spawn(move || self.run())?;
+        Ok(ServerHandle {
+            addr,
+            flag,
+            thread: Some(thread),
+        })
+    }
+}
+
+/// A server running on a background thread; stops when dropped.
+pub struct ServerHandle {
+    addr: SocketAddr,
+    flag: Arc<AtomicBool>,
+    thread: Option<JoinHandle<io::Result<()>>>,
+}
+
+impl ServerHandle {
+    /// Address the server listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops the server and waits for it.
+    pub fn stop(mut self) {
+        self.stop_inner();
+    }
+
+    fn stop_inner(&mut self) {
+        self.flag.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for ServerHandle {
+    fn drop(&mut self) {
+        self.stop_inner();
+    }
+}
+
+#[cfg(unix)]
+fn wait_readable(l: &TcpListener) {
+    use std::os::fd::AsRawFd;
+    let mut pfd = libc::pollfd {
+        fd: l.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd. A short timeout keeps shutdown prompt.
+    unsafe { libc::poll(&mut pfd, 1, 200) };
+}
+
+#[cfg(not(unix))]
+fn wait_readable(_l: &TcpListener) {
+    std::thread::sleep(Duration::from_millis(20));
+}

@@ -1,0 +1,47 @@
+//! The command line: one module per subcommand, each owning its `Args` and `run`.
+
+mod common;
+mod schema;
+mod server;
+mod tcp;
+
+use clap::{Parser, Subcommand};
+
+/// hakaru (量る, "to measure"): bandwidth, packet rate and latency between machines, in one
+/// binary, with one server process and one output format.
+#[derive(Debug, Parser)]
+#[command(name = "hakaru", version, about, long_about = None, propagate_version = true)]
+pub struct Cli {
+    /// More log output on stderr (-v info, -vv debug, -vvv trace).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve tests for any number of clients on one port (replaces netserver, iperf3 -s).
+    Server(server::Args),
+    /// TCP bulk-transfer throughput, one flow or many, either direction (replaces netperf
+    /// TCP_STREAM, iperf3, iperf2 --parallel, ntttcp). Without HOST, runs against an
+    /// in-process server on loopback.
+    Tcp(tcp::Args),
+    /// Print the JSON Schema of `--json` output.
+    Schema(schema::Args),
+}
+
+/// Runs the parsed command.
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    let default_level = match cli.command {
+        Command::Server(_) => 1,
+        _ => 0,
+    };
+    common::init_logging(cli.verbose + default_level);
+    match cli.command {
+        Command::Server(a) => server::run(a),
+        Command::Tcp(a) => tcp::run(a),
+        Command::Schema(a) => schema::run(a),
+    }
+}

@@ -1,0 +1,56 @@
+//! `hakaru server`: one process, one control port, many clients and tests at once.
+
+use std::net::IpAddr;
+
+use anyhow::Context;
+use hakaru_server::{Family, Server, ServerConfig, DEFAULT_PORT};
+
+/// Options of `hakaru server`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Address to listen on (default: every address, IPv6 and IPv4).
+    #[arg(short = 'B', long = "bind", value_name = "ADDR")]
+    bind: Option<IpAddr>,
+    /// Control port; data connections arrive on it too.
+    #[arg(short, long, default_value_t = DEFAULT_PORT)]
+    port: u16,
+    /// IPv4 only.
+    #[arg(short = '4', long = "ipv4", conflicts_with = "ipv6")]
+    ipv4: bool,
+    /// IPv6 only.
+    #[arg(short = '6', long = "ipv6")]
+    ipv6: bool,
+    /// Most tests running at once; more are refused with a reason.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    max_tests: u32,
+}
+
+/// Runs the server until SIGINT or SIGTERM.
+pub fn run(a: Args) -> anyhow::Result<()> {
+    let family = if a.ipv4 {
+        Family::V4
+    } else if a.ipv6 {
+        Family::V6
+    } else {
+        Family::Any
+    };
+    if let Some(ip) = a.bind {
+        if (a.ipv4 && ip.is_ipv6()) || (a.ipv6 && ip.is_ipv4()) {
+            anyhow::bail!(
+                "--bind {ip} conflicts with {}",
+                if a.ipv4 { "-4/--ipv4" } else { "-6/--ipv6" }
+            );
+        }
+    }
+    let server = Server::bind(ServerConfig {
+        bind: a.bind,
+        port: a.port,
+        family,
+        max_tests: a.max_tests as usize,
+        ..ServerConfig::default()
+    })
+    .with_context(|| format!("starting the server on port {}", a.port))?;
+    super::common::register_stop(&server.shutdown_flag())?;
+    server.run().context("serving")?;
+    Ok(())
+}

@@ -1,0 +1,86 @@
+//! Wiring of renderers to the engine's observer and to stdout.
+
+use std::io::Write;
+
+use hakaru_engine::Observer;
+use hakaru_model::{IntervalRecord, RunResult, TcpSpec};
+use hakaru_report::{json, jsonl, text};
+
+/// Output format chosen on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Human text (default).
+    Text,
+    /// One JSON document at the end.
+    Json,
+    /// JSON Lines events as the test runs.
+    JsonStream,
+}
+
+fn out(s: &str) {
+    // A closed pipe is not an error for a measurement tool's live output.
+    let mut o = std::io::stdout().lock();
+    let _ = o.write_all(s.as_bytes());
+    let _ = o.flush();
+}
+
+struct TextObserver {
+    headed: bool,
+}
+
+impl Observer for TextObserver {
+    fn on_start(&mut self, spec: &TcpSpec, server: &str, embedded: bool) {
+        out(&text::header(spec, server, embedded));
+    }
+    fn on_interval(&mut self, rec: &IntervalRecord) {
+        if !self.headed {
+            out(&text::interval_heading());
+            self.headed = true;
+        }
+        out(&text::interval_lines(rec));
+    }
+}
+
+struct StreamObserver;
+
+impl Observer for StreamObserver {
+    fn on_start(&mut self, spec: &TcpSpec, server: &str, embedded: bool) {
+        out(&jsonl::start(spec, server, embedded));
+    }
+    fn on_interval(&mut self, rec: &IntervalRecord) {
+        out(&jsonl::interval(rec));
+    }
+    fn on_error(&mut self, message: &str) {
+        out(&jsonl::error(message));
+    }
+}
+
+struct JsonObserver;
+
+impl Observer for JsonObserver {
+    fn on_error(&mut self, message: &str) {
+        out(&jsonl::error(message));
+    }
+}
+
+/// The live observer for a format.
+pub fn observer(format: Format) -> Box<dyn Observer> {
+    match format {
+        Format::Text => Box::new(TextObserver { headed: false }),
+        Format::Json => Box::new(JsonObserver),
+        Format::JsonStream => Box::new(StreamObserver),
+    }
+}
+
+/// Prints the final result.
+pub fn finish(format: Format, r: &RunResult) -> anyhow::Result<()> {
+    let s = match format {
+        Format::Text => text::summary(r),
+        Format::Json => json::render(r),
+        Format::JsonStream => jsonl::end(r),
+    };
+    let mut o = std::io::stdout().lock();
+    o.write_all(s.as_bytes())?;
+    o.flush()?;
+    Ok(())
+}
