@@ -99,6 +99,8 @@ pub struct Inputs {
     pub remote: SideReport,
     /// Stopped early.
     pub interrupted: bool,
+    /// Choices that affect the figures.
+    pub notes: Vec<String>,
 }
 
 fn counted(side: Option<&FlowSide>) -> Counted {
@@ -188,6 +190,7 @@ pub fn assemble(i: Inputs) -> RunResult {
         client: end_result(&i.local),
         server_end: end_result(&i.remote),
         interrupted: i.interrupted,
+        notes: i.notes,
     }
 }
 

@@ -269,6 +269,15 @@ impl SideRun {
         self.shared.notify();
     }
 
+    /// The first flow error so far, if any.
+    pub fn first_error(&self) -> Option<String> {
+        self.shared
+            .errors
+            .lock()
+            .ok()
+            .and_then(|e| e.iter().flatten().next().cloned())
+    }
+
     /// True once every flow has finished.
     pub fn is_done(&self) -> bool {
         self.shared.all_done()

@@ -407,6 +407,8 @@ pub struct RunResult {
     pub server_end: EndResult,
     /// True if the test was stopped early (Ctrl-C); the figures cover the time it ran.
     pub interrupted: bool,
+    /// Choices hakaru made that affect the figures, in words (e.g. congestion control on loopback).
+    pub notes: Vec<String>,
 }
 
 /// Formats Unix seconds as an RFC 3339 UTC timestamp with milliseconds.

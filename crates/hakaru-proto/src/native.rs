@@ -44,7 +44,7 @@ pub enum Message {
     /// Client → server: run this test.
     TestRequest {
         /// The test.
-        test: TestKind,
+        test: Box<TestKind>,
     },
     /// Server → client: the test is set up; data connections carry `token`.
     Accepted {
@@ -79,7 +79,7 @@ pub enum Message {
     /// Either way: this end's final report.
     Finished {
         /// The report.
-        report: SideReport,
+        report: Box<SideReport>,
     },
     /// Either way: a fatal problem; the sender closes after it.
     Error {
@@ -228,13 +228,13 @@ mod tests {
                 software: "hakaru 0.1.0".into(),
             },
             Message::TestRequest {
-                test: TestKind::Tcp(TcpSpec {
+                test: Box::new(TestKind::Tcp(TcpSpec {
                     flows: 8,
                     direction: Direction::Bidir,
                     amount: Amount::Bytes(Bytes(12345)),
                     congestion: Some("cubic".into()),
                     ..TcpSpec::default()
-                }),
+                })),
             },
             Message::Accepted {
                 test_id: 7,

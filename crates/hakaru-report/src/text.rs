@@ -242,6 +242,9 @@ pub fn summary(r: &RunResult) -> String {
             "  note: embedded loopback server: both ends share this machine, its CPUs and lo"
         );
     }
+    for n in &r.notes {
+        let _ = writeln!(s, "  note: {n}");
+    }
     if r.interrupted {
         let _ = writeln!(
             s,

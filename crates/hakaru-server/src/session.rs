@@ -60,9 +60,9 @@ pub(crate) fn control(
         return;
     }
     let spec = match conn.recv(REQUEST_TIMEOUT) {
-        Ok(Message::TestRequest {
-            test: TestKind::Tcp(spec),
-        }) => spec,
+        Ok(Message::TestRequest { test }) => match *test {
+            TestKind::Tcp(spec) => spec,
+        },
         Ok(other) => {
             let why = format!("expected a test request, got {}", other.name());
             tracing::warn!("session with {peer}: {why}");
@@ -340,8 +340,10 @@ fn run_test(
         let mut w = writer
             .lock()
             .map_err(|_| Abort::Quiet("control writer poisoned".into()))?;
-        w.send(&Message::Finished { report })
-            .map_err(|e| Abort::Quiet(format!("sending results: {e}")))?;
+        w.send(&Message::Finished {
+            report: Box::new(report),
+        })
+        .map_err(|e| Abort::Quiet(format!("sending results: {e}")))?;
     }
     // The client answers with its own report; wait for it briefly, for the log.
     let deadline = Instant::now() + RESULTS_TIMEOUT;

@@ -22,6 +22,17 @@ pub fn init_logging(level: u8) {
         .try_init();
 }
 
+/// A CPU list flag value such as `0,2,4-7`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CpuList(pub Vec<usize>);
+
+impl std::str::FromStr for CpuList {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        parse_cpu_list(s).map(CpuList)
+    }
+}
+
 /// Parses a CPU list such as `0,2,4-7`.
 pub fn parse_cpu_list(s: &str) -> Result<Vec<usize>, String> {
     let mut out = Vec::new();

@@ -27,7 +27,7 @@ enum Command {
     /// TCP bulk-transfer throughput, one flow or many, either direction (replaces netperf
     /// TCP_STREAM, iperf3, iperf2 --parallel, ntttcp). Without HOST, runs against an
     /// in-process server on loopback.
-    Tcp(tcp::Args),
+    Tcp(Box<tcp::Args>),
     /// Print the JSON Schema of `--json` output.
     Schema(schema::Args),
 }
@@ -41,7 +41,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     common::init_logging(cli.verbose + default_level);
     match cli.command {
         Command::Server(a) => server::run(a),
-        Command::Tcp(a) => tcp::run(a),
+        Command::Tcp(a) => tcp::run(*a),
         Command::Schema(a) => schema::run(a),
     }
 }

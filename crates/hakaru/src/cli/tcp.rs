@@ -8,7 +8,7 @@ use hakaru_client::{run_tcp, ClientOptions, Family};
 use hakaru_model::{Amount, Bytes, Direction, Dur, TcpSpec, DEFAULT_TCP_LENGTH};
 use hakaru_server::{Server, ServerConfig, DEFAULT_PORT};
 
-use super::common::parse_cpu_list;
+use super::common::CpuList;
 use crate::output::{self, Format};
 
 /// Options of `hakaru tcp`.
@@ -74,11 +74,11 @@ pub struct Args {
     #[arg(short, long, value_name = "TIME", default_value = "1")]
     interval: Dur,
     /// Pin this end's flow workers to these CPUs, round robin (0,2,4-7).
-    #[arg(short = 'A', long, value_name = "CPUS", value_parser = parse_cpu_list)]
-    affinity: Option<Vec<usize>>,
+    #[arg(short = 'A', long, value_name = "CPUS")]
+    affinity: Option<CpuList>,
     /// Pin the server's flow workers to these CPUs, round robin.
-    #[arg(long, value_name = "CPUS", value_parser = parse_cpu_list)]
-    server_affinity: Option<Vec<usize>>,
+    #[arg(long, value_name = "CPUS")]
+    server_affinity: Option<CpuList>,
     /// Receivers discard data with MSG_TRUNC instead of copying it (measures the network and
     /// sender, not the receiver's copy; labelled in the output).
     #[arg(long)]
@@ -144,11 +144,15 @@ impl Args {
             tos: self.tos.or(self.dscp.map(|d| d << 2)),
             discard: self.discard,
             zerocopy: self.zerocopy,
-            server_affinity: self.server_affinity.clone().unwrap_or_default(),
+            server_affinity: self
+                .server_affinity
+                .clone()
+                .map(|c| c.0)
+                .unwrap_or_default(),
             stall_timeout: self.stall_timeout,
         };
         spec.validate().map_err(|e| anyhow::anyhow!(e.0))?;
-        if let Some(cpus) = &self.affinity {
+        if let Some(CpuList(cpus)) = &self.affinity {
             let n = hakaru_engine::sys::online_cpus();
             if let Some(bad) = cpus.iter().find(|&&c| c >= n) {
                 anyhow::bail!("-A/--affinity: CPU {bad} does not exist (this host has {n})");
@@ -202,7 +206,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         family,
         bind: a.bind,
         spec,
-        affinity: a.affinity.clone().unwrap_or_default(),
+        affinity: a.affinity.clone().map(|c| c.0).unwrap_or_default(),
         embedded: embedded.is_some(),
         connect_timeout: a.connect_timeout.0.max(Duration::from_millis(100)),
     };

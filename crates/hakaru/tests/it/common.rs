@@ -1,0 +1,177 @@
+//! Helpers: running the hakaru binary and a server process stopped by its PID.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// Path of the binary under test.
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_hakaru")
+}
+
+/// A `hakaru` command.
+pub fn hakaru() -> Command {
+    let mut c = Command::new(bin());
+    c.env_remove("RUST_LOG");
+    c
+}
+
+/// Runs hakaru with args, with a hard time limit, and returns its output.
+pub fn run(args: &[&str], limit: Duration) -> Output {
+    run_cmd(hakaru().args(args), limit)
+}
+
+/// Runs a command with a hard time limit (killed by PID when over).
+pub fn run_cmd(cmd: &mut Command, limit: Duration) -> Output {
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(o) => o.expect("wait"),
+        Err(_) => {
+            kill(pid, libc_sigkill());
+            panic!("command did not finish within {limit:?}");
+        }
+    }
+}
+
+fn libc_sigkill() -> i32 {
+    9
+}
+
+/// Sends a signal to a PID.
+pub fn kill(pid: u32, sig: i32) {
+    let _ = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status();
+}
+
+/// Parses stdout as one JSON document.
+pub fn json(o: &Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}); stdout:\n{}\nstderr:\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    })
+}
+
+/// Stderr as text.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A `hakaru server` child process on a free loopback port; killed by PID when dropped.
+pub struct ServerProc {
+    pub child: Child,
+    pub port: u16,
+    pub log: mpsc::Receiver<String>,
+}
+
+impl ServerProc {
+    /// Starts `hakaru server` with extra args, bound to 127.0.0.1 on a free port.
+    pub fn start(extra: &[&str]) -> ServerProc {
+        Self::start_with(hakaru(), "127.0.0.1", extra)
+    }
+
+    /// Starts a server from a prepared command (e.g. inside a network namespace).
+    pub fn start_with(mut cmd: Command, bind: &str, extra: &[&str]) -> ServerProc {
+        let mut child = cmd
+            .args(["server", "-B", bind, "-p", "0", "-v"])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn server");
+        let err = child.stderr.take().expect("stderr");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut port = 0;
+        while let Ok(line) = rx.recv_timeout(Duration::from_secs(10)) {
+            if let Some(rest) = line.split("listening on ").nth(1) {
+                port = rest
+                    .trim()
+                    .rsplit(':')
+                    .next()
+                    .and_then(|p| p.parse().ok())
+                    .expect("port in log line");
+                break;
+            }
+        }
+        assert!(port != 0, "server did not report its port");
+        ServerProc {
+            child,
+            port,
+            log: rx,
+        }
+    }
+
+    /// Port as text.
+    pub fn port_s(&self) -> String {
+        self.port.to_string()
+    }
+
+    /// Collects log lines for up to `wait`, returning when one contains `needle`.
+    pub fn wait_log(&self, needle: &str, wait: Duration) -> Option<String> {
+        let deadline = std::time::Instant::now() + wait;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.log.recv_timeout(left) {
+                Ok(l) if l.contains(needle) => return Some(l),
+                Ok(_) => {}
+                Err(_) => return None,
+            }
+        }
+    }
+
+    /// True while the process runs.
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for ServerProc {
+    fn drop(&mut self) {
+        kill(self.child.id(), 9);
+        let _ = self.child.wait();
+    }
+}
+
+/// True when running as root (namespace tests need it).
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+/// True if a program is on PATH or in /usr/sbin, /sbin.
+pub fn have(prog: &str) -> bool {
+    std::env::var("PATH")
+        .unwrap_or_default()
+        .split(':')
+        .chain(["/usr/sbin", "/sbin"])
+        .any(|d| std::path::Path::new(d).join(prog).exists())
+}

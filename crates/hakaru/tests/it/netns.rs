@@ -1,0 +1,325 @@
+//! Network-namespace tests: a real link whose capacity is known.
+//!
+//! Two namespaces joined by a veth pair, each end's egress shaped by tbf to 200 Mbit/s, give a
+//! link whose TCP goodput follows from arithmetic alone, so hakaru's headline figure is checked
+//! against the truth rather than against another tool. Traffic goes only to the 198.18.0.0/15
+//! (RFC 2544 benchmarking) addresses of the namespaces this test creates. Needs root, `ip` and
+//! `tc`; without them the test prints why and passes without running.
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::common::{bin, have, is_root, json, run_cmd, ServerProc};
+
+/// tbf rate on each veth egress, bits per second.
+const SHAPED_BPS: f64 = 200e6;
+/// Payload of a full segment: MTU 1500 - 20 (IPv4) - 20 (TCP) - 12 (timestamp option, on by
+/// default in a fresh namespace).
+const MSS: u64 = 1448;
+/// Bytes tbf charges per full segment: it counts the 14-byte Ethernet header as well, and for a
+/// GSO packet it charges every segment's headers, so offloads on the veth do not bias the figure.
+const FRAME: f64 = 1514.0;
+/// Allowed relative error of the receiver's goodput against the shaped payload rate.
+const TOLERANCE: f64 = 0.02;
+
+/// Two namespaces joined by a shaped veth pair. Dropping it deletes the namespaces, which also
+/// deletes the veth, however the test ends.
+struct Link {
+    /// Namespaces created so far, deleted on drop.
+    created: Vec<String>,
+    client_ns: String,
+    server_ns: String,
+    server_ip: String,
+}
+
+impl Link {
+    /// Builds the link, or returns why this machine cannot (the test then skips).
+    fn create() -> Result<Link, String> {
+        let pid = std::process::id();
+        // The pid keeps names apart from concurrent runs; it also picks the subnet, although
+        // each namespace has its own routing table, so a shared subnet would still be harmless.
+        let x = pid % 256;
+        let mut link = Link {
+            created: Vec::new(),
+            client_ns: format!("hk-c-{pid}"),
+            server_ns: format!("hk-s-{pid}"),
+            server_ip: format!("198.18.{x}.2"),
+        };
+        for ns in [link.client_ns.clone(), link.server_ns.clone()] {
+            let o = ip(&["netns", "add", &ns]);
+            if !o.status.success() {
+                // Only the first namespace can plausibly fail for lack of support; either way
+                // `link` is dropped here and removes what was made.
+                return Err(format!("`ip netns add {ns}` failed: {}", stderr(&o)));
+            }
+            link.created.push(ns);
+        }
+        // Interface names are at most 15 bytes: "hkc" + a pid (at most 7 digits) fits. Each end
+        // is created directly inside its namespace so no name is ever taken in the root one.
+        let (cdev, sdev) = (format!("hkc{pid}"), format!("hks{pid}"));
+        let (cns, sns) = (link.client_ns.as_str(), link.server_ns.as_str());
+        must(&[
+            "link", "add", &cdev, "netns", cns, "type", "veth", "peer", "name", &sdev, "netns", sns,
+        ]);
+        for (ns, dev, addr) in [
+            (cns, &cdev, format!("198.18.{x}.1/30")),
+            (sns, &sdev, format!("198.18.{x}.2/30")),
+        ] {
+            must(&["-n", ns, "addr", "add", &addr, "dev", dev]);
+            must(&["-n", ns, "link", "set", "lo", "up"]);
+            must(&["-n", ns, "link", "set", dev, "up"]);
+            // Shaping each end's egress shapes forward on the client end and reverse on the
+            // server end, so one link serves both directions.
+            must(&[
+                "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate",
+                "200mbit", "burst", "64kb", "latency", "50ms",
+            ]);
+        }
+        Ok(link)
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        for ns in &self.created {
+            // No run_cmd here: a panic inside drop while unwinding would abort the test binary.
+            match Command::new("ip").args(["netns", "del", ns]).output() {
+                Ok(o) if o.status.success() => {}
+                Ok(o) => eprintln!("netns: could not delete {ns}: {}", stderr(&o)),
+                Err(e) => eprintln!("netns: could not run `ip netns del {ns}`: {e}"),
+            }
+        }
+    }
+}
+
+/// Runs `ip` with a time limit.
+fn ip(args: &[&str]) -> Output {
+    run_cmd(Command::new("ip").args(args), Duration::from_secs(10))
+}
+
+/// Runs `ip` and fails the test if it fails: past `ip netns add`, a failure is a broken setup,
+/// not a missing feature.
+fn must(args: &[&str]) {
+    let o = ip(args);
+    assert!(
+        o.status.success(),
+        "`ip {}` failed: {}",
+        args.join(" "),
+        stderr(&o)
+    );
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).trim().to_string()
+}
+
+/// Runs one 8 s test (after a 2 s warm-up) from the client namespace and returns its JSON.
+fn measure(link: &Link, server: &ServerProc, reverse: bool) -> Value {
+    let port = server.port_s();
+    let mut cmd = Command::new("ip");
+    cmd.env_remove("RUST_LOG").args([
+        "netns",
+        "exec",
+        &link.client_ns,
+        bin(),
+        "tcp",
+        &link.server_ip,
+        "-p",
+        &port,
+        "-t",
+        "8",
+        "-O",
+        "2",
+        "-i",
+        "1",
+        "--json",
+    ]);
+    if reverse {
+        cmd.arg("-R");
+    }
+    let o = run_cmd(&mut cmd, Duration::from_secs(60));
+    assert!(
+        o.status.success(),
+        "hakaru tcp{} failed ({}): {}",
+        if reverse { " -R" } else { "" },
+        o.status,
+        stderr(&o)
+    );
+    json(&o)
+}
+
+fn num(v: &Value, ptr: &str) -> f64 {
+    v.pointer(ptr)
+        .and_then(Value::as_f64)
+        .unwrap_or_else(|| panic!("no number at {ptr} in {v}"))
+}
+
+fn count(v: &Value, ptr: &str) -> u64 {
+    v.pointer(ptr)
+        .and_then(Value::as_u64)
+        .unwrap_or_else(|| panic!("no count at {ptr} in {v}"))
+}
+
+/// Receiver goodput a correct tool reports on the shaped link.
+fn expected_bps() -> f64 {
+    SHAPED_BPS * MSS as f64 / FRAME
+}
+
+/// Bytes written and read over the whole run, warm-up included, for direction `dir`.
+///
+/// After the warm-up the receiver legitimately counts more than the sender: each end starts
+/// counting at its own end of the warm-up, and the bytes then queued in the send buffer and the
+/// tbf queue were written (so omitted at the sender) but not yet read (so counted at the
+/// receiver). Only over the whole run must what was read match what was written. The JSON has
+/// no omitted byte counts, so they are summed from the intervals marked omitted.
+fn whole_run(doc: &Value, dir: &str) -> (u64, u64) {
+    let t = &doc["totals"][0];
+    let omitted = |key: &str| -> u64 {
+        doc["intervals"]
+            .as_array()
+            .expect("intervals is an array")
+            .iter()
+            .filter(|r| r["omitted"] == true)
+            .flat_map(|r| r["sums"].as_array().cloned().unwrap_or_default())
+            .filter(|s| s["dir"] == dir)
+            .map(|s| s[key].as_u64().unwrap_or(0))
+            .sum()
+    };
+    let (sent_warm, recv_warm) = (omitted("sender_bytes"), omitted("receiver_bytes"));
+    assert!(
+        sent_warm > 0 && recv_warm > 0,
+        "{dir}: no bytes in the omitted intervals"
+    );
+    (
+        count(t, "/sender/bytes") + sent_warm,
+        count(t, "/receiver/bytes") + recv_warm,
+    )
+}
+
+/// Prints the figures of one run so the test log shows them even when the checks pass.
+fn report(doc: &Value, reverse: bool) {
+    let t = &doc["totals"][0];
+    let got = num(t, "/receiver/bits_per_second");
+    let (sent, received) = whole_run(doc, t["dir"].as_str().unwrap_or("?"));
+    eprintln!(
+        "netns {}: receiver {:.2} Mbit/s, expected {:.2} Mbit/s ({:+.3} %), sender {:.2} Mbit/s; \
+         after the warm-up: received {} B in {:.3} s, sent {} B in {:.3} s; \
+         whole run: received {received} B, sent {sent} B",
+        if reverse { "reverse" } else { "forward" },
+        got / 1e6,
+        expected_bps() / 1e6,
+        (got / expected_bps() - 1.0) * 100.0,
+        num(t, "/sender/bits_per_second") / 1e6,
+        count(t, "/receiver/bytes"),
+        num(t, "/receiver/seconds"),
+        count(t, "/sender/bytes"),
+        num(t, "/sender/seconds"),
+    );
+}
+
+/// Checks one run: direction, goodput against the shaped rate, and that the counts reconcile.
+fn check(doc: &Value, reverse: bool) {
+    let (name, dir) = if reverse {
+        ("reverse", "down")
+    } else {
+        ("forward", "up")
+    };
+    let totals = doc["totals"].as_array().expect("totals is an array");
+    assert_eq!(
+        totals.len(),
+        1,
+        "{name}: one direction expected: {totals:?}"
+    );
+    let t = &totals[0];
+    assert_eq!(t["dir"], dir, "{name}: direction label");
+
+    // The expectation is derived for a 1448-byte MSS; if the kernel picked another, the figure
+    // below would be wrong for a reason that has nothing to do with hakaru.
+    if let Some(mss) = doc
+        .pointer("/flows/0/tcp_info/snd_mss")
+        .and_then(Value::as_u64)
+    {
+        assert_eq!(mss, MSS, "{name}: expected goodput assumes MSS {MSS}");
+    }
+
+    let got = num(t, "/receiver/bits_per_second");
+    let want = expected_bps();
+    assert!(
+        (got / want - 1.0).abs() <= TOLERANCE,
+        "{name}: receiver goodput {:.2} Mbit/s is not within {} % of the shaped payload rate \
+         {:.2} Mbit/s",
+        got / 1e6,
+        TOLERANCE * 100.0,
+        want / 1e6
+    );
+
+    // The totals are the per-flow figures added up.
+    let flows = doc["flows"].as_array().expect("flows is an array");
+    assert!(!flows.is_empty(), "{name}: no flows");
+    for side in ["receiver", "sender"] {
+        let sum: u64 = flows
+            .iter()
+            .map(|f| count(f, &format!("/{side}/bytes")))
+            .sum();
+        assert_eq!(
+            sum,
+            count(t, &format!("/{side}/bytes")),
+            "{name}: {side} bytes of the flows do not add up to the total"
+        );
+    }
+
+    let (sent, received) = whole_run(doc, dir);
+    assert!(
+        sent >= count(t, "/receiver/bytes"),
+        "{name}: receiver counted {} bytes after the warm-up but the sender wrote only {sent} in \
+         the whole run",
+        count(t, "/receiver/bytes")
+    );
+    // TCP delivers every byte written, so over the whole run the two ends agree, except that
+    // each end closes the warm-up interval and snapshots the warm-up counters at two slightly
+    // different moments: one write or read call (at most --length bytes) may fall in between.
+    let length = count(doc, "/spec/length");
+    assert!(
+        sent.abs_diff(received) <= 2 * length,
+        "{name}: over the whole run the sender wrote {sent} bytes and the receiver read \
+         {received}"
+    );
+}
+
+/// Forward (client sends) and reverse (server sends) over one tbf-shaped veth link: the
+/// receiver's goodput must be the shaped rate less header overhead.
+#[test]
+fn shaped_veth_goodput() {
+    if !is_root() {
+        eprintln!("skipped: network namespaces need root");
+        return;
+    }
+    if let Some(p) = ["ip", "tc"].into_iter().find(|p| !have(p)) {
+        eprintln!("skipped: `{p}` is not installed");
+        return;
+    }
+    // Declared before the server so that it is dropped after it: the server is killed first,
+    // then the namespaces go.
+    let link = match Link::create() {
+        Ok(l) => l,
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+    let mut cmd = Command::new("ip");
+    cmd.env_remove("RUST_LOG")
+        .args(["netns", "exec", &link.server_ns, bin()]);
+    let server = ServerProc::start_with(cmd, &link.server_ip, &[]);
+
+    // Both runs first, then the checks, so a failure in one direction still shows the other's
+    // figures.
+    let forward = measure(&link, &server, false);
+    report(&forward, false);
+    let reverse = measure(&link, &server, true);
+    report(&reverse, true);
+    check(&forward, false);
+    check(&reverse, true);
+}

@@ -1,0 +1,84 @@
+//! The documented JSON schema: in sync with the code, every field described, real output valid.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::common::{json, run};
+
+fn repo_file(rel: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(rel)
+}
+
+fn schema() -> Value {
+    let o = run(&["schema"], Duration::from_secs(20));
+    assert!(o.status.success());
+    json(&o)
+}
+
+#[test]
+fn committed_schema_matches_the_code() {
+    let committed = std::fs::read_to_string(repo_file("docs/schema/run-result.schema.json"))
+        .expect("docs/schema/run-result.schema.json exists");
+    let committed: Value = serde_json::from_str(&committed).unwrap();
+    assert_eq!(
+        committed,
+        schema(),
+        "docs/schema/run-result.schema.json is stale: regenerate with `hakaru schema`"
+    );
+}
+
+fn walk(v: &Value, path: &str, missing: &mut Vec<String>) {
+    if let Some(props) = v.get("properties").and_then(Value::as_object) {
+        for (k, p) in props {
+            let described = p
+                .get("description")
+                .and_then(Value::as_str)
+                .is_some_and(|d| !d.is_empty())
+                || p.get("$ref").is_some();
+            if !described {
+                missing.push(format!("{path}.{k}"));
+            }
+            walk(p, &format!("{path}.{k}"), missing);
+        }
+    }
+    if let Some(defs) = v.get("$defs").and_then(Value::as_object) {
+        for (k, d) in defs {
+            walk(d, k, missing);
+        }
+    }
+}
+
+#[test]
+fn every_field_is_described() {
+    let mut missing = Vec::new();
+    walk(&schema(), "RunResult", &mut missing);
+    assert!(
+        missing.is_empty(),
+        "fields without a description: {missing:?}"
+    );
+}
+
+#[test]
+fn real_output_validates_against_the_schema() {
+    let s = schema();
+    let validator = jsonschema::validator_for(&s).expect("schema compiles");
+    for args in [
+        &["tcp", "-t", "1", "--json"][..],
+        &["tcp", "-t", "1", "--bidir", "-P", "2", "-O", "1", "--json"][..],
+        &["tcp", "-n", "1M", "-R", "--json"][..],
+    ] {
+        let o = run(args, Duration::from_secs(60));
+        assert!(o.status.success());
+        let doc = json(&o);
+        let errors: Vec<String> = validator.iter_errors(&doc).map(|e| e.to_string()).collect();
+        assert!(errors.is_empty(), "{args:?}: {errors:?}");
+    }
+    // And a document that breaks the schema is caught, so the check can fail.
+    let o = run(&["tcp", "-n", "1M", "--json"], Duration::from_secs(60));
+    let mut doc = json(&o);
+    doc["totals"][0]["receiver"]["bytes"] = Value::String("many".into());
+    assert!(!validator.is_valid(&doc));
+}
