@@ -159,7 +159,10 @@ pub fn assemble(i: Inputs) -> RunResult {
             let b = of.iter().map(|f| get(f).bytes).sum();
             let c = of.iter().map(|f| get(f).calls).sum();
             let s = of.iter().map(|f| get(f).seconds).fold(0.0, f64::max);
-            Counted::new(b, s, c)
+            Counted {
+                omitted_bytes: of.iter().map(|f| get(f).omitted_bytes).sum(),
+                ..Counted::new(b, s, c)
+            }
         };
         totals.push(DirectionTotal {
             dir,

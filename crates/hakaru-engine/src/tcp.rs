@@ -642,10 +642,13 @@ fn ticker(s: &Shared, mut on_interval: Box<dyn FnMut(IntervalSample) + Send>) ->
         } else {
             s.now_ns()
         };
+        // One snapshot per wake-up serves both the warm-up boundary and the interval, so no
+        // byte lands in both an omitted interval and the counted total.
+        let snap: Vec<CounterSnapshot> = s.counters.iter().map(FlowCounters::snapshot).collect();
         if !omit_taken && (now_ns >= omit.as_nanos() as u64 || done || aborted) {
             omit_taken = true;
             omit_ns = now_ns.min(omit.as_nanos() as u64);
-            omit_counts = s.counters.iter().map(FlowCounters::snapshot).collect();
+            omit_counts = snap.clone();
             cpu_base = sys::cpu_snapshot();
             nic_base = s.cfg.iface.as_deref().and_then(sys::nic_snapshot);
         }
@@ -657,7 +660,7 @@ fn ticker(s: &Shared, mut on_interval: Box<dyn FnMut(IntervalSample) + Send>) ->
             if due && long_enough {
                 let flows = (0..n)
                     .map(|i| {
-                        let cur = s.counters[i].snapshot();
+                        let cur = snap[i];
                         let tcp = if s.meta[i].role == Role::Sender {
                             sys::tcp_info(s.streams[i].as_raw_fd()).ok().map(|ti| {
                                 let d = ti.retransmits.saturating_sub(prev_retx[i]);

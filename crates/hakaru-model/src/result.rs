@@ -124,9 +124,9 @@ pub struct NicUsage {
     /// Sent packets per second (sar txpck/s).
     pub tx_pps: f64,
     /// Received kilobytes (1024 bytes, as sysstat counts them) per second (sar rxkB/s).
-    pub rx_kbps: f64,
+    pub rx_kib_per_s: f64,
     /// Sent kilobytes (1024 bytes, as sysstat counts them) per second (sar txkB/s).
-    pub tx_kbps: f64,
+    pub tx_kib_per_s: f64,
     /// Receive drops per second.
     pub rx_drops_ps: f64,
     /// Transmit drops per second.
@@ -250,6 +250,10 @@ pub struct SideReport {
 pub struct Counted {
     /// Bytes after the warm-up.
     pub bytes: u64,
+    /// Bytes moved during the omitted warm-up (not in `bytes`). Each end closes its warm-up
+    /// on its own clock, so data in flight at that moment is omitted at the sender and counted
+    /// at the receiver: `bytes + omitted_bytes` agree between the ends, `bytes` alone need not.
+    pub omitted_bytes: u64,
     /// Seconds the bytes were counted over.
     pub seconds: f64,
     /// bytes x 8 / seconds.
@@ -263,6 +267,7 @@ impl Counted {
     pub fn new(bytes: u64, seconds: f64, calls: u64) -> Self {
         Counted {
             bytes,
+            omitted_bytes: 0,
             seconds,
             bits_per_second: BitRate::from_bytes(bytes, seconds),
             calls,
@@ -440,7 +445,7 @@ mod tests {
     fn rfc3339_known_instants() {
         assert_eq!(rfc3339_utc(0.0), "1970-01-01T00:00:00.000Z");
         assert_eq!(rfc3339_utc(951_782_400.5), "2000-02-29T00:00:00.500Z");
-        assert_eq!(rfc3339_utc(1_795_000_000.0), "2026-11-18T09:06:40.000Z");
+        assert_eq!(rfc3339_utc(1_795_000_000.0), "2026-11-18T11:06:40.000Z");
     }
 
     #[test]

@@ -139,7 +139,7 @@ fn end_lines(s: &mut String, name: &str, e: &EndResult) {
         let _ = writeln!(
             s,
             "  {name:<6} NIC {}: rxpck/s {:.0}  txpck/s {:.0}  rxkB/s {:.0}  txkB/s {:.0}  rxdrop/s {:.1}  txdrop/s {:.1}  errors rx {} tx {}",
-            n.interface, n.rx_pps, n.tx_pps, n.rx_kbps, n.tx_kbps, n.rx_drops_ps, n.tx_drops_ps,
+            n.interface, n.rx_pps, n.tx_pps, n.rx_kib_per_s, n.tx_kib_per_s, n.rx_drops_ps, n.tx_drops_ps,
             n.rx_errors, n.tx_errors
         );
     }

@@ -209,8 +209,8 @@ pub fn nic_usage(before: &NicSnapshot, after: &NicSnapshot, wall_secs: f64) -> N
         tx_errors: d(before.tx_errors, after.tx_errors),
         rx_pps: rate(rx_packets),
         tx_pps: rate(tx_packets),
-        rx_kbps: rate(rx_bytes) / SAR_KILOBYTE,
-        tx_kbps: rate(tx_bytes) / SAR_KILOBYTE,
+        rx_kib_per_s: rate(rx_bytes) / SAR_KILOBYTE,
+        tx_kib_per_s: rate(tx_bytes) / SAR_KILOBYTE,
         rx_drops_ps: rate(rx_drops),
         tx_drops_ps: rate(tx_drops),
     }
@@ -442,15 +442,15 @@ docker0:       0       0    0    0    0     0          0         0        0     
         assert_eq!((u.rx_errors, u.tx_errors), (0, 1));
         assert_eq!(u.rx_pps, 1000.0);
         assert_eq!(u.tx_pps, 20.0);
-        assert_eq!(u.tx_kbps, 2.0);
-        assert!((u.rx_kbps - 808.0 / 1024.0).abs() < 1e-12);
+        assert_eq!(u.tx_kib_per_s, 2.0);
+        assert!((u.rx_kib_per_s - 808.0 / 1024.0).abs() < 1e-12);
         assert_eq!(u.rx_drops_ps, 5.0);
         assert_eq!(u.tx_drops_ps, 0.0);
 
         for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
             let z = nic_usage(&a, &b, bad);
             assert_eq!(z.rx_bytes, 1616);
-            assert_eq!((z.rx_pps, z.rx_kbps, z.tx_drops_ps), (0.0, 0.0, 0.0));
+            assert_eq!((z.rx_pps, z.rx_kib_per_s, z.tx_drops_ps), (0.0, 0.0, 0.0));
         }
     }
 }
