@@ -22,18 +22,7 @@ use hakaru_proto::{native::opening, Message, TestKind, PROTOCOL_VERSION};
 use socket2::{Domain, Protocol, Socket, Type};
 
 pub use assemble::{assemble, merge_interval};
-
-/// Address family restriction for resolving the server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Family {
-    /// Whatever the name resolves to, in order.
-    #[default]
-    Any,
-    /// IPv4 only (`-4`).
-    V4,
-    /// IPv6 only (`-6`).
-    V6,
-}
+pub use hakaru_model::Family;
 
 /// Where to run a TCP test and how.
 #[derive(Debug, Clone)]

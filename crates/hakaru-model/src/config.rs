@@ -13,6 +13,29 @@ pub const MAX_TCP_LENGTH: u64 = 64 << 20;
 /// Default TCP write and read length: 1 MiB (see reference/performance.md §3).
 pub const DEFAULT_TCP_LENGTH: u64 = 1 << 20;
 
+/// Address family restriction (`-4`, `-6`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Family {
+    /// Either family: names resolve to whatever they have; servers listen dual-stack.
+    #[default]
+    Any,
+    /// IPv4 only (`-4`).
+    V4,
+    /// IPv6 only (`-6`).
+    V6,
+}
+
+impl Family {
+    /// The family the `-4` / `-6` flags ask for.
+    pub fn from_flags(ipv4: bool, ipv6: bool) -> Family {
+        match (ipv4, ipv6) {
+            (true, _) => Family::V4,
+            (_, true) => Family::V6,
+            _ => Family::Any,
+        }
+    }
+}
+
 /// Which way data moves, seen from the client.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, schemars::JsonSchema,

@@ -62,16 +62,9 @@ fn handle(ctx: &Ctx, mut stream: TcpStream, peer: SocketAddr) {
             );
             return;
         }
-        let _ = stream.set_read_timeout(Some(left.min(Duration::from_millis(500))));
-        match stream.read(&mut buf) {
-            Ok(0) => return,
-            Ok(n) => first.extend_from_slice(&buf[..n]),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) => {}
-            Err(_) => return,
+        match read_some(&mut stream, &mut buf, left.min(Duration::from_millis(500))) {
+            Some(n) => first.extend_from_slice(&buf[..n]),
+            None => return,
         }
     };
     match kind {
@@ -107,16 +100,9 @@ fn handle(ctx: &Ctx, mut stream: TcpStream, peer: SocketAddr) {
             tracing::info!("closed connection from {peer}: no complete hello within 10 s");
             return;
         }
-        let _ = stream.set_read_timeout(Some(left));
-        match stream.read(&mut buf) {
-            Ok(0) => return,
-            Ok(n) => dec.feed(&buf[..n]),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) => {}
-            Err(_) => return,
+        match read_some(&mut stream, &mut buf, left) {
+            Some(n) => dec.feed(&buf[..n]),
+            None => return,
         }
     };
     pending.take();
@@ -138,6 +124,24 @@ fn handle(ctx: &Ctx, mut stream: TcpStream, peer: SocketAddr) {
             peer,
             &format!("expected hello or data_hello first, got {}", other.name()),
         ),
+    }
+}
+
+/// Reads what arrives within `wait`: `Some(0)` on a timeout, `None` once the peer is gone.
+fn read_some(stream: &mut TcpStream, buf: &mut [u8], wait: Duration) -> Option<usize> {
+    let _ = stream.set_read_timeout(Some(wait));
+    match stream.read(buf) {
+        Ok(0) => None,
+        Ok(n) => Some(n),
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            Some(0)
+        }
+        Err(_) => None,
     }
 }
 

@@ -23,17 +23,7 @@ pub use registry::Registry;
 /// Default control port (iperf3's, so firewalls already open for iperf3 work).
 pub const DEFAULT_PORT: u16 = 5201;
 
-/// Address family restriction for the listener.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Family {
-    /// IPv6 socket accepting IPv4 too (dual stack) where the OS allows it.
-    #[default]
-    Any,
-    /// IPv4 only.
-    V4,
-    /// IPv6 only.
-    V6,
-}
+pub use hakaru_model::Family;
 
 /// How the server listens and what it allows.
 #[derive(Debug, Clone)]

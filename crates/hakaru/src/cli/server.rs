@@ -27,13 +27,7 @@ pub struct Args {
 
 /// Runs the server until SIGINT or SIGTERM.
 pub fn run(a: Args) -> anyhow::Result<()> {
-    let family = if a.ipv4 {
-        Family::V4
-    } else if a.ipv6 {
-        Family::V6
-    } else {
-        Family::Any
-    };
+    let family = Family::from_flags(a.ipv4, a.ipv6);
     if let Some(ip) = a.bind {
         if (a.ipv4 && ip.is_ipv6()) || (a.ipv6 && ip.is_ipv4()) {
             anyhow::bail!(

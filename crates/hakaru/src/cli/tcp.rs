@@ -165,13 +165,7 @@ impl Args {
 /// Runs the test and prints the result in the chosen format.
 pub fn run(a: Args) -> anyhow::Result<()> {
     let spec = a.spec()?;
-    let family = if a.ipv4 {
-        Family::V4
-    } else if a.ipv6 {
-        Family::V6
-    } else {
-        Family::Any
-    };
+    let family = Family::from_flags(a.ipv4, a.ipv6);
     let format = if a.json {
         Format::Json
     } else if a.json_stream {
