@@ -113,3 +113,32 @@ mod tests {
             fallback::send_zerocopy;
     }
 }
+
+/// Raises the soft open-file limit to the hard limit, so a test with many flows (2 x 1024
+/// sockets with --bidir) does not hit a default soft limit of 1024. Returns the new limit.
+#[cfg(unix)]
+pub fn raise_fd_limit() -> Option<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read and write the struct passed in.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return None;
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                return None;
+            }
+        }
+    }
+    Some(lim.rlim_cur as u64)
+}
+
+/// Raises the open-file limit where the OS has one (nothing to do here).
+#[cfg(not(unix))]
+pub fn raise_fd_limit() -> Option<u64> {
+    None
+}

@@ -39,6 +39,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         _ => 0,
     };
     common::init_logging(cli.verbose + default_level);
+    hakaru_engine::sys::raise_fd_limit();
     match cli.command {
         Command::Server(a) => server::run(a),
         Command::Tcp(a) => tcp::run(*a),

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use hakaru_client::{run_tcp, ClientOptions, Family};
-use hakaru_model::{Amount, Bytes, Direction, Dur, TcpSpec, DEFAULT_TCP_LENGTH};
+use hakaru_model::{Amount, Bytes, Direction, Dur, TcpSpec};
 use hakaru_server::{Server, ServerConfig, DEFAULT_PORT};
 
 use super::common::CpuList;
@@ -38,7 +38,7 @@ pub struct Args {
     #[arg(long)]
     bidir: bool,
     /// Bytes per write and per read.
-    #[arg(short, long, value_name = "SIZE", default_value_t = Bytes(DEFAULT_TCP_LENGTH))]
+    #[arg(short, long, value_name = "SIZE", default_value = "1M")]
     length: Bytes,
     /// Socket buffer size (SO_SNDBUF and SO_RCVBUF) on both ends; disables autotuning.
     #[arg(short, long, value_name = "SIZE")]
@@ -165,6 +165,17 @@ impl Args {
 /// Runs the test and prints the result in the chosen format.
 pub fn run(a: Args) -> anyhow::Result<()> {
     let spec = a.spec()?;
+    // Each flow is one socket per end; the embedded server holds the other end in-process.
+    let per_flow = if a.host.is_some() { 1 } else { 2 };
+    let needed = spec.flow_plan().len() as u64 * per_flow + 64;
+    if let Some(limit) = hakaru_engine::sys::raise_fd_limit() {
+        if limit < needed {
+            anyhow::bail!(
+                "-P/--parallel {}: needs about {needed} open files but this process may open {limit}; raise the limit (ulimit -n) or use fewer flows",
+                spec.flows
+            );
+        }
+    }
     let family = Family::from_flags(a.ipv4, a.ipv6);
     let format = if a.json {
         Format::Json
