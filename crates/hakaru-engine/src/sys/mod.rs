@@ -134,6 +134,8 @@ pub fn raise_fd_limit() -> Option<u64> {
             }
         }
     }
+    // rlim_t is u64 on Linux but not on every unix.
+    #[allow(clippy::unnecessary_cast)]
     Some(lim.rlim_cur as u64)
 }
 
