@@ -1,4 +1,4 @@
-//! CPU and NIC counter snapshots: parsers for Linux `/proc` text and the delta arithmetic.
+//! CPU, NIC and UDP counter snapshots: parsers for Linux `/proc` text and the delta arithmetic.
 //!
 //! Everything here is pure, so it is compiled on every OS: a snapshot taken by a Linux peer can
 //! be parsed and reduced anywhere, and the tests run without a `/proc`.
@@ -214,6 +214,137 @@ pub fn nic_usage(before: &NicSnapshot, after: &NicSnapshot, wall_secs: f64) -> N
         rx_drops_ps: rate(rx_drops),
         tx_drops_ps: rate(tx_drops),
     }
+}
+
+/// System-wide UDP counters: `/proc/net/snmp` "Udp:" plus `/proc/net/snmp6` "Udp6*", summed
+/// by [`UdpSnmp::add`]. The kernel's counters are free-running, so arithmetic on them wraps.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UdpSnmp {
+    /// Datagrams delivered to a socket (InDatagrams).
+    pub in_datagrams: u64,
+    /// Datagrams for a port nobody listens on (NoPorts).
+    pub no_ports: u64,
+    /// Datagrams that could not be delivered, other than for lack of a port (InErrors); this
+    /// includes the receive-buffer drops counted again in `rcvbuf_errors`.
+    pub in_errors: u64,
+    /// Datagrams dropped because the receiving socket's buffer was full (RcvbufErrors).
+    pub rcvbuf_errors: u64,
+    /// Datagrams not sent because the sending socket's buffer was full (SndbufErrors).
+    pub sndbuf_errors: u64,
+    /// Datagrams sent (OutDatagrams).
+    pub out_datagrams: u64,
+}
+
+impl UdpSnmp {
+    /// Counts from `self` to `later`; wrapping, like the kernel's free-running counters.
+    pub fn delta(&self, later: &UdpSnmp) -> UdpSnmp {
+        let d = |a: u64, b: u64| b.wrapping_sub(a);
+        UdpSnmp {
+            in_datagrams: d(self.in_datagrams, later.in_datagrams),
+            no_ports: d(self.no_ports, later.no_ports),
+            in_errors: d(self.in_errors, later.in_errors),
+            rcvbuf_errors: d(self.rcvbuf_errors, later.rcvbuf_errors),
+            sndbuf_errors: d(self.sndbuf_errors, later.sndbuf_errors),
+            out_datagrams: d(self.out_datagrams, later.out_datagrams),
+        }
+    }
+
+    /// Field-wise sum (IPv4 plus IPv6); wrapping, so that the delta of two sums equals the
+    /// sum of the deltas even when one family's counter wrapped.
+    pub fn add(&self, other: &UdpSnmp) -> UdpSnmp {
+        UdpSnmp {
+            in_datagrams: self.in_datagrams.wrapping_add(other.in_datagrams),
+            no_ports: self.no_ports.wrapping_add(other.no_ports),
+            in_errors: self.in_errors.wrapping_add(other.in_errors),
+            rcvbuf_errors: self.rcvbuf_errors.wrapping_add(other.rcvbuf_errors),
+            sndbuf_errors: self.sndbuf_errors.wrapping_add(other.sndbuf_errors),
+            out_datagrams: self.out_datagrams.wrapping_add(other.out_datagrams),
+        }
+    }
+
+    /// Stores `value` under the SNMP MIB name `name` (without a family prefix); unknown names
+    /// are ignored, so counters added by newer kernels (InCsumErrors, MemErrors) do no harm.
+    /// Returns whether the name was one of ours.
+    fn set(&mut self, name: &str, value: u64) -> bool {
+        let field = match name {
+            "InDatagrams" => &mut self.in_datagrams,
+            "NoPorts" => &mut self.no_ports,
+            "InErrors" => &mut self.in_errors,
+            "RcvbufErrors" => &mut self.rcvbuf_errors,
+            "SndbufErrors" => &mut self.sndbuf_errors,
+            "OutDatagrams" => &mut self.out_datagrams,
+            _ => return false,
+        };
+        *field = value;
+        true
+    }
+}
+
+/// The counters every kernel since 2.6 reports; RcvbufErrors and SndbufErrors came later
+/// (2.6.18) and read as 0 where absent.
+const UDP_REQUIRED: [&str; 4] = ["InDatagrams", "NoPorts", "InErrors", "OutDatagrams"];
+
+/// Parses the IPv4 UDP counters out of `/proc/net/snmp` text, where each protocol has a line
+/// of names and then a line of values, both starting with "Udp:". `None` if the pair is
+/// missing, the two lines disagree, a value is not a number or a basic counter is absent.
+pub fn parse_proc_net_snmp_udp(text: &str) -> Option<UdpSnmp> {
+    // "UdpLite:" is a different protocol; split_whitespace makes "Udp:" match only whole.
+    let mut lines = text
+        .lines()
+        .filter(|line| line.split_whitespace().next() == Some("Udp:"));
+    let names = lines.next()?;
+    let values = lines.next()?;
+    if lines.next().is_some() {
+        // A second table: not /proc/net/snmp as we know it.
+        return None;
+    }
+    let names: Vec<&str> = names.split_whitespace().skip(1).collect();
+    let values = values
+        .split_whitespace()
+        .skip(1)
+        .map(|w| w.parse::<u64>().ok())
+        .collect::<Option<Vec<u64>>>()?;
+    if names.len() != values.len() {
+        return None;
+    }
+    let mut out = UdpSnmp::default();
+    let mut seen = Vec::new();
+    for (name, value) in names.into_iter().zip(values) {
+        if out.set(name, value) {
+            if seen.contains(&name) {
+                return None;
+            }
+            seen.push(name);
+        }
+    }
+    UDP_REQUIRED.iter().all(|r| seen.contains(r)).then_some(out)
+}
+
+/// Parses the IPv6 UDP counters out of `/proc/net/snmp6` text, one "Udp6InDatagrams  123"
+/// line per counter. `None` if a basic counter is missing, a Udp6 value is not a number or a
+/// counter appears twice.
+pub fn parse_proc_net_snmp6_udp(text: &str) -> Option<UdpSnmp> {
+    let mut out = UdpSnmp::default();
+    let mut seen: Vec<&str> = Vec::new();
+    for line in text.lines() {
+        let mut words = line.split_whitespace();
+        let Some(key) = words.next() else { continue };
+        // "UdpLite6..." does not start with "Udp6", so it is skipped here.
+        let Some(name) = key.strip_prefix("Udp6") else {
+            continue;
+        };
+        let value = words.next()?.parse::<u64>().ok()?;
+        if words.next().is_some() {
+            return None;
+        }
+        if out.set(name, value) {
+            if seen.contains(&name) {
+                return None;
+            }
+            seen.push(name);
+        }
+    }
+    UDP_REQUIRED.iter().all(|r| seen.contains(r)).then_some(out)
 }
 
 #[cfg(test)]
@@ -452,5 +583,172 @@ docker0:       0       0    0    0    0     0          0         0        0     
             assert_eq!(z.rx_bytes, 1616);
             assert_eq!((z.rx_pps, z.rx_kib_per_s, z.tx_drops_ps), (0.0, 0.0, 0.0));
         }
+    }
+
+    /// /proc/net/snmp of a 6.x kernel (Ip, Icmp and Tcp tables abridged), with UdpLite right
+    /// after Udp as the kernel prints it.
+    const PROC_NET_SNMP: &str = "\
+Ip: Forwarding DefaultTTL InReceives InHdrErrors
+Ip: 1 64 4821 0
+Icmp: InMsgs InErrors InCsumErrors
+Icmp: 12 0 0
+Tcp: RtoAlgorithm RtoMin RtoMax MaxConn ActiveOpens
+Tcp: 1 200 120000 -1 77
+Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors InCsumErrors IgnoredMulti MemErrors
+Udp: 18446744073709551615 7 42 1234 40 3 0 5 0
+UdpLite: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors InCsumErrors IgnoredMulti MemErrors
+UdpLite: 999 999 999 999 999 999 999 999 999
+";
+
+    /// /proc/net/snmp6 (abridged), tab- and space-aligned like the kernel's output.
+    const PROC_NET_SNMP6: &str = "\
+Ip6InReceives                   \t1022
+Ip6InHdrErrors                  \t0
+Icmp6InMsgs                     \t3
+Udp6InDatagrams                 \t500
+Udp6NoPorts                     \t2
+Udp6InErrors                    \t9
+Udp6OutDatagrams                \t600
+Udp6RcvbufErrors                \t8
+Udp6SndbufErrors                \t1
+Udp6InCsumErrors                \t0
+Udp6IgnoredMulti                \t0
+Udp6MemErrors                   \t0
+UdpLite6InDatagrams             \t777
+UdpLite6NoPorts                 \t777
+UdpLite6InErrors                \t777
+UdpLite6OutDatagrams            \t777
+";
+
+    #[test]
+    fn proc_net_snmp_udp_reads_the_udp_table_only() {
+        let u = parse_proc_net_snmp_udp(PROC_NET_SNMP).expect("parses");
+        assert_eq!(
+            u,
+            UdpSnmp {
+                in_datagrams: u64::MAX,
+                no_ports: 7,
+                in_errors: 42,
+                rcvbuf_errors: 40,
+                sndbuf_errors: 3,
+                out_datagrams: 1234,
+            }
+        );
+        // Columns are matched by name, not by position.
+        let shuffled = "Udp: OutDatagrams InErrors NoPorts InDatagrams\nUdp: 4 3 2 1\n";
+        let u = parse_proc_net_snmp_udp(shuffled).expect("parses");
+        assert_eq!(
+            (u.in_datagrams, u.no_ports, u.in_errors, u.out_datagrams),
+            (1, 2, 3, 4)
+        );
+        // A kernel without the buffer-error columns.
+        assert_eq!((u.rcvbuf_errors, u.sndbuf_errors), (0, 0));
+    }
+
+    #[test]
+    fn proc_net_snmp_udp_rejects_garbage() {
+        let header = "Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors";
+        for text in [
+            String::new(),
+            "\n\n".to_string(),
+            // Header without values, values without header.
+            format!("{header}\n"),
+            "Udp: 1 2 3 4 5 6\n".to_string(),
+            // Column count mismatch, either way.
+            format!("{header}\nUdp: 1 2 3 4 5\n"),
+            format!("{header}\nUdp: 1 2 3 4 5 6 7\n"),
+            // Not numbers, negative, too wide.
+            format!("{header}\nUdp: 1 2 x 4 5 6\n"),
+            format!("{header}\nUdp: 1 2 -3 4 5 6\n"),
+            format!("{header}\nUdp: 1 2 99999999999999999999999 4 5 6\n"),
+            // A basic counter missing.
+            "Udp: InDatagrams NoPorts InErrors\nUdp: 1 2 3\n".to_string(),
+            // The same counter twice.
+            "Udp: InDatagrams InDatagrams NoPorts InErrors OutDatagrams\nUdp: 1 1 2 3 4\n"
+                .to_string(),
+            // A third Udp: line.
+            format!("{header}\nUdp: 1 2 3 4 5 6\nUdp: 1 2 3 4 5 6\n"),
+            // UdpLite alone is not Udp.
+            "UdpLite: InDatagrams NoPorts InErrors OutDatagrams\nUdpLite: 1 2 3 4\n".to_string(),
+            "Udp:\nUdp:\n".to_string(),
+            "\u{0}\u{ffff} Udp:".to_string(),
+        ] {
+            assert_eq!(parse_proc_net_snmp_udp(&text), None, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn proc_net_snmp6_udp_reads_udp6_lines_only() {
+        let u = parse_proc_net_snmp6_udp(PROC_NET_SNMP6).expect("parses");
+        assert_eq!(
+            u,
+            UdpSnmp {
+                in_datagrams: 500,
+                no_ports: 2,
+                in_errors: 9,
+                rcvbuf_errors: 8,
+                sndbuf_errors: 1,
+                out_datagrams: 600,
+            }
+        );
+    }
+
+    #[test]
+    fn proc_net_snmp6_udp_rejects_garbage() {
+        let base = "Udp6InDatagrams 1\nUdp6NoPorts 2\nUdp6InErrors 3\nUdp6OutDatagrams 4\n";
+        assert!(parse_proc_net_snmp6_udp(base).is_some());
+        for text in [
+            String::new(),
+            "\n".to_string(),
+            // IPv6 disabled leaves only other protocols; UdpLite6 is not Udp6.
+            "Ip6InReceives 5\nUdpLite6InDatagrams 1\nUdpLite6NoPorts 2\n".to_string(),
+            "Udp6InDatagrams 1\nUdp6NoPorts 2\nUdp6InErrors 3\n".to_string(),
+            format!("{base}Udp6RcvbufErrors\n"),
+            format!("{base}Udp6RcvbufErrors x\n"),
+            format!("{base}Udp6RcvbufErrors -1\n"),
+            format!("{base}Udp6RcvbufErrors 1 2\n"),
+            format!("{base}Udp6InDatagrams 9\n"),
+            "Udp6InDatagrams:1\nUdp6NoPorts:2\nUdp6InErrors:3\nUdp6OutDatagrams:4\n".to_string(),
+            "\u{0}\u{ffff} Udp6".to_string(),
+        ] {
+            assert_eq!(parse_proc_net_snmp6_udp(&text), None, "{text:?}");
+        }
+        // The IPv4 file is not the IPv6 file, and the other way round.
+        assert_eq!(parse_proc_net_snmp6_udp(PROC_NET_SNMP), None);
+        assert_eq!(parse_proc_net_snmp_udp(PROC_NET_SNMP6), None);
+    }
+
+    #[test]
+    fn udp_snmp_delta_and_sum_wrap() {
+        let v4 = parse_proc_net_snmp_udp(PROC_NET_SNMP).expect("v4");
+        let v6 = parse_proc_net_snmp6_udp(PROC_NET_SNMP6).expect("v6");
+        let sum = v4.add(&v6);
+        // in_datagrams was u64::MAX: the sum wraps to 499.
+        assert_eq!(sum.in_datagrams, 499);
+        assert_eq!(
+            (sum.no_ports, sum.in_errors, sum.rcvbuf_errors),
+            (9, 51, 48)
+        );
+        assert_eq!((sum.sndbuf_errors, sum.out_datagrams), (4, 1834));
+
+        let later4 = UdpSnmp {
+            in_datagrams: 10, // wrapped past 2^64 by 11
+            rcvbuf_errors: 45,
+            out_datagrams: 1300,
+            ..v4
+        };
+        let d = v4.delta(&later4);
+        assert_eq!(
+            d,
+            UdpSnmp {
+                in_datagrams: 11,
+                rcvbuf_errors: 5,
+                out_datagrams: 66,
+                ..UdpSnmp::default()
+            }
+        );
+        // The delta of the sums is the sum of the deltas.
+        assert_eq!(sum.delta(&later4.add(&v6)), d.add(&v6.delta(&v6)));
+        assert_eq!(v4.delta(&v4), UdpSnmp::default());
     }
 }

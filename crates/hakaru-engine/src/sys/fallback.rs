@@ -1,12 +1,12 @@
 //! Fallback backend of [`crate::sys`] for systems without a native one: compiles everywhere and
 //! reports "unsupported" (or "unknown", for optional facts) instead of measuring.
 
-use std::io;
+use std::io::{self, IoSlice};
 use std::net::IpAddr;
 
 use hakaru_model::{Environment, TcpInfo};
 
-use super::counters::{CpuSnapshot, NicSnapshot};
+use super::counters::{CpuSnapshot, NicSnapshot, UdpSnmp};
 use super::RawFd;
 
 /// The error every unsupported operation returns, naming what is missing.
@@ -101,6 +101,141 @@ pub fn recv_discard(_sock: RawFd, _len: usize) -> io::Result<usize> {
 /// Whether [`recv_discard`] really discards: not here.
 pub const DISCARD_SUPPORTED: bool = false;
 
+/// Largest number of GSO segments one send may carry that we use (the same as on Linux, so
+/// callers can size batches alike; GSO itself is unsupported here).
+pub const MAX_GSO_SEGMENTS: usize = 64;
+
+/// UDP segmentation offload: unsupported here.
+pub fn udp_set_gso(_fd: RawFd, _segment: u16) -> io::Result<()> {
+    Err(unsupported("UDP segmentation offload (UDP_SEGMENT)"))
+}
+
+/// UDP receive offload: unsupported here.
+pub fn udp_set_gro(_fd: RawFd) -> io::Result<()> {
+    Err(unsupported("UDP receive offload (UDP_GRO)"))
+}
+
+/// Receive timestamps and the drop counter: neither is available here.
+pub fn udp_enable_rx_meta(_fd: RawFd) -> (bool, bool) {
+    (false, false)
+}
+
+/// Sends each slice as one message on connected socket `fd`, one send call per slice, since
+/// there is no portable batch send; `wait == false` adds MSG_DONTWAIT. Returns how many were
+/// sent, stopping at the first error after at least one success; the error itself if the first
+/// fails.
+#[cfg(unix)]
+pub fn send_batch(fd: RawFd, msgs: &[IoSlice<'_>], wait: bool) -> io::Result<usize> {
+    let flags = if wait { 0 } else { libc::MSG_DONTWAIT };
+    let mut sent = 0;
+    while let Some(msg) = msgs.get(sent) {
+        // SAFETY: the pointer and length describe the live, readable slice `msg`.
+        let rc = unsafe { libc::send(fd, msg.as_ptr().cast(), msg.len(), flags) };
+        if rc >= 0 {
+            sent += 1;
+            continue;
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            continue;
+        }
+        return if sent > 0 { Ok(sent) } else { Err(e) };
+    }
+    Ok(sent)
+}
+
+/// Batched UDP send: unsupported without Unix sockets.
+#[cfg(not(unix))]
+pub fn send_batch(_fd: RawFd, _msgs: &[IoSlice<'_>], _wait: bool) -> io::Result<usize> {
+    Err(unsupported("batched UDP send"))
+}
+
+/// Reusable receive state for [`recv_batch`]. Here a call receives one message into one
+/// buffer of `buf_len` bytes, so only that buffer is allocated.
+#[derive(Debug)]
+pub struct RecvBatch {
+    /// The one buffer.
+    buf: Vec<u8>,
+    /// Bytes of the last message in `buf`.
+    len: usize,
+    /// Messages the last call received: 0 or 1.
+    received: usize,
+}
+
+impl RecvBatch {
+    /// Allocates the buffer (at least 1 byte); `count` does not matter here, one message
+    /// arrives per call.
+    pub fn new(_count: usize, buf_len: usize) -> RecvBatch {
+        RecvBatch {
+            buf: vec![0; buf_len.max(1)],
+            len: 0,
+            received: 0,
+        }
+    }
+
+    /// Bytes of message i of the last [`recv_batch`]; empty when there is no message i.
+    pub fn data(&self, i: usize) -> &[u8] {
+        if i < self.received {
+            &self.buf[..self.len]
+        } else {
+            &[]
+        }
+    }
+
+    /// GRO segment size: there is no GRO here, every message is one datagram.
+    pub fn segment_size(&self, _i: usize) -> Option<u16> {
+        None
+    }
+
+    /// Kernel receive time: not available here.
+    pub fn timestamp_ns(&self, _i: usize) -> Option<u64> {
+        None
+    }
+
+    /// The socket's drop counter: not available here.
+    pub fn rxq_drops(&self) -> Option<u32> {
+        None
+    }
+
+    /// Truncation: plain recv does not report it, so false.
+    pub fn truncated(&self, _i: usize) -> bool {
+        false
+    }
+}
+
+/// Receives one message into the batch's buffer with one recv call and returns 1;
+/// `wait == false` adds MSG_DONTWAIT. A signal before anything arrived is retried.
+#[cfg(unix)]
+pub fn recv_batch(fd: RawFd, batch: &mut RecvBatch, wait: bool) -> io::Result<usize> {
+    let flags = if wait { 0 } else { libc::MSG_DONTWAIT };
+    batch.received = 0;
+    loop {
+        // SAFETY: the pointer and length describe the batch's live, writable buffer.
+        let rc = unsafe { libc::recv(fd, batch.buf.as_mut_ptr().cast(), batch.buf.len(), flags) };
+        if let Ok(n) = usize::try_from(rc) {
+            // Where the OS reports a datagram's full length, keep to what was copied.
+            batch.len = n.min(batch.buf.len());
+            batch.received = 1;
+            return Ok(1);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Batched UDP receive: unsupported without Unix sockets.
+#[cfg(not(unix))]
+pub fn recv_batch(_fd: RawFd, _batch: &mut RecvBatch, _wait: bool) -> io::Result<usize> {
+    Err(unsupported("batched UDP receive"))
+}
+
+/// System-wide UDP counters: not available here.
+pub fn udp_snmp() -> Option<UdpSnmp> {
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -121,6 +256,54 @@ mod tests {
         assert!(interface_for_addr("127.0.0.1".parse().unwrap()).is_none());
         assert!(available_congestion().is_empty());
         assert!(online_cpus() >= 1);
+    }
+
+    #[test]
+    fn udp_offloads_and_metadata_are_unsupported() {
+        let kind = io::ErrorKind::Unsupported;
+        assert_eq!(udp_set_gso(0, 100).unwrap_err().kind(), kind);
+        assert_eq!(udp_set_gro(0).unwrap_err().kind(), kind);
+        assert_eq!(udp_enable_rx_meta(0), (false, false));
+        assert_eq!(udp_snmp(), None);
+        let batch = RecvBatch::new(8, 0);
+        assert_eq!(batch.buf.len(), 1);
+        assert!(batch.data(0).is_empty());
+        assert_eq!((batch.segment_size(0), batch.timestamp_ns(0)), (None, None));
+        assert_eq!((batch.rxq_drops(), batch.truncated(0)), (None, false));
+    }
+
+    /// The Unix fallback really moves datagrams: one send per slice, one message per receive.
+    #[cfg(unix)]
+    #[test]
+    fn udp_batches_one_message_at_a_time() {
+        use std::net::UdpSocket;
+        use std::os::fd::AsRawFd;
+        use std::time::Duration;
+
+        let tx = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let rx = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        tx.connect(rx.local_addr().expect("addr")).expect("connect");
+        rx.connect(tx.local_addr().expect("addr")).expect("connect");
+        rx.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let mut batch = RecvBatch::new(4, 64);
+        let e = recv_batch(rx.as_raw_fd(), &mut batch, false).expect_err("nothing queued");
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+
+        let payloads = [&b"one"[..], b"two!", b"three"];
+        let slices: Vec<IoSlice<'_>> = payloads.iter().map(|p| IoSlice::new(p)).collect();
+        assert_eq!(send_batch(tx.as_raw_fd(), &slices, true).expect("send"), 3);
+        for want in payloads {
+            assert_eq!(
+                recv_batch(rx.as_raw_fd(), &mut batch, true).expect("recv"),
+                1
+            );
+            assert_eq!(batch.data(0), want);
+            assert!(batch.data(1).is_empty());
+        }
+        // The first send failing is an error, not "0 sent".
+        assert!(send_batch(-1, &slices, true).is_err());
+        assert_eq!(send_batch(tx.as_raw_fd(), &[], true).expect("empty"), 0);
     }
 
     #[test]

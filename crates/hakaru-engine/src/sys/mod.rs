@@ -3,7 +3,8 @@
 //! One backend is compiled per target and re-exported here, so callers write `sys::tcp_info`
 //! and never `cfg` themselves. Linux has the native backend (`linux.rs`); every other OS gets
 //! `fallback.rs`, which compiles everywhere and answers "unsupported" instead of measuring.
-//! The CPU and NIC counter parsers and their delta arithmetic are pure and shared by both.
+//! Linux's UDP fast path lives apart from the rest of its backend, in `linux_udp.rs`.
+//! The CPU, NIC and UDP counter parsers and their delta arithmetic are pure and shared by all.
 //!
 //! # Contract
 //!
@@ -33,6 +34,36 @@
 //! - [`recv_discard`] and [`DISCARD_SUPPORTED`]: drop received TCP bytes without copying them
 //!   (--discard). Where [`DISCARD_SUPPORTED`] is false the caller must read into a buffer.
 //!
+//! The UDP fast path, on UDP sockets:
+//!
+//! - [`MAX_GSO_SEGMENTS`]: the most datagrams one GSO send should carry (64, the smaller of
+//!   the kernel limits in use); more makes Linux fail the send with EINVAL.
+//! - [`udp_set_gso`]: every later send longer than `segment` bytes on the socket leaves as
+//!   `segment`-byte datagrams (the last may be shorter); 0 turns it off. Unsupported: `Err`,
+//!   with ENOPROTOOPT from a Linux kernel older than 4.18 and
+//!   [`std::io::ErrorKind::Unsupported`] from the fallback.
+//! - [`udp_set_gro`]: received messages may hold several datagrams, each of the size
+//!   [`RecvBatch::segment_size`] reports. Unsupported: as for [`udp_set_gso`] (Linux < 5.0).
+//! - [`udp_enable_rx_meta`]: asks for kernel receive timestamps and the socket's drop counter;
+//!   returns which of the two were enabled, `(false, false)` where there are none.
+//! - [`send_batch`]: each slice is one message on a connected socket, all in one system call
+//!   where the OS has one (sendmmsg); returns how many the OS took, possibly fewer than given,
+//!   and the error when the first one fails (`WouldBlock` for a full buffer with `wait` false,
+//!   EIO when the device cannot do GSO, EINVAL, `ConnectionRefused`, ...). The fallback sends
+//!   one at a time and stops at the first error after a success.
+//! - [`RecvBatch`] and [`recv_batch`]: reusable buffers, filled by one system call where the OS
+//!   has one (recvmmsg); returns the number of messages received. `wait` true blocks for the
+//!   first message (ending with `WouldBlock` at the socket's receive timeout), false fails with
+//!   `WouldBlock` on an empty socket. Per message: its bytes, GRO segment size (`None` for a
+//!   single datagram), kernel receive time in ns since the Unix epoch and truncation; per batch:
+//!   the latest cumulative count of datagrams the kernel dropped on the socket for a full
+//!   receive buffer, `None` until there was a drop. Metadata the OS cannot give reads `None` or
+//!   false; the fallback receives one message per call, into buffer 0.
+//!   [`RecvBatch`] is `Send`. Unsupported (no Unix sockets): `Err` of kind
+//!   [`std::io::ErrorKind::Unsupported`] from both functions.
+//! - [`udp_snmp`] and [`UdpSnmp`]: system-wide UDP counters, IPv4 plus IPv6 summed;
+//!   [`UdpSnmp::delta`] wraps like the kernel's counters. Unsupported: `None`.
+//!
 //! Descriptors are borrowed: no function here closes a socket it is given.
 
 mod counters;
@@ -40,13 +71,17 @@ mod counters;
 #[cfg(target_os = "linux")]
 mod linux;
 
+#[cfg(target_os = "linux")]
+mod linux_udp;
+
 // Also compiled in Linux test builds, so the fallback cannot rot unseen on the main platform.
 #[cfg(any(not(target_os = "linux"), test))]
 #[cfg_attr(all(target_os = "linux", test), allow(dead_code))]
 mod fallback;
 
 pub use counters::{cpu_usage, nic_usage, parse_proc_net_dev, parse_proc_stat};
-pub use counters::{CpuSnapshot, NicSnapshot};
+pub use counters::{parse_proc_net_snmp6_udp, parse_proc_net_snmp_udp};
+pub use counters::{CpuSnapshot, NicSnapshot, UdpSnmp};
 
 #[cfg(target_os = "linux")]
 pub use linux::{
@@ -54,10 +89,22 @@ pub use linux::{
     pin_current_thread, recv_discard, send_zerocopy, tcp_info, ZeroCopySource, DISCARD_SUPPORTED,
 };
 
+#[cfg(target_os = "linux")]
+pub use linux_udp::{
+    recv_batch, send_batch, udp_enable_rx_meta, udp_set_gro, udp_set_gso, udp_snmp, RecvBatch,
+    MAX_GSO_SEGMENTS,
+};
+
 #[cfg(not(target_os = "linux"))]
 pub use fallback::{
     available_congestion, cpu_snapshot, environment, interface_for_addr, nic_snapshot, online_cpus,
     pin_current_thread, recv_discard, send_zerocopy, tcp_info, ZeroCopySource, DISCARD_SUPPORTED,
+};
+
+#[cfg(not(target_os = "linux"))]
+pub use fallback::{
+    recv_batch, send_batch, udp_enable_rx_meta, udp_set_gro, udp_set_gso, udp_snmp, RecvBatch,
+    MAX_GSO_SEGMENTS,
 };
 
 /// A socket descriptor as the OS names it (a file descriptor on Unix).
@@ -74,20 +121,23 @@ pub type RawFd = i32;
 
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
-    use std::io;
+    use std::io::{self, IoSlice};
     use std::net::IpAddr;
 
     use hakaru_model::{Environment, TcpInfo};
 
-    use super::{fallback, linux, CpuSnapshot, NicSnapshot, RawFd};
+    use super::{fallback, linux, linux_udp, CpuSnapshot, NicSnapshot, RawFd, UdpSnmp};
 
     /// Both backends must offer the same signatures, or the fallback breaks other OSes'
     /// builds only where nobody compiles it.
     #[test]
     fn backends_have_the_same_api() {
         macro_rules! same {
-            ($name:ident: $ty:ty) => {{
-                let _: $ty = linux::$name;
+            ($name:ident: $ty:ty) => {
+                same!(linux / $name: $ty)
+            };
+            ($native:ident / $name:ident: $ty:ty) => {{
+                let _: $ty = $native::$name;
                 let _: $ty = fallback::$name;
             }};
         }
@@ -111,6 +161,32 @@ mod tests {
         let _: fn(RawFd, &linux::ZeroCopySource, usize) -> io::Result<usize> = linux::send_zerocopy;
         let _: fn(RawFd, &fallback::ZeroCopySource, usize) -> io::Result<usize> =
             fallback::send_zerocopy;
+
+        const { assert!(linux_udp::MAX_GSO_SEGMENTS == fallback::MAX_GSO_SEGMENTS) };
+        same!(linux_udp / udp_set_gso: fn(RawFd, u16) -> io::Result<()>);
+        same!(linux_udp / udp_set_gro: fn(RawFd) -> io::Result<()>);
+        same!(linux_udp / udp_enable_rx_meta: fn(RawFd) -> (bool, bool));
+        same!(linux_udp / send_batch: fn(RawFd, &[IoSlice<'_>], bool) -> io::Result<usize>);
+        same!(linux_udp / udp_snmp: fn() -> Option<UdpSnmp>);
+        let _: fn(usize, usize) -> linux_udp::RecvBatch = linux_udp::RecvBatch::new;
+        let _: fn(usize, usize) -> fallback::RecvBatch = fallback::RecvBatch::new;
+        let _: fn(&linux_udp::RecvBatch, usize) -> &[u8] = linux_udp::RecvBatch::data;
+        let _: fn(&fallback::RecvBatch, usize) -> &[u8] = fallback::RecvBatch::data;
+        let _: fn(&linux_udp::RecvBatch, usize) -> Option<u16> = linux_udp::RecvBatch::segment_size;
+        let _: fn(&fallback::RecvBatch, usize) -> Option<u16> = fallback::RecvBatch::segment_size;
+        let _: fn(&linux_udp::RecvBatch, usize) -> Option<u64> = linux_udp::RecvBatch::timestamp_ns;
+        let _: fn(&fallback::RecvBatch, usize) -> Option<u64> = fallback::RecvBatch::timestamp_ns;
+        let _: fn(&linux_udp::RecvBatch) -> Option<u32> = linux_udp::RecvBatch::rxq_drops;
+        let _: fn(&fallback::RecvBatch) -> Option<u32> = fallback::RecvBatch::rxq_drops;
+        let _: fn(&linux_udp::RecvBatch, usize) -> bool = linux_udp::RecvBatch::truncated;
+        let _: fn(&fallback::RecvBatch, usize) -> bool = fallback::RecvBatch::truncated;
+        let _: fn(RawFd, &mut linux_udp::RecvBatch, bool) -> io::Result<usize> =
+            linux_udp::recv_batch;
+        let _: fn(RawFd, &mut fallback::RecvBatch, bool) -> io::Result<usize> =
+            fallback::recv_batch;
+        fn movable<T: Send>() {}
+        movable::<linux_udp::RecvBatch>();
+        movable::<fallback::RecvBatch>();
     }
 }
 
