@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use hakaru_model::{
     rfc3339_utc, BitRate, Counted, DirectionInterval, DirectionTotal, EndResult, FlowDir,
     FlowInterval, FlowResult, FlowSide, IntervalRecord, IntervalSample, Role, RunResult,
-    SideReport, TcpSpec, SCHEMA_VERSION,
+    SideReport, TestSpec, UdpCounts, UdpTick, SCHEMA_VERSION,
 };
 
 /// Merges this end's and the server's sample for one interval. The client's own timestamps
@@ -40,6 +40,8 @@ pub fn merge_interval(
             receiver_bps: rate(receiver_bytes),
             sender_bytes,
             sender_bps: rate(sender_bytes),
+            udp: rcv.as_ref().and_then(|f| f.udp),
+            sender_datagrams: snd.as_ref().and_then(|f| f.udp).map(|u| u.datagrams),
             tcp: snd.and_then(|f| f.tcp),
         });
     }
@@ -58,6 +60,10 @@ pub fn merge_interval(
             .iter()
             .map(|f| f.tcp.map(|t| t.retransmits))
             .sum::<Option<u64>>();
+        let udp = of_dir
+            .iter()
+            .any(|f| f.udp.is_some())
+            .then(|| UdpTick::sum(of_dir.iter().filter_map(|f| f.udp.as_ref())));
         sums.push(DirectionInterval {
             dir,
             receiver_bytes,
@@ -65,6 +71,8 @@ pub fn merge_interval(
             sender_bytes,
             sender_bps: rate(sender_bytes),
             retransmits,
+            udp,
+            sender_datagrams: add(|f| f.sender_datagrams),
         });
     }
     IntervalRecord {
@@ -80,7 +88,9 @@ pub fn merge_interval(
 /// Everything [`assemble`] needs.
 pub struct Inputs {
     /// The test.
-    pub spec: TcpSpec,
+    pub spec: TestSpec,
+    /// The test ran over IPv6 (for wire-rate estimates).
+    pub ipv6: bool,
     /// Server address.
     pub server: String,
     /// Whether the server was in-process.
@@ -122,7 +132,98 @@ fn end_result(r: &SideReport) -> EndResult {
         env: r.env.clone(),
         send_mode: r.send_mode.clone(),
         recv_mode: r.recv_mode.clone(),
+        udp_paths: r.udp_paths.clone(),
+        udp_kernel: r.udp_kernel,
+        stray_datagrams: r.stray_datagrams,
     }
+}
+
+fn rate(n: u64, secs: f64) -> f64 {
+    if secs > 0.0 {
+        n as f64 / secs
+    } else {
+        0.0
+    }
+}
+
+/// One UDP flow's figures from its sender's and receiver's reports.
+fn udp_counts(
+    snd: Option<&FlowSide>,
+    rcv: Option<&FlowSide>,
+    length: u64,
+    ipv6: bool,
+) -> UdpCounts {
+    let su = snd.and_then(|f| f.udp).unwrap_or_default();
+    let ru = rcv.and_then(|f| f.udp).unwrap_or_default();
+    let sequenced = length >= hakaru_proto::datagram::SEQ_HEADER as u64;
+    let lost = if sequenced {
+        // Gaps the receiver saw, plus whatever was sent after the last datagram that arrived.
+        ru.lost + su.next_seq.saturating_sub(ru.next_seq)
+    } else {
+        (su.datagrams + su.omitted_datagrams)
+            .saturating_sub(ru.datagrams + ru.omitted_datagrams)
+    };
+    let sent_pps = rate(su.datagrams, snd.map_or(0.0, |f| f.seconds));
+    let received_pps = rate(ru.datagrams, rcv.map_or(0.0, |f| f.seconds));
+    let wire = hakaru_model::ethernet_wire_bytes(length, ipv6) as f64 * 8.0;
+    finish_udp(UdpCounts {
+        sent_datagrams: su.datagrams,
+        received_datagrams: ru.datagrams,
+        lost,
+        out_of_order: ru.out_of_order,
+        duplicates: ru.duplicates,
+        jitter_ms: ru.jitter_ms,
+        sent_pps,
+        received_pps,
+        received_wire_bps: BitRate(received_pps * wire),
+        sent_wire_bps: BitRate(sent_pps * wire),
+        sequenced,
+        ignored: ru.ignored,
+        socket_drops: ru.socket_drops,
+        lost_percent: 0.0,
+    })
+}
+
+/// Derives the loss percentage: lost over what should have arrived once.
+fn finish_udp(mut u: UdpCounts) -> UdpCounts {
+    let expected = u.lost + u.received_datagrams.saturating_sub(u.duplicates);
+    u.lost_percent = if expected > 0 {
+        u.lost as f64 * 100.0 / expected as f64
+    } else {
+        0.0
+    };
+    u
+}
+
+/// The UDP figures of several flows added up (jitter: the mean over flows).
+fn sum_udp<'a>(of: impl Iterator<Item = &'a UdpCounts>) -> UdpCounts {
+    let mut t = UdpCounts {
+        sequenced: true,
+        ..UdpCounts::default()
+    };
+    let (mut jsum, mut jn) = (0.0, 0u32);
+    for u in of {
+        t.sent_datagrams += u.sent_datagrams;
+        t.received_datagrams += u.received_datagrams;
+        t.lost += u.lost;
+        t.out_of_order += u.out_of_order;
+        t.duplicates += u.duplicates;
+        t.sent_pps += u.sent_pps;
+        t.received_pps += u.received_pps;
+        t.received_wire_bps = BitRate(t.received_wire_bps.0 + u.received_wire_bps.0);
+        t.sent_wire_bps = BitRate(t.sent_wire_bps.0 + u.sent_wire_bps.0);
+        t.sequenced &= u.sequenced;
+        t.ignored += u.ignored;
+        if let Some(d) = u.socket_drops {
+            t.socket_drops = Some(t.socket_drops.unwrap_or(0) + d);
+        }
+        if let Some(j) = u.jitter_ms {
+            jsum += j;
+            jn += 1;
+        }
+    }
+    t.jitter_ms = (jn > 0).then(|| jsum / f64::from(jn));
+    finish_udp(t)
 }
 
 /// Builds the run's result from both ends' reports.
@@ -146,6 +247,10 @@ pub fn assemble(i: Inputs) -> RunResult {
             dir,
             receiver: counted(rcv.as_ref()),
             sender: counted(snd.as_ref()),
+            udp: i
+                .spec
+                .udp()
+                .map(|u| udp_counts(snd.as_ref(), rcv.as_ref(), u.length.0, i.ipv6)),
             tcp_info: snd.and_then(|f| f.tcp_info),
         });
     }
@@ -173,13 +278,17 @@ pub fn assemble(i: Inputs) -> RunResult {
                 .iter()
                 .filter_map(|f| f.tcp_info.as_ref().map(|t| t.retransmits))
                 .sum(),
+            udp: i
+                .spec
+                .udp()
+                .map(|_| sum_udp(of.iter().filter_map(|f| f.udp.as_ref()))),
         });
     }
     RunResult {
         schema_version: SCHEMA_VERSION,
         tool: "hakaru".into(),
         tool_version: env!("CARGO_PKG_VERSION").into(),
-        test: "tcp".into(),
+        test: i.spec.name().into(),
         started_at: rfc3339_utc(i.started_unix),
         started_at_unix: i.started_unix,
         server: i.server,
@@ -215,6 +324,7 @@ mod tests {
                     bytes,
                     calls: 1,
                     tcp: None,
+                    udp: None,
                 })
                 .collect(),
         }

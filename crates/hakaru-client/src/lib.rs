@@ -5,6 +5,7 @@
 //! assembles the [`RunResult`] from both ends' final reports.
 
 mod assemble;
+mod udp;
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
@@ -16,15 +17,18 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use hakaru_engine::control::{ControlConn, ControlError};
 use hakaru_engine::sockopt::{apply_tcp_options, SockoptError};
 use hakaru_engine::tcp::{FlowSocket, SideConfig, SideError, SideRun};
-use hakaru_engine::{sys, Observer};
-use hakaru_model::{Amount, End, FlowDir, IntervalSample, Role, RunResult, SideReport, TcpSpec};
-use hakaru_proto::{native::opening, Message, TestKind, PROTOCOL_VERSION};
+use hakaru_engine::udp::UdpRun;
+use hakaru_engine::{sys, Observer, Running};
+use hakaru_model::{
+    Amount, End, FlowDir, IntervalSample, Role, RunResult, SideReport, TcpSpec, TestSpec,
+};
+use hakaru_proto::{native::opening, Message, PROTOCOL_VERSION};
 use socket2::{Domain, Protocol, Socket, Type};
 
 pub use assemble::{assemble, merge_interval};
 pub use hakaru_model::Family;
 
-/// Where to run a TCP test and how.
+/// Where to run a test and how.
 #[derive(Debug, Clone)]
 pub struct ClientOptions {
     /// Server host name or address.
@@ -36,7 +40,7 @@ pub struct ClientOptions {
     /// Local address to bind control and data sockets to (`-B`).
     pub bind: Option<IpAddr>,
     /// The test.
-    pub spec: TcpSpec,
+    pub spec: TestSpec,
     /// CPUs to pin this end's workers to (`-A`).
     pub affinity: Vec<usize>,
     /// True when the server is the in-process loopback one.
@@ -124,6 +128,8 @@ enum Event {
     RemoteFailed(ControlError),
     Local(IntervalSample),
     LocalDone,
+    /// UDP: this end's senders are done, with their datagram counts.
+    LocalSendDone(Vec<(u32, u64)>),
 }
 
 /// Resolves `host:port` honouring the family restriction.
@@ -205,9 +211,9 @@ fn loopback_congestion(spec: &mut TcpSpec, server: IpAddr) -> Option<String> {
     ))
 }
 
-/// Runs one TCP test against a hakaru server. `stop` ends the test early (Ctrl-C): senders
+/// Runs one test against a hakaru server. `stop` ends the test early (Ctrl-C): senders
 /// stop, the ends exchange results as usual, and the result is marked interrupted.
-pub fn run_tcp(
+pub fn run_test(
     opts: &ClientOptions,
     observer: &mut dyn Observer,
     stop: Arc<AtomicBool>,
@@ -286,11 +292,13 @@ pub fn run_tcp(
     }
     let mut spec = opts.spec.clone();
     let mut notes = Vec::new();
-    if let Some(note) = loopback_congestion(&mut spec, server_addr.ip()) {
-        notes.push(note);
+    if let TestSpec::Tcp(tcp) = &mut spec {
+        if let Some(note) = loopback_congestion(tcp, server_addr.ip()) {
+            notes.push(note);
+        }
     }
     conn.send(&Message::TestRequest {
-        test: Box::new(TestKind::Tcp(spec.clone())),
+        test: Box::new(spec.clone()),
     })
     .map_err(ctl_err)?;
     let token = match conn.recv(HANDSHAKE_TIMEOUT).map_err(ctl_err)? {
@@ -305,87 +313,48 @@ pub fn run_tcp(
         }
     };
     observer.on_start(&spec, &addr_s, opts.embedded);
-    // Data connections, each announcing the test token and its flow id.
-    let plan = spec.flow_plan();
-    let ipv6 = server_addr.is_ipv6();
-    let mut flows = Vec::with_capacity(plan.len());
-    let mut up_i = 0u32;
-    for (fid, dir) in &plan {
-        let mut s = connect_one(server_addr, opts.bind, opts.connect_timeout, |sock| {
-            apply_tcp_options(sock, &spec, ipv6, true).map_err(ClientError::from)
-        })
-        .map_err(|e| match e {
-            ClientError::Sockopt(_) => e,
-            other => ClientError::Data {
-                flow: *fid,
-                reason: other.to_string(),
-            },
-        })?;
-        use std::io::Write;
-        s.write_all(&opening(&Message::DataHello {
-            token: token.clone(),
-            flow: *fid,
-        }))
-        .map_err(|e| ClientError::Data {
-            flow: *fid,
-            reason: e.to_string(),
-        })?;
-        let (role, quota) = match dir {
-            FlowDir::Up => {
-                up_i += 1;
-                (Role::Sender, spec.bytes_for_flow(up_i - 1))
-            }
-            FlowDir::Down => (Role::Receiver, None),
-        };
-        flows.push(FlowSocket {
-            id: *fid,
-            dir: *dir,
-            role,
-            stream: s,
-            quota,
-        });
-    }
-    match conn.recv(HANDSHAKE_TIMEOUT).map_err(ctl_err)? {
-        Message::Start => {}
-        Message::Error { message } => return Err(ClientError::Server(message)),
-        other => {
-            return Err(ClientError::Server(format!(
-                "unexpected {} message instead of start",
-                other.name()
-            )))
+    let (tx, rx) = mpsc::channel::<Event>();
+    let iface = local_ip.and_then(sys::interface_for_addr);
+    let (t1, t2) = (tx.clone(), tx.clone());
+    let on_interval = Box::new(move |s| {
+        let _ = t1.send(Event::Local(s));
+    });
+    let on_done = Box::new(move || {
+        let _ = t2.send(Event::LocalDone);
+    });
+    let run = match &spec {
+        TestSpec::Tcp(tcp) => {
+            let flows = open_tcp_flows(opts, tcp, server_addr, &token)?;
+            wait_start(&mut conn, &ctl_err)?;
+            Running::Tcp(SideRun::start(
+                tcp_side_config(tcp, opts, iface),
+                flows,
+                on_interval,
+                on_done,
+            )?)
         }
-    }
+        TestSpec::Udp(u) => {
+            let flows = udp::open_flows(opts, u, server_addr, &token)?;
+            conn.send(&Message::FlowsReady).map_err(&ctl_err)?;
+            wait_start(&mut conn, &ctl_err)?;
+            let (cfg, ucfg) = udp::side_config(u, opts, iface);
+            let t3 = tx.clone();
+            Running::Udp(UdpRun::start(
+                cfg,
+                ucfg,
+                flows,
+                on_interval,
+                on_done,
+                Box::new(move |sent| {
+                    let _ = t3.send(Event::LocalSendDone(sent));
+                }),
+            )?)
+        }
+    };
     let started_unix = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0);
-    let (tx, rx) = mpsc::channel::<Event>();
-    let cfg = SideConfig {
-        end: End::Client,
-        length: spec.length.0 as usize,
-        discard: spec.discard,
-        zerocopy: spec.zerocopy,
-        affinity: opts.affinity.clone(),
-        interval: spec.interval.0,
-        omit: spec.omit.0,
-        duration: match spec.amount {
-            Amount::Time(t) => Some(t.0),
-            _ => None,
-        },
-        stall_timeout: spec.stall_timeout.0,
-        iface: local_ip.and_then(sys::interface_for_addr),
-    };
-    let (t1, t2) = (tx.clone(), tx.clone());
-    let run = SideRun::start(
-        cfg,
-        flows,
-        Box::new(move |s| {
-            let _ = t1.send(Event::Local(s));
-        }),
-        Box::new(move || {
-            let _ = t2.send(Event::LocalDone);
-        }),
-    )?;
     // A reader thread turns control messages into events so one loop sees everything.
     let reader_stop = Arc::new(AtomicBool::new(false));
     let reader = {
@@ -445,6 +414,7 @@ pub fn run_tcp(
     }
     let remote_address = addr_s.clone();
     let result = assemble(assemble::Inputs {
+        ipv6: server_addr.is_ipv6() && server_addr.ip().to_canonical().is_ipv6(),
         spec,
         server: addr_s,
         embedded: opts.embedded,
@@ -465,9 +435,9 @@ type LoopOut = (SideReport, Vec<hakaru_model::IntervalRecord>, bool);
 
 fn event_loop(
     conn: &mut ControlConn,
-    run: &SideRun,
+    run: &Running,
     rx: &mpsc::Receiver<Event>,
-    spec: &TcpSpec,
+    spec: &TestSpec,
     observer: &mut dyn Observer,
     stop: &AtomicBool,
     addr: &str,
@@ -500,6 +470,10 @@ fn event_loop(
             Ok(Event::Local(s)) => {
                 local_s.insert(s.index, s);
             }
+            Ok(Event::LocalSendDone(sent)) => {
+                conn.send(&Message::SendDone { sent })
+                    .map_err(|e| gone(format!("is unreachable: {e}")))?;
+            }
             Ok(Event::LocalDone) => {
                 if let Some(e) = run.first_error() {
                     return Err(ClientError::Flow(e));
@@ -514,6 +488,7 @@ fn event_loop(
                         remote_s.insert(sample.index, sample);
                     }
                     Message::Keepalive => {}
+                    Message::SendDone { sent } => run.peer_done(&sent),
                     Message::Finished { report } => remote_report = Some(*report),
                     Message::Error { message } => return Err(ClientError::Server(message)),
                     other => {
@@ -577,4 +552,86 @@ fn event_loop(
     }
     let report = remote_report.ok_or_else(|| gone("sent no results".into()))?;
     Ok((report, records, interrupted))
+}
+
+/// Waits for the server's start signal.
+fn wait_start(
+    conn: &mut ControlConn,
+    ctl_err: &dyn Fn(ControlError) -> ClientError,
+) -> Result<(), ClientError> {
+    match conn.recv(HANDSHAKE_TIMEOUT).map_err(ctl_err)? {
+        Message::Start => Ok(()),
+        Message::Error { message } => Err(ClientError::Server(message)),
+        other => Err(ClientError::Server(format!(
+            "unexpected {} message instead of start",
+            other.name()
+        ))),
+    }
+}
+
+fn tcp_side_config(spec: &TcpSpec, opts: &ClientOptions, iface: Option<String>) -> SideConfig {
+    SideConfig {
+        end: End::Client,
+        length: spec.length.0 as usize,
+        discard: spec.discard,
+        zerocopy: spec.zerocopy,
+        affinity: opts.affinity.clone(),
+        interval: spec.interval.0,
+        omit: spec.omit.0,
+        duration: match spec.amount {
+            Amount::Time(t) => Some(t.0),
+            _ => None,
+        },
+        stall_timeout: spec.stall_timeout.0,
+        iface,
+    }
+}
+
+/// Opens the TCP data connections, each announcing the test token and its flow id.
+fn open_tcp_flows(
+    opts: &ClientOptions,
+    spec: &TcpSpec,
+    server_addr: SocketAddr,
+    token: &str,
+) -> Result<Vec<FlowSocket>, ClientError> {
+    let plan = spec.flow_plan();
+    let ipv6 = server_addr.is_ipv6();
+    let mut flows = Vec::with_capacity(plan.len());
+    let mut up_i = 0u32;
+    for (fid, dir) in &plan {
+        let mut s = connect_one(server_addr, opts.bind, opts.connect_timeout, |sock| {
+            apply_tcp_options(sock, spec, ipv6, true).map_err(ClientError::from)
+        })
+        .map_err(|e| match e {
+            ClientError::Sockopt(_) => e,
+            other => ClientError::Data {
+                flow: *fid,
+                reason: other.to_string(),
+            },
+        })?;
+        use std::io::Write;
+        s.write_all(&opening(&Message::DataHello {
+            token: token.to_string(),
+            flow: *fid,
+        }))
+        .map_err(|e| ClientError::Data {
+            flow: *fid,
+            reason: e.to_string(),
+        })?;
+        let (role, quota) = match dir {
+            FlowDir::Up => {
+                up_i += 1;
+                (Role::Sender, spec.bytes_for_flow(up_i - 1))
+            }
+            FlowDir::Down => (Role::Receiver, None),
+        };
+        flows.push(FlowSocket {
+            id: *fid,
+            dir: *dir,
+            role,
+            stream: s,
+            quota,
+        });
+    }
+    Ok(flows)
 }

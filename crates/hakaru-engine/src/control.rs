@@ -81,17 +81,20 @@ impl ControlConn {
         }
     }
 
-    /// Receives one message if one completes within `timeout`, `Ok(None)` otherwise.
+    /// Receives one message if one completes within `timeout`, `Ok(None)` otherwise. A zero
+    /// timeout still reads what has already arrived (waiting at most a millisecond).
     pub fn poll(&mut self, timeout: Duration) -> Result<Option<Message>, ControlError> {
         let deadline = Instant::now() + timeout;
+        let mut first = true;
         loop {
             if let Some(m) = self.decoder.next_message()? {
                 return Ok(Some(m));
             }
             let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
+            if left.is_zero() && !first {
                 return Ok(None);
             }
+            first = false;
             self.stream
                 .set_read_timeout(Some(left.max(Duration::from_millis(1))))?;
             match self.stream.read(&mut self.buf) {

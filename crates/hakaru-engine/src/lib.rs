@@ -8,8 +8,13 @@
 pub mod control;
 pub mod counters;
 pub mod observer;
+pub mod running;
+pub mod seq;
+mod side;
 pub mod sockopt;
 pub mod sys;
 pub mod tcp;
+pub mod udp;
 
 pub use observer::Observer;
+pub use running::Running;

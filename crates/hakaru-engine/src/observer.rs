@@ -1,11 +1,11 @@
 //! The observer trait: how measurement code reports progress without printing.
 
-use hakaru_model::{IntervalRecord, RunResult, TcpSpec};
+use hakaru_model::{IntervalRecord, RunResult, TestSpec};
 
 /// What a running test tells the outside world. Every method has a no-op default.
 pub trait Observer: Send {
     /// The test was accepted and is about to start.
-    fn on_start(&mut self, _spec: &TcpSpec, _server: &str, _embedded: bool) {}
+    fn on_start(&mut self, _spec: &TestSpec, _server: &str, _embedded: bool) {}
     /// One interval, merged from both ends.
     fn on_interval(&mut self, _record: &IntervalRecord) {}
     /// The test finished with this result.

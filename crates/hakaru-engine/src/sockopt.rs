@@ -1,8 +1,8 @@
-//! Socket options a TCP test sets on its data sockets, with errors that name the flag.
+//! Socket options a test sets on its data sockets, with errors that name the flag.
 
 use std::io;
 
-use hakaru_model::TcpSpec;
+use hakaru_model::{TcpSpec, UdpSpec};
 use socket2::Socket;
 
 /// A socket option the OS refused; the message names the flag that asked for it.
@@ -45,21 +45,7 @@ pub fn apply_tcp_options(
     if spec.nodelay {
         wrap("-N/--no-delay", sock.set_tcp_nodelay(true))?;
     }
-    if let Some(tos) = spec.tos {
-        let r = if ipv6 {
-            #[cfg(unix)]
-            {
-                sock.set_tclass_v6(u32::from(tos))
-            }
-            #[cfg(not(unix))]
-            {
-                Err(io::Error::new(io::ErrorKind::Unsupported, "IPV6_TCLASS"))
-            }
-        } else {
-            sock.set_tos_v4(u32::from(tos))
-        };
-        wrap(format!("--tos {tos}"), r)?;
-    }
+    set_tos(sock, spec.tos, ipv6)?;
     #[cfg(target_os = "linux")]
     if let Some(cc) = &spec.congestion {
         wrap(
@@ -87,4 +73,43 @@ pub fn apply_tcp_options(
     }
     let _ = before_connect;
     Ok(())
+}
+
+/// Receive buffer a UDP receiver asks for when -w is not given: enough to ride out a scheduling
+/// hiccup at a million packets per second (the kernel caps it at net.core.rmem_max).
+pub const DEFAULT_UDP_RCVBUF: usize = 4 << 20;
+
+/// Applies a UDP spec's options to a flow socket: buffers (-w, or a large receive buffer by
+/// default) and the TOS byte.
+pub fn apply_udp_options(sock: &Socket, spec: &UdpSpec, ipv6: bool) -> Result<(), SockoptError> {
+    match spec.window {
+        Some(w) => {
+            let size = usize::try_from(w.0).unwrap_or(usize::MAX);
+            let flag = format!("-w/--window {}", w.0);
+            wrap(flag.clone(), sock.set_send_buffer_size(size))?;
+            wrap(flag, sock.set_recv_buffer_size(size))?;
+        }
+        None => {
+            // Best effort: a smaller buffer is still a working test.
+            let _ = sock.set_recv_buffer_size(DEFAULT_UDP_RCVBUF);
+        }
+    }
+    set_tos(sock, spec.tos, ipv6)
+}
+
+fn set_tos(sock: &Socket, tos: Option<u8>, ipv6: bool) -> Result<(), SockoptError> {
+    let Some(tos) = tos else { return Ok(()) };
+    let r = if ipv6 {
+        #[cfg(unix)]
+        {
+            sock.set_tclass_v6(u32::from(tos))
+        }
+        #[cfg(not(unix))]
+        {
+            Err(io::Error::new(io::ErrorKind::Unsupported, "IPV6_TCLASS"))
+        }
+    } else {
+        sock.set_tos_v4(u32::from(tos))
+    };
+    wrap(format!("--tos {tos}"), r)
 }

@@ -10,16 +10,14 @@ use std::io;
 use std::net::{Shutdown, TcpStream};
 #[cfg(unix)]
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use hakaru_model::{
-    End, FlowDir, FlowSide, FlowTick, IntervalSample, Role, SideReport, TcpInfo, TcpTick,
-};
+use hakaru_model::{End, FlowDir, IntervalSample, Role, SideReport, TcpInfo};
 
-use crate::counters::{CounterSnapshot, FlowCounters};
+use crate::side::{spawn_ticker, Core, DoneFn, FlowMeta, TcpProbe, TickerOut};
 use crate::sys;
 
 /// One data connection handed to a side, with what it must do.
@@ -82,72 +80,30 @@ pub enum SideError {
     Thread(#[source] io::Error),
 }
 
-type DoneFn = Box<dyn FnOnce() + Send>;
-
-struct FlowMeta {
-    id: u32,
-    dir: FlowDir,
-    role: Role,
-    quota: Option<u64>,
-}
-
+/// A TCP side's state: the shared core plus the sockets and what sending needs.
 struct Shared {
-    start: Instant,
-    cfg: SideConfig,
+    core: Arc<Core>,
     streams: Vec<TcpStream>,
-    meta: Vec<FlowMeta>,
-    counters: Vec<FlowCounters>,
-    stop_send: AtomicBool,
-    abort: AtomicBool,
-    remaining: AtomicUsize,
-    /// Nanoseconds since start when the last flow finished.
-    end_ns: AtomicU64,
-    errors: Mutex<Vec<Option<String>>>,
     final_info: Mutex<Vec<Option<TcpInfo>>>,
-    on_done: Mutex<Option<DoneFn>>,
-    wake: (Mutex<()>, Condvar),
     pattern: Vec<u8>,
     zc: Option<sys::ZeroCopySource>,
 }
 
-impl Shared {
-    fn now_ns(&self) -> u64 {
-        self.start.elapsed().as_nanos() as u64
-    }
-
-    fn finish_flow(&self, i: usize, error: Option<String>) {
-        if let Some(e) = error {
-            if let Ok(mut errs) = self.errors.lock() {
-                errs[i] = Some(e);
-            }
-            let _ = self.streams[i].shutdown(Shutdown::Both);
-        }
-        if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.end_ns.store(self.now_ns(), Ordering::Release);
-            self.notify();
-            let cb = self.on_done.lock().ok().and_then(|mut g| g.take());
-            if let Some(cb) = cb {
-                cb();
-            }
-        }
-    }
-
-    fn notify(&self) {
-        let _g = self.wake.0.lock();
-        self.wake.1.notify_all();
-    }
-
-    fn all_done(&self) -> bool {
-        self.remaining.load(Ordering::Acquire) == 0
+impl std::ops::Deref for Shared {
+    type Target = Core;
+    fn deref(&self) -> &Core {
+        &self.core
     }
 }
 
-/// What the ticker hands back when it ends.
-struct TickerOut {
-    omit_ns: u64,
-    omit_counts: Vec<CounterSnapshot>,
-    cpu: Option<hakaru_model::CpuUsage>,
-    nic: Option<hakaru_model::NicUsage>,
+impl Shared {
+    /// Finishes a flow; a failed one has its socket shut down so the peer sees the end too.
+    fn finish_flow(&self, i: usize, error: Option<String>) {
+        if error.is_some() {
+            let _ = self.streams[i].shutdown(Shutdown::Both);
+        }
+        self.core.finish_flow(i, error);
+    }
 }
 
 /// A running side of a test.
@@ -192,30 +148,19 @@ impl SideRun {
         } else {
             Vec::new()
         };
+        let core = Arc::new(Core::new(cfg, meta, on_done, false));
         let shared = Arc::new(Shared {
-            start: Instant::now(),
-            counters: (0..n).map(|_| FlowCounters::default()).collect(),
+            core: Arc::clone(&core),
             streams,
-            meta,
-            stop_send: AtomicBool::new(false),
-            abort: AtomicBool::new(false),
-            remaining: AtomicUsize::new(n),
-            end_ns: AtomicU64::new(0),
-            errors: Mutex::new(vec![None; n]),
             final_info: Mutex::new(vec![None; n]),
-            on_done: Mutex::new(Some(on_done)),
-            wake: (Mutex::new(()), Condvar::new()),
             pattern,
             zc,
-            cfg,
         });
-        let ticker = {
+        let probe: TcpProbe = {
             let s = Arc::clone(&shared);
-            std::thread::Builder::new()
-                .name("hakaru-ticker".into())
-                .spawn(move || ticker(&s, on_interval))
-                .map_err(SideError::Thread)?
+            Box::new(move |i| sys::tcp_info(s.streams[i].as_raw_fd()).ok())
         };
+        let ticker = spawn_ticker(core, on_interval, Some(probe)).map_err(SideError::Thread)?;
         let cpus = if shared.cfg.affinity.is_empty() {
             sys::online_cpus()
         } else {
@@ -234,14 +179,10 @@ impl SideRun {
             match h {
                 Ok(h) => workers.push(h),
                 Err(e) => {
-                    shared.abort.store(true, Ordering::Release);
-                    shared.notify();
+                    shared.set_abort();
                     return Err(SideError::Thread(e));
                 }
             }
-        }
-        if n == 0 {
-            shared.end_ns.store(0, Ordering::Release);
         }
         Ok(SideRun {
             shared,
@@ -271,11 +212,7 @@ impl SideRun {
 
     /// The first flow error so far, if any.
     pub fn first_error(&self) -> Option<String> {
-        self.shared
-            .errors
-            .lock()
-            .ok()
-            .and_then(|e| e.iter().flatten().next().cloned())
+        self.shared.core.first_error()
     }
 
     /// True once every flow has finished.
@@ -289,62 +226,23 @@ impl SideRun {
             let _ = w.join();
         }
         // Workers are gone: wake the ticker in case we were aborted before all flows ended.
-        self.shared.abort.store(true, Ordering::Release);
-        self.shared.notify();
+        self.shared.set_abort();
+        let n = self.shared.meta.len();
         let t = self
             .ticker
             .take()
             .and_then(|t| t.join().ok())
-            .unwrap_or(TickerOut {
-                omit_ns: 0,
-                omit_counts: vec![CounterSnapshot::default(); self.shared.meta.len()],
-                cpu: None,
-                nic: None,
-            });
+            .unwrap_or_else(|| TickerOut::empty(n));
         let s = &self.shared;
-        let end_ns = match s.end_ns.load(Ordering::Acquire) {
-            0 => s.now_ns(),
-            e => e,
-        };
-        let seconds = end_ns.saturating_sub(t.omit_ns) as f64 / 1e9;
-        let errors = s.errors.lock().map(|e| e.clone()).unwrap_or_default();
         let infos = s.final_info.lock().map(|e| e.clone()).unwrap_or_default();
-        let flows = s
-            .meta
-            .iter()
-            .enumerate()
-            .map(|(i, m)| {
-                let fin = s.counters[i].snapshot();
-                let om = t.omit_counts.get(i).copied().unwrap_or_default();
-                FlowSide {
-                    id: m.id,
-                    dir: m.dir,
-                    role: m.role,
-                    bytes: fin.bytes - om.bytes.min(fin.bytes),
-                    omitted_bytes: om.bytes.min(fin.bytes),
-                    calls: fin.calls - om.calls.min(fin.calls),
-                    seconds,
-                    tcp_info: infos.get(i).cloned().flatten(),
-                    error: errors.get(i).cloned().flatten(),
-                }
-            })
-            .collect();
-        let mut env = sys::environment(s.cfg.iface.as_deref());
-        env.software = env!("CARGO_PKG_VERSION").to_string();
-        SideReport {
-            end: s.cfg.end,
-            flows,
-            cpu: t.cpu,
-            nic: t.nic,
-            env,
-            send_mode: if s.cfg.zerocopy { "sendfile" } else { "copy" }.into(),
-            recv_mode: if s.cfg.discard && sys::DISCARD_SUPPORTED {
-                "discard"
-            } else {
-                "copy"
-            }
-            .into(),
+        let mut report = s.core.report(t, |i| infos.get(i).cloned().flatten());
+        if s.cfg.zerocopy {
+            report.send_mode = "sendfile".into();
         }
+        if s.cfg.discard && sys::DISCARD_SUPPORTED {
+            report.recv_mode = "discard".into();
+        }
+        report
     }
 }
 
@@ -380,7 +278,7 @@ fn worker(s: &Shared, mine: Vec<usize>, pin: Option<usize>) {
     } else {
         Vec::new()
     };
-    let deadline = s.cfg.duration.map(|d| s.start + s.cfg.omit + d);
+    let deadline = s.deadline();
     let now = Instant::now();
     let mut active: Vec<FlowState> = mine
         .iter()
@@ -593,135 +491,5 @@ fn describe_io(id: u32, role: Role, e: &io::Error) -> String {
         format!("flow {id}: {verb}: {e}")
     } else {
         format!("flow {id}: {verb}: {what}")
-    }
-}
-
-fn ticker(s: &Shared, mut on_interval: Box<dyn FnMut(IntervalSample) + Send>) -> TickerOut {
-    let n = s.meta.len();
-    let interval = s.cfg.interval;
-    let omit = s.cfg.omit;
-    let mut omit_taken = omit.is_zero();
-    let mut omit_counts = vec![CounterSnapshot::default(); n];
-    let mut omit_ns = 0u64;
-    let cpu0 = sys::cpu_snapshot();
-    let nic0 = s.cfg.iface.as_deref().and_then(sys::nic_snapshot);
-    let (mut cpu_base, mut nic_base) = (cpu0, nic0);
-    let mut prev = vec![CounterSnapshot::default(); n];
-    let mut prev_retx = vec![0u64; n];
-    let mut last_ns = 0u64;
-    let mut index = 0u32;
-    let mut next_tick = (!interval.is_zero()).then_some(interval);
-    loop {
-        // Sleep until the next tick, the end of the warm-up, or the end of the test.
-        {
-            let mut wake_at: Option<Duration> = next_tick;
-            if !omit_taken {
-                wake_at = Some(wake_at.map_or(omit, |t| t.min(omit)));
-            }
-            let mut g = match s.wake.0.lock() {
-                Ok(g) => g,
-                Err(_) => break,
-            };
-            while !s.all_done() && !s.abort.load(Ordering::Acquire) {
-                let elapsed = s.start.elapsed();
-                let wait = match wake_at {
-                    Some(t) if t <= elapsed => break,
-                    Some(t) => t - elapsed,
-                    None => Duration::from_millis(500),
-                };
-                g = match s.wake.1.wait_timeout(g, wait) {
-                    Ok((g, _)) => g,
-                    Err(_) => return empty_ticker(n),
-                };
-            }
-        }
-        let done = s.all_done();
-        let aborted = s.abort.load(Ordering::Acquire) && !done;
-        let now_ns = if done {
-            s.end_ns.load(Ordering::Acquire)
-        } else {
-            s.now_ns()
-        };
-        // One snapshot per wake-up serves both the warm-up boundary and the interval, so no
-        // byte lands in both an omitted interval and the counted total.
-        let snap: Vec<CounterSnapshot> = s.counters.iter().map(FlowCounters::snapshot).collect();
-        if !omit_taken && (now_ns >= omit.as_nanos() as u64 || done || aborted) {
-            omit_taken = true;
-            omit_ns = now_ns.min(omit.as_nanos() as u64);
-            omit_counts = snap.clone();
-            cpu_base = sys::cpu_snapshot();
-            nic_base = s.cfg.iface.as_deref().and_then(sys::nic_snapshot);
-        }
-        if let Some(tick) = next_tick {
-            let tick_ns = tick.as_nanos() as u64;
-            let end_ns = if done { now_ns } else { tick_ns.min(now_ns) };
-            let due = now_ns >= tick_ns || done || aborted;
-            let long_enough = end_ns.saturating_sub(last_ns) * 20 >= interval.as_nanos() as u64;
-            if due && long_enough {
-                let flows = (0..n)
-                    .map(|i| {
-                        let cur = snap[i];
-                        let tcp = if s.meta[i].role == Role::Sender {
-                            sys::tcp_info(s.streams[i].as_raw_fd()).ok().map(|ti| {
-                                let d = ti.retransmits.saturating_sub(prev_retx[i]);
-                                prev_retx[i] = ti.retransmits;
-                                TcpTick {
-                                    retransmits: d,
-                                    snd_cwnd: ti.snd_cwnd,
-                                    rtt_us: ti.rtt_us,
-                                }
-                            })
-                        } else {
-                            None
-                        };
-                        let t = FlowTick {
-                            id: s.meta[i].id,
-                            bytes: cur.bytes - prev[i].bytes,
-                            calls: cur.calls - prev[i].calls,
-                            tcp,
-                        };
-                        prev[i] = cur;
-                        t
-                    })
-                    .collect();
-                on_interval(IntervalSample {
-                    index,
-                    start: last_ns as f64 / 1e9,
-                    end: end_ns as f64 / 1e9,
-                    omitted: end_ns <= omit.as_nanos() as u64 && !omit.is_zero(),
-                    flows,
-                });
-                index += 1;
-                last_ns = end_ns;
-            }
-            if due {
-                next_tick = Some(tick + interval);
-            }
-        }
-        if done || aborted {
-            let wall = now_ns.saturating_sub(omit_ns) as f64 / 1e9;
-            let cpu1 = sys::cpu_snapshot();
-            let nic1 = s.cfg.iface.as_deref().and_then(sys::nic_snapshot);
-            return TickerOut {
-                omit_ns,
-                omit_counts,
-                cpu: cpu_base
-                    .zip(cpu1)
-                    .map(|(a, b)| sys::cpu_usage(&a, &b, wall)),
-                nic: nic_base
-                    .zip(nic1)
-                    .map(|(a, b)| sys::nic_usage(&a, &b, wall)),
-            };
-        }
-    }
-    empty_ticker(n)
-}
-
-fn empty_ticker(n: usize) -> TickerOut {
-    TickerOut {
-        omit_ns: 0,
-        omit_counts: vec![CounterSnapshot::default(); n],
-        cpu: None,
-        nic: None,
     }
 }

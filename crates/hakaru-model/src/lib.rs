@@ -8,8 +8,10 @@
 
 pub mod config;
 pub mod result;
+pub mod udp;
 pub mod units;
 
 pub use config::*;
 pub use result::*;
+pub use udp::*;
 pub use units::*;

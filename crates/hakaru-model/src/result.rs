@@ -2,7 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{FlowDir, TcpSpec};
+use crate::config::FlowDir;
+use crate::udp::{TestSpec, UdpCounts, UdpFlowSide, UdpKernelCounters, UdpPaths, UdpTick};
 use crate::units::BitRate;
 
 /// Version of the JSON result format; bumped on any incompatible change.
@@ -186,6 +187,8 @@ pub struct FlowTick {
     pub calls: u64,
     /// TCP state, for flows this end sends on.
     pub tcp: Option<TcpTick>,
+    /// UDP counters, for UDP flows.
+    pub udp: Option<UdpTick>,
 }
 
 /// One end's interval sample: counters of every flow over [start, end) seconds of that end's clock.
@@ -222,6 +225,8 @@ pub struct FlowSide {
     pub seconds: f64,
     /// TCP_INFO of the socket at the end, for flows this end sends on.
     pub tcp_info: Option<TcpInfo>,
+    /// UDP counters, for UDP flows.
+    pub udp: Option<UdpFlowSide>,
     /// What went wrong on the flow, if anything.
     pub error: Option<String>,
 }
@@ -243,6 +248,13 @@ pub struct SideReport {
     pub send_mode: String,
     /// How this end received: `copy` (read) or `discard` (MSG_TRUNC, --discard).
     pub recv_mode: String,
+    /// UDP fast paths this end used, for UDP tests.
+    pub udp_paths: Option<UdpPaths>,
+    /// System-wide UDP counter deltas over the test, for UDP tests where the OS has them.
+    pub udp_kernel: Option<UdpKernelCounters>,
+    /// Server only: datagrams that reached the server's UDP port during the test from senders
+    /// that are not part of any test (ignored, never answered).
+    pub stray_datagrams: Option<u64>,
 }
 
 /// Bytes counted at one end of a flow or direction, with the time and rate.
@@ -288,6 +300,8 @@ pub struct FlowResult {
     pub sender: Counted,
     /// TCP_INFO of the sending socket at the end of the test.
     pub tcp_info: Option<TcpInfo>,
+    /// UDP figures (datagrams, loss, jitter), for UDP tests.
+    pub udp: Option<UdpCounts>,
 }
 
 /// All flows of one direction added up.
@@ -303,6 +317,8 @@ pub struct DirectionTotal {
     pub sender: Counted,
     /// Segments retransmitted, summed over the sending sockets.
     pub retransmits: u64,
+    /// UDP figures summed over the flows, for UDP tests.
+    pub udp: Option<UdpCounts>,
 }
 
 /// One flow's figures for one interval, merged from both ends.
@@ -322,6 +338,10 @@ pub struct FlowInterval {
     pub sender_bps: Option<BitRate>,
     /// Sending socket's TCP state at the end of the interval.
     pub tcp: Option<TcpTick>,
+    /// Receiver's UDP counters for the interval (the headline), for UDP tests.
+    pub udp: Option<UdpTick>,
+    /// Datagrams the sender sent during the interval, for UDP tests.
+    pub sender_datagrams: Option<u64>,
 }
 
 /// One direction's sum for one interval.
@@ -339,6 +359,10 @@ pub struct DirectionInterval {
     pub sender_bps: Option<BitRate>,
     /// Retransmits during the interval, summed over sending sockets.
     pub retransmits: Option<u64>,
+    /// Receivers' UDP counters summed over the flows, for UDP tests.
+    pub udp: Option<UdpTick>,
+    /// Datagrams all senders sent during the interval, for UDP tests.
+    pub sender_datagrams: Option<u64>,
 }
 
 /// One reporting interval, merged from both ends.
@@ -373,6 +397,12 @@ pub struct EndResult {
     pub send_mode: String,
     /// How this end received: `copy` or `discard`.
     pub recv_mode: String,
+    /// UDP fast paths this end used, for UDP tests.
+    pub udp_paths: Option<UdpPaths>,
+    /// System-wide UDP counter deltas at this end over the test, for UDP tests.
+    pub udp_kernel: Option<UdpKernelCounters>,
+    /// Server only: datagrams from senders outside any test, ignored during this test.
+    pub stray_datagrams: Option<u64>,
 }
 
 /// The result of one hakaru run: every renderer reads this.
@@ -384,7 +414,7 @@ pub struct RunResult {
     pub tool: String,
     /// hakaru version of the client.
     pub tool_version: String,
-    /// Test kind: `tcp`.
+    /// Test kind: `tcp`, `udp` or `pps`.
     pub test: String,
     /// Wall-clock start, RFC 3339 UTC.
     pub started_at: String,
@@ -398,8 +428,8 @@ pub struct RunResult {
     pub local_address: String,
     /// Remote address of the control connection.
     pub remote_address: String,
-    /// The test as both ends ran it.
-    pub spec: TcpSpec,
+    /// The test as both ends ran it; `kind` tells TCP from UDP.
+    pub spec: TestSpec,
     /// Interval reports, in order.
     pub intervals: Vec<IntervalRecord>,
     /// Per-flow totals.

@@ -2,8 +2,10 @@
 //!
 //! Everything here takes bytes and returns messages (or the reverse), so it is tested
 //! without sockets. [`native`] is hakaru's own control protocol; [`preamble`] tells the
-//! protocols that share the control port apart from their first bytes.
+//! protocols that share the control port apart from their first bytes; [`datagram`] is the
+//! header of UDP test datagrams and the hello that opens a UDP flow.
 
+pub mod datagram;
 pub mod native;
 pub mod preamble;
 

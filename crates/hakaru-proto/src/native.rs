@@ -5,7 +5,9 @@
 //! Frames over [`MAX_FRAME`] bytes are refused before any allocation, so a peer cannot make
 //! the other end buffer an arbitrary amount.
 
-use hakaru_model::{IntervalSample, SideReport, TcpSpec};
+use hakaru_model::{IntervalSample, SideReport, TestSpec};
+#[cfg(test)]
+use hakaru_model::TcpSpec;
 use serde::{Deserialize, Serialize};
 
 /// First bytes of every hakaru connection, in both directions.
@@ -15,13 +17,8 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// Largest frame accepted (8 MiB: a final report of 2048 flows fits with room to spare).
 pub const MAX_FRAME: usize = 8 << 20;
 
-/// The test a client asks for.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum TestKind {
-    /// TCP bulk transfer.
-    Tcp(TcpSpec),
-}
+/// The test a client asks for (the model's [`TestSpec`], tagged by `kind`).
+pub type TestKind = TestSpec;
 
 /// One control message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -65,6 +62,8 @@ pub enum Message {
         /// Flow id this connection carries.
         flow: u32,
     },
+    /// Client → server, UDP tests: every flow's hello was acknowledged.
+    FlowsReady,
     /// Server → client: every data connection arrived; both ends start now.
     Start,
     /// Server → client: the server's counters for one interval.
@@ -76,6 +75,12 @@ pub enum Message {
     Keepalive,
     /// Client → server: stop sending now (Ctrl-C); finish as usual.
     Stop,
+    /// Either way, UDP tests: this end's senders are done; receivers may finish once they
+    /// have seen these datagram counts or after a short linger.
+    SendDone {
+        /// (flow id, datagrams sent in all) for each flow this end sent on.
+        sent: Vec<(u32, u64)>,
+    },
     /// Either way: this end's final report.
     Finished {
         /// The report.
@@ -98,10 +103,12 @@ impl Message {
             Message::Accepted { .. } => "accepted",
             Message::Refused { .. } => "refused",
             Message::DataHello { .. } => "data_hello",
+            Message::FlowsReady => "flows_ready",
             Message::Start => "start",
             Message::Interval { .. } => "interval",
             Message::Keepalive => "keepalive",
             Message::Stop => "stop",
+            Message::SendDone { .. } => "send_done",
             Message::Finished { .. } => "finished",
             Message::Error { .. } => "error",
         }
@@ -256,6 +263,7 @@ mod tests {
                         bytes: 99,
                         calls: 1,
                         tcp: None,
+                        udp: None,
                     }],
                 },
             },

@@ -1,6 +1,6 @@
 //! `--json-stream`: JSON Lines events as the test runs, each `{"type": ..., "data": ...}`.
 
-use hakaru_model::{IntervalRecord, RunResult, TcpSpec};
+use hakaru_model::{IntervalRecord, RunResult, TestSpec};
 use serde::Serialize;
 
 #[derive(Serialize)]
@@ -15,7 +15,7 @@ struct StartData<'a> {
     schema_version: u32,
     server: &'a str,
     embedded_server: bool,
-    spec: &'a TcpSpec,
+    spec: &'a TestSpec,
 }
 
 #[derive(Serialize)]
@@ -31,7 +31,7 @@ fn line<T: Serialize>(kind: &str, data: T) -> String {
 }
 
 /// The `start` event.
-pub fn start(spec: &TcpSpec, server: &str, embedded: bool) -> String {
+pub fn start(spec: &TestSpec, server: &str, embedded: bool) -> String {
     line(
         "start",
         StartData {
@@ -69,7 +69,7 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(e.trim_end()).unwrap();
         assert_eq!(v["type"], "error");
         assert_eq!(v["data"]["message"], "boom \"quoted\"");
-        let s = start(&TcpSpec::default(), "h:1", true);
+        let s = start(&TestSpec::Tcp(hakaru_model::TcpSpec::default()), "h:1", true);
         let v: serde_json::Value = serde_json::from_str(s.trim_end()).unwrap();
         assert_eq!(v["type"], "start");
         assert_eq!(v["data"]["spec"]["flows"], 1);

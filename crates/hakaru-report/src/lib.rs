@@ -5,3 +5,4 @@ pub mod json;
 pub mod jsonl;
 pub mod schema;
 pub mod text;
+pub mod udp_text;

@@ -4,11 +4,49 @@ use std::fmt::Write;
 
 use hakaru_model::{
     Amount, BitRate, Bytes, Counted, Direction, EndResult, FlowDir, IntervalRecord, RunResult,
-    TcpSpec,
+    TcpSpec, TestSpec,
 };
 
+use crate::udp_text;
+
 /// The line that opens a run.
-pub fn header(spec: &TcpSpec, server: &str, embedded: bool) -> String {
+pub fn header(spec: &TestSpec, server: &str, embedded: bool) -> String {
+    match spec {
+        TestSpec::Tcp(t) => tcp_header(t, server, embedded),
+        TestSpec::Udp(u) => udp_text::header(u, server, embedded),
+    }
+}
+
+/// Column headings for the interval lines of a test.
+pub fn interval_heading(spec: &TestSpec) -> String {
+    match spec {
+        TestSpec::Tcp(_) => tcp_interval_heading(),
+        TestSpec::Udp(_) => udp_text::interval_heading(),
+    }
+}
+
+/// Lines for one interval of any test.
+pub fn interval_lines(rec: &IntervalRecord) -> String {
+    let udp = rec
+        .flows
+        .iter()
+        .any(|f| f.udp.is_some() || f.sender_datagrams.is_some());
+    if udp {
+        udp_text::interval_lines(rec)
+    } else {
+        tcp_interval_lines(rec)
+    }
+}
+
+/// The final summary of any test.
+pub fn summary(r: &RunResult) -> String {
+    match r.spec {
+        TestSpec::Tcp(_) => tcp_summary(r),
+        TestSpec::Udp(_) => udp_text::summary(r),
+    }
+}
+
+fn tcp_header(spec: &TcpSpec, server: &str, embedded: bool) -> String {
     let dir = match spec.direction {
         Direction::Forward => "client -> server",
         Direction::Reverse => "server -> client (reverse)",
@@ -42,8 +80,7 @@ pub fn header(spec: &TcpSpec, server: &str, embedded: bool) -> String {
     s
 }
 
-/// Column headings for interval lines.
-pub fn interval_heading() -> String {
+fn tcp_interval_heading() -> String {
     format!(
         "{:<5} {:<4} {:>15}  {:>22}  {:>22}  {:>5} {:>6} {:>8}\n",
         "[ ID]", "Dir", "Interval", "Receiver", "Sender", "Retr", "Cwnd", "RTT"
@@ -57,12 +94,12 @@ fn pair(bytes: Option<u64>, rate: Option<BitRate>) -> String {
     }
 }
 
-fn span(start: f64, end: f64) -> String {
+pub(crate) fn span(start: f64, end: f64) -> String {
     format!("{start:6.2}-{end:<6.2} s")
 }
 
 /// Lines for one interval: one per flow, then a SUM line per direction with several flows.
-pub fn interval_lines(rec: &IntervalRecord) -> String {
+fn tcp_interval_lines(rec: &IntervalRecord) -> String {
     let mut s = String::new();
     let omitted = if rec.omitted { "  (omitted)" } else { "" };
     for f in &rec.flows {
@@ -117,7 +154,7 @@ fn ms(us: u64) -> String {
     format!("{:.0} ms", us as f64 / 1000.0)
 }
 
-fn end_lines(s: &mut String, name: &str, e: &EndResult) {
+pub(crate) fn end_lines(s: &mut String, name: &str, e: &EndResult) {
     if let Some(c) = &e.cpu {
         let _ = writeln!(
             s,
@@ -165,8 +202,7 @@ fn end_lines(s: &mut String, name: &str, e: &EndResult) {
     );
 }
 
-/// The final summary.
-pub fn summary(r: &RunResult) -> String {
+fn tcp_summary(r: &RunResult) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -236,6 +272,23 @@ pub fn summary(r: &RunResult) -> String {
     );
     end_lines(&mut s, "client", &r.client);
     end_lines(&mut s, "server", &r.server_end);
+    trailer(&mut s, r);
+    for t in &r.totals {
+        let dir = match t.dir {
+            FlowDir::Up => "client -> server",
+            FlowDir::Down => "server -> client",
+        };
+        let _ = writeln!(
+            s,
+            "{dir}: {} received ({} sent)",
+            t.receiver.bits_per_second, t.sender.bits_per_second
+        );
+    }
+    s
+}
+
+/// Notes that close every summary: shared machine, choices made, interruption.
+pub(crate) fn trailer(s: &mut String, r: &RunResult) {
     if r.embedded_server {
         let _ = writeln!(
             s,
@@ -251,18 +304,6 @@ pub fn summary(r: &RunResult) -> String {
             "  note: interrupted; figures cover the time the test ran"
         );
     }
-    for t in &r.totals {
-        let dir = match t.dir {
-            FlowDir::Up => "client -> server",
-            FlowDir::Down => "server -> client",
-        };
-        let _ = writeln!(
-            s,
-            "{dir}: {} received ({} sent)",
-            t.receiver.bits_per_second, t.sender.bits_per_second
-        );
-    }
-    s
 }
 
 #[cfg(test)]
@@ -290,6 +331,8 @@ mod tests {
                         snd_cwnd: 40,
                         rtt_us: 55,
                     }),
+                    udp: None,
+                    sender_datagrams: None,
                 },
                 FlowInterval {
                     id: 1,
@@ -299,6 +342,8 @@ mod tests {
                     sender_bytes: Some(5),
                     sender_bps: Some(BitRate(40.0)),
                     tcp: None,
+                    udp: None,
+                    sender_datagrams: None,
                 },
             ],
             sums: vec![DirectionInterval {
@@ -308,6 +353,8 @@ mod tests {
                 sender_bytes: Some((1 << 30) + 5),
                 sender_bps: Some(BitRate(8.59e9)),
                 retransmits: None,
+                udp: None,
+                sender_datagrams: None,
             }],
         };
         let out = interval_lines(&rec);

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use hakaru_proto::preamble::{classify, Preamble};
 use hakaru_proto::{Decoder, Message};
 
+use crate::registry::DataConn;
 use crate::{session, Ctx};
 
 /// How long a new connection has to say what it is.
@@ -115,7 +116,11 @@ fn handle(ctx: &Ctx, mut stream: TcpStream, peer: SocketAddr) {
                 tracing::warn!("data connection from {peer} sent data before the test started");
             }
             let _ = stream.set_read_timeout(None);
-            if ctx.registry.deliver(&token, (flow, stream)).is_err() {
+            if ctx
+                .registry
+                .deliver(&token, peer.ip(), DataConn::Tcp(flow, stream))
+                .is_err()
+            {
                 tracing::warn!("closed data connection from {peer}: no test with that token");
             }
         }

@@ -1,16 +1,18 @@
 //! hakaru-server: the daemon.
 //!
 //! One listening socket serves every client: control connections and data connections
-//! arrive on the same port and are told apart by their first bytes. Each connection gets a
+//! arrive on the same port and are told apart by their first bytes. A UDP socket on the same
+//! port number takes the hellos that open UDP flows. Each connection gets a
 //! thread; each test owns its sockets and worker threads and frees them however it ends, so
 //! one test's failure never touches another.
 
 mod dispatch;
 mod registry;
 mod session;
+mod udp_dispatch;
 
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -61,11 +63,16 @@ pub(crate) struct Ctx {
     pub active_tests: AtomicUsize,
     pub pending: AtomicUsize,
     pub threads: AtomicUsize,
+    /// Address of the UDP port (same address and port number as the TCP listener).
+    pub udp_addr: SocketAddr,
+    /// Datagrams on the UDP port that belonged to no test.
+    pub strays: AtomicU64,
 }
 
 /// A bound server, ready to run.
 pub struct Server {
     listener: TcpListener,
+    udp: UdpSocket,
     ctx: Arc<Ctx>,
 }
 
@@ -101,8 +108,12 @@ impl Server {
         }
         sock.listen(1024)?;
         let listener: TcpListener = sock.into();
+        let bound = listener.local_addr()?;
+        let udp = bind_udp(bound, cfg.family)
+            .map_err(|e| io::Error::new(e.kind(), format!("binding UDP {bound}: {e}")))?;
         Ok(Server {
             listener,
+            udp,
             ctx: Arc::new(Ctx {
                 cfg,
                 registry: Registry::default(),
@@ -111,6 +122,8 @@ impl Server {
                 active_tests: AtomicUsize::new(0),
                 pending: AtomicUsize::new(0),
                 threads: AtomicUsize::new(0),
+                udp_addr: bound,
+                strays: AtomicU64::new(0),
             }),
         })
     }
@@ -134,6 +147,13 @@ impl Server {
     pub fn run(self) -> io::Result<()> {
         self.listener.set_nonblocking(true)?;
         tracing::info!("listening on {}", self.local_addr()?);
+        let udp_thread = {
+            let ctx = Arc::clone(&self.ctx);
+            let sock = self.udp.try_clone()?;
+            std::thread::Builder::new()
+                .name("hakaru-udp-port".into())
+                .spawn(move || udp_dispatch::run(ctx, sock))?
+        };
         while !self.ctx.shutdown.load(Ordering::Acquire) {
             match self.listener.accept() {
                 Ok((stream, peer)) => {
@@ -154,6 +174,7 @@ impl Server {
         while self.ctx.threads.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }
+        let _ = udp_thread.join();
         Ok(())
     }
 
@@ -202,6 +223,24 @@ impl Drop for ServerHandle {
     fn drop(&mut self) {
         self.stop_inner();
     }
+}
+
+/// Binds the UDP port beside the TCP listener. SO_REUSEADDR lets each UDP flow of a test bind
+/// a socket to this same address and port and connect it to its client: the kernel prefers
+/// the connected socket for that client's datagrams.
+pub(crate) fn bind_udp(addr: SocketAddr, family: Family) -> io::Result<UdpSocket> {
+    let sock = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    sock.set_reuse_address(true)?;
+    if addr.is_ipv6() {
+        let only_v6 = family == Family::V6;
+        if let Err(e) = sock.set_only_v6(only_v6) {
+            if only_v6 {
+                return Err(e);
+            }
+        }
+    }
+    sock.bind(&addr.into())?;
+    Ok(sock.into())
 }
 
 #[cfg(unix)]

@@ -1,20 +1,24 @@
 //! One control session: handshake, one test, results exchange.
 
-use std::net::{SocketAddr, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hakaru_engine::control::{ControlConn, ControlError};
-use hakaru_engine::sockopt::apply_tcp_options;
+use hakaru_engine::sockopt::{apply_tcp_options, apply_udp_options};
 use hakaru_engine::sys;
 use hakaru_engine::tcp::{FlowSocket, SideConfig, SideRun};
-use hakaru_model::{Amount, End, FlowDir, Role, TcpSpec};
-use hakaru_proto::{Decoder, Message, TestKind, PROTOCOL_VERSION};
-use socket2::SockRef;
+use hakaru_engine::udp::{UdpConfig, UdpFlowSocket, UdpRun};
+use hakaru_engine::Running;
+use hakaru_model::{Amount, End, FlowDir, Role, TcpSpec, TestSpec, UdpSpec};
+use hakaru_proto::datagram::{token_bytes, FlowHello};
+use hakaru_proto::{Decoder, Message, PROTOCOL_VERSION};
+use socket2::{Domain, Protocol, SockRef, Socket, Type};
 
 use crate::dispatch::CountGuard;
+use crate::registry::DataConn;
 use crate::Ctx;
 
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -60,9 +64,7 @@ pub(crate) fn control(
         return;
     }
     let spec = match conn.recv(REQUEST_TIMEOUT) {
-        Ok(Message::TestRequest { test }) => match *test {
-            TestKind::Tcp(spec) => spec,
-        },
+        Ok(Message::TestRequest { test }) => *test,
         Ok(other) => {
             let why = format!("expected a test request, got {}", other.name());
             tracing::warn!("session with {peer}: {why}");
@@ -90,12 +92,13 @@ pub(crate) fn control(
     let id = ctx.next_test.fetch_add(1, Ordering::Relaxed);
     let token = new_token();
     let (tx, rx) = mpsc::channel();
-    ctx.registry.insert(token.clone(), tx);
+    ctx.registry.insert(token.clone(), peer.ip(), tx);
     let started = Instant::now();
     tracing::info!(
-        "test {id} from {peer} ({software}): tcp, {} flow(s) {:?}, {}",
-        spec.flows,
-        spec.direction,
+        "test {id} from {peer} ({software}): {}, {} flow(s) {:?}, {}",
+        spec.name(),
+        spec.flows(),
+        spec.direction(),
         describe_amount(&spec)
     );
     let outcome = run_test(ctx, &mut conn, &spec, id, &token, &rx, local_ip);
@@ -113,16 +116,16 @@ pub(crate) fn control(
     }
 }
 
-fn describe_amount(spec: &TcpSpec) -> String {
-    match spec.amount {
+fn describe_amount(spec: &TestSpec) -> String {
+    match spec.amount() {
         Amount::Time(t) => format!("{t}"),
         Amount::Bytes(b) => format!("{} bytes", b.0),
-        Amount::Blocks(k) => format!("{k} blocks of {} bytes", spec.length.0),
+        Amount::Blocks(k) => format!("{k} blocks of {} bytes", spec.length().0),
     }
 }
 
 /// Checks what the spec's own validation cannot: this host's limits and capabilities.
-fn admit(ctx: &Ctx, spec: &TcpSpec) -> Result<(), String> {
+fn admit(ctx: &Ctx, spec: &TestSpec) -> Result<(), String> {
     spec.validate().map_err(|e| e.0)?;
     if ctx.shutdown.load(Ordering::Acquire) {
         return Err("the server is shutting down".into());
@@ -134,7 +137,10 @@ fn admit(ctx: &Ctx, spec: &TcpSpec) -> Result<(), String> {
             ctx.cfg.max_tests
         ));
     }
-    if let Some(cc) = &spec.congestion {
+    if let Some(cc) = match spec {
+        TestSpec::Tcp(t) => t.congestion.as_ref(),
+        TestSpec::Udp(_) => None,
+    } {
         let avail = sys::available_congestion();
         if !avail.is_empty() && !avail.iter().any(|a| a == cc) {
             return Err(format!(
@@ -144,7 +150,7 @@ fn admit(ctx: &Ctx, spec: &TcpSpec) -> Result<(), String> {
         }
     }
     let cpus = sys::online_cpus();
-    if let Some(&bad) = spec.server_affinity.iter().find(|&&c| c >= cpus) {
+    if let Some(&bad) = spec.server_affinity().iter().find(|&&c| c >= cpus) {
         return Err(format!(
             "--server-affinity: CPU {bad} does not exist on the server (it has {cpus})"
         ));
@@ -169,119 +175,63 @@ fn new_token() -> String {
 fn run_test(
     ctx: &Ctx,
     conn: &mut ControlConn,
-    spec: &TcpSpec,
+    spec: &TestSpec,
     id: u64,
     token: &str,
-    rx: &mpsc::Receiver<crate::registry::DataConn>,
-    local_ip: Option<std::net::IpAddr>,
+    rx: &mpsc::Receiver<DataConn>,
+    local_ip: Option<IpAddr>,
 ) -> Result<String, Abort> {
     conn.send(&Message::Accepted {
         test_id: id,
         token: token.to_string(),
     })
     .map_err(|e| Abort::Quiet(e.to_string()))?;
-    let plan = spec.flow_plan();
-    let mut socks: Vec<Option<TcpStream>> = (0..plan.len()).map(|_| None).collect();
-    let deadline = Instant::now() + DATA_TIMEOUT;
-    let mut arrived = 0;
-    while arrived < plan.len() {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() || ctx.shutdown.load(Ordering::Acquire) {
-            return Err(Abort::Tell(format!(
-                "only {arrived} of {} data connections arrived within {} s",
-                plan.len(),
-                DATA_TIMEOUT.as_secs()
-            )));
-        }
-        match rx.recv_timeout(left.min(Duration::from_millis(200))) {
-            Ok((flow, stream)) => match socks.get_mut(flow as usize) {
-                Some(slot @ None) => {
-                    *slot = Some(stream);
-                    arrived += 1;
-                }
-                _ => tracing::warn!(
-                    "test {id}: ignored a data connection for unknown or repeated flow {flow}"
-                ),
-            },
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                // The client may give up while we wait; notice it.
-                match conn.poll(Duration::ZERO) {
-                    Err(e) => {
-                        return Err(Abort::Quiet(format!(
-                            "while waiting for data connections: {e}"
-                        )))
-                    }
-                    Ok(Some(Message::Error { message })) => {
-                        return Err(Abort::Quiet(format!("client: {message}")))
-                    }
-                    Ok(_) => {}
-                }
-            }
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                return Err(Abort::Tell("internal error: registry closed".into()))
-            }
-        }
-    }
-    let mut flows = Vec::with_capacity(plan.len());
-    let mut down_index = 0u32;
-    for ((fid, dir), s) in plan.iter().zip(socks) {
-        let Some(stream) = s else {
-            return Err(Abort::Tell(
-                "internal error: missing data connection".into(),
-            ));
-        };
-        let ipv6 = stream.local_addr().map(|a| a.is_ipv6()).unwrap_or(false);
-        apply_tcp_options(&SockRef::from(&stream), spec, ipv6, false)
-            .map_err(|e| Abort::Tell(format!("on the server: {e}")))?;
-        let (role, quota) = match dir {
-            FlowDir::Up => (Role::Receiver, None),
-            FlowDir::Down => {
-                down_index += 1;
-                (Role::Sender, spec.bytes_for_flow(down_index - 1))
-            }
-        };
-        flows.push(FlowSocket {
-            id: *fid,
-            dir: *dir,
-            role,
-            stream,
-            quota,
-        });
-    }
-    let cfg = SideConfig {
-        end: End::Server,
-        length: spec.length.0 as usize,
-        discard: spec.discard,
-        zerocopy: spec.zerocopy,
-        affinity: spec.server_affinity.clone(),
-        interval: spec.interval.0,
-        omit: spec.omit.0,
-        duration: match spec.amount {
-            Amount::Time(t) => Some(t.0),
-            _ => None,
-        },
-        stall_timeout: spec.stall_timeout.0,
-        iface: local_ip.and_then(sys::interface_for_addr),
-    };
+    let iface = local_ip.and_then(sys::interface_for_addr);
+    let strays_before = ctx.strays.load(Ordering::Acquire);
     let writer = conn
         .stream()
         .try_clone()
         .map_err(|e| Abort::Tell(format!("cloning the control socket: {e}")))?;
     let writer = Arc::new(Mutex::new(ControlConn::new(writer)));
-    conn.send(&Message::Start)
-        .map_err(|e| Abort::Quiet(e.to_string()))?;
     let w = Arc::clone(&writer);
-    let run = SideRun::start(
-        cfg,
-        flows,
-        Box::new(move |sample| {
-            if let Ok(mut w) = w.lock() {
-                let _ = w.send(&Message::Interval { sample });
-            }
-        }),
-        Box::new(|| {}),
-    )
-    .map_err(|e| Abort::Tell(format!("on the server: {e}")))?;
+    let on_interval = Box::new(move |sample| {
+        if let Ok(mut w) = w.lock() {
+            let _ = w.send(&Message::Interval { sample });
+        }
+    });
+    let run = match spec {
+        TestSpec::Tcp(tcp) => {
+            let flows = collect_tcp(ctx, conn, tcp, id, rx)?;
+            conn.send(&Message::Start)
+                .map_err(|e| Abort::Quiet(e.to_string()))?;
+            Running::Tcp(
+                SideRun::start(tcp_side_config(tcp, iface), flows, on_interval, Box::new(|| {}))
+                    .map_err(|e| Abort::Tell(format!("on the server: {e}")))?,
+            )
+        }
+        TestSpec::Udp(udp) => {
+            let flows = collect_udp(ctx, conn, udp, id, token, rx)?;
+            conn.send(&Message::Start)
+                .map_err(|e| Abort::Quiet(e.to_string()))?;
+            let w = Arc::clone(&writer);
+            let (cfg, ucfg) = udp_side_config(udp, iface);
+            Running::Udp(
+                UdpRun::start(
+                    cfg,
+                    ucfg,
+                    flows,
+                    on_interval,
+                    Box::new(|| {}),
+                    Box::new(move |sent| {
+                        if let Ok(mut w) = w.lock() {
+                            let _ = w.send(&Message::SendDone { sent });
+                        }
+                    }),
+                )
+                .map_err(|e| Abort::Tell(format!("on the server: {e}")))?,
+            )
+        }
+    };
     let mut last_heard = Instant::now();
     let mut last_sent = Instant::now();
     while !run.is_done() {
@@ -294,6 +244,10 @@ fn run_test(
             Ok(Some(Message::Stop)) => {
                 last_heard = Instant::now();
                 run.stop_sending();
+            }
+            Ok(Some(Message::SendDone { sent })) => {
+                last_heard = Instant::now();
+                run.peer_done(&sent);
             }
             Ok(Some(Message::Error { message })) => {
                 run.abort();
@@ -332,7 +286,11 @@ fn run_test(
             last_sent = Instant::now();
         }
     }
-    let report = run.wait();
+    let mut report = run.wait();
+    if spec.udp().is_some() {
+        report.stray_datagrams =
+            Some(ctx.strays.load(Ordering::Acquire).saturating_sub(strays_before));
+    }
     let moved: u64 = report.flows.iter().map(|f| f.bytes).sum();
     let first_error = report.flows.iter().find_map(|f| f.error.clone());
     let seconds = report.flows.first().map_or(0.0, |f| f.seconds);
@@ -366,4 +324,259 @@ fn run_test(
             hakaru_model::Bytes(moved)
         )),
     }
+}
+
+fn tcp_side_config(spec: &TcpSpec, iface: Option<String>) -> SideConfig {
+    SideConfig {
+        end: End::Server,
+        length: spec.length.0 as usize,
+        discard: spec.discard,
+        zerocopy: spec.zerocopy,
+        affinity: spec.server_affinity.clone(),
+        interval: spec.interval.0,
+        omit: spec.omit.0,
+        duration: match spec.amount {
+            Amount::Time(t) => Some(t.0),
+            _ => None,
+        },
+        stall_timeout: spec.stall_timeout.0,
+        iface,
+    }
+}
+
+fn udp_side_config(spec: &UdpSpec, iface: Option<String>) -> (SideConfig, UdpConfig) {
+    let cfg = SideConfig {
+        end: End::Server,
+        length: spec.length.0 as usize,
+        discard: false,
+        zerocopy: false,
+        affinity: spec.server_affinity.clone(),
+        interval: spec.interval.0,
+        omit: spec.omit.0,
+        duration: match spec.amount {
+            Amount::Time(t) => Some(t.0),
+            _ => None,
+        },
+        stall_timeout: spec.stall_timeout.0,
+        iface,
+    };
+    let ucfg = UdpConfig {
+        rate: spec.rate,
+        gso: spec.gso,
+        gro: spec.gro,
+        batch: spec.batch as usize,
+    };
+    (cfg, ucfg)
+}
+
+/// Notices a client that gives up while the server waits for its data paths.
+fn check_client(conn: &mut ControlConn) -> Result<Option<Message>, Abort> {
+    match conn.poll(Duration::ZERO) {
+        Err(e) => Err(Abort::Quiet(format!("while waiting for data paths: {e}"))),
+        Ok(Some(Message::Error { message })) => Err(Abort::Quiet(format!("client: {message}"))),
+        Ok(m) => Ok(m),
+    }
+}
+
+/// Waits for every TCP data connection of the test.
+fn collect_tcp(
+    ctx: &Ctx,
+    conn: &mut ControlConn,
+    spec: &TcpSpec,
+    id: u64,
+    rx: &mpsc::Receiver<DataConn>,
+) -> Result<Vec<FlowSocket>, Abort> {
+    let plan = spec.flow_plan();
+    let mut socks: Vec<Option<TcpStream>> = (0..plan.len()).map(|_| None).collect();
+    let deadline = Instant::now() + DATA_TIMEOUT;
+    let mut arrived = 0;
+    while arrived < plan.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || ctx.shutdown.load(Ordering::Acquire) {
+            return Err(Abort::Tell(format!(
+                "only {arrived} of {} data connections arrived within {} s",
+                plan.len(),
+                DATA_TIMEOUT.as_secs()
+            )));
+        }
+        match rx.recv_timeout(left.min(Duration::from_millis(200))) {
+            Ok(DataConn::Tcp(flow, stream)) => match socks.get_mut(flow as usize) {
+                Some(slot @ None) => {
+                    *slot = Some(stream);
+                    arrived += 1;
+                }
+                _ => tracing::warn!(
+                    "test {id}: ignored a data connection for unknown or repeated flow {flow}"
+                ),
+            },
+            Ok(DataConn::Udp(flow, from)) => {
+                tracing::warn!("test {id}: ignored a UDP hello for flow {flow} from {from} in a TCP test")
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                check_client(conn)?;
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(Abort::Tell("internal error: registry closed".into()))
+            }
+        }
+    }
+    let mut flows = Vec::with_capacity(plan.len());
+    let mut down_index = 0u32;
+    for ((fid, dir), s) in plan.iter().zip(socks) {
+        let Some(stream) = s else {
+            return Err(Abort::Tell(
+                "internal error: missing data connection".into(),
+            ));
+        };
+        let ipv6 = stream.local_addr().map(|a| a.is_ipv6()).unwrap_or(false);
+        apply_tcp_options(&SockRef::from(&stream), spec, ipv6, false)
+            .map_err(|e| Abort::Tell(format!("on the server: {e}")))?;
+        let (role, quota) = match dir {
+            FlowDir::Up => (Role::Receiver, None),
+            FlowDir::Down => {
+                down_index += 1;
+                (Role::Sender, spec.bytes_for_flow(down_index - 1))
+            }
+        };
+        flows.push(FlowSocket {
+            id: *fid,
+            dir: *dir,
+            role,
+            stream,
+            quota,
+        });
+    }
+    Ok(flows)
+}
+
+/// Opens the server's socket for one UDP flow: on the server's UDP port, connected to the
+/// client's socket for the flow.
+fn open_udp_flow(ctx: &Ctx, spec: &UdpSpec, to: SocketAddr) -> std::io::Result<UdpSocket> {
+    let local = ctx.udp_addr;
+    let sock = Socket::new(Domain::for_address(local), Type::DGRAM, Some(Protocol::UDP))?;
+    sock.set_reuse_address(true)?;
+    if local.is_ipv6() {
+        let _ = sock.set_only_v6(false);
+    }
+    apply_udp_options(&sock, spec, to.is_ipv6() && to.ip().to_canonical().is_ipv6())
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    sock.bind(&local.into())?;
+    let to = match (local, to) {
+        (SocketAddr::V6(_), SocketAddr::V4(v4)) => {
+            SocketAddr::new(IpAddr::V6(v4.ip().to_ipv6_mapped()), v4.port())
+        }
+        _ => to,
+    };
+    sock.connect(&to.into())?;
+    Ok(sock.into())
+}
+
+/// Waits for every UDP flow's hello, answers each from the flow's own socket, then waits for
+/// the client to confirm it heard every answer (re-answering hellos that cross a lost ack).
+fn collect_udp(
+    ctx: &Ctx,
+    conn: &mut ControlConn,
+    spec: &UdpSpec,
+    id: u64,
+    token: &str,
+    rx: &mpsc::Receiver<DataConn>,
+) -> Result<Vec<UdpFlowSocket>, Abort> {
+    let plan = spec.flow_plan();
+    let token_b =
+        token_bytes(token).ok_or_else(|| Abort::Tell("internal error: bad token".into()))?;
+    let mut socks: Vec<Option<UdpSocket>> = (0..plan.len()).map(|_| None).collect();
+    let deadline = Instant::now() + DATA_TIMEOUT;
+    let mut arrived = 0;
+    let ack = |flow: u32| {
+        FlowHello::Ack {
+            flow: flow as u16,
+            token: token_b,
+        }
+        .encode()
+    };
+    let mut ready = false;
+    let mut buf = [0u8; 64];
+    while arrived < plan.len() || !ready {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || ctx.shutdown.load(Ordering::Acquire) {
+            return Err(Abort::Tell(format!(
+                "only {arrived} of {} UDP flows said hello within {} s (is UDP to port {} blocked?)",
+                plan.len(),
+                DATA_TIMEOUT.as_secs(),
+                ctx.udp_addr.port()
+            )));
+        }
+        match rx.recv_timeout(left.min(Duration::from_millis(20))) {
+            Ok(DataConn::Udp(flow, from)) => match socks.get_mut(flow as usize) {
+                Some(slot @ None) => {
+                    let s = open_udp_flow(ctx, spec, from).map_err(|e| {
+                        Abort::Tell(format!("on the server: opening UDP flow {flow}: {e}"))
+                    })?;
+                    let _ = s.send(&ack(flow));
+                    *slot = Some(s);
+                    arrived += 1;
+                }
+                // A repeated hello that reached the port before the flow's socket existed.
+                Some(Some(s)) => {
+                    let _ = s.send(&ack(flow));
+                }
+                None => tracing::warn!("test {id}: ignored a UDP hello for unknown flow {flow}"),
+            },
+            Ok(DataConn::Tcp(flow, _)) => {
+                tracing::warn!("test {id}: closed a TCP data connection for flow {flow} in a UDP test")
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(Abort::Tell("internal error: registry closed".into()))
+            }
+        }
+        // Hellos repeated after the flow's socket was connected land on that socket.
+        for (flow, s) in socks.iter().enumerate() {
+            let Some(s) = s else { continue };
+            let _ = s.set_nonblocking(true);
+            while let Ok(n) = s.recv(&mut buf) {
+                if matches!(FlowHello::decode(&buf[..n]), Some(FlowHello::Hello { .. })) {
+                    let _ = s.send(&ack(flow as u32));
+                }
+            }
+        }
+        match check_client(conn)? {
+            Some(Message::FlowsReady) if arrived == plan.len() => ready = true,
+            Some(Message::FlowsReady) => {
+                return Err(Abort::Tell(format!(
+                    "the client reported every UDP flow ready, but only {arrived} of {} hellos arrived",
+                    plan.len()
+                )))
+            }
+            Some(other) => {
+                return Err(Abort::Tell(format!(
+                    "unexpected {} message while UDP flows open",
+                    other.name()
+                )))
+            }
+            None => {}
+        }
+    }
+    let mut flows = Vec::with_capacity(plan.len());
+    let mut down_index = 0u32;
+    for ((fid, dir), s) in plan.iter().zip(socks) {
+        let Some(socket) = s else {
+            return Err(Abort::Tell("internal error: missing UDP flow".into()));
+        };
+        let (role, quota) = match dir {
+            FlowDir::Up => (Role::Receiver, None),
+            FlowDir::Down => {
+                down_index += 1;
+                (Role::Sender, spec.datagrams_for_flow(down_index - 1))
+            }
+        };
+        flows.push(UdpFlowSocket {
+            id: *fid,
+            dir: *dir,
+            role,
+            socket,
+            quota,
+        });
+    }
+    Ok(flows)
 }

@@ -3,7 +3,7 @@
 use std::io::Write;
 
 use hakaru_engine::Observer;
-use hakaru_model::{IntervalRecord, RunResult, TcpSpec};
+use hakaru_model::{IntervalRecord, RunResult, TestSpec};
 use hakaru_report::{json, jsonl, text};
 
 /// Output format chosen on the command line.
@@ -25,17 +25,17 @@ fn out(s: &str) {
 }
 
 struct TextObserver {
-    headed: bool,
+    heading: Option<String>,
 }
 
 impl Observer for TextObserver {
-    fn on_start(&mut self, spec: &TcpSpec, server: &str, embedded: bool) {
+    fn on_start(&mut self, spec: &TestSpec, server: &str, embedded: bool) {
         out(&text::header(spec, server, embedded));
+        self.heading = Some(text::interval_heading(spec));
     }
     fn on_interval(&mut self, rec: &IntervalRecord) {
-        if !self.headed {
-            out(&text::interval_heading());
-            self.headed = true;
+        if let Some(h) = self.heading.take() {
+            out(&h);
         }
         out(&text::interval_lines(rec));
     }
@@ -44,7 +44,7 @@ impl Observer for TextObserver {
 struct StreamObserver;
 
 impl Observer for StreamObserver {
-    fn on_start(&mut self, spec: &TcpSpec, server: &str, embedded: bool) {
+    fn on_start(&mut self, spec: &TestSpec, server: &str, embedded: bool) {
         out(&jsonl::start(spec, server, embedded));
     }
     fn on_interval(&mut self, rec: &IntervalRecord) {
@@ -66,7 +66,7 @@ impl Observer for JsonObserver {
 /// The live observer for a format.
 pub fn observer(format: Format) -> Box<dyn Observer> {
     match format {
-        Format::Text => Box::new(TextObserver { headed: false }),
+        Format::Text => Box::new(TextObserver { heading: None }),
         Format::Json => Box::new(JsonObserver),
         Format::JsonStream => Box::new(StreamObserver),
     }

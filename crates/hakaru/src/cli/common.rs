@@ -1,9 +1,155 @@
 //! Pieces shared by subcommands: logging, CPU lists, signals.
 
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
+use hakaru_client::{run_test, ClientOptions, Family};
+use hakaru_model::{Dur, TestSpec};
+use hakaru_server::{Server, ServerConfig, DEFAULT_PORT};
+
+use crate::output::{self, Format};
+
+/// Where a client test runs and how it reports: flags shared by every client subcommand.
+#[derive(Debug, clap::Args)]
+pub struct Target {
+    /// Server to measure against. Omit it to run against an in-process server on loopback.
+    pub host: Option<String>,
+    /// Server port (TCP for control and data, UDP for UDP flows).
+    #[arg(short, long, default_value_t = DEFAULT_PORT)]
+    pub port: u16,
+    /// Local address for control and data sockets.
+    #[arg(short = 'B', long = "bind", value_name = "ADDR")]
+    pub bind: Option<IpAddr>,
+    /// IPv4 only.
+    #[arg(short = '4', long = "ipv4", conflicts_with = "ipv6")]
+    pub ipv4: bool,
+    /// IPv6 only.
+    #[arg(short = '6', long = "ipv6")]
+    pub ipv6: bool,
+    /// Pin this end's flow workers to these CPUs, round robin (0,2,4-7).
+    #[arg(short = 'A', long, value_name = "CPUS")]
+    pub affinity: Option<CpuList>,
+    /// How long connecting to the server may take.
+    #[arg(long, value_name = "TIME", default_value = "5")]
+    pub connect_timeout: Dur,
+    /// Print one JSON document for the whole run (schema: docs/json.md).
+    #[arg(long, conflicts_with = "json_stream")]
+    pub json: bool,
+    /// Print JSON Lines events (start, interval, end, error) as the test runs.
+    #[arg(long)]
+    pub json_stream: bool,
+}
+
+impl Target {
+    /// Checks flag combinations clap cannot express.
+    pub fn check(&self) -> anyhow::Result<()> {
+        if self.ipv4 && self.bind.is_some_and(|b| b.is_ipv6()) {
+            anyhow::bail!("-B/--bind is an IPv6 address but -4/--ipv4 was given");
+        }
+        if self.ipv6 && self.bind.is_some_and(|b| b.is_ipv4()) {
+            anyhow::bail!("-B/--bind is an IPv4 address but -6/--ipv6 was given");
+        }
+        if let Some(CpuList(cpus)) = &self.affinity {
+            let n = hakaru_engine::sys::online_cpus();
+            if let Some(bad) = cpus.iter().find(|&&c| c >= n) {
+                anyhow::bail!("-A/--affinity: CPU {bad} does not exist (this host has {n})");
+            }
+        }
+        Ok(())
+    }
+
+    /// True when the test will run over IPv6 as far as the flags tell.
+    pub fn looks_ipv6(&self) -> bool {
+        self.ipv6
+            || self.bind.is_some_and(|b| b.is_ipv6())
+            || self
+                .host
+                .as_deref()
+                .and_then(|h| h.parse::<IpAddr>().ok())
+                .is_some_and(|ip| ip.is_ipv6())
+    }
+
+    /// Runs `spec` against HOST, or against an in-process loopback server when there is no
+    /// HOST, and prints the result in the chosen format.
+    pub fn run(&self, spec: TestSpec) -> anyhow::Result<()> {
+        // Each flow is one socket per end; the embedded server holds the other end in-process.
+        let per_flow = if self.host.is_some() { 1 } else { 2 };
+        let needed = spec.flow_plan().len() as u64 * per_flow + 64;
+        if let Some(limit) = hakaru_engine::sys::raise_fd_limit() {
+            if limit < needed {
+                anyhow::bail!(
+                    "-P/--parallel {}: needs about {needed} open files but this process may open {limit}; raise the limit (ulimit -n) or use fewer flows",
+                    spec.flows()
+                );
+            }
+        }
+        let family = Family::from_flags(self.ipv4, self.ipv6);
+        let format = if self.json {
+            Format::Json
+        } else if self.json_stream {
+            Format::JsonStream
+        } else {
+            Format::Text
+        };
+        // No HOST: the embedded default, a server in this process on loopback.
+        let (embedded, host, port) = match &self.host {
+            Some(h) => (None, h.clone(), self.port),
+            None => {
+                let ip = if self.ipv6 {
+                    IpAddr::V6(Ipv6Addr::LOCALHOST)
+                } else {
+                    IpAddr::V4(Ipv4Addr::LOCALHOST)
+                };
+                let server = Server::bind(ServerConfig {
+                    bind: Some(ip),
+                    port: 0,
+                    ..ServerConfig::default()
+                })
+                .context("starting the embedded loopback server")?
+                .spawn()
+                .context("starting the embedded loopback server")?;
+                let port = server.addr().port();
+                (Some(server), ip.to_string(), port)
+            }
+        };
+        let opts = ClientOptions {
+            host,
+            port,
+            family,
+            bind: self.bind,
+            spec,
+            affinity: self.affinity.clone().map(|c| c.0).unwrap_or_default(),
+            embedded: embedded.is_some(),
+            connect_timeout: self.connect_timeout.0.max(Duration::from_millis(100)),
+        };
+        let stop = stop_flag()?;
+        let mut observer = output::observer(format);
+        let result = run_test(&opts, observer.as_mut(), stop);
+        if let Some(s) = embedded {
+            s.stop();
+        }
+        match result {
+            Ok(r) => output::finish(format, &r),
+            Err(e) => {
+                observer.on_error(&e.to_string());
+                Err(e.into())
+            }
+        }
+    }
+}
+
+/// Parses a byte value given in decimal or 0x hex (for --tos).
+pub fn parse_u8(s: &str) -> Result<u8, String> {
+    let v = if let Some(h) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        u8::from_str_radix(h, 16)
+    } else {
+        s.parse()
+    };
+    v.map_err(|_| format!("'{s}' is not a number from 0 to 255"))
+}
 
 /// Logs to stderr; level 0 warn, 1 info, 2 debug, 3+ trace. `RUST_LOG` overrides.
 pub fn init_logging(level: u8) {

@@ -4,6 +4,7 @@ mod common;
 mod schema;
 mod server;
 mod tcp;
+mod udp;
 
 use clap::{Parser, Subcommand};
 
@@ -28,6 +29,12 @@ enum Command {
     /// TCP_STREAM, iperf3, iperf2 --parallel, ntttcp). Without HOST, runs against an
     /// in-process server on loopback.
     Tcp(Box<tcp::Args>),
+    /// UDP at a target rate with loss, reordering and jitter (replaces iperf3 -u, netperf
+    /// UDP_STREAM). Without HOST, runs against an in-process server on loopback.
+    Udp(Box<udp::UdpArgs>),
+    /// Maximum packet rate with small datagrams from one flow or many (replaces sockperf tp,
+    /// netperf UDP_STREAM -m 1, iperf3 -u -l 16). Without HOST, runs on loopback.
+    Pps(Box<udp::PpsArgs>),
     /// Print the JSON Schema of `--json` output.
     Schema(schema::Args),
 }
@@ -43,6 +50,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Server(a) => server::run(a),
         Command::Tcp(a) => tcp::run(*a),
+        Command::Udp(a) => udp::run_udp(*a),
+        Command::Pps(a) => udp::run_pps(*a),
         Command::Schema(a) => schema::run(a),
     }
 }

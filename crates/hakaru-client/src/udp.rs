@@ -1,0 +1,186 @@
+//! The client's half of opening UDP flows: one connected socket per flow (each its own source
+//! port, so each flow is its own 5-tuple), a hello to the server's UDP port, and its ack.
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::time::{Duration, Instant};
+
+use hakaru_engine::sockopt::apply_udp_options;
+use hakaru_engine::tcp::SideConfig;
+use hakaru_engine::udp::{UdpConfig, UdpFlowSocket};
+use hakaru_model::{Amount, End, FlowDir, Role, UdpSpec};
+use hakaru_proto::datagram::{token_bytes, FlowHello};
+use socket2::{Domain, Protocol, Socket, Type};
+
+use crate::{ClientError, ClientOptions};
+
+/// How long the server has to acknowledge every flow's hello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often an unacknowledged hello is repeated.
+const HELLO_REPEAT: Duration = Duration::from_millis(100);
+
+/// The side configuration of the client end of a UDP test.
+pub(crate) fn side_config(
+    spec: &UdpSpec,
+    opts: &ClientOptions,
+    iface: Option<String>,
+) -> (SideConfig, UdpConfig) {
+    let cfg = SideConfig {
+        end: End::Client,
+        length: spec.length.0 as usize,
+        discard: false,
+        zerocopy: false,
+        affinity: opts.affinity.clone(),
+        interval: spec.interval.0,
+        omit: spec.omit.0,
+        duration: match spec.amount {
+            Amount::Time(t) => Some(t.0),
+            _ => None,
+        },
+        stall_timeout: spec.stall_timeout.0,
+        iface,
+    };
+    let ucfg = UdpConfig {
+        rate: spec.rate,
+        gso: spec.gso,
+        gro: spec.gro,
+        batch: spec.batch as usize,
+    };
+    (cfg, ucfg)
+}
+
+fn open_socket(
+    opts: &ClientOptions,
+    spec: &UdpSpec,
+    server: SocketAddr,
+    flow: u32,
+) -> Result<UdpSocket, ClientError> {
+    let fail = |e: io::Error| ClientError::Data {
+        flow,
+        reason: e.to_string(),
+    };
+    let sock = Socket::new(Domain::for_address(server), Type::DGRAM, Some(Protocol::UDP))
+        .map_err(fail)?;
+    apply_udp_options(&sock, spec, server.is_ipv6())?;
+    let local = match (opts.bind, server) {
+        (Some(ip), _) => SocketAddr::new(ip, 0),
+        (None, SocketAddr::V4(_)) => SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0),
+        (None, SocketAddr::V6(_)) => SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0),
+    };
+    sock.bind(&local.into()).map_err(|e| ClientError::Data {
+        flow,
+        reason: format!("-B/--bind {}: {e}", local.ip()),
+    })?;
+    sock.connect(&server.into()).map_err(fail)?;
+    let sock: UdpSocket = sock.into();
+    sock.set_nonblocking(true).map_err(fail)?;
+    Ok(sock)
+}
+
+/// Opens every flow of the test and waits until the server has acknowledged each one.
+pub(crate) fn open_flows(
+    opts: &ClientOptions,
+    spec: &UdpSpec,
+    server: SocketAddr,
+    token: &str,
+) -> Result<Vec<UdpFlowSocket>, ClientError> {
+    let token_b = token_bytes(token).ok_or_else(|| {
+        ClientError::Server(format!("the server sent a malformed test token '{token}'"))
+    })?;
+    let plan = spec.flow_plan();
+    let mut socks = Vec::with_capacity(plan.len());
+    for (fid, _) in &plan {
+        socks.push(open_socket(opts, spec, server, *fid)?);
+    }
+    let hello = |flow: u32| {
+        FlowHello::Hello {
+            flow: flow as u16,
+            token: token_b,
+        }
+        .encode()
+    };
+    let mut acked = vec![false; plan.len()];
+    let mut left = plan.len();
+    let deadline = Instant::now() + HELLO_TIMEOUT;
+    let mut next_send = Instant::now();
+    let mut buf = [0u8; 64];
+    while left > 0 {
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(ClientError::Data {
+                flow: plan[acked.iter().position(|a| !a).unwrap_or(0)].0,
+                reason: format!(
+                    "the server acknowledged {} of {} UDP flows within {} s (is UDP to {server} blocked?)",
+                    plan.len() - left,
+                    plan.len(),
+                    HELLO_TIMEOUT.as_secs()
+                ),
+            });
+        }
+        if now >= next_send {
+            for (i, s) in socks.iter().enumerate() {
+                if !acked[i] {
+                    let _ = s.send(&hello(plan[i].0));
+                }
+            }
+            next_send = now + HELLO_REPEAT;
+        }
+        let mut heard = false;
+        for (i, s) in socks.iter().enumerate() {
+            if acked[i] {
+                continue;
+            }
+            loop {
+                match s.recv(&mut buf) {
+                    Ok(n) => {
+                        heard = true;
+                        if FlowHello::decode(&buf[..n])
+                            == Some(FlowHello::Ack {
+                                flow: plan[i].0 as u16,
+                                token: token_b,
+                            })
+                        {
+                            acked[i] = true;
+                            left -= 1;
+                            break;
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                        return Err(ClientError::Data {
+                            flow: plan[i].0,
+                            reason: format!(
+                                "UDP port {} on the server is closed (ICMP port unreachable)",
+                                server.port()
+                            ),
+                        })
+                    }
+                    Err(_) => break,
+                }
+            }
+        }
+        if !heard {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    let mut up_i = 0u32;
+    Ok(plan
+        .iter()
+        .zip(socks)
+        .map(|((fid, dir), socket)| {
+            let (role, quota) = match dir {
+                FlowDir::Up => {
+                    up_i += 1;
+                    (Role::Sender, spec.datagrams_for_flow(up_i - 1))
+                }
+                FlowDir::Down => (Role::Receiver, None),
+            };
+            UdpFlowSocket {
+                id: *fid,
+                dir: *dir,
+                role,
+                socket,
+                quota,
+            }
+        })
+        .collect())
+}

@@ -1,0 +1,63 @@
+//! One handle over a running side of any transport, so control loops are written once.
+
+use hakaru_model::SideReport;
+
+use crate::tcp::SideRun;
+use crate::udp::UdpRun;
+
+/// A running side of a TCP or UDP test.
+pub enum Running {
+    /// TCP bulk transfer.
+    Tcp(SideRun),
+    /// UDP.
+    Udp(UdpRun),
+}
+
+impl Running {
+    /// Asks senders to finish now.
+    pub fn stop_sending(&self) {
+        match self {
+            Running::Tcp(r) => r.stop_sending(),
+            Running::Udp(r) => r.stop_sending(),
+        }
+    }
+
+    /// Stops everything now.
+    pub fn abort(&self) {
+        match self {
+            Running::Tcp(r) => r.abort(),
+            Running::Udp(r) => r.abort(),
+        }
+    }
+
+    /// True once every flow has finished.
+    pub fn is_done(&self) -> bool {
+        match self {
+            Running::Tcp(r) => r.is_done(),
+            Running::Udp(r) => r.is_done(),
+        }
+    }
+
+    /// The first flow error so far.
+    pub fn first_error(&self) -> Option<String> {
+        match self {
+            Running::Tcp(r) => r.first_error(),
+            Running::Udp(r) => r.first_error(),
+        }
+    }
+
+    /// The peer's senders are done (UDP; TCP sees the end of the stream instead).
+    pub fn peer_done(&self, sent: &[(u32, u64)]) {
+        if let Running::Udp(r) = self {
+            r.peer_done(sent);
+        }
+    }
+
+    /// Waits for the side to end and returns its report.
+    pub fn wait(self) -> SideReport {
+        match self {
+            Running::Tcp(r) => r.wait(),
+            Running::Udp(r) => r.wait(),
+        }
+    }
+}

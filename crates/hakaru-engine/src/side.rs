@@ -1,0 +1,384 @@
+//! What every transport's side of a test shares: flow bookkeeping, the interval ticker (warm-up,
+//! interval samples, CPU, NIC and UDP kernel counters) and the end-of-test [`SideReport`].
+//!
+//! A transport (TCP in `tcp.rs`, UDP in `udp.rs`) owns its sockets and worker loops; it
+//! counts into [`Core::counters`], calls [`Core::finish_flow`] as flows end, and builds its
+//! report with [`Core::report`].
+
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use hakaru_model::{
+    CpuUsage, FlowDir, FlowSide, FlowTick, IntervalSample, NicUsage, Role, SideReport, TcpInfo,
+    TcpTick, UdpFlowSide, UdpKernelCounters, UdpTick,
+};
+
+use crate::counters::{CounterSnapshot, FlowCounters};
+use crate::sys;
+use crate::tcp::SideConfig;
+
+/// Called once when every flow of a side has finished.
+pub(crate) type DoneFn = Box<dyn FnOnce() + Send>;
+/// Called with each interval sample.
+pub(crate) type IntervalFn = Box<dyn FnMut(IntervalSample) + Send>;
+/// Reads TCP_INFO of flow `i`'s socket, for senders' interval lines.
+pub(crate) type TcpProbe = Box<dyn Fn(usize) -> Option<TcpInfo> + Send>;
+
+/// What a side knows about one of its flows.
+pub(crate) struct FlowMeta {
+    pub id: u32,
+    pub dir: FlowDir,
+    pub role: Role,
+    /// Exact amount to send (bytes for TCP, datagrams for UDP), for -n/-k senders.
+    pub quota: Option<u64>,
+}
+
+/// State shared by a side's workers, its ticker and its owner.
+pub(crate) struct Core {
+    pub start: Instant,
+    pub cfg: SideConfig,
+    pub meta: Vec<FlowMeta>,
+    pub counters: Vec<FlowCounters>,
+    pub stop_send: AtomicBool,
+    pub abort: AtomicBool,
+    /// True for UDP sides: samples and reports carry UDP counters.
+    pub udp: bool,
+    remaining: AtomicUsize,
+    /// Nanoseconds since start when the last flow finished.
+    end_ns: AtomicU64,
+    errors: Mutex<Vec<Option<String>>>,
+    on_done: Mutex<Option<DoneFn>>,
+    wake: (Mutex<()>, Condvar),
+}
+
+impl Core {
+    pub fn new(cfg: SideConfig, meta: Vec<FlowMeta>, on_done: DoneFn, udp: bool) -> Core {
+        let n = meta.len();
+        Core {
+            start: Instant::now(),
+            cfg,
+            counters: (0..n).map(|_| FlowCounters::default()).collect(),
+            meta,
+            stop_send: AtomicBool::new(false),
+            abort: AtomicBool::new(false),
+            udp,
+            remaining: AtomicUsize::new(n),
+            end_ns: AtomicU64::new(0),
+            errors: Mutex::new(vec![None; n]),
+            on_done: Mutex::new(Some(on_done)),
+            wake: (Mutex::new(()), Condvar::new()),
+        }
+    }
+
+    pub fn now_ns(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+
+    /// Marks flow `i` finished, with its error if it failed; the last one calls `on_done`.
+    pub fn finish_flow(&self, i: usize, error: Option<String>) {
+        if let Some(e) = error {
+            if let Ok(mut errs) = self.errors.lock() {
+                errs[i] = Some(e);
+            }
+        }
+        if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.end_ns.store(self.now_ns().max(1), Ordering::Release);
+            self.notify();
+            let cb = self.on_done.lock().ok().and_then(|mut g| g.take());
+            if let Some(cb) = cb {
+                cb();
+            }
+        }
+    }
+
+    /// Wakes the ticker.
+    pub fn notify(&self) {
+        let _g = self.wake.0.lock();
+        self.wake.1.notify_all();
+    }
+
+    pub fn all_done(&self) -> bool {
+        self.remaining.load(Ordering::Acquire) == 0
+    }
+
+    pub fn first_error(&self) -> Option<String> {
+        self.errors
+            .lock()
+            .ok()
+            .and_then(|e| e.iter().flatten().next().cloned())
+    }
+
+    /// Stops everything: workers return at their next check.
+    pub fn set_abort(&self) {
+        self.abort.store(true, Ordering::Release);
+        self.notify();
+    }
+
+    /// Deadline for timed senders, if the test is timed.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.cfg.duration.map(|d| self.start + self.cfg.omit + d)
+    }
+
+    /// When the side's work ended, nanoseconds since the start. For UDP this is the last
+    /// datagram sent or received, so a receiver's linger after the last arrival is not counted
+    /// as receiving time.
+    fn final_ns(&self) -> u64 {
+        let end = match self.end_ns.load(Ordering::Acquire) {
+            0 => self.now_ns(),
+            e => e,
+        };
+        if !self.udp {
+            return end;
+        }
+        match self.counters.iter().map(FlowCounters::last_ns).max() {
+            Some(last) if last > 0 => last.min(end),
+            _ => end,
+        }
+    }
+
+    /// Builds this end's report once workers and ticker are done. `tcp_info` gives the final
+    /// TCP_INFO of a flow, where there is one.
+    pub fn report(&self, t: TickerOut, tcp_info: impl Fn(usize) -> Option<TcpInfo>) -> SideReport {
+        let end_ns = self.final_ns();
+        let seconds = end_ns.saturating_sub(t.omit_ns) as f64 / 1e9;
+        let errors = self.errors.lock().map(|e| e.clone()).unwrap_or_default();
+        let flows = self
+            .meta
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let fin = self.counters[i].snapshot();
+                let om = t.omit_counts.get(i).copied().unwrap_or_default();
+                FlowSide {
+                    id: m.id,
+                    dir: m.dir,
+                    role: m.role,
+                    bytes: fin.bytes - om.bytes.min(fin.bytes),
+                    omitted_bytes: om.bytes.min(fin.bytes),
+                    calls: fin.calls - om.calls.min(fin.calls),
+                    seconds,
+                    tcp_info: tcp_info(i),
+                    udp: self.udp.then(|| udp_flow_side(&om, &fin)),
+                    error: errors.get(i).cloned().flatten(),
+                }
+            })
+            .collect();
+        let mut env = sys::environment(self.cfg.iface.as_deref());
+        env.software = env!("CARGO_PKG_VERSION").to_string();
+        SideReport {
+            end: self.cfg.end,
+            flows,
+            cpu: t.cpu,
+            nic: t.nic,
+            env,
+            send_mode: "copy".into(),
+            recv_mode: "copy".into(),
+            udp_paths: None,
+            udp_kernel: t.udp_kernel,
+            stray_datagrams: None,
+        }
+    }
+}
+
+fn udp_flow_side(om: &CounterSnapshot, fin: &CounterSnapshot) -> UdpFlowSide {
+    UdpFlowSide {
+        datagrams: fin.datagrams.saturating_sub(om.datagrams),
+        omitted_datagrams: om.datagrams.min(fin.datagrams),
+        next_seq: fin.next_seq,
+        lost: fin.lost.saturating_sub(om.lost),
+        out_of_order: fin.out_of_order.saturating_sub(om.out_of_order),
+        duplicates: fin.duplicates.saturating_sub(om.duplicates),
+        jitter_ms: fin.jitter_ns.map(|j| j / 1e6),
+        ignored: fin.ignored,
+        socket_drops: fin.socket_drops,
+    }
+}
+
+fn udp_tick(prev: &CounterSnapshot, cur: &CounterSnapshot) -> UdpTick {
+    UdpTick {
+        datagrams: cur.datagrams.saturating_sub(prev.datagrams),
+        lost: cur.lost.saturating_sub(prev.lost),
+        out_of_order: cur.out_of_order.saturating_sub(prev.out_of_order),
+        duplicates: cur.duplicates.saturating_sub(prev.duplicates),
+        jitter_ms: cur.jitter_ns.map(|j| j / 1e6),
+    }
+}
+
+/// What the ticker hands back when it ends.
+pub(crate) struct TickerOut {
+    pub omit_ns: u64,
+    pub omit_counts: Vec<CounterSnapshot>,
+    pub cpu: Option<CpuUsage>,
+    pub nic: Option<NicUsage>,
+    pub udp_kernel: Option<UdpKernelCounters>,
+}
+
+impl TickerOut {
+    /// What a ticker that never ran reports.
+    pub fn empty(n: usize) -> TickerOut {
+        TickerOut {
+            omit_ns: 0,
+            omit_counts: vec![CounterSnapshot::default(); n],
+            cpu: None,
+            nic: None,
+            udp_kernel: None,
+        }
+    }
+}
+
+/// Starts the ticker thread of a side.
+pub(crate) fn spawn_ticker(
+    core: Arc<Core>,
+    on_interval: IntervalFn,
+    tcp_probe: Option<TcpProbe>,
+) -> io::Result<JoinHandle<TickerOut>> {
+    std::thread::Builder::new()
+        .name("hakaru-ticker".into())
+        .spawn(move || ticker(&core, on_interval, tcp_probe))
+}
+
+/// Baselines of the machine-wide counters, taken at the end of the warm-up.
+struct Baselines {
+    cpu: Option<sys::CpuSnapshot>,
+    nic: Option<sys::NicSnapshot>,
+    udp: Option<sys::UdpSnmp>,
+}
+
+impl Baselines {
+    fn take(s: &Core) -> Baselines {
+        Baselines {
+            cpu: sys::cpu_snapshot(),
+            nic: s.cfg.iface.as_deref().and_then(sys::nic_snapshot),
+            udp: if s.udp { sys::udp_snmp() } else { None },
+        }
+    }
+}
+
+fn ticker(s: &Core, mut on_interval: IntervalFn, tcp_probe: Option<TcpProbe>) -> TickerOut {
+    let n = s.meta.len();
+    let interval = s.cfg.interval;
+    let omit = s.cfg.omit;
+    let mut omit_taken = omit.is_zero();
+    let mut omit_counts = vec![CounterSnapshot::default(); n];
+    let mut omit_ns = 0u64;
+    let mut base = Baselines::take(s);
+    let mut prev = vec![CounterSnapshot::default(); n];
+    let mut prev_retx = vec![0u64; n];
+    let mut last_ns = 0u64;
+    let mut index = 0u32;
+    let mut next_tick = (!interval.is_zero()).then_some(interval);
+    loop {
+        // Sleep until the next tick, the end of the warm-up, or the end of the test.
+        {
+            let mut wake_at: Option<Duration> = next_tick;
+            if !omit_taken {
+                wake_at = Some(wake_at.map_or(omit, |t| t.min(omit)));
+            }
+            let mut g = match s.wake.0.lock() {
+                Ok(g) => g,
+                Err(_) => break,
+            };
+            while !s.all_done() && !s.abort.load(Ordering::Acquire) {
+                let elapsed = s.start.elapsed();
+                let wait = match wake_at {
+                    Some(t) if t <= elapsed => break,
+                    Some(t) => t - elapsed,
+                    None => Duration::from_millis(500),
+                };
+                g = match s.wake.1.wait_timeout(g, wait) {
+                    Ok((g, _)) => g,
+                    Err(_) => return TickerOut::empty(n),
+                };
+            }
+        }
+        let done = s.all_done();
+        let aborted = s.abort.load(Ordering::Acquire) && !done;
+        let now_ns = if done {
+            s.final_ns()
+        } else {
+            s.now_ns()
+        };
+        // One snapshot per wake-up serves both the warm-up boundary and the interval, so no
+        // byte lands in both an omitted interval and the counted total.
+        let snap: Vec<CounterSnapshot> = s.counters.iter().map(FlowCounters::snapshot).collect();
+        if !omit_taken && (now_ns >= omit.as_nanos() as u64 || done || aborted) {
+            omit_taken = true;
+            omit_ns = now_ns.min(omit.as_nanos() as u64);
+            omit_counts = snap.clone();
+            base = Baselines::take(s);
+        }
+        if let Some(tick) = next_tick {
+            let tick_ns = tick.as_nanos() as u64;
+            let end_ns = if done { now_ns } else { tick_ns.min(now_ns) };
+            let due = now_ns >= tick_ns || done || aborted;
+            let long_enough = end_ns.saturating_sub(last_ns) * 20 >= interval.as_nanos() as u64;
+            if due && long_enough {
+                let flows = (0..n)
+                    .map(|i| {
+                        let cur = snap[i];
+                        let tcp = match &tcp_probe {
+                            Some(probe) if s.meta[i].role == Role::Sender => {
+                                probe(i).map(|ti| {
+                                    let d = ti.retransmits.saturating_sub(prev_retx[i]);
+                                    prev_retx[i] = ti.retransmits;
+                                    TcpTick {
+                                        retransmits: d,
+                                        snd_cwnd: ti.snd_cwnd,
+                                        rtt_us: ti.rtt_us,
+                                    }
+                                })
+                            }
+                            _ => None,
+                        };
+                        let t = FlowTick {
+                            id: s.meta[i].id,
+                            bytes: cur.bytes - prev[i].bytes,
+                            calls: cur.calls - prev[i].calls,
+                            tcp,
+                            udp: s.udp.then(|| udp_tick(&prev[i], &cur)),
+                        };
+                        prev[i] = cur;
+                        t
+                    })
+                    .collect();
+                on_interval(IntervalSample {
+                    index,
+                    start: last_ns as f64 / 1e9,
+                    end: end_ns as f64 / 1e9,
+                    omitted: end_ns <= omit.as_nanos() as u64 && !omit.is_zero(),
+                    flows,
+                });
+                index += 1;
+                last_ns = end_ns;
+            }
+            if due {
+                next_tick = Some(tick + interval);
+            }
+        }
+        if done || aborted {
+            let wall = now_ns.saturating_sub(omit_ns) as f64 / 1e9;
+            let end = Baselines::take(s);
+            return TickerOut {
+                omit_ns,
+                omit_counts,
+                cpu: base.cpu.zip(end.cpu).map(|(a, b)| sys::cpu_usage(&a, &b, wall)),
+                nic: base.nic.zip(end.nic).map(|(a, b)| sys::nic_usage(&a, &b, wall)),
+                udp_kernel: base.udp.zip(end.udp).map(|(a, b)| {
+                    let d = a.delta(&b);
+                    UdpKernelCounters {
+                        in_datagrams: d.in_datagrams,
+                        out_datagrams: d.out_datagrams,
+                        in_errors: d.in_errors,
+                        rcvbuf_errors: d.rcvbuf_errors,
+                        sndbuf_errors: d.sndbuf_errors,
+                        no_ports: d.no_ports,
+                    }
+                }),
+            };
+        }
+    }
+    TickerOut::empty(n)
+}

@@ -1,0 +1,772 @@
+//! UDP at one end of a test: paced or unpaced senders, batched receivers with loss, reorder,
+//! duplicate and jitter accounting, and the end-of-test [`SideReport`].
+//!
+//! Threading is as for TCP: one worker per CPU (or per `-A` CPU), each owning a share of the
+//! flows on non-blocking sockets. A sender keeps an absolute schedule (datagram `k` is due at
+//! `k × gap` after the start), so sleep overshoot never accumulates into a rate error and a
+//! late wake-up sends only what is due, up to one batch. Batches go out as one UDP GSO send
+//! when the kernel takes it (probed per socket, with fallback on the first EIO/EINVAL), else
+//! as one sendmmsg. Receivers take up to a batch per recvmmsg.
+//!
+//! UDP has no end-of-stream: when a side's senders are done it reports the datagram counts
+//! (`on_send_done`), the caller tells the peer over the control connection, and the peer's
+//! receivers finish once they have seen that many or after [`LINGER`].
+
+use std::io::{self, IoSlice};
+use std::net::UdpSocket;
+#[cfg(unix)]
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use hakaru_model::{FlowDir, IntervalSample, Role, SideReport, UdpPaths, UdpRate};
+use hakaru_proto::datagram::{read_header, write_header, FlowHello, Layout};
+
+use crate::seq::SeqTracker;
+use crate::side::{spawn_ticker, Core, DoneFn, FlowMeta, TickerOut};
+use crate::sys;
+use crate::tcp::{SideConfig, SideError};
+
+/// How long receivers wait for stragglers after the peer's senders are done.
+pub const LINGER: Duration = Duration::from_millis(500);
+
+/// Called once when every sender of this side is done, with (flow id, datagrams sent).
+pub type SendDoneFn = Box<dyn FnOnce(Vec<(u32, u64)>) + Send>;
+
+/// One UDP flow handed to a side: a socket connected to the peer's socket for the flow.
+#[derive(Debug)]
+pub struct UdpFlowSocket {
+    /// Flow id (unique within the test, under 1024).
+    pub id: u32,
+    /// Direction the flow carries data.
+    pub dir: FlowDir,
+    /// This end's role on it.
+    pub role: Role,
+    /// The connected socket.
+    pub socket: UdpSocket,
+    /// Exact datagrams to send (senders in -n/-k tests); `None` sends until the deadline.
+    pub quota: Option<u64>,
+}
+
+/// UDP settings of a side, on top of the common [`SideConfig`].
+#[derive(Debug, Clone)]
+pub struct UdpConfig {
+    /// Rate of each flow.
+    pub rate: UdpRate,
+    /// Try UDP GSO on senders.
+    pub gso: bool,
+    /// Use UDP GRO on receivers.
+    pub gro: bool,
+    /// Most datagrams per system call.
+    pub batch: usize,
+}
+
+/// A running UDP side of a test.
+pub struct UdpRun {
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+    ticker: Option<JoinHandle<TickerOut>>,
+}
+
+struct Shared {
+    core: Arc<Core>,
+    ucfg: UdpConfig,
+    sockets: Vec<UdpSocket>,
+    senders_left: AtomicUsize,
+    on_send_done: Mutex<Option<SendDoneFn>>,
+    /// Set once the peer's senders are done; `peer_sent` then holds their counts.
+    peer_done: AtomicBool,
+    peer_sent: Mutex<Vec<Option<u64>>>,
+    peer_done_at: Mutex<Option<Instant>>,
+    paths: Mutex<PathsSeen>,
+}
+
+impl std::ops::Deref for Shared {
+    type Target = Core;
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
+
+/// Which paths the workers ended up using, merged into [`UdpPaths`] at the end.
+#[derive(Default)]
+struct PathsSeen {
+    gso: bool,
+    mmsg_send: bool,
+    plain_send: bool,
+    gro: bool,
+    mmsg_recv: bool,
+    kernel_ts: bool,
+    fallback: Option<String>,
+}
+
+impl UdpRun {
+    /// Starts workers and the ticker now. `on_interval` gets each sample, `on_done` is called
+    /// once every flow has finished, `on_send_done` once every sender has.
+    pub fn start(
+        cfg: SideConfig,
+        ucfg: UdpConfig,
+        flows: Vec<UdpFlowSocket>,
+        on_interval: Box<dyn FnMut(IntervalSample) + Send>,
+        on_done: DoneFn,
+        on_send_done: SendDoneFn,
+    ) -> Result<UdpRun, SideError> {
+        let mut sockets = Vec::with_capacity(flows.len());
+        let mut meta = Vec::with_capacity(flows.len());
+        for f in flows {
+            f.socket
+                .set_nonblocking(true)
+                .map_err(|source| SideError::Socket { flow: f.id, source })?;
+            sockets.push(f.socket);
+            meta.push(FlowMeta {
+                id: f.id,
+                dir: f.dir,
+                role: f.role,
+                quota: f.quota,
+            });
+        }
+        let n = sockets.len();
+        let senders = meta.iter().filter(|m| m.role == Role::Sender).count();
+        let core = Arc::new(Core::new(cfg, meta, on_done, true));
+        let shared = Arc::new(Shared {
+            core: Arc::clone(&core),
+            ucfg: UdpConfig {
+                batch: ucfg.batch.clamp(1, sys::MAX_GSO_SEGMENTS.max(1)),
+                ..ucfg
+            },
+            sockets,
+            senders_left: AtomicUsize::new(senders),
+            on_send_done: Mutex::new(Some(on_send_done)),
+            peer_done: AtomicBool::new(false),
+            peer_sent: Mutex::new(vec![None; n]),
+            peer_done_at: Mutex::new(None),
+            paths: Mutex::new(PathsSeen::default()),
+        });
+        if senders == 0 {
+            shared.report_send_done();
+        }
+        let ticker = spawn_ticker(core, on_interval, None).map_err(SideError::Thread)?;
+        let cpus = if shared.cfg.affinity.is_empty() {
+            sys::online_cpus()
+        } else {
+            shared.cfg.affinity.len()
+        };
+        let nworkers = n.min(cpus).max(1);
+        let mut workers = Vec::with_capacity(nworkers);
+        for w in 0..nworkers {
+            let mine: Vec<usize> = (w..n).step_by(nworkers).collect();
+            let pin = shared.cfg.affinity.get(w).copied();
+            let s = Arc::clone(&shared);
+            let h = std::thread::Builder::new()
+                .name(format!("hakaru-udp-{w}"))
+                .stack_size(512 << 10)
+                .spawn(move || worker(&s, mine, pin));
+            match h {
+                Ok(h) => workers.push(h),
+                Err(e) => {
+                    shared.set_abort();
+                    return Err(SideError::Thread(e));
+                }
+            }
+        }
+        Ok(UdpRun {
+            shared,
+            workers,
+            ticker: Some(ticker),
+        })
+    }
+
+    /// Asks senders to finish now (Ctrl-C or the peer's stop).
+    pub fn stop_sending(&self) {
+        self.shared.stop_send.store(true, Ordering::Release);
+    }
+
+    /// The peer's senders are done and sent these (flow id, datagram) counts.
+    pub fn peer_done(&self, sent: &[(u32, u64)]) {
+        let s = &self.shared;
+        if let Ok(mut v) = s.peer_sent.lock() {
+            for &(id, count) in sent {
+                if let Some(i) = s.meta.iter().position(|m| m.id == id) {
+                    v[i] = Some(count);
+                }
+            }
+        }
+        if let Ok(mut t) = s.peer_done_at.lock() {
+            t.get_or_insert_with(Instant::now);
+        }
+        s.peer_done.store(true, Ordering::Release);
+    }
+
+    /// Stops everything now.
+    pub fn abort(&self) {
+        self.shared.set_abort();
+    }
+
+    /// The first flow error so far, if any.
+    pub fn first_error(&self) -> Option<String> {
+        self.shared.first_error()
+    }
+
+    /// True once every flow has finished.
+    pub fn is_done(&self) -> bool {
+        self.shared.all_done()
+    }
+
+    /// Waits for workers and the ticker and builds this end's report.
+    pub fn wait(mut self) -> SideReport {
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+        self.shared.set_abort();
+        let n = self.shared.meta.len();
+        let t = self
+            .ticker
+            .take()
+            .and_then(|t| t.join().ok())
+            .unwrap_or_else(|| TickerOut::empty(n));
+        let s = &self.shared;
+        let mut report = s.core.report(t, |_| None);
+        let p = s
+            .paths
+            .lock()
+            .map(|mut p| std::mem::take(&mut *p))
+            .unwrap_or_default();
+        let has = |r: Role| s.meta.iter().any(|m| m.role == r);
+        let label = |cond: bool, name: &str| cond.then(|| name.to_string());
+        report.udp_paths = Some(UdpPaths {
+            send: if has(Role::Sender) {
+                label(p.gso, "gso")
+                    .or(label(p.mmsg_send, "sendmmsg"))
+                    .or(label(p.plain_send, "send"))
+                    .unwrap_or_else(|| "none".into())
+            } else {
+                "none".into()
+            },
+            recv: if has(Role::Receiver) {
+                label(p.gro, "gro")
+                    .or(label(p.mmsg_recv, "recvmmsg"))
+                    .unwrap_or_else(|| "recv".into())
+            } else {
+                "none".into()
+            },
+            batch: s.ucfg.batch as u32,
+            kernel_timestamps: p.kernel_ts,
+            fallback: p.fallback,
+        });
+        report.send_mode = report.udp_paths.as_ref().map(|u| u.send.clone()).unwrap_or_default();
+        report.recv_mode = report.udp_paths.as_ref().map(|u| u.recv.clone()).unwrap_or_default();
+        report
+    }
+}
+
+impl Drop for UdpRun {
+    fn drop(&mut self) {
+        if !self.workers.is_empty() {
+            self.shared.set_abort();
+            for w in self.workers.drain(..) {
+                let _ = w.join();
+            }
+            if let Some(t) = self.ticker.take() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+impl Shared {
+    /// Called as each sender finishes; the last one reports the counts.
+    fn sender_finished(&self) {
+        if self.senders_left.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.report_send_done();
+        }
+    }
+
+    fn report_send_done(&self) {
+        let cb = self.on_send_done.lock().ok().and_then(|mut g| g.take());
+        if let Some(cb) = cb {
+            let sent = self
+                .meta
+                .iter()
+                .enumerate()
+                .filter(|(_, m)| m.role == Role::Sender)
+                .map(|(i, m)| (m.id, self.counters[i].snapshot().next_seq))
+                .collect();
+            cb(sent);
+        }
+    }
+
+    fn note_fallback(&self, why: String) {
+        if let Ok(mut p) = self.paths.lock() {
+            p.fallback.get_or_insert(why);
+        }
+    }
+}
+
+/// A sender's state, owned by its worker.
+struct Sender {
+    idx: usize,
+    flow: u16,
+    /// Next sequence number (= datagrams sent so far).
+    seq: u64,
+    remaining: Option<u64>,
+    /// Pacing origin and gap; `None` when unpaced.
+    gap_ns: Option<f64>,
+    t0: Instant,
+    gso: bool,
+    max_segments: usize,
+    buf: Vec<u8>,
+    blocked_since: Option<Instant>,
+}
+
+/// A receiver's state, owned by its worker.
+struct Receiver {
+    idx: usize,
+    flow: u16,
+    tracker: SeqTracker,
+    batch: sys::RecvBatch,
+    ignored: u64,
+    socket_drops: Option<u64>,
+    layout: Layout,
+    expected: Option<u64>,
+}
+
+enum Flow {
+    Send(Box<Sender>),
+    Recv(Box<Receiver>),
+}
+
+fn worker(s: &Shared, mine: Vec<usize>, pin: Option<usize>) {
+    if let Some(cpu) = pin {
+        if let Err(e) = sys::pin_current_thread(cpu) {
+            tracing::warn!("could not pin worker to CPU {cpu}: {e}");
+        }
+    }
+    if s.ucfg.rate.gap_ns(1).is_some() {
+        tighten_timer_slack();
+    }
+    let length = s.cfg.length;
+    let layout = Layout::for_length(length);
+    let deadline = s.deadline();
+    let mut flows: Vec<Flow> = mine
+        .iter()
+        .map(|&idx| match s.meta[idx].role {
+            Role::Sender => Flow::Send(Box::new(new_sender(s, idx))),
+            Role::Receiver => Flow::Recv(Box::new(new_receiver(s, idx, layout))),
+        })
+        .collect();
+    // A sender with nothing to send is done at once.
+    flows.retain(|f| match f {
+        Flow::Send(snd) if snd.remaining == Some(0) => {
+            finish_sender(s, snd);
+            false
+        }
+        _ => true,
+    });
+    while !flows.is_empty() {
+        if s.abort.load(Ordering::Acquire) {
+            return;
+        }
+        let now = Instant::now();
+        let stop = s.stop_send.load(Ordering::Acquire) || deadline.is_some_and(|d| now >= d);
+        let peer_done = s.peer_done.load(Ordering::Acquire);
+        let mut progressed = false;
+        let mut next_due: Option<Instant> = None;
+        let mut k = 0;
+        while k < flows.len() {
+            let finished = match &mut flows[k] {
+                Flow::Send(snd) => {
+                    if stop {
+                        true
+                    } else {
+                        match send_step(s, snd, now, &mut next_due) {
+                            Ok(moved) => {
+                                progressed |= moved;
+                                snd.remaining == Some(0)
+                            }
+                            Err(e) => {
+                                s.finish_flow(snd.idx, Some(e));
+                                s.sender_finished();
+                                flows.swap_remove(k);
+                                continue;
+                            }
+                        }
+                    }
+                }
+                Flow::Recv(rcv) => match recv_step(s, rcv) {
+                    Ok(moved) => {
+                        progressed |= moved;
+                        !moved && receiver_complete(s, rcv, peer_done, deadline, now)
+                    }
+                    Err(e) => {
+                        s.finish_flow(rcv.idx, Some(e));
+                        flows.swap_remove(k);
+                        continue;
+                    }
+                },
+            };
+            if finished {
+                match flows.swap_remove(k) {
+                    Flow::Send(snd) => finish_sender(s, &snd),
+                    Flow::Recv(rcv) => s.finish_flow(rcv.idx, None),
+                }
+                continue;
+            }
+            k += 1;
+        }
+        if !progressed && !flows.is_empty() {
+            let mut wait = Duration::from_millis(50);
+            if let Some(d) = next_due {
+                wait = wait.min(d.saturating_duration_since(Instant::now()));
+            }
+            if let Some(d) = deadline {
+                if !stop {
+                    wait = wait.min(d.saturating_duration_since(Instant::now()));
+                }
+            }
+            wait_ready(s, &flows, wait);
+        }
+    }
+}
+
+fn new_sender(s: &Shared, idx: usize) -> Sender {
+    let length = s.cfg.length;
+    let fd = s.sockets[idx].as_raw_fd();
+    // GSO needs at least two datagrams per send and at most 64 KiB per send.
+    let max_by_size = (65_507 / length.max(1)).max(1);
+    let max_segments = s.ucfg.batch.min(max_by_size).max(1);
+    let mut gso = false;
+    if s.ucfg.gso && max_segments > 1 {
+        match u16::try_from(length)
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
+            .and_then(|l| sys::udp_set_gso(fd, l))
+        {
+            Ok(()) => gso = true,
+            Err(e) => s.note_fallback(format!("UDP GSO unavailable ({e}); sending with sendmmsg")),
+        }
+    }
+    let batch = if gso { max_segments } else { s.ucfg.batch };
+    let mut buf: Vec<u8> = (0..length * batch).map(|i| b'a' + (i % 26) as u8).collect();
+    buf.shrink_to_fit();
+    Sender {
+        idx,
+        flow: s.meta[idx].id as u16,
+        seq: 0,
+        remaining: s.meta[idx].quota,
+        gap_ns: s.ucfg.rate.gap_ns(length as u64),
+        t0: s.start,
+        gso,
+        max_segments: batch,
+        buf,
+        blocked_since: None,
+    }
+}
+
+fn new_receiver(s: &Shared, idx: usize, layout: Layout) -> Receiver {
+    let fd = s.sockets[idx].as_raw_fd();
+    let mut buf_len = s.cfg.length + 1;
+    if s.ucfg.gro {
+        match sys::udp_set_gro(fd) {
+            Ok(()) => {
+                buf_len = 65_536;
+                if let Ok(mut p) = s.paths.lock() {
+                    p.gro = true;
+                }
+            }
+            Err(e) => s.note_fallback(format!("UDP GRO unavailable ({e}); receiving per datagram")),
+        }
+    }
+    let (ts, ovfl) = sys::udp_enable_rx_meta(fd);
+    if ts {
+        if let Ok(mut p) = s.paths.lock() {
+            p.kernel_ts = true;
+        }
+    }
+    Receiver {
+        idx,
+        flow: s.meta[idx].id as u16,
+        tracker: SeqTracker::new(),
+        batch: sys::RecvBatch::new(s.ucfg.batch, buf_len.max(64)),
+        ignored: 0,
+        // The kernel attaches the drop counter only once it is non-zero.
+        socket_drops: ovfl.then_some(0),
+        layout,
+        expected: None,
+    }
+}
+
+/// Sends what is due on one flow. `Ok(true)` if datagrams went out; `Err` names a fatal error.
+fn send_step(
+    s: &Shared,
+    snd: &mut Sender,
+    now: Instant,
+    next_due: &mut Option<Instant>,
+) -> Result<bool, String> {
+    let mut count = snd.max_segments as u64;
+    if let Some(gap) = snd.gap_ns {
+        let elapsed = now.saturating_duration_since(snd.t0).as_nanos() as f64;
+        let due_total = (elapsed / gap).floor() as u64 + 1;
+        let due = due_total.saturating_sub(snd.seq);
+        if due == 0 {
+            let at = snd.t0 + Duration::from_nanos((snd.seq as f64 * gap) as u64);
+            *next_due = Some(next_due.map_or(at, |d| d.min(at)));
+            return Ok(false);
+        }
+        count = count.min(due);
+    }
+    if let Some(r) = snd.remaining {
+        count = count.min(r);
+    }
+    let count = count as usize;
+    let length = s.cfg.length;
+    let sent_ns = s.now_ns();
+    for k in 0..count {
+        write_header(
+            &mut snd.buf[k * length..(k + 1) * length],
+            snd.flow,
+            snd.seq + k as u64,
+            sent_ns,
+        );
+    }
+    let fd = s.sockets[snd.idx].as_raw_fd();
+    let result = if snd.gso && count > 1 {
+        sys::send_batch(fd, &[IoSlice::new(&snd.buf[..count * length])], false).map(|m| m * count)
+    } else {
+        let slices: Vec<IoSlice<'_>> = snd.buf[..count * length]
+            .chunks(length)
+            .map(IoSlice::new)
+            .collect();
+        sys::send_batch(fd, &slices, false)
+    };
+    match result {
+        Ok(0) => Ok(false),
+        Ok(n) => {
+            snd.seq += n as u64;
+            if let Some(r) = snd.remaining.as_mut() {
+                *r -= (n as u64).min(*r);
+            }
+            snd.blocked_since = None;
+            s.counters[snd.idx].add_sent((n * length) as u64, n as u64, snd.seq, s.now_ns());
+            if let Ok(mut p) = s.paths.lock() {
+                if snd.gso && count > 1 {
+                    p.gso = true;
+                } else if count > 1 {
+                    p.mmsg_send = true;
+                } else {
+                    p.plain_send = true;
+                }
+            }
+            Ok(true)
+        }
+        Err(e)
+            if snd.gso
+                && matches!(e.raw_os_error(), Some(code) if code == libc::EIO || code == libc::EINVAL) =>
+        {
+            // The device cannot segment (no checksum offload) or refused the size: fall back.
+            let _ = sys::udp_set_gso(fd, 0);
+            snd.gso = false;
+            s.note_fallback(format!("UDP GSO send failed ({e}); fell back to sendmmsg"));
+            Ok(false)
+        }
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+            ) || e.raw_os_error() == Some(libc::ENOBUFS) =>
+        {
+            let since = *snd.blocked_since.get_or_insert(now);
+            if now.duration_since(since) > s.cfg.stall_timeout {
+                return Err(format!(
+                    "flow {}: could not send for {:.1} s (socket buffer full)",
+                    snd.flow,
+                    s.cfg.stall_timeout.as_secs_f64()
+                ));
+            }
+            Ok(false)
+        }
+        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => Err(format!(
+            "flow {}: sending: the peer's port is closed (ICMP port unreachable; did it exit?)",
+            snd.flow
+        )),
+        Err(e) => Err(format!("flow {}: sending: {e}", snd.flow)),
+    }
+}
+
+fn finish_sender(s: &Shared, snd: &Sender) {
+    s.finish_flow(snd.idx, None);
+    s.sender_finished();
+}
+
+/// Receives one batch on a flow. `Ok(true)` if anything arrived.
+fn recv_step(s: &Shared, rcv: &mut Receiver) -> Result<bool, String> {
+    let fd = s.sockets[rcv.idx].as_raw_fd();
+    let n = match sys::recv_batch(fd, &mut rcv.batch, false) {
+        Ok(n) => n,
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+            ) =>
+        {
+            return Ok(false)
+        }
+        // An ICMP error queued by an earlier send of ours on a bidirectional path is not fatal
+        // for the receiving half; it is reported by the sending half if it matters.
+        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => return Ok(false),
+        Err(e) => return Err(format!("flow {}: receiving: {e}", rcv.flow)),
+    };
+    if n == 0 {
+        return Ok(false);
+    }
+    let length = s.cfg.length;
+    let mono_ns = s.now_ns();
+    let real_ns = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let mut bytes = 0u64;
+    for i in 0..n {
+        let data = rcv.batch.data(i);
+        bytes += data.len() as u64;
+        // Kernel receive time where available; otherwise this batch's clock read.
+        let arrival = rcv.batch.timestamp_ns(i).unwrap_or(real_ns) as i128;
+        let seg = rcv
+            .batch
+            .segment_size(i)
+            .map_or(data.len(), usize::from)
+            .max(1);
+        if rcv.batch.truncated(i) {
+            rcv.ignored += 1;
+            continue;
+        }
+        for chunk in data.chunks(seg) {
+            if chunk.len() != length {
+                if FlowHello::decode(chunk).is_none() {
+                    rcv.ignored += 1;
+                }
+                continue;
+            }
+            match rcv.layout {
+                Layout::Counted => rcv.tracker.on_unsequenced(),
+                _ => match read_header(chunk) {
+                    Some(h) if h.flow == rcv.flow => {
+                        let transit = h.sent_ns.map(|sent| {
+                            // Both clocks only need to be steady over the test: the offset
+                            // between the sender's epoch and ours cancels in RFC 3550's D.
+                            (arrival - i128::from(sent)).clamp(i64::MIN as i128, i64::MAX as i128)
+                                as i64
+                        });
+                        rcv.tracker.on_datagram(h.seq, transit);
+                    }
+                    _ => rcv.ignored += 1,
+                },
+            }
+        }
+    }
+    if let Some(d) = rcv.batch.rxq_drops() {
+        rcv.socket_drops = Some(u64::from(d));
+    }
+    if let Ok(mut p) = s.paths.lock() {
+        if n > 1 {
+            p.mmsg_recv = true;
+        }
+    }
+    let counts = rcv.tracker.counts();
+    s.counters[rcv.idx].publish_recv(bytes, &counts, rcv.ignored, rcv.socket_drops, mono_ns);
+    Ok(true)
+}
+
+/// True when a receiver has nothing more to wait for: the peer's senders are done and either
+/// everything they sent has been seen or the linger time is over. Without word from the peer,
+/// a timed test's receiver still ends a stall timeout after the deadline.
+fn receiver_complete(
+    s: &Shared,
+    rcv: &mut Receiver,
+    peer_done: bool,
+    deadline: Option<Instant>,
+    now: Instant,
+) -> bool {
+    if peer_done {
+        if rcv.expected.is_none() {
+            rcv.expected = s.peer_sent.lock().ok().and_then(|v| v[rcv.idx]);
+        }
+        let c = rcv.tracker.counts();
+        let seen = match rcv.layout {
+            Layout::Counted => c.received,
+            _ => c.next_seq,
+        };
+        if rcv.expected.is_some_and(|e| seen >= e) {
+            return true;
+        }
+        let since = s.peer_done_at.lock().ok().and_then(|t| *t);
+        return since.is_none_or(|t| now.duration_since(t) >= LINGER);
+    }
+    deadline.is_some_and(|d| now > d + s.cfg.stall_timeout)
+}
+
+#[cfg(unix)]
+fn wait_ready(s: &Shared, flows: &[Flow], timeout: Duration) {
+    if timeout.is_zero() {
+        return;
+    }
+    let mut fds: Vec<libc::pollfd> = flows
+        .iter()
+        .filter_map(|f| match f {
+            Flow::Recv(r) => Some(libc::pollfd {
+                fd: s.sockets[r.idx].as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            }),
+            Flow::Send(snd) if snd.blocked_since.is_some() => Some(libc::pollfd {
+                fd: s.sockets[snd.idx].as_raw_fd(),
+                events: libc::POLLOUT,
+                revents: 0,
+            }),
+            Flow::Send(_) => None,
+        })
+        .collect();
+    if fds.is_empty() {
+        // Only paced senders waiting for their next datagram: sleep to the due time.
+        std::thread::sleep(timeout);
+        return;
+    }
+    poll_precise(&mut fds, timeout);
+}
+
+/// poll with a nanosecond timeout: a paced sender sharing a worker with receivers must wake
+/// for its next datagram, not at the next millisecond.
+#[cfg(target_os = "linux")]
+fn poll_precise(fds: &mut [libc::pollfd], timeout: Duration) {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(1) as libc::time_t,
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+    };
+    // SAFETY: fds is a valid array of fds.len() pollfd structures; ts outlives the call; a
+    // null signal mask leaves the mask unchanged.
+    unsafe {
+        libc::ppoll(
+            fds.as_mut_ptr(),
+            fds.len() as libc::nfds_t,
+            &ts,
+            std::ptr::null(),
+        )
+    };
+}
+
+#[cfg(all(unix, not(target_os = "linux")))]
+fn poll_precise(fds: &mut [libc::pollfd], timeout: Duration) {
+    let ms = timeout.as_micros().div_ceil(1000).clamp(1, 1000) as libc::c_int;
+    // SAFETY: fds is a valid array of fds.len() pollfd structures.
+    unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+}
+
+/// Asks the kernel for tight timer wake-ups on this thread, so a paced sender's sleeps end
+/// within microseconds of the due time (the default slack is 50 us).
+#[cfg(target_os = "linux")]
+fn tighten_timer_slack() {
+    // SAFETY: PR_SET_TIMERSLACK takes a plain integer and affects only this thread.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong, 0, 0, 0) };
+}
+
+#[cfg(not(target_os = "linux"))]
+fn tighten_timer_slack() {}

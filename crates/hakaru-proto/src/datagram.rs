@@ -1,0 +1,241 @@
+//! UDP datagram formats, sans-IO: the header every test datagram carries and the hello that
+//! ties a UDP flow to its test.
+//!
+//! Test datagrams start with a header of up to 14 bytes, big-endian, as much as the payload
+//! length allows:
+//!
+//! | bytes | field | present when the payload is |
+//! |-------|-------|-----------------------------|
+//! | 0..2  | flow id (under 1024, so byte 0 is 0 to 3) | at least 8 bytes |
+//! | 2..8  | sequence number, 48 bits, from 0 | at least 8 bytes |
+//! | 8..14 | send time, 48 bits, nanoseconds since the sender's start (78 hours of range) | at least 14 bytes |
+//!
+//! Shorter payloads (netperf's `-m 1`) carry no header: they are counted, not sequenced.
+//!
+//! A UDP flow opens with a hello from the client, `"HKUH"`, version, kind (1 hello, 2 ack),
+//! flow id (u16) and the test's 16-byte token; the server answers from the flow's own socket
+//! with the same bytes and kind 2. A hello starts with `'H'` (0x48), which no data header can.
+
+/// Bytes of the header that carries flow and sequence number.
+pub const SEQ_HEADER: usize = 8;
+/// Bytes of the full header (flow, sequence number, send time).
+pub const FULL_HEADER: usize = 14;
+/// Bytes of a hello or ack.
+pub const HELLO_LEN: usize = 24;
+/// First bytes of a hello or ack.
+pub const HELLO_MAGIC: [u8; 4] = *b"HKUH";
+/// Version of the datagram formats.
+pub const DATAGRAM_VERSION: u8 = 1;
+/// Largest sequence number or timestamp the 48-bit fields hold.
+pub const MAX48: u64 = (1 << 48) - 1;
+
+/// What the header of a datagram of `len` payload bytes holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// Under 8 bytes: no header; counted only.
+    Counted,
+    /// 8 to 13 bytes: flow and sequence number.
+    Sequenced,
+    /// 14 bytes or more: flow, sequence number and send time.
+    Timestamped,
+}
+
+impl Layout {
+    /// The layout of a payload of `len` bytes.
+    pub fn for_length(len: usize) -> Layout {
+        if len >= FULL_HEADER {
+            Layout::Timestamped
+        } else if len >= SEQ_HEADER {
+            Layout::Sequenced
+        } else {
+            Layout::Counted
+        }
+    }
+}
+
+/// A decoded test-datagram header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataHeader {
+    /// Flow id.
+    pub flow: u16,
+    /// Sequence number.
+    pub seq: u64,
+    /// Send time, nanoseconds since the sender's start, when the payload had room.
+    pub sent_ns: Option<u64>,
+}
+
+fn put48(buf: &mut [u8], v: u64) {
+    buf[..6].copy_from_slice(&(v & MAX48).to_be_bytes()[2..]);
+}
+
+fn get48(buf: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    b[2..].copy_from_slice(&buf[..6]);
+    u64::from_be_bytes(b)
+}
+
+/// Writes the header that fits `buf` (see [`Layout`]); the rest of `buf` is left alone.
+#[inline]
+pub fn write_header(buf: &mut [u8], flow: u16, seq: u64, sent_ns: u64) {
+    if buf.len() >= SEQ_HEADER {
+        buf[..2].copy_from_slice(&flow.to_be_bytes());
+        put48(&mut buf[2..8], seq);
+        if buf.len() >= FULL_HEADER {
+            put48(&mut buf[8..14], sent_ns);
+        }
+    }
+}
+
+/// Reads the header of a test datagram; `None` when it is too short to have one or is a hello.
+#[inline]
+pub fn read_header(buf: &[u8]) -> Option<DataHeader> {
+    if buf.len() < SEQ_HEADER || buf[0] == HELLO_MAGIC[0] {
+        return None;
+    }
+    Some(DataHeader {
+        flow: u16::from_be_bytes([buf[0], buf[1]]),
+        seq: get48(&buf[2..8]),
+        sent_ns: (buf.len() >= FULL_HEADER).then(|| get48(&buf[8..14])),
+    })
+}
+
+/// Hello (client to server) or its acknowledgement (server to client).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlowHello {
+    /// Client: this socket carries `flow` of the test with `token`.
+    Hello {
+        /// Flow id.
+        flow: u16,
+        /// The test's token.
+        token: [u8; 16],
+    },
+    /// Server: the flow is connected; sent from the server's socket for that flow.
+    Ack {
+        /// Flow id.
+        flow: u16,
+        /// The test's token.
+        token: [u8; 16],
+    },
+}
+
+impl FlowHello {
+    /// Encodes the hello or ack.
+    pub fn encode(&self) -> [u8; HELLO_LEN] {
+        let (kind, flow, token) = match *self {
+            FlowHello::Hello { flow, token } => (1u8, flow, token),
+            FlowHello::Ack { flow, token } => (2u8, flow, token),
+        };
+        let mut out = [0u8; HELLO_LEN];
+        out[..4].copy_from_slice(&HELLO_MAGIC);
+        out[4] = DATAGRAM_VERSION;
+        out[5] = kind;
+        out[6..8].copy_from_slice(&flow.to_be_bytes());
+        out[8..24].copy_from_slice(&token);
+        out
+    }
+
+    /// Decodes a hello or ack; `None` for anything else (wrong size, magic, version or kind).
+    pub fn decode(buf: &[u8]) -> Option<FlowHello> {
+        if buf.len() != HELLO_LEN || buf[..4] != HELLO_MAGIC || buf[4] != DATAGRAM_VERSION {
+            return None;
+        }
+        let flow = u16::from_be_bytes([buf[6], buf[7]]);
+        let mut token = [0u8; 16];
+        token.copy_from_slice(&buf[8..24]);
+        match buf[5] {
+            1 => Some(FlowHello::Hello { flow, token }),
+            2 => Some(FlowHello::Ack { flow, token }),
+            _ => None,
+        }
+    }
+}
+
+/// The 16 bytes of a test token given as 32 hex digits (as `accepted` carries it).
+pub fn token_bytes(hex: &str) -> Option<[u8; 16]> {
+    let b = hex.as_bytes();
+    if b.len() != 32 {
+        return None;
+    }
+    let nib = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    let mut out = [0u8; 16];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = nib(b[2 * i])? << 4 | nib(b[2 * i + 1])?;
+    }
+    Some(out)
+}
+
+/// The hex form of a token's bytes.
+pub fn token_hex(bytes: &[u8; 16]) -> String {
+    bytes.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_round_trips_at_every_layout() {
+        let mut buf = [0xeeu8; 20];
+        write_header(&mut buf, 1023, 0x1234_5678_9abc, 0x0fed_cba9_8765);
+        assert_eq!(
+            read_header(&buf),
+            Some(DataHeader {
+                flow: 1023,
+                seq: 0x1234_5678_9abc,
+                sent_ns: Some(0x0fed_cba9_8765)
+            })
+        );
+        // Payload after the header is untouched.
+        assert_eq!(buf[14..], [0xee; 6]);
+        let mut short = [0u8; 10];
+        write_header(&mut short, 7, 99, 5);
+        assert_eq!(
+            read_header(&short),
+            Some(DataHeader {
+                flow: 7,
+                seq: 99,
+                sent_ns: None
+            })
+        );
+        let mut tiny = [0xaau8; 3];
+        write_header(&mut tiny, 7, 99, 5);
+        assert_eq!(tiny, [0xaa; 3]);
+        assert_eq!(read_header(&tiny), None);
+        assert_eq!(Layout::for_length(1), Layout::Counted);
+        assert_eq!(Layout::for_length(8), Layout::Sequenced);
+        assert_eq!(Layout::for_length(14), Layout::Timestamped);
+    }
+
+    #[test]
+    fn sequence_numbers_wrap_at_48_bits() {
+        let mut buf = [0u8; 14];
+        write_header(&mut buf, 0, MAX48 + 5, 0);
+        assert_eq!(read_header(&buf).unwrap().seq, 4);
+    }
+
+    #[test]
+    fn hello_round_trips_and_rejects_garbage() {
+        let token = token_bytes("00112233445566778899aabbccddeeff").unwrap();
+        assert_eq!(token_hex(&token), "00112233445566778899aabbccddeeff");
+        for h in [
+            FlowHello::Hello { flow: 3, token },
+            FlowHello::Ack { flow: 9, token },
+        ] {
+            let b = h.encode();
+            assert_eq!(FlowHello::decode(&b), Some(h));
+            // A hello is never mistaken for data.
+            assert_eq!(read_header(&b), None);
+            for cut in 0..b.len() {
+                assert_eq!(FlowHello::decode(&b[..cut]), None);
+            }
+            let mut bad = b;
+            bad[5] = 7;
+            assert_eq!(FlowHello::decode(&bad), None);
+            let mut bad = b;
+            bad[4] = 2;
+            assert_eq!(FlowHello::decode(&bad), None);
+        }
+        assert_eq!(token_bytes("xyz"), None);
+        assert_eq!(token_bytes("0011223344556677889900aabbccddzz"), None);
+    }
+}

@@ -1,0 +1,329 @@
+//! Human text for UDP tests (`hakaru udp`, `hakaru pps`): the receiver's datagram counts,
+//! loss and jitter lead; the sender's figures follow, labelled.
+
+use std::fmt::Write;
+
+use hakaru_model::{
+    Amount, BitRate, Bytes, Direction, EndResult, FlowDir, IntervalRecord, RunResult, UdpCounts,
+    UdpMode, UdpRate, UdpSpec, UdpTick,
+};
+
+use crate::text::{end_lines, span, trailer};
+
+/// The line that opens a UDP run.
+pub fn header(spec: &UdpSpec, server: &str, embedded: bool) -> String {
+    let dir = match spec.direction {
+        Direction::Forward => "client -> server",
+        Direction::Reverse => "server -> client (reverse)",
+        Direction::Bidir => "both directions (bidir)",
+    };
+    let amount = match spec.amount {
+        Amount::Time(t) => format!("{t}"),
+        Amount::Bytes(b) => format!("{} total per direction", Bytes(b.0)),
+        Amount::Blocks(k) => format!("{k} datagrams per direction"),
+    };
+    let rate = match spec.rate {
+        UdpRate::Unlimited => "as fast as possible".to_string(),
+        UdpRate::Bits(b) if b.0 <= 0.0 => "as fast as possible".to_string(),
+        UdpRate::Bits(b) => format!("{b} per flow"),
+        UdpRate::Packets(p) => format!("{p:.0} datagrams/s per flow"),
+    };
+    let what = match spec.mode {
+        UdpMode::Pps => "packet rate",
+        UdpMode::Bandwidth => "UDP",
+    };
+    let mut s = format!(
+        "hakaru {what} to {server}{}: {} flow(s) {dir}, {amount}, {}-byte payloads, {rate}",
+        if embedded {
+            " (embedded loopback server)"
+        } else {
+            ""
+        },
+        spec.flows,
+        spec.length.0,
+    );
+    if spec.length.0 < 8 {
+        s.push_str(", payload too short for a sequence number: datagrams are counted, not sequenced");
+    }
+    if !spec.omit.is_zero() {
+        let _ = write!(s, ", first {} omitted", spec.omit);
+    }
+    if spec.gro {
+        s.push_str(", receiver uses UDP GRO (--gro: on loopback GSO batches are never split, so the packet rate is not a wire rate)");
+    }
+    s.push('\n');
+    s
+}
+
+/// Column headings for UDP interval lines.
+pub fn interval_heading() -> String {
+    format!(
+        "{:<5} {:<4} {:>15}  {:>22}  {:>11}  {:>24}  {:>10}  | {:>11}\n",
+        "[ ID]", "Dir", "Interval", "Received", "rx pkt/s", "Lost/Expected", "Jitter", "tx pkt/s"
+    )
+}
+
+fn pps(n: u64, secs: f64) -> String {
+    if secs > 0.0 {
+        format!("{:.0}", n as f64 / secs)
+    } else {
+        "-".into()
+    }
+}
+
+fn lost(lost: u64, received: u64, dups: u64) -> String {
+    let expected = lost + received.saturating_sub(dups);
+    let pct = if expected > 0 {
+        lost as f64 * 100.0 / expected as f64
+    } else {
+        0.0
+    };
+    format!("{lost}/{expected} ({pct:.3}%)")
+}
+
+fn jitter(j: Option<f64>) -> String {
+    j.map_or_else(|| "-".into(), |j| format!("{j:.3} ms"))
+}
+
+fn received(bytes: Option<u64>, rate: Option<BitRate>) -> String {
+    match (bytes, rate) {
+        (Some(b), Some(r)) => format!("{:>10} {:>11}", Bytes(b).to_string(), r.to_string()),
+        _ => format!("{:>22}", "-"),
+    }
+}
+
+fn tick_cols(u: Option<&UdpTick>, secs: f64) -> (String, String, String) {
+    match u {
+        Some(u) => (
+            pps(u.datagrams, secs),
+            lost(u.lost, u.datagrams, u.duplicates),
+            jitter(u.jitter_ms),
+        ),
+        None => ("-".into(), "-".into(), "-".into()),
+    }
+}
+
+/// Lines for one interval: one per flow, then a SUM line per direction with several flows.
+pub fn interval_lines(rec: &IntervalRecord) -> String {
+    let mut s = String::new();
+    let secs = rec.end - rec.start;
+    let omitted = if rec.omitted { "  (omitted)" } else { "" };
+    for f in &rec.flows {
+        let (rx, l, j) = tick_cols(f.udp.as_ref(), secs);
+        let tx = f.sender_datagrams.map_or_else(|| "-".into(), |d| pps(d, secs));
+        let _ = writeln!(
+            s,
+            "[{:>3}] {:<4} {:>15}  {}  {rx:>11}  {l:>24}  {j:>10}  | {tx:>11}{omitted}",
+            f.id,
+            f.dir.label(),
+            span(rec.start, rec.end),
+            received(f.receiver_bytes, f.receiver_bps),
+        );
+    }
+    for d in &rec.sums {
+        if rec.flows.iter().filter(|f| f.dir == d.dir).count() < 2 {
+            continue;
+        }
+        let (rx, l, j) = tick_cols(d.udp.as_ref(), secs);
+        let tx = d.sender_datagrams.map_or_else(|| "-".into(), |n| pps(n, secs));
+        let _ = writeln!(
+            s,
+            "[SUM] {:<4} {:>15}  {}  {rx:>11}  {l:>24}  {j:>10}  | {tx:>11}{omitted}",
+            d.dir.label(),
+            span(rec.start, rec.end),
+            received(d.receiver_bytes, d.receiver_bps),
+        );
+    }
+    s
+}
+
+fn summary_row(s: &mut String, label: &str, dir: FlowDir, secs: f64, rx: (u64, BitRate), tx: (u64, BitRate), u: &UdpCounts) {
+    let _ = writeln!(
+        s,
+        "{label} {:<4} {:>15}  {:>10} {:>11}  {:>11.0}  {:>24}  {:>6} {:>5}  {:>10}  | {:>10} {:>11} {:>11.0}",
+        dir.label(),
+        span(0.0, secs),
+        Bytes(rx.0).to_string(),
+        rx.1.to_string(),
+        u.received_pps,
+        lost(u.lost, u.received_datagrams, u.duplicates),
+        u.out_of_order,
+        u.duplicates,
+        jitter(u.jitter_ms),
+        Bytes(tx.0).to_string(),
+        tx.1.to_string(),
+        u.sent_pps,
+    );
+}
+
+fn paths_line(s: &mut String, name: &str, e: &EndResult) {
+    if let Some(p) = &e.udp_paths {
+        let _ = writeln!(
+            s,
+            "  {name:<6} paths: send {} / receive {} (up to {} datagrams per call), receive times from {}{}",
+            p.send,
+            p.recv,
+            p.batch,
+            if p.kernel_timestamps { "the kernel" } else { "a clock read per call" },
+            p.fallback
+                .as_ref()
+                .map(|f| format!("; {f}"))
+                .unwrap_or_default()
+        );
+    }
+}
+
+fn drops_line(s: &mut String, name: &str, e: &EndResult, socket_drops: Option<u64>) {
+    let k = e.udp_kernel.unwrap_or_default();
+    let _ = writeln!(
+        s,
+        "  {name:<6} receive drops: socket buffer {} datagrams (SO_RXQ_OVFL), RcvbufErrors {} and InErrors {} (/proc/net/snmp, buffers not datagrams), NIC rx drops {}",
+        socket_drops.map_or_else(|| "?".into(), |d| d.to_string()),
+        k.rcvbuf_errors,
+        k.in_errors,
+        e.nic.as_ref().map_or_else(|| "?".into(), |n| n.rx_drops.to_string()),
+    );
+}
+
+/// The final summary of a UDP run.
+pub fn summary(r: &RunResult) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "- - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - -"
+    );
+    let _ = writeln!(
+        s,
+        "{:<5} {:<4} {:>15}  {:>22}  {:>11}  {:>24}  {:>6} {:>5}  {:>10}  | {:>34}",
+        "[ ID]", "Dir", "Interval", "Received (headline)", "rx pkt/s", "Lost/Expected", "OOO", "Dup", "Jitter", "Sent                    tx pkt/s"
+    );
+    for f in &r.flows {
+        let Some(u) = &f.udp else { continue };
+        summary_row(
+            &mut s,
+            &format!("[{:>3}]", f.id),
+            f.dir,
+            f.receiver.seconds,
+            (f.receiver.bytes, f.receiver.bits_per_second),
+            (f.sender.bytes, f.sender.bits_per_second),
+            u,
+        );
+    }
+    for t in &r.totals {
+        let Some(u) = &t.udp else { continue };
+        if t.flows > 1 {
+            summary_row(
+                &mut s,
+                "[SUM]",
+                t.dir,
+                t.receiver.seconds,
+                (t.receiver.bytes, t.receiver.bits_per_second),
+                (t.sender.bytes, t.sender.bits_per_second),
+                u,
+            );
+        }
+    }
+    let _ = writeln!(
+        s,
+        "Ends (CPU from /proc/stat covers the whole machine at each end):"
+    );
+    for (name, e) in [("client", &r.client), ("server", &r.server_end)] {
+        end_lines(&mut s, name, e);
+        paths_line(&mut s, name, e);
+        // Socket drops belong to the end that received.
+        let rx_dir = if name == "client" { FlowDir::Down } else { FlowDir::Up };
+        if let Some(t) = r.totals.iter().find(|t| t.dir == rx_dir) {
+            drops_line(&mut s, name, e, t.udp.and_then(|u| u.socket_drops));
+        }
+    }
+    if let Some(n) = r.server_end.stray_datagrams {
+        let _ = writeln!(
+            s,
+            "  server ignored {n} datagram(s) from senders outside any test during the run"
+        );
+    }
+    trailer(&mut s, r);
+    for t in &r.totals {
+        let Some(u) = &t.udp else { continue };
+        let dir = match t.dir {
+            FlowDir::Up => "client -> server",
+            FlowDir::Down => "server -> client",
+        };
+        let _ = writeln!(
+            s,
+            "{dir}: {:.0} datagrams/s received ({:.0} sent), {} payload, {} on an Ethernet wire, {:.3}% lost{}",
+            u.received_pps,
+            u.sent_pps,
+            t.receiver.bits_per_second,
+            u.received_wire_bps,
+            u.lost_percent,
+            if u.sequenced { "" } else { " (unsequenced: sent minus received)" }
+        );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hakaru_model::{DirectionInterval, FlowInterval};
+
+    #[test]
+    fn interval_lines_lead_with_the_receiver() {
+        let tick = UdpTick {
+            datagrams: 990,
+            lost: 10,
+            out_of_order: 0,
+            duplicates: 0,
+            jitter_ms: Some(0.25),
+        };
+        let flow = |id| FlowInterval {
+            id,
+            dir: FlowDir::Up,
+            receiver_bytes: Some(990 * 1000),
+            receiver_bps: Some(BitRate(7.92e6)),
+            sender_bytes: Some(1_000_000),
+            sender_bps: Some(BitRate(8e6)),
+            tcp: None,
+            udp: Some(tick),
+            sender_datagrams: Some(1000),
+        };
+        let rec = IntervalRecord {
+            index: 0,
+            start: 0.0,
+            end: 1.0,
+            omitted: false,
+            flows: vec![flow(0), flow(1)],
+            sums: vec![DirectionInterval {
+                dir: FlowDir::Up,
+                receiver_bytes: Some(1_980_000),
+                receiver_bps: Some(BitRate(15.84e6)),
+                sender_bytes: Some(2_000_000),
+                sender_bps: Some(BitRate(16e6)),
+                retransmits: None,
+                udp: Some(UdpTick::sum([tick, tick].iter())),
+                sender_datagrams: Some(2000),
+            }],
+        };
+        let out = interval_lines(&rec);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert!(lines[0].contains("10/1000 (1.000%)"), "{}", lines[0]);
+        assert!(lines[0].contains("0.250 ms"));
+        assert!(lines[0].contains(" 990 "), "{}", lines[0]);
+        assert!(lines[2].starts_with("[SUM]") && lines[2].contains("20/2000"));
+        assert!(lines[2].contains("2000"));
+    }
+
+    #[test]
+    fn header_says_when_datagrams_are_unsequenced() {
+        let spec = UdpSpec {
+            mode: UdpMode::Pps,
+            length: Bytes(1),
+            ..UdpSpec::default()
+        };
+        let h = header(&spec, "h:1", false);
+        assert!(h.contains("counted, not sequenced"), "{h}");
+        assert!(h.starts_with("hakaru packet rate"));
+    }
+}

@@ -1,0 +1,69 @@
+//! The server's UDP port: hellos that open UDP flows arrive here; everything else is a stray.
+//!
+//! A flow's hello carries the test's secret token and must come from the test's client
+//! address. The session then opens a socket on this same port connected to the sender, so the
+//! kernel delivers the flow's datagrams to that socket and only strays reach this one. Strays
+//! are counted and dropped; nothing is ever sent from here, so the port cannot reflect traffic.
+
+use std::net::UdpSocket;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hakaru_proto::datagram::{token_hex, FlowHello};
+
+use crate::registry::{DataConn, Undelivered};
+use crate::Ctx;
+
+/// Strays logged individually before the log goes quiet (they are still counted).
+const LOGGED_STRAYS: u64 = 10;
+
+/// Serves the UDP port until shutdown.
+pub(crate) fn run(ctx: Arc<Ctx>, sock: UdpSocket) {
+    let _ = sock.set_read_timeout(Some(Duration::from_millis(200)));
+    let mut buf = vec![0u8; 65_536];
+    while !ctx.shutdown.load(Ordering::Acquire) {
+        let (n, from) = match sock.recv_from(&mut buf) {
+            Ok(v) => v,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock
+                        | std::io::ErrorKind::TimedOut
+                        | std::io::ErrorKind::Interrupted
+                ) =>
+            {
+                continue
+            }
+            Err(e) => {
+                // ICMP errors and the like: note and go on serving.
+                tracing::debug!("udp port: {e}");
+                continue;
+            }
+        };
+        let why = match FlowHello::decode(&buf[..n]) {
+            Some(FlowHello::Hello { flow, token }) => {
+                match ctx.registry.deliver(
+                    &token_hex(&token),
+                    from.ip(),
+                    DataConn::Udp(u32::from(flow), from),
+                ) {
+                    Ok(()) => continue,
+                    Err((Undelivered::UnknownToken, _)) => "a hello for no running test",
+                    Err((Undelivered::WrongPeer(_), _)) => {
+                        "a hello from an address that is not the test's client"
+                    }
+                }
+            }
+            Some(FlowHello::Ack { .. }) => "an acknowledgement (servers do not take those)",
+            None => "a datagram that is not part of any test",
+        };
+        let count = ctx.strays.fetch_add(1, Ordering::AcqRel) + 1;
+        if count <= LOGGED_STRAYS {
+            tracing::info!("udp port: ignored {why} from {from} ({n} bytes)");
+            if count == LOGGED_STRAYS {
+                tracing::info!("udp port: further stray datagrams are counted, not logged");
+            }
+        }
+    }
+}
