@@ -7,9 +7,11 @@
 //! [`SCHEMA_VERSION`].
 
 pub mod config;
+pub mod nic;
 pub mod result;
 pub mod units;
 
 pub use config::*;
+pub use nic::*;
 pub use result::*;
 pub use units::*;

@@ -23,7 +23,8 @@ struct ErrorData<'a> {
     message: &'a str,
 }
 
-fn line<T: Serialize>(kind: &str, data: T) -> String {
+/// One `{"type": kind, "data": data}` line, newline included.
+pub(crate) fn line<T: Serialize>(kind: &str, data: T) -> String {
     let mut s = serde_json::to_string(&Envelope { kind, data })
         .unwrap_or_else(|e| format!("{{\"type\":\"error\",\"data\":{{\"message\":\"{e}\"}}}}"));
     s.push('\n');

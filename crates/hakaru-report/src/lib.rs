@@ -3,5 +3,6 @@
 
 pub mod json;
 pub mod jsonl;
+pub mod nic;
 pub mod schema;
 pub mod text;

@@ -1,11 +1,14 @@
 //! The command line: one module per subcommand, each owning its `Args` and `run`.
 
 mod common;
+mod nic;
 mod schema;
 mod server;
 mod tcp;
 
 use clap::{Parser, Subcommand};
+
+pub use common::is_usage_error;
 
 /// hakaru (量る, "to measure"): bandwidth, packet rate and latency between machines, in one
 /// binary, with one server process and one output format.
@@ -28,6 +31,8 @@ enum Command {
     /// TCP_STREAM, iperf3, iperf2 --parallel, ntttcp). Without HOST, runs against an
     /// in-process server on loopback.
     Tcp(Box<tcp::Args>),
+    /// Per-interface packet and byte rates every interval (replaces sar -n DEV 1).
+    Nic(nic::Args),
     /// Print the JSON Schema of `--json` output.
     Schema(schema::Args),
 }
@@ -43,6 +48,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Server(a) => server::run(a),
         Command::Tcp(a) => tcp::run(*a),
+        Command::Nic(a) => nic::run(a),
         Command::Schema(a) => schema::run(a),
     }
 }
