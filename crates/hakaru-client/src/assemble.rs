@@ -160,8 +160,7 @@ fn udp_counts(
         // Gaps the receiver saw, plus whatever was sent after the last datagram that arrived.
         ru.lost + su.next_seq.saturating_sub(ru.next_seq)
     } else {
-        (su.datagrams + su.omitted_datagrams)
-            .saturating_sub(ru.datagrams + ru.omitted_datagrams)
+        (su.datagrams + su.omitted_datagrams).saturating_sub(ru.datagrams + ru.omitted_datagrams)
     };
     let sent_pps = rate(su.datagrams, snd.map_or(0.0, |f| f.seconds));
     let received_pps = rate(ru.datagrams, rcv.map_or(0.0, |f| f.seconds));

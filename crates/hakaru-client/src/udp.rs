@@ -59,8 +59,12 @@ fn open_socket(
         flow,
         reason: e.to_string(),
     };
-    let sock = Socket::new(Domain::for_address(server), Type::DGRAM, Some(Protocol::UDP))
-        .map_err(fail)?;
+    let sock = Socket::new(
+        Domain::for_address(server),
+        Type::DGRAM,
+        Some(Protocol::UDP),
+    )
+    .map_err(fail)?;
     apply_udp_options(&sock, spec, server.is_ipv6())?;
     let local = match (opts.bind, server) {
         (Some(ip), _) => SocketAddr::new(ip, 0),

@@ -167,7 +167,10 @@ mod tests {
         c.add_sent(1400, 100, 100, 1);
         c.add_sent(1400, 100, 200, 2);
         let s = c.snapshot();
-        assert_eq!((s.bytes, s.calls, s.datagrams, s.next_seq), (2800, 2, 200, 200));
+        assert_eq!(
+            (s.bytes, s.calls, s.datagrams, s.next_seq),
+            (2800, 2, 200, 200)
+        );
         let r = FlowCounters::default();
         let seq = SeqCounts {
             received: 7,
@@ -179,7 +182,13 @@ mod tests {
         };
         r.publish_recv(70, &seq, 3, Some(4), 10);
         let s = r.snapshot();
-        assert_eq!((s.datagrams, s.lost, s.out_of_order, s.duplicates), (7, 2, 1, 1));
-        assert_eq!((s.jitter_ns, s.ignored, s.socket_drops), (Some(1500.0), 3, Some(4)));
+        assert_eq!(
+            (s.datagrams, s.lost, s.out_of_order, s.duplicates),
+            (7, 2, 1, 1)
+        );
+        assert_eq!(
+            (s.jitter_ns, s.ignored, s.socket_drops),
+            (Some(1500.0), 3, Some(4))
+        );
     }
 }

@@ -75,7 +75,7 @@ impl SeqTracker {
         }
         let mut s = from;
         while s < to {
-            if s % 64 == 0 && to - s >= 64 {
+            if s.is_multiple_of(64) && to - s >= 64 {
                 self.seen[((s / 64) as usize) % WORDS] = 0;
                 s += 64;
             } else {
@@ -148,7 +148,10 @@ mod tests {
     #[test]
     fn in_order_has_no_loss() {
         let c = run(&[0, 1, 2, 3, 4]);
-        assert_eq!((c.received, c.lost, c.out_of_order, c.duplicates), (5, 0, 0, 0));
+        assert_eq!(
+            (c.received, c.lost, c.out_of_order, c.duplicates),
+            (5, 0, 0, 0)
+        );
         assert_eq!(c.next_seq, 5);
         assert_eq!(c.jitter_ns, None);
     }
@@ -172,7 +175,10 @@ mod tests {
     #[test]
     fn duplicates_are_told_from_late_arrivals() {
         let c = run(&[0, 1, 1, 2, 0]);
-        assert_eq!((c.duplicates, c.out_of_order, c.lost, c.received), (2, 0, 0, 5));
+        assert_eq!(
+            (c.duplicates, c.out_of_order, c.lost, c.received),
+            (2, 0, 0, 5)
+        );
         // A late arrival, then the same datagram again.
         let c = run(&[0, 2, 1, 1]);
         assert_eq!((c.duplicates, c.out_of_order, c.lost), (1, 1, 0));

@@ -296,11 +296,7 @@ fn ticker(s: &Core, mut on_interval: IntervalFn, tcp_probe: Option<TcpProbe>) ->
         }
         let done = s.all_done();
         let aborted = s.abort.load(Ordering::Acquire) && !done;
-        let now_ns = if done {
-            s.final_ns()
-        } else {
-            s.now_ns()
-        };
+        let now_ns = if done { s.final_ns() } else { s.now_ns() };
         // One snapshot per wake-up serves both the warm-up boundary and the interval, so no
         // byte lands in both an omitted interval and the counted total.
         let snap: Vec<CounterSnapshot> = s.counters.iter().map(FlowCounters::snapshot).collect();
@@ -320,17 +316,15 @@ fn ticker(s: &Core, mut on_interval: IntervalFn, tcp_probe: Option<TcpProbe>) ->
                     .map(|i| {
                         let cur = snap[i];
                         let tcp = match &tcp_probe {
-                            Some(probe) if s.meta[i].role == Role::Sender => {
-                                probe(i).map(|ti| {
-                                    let d = ti.retransmits.saturating_sub(prev_retx[i]);
-                                    prev_retx[i] = ti.retransmits;
-                                    TcpTick {
-                                        retransmits: d,
-                                        snd_cwnd: ti.snd_cwnd,
-                                        rtt_us: ti.rtt_us,
-                                    }
-                                })
-                            }
+                            Some(probe) if s.meta[i].role == Role::Sender => probe(i).map(|ti| {
+                                let d = ti.retransmits.saturating_sub(prev_retx[i]);
+                                prev_retx[i] = ti.retransmits;
+                                TcpTick {
+                                    retransmits: d,
+                                    snd_cwnd: ti.snd_cwnd,
+                                    rtt_us: ti.rtt_us,
+                                }
+                            }),
                             _ => None,
                         };
                         let t = FlowTick {
@@ -364,8 +358,14 @@ fn ticker(s: &Core, mut on_interval: IntervalFn, tcp_probe: Option<TcpProbe>) ->
             return TickerOut {
                 omit_ns,
                 omit_counts,
-                cpu: base.cpu.zip(end.cpu).map(|(a, b)| sys::cpu_usage(&a, &b, wall)),
-                nic: base.nic.zip(end.nic).map(|(a, b)| sys::nic_usage(&a, &b, wall)),
+                cpu: base
+                    .cpu
+                    .zip(end.cpu)
+                    .map(|(a, b)| sys::cpu_usage(&a, &b, wall)),
+                nic: base
+                    .nic
+                    .zip(end.nic)
+                    .map(|(a, b)| sys::nic_usage(&a, &b, wall)),
                 udp_kernel: base.udp.zip(end.udp).map(|(a, b)| {
                     let d = a.delta(&b);
                     UdpKernelCounters {

@@ -255,8 +255,16 @@ impl UdpRun {
             kernel_timestamps: p.kernel_ts,
             fallback: p.fallback,
         });
-        report.send_mode = report.udp_paths.as_ref().map(|u| u.send.clone()).unwrap_or_default();
-        report.recv_mode = report.udp_paths.as_ref().map(|u| u.recv.clone()).unwrap_or_default();
+        report.send_mode = report
+            .udp_paths
+            .as_ref()
+            .map(|u| u.send.clone())
+            .unwrap_or_default();
+        report.recv_mode = report
+            .udp_paths
+            .as_ref()
+            .map(|u| u.recv.clone())
+            .unwrap_or_default();
         report
     }
 }

@@ -7,11 +7,13 @@
 //! [`SCHEMA_VERSION`].
 
 pub mod config;
+pub mod nic;
 pub mod result;
 pub mod udp;
 pub mod units;
 
 pub use config::*;
+pub use nic::*;
 pub use result::*;
 pub use udp::*;
 pub use units::*;

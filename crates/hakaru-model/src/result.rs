@@ -132,6 +132,13 @@ pub struct NicUsage {
     pub rx_drops_ps: f64,
     /// Transmit drops per second.
     pub tx_drops_ps: f64,
+    /// Receive errors per second (sar -n EDEV rxerr/s).
+    // Defaulted so a report from a peer built before this field existed still decodes.
+    #[serde(default)]
+    pub rx_errors_ps: f64,
+    /// Transmit errors per second (sar -n EDEV txerr/s).
+    #[serde(default)]
+    pub tx_errors_ps: f64,
 }
 
 /// Facts about one end's machine and network stack.

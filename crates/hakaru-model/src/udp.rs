@@ -21,7 +21,9 @@ pub const DEFAULT_PPS_LENGTH: u64 = 14;
 pub const MAX_BATCH: u32 = 64;
 
 /// Which command built the spec: it sets the defaults and what the output leads with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum UdpMode {
     /// `hakaru udp`: bandwidth with loss and jitter.

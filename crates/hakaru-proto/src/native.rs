@@ -5,9 +5,9 @@
 //! Frames over [`MAX_FRAME`] bytes are refused before any allocation, so a peer cannot make
 //! the other end buffer an arbitrary amount.
 
-use hakaru_model::{IntervalSample, SideReport, TestSpec};
 #[cfg(test)]
 use hakaru_model::TcpSpec;
+use hakaru_model::{IntervalSample, SideReport, TestSpec};
 use serde::{Deserialize, Serialize};
 
 /// First bytes of every hakaru connection, in both directions.

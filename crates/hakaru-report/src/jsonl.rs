@@ -23,7 +23,8 @@ struct ErrorData<'a> {
     message: &'a str,
 }
 
-fn line<T: Serialize>(kind: &str, data: T) -> String {
+/// One `{"type": kind, "data": data}` line, newline included.
+pub(crate) fn line<T: Serialize>(kind: &str, data: T) -> String {
     let mut s = serde_json::to_string(&Envelope { kind, data })
         .unwrap_or_else(|e| format!("{{\"type\":\"error\",\"data\":{{\"message\":\"{e}\"}}}}"));
     s.push('\n');
@@ -69,7 +70,11 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(e.trim_end()).unwrap();
         assert_eq!(v["type"], "error");
         assert_eq!(v["data"]["message"], "boom \"quoted\"");
-        let s = start(&TestSpec::Tcp(hakaru_model::TcpSpec::default()), "h:1", true);
+        let s = start(
+            &TestSpec::Tcp(hakaru_model::TcpSpec::default()),
+            "h:1",
+            true,
+        );
         let v: serde_json::Value = serde_json::from_str(s.trim_end()).unwrap();
         assert_eq!(v["type"], "start");
         assert_eq!(v["data"]["spec"]["flows"], 1);

@@ -3,6 +3,7 @@
 
 pub mod json;
 pub mod jsonl;
+pub mod nic;
 pub mod schema;
 pub mod text;
 pub mod udp_text;

@@ -43,7 +43,9 @@ pub fn header(spec: &UdpSpec, server: &str, embedded: bool) -> String {
         spec.length.0,
     );
     if spec.length.0 < 8 {
-        s.push_str(", payload too short for a sequence number: datagrams are counted, not sequenced");
+        s.push_str(
+            ", payload too short for a sequence number: datagrams are counted, not sequenced",
+        );
     }
     if !spec.omit.is_zero() {
         let _ = write!(s, ", first {} omitted", spec.omit);
@@ -110,7 +112,9 @@ pub fn interval_lines(rec: &IntervalRecord) -> String {
     let omitted = if rec.omitted { "  (omitted)" } else { "" };
     for f in &rec.flows {
         let (rx, l, j) = tick_cols(f.udp.as_ref(), secs);
-        let tx = f.sender_datagrams.map_or_else(|| "-".into(), |d| pps(d, secs));
+        let tx = f
+            .sender_datagrams
+            .map_or_else(|| "-".into(), |d| pps(d, secs));
         let _ = writeln!(
             s,
             "[{:>3}] {:<4} {:>15}  {}  {rx:>11}  {l:>24}  {j:>10}  | {tx:>11}{omitted}",
@@ -125,7 +129,9 @@ pub fn interval_lines(rec: &IntervalRecord) -> String {
             continue;
         }
         let (rx, l, j) = tick_cols(d.udp.as_ref(), secs);
-        let tx = d.sender_datagrams.map_or_else(|| "-".into(), |n| pps(n, secs));
+        let tx = d
+            .sender_datagrams
+            .map_or_else(|| "-".into(), |n| pps(n, secs));
         let _ = writeln!(
             s,
             "[SUM] {:<4} {:>15}  {}  {rx:>11}  {l:>24}  {j:>10}  | {tx:>11}{omitted}",
@@ -137,7 +143,15 @@ pub fn interval_lines(rec: &IntervalRecord) -> String {
     s
 }
 
-fn summary_row(s: &mut String, label: &str, dir: FlowDir, secs: f64, rx: (u64, BitRate), tx: (u64, BitRate), u: &UdpCounts) {
+fn summary_row(
+    s: &mut String,
+    label: &str,
+    dir: FlowDir,
+    secs: f64,
+    rx: (u64, BitRate),
+    tx: (u64, BitRate),
+    u: &UdpCounts,
+) {
     let _ = writeln!(
         s,
         "{label} {:<4} {:>15}  {:>10} {:>11}  {:>11.0}  {:>24}  {:>6} {:>5}  {:>10}  | {:>10} {:>11} {:>11.0}",
@@ -195,7 +209,16 @@ pub fn summary(r: &RunResult) -> String {
     let _ = writeln!(
         s,
         "{:<5} {:<4} {:>15}  {:>22}  {:>11}  {:>24}  {:>6} {:>5}  {:>10}  | {:>34}",
-        "[ ID]", "Dir", "Interval", "Received (headline)", "rx pkt/s", "Lost/Expected", "OOO", "Dup", "Jitter", "Sent                    tx pkt/s"
+        "[ ID]",
+        "Dir",
+        "Interval",
+        "Received (headline)",
+        "rx pkt/s",
+        "Lost/Expected",
+        "OOO",
+        "Dup",
+        "Jitter",
+        "Sent                    tx pkt/s"
     );
     for f in &r.flows {
         let Some(u) = &f.udp else { continue };
@@ -231,7 +254,11 @@ pub fn summary(r: &RunResult) -> String {
         end_lines(&mut s, name, e);
         paths_line(&mut s, name, e);
         // Socket drops belong to the end that received.
-        let rx_dir = if name == "client" { FlowDir::Down } else { FlowDir::Up };
+        let rx_dir = if name == "client" {
+            FlowDir::Down
+        } else {
+            FlowDir::Up
+        };
         if let Some(t) = r.totals.iter().find(|t| t.dir == rx_dir) {
             drops_line(&mut s, name, e, t.udp.and_then(|u| u.socket_drops));
         }

@@ -113,6 +113,9 @@ mod tests {
         let from = SocketAddr::new(mapped, 4000);
         r.deliver("t", mapped, DataConn::Udp(3, from)).unwrap();
         assert!(matches!(rx.try_recv(), Ok(DataConn::Udp(3, a)) if a == from));
-        assert_eq!(canonical_ip(IpAddr::V6(Ipv6Addr::LOCALHOST)), IpAddr::V6(Ipv6Addr::LOCALHOST));
+        assert_eq!(
+            canonical_ip(IpAddr::V6(Ipv6Addr::LOCALHOST)),
+            IpAddr::V6(Ipv6Addr::LOCALHOST)
+        );
     }
 }

@@ -205,8 +205,13 @@ fn run_test(
             conn.send(&Message::Start)
                 .map_err(|e| Abort::Quiet(e.to_string()))?;
             Running::Tcp(
-                SideRun::start(tcp_side_config(tcp, iface), flows, on_interval, Box::new(|| {}))
-                    .map_err(|e| Abort::Tell(format!("on the server: {e}")))?,
+                SideRun::start(
+                    tcp_side_config(tcp, iface),
+                    flows,
+                    on_interval,
+                    Box::new(|| {}),
+                )
+                .map_err(|e| Abort::Tell(format!("on the server: {e}")))?,
             )
         }
         TestSpec::Udp(udp) => {
@@ -288,8 +293,11 @@ fn run_test(
     }
     let mut report = run.wait();
     if spec.udp().is_some() {
-        report.stray_datagrams =
-            Some(ctx.strays.load(Ordering::Acquire).saturating_sub(strays_before));
+        report.stray_datagrams = Some(
+            ctx.strays
+                .load(Ordering::Acquire)
+                .saturating_sub(strays_before),
+        );
     }
     let moved: u64 = report.flows.iter().map(|f| f.bytes).sum();
     let first_error = report.flows.iter().find_map(|f| f.error.clone());
@@ -410,7 +418,9 @@ fn collect_tcp(
                 ),
             },
             Ok(DataConn::Udp(flow, from)) => {
-                tracing::warn!("test {id}: ignored a UDP hello for flow {flow} from {from} in a TCP test")
+                tracing::warn!(
+                    "test {id}: ignored a UDP hello for flow {flow} from {from} in a TCP test"
+                )
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 check_client(conn)?;
@@ -458,8 +468,12 @@ fn open_udp_flow(ctx: &Ctx, spec: &UdpSpec, to: SocketAddr) -> std::io::Result<U
     if local.is_ipv6() {
         let _ = sock.set_only_v6(false);
     }
-    apply_udp_options(&sock, spec, to.is_ipv6() && to.ip().to_canonical().is_ipv6())
-        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    apply_udp_options(
+        &sock,
+        spec,
+        to.is_ipv6() && to.ip().to_canonical().is_ipv6(),
+    )
+    .map_err(|e| std::io::Error::other(e.to_string()))?;
     sock.bind(&local.into())?;
     let to = match (local, to) {
         (SocketAddr::V6(_), SocketAddr::V4(v4)) => {
@@ -523,7 +537,9 @@ fn collect_udp(
                 None => tracing::warn!("test {id}: ignored a UDP hello for unknown flow {flow}"),
             },
             Ok(DataConn::Tcp(flow, _)) => {
-                tracing::warn!("test {id}: closed a TCP data connection for flow {flow} in a UDP test")
+                tracing::warn!(
+                    "test {id}: closed a TCP data connection for flow {flow} in a UDP test"
+                )
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => {
@@ -542,12 +558,10 @@ fn collect_udp(
         }
         match check_client(conn)? {
             Some(Message::FlowsReady) if arrived == plan.len() => ready = true,
-            Some(Message::FlowsReady) => {
-                return Err(Abort::Tell(format!(
-                    "the client reported every UDP flow ready, but only {arrived} of {} hellos arrived",
-                    plan.len()
-                )))
-            }
+            Some(Message::FlowsReady) => return Err(Abort::Tell(format!(
+                "the client reported every UDP flow ready, but only {arrived} of {} hellos arrived",
+                plan.len()
+            ))),
             Some(other) => {
                 return Err(Abort::Tell(format!(
                     "unexpected {} message while UDP flows open",

@@ -1,7 +1,8 @@
 //! hakaru: network performance measurement in one binary.
 //!
 //! Exit codes: 0 success (also when stdout is a closed pipe), 1 the test or server failed,
-//! 2 the command line was invalid.
+//! 2 the command line was invalid (including names, such as an interface, that only turn out
+//! wrong after parsing).
 
 mod cli;
 mod output;
@@ -29,7 +30,11 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             eprintln!("hakaru: error: {e:#}");
-            ExitCode::from(1)
+            if cli::is_usage_error(&e) {
+                ExitCode::from(2)
+            } else {
+                ExitCode::from(1)
+            }
         }
     }
 }

@@ -144,14 +144,16 @@ pub struct NicSnapshot {
     pub tx_drops: u64,
 }
 
-/// Parses the line of `iface` out of `/proc/net/dev` text; `None` if absent or malformed.
-pub fn parse_proc_net_dev(text: &str, iface: &str) -> Option<NicSnapshot> {
+/// Splits one `/proc/net/dev` line into the interface name and its counters; `None` for the
+/// two heading lines and for anything malformed.
+fn parse_proc_net_dev_line(line: &str) -> Option<NicSnapshot> {
     // Linux refuses ':' in interface names, so the first colon always ends the name; the
     // first counter may be glued to it ("eth0:123") when the byte count is wide.
-    let rest = text.lines().find_map(|line| {
-        let (name, rest) = line.split_once(':')?;
-        (name.trim() == iface).then_some(rest)
-    })?;
+    let (name, rest) = line.split_once(':')?;
+    let name = name.trim();
+    if name.is_empty() || name.contains(char::is_whitespace) || name.contains('|') {
+        return None;
+    }
     let fields = rest
         .split_whitespace()
         .map(|w| w.parse::<u64>().ok())
@@ -161,7 +163,7 @@ pub fn parse_proc_net_dev(text: &str, iface: &str) -> Option<NicSnapshot> {
         return None;
     }
     Some(NicSnapshot {
-        interface: iface.to_string(),
+        interface: name.to_string(),
         rx_bytes: fields[0],
         rx_packets: fields[1],
         rx_errors: fields[2],
@@ -173,6 +175,21 @@ pub fn parse_proc_net_dev(text: &str, iface: &str) -> Option<NicSnapshot> {
     })
 }
 
+/// Parses the line of `iface` out of `/proc/net/dev` text; `None` if absent or malformed.
+pub fn parse_proc_net_dev(text: &str, iface: &str) -> Option<NicSnapshot> {
+    let line = text.lines().find(|line| {
+        line.split_once(':')
+            .is_some_and(|(name, _)| name.trim() == iface)
+    })?;
+    parse_proc_net_dev_line(line)
+}
+
+/// Parses every interface out of `/proc/net/dev` text, in the file's order; malformed lines
+/// (and the two heading lines) are skipped, so one odd line does not hide the others.
+pub fn parse_proc_net_dev_all(text: &str) -> Vec<NicSnapshot> {
+    text.lines().filter_map(parse_proc_net_dev_line).collect()
+}
+
 /// Bytes in the "kB" of `sar -n DEV` rxkB/s and txkB/s: sysstat divides by 1024, and the
 /// numbers are meant to be compared side by side with sar's.
 const SAR_KILOBYTE: f64 = 1024.0;
@@ -182,37 +199,70 @@ const SAR_KILOBYTE: f64 = 1024.0;
 pub fn nic_usage(before: &NicSnapshot, after: &NicSnapshot, wall_secs: f64) -> NicUsage {
     // wrapping: the kernel's counters are free-running and wrap at their width.
     let d = |a: u64, b: u64| b.wrapping_sub(a);
-    let rx_packets = d(before.rx_packets, after.rx_packets);
-    let tx_packets = d(before.tx_packets, after.tx_packets);
-    let rx_bytes = d(before.rx_bytes, after.rx_bytes);
-    let tx_bytes = d(before.tx_bytes, after.tx_bytes);
-    let rx_drops = d(before.rx_drops, after.rx_drops);
-    let tx_drops = d(before.tx_drops, after.tx_drops);
+    with_rates(NicUsage {
+        interface: after.interface.clone(),
+        seconds: wall_secs,
+        rx_packets: d(before.rx_packets, after.rx_packets),
+        tx_packets: d(before.tx_packets, after.tx_packets),
+        rx_bytes: d(before.rx_bytes, after.rx_bytes),
+        tx_bytes: d(before.tx_bytes, after.tx_bytes),
+        rx_drops: d(before.rx_drops, after.rx_drops),
+        tx_drops: d(before.tx_drops, after.tx_drops),
+        rx_errors: d(before.rx_errors, after.rx_errors),
+        tx_errors: d(before.tx_errors, after.tx_errors),
+        ..NicUsage::default()
+    })
+}
+
+/// One interface's usage over several consecutive intervals: the deltas added up and the
+/// rates over the summed time, which is what sar's `Average:` lines show (the average of the
+/// per-interval rates would overweight short intervals). The name is the first sample's;
+/// `None` when there are no samples.
+pub fn nic_average(samples: &[NicUsage]) -> Option<NicUsage> {
+    let first = samples.first()?;
+    let mut total = NicUsage {
+        interface: first.interface.clone(),
+        ..NicUsage::default()
+    };
+    for u in samples {
+        // Saturating: deltas are already unwrapped, and a sum cannot meaningfully wrap.
+        let add = |acc: &mut u64, n: u64| *acc = acc.saturating_add(n);
+        add(&mut total.rx_packets, u.rx_packets);
+        add(&mut total.tx_packets, u.tx_packets);
+        add(&mut total.rx_bytes, u.rx_bytes);
+        add(&mut total.tx_bytes, u.tx_bytes);
+        add(&mut total.rx_drops, u.rx_drops);
+        add(&mut total.tx_drops, u.tx_drops);
+        add(&mut total.rx_errors, u.rx_errors);
+        add(&mut total.tx_errors, u.tx_errors);
+        if u.seconds.is_finite() && u.seconds > 0.0 {
+            total.seconds += u.seconds;
+        }
+    }
+    Some(with_rates(total))
+}
+
+/// Fills the per-second rates of `u` from its deltas and `seconds`.
+fn with_rates(u: NicUsage) -> NicUsage {
+    let secs = u.seconds;
     // A zero, negative or NaN interval has no meaningful rate; report none rather than inf.
     let rate = |n: u64| {
-        if wall_secs.is_finite() && wall_secs > 0.0 {
-            n as f64 / wall_secs
+        if secs.is_finite() && secs > 0.0 {
+            n as f64 / secs
         } else {
             0.0
         }
     };
     NicUsage {
-        interface: after.interface.clone(),
-        seconds: wall_secs,
-        rx_packets,
-        tx_packets,
-        rx_bytes,
-        tx_bytes,
-        rx_drops,
-        tx_drops,
-        rx_errors: d(before.rx_errors, after.rx_errors),
-        tx_errors: d(before.tx_errors, after.tx_errors),
-        rx_pps: rate(rx_packets),
-        tx_pps: rate(tx_packets),
-        rx_kib_per_s: rate(rx_bytes) / SAR_KILOBYTE,
-        tx_kib_per_s: rate(tx_bytes) / SAR_KILOBYTE,
-        rx_drops_ps: rate(rx_drops),
-        tx_drops_ps: rate(tx_drops),
+        rx_pps: rate(u.rx_packets),
+        tx_pps: rate(u.tx_packets),
+        rx_kib_per_s: rate(u.rx_bytes) / SAR_KILOBYTE,
+        tx_kib_per_s: rate(u.tx_bytes) / SAR_KILOBYTE,
+        rx_drops_ps: rate(u.rx_drops),
+        tx_drops_ps: rate(u.tx_drops),
+        rx_errors_ps: rate(u.rx_errors),
+        tx_errors_ps: rate(u.tx_errors),
+        ..u
     }
 }
 
@@ -577,11 +627,13 @@ docker0:       0       0    0    0    0     0          0         0        0     
         assert!((u.rx_kib_per_s - 808.0 / 1024.0).abs() < 1e-12);
         assert_eq!(u.rx_drops_ps, 5.0);
         assert_eq!(u.tx_drops_ps, 0.0);
+        assert_eq!((u.rx_errors_ps, u.tx_errors_ps), (0.0, 0.5));
 
         for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
             let z = nic_usage(&a, &b, bad);
             assert_eq!(z.rx_bytes, 1616);
             assert_eq!((z.rx_pps, z.rx_kib_per_s, z.tx_drops_ps), (0.0, 0.0, 0.0));
+            assert_eq!(z.tx_errors_ps, 0.0);
         }
     }
 
@@ -750,5 +802,91 @@ UdpLite6OutDatagrams            \t777
         // The delta of the sums is the sum of the deltas.
         assert_eq!(sum.delta(&later4.add(&v6)), d.add(&v6.delta(&v6)));
         assert_eq!(v4.delta(&v4), UdpSnmp::default());
+    }
+
+    #[test]
+    fn proc_net_dev_all_lists_every_interface_in_order() {
+        let all = parse_proc_net_dev_all(PROC_NET_DEV);
+        let names: Vec<&str> = all.iter().map(|n| n.interface.as_str()).collect();
+        assert_eq!(names, ["lo", "eth0", "docker0", "wlan0"]);
+        // The same figures as the one-interface parser, glued first counter included.
+        for n in &all {
+            assert_eq!(
+                Some(n),
+                parse_proc_net_dev(PROC_NET_DEV, &n.interface).as_ref()
+            );
+        }
+        assert_eq!(all[1].rx_bytes, 18446744073709551000);
+        assert_eq!((all[3].tx_errors, all[3].tx_drops), (11, 12));
+    }
+
+    #[test]
+    fn proc_net_dev_all_skips_malformed_lines() {
+        let text = "\
+Inter-|   Receive                                                |  Transmit
+ face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed
+  eth0:100 2 0 0 0 0 0 0 300 4 0 0 0 0 0 0
+  bad1: 1 2 3 4 5 6 7 8 9 10 11
+  bad2: 1 2 3 4 5 6 7 8 9 10 11 x
+  bad3 1 2 3 4 5 6 7 8 9 10 11 12
+: 1 2 3 4 5 6 7 8 9 10 11 12
+two words: 1 2 3 4 5 6 7 8 9 10 11 12
+
+veth1a2b:5 6 7 8 0 0 0 0 9 10 11 12 0 0 0 0
+";
+        let all = parse_proc_net_dev_all(text);
+        let names: Vec<&str> = all.iter().map(|n| n.interface.as_str()).collect();
+        assert_eq!(names, ["eth0", "veth1a2b"]);
+        assert_eq!((all[0].rx_bytes, all[0].tx_packets), (100, 4));
+        assert_eq!((all[1].rx_bytes, all[1].rx_packets), (5, 6));
+        for text in ["", "\n", ":::::", "Inter-|   Receive\n face |bytes\n"] {
+            assert!(parse_proc_net_dev_all(text).is_empty(), "{text:?}");
+        }
+    }
+
+    fn usage(secs: f64, rx_packets: u64, rx_bytes: u64, tx_errors: u64) -> NicUsage {
+        let a = NicSnapshot {
+            interface: "eth0".into(),
+            ..NicSnapshot::default()
+        };
+        let b = NicSnapshot {
+            rx_packets,
+            rx_bytes,
+            tx_errors,
+            ..a.clone()
+        };
+        nic_usage(&a, &b, secs)
+    }
+
+    #[test]
+    fn average_is_total_over_total_time() {
+        assert_eq!(nic_average(&[]), None);
+        // 100 packets in 1 s, then 500 in 4 s: 120/s over the run, not (100 + 125) / 2.
+        let avg =
+            nic_average(&[usage(1.0, 100, 1024, 0), usage(4.0, 500, 4096, 10)]).expect("average");
+        assert_eq!(avg.interface, "eth0");
+        assert_eq!(avg.seconds, 5.0);
+        assert_eq!(
+            (avg.rx_packets, avg.rx_bytes, avg.tx_errors),
+            (600, 5120, 10)
+        );
+        assert_eq!(avg.rx_pps, 120.0);
+        assert_eq!(avg.rx_kib_per_s, 1.0);
+        assert_eq!(avg.tx_errors_ps, 2.0);
+        assert_eq!((avg.tx_pps, avg.rx_drops_ps), (0.0, 0.0));
+
+        // One interval is its own average.
+        let one = usage(0.25, 7, 2048, 1);
+        assert_eq!(nic_average(std::slice::from_ref(&one)), Some(one));
+
+        // A bad interval adds its counts but no time; no time at all means no rates.
+        let avg = nic_average(&[usage(2.0, 10, 0, 0), usage(f64::NAN, 10, 0, 0)]).unwrap();
+        assert_eq!((avg.seconds, avg.rx_packets, avg.rx_pps), (2.0, 20, 10.0));
+        let none = nic_average(&[usage(0.0, 10, 0, 0)]).unwrap();
+        assert_eq!((none.seconds, none.rx_pps), (0.0, 0.0));
+
+        // Sums saturate instead of wrapping.
+        let big = nic_average(&[usage(1.0, u64::MAX, 0, 0), usage(1.0, 5, 0, 0)]).unwrap();
+        assert_eq!(big.rx_packets, u64::MAX);
     }
 }

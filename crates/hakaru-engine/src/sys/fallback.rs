@@ -35,6 +35,11 @@ pub fn nic_snapshot(_iface: &str) -> Option<NicSnapshot> {
     None
 }
 
+/// Counters of every interface: not available here.
+pub fn nic_snapshot_all() -> Vec<NicSnapshot> {
+    Vec::new()
+}
+
 /// Interface of a local address: not known here.
 pub fn interface_for_addr(_ip: IpAddr) -> Option<String> {
     None
@@ -253,6 +258,7 @@ mod tests {
         const { assert!(!DISCARD_SUPPORTED) };
         assert!(cpu_snapshot().is_none());
         assert!(nic_snapshot("lo").is_none());
+        assert!(nic_snapshot_all().is_empty());
         assert!(interface_for_addr("127.0.0.1".parse().unwrap()).is_none());
         assert!(available_congestion().is_empty());
         assert!(online_cpus() >= 1);

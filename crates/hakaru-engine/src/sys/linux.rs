@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use hakaru_model::{Environment, TcpInfo};
 
-use super::counters::{parse_proc_net_dev, parse_proc_stat, CpuSnapshot, NicSnapshot};
+use super::counters::{
+    parse_proc_net_dev, parse_proc_net_dev_all, parse_proc_stat, CpuSnapshot, NicSnapshot,
+};
 
 /// Mirror of the kernel's `struct tcp_info` (include/uapi/linux/tcp.h) up to
 /// `tcpi_total_rto_time` (Linux 6.7). Older kernels fill a prefix; newer ones truncate to this
@@ -202,6 +204,13 @@ pub fn cpu_snapshot() -> Option<CpuSnapshot> {
 pub fn nic_snapshot(iface: &str) -> Option<NicSnapshot> {
     let text = fs::read_to_string("/proc/net/dev").ok()?;
     parse_proc_net_dev(&text, iface)
+}
+
+/// Counters of every interface from `/proc/net/dev`, in its order; empty if unreadable.
+pub fn nic_snapshot_all() -> Vec<NicSnapshot> {
+    fs::read_to_string("/proc/net/dev")
+        .map(|text| parse_proc_net_dev_all(&text))
+        .unwrap_or_default()
 }
 
 /// One entry of getifaddrs, copied out so the list can be freed at once.
@@ -683,6 +692,9 @@ mod tests {
         assert!((0.0..=100.0).contains(&u.busy_pct), "{u:?}");
         assert!(nic_snapshot("lo").is_some());
         assert!(nic_snapshot("no-such-if0").is_none());
+        let all = nic_snapshot_all();
+        assert!(all.iter().any(|n| n.interface == "lo"), "{all:?}");
+        assert!(all.iter().all(|n| !n.interface.is_empty()), "{all:?}");
         assert!(online_cpus() >= 1);
     }
 

@@ -19,6 +19,11 @@
 //! - [`interface_for_addr`], [`nic_snapshot`], [`nic_usage`]: the interface a local address
 //!   lives on and its counters, reduced to the per-second figures `sar -n DEV` prints.
 //!   Unsupported: `None`.
+//! - [`nic_snapshot_all`]: the counters of every interface, in the OS's own order (the order of
+//!   `/proc/net/dev` on Linux), for `hakaru nic`; [`nic_usage`] and [`nic_average`] reduce
+//!   them. Unsupported: an empty list (a machine always has at least loopback, so empty means
+//!   "cannot tell"). A backend for another OS only has to fill [`NicSnapshot`]s from its own
+//!   counters (sysctl, GetIfTable2); the arithmetic and the renderers are shared.
 //! - [`environment`]: facts for the result (kernel, CPUs, default congestion control, the
 //!   interface's MTU and root qdisc, socket buffer limits); unknown facts are `None` or empty.
 //!   `software` is left empty for the caller.
@@ -79,14 +84,17 @@ mod linux_udp;
 #[cfg_attr(all(target_os = "linux", test), allow(dead_code))]
 mod fallback;
 
-pub use counters::{cpu_usage, nic_usage, parse_proc_net_dev, parse_proc_stat};
+pub use counters::{
+    cpu_usage, nic_average, nic_usage, parse_proc_net_dev, parse_proc_net_dev_all, parse_proc_stat,
+};
 pub use counters::{parse_proc_net_snmp6_udp, parse_proc_net_snmp_udp};
 pub use counters::{CpuSnapshot, NicSnapshot, UdpSnmp};
 
 #[cfg(target_os = "linux")]
 pub use linux::{
-    available_congestion, cpu_snapshot, environment, interface_for_addr, nic_snapshot, online_cpus,
-    pin_current_thread, recv_discard, send_zerocopy, tcp_info, ZeroCopySource, DISCARD_SUPPORTED,
+    available_congestion, cpu_snapshot, environment, interface_for_addr, nic_snapshot,
+    nic_snapshot_all, online_cpus, pin_current_thread, recv_discard, send_zerocopy, tcp_info,
+    ZeroCopySource, DISCARD_SUPPORTED,
 };
 
 #[cfg(target_os = "linux")]
@@ -97,8 +105,9 @@ pub use linux_udp::{
 
 #[cfg(not(target_os = "linux"))]
 pub use fallback::{
-    available_congestion, cpu_snapshot, environment, interface_for_addr, nic_snapshot, online_cpus,
-    pin_current_thread, recv_discard, send_zerocopy, tcp_info, ZeroCopySource, DISCARD_SUPPORTED,
+    available_congestion, cpu_snapshot, environment, interface_for_addr, nic_snapshot,
+    nic_snapshot_all, online_cpus, pin_current_thread, recv_discard, send_zerocopy, tcp_info,
+    ZeroCopySource, DISCARD_SUPPORTED,
 };
 
 #[cfg(not(target_os = "linux"))]
@@ -144,6 +153,7 @@ mod tests {
         same!(tcp_info: fn(RawFd) -> io::Result<TcpInfo>);
         same!(cpu_snapshot: fn() -> Option<CpuSnapshot>);
         same!(nic_snapshot: fn(&str) -> Option<NicSnapshot>);
+        same!(nic_snapshot_all: fn() -> Vec<NicSnapshot>);
         same!(interface_for_addr: fn(IpAddr) -> Option<String>);
         same!(environment: fn(Option<&str>) -> Environment);
         same!(available_congestion: fn() -> Vec<String>);

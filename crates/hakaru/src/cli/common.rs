@@ -1,4 +1,4 @@
-//! Pieces shared by subcommands: logging, CPU lists, signals.
+//! Pieces shared by subcommands: logging, usage errors, CPU lists, signals.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::AtomicBool;
@@ -166,6 +166,24 @@ pub fn init_logging(level: u8) {
         .with_writer(std::io::stderr)
         .with_target(false)
         .try_init();
+}
+
+/// A command-line mistake that only shows after parsing (an interface that does not exist);
+/// the process exits 2, like clap's own usage errors.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// Whether `e` is, or was caused by, a [`UsageError`].
+pub fn is_usage_error(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.is::<UsageError>())
 }
 
 /// A CPU list flag value such as `0,2,4-7`.

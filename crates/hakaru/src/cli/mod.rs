@@ -1,12 +1,15 @@
 //! The command line: one module per subcommand, each owning its `Args` and `run`.
 
 mod common;
+mod nic;
 mod schema;
 mod server;
 mod tcp;
 mod udp;
 
 use clap::{Parser, Subcommand};
+
+pub use common::is_usage_error;
 
 /// hakaru (量る, "to measure"): bandwidth, packet rate and latency between machines, in one
 /// binary, with one server process and one output format.
@@ -35,6 +38,8 @@ enum Command {
     /// Maximum packet rate with small datagrams from one flow or many (replaces sockperf tp,
     /// netperf UDP_STREAM -m 1, iperf3 -u -l 16). Without HOST, runs on loopback.
     Pps(Box<udp::PpsArgs>),
+    /// Per-interface packet and byte rates every interval (replaces sar -n DEV 1).
+    Nic(nic::Args),
     /// Print the JSON Schema of `--json` output.
     Schema(schema::Args),
 }
@@ -52,6 +57,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Tcp(a) => tcp::run(*a),
         Command::Udp(a) => udp::run_udp(*a),
         Command::Pps(a) => udp::run_pps(*a),
+        Command::Nic(a) => nic::run(a),
         Command::Schema(a) => schema::run(a),
     }
 }

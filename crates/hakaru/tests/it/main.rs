@@ -4,4 +4,5 @@ mod common;
 mod e2e;
 mod faults;
 mod netns;
+mod nic;
 mod schema;
