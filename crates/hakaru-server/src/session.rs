@@ -558,10 +558,12 @@ fn collect_udp(
         }
         match check_client(conn)? {
             Some(Message::FlowsReady) if arrived == plan.len() => ready = true,
-            Some(Message::FlowsReady) => return Err(Abort::Tell(format!(
+            Some(Message::FlowsReady) => {
+                return Err(Abort::Tell(format!(
                 "the client reported every UDP flow ready, but only {arrived} of {} hellos arrived",
                 plan.len()
-            ))),
+            )))
+            }
             Some(other) => {
                 return Err(Abort::Tell(format!(
                     "unexpected {} message while UDP flows open",

@@ -6,3 +6,4 @@ mod faults;
 mod netns;
 mod nic;
 mod schema;
+mod udp;

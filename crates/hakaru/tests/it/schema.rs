@@ -69,6 +69,8 @@ fn real_output_validates_against_the_schema() {
         &["tcp", "-t", "1", "--json"][..],
         &["tcp", "-t", "1", "--bidir", "-P", "2", "-O", "1", "--json"][..],
         &["tcp", "-n", "1M", "-R", "--json"][..],
+        &["udp", "-t", "1", "-b", "10M", "--bidir", "--json"][..],
+        &["pps", "-k", "20000", "--rate", "20000", "-l", "1", "--json"][..],
     ] {
         let o = run(args, Duration::from_secs(60));
         assert!(o.status.success());
