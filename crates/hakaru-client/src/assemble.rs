@@ -283,6 +283,21 @@ pub fn assemble(i: Inputs) -> RunResult {
                 .map(|_| sum_udp(of.iter().filter_map(|f| f.udp.as_ref()))),
         });
     }
+    let mut notes = i.notes;
+    let gso_sent = [&i.local, &i.remote]
+        .iter()
+        .any(|r| r.udp_paths.as_ref().is_some_and(|p| p.send == "gso"));
+    let on_lo = [&i.local, &i.remote]
+        .iter()
+        .any(|r| r.nic.as_ref().is_some_and(|n| n.interface == "lo"));
+    if gso_sent && on_lo {
+        notes.push(
+            "lo counts each UDP GSO batch as one packet, so its rxpck/s is not the datagram rate; \
+             the datagram counts are the receiving sockets' (on a real NIC the batches are split \
+             before the wire)"
+                .into(),
+        );
+    }
     RunResult {
         schema_version: SCHEMA_VERSION,
         tool: "hakaru".into(),
@@ -301,7 +316,7 @@ pub fn assemble(i: Inputs) -> RunResult {
         client: end_result(&i.local),
         server_end: end_result(&i.remote),
         interrupted: i.interrupted,
-        notes: i.notes,
+        notes,
     }
 }
 
