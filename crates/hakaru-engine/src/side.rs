@@ -123,8 +123,9 @@ impl Core {
     }
 
     /// When the side's work ended, nanoseconds since the start. For UDP this is the last
-    /// datagram sent or received, so a receiver's linger after the last arrival is not counted
-    /// as receiving time.
+    /// datagram sent or received, or the end of a timed test if that is later (a paced sender's
+    /// last datagram may be due well before the deadline), so a receiver's linger after the
+    /// last arrival is not counted as receiving time.
     fn final_ns(&self) -> u64 {
         let end = match self.end_ns.load(Ordering::Acquire) {
             0 => self.now_ns(),
@@ -133,8 +134,12 @@ impl Core {
         if !self.udp {
             return end;
         }
+        let deadline = self
+            .cfg
+            .duration
+            .map_or(0, |d| (self.cfg.omit + d).as_nanos() as u64);
         match self.counters.iter().map(FlowCounters::last_ns).max() {
-            Some(last) if last > 0 => last.min(end),
+            Some(last) if last > 0 => last.max(deadline).min(end),
             _ => end,
         }
     }

@@ -482,6 +482,7 @@ fn open_udp_flow(ctx: &Ctx, spec: &UdpSpec, to: SocketAddr) -> std::io::Result<U
         _ => to,
     };
     sock.connect(&to.into())?;
+    sock.set_nonblocking(true)?;
     Ok(sock.into())
 }
 
@@ -510,6 +511,7 @@ fn collect_udp(
     };
     let mut ready = false;
     let mut buf = [0u8; 64];
+    let mut last_drain = Instant::now();
     while arrived < plan.len() || !ready {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() || ctx.shutdown.load(Ordering::Acquire) {
@@ -520,39 +522,49 @@ fn collect_udp(
                 ctx.udp_addr.port()
             )));
         }
-        match rx.recv_timeout(left.min(Duration::from_millis(20))) {
-            Ok(DataConn::Udp(flow, from)) => match socks.get_mut(flow as usize) {
-                Some(slot @ None) => {
-                    let s = open_udp_flow(ctx, spec, from).map_err(|e| {
-                        Abort::Tell(format!("on the server: opening UDP flow {flow}: {e}"))
-                    })?;
-                    let _ = s.send(&ack(flow));
-                    *slot = Some(s);
-                    arrived += 1;
-                }
-                // A repeated hello that reached the port before the flow's socket existed.
-                Some(Some(s)) => {
-                    let _ = s.send(&ack(flow));
-                }
-                None => tracing::warn!("test {id}: ignored a UDP hello for unknown flow {flow}"),
-            },
-            Ok(DataConn::Tcp(flow, _)) => {
-                tracing::warn!(
-                    "test {id}: closed a TCP data connection for flow {flow} in a UDP test"
-                )
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        let mut next = match rx.recv_timeout(left.min(Duration::from_millis(20))) {
+            Ok(c) => Some(c),
+            Err(mpsc::RecvTimeoutError::Timeout) => None,
             Err(mpsc::RecvTimeoutError::Disconnected) => {
                 return Err(Abort::Tell("internal error: registry closed".into()))
             }
+        };
+        // Take every hello already queued before the (per-socket) drain below.
+        while let Some(c) = next.take() {
+            match c {
+                DataConn::Udp(flow, from) => match socks.get_mut(flow as usize) {
+                    Some(slot @ None) => {
+                        let s = open_udp_flow(ctx, spec, from).map_err(|e| {
+                            Abort::Tell(format!("on the server: opening UDP flow {flow}: {e}"))
+                        })?;
+                        let _ = s.send(&ack(flow));
+                        *slot = Some(s);
+                        arrived += 1;
+                    }
+                    // A repeated hello that reached the port before the flow's socket existed.
+                    Some(Some(s)) => {
+                        let _ = s.send(&ack(flow));
+                    }
+                    None => {
+                        tracing::warn!("test {id}: ignored a UDP hello for unknown flow {flow}")
+                    }
+                },
+                DataConn::Tcp(flow, _) => tracing::warn!(
+                    "test {id}: closed a TCP data connection for flow {flow} in a UDP test"
+                ),
+            }
+            next = rx.try_recv().ok();
         }
-        // Hellos repeated after the flow's socket was connected land on that socket.
-        for (flow, s) in socks.iter().enumerate() {
-            let Some(s) = s else { continue };
-            let _ = s.set_nonblocking(true);
-            while let Ok(n) = s.recv(&mut buf) {
-                if matches!(FlowHello::decode(&buf[..n]), Some(FlowHello::Hello { .. })) {
-                    let _ = s.send(&ack(flow as u32));
+        // Hellos repeated after the flow's socket was connected land on that socket; the
+        // client repeats every 100 ms, so looking every 50 ms is enough.
+        if last_drain.elapsed() >= Duration::from_millis(50) {
+            last_drain = Instant::now();
+            for (flow, s) in socks.iter().enumerate() {
+                let Some(s) = s else { continue };
+                while let Ok(n) = s.recv(&mut buf) {
+                    if matches!(FlowHello::decode(&buf[..n]), Some(FlowHello::Hello { .. })) {
+                        let _ = s.send(&ack(flow as u32));
+                    }
                 }
             }
         }
