@@ -10,7 +10,8 @@
 //!
 //! UDP has no end-of-stream: when a side's senders are done it reports the datagram counts
 //! (`on_send_done`), the caller tells the peer over the control connection, and the peer's
-//! receivers finish once they have seen that many or after [`LINGER`].
+//! receivers finish once they have seen that many, once their flow has been quiet for [`QUIET`]
+//! (the rest was lost), or after [`LINGER`].
 
 use std::io::{self, IoSlice};
 use std::net::UdpSocket;
@@ -29,8 +30,18 @@ use crate::side::{spawn_ticker, Core, DoneFn, FlowMeta, TickerOut};
 use crate::sys;
 use crate::tcp::{SideConfig, SideError};
 
-/// How long receivers wait for stragglers after the peer's senders are done.
-pub const LINGER: Duration = Duration::from_millis(500);
+/// Longest a receiver waits for stragglers after the peer's senders are done.
+pub const LINGER: Duration = Duration::from_secs(2);
+/// A receiver whose flow has been quiet this long after the peer's senders are done has seen
+/// everything that is coming: the rest was lost (a draining queue keeps datagrams arriving).
+pub const QUIET: Duration = Duration::from_millis(100);
+
+/// How long a worker with receivers keeps polling its sockets without sleeping after the last
+/// datagram. At high packet rates the queue empties for microseconds at a time; sleeping then
+/// means a wake-up per datagram, which the sender's core pays for in the receive softirq
+/// (reference/performance.md §1a: a spinning receiver was 10-30 % faster). At low rates the
+/// spin ends soon after each datagram and the worker sleeps.
+const SPIN: Duration = Duration::from_micros(200);
 
 /// Called once when every sender of this side is done, with (flow id, datagrams sent).
 pub type SendDoneFn = Box<dyn FnOnce(Vec<(u32, u64)>) + Send>;
@@ -338,6 +349,7 @@ struct Receiver {
     socket_drops: Option<u64>,
     layout: Layout,
     expected: Option<u64>,
+    last_rx: Option<Instant>,
 }
 
 enum Flow {
@@ -372,6 +384,8 @@ fn worker(s: &Shared, mine: Vec<usize>, pin: Option<usize>) {
         }
         _ => true,
     });
+    let has_receivers = flows.iter().any(|f| matches!(f, Flow::Recv(_)));
+    let mut last_received = Instant::now();
     while !flows.is_empty() {
         if s.abort.load(Ordering::Acquire) {
             return;
@@ -405,6 +419,9 @@ fn worker(s: &Shared, mine: Vec<usize>, pin: Option<usize>) {
                 Flow::Recv(rcv) => match recv_step(s, rcv) {
                     Ok(moved) => {
                         progressed |= moved;
+                        if moved {
+                            last_received = now;
+                        }
                         !moved && receiver_complete(s, rcv, peer_done, deadline, now)
                     }
                     Err(e) => {
@@ -422,6 +439,10 @@ fn worker(s: &Shared, mine: Vec<usize>, pin: Option<usize>) {
                 continue;
             }
             k += 1;
+        }
+        if !progressed && has_receivers && now.duration_since(last_received) < SPIN {
+            std::thread::yield_now();
+            continue;
         }
         if !progressed && !flows.is_empty() {
             let mut wait = Duration::from_millis(50);
@@ -501,6 +522,7 @@ fn new_receiver(s: &Shared, idx: usize, layout: Layout) -> Receiver {
         socket_drops: ovfl.then_some(0),
         layout,
         expected: None,
+        last_rx: None,
     }
 }
 
@@ -627,6 +649,7 @@ fn recv_step(s: &Shared, rcv: &mut Receiver) -> Result<bool, String> {
     if n == 0 {
         return Ok(false);
     }
+    rcv.last_rx = Some(Instant::now());
     let length = s.cfg.length;
     let mono_ns = s.now_ns();
     let real_ns = SystemTime::now()
@@ -685,7 +708,8 @@ fn recv_step(s: &Shared, rcv: &mut Receiver) -> Result<bool, String> {
 }
 
 /// True when a receiver has nothing more to wait for: the peer's senders are done and either
-/// everything they sent has been seen or the linger time is over. Without word from the peer,
+/// everything they sent has been seen, the flow has been quiet for [`QUIET`], or [`LINGER`] is
+/// over. Without word from the peer,
 /// a timed test's receiver still ends a stall timeout after the deadline.
 fn receiver_complete(
     s: &Shared,
@@ -706,8 +730,11 @@ fn receiver_complete(
         if rcv.expected.is_some_and(|e| seen >= e) {
             return true;
         }
-        let since = s.peer_done_at.lock().ok().and_then(|t| *t);
-        return since.is_none_or(|t| now.duration_since(t) >= LINGER);
+        let Some(done_at) = s.peer_done_at.lock().ok().and_then(|t| *t) else {
+            return true;
+        };
+        let heard = rcv.last_rx.map_or(done_at, |t| t.max(done_at));
+        return now.duration_since(heard) >= QUIET || now.duration_since(done_at) >= LINGER;
     }
     deadline.is_some_and(|d| now > d + s.cfg.stall_timeout)
 }
