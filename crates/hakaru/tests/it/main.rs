@@ -4,5 +4,7 @@ mod common;
 mod e2e;
 mod faults;
 mod netns;
+mod netns_link;
+mod netns_udp;
 mod nic;
 mod schema;
