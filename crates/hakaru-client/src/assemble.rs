@@ -114,8 +114,9 @@ pub struct Inputs {
 }
 
 fn counted(side: Option<&FlowSide>) -> Counted {
-    side.map_or_else(Counted::default, |f| {
-        Counted::new(f.bytes, f.seconds, f.calls)
+    side.map_or_else(Counted::default, |f| Counted {
+        omitted_bytes: f.omitted_bytes,
+        ..Counted::new(f.bytes, f.seconds, f.calls)
     })
 }
 

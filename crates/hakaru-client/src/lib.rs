@@ -325,19 +325,16 @@ pub fn run_test(
     let run = match &spec {
         TestSpec::Tcp(tcp) => {
             let flows = open_tcp_flows(opts, tcp, server_addr, &token)?;
+            // Counters first: nothing the server sends after `start` escapes them.
+            let cfg = tcp_side_config(tcp, opts, iface);
             wait_start(&mut conn, &ctl_err)?;
-            Running::Tcp(SideRun::start(
-                tcp_side_config(tcp, opts, iface),
-                flows,
-                on_interval,
-                on_done,
-            )?)
+            Running::Tcp(SideRun::start(cfg, flows, on_interval, on_done)?)
         }
         TestSpec::Udp(u) => {
             let flows = udp::open_flows(opts, u, server_addr, &token)?;
+            let (cfg, ucfg) = udp::side_config(u, opts, iface);
             conn.send(&Message::FlowsReady).map_err(&ctl_err)?;
             wait_start(&mut conn, &ctl_err)?;
-            let (cfg, ucfg) = udp::side_config(u, opts, iface);
             let t3 = tx.clone();
             Running::Udp(UdpRun::start(
                 cfg,
@@ -583,6 +580,7 @@ fn tcp_side_config(spec: &TcpSpec, opts: &ClientOptions, iface: Option<String>) 
             _ => None,
         },
         stall_timeout: spec.stall_timeout.0,
+        base: Some(hakaru_engine::CounterBase::take(iface.as_deref(), false)),
         iface,
     }
 }

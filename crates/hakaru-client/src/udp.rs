@@ -38,6 +38,7 @@ pub(crate) fn side_config(
             _ => None,
         },
         stall_timeout: spec.stall_timeout.0,
+        base: Some(hakaru_engine::CounterBase::take(iface.as_deref(), true)),
         iface,
     };
     let ucfg = UdpConfig {

@@ -10,7 +10,7 @@ pub mod counters;
 pub mod observer;
 pub mod running;
 pub mod seq;
-mod side;
+pub mod side;
 pub mod sockopt;
 pub mod sys;
 pub mod tcp;
@@ -18,3 +18,4 @@ pub mod udp;
 
 pub use observer::Observer;
 pub use running::Running;
+pub use side::CounterBase;

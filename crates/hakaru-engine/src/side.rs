@@ -245,20 +245,29 @@ pub(crate) fn spawn_ticker(
         .spawn(move || ticker(&core, on_interval, tcp_probe))
 }
 
-/// Baselines of the machine-wide counters, taken at the end of the warm-up.
-struct Baselines {
+/// Machine-wide counters (CPU, the test's interface, UDP) at one instant: the starting point
+/// of a side's CPU, NIC and UDP kernel figures. A caller takes it before telling the peer to
+/// start, so nothing the peer sends can arrive before it; without a warm-up it is the baseline
+/// of the whole test (with one, the end of the warm-up is).
+#[derive(Debug, Clone)]
+pub struct CounterBase {
     cpu: Option<sys::CpuSnapshot>,
     nic: Option<sys::NicSnapshot>,
     udp: Option<sys::UdpSnmp>,
 }
 
-impl Baselines {
-    fn take(s: &Core) -> Baselines {
-        Baselines {
+impl CounterBase {
+    /// Reads the counters now: `iface`'s NIC counters, and UDP's when `udp` is set.
+    pub fn take(iface: Option<&str>, udp: bool) -> CounterBase {
+        CounterBase {
             cpu: sys::cpu_snapshot(),
-            nic: s.cfg.iface.as_deref().and_then(sys::nic_snapshot),
-            udp: if s.udp { sys::udp_snmp() } else { None },
+            nic: iface.and_then(sys::nic_snapshot),
+            udp: if udp { sys::udp_snmp() } else { None },
         }
+    }
+
+    fn of(s: &Core) -> CounterBase {
+        CounterBase::take(s.cfg.iface.as_deref(), s.udp)
     }
 }
 
@@ -269,7 +278,7 @@ fn ticker(s: &Core, mut on_interval: IntervalFn, tcp_probe: Option<TcpProbe>) ->
     let mut omit_taken = omit.is_zero();
     let mut omit_counts = vec![CounterSnapshot::default(); n];
     let mut omit_ns = 0u64;
-    let mut base = Baselines::take(s);
+    let mut base = s.cfg.base.clone().unwrap_or_else(|| CounterBase::of(s));
     let mut prev = vec![CounterSnapshot::default(); n];
     let mut prev_retx = vec![0u64; n];
     let mut last_ns = 0u64;
@@ -309,7 +318,7 @@ fn ticker(s: &Core, mut on_interval: IntervalFn, tcp_probe: Option<TcpProbe>) ->
             omit_taken = true;
             omit_ns = now_ns.min(omit.as_nanos() as u64);
             omit_counts = snap.clone();
-            base = Baselines::take(s);
+            base = CounterBase::of(s);
         }
         if let Some(tick) = next_tick {
             let tick_ns = tick.as_nanos() as u64;
@@ -359,7 +368,7 @@ fn ticker(s: &Core, mut on_interval: IntervalFn, tcp_probe: Option<TcpProbe>) ->
         }
         if done || aborted {
             let wall = now_ns.saturating_sub(omit_ns) as f64 / 1e9;
-            let end = Baselines::take(s);
+            let end = CounterBase::of(s);
             return TickerOut {
                 omit_ns,
                 omit_counts,

@@ -58,6 +58,8 @@ pub struct SideConfig {
     pub stall_timeout: Duration,
     /// Interface whose counters to report.
     pub iface: Option<String>,
+    /// Counters taken before the peer was told to start; `None` takes them when the side starts.
+    pub base: Option<crate::side::CounterBase>,
 }
 
 /// Errors starting a side.

@@ -11,7 +11,7 @@ use hakaru_engine::sockopt::{apply_tcp_options, apply_udp_options};
 use hakaru_engine::sys;
 use hakaru_engine::tcp::{FlowSocket, SideConfig, SideRun};
 use hakaru_engine::udp::{UdpConfig, UdpFlowSocket, UdpRun};
-use hakaru_engine::Running;
+use hakaru_engine::{CounterBase, Running};
 use hakaru_model::{Amount, End, FlowDir, Role, TcpSpec, TestSpec, UdpSpec};
 use hakaru_proto::datagram::{token_bytes, FlowHello};
 use hakaru_proto::{Decoder, Message, PROTOCOL_VERSION};
@@ -216,10 +216,10 @@ fn run_test(
         }
         TestSpec::Udp(udp) => {
             let flows = collect_udp(ctx, conn, udp, id, token, rx)?;
+            let (cfg, ucfg) = udp_side_config(udp, iface);
             conn.send(&Message::Start)
                 .map_err(|e| Abort::Quiet(e.to_string()))?;
             let w = Arc::clone(&writer);
-            let (cfg, ucfg) = udp_side_config(udp, iface);
             Running::Udp(
                 UdpRun::start(
                     cfg,
@@ -348,6 +348,7 @@ fn tcp_side_config(spec: &TcpSpec, iface: Option<String>) -> SideConfig {
             _ => None,
         },
         stall_timeout: spec.stall_timeout.0,
+        base: Some(CounterBase::take(iface.as_deref(), false)),
         iface,
     }
 }
@@ -366,6 +367,7 @@ fn udp_side_config(spec: &UdpSpec, iface: Option<String>) -> (SideConfig, UdpCon
             _ => None,
         },
         stall_timeout: spec.stall_timeout.0,
+        base: Some(CounterBase::take(iface.as_deref(), true)),
         iface,
     };
     let ucfg = UdpConfig {

@@ -68,6 +68,20 @@ pub fn json(o: &Output) -> serde_json::Value {
     })
 }
 
+/// The number at JSON pointer `ptr` in `v`; fails the test when there is none.
+pub fn num(v: &serde_json::Value, ptr: &str) -> f64 {
+    v.pointer(ptr)
+        .and_then(serde_json::Value::as_f64)
+        .unwrap_or_else(|| panic!("no number at {ptr} in {v}"))
+}
+
+/// The count (unsigned integer) at JSON pointer `ptr` in `v`; fails the test when there is none.
+pub fn count(v: &serde_json::Value, ptr: &str) -> u64 {
+    v.pointer(ptr)
+        .and_then(serde_json::Value::as_u64)
+        .unwrap_or_else(|| panic!("no count at {ptr} in {v}"))
+}
+
 /// Stderr as text.
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()

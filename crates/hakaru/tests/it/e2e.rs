@@ -183,6 +183,16 @@ fn omitted_warmup_is_flagged_and_not_counted() {
         counted < all,
         "omitted bytes must not be counted: {counted} vs {all}"
     );
+    // What the warm-up moved is reported apart, and the two add up to everything read.
+    let omitted = u(&f["receiver"]["omitted_bytes"]);
+    assert!(omitted > 0, "omitted_bytes missing after -O 1");
+    // The warm-up boundary and the first tick share one snapshot at the receiver.
+    assert_eq!(omitted, u(&iv[0]["flows"][0]["receiver_bytes"]));
+    assert!(
+        omitted + counted >= all,
+        "omitted + counted < all intervals"
+    );
+    assert_eq!(u(&r["totals"][0]["receiver"]["omitted_bytes"]), omitted);
 }
 
 #[test]

@@ -4,6 +4,8 @@ mod common;
 mod e2e;
 mod faults;
 mod netns;
+mod netns_link;
+mod netns_udp;
 mod nic;
 mod schema;
 mod udp;

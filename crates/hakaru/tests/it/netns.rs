@@ -1,20 +1,21 @@
 //! Network-namespace tests: a real link whose capacity is known.
 //!
-//! Two namespaces joined by a veth pair, each end's egress shaped by tbf to 200 Mbit/s, give a
-//! link whose TCP goodput follows from arithmetic alone, so hakaru's headline figure is checked
-//! against the truth rather than against another tool. Traffic goes only to the 198.18.0.0/15
-//! (RFC 2544 benchmarking) addresses of the namespaces this test creates. Needs root, `ip` and
+//! Two namespaces joined by a veth pair ([`Link`]), each end's egress shaped by tbf to
+//! 200 Mbit/s, give a link whose TCP goodput follows from arithmetic alone, so hakaru's headline
+//! figure is checked against the truth rather than against another tool. Needs root, `ip` and
 //! `tc`; without them the test prints why and passes without running.
 
-use std::process::{Command, Output};
 use std::time::Duration;
 
 use serde_json::Value;
 
-use super::common::{bin, have, is_root, json, run_cmd, ServerProc};
+use super::common::{count, num, ServerProc};
+use super::netns_link::{Link, Shaping};
 
-/// tbf rate on each veth egress, bits per second.
+/// tbf rate on each veth egress, bits per second...
 const SHAPED_BPS: f64 = 200e6;
+/// ...and as `tc` spells it.
+const SHAPED_TC: &str = "200mbit";
 /// Payload of a full segment: MTU 1500 - 20 (IPv4) - 20 (TCP) - 12 (timestamp option, on by
 /// default in a fresh namespace).
 const MSS: u64 = 1448;
@@ -24,106 +25,10 @@ const FRAME: f64 = 1514.0;
 /// Allowed relative error of the receiver's goodput against the shaped payload rate.
 const TOLERANCE: f64 = 0.02;
 
-/// Two namespaces joined by a shaped veth pair. Dropping it deletes the namespaces, which also
-/// deletes the veth, however the test ends.
-struct Link {
-    /// Namespaces created so far, deleted on drop.
-    created: Vec<String>,
-    client_ns: String,
-    server_ns: String,
-    server_ip: String,
-}
-
-impl Link {
-    /// Builds the link, or returns why this machine cannot (the test then skips).
-    fn create() -> Result<Link, String> {
-        let pid = std::process::id();
-        // The pid keeps names apart from concurrent runs; it also picks the subnet, although
-        // each namespace has its own routing table, so a shared subnet would still be harmless.
-        let x = pid % 256;
-        let mut link = Link {
-            created: Vec::new(),
-            client_ns: format!("hk-c-{pid}"),
-            server_ns: format!("hk-s-{pid}"),
-            server_ip: format!("198.18.{x}.2"),
-        };
-        for ns in [link.client_ns.clone(), link.server_ns.clone()] {
-            let o = ip(&["netns", "add", &ns]);
-            if !o.status.success() {
-                // Only the first namespace can plausibly fail for lack of support; either way
-                // `link` is dropped here and removes what was made.
-                return Err(format!("`ip netns add {ns}` failed: {}", stderr(&o)));
-            }
-            link.created.push(ns);
-        }
-        // Interface names are at most 15 bytes: "hkc" + a pid (at most 7 digits) fits. Each end
-        // is created directly inside its namespace so no name is ever taken in the root one.
-        let (cdev, sdev) = (format!("hkc{pid}"), format!("hks{pid}"));
-        let (cns, sns) = (link.client_ns.as_str(), link.server_ns.as_str());
-        must(&[
-            "link", "add", &cdev, "netns", cns, "type", "veth", "peer", "name", &sdev, "netns", sns,
-        ]);
-        for (ns, dev, addr) in [
-            (cns, &cdev, format!("198.18.{x}.1/30")),
-            (sns, &sdev, format!("198.18.{x}.2/30")),
-        ] {
-            must(&["-n", ns, "addr", "add", &addr, "dev", dev]);
-            must(&["-n", ns, "link", "set", "lo", "up"]);
-            must(&["-n", ns, "link", "set", dev, "up"]);
-            // Shaping each end's egress shapes forward on the client end and reverse on the
-            // server end, so one link serves both directions.
-            must(&[
-                "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate",
-                "200mbit", "burst", "64kb", "latency", "50ms",
-            ]);
-        }
-        Ok(link)
-    }
-}
-
-impl Drop for Link {
-    fn drop(&mut self) {
-        for ns in &self.created {
-            // No run_cmd here: a panic inside drop while unwinding would abort the test binary.
-            match Command::new("ip").args(["netns", "del", ns]).output() {
-                Ok(o) if o.status.success() => {}
-                Ok(o) => eprintln!("netns: could not delete {ns}: {}", stderr(&o)),
-                Err(e) => eprintln!("netns: could not run `ip netns del {ns}`: {e}"),
-            }
-        }
-    }
-}
-
-/// Runs `ip` with a time limit.
-fn ip(args: &[&str]) -> Output {
-    run_cmd(Command::new("ip").args(args), Duration::from_secs(10))
-}
-
-/// Runs `ip` and fails the test if it fails: past `ip netns add`, a failure is a broken setup,
-/// not a missing feature.
-fn must(args: &[&str]) {
-    let o = ip(args);
-    assert!(
-        o.status.success(),
-        "`ip {}` failed: {}",
-        args.join(" "),
-        stderr(&o)
-    );
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).trim().to_string()
-}
-
 /// Runs one 8 s test (after a 2 s warm-up) from the client namespace and returns its JSON.
 fn measure(link: &Link, server: &ServerProc, reverse: bool) -> Value {
     let port = server.port_s();
-    let mut cmd = Command::new("ip");
-    cmd.env_remove("RUST_LOG").args([
-        "netns",
-        "exec",
-        &link.client_ns,
-        bin(),
+    let mut args = vec![
         "tcp",
         &link.server_ip,
         "-p",
@@ -135,31 +40,11 @@ fn measure(link: &Link, server: &ServerProc, reverse: bool) -> Value {
         "-i",
         "1",
         "--json",
-    ]);
+    ];
     if reverse {
-        cmd.arg("-R");
+        args.push("-R");
     }
-    let o = run_cmd(&mut cmd, Duration::from_secs(60));
-    assert!(
-        o.status.success(),
-        "hakaru tcp{} failed ({}): {}",
-        if reverse { " -R" } else { "" },
-        o.status,
-        stderr(&o)
-    );
-    json(&o)
-}
-
-fn num(v: &Value, ptr: &str) -> f64 {
-    v.pointer(ptr)
-        .and_then(Value::as_f64)
-        .unwrap_or_else(|| panic!("no number at {ptr} in {v}"))
-}
-
-fn count(v: &Value, ptr: &str) -> u64 {
-    v.pointer(ptr)
-        .and_then(Value::as_u64)
-        .unwrap_or_else(|| panic!("no count at {ptr} in {v}"))
+    link.client_json(&args, Duration::from_secs(60))
 }
 
 /// Receiver goodput a correct tool reports on the shaped link.
@@ -292,27 +177,12 @@ fn check(doc: &Value, reverse: bool) {
 /// receiver's goodput must be the shaped rate less header overhead.
 #[test]
 fn shaped_veth_goodput() {
-    if !is_root() {
-        eprintln!("skipped: network namespaces need root");
-        return;
-    }
-    if let Some(p) = ["ip", "tc"].into_iter().find(|p| !have(p)) {
-        eprintln!("skipped: `{p}` is not installed");
-        return;
-    }
     // Declared before the server so that it is dropped after it: the server is killed first,
     // then the namespaces go.
-    let link = match Link::create() {
-        Ok(l) => l,
-        Err(why) => {
-            eprintln!("skipped: {why}");
-            return;
-        }
+    let Some(link) = Link::setup(&[], Shaping::both(SHAPED_TC)) else {
+        return;
     };
-    let mut cmd = Command::new("ip");
-    cmd.env_remove("RUST_LOG")
-        .args(["netns", "exec", &link.server_ns, bin()]);
-    let server = ServerProc::start_with(cmd, &link.server_ip, &[]);
+    let server = link.start_server();
 
     // Both runs first, then the checks, so a failure in one direction still shows the other's
     // figures.

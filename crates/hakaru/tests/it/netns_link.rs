@@ -1,0 +1,267 @@
+//! The link the network-namespace tests run over: two namespaces joined by a veth pair, either
+//! end's egress optionally shaped by tbf.
+//!
+//! Traffic goes only to the 198.18.0.0/15 (RFC 2544 benchmarking) addresses of the namespaces a
+//! test creates. Needs root and `ip` (plus whatever else a test names, e.g. `tc`, `nft`);
+//! without them [`Link::setup`] prints why and the test passes without running.
+
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::common::{bin, have, is_root, json, run_cmd, stderr, ServerProc};
+
+/// Held by every live [`Link`]: namespace tests run one at a time, so that two of them never
+/// share the CPUs (their figures are timing-sensitive) and no test sees another's traffic.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Numbers the links of this process, keeping names apart when tests run in parallel threads.
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// tbf rates, as `tc` spells them ("200mbit"), on each end's egress; `None` leaves that end
+/// unshaped. Shaping the client end shapes forward traffic, the server end reverse traffic.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Shaping {
+    pub client: Option<&'static str>,
+    pub server: Option<&'static str>,
+}
+
+impl Shaping {
+    /// No shaping at all.
+    pub const NONE: Shaping = Shaping {
+        client: None,
+        server: None,
+    };
+
+    /// Both ends' egress shaped to `rate`: one link serves both directions.
+    pub fn both(rate: &'static str) -> Shaping {
+        Shaping {
+            client: Some(rate),
+            server: Some(rate),
+        }
+    }
+
+    /// Only the client's egress (forward traffic) shaped to `rate`.
+    pub fn client(rate: &'static str) -> Shaping {
+        Shaping {
+            client: Some(rate),
+            server: None,
+        }
+    }
+}
+
+/// Two namespaces joined by a veth pair. Dropping it deletes the namespaces, which also
+/// deletes the veth and anything configured inside them (qdiscs, nftables), however the test
+/// ends.
+pub(super) struct Link {
+    /// Namespaces created so far, deleted on drop.
+    created: Vec<String>,
+    pub client_ns: String,
+    pub server_ns: String,
+    /// The client's end of the veth (inside `client_ns`).
+    pub client_dev: String,
+    /// The server's end of the veth (inside `server_ns`).
+    pub server_dev: String,
+    pub server_ip: String,
+    /// Released after the namespaces are gone (fields drop after `Drop::drop`).
+    _serial: MutexGuard<'static, ()>,
+}
+
+impl Link {
+    /// Builds the link, or prints why this machine cannot and returns `None` (the test then
+    /// passes without running). `tools` are the programs the test needs besides `ip`.
+    pub fn setup(tools: &[&str], shaping: Shaping) -> Option<Link> {
+        if !is_root() {
+            eprintln!("skipped: network namespaces need root");
+            return None;
+        }
+        let tc = shaping.client.or(shaping.server).map(|_| "tc");
+        if let Some(p) = ["ip"]
+            .into_iter()
+            .chain(tc)
+            .chain(tools.iter().copied())
+            .find(|p| !have(p))
+        {
+            eprintln!("skipped: `{p}` is not installed");
+            return None;
+        }
+        match Link::create(shaping) {
+            Ok(l) => Some(l),
+            Err(why) => {
+                eprintln!("skipped: {why}");
+                None
+            }
+        }
+    }
+
+    /// Builds the link, or returns why this machine cannot.
+    fn create(shaping: Shaping) -> Result<Link, String> {
+        // A test that panicked while holding the lock poisons it; the next may still run.
+        let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let pid = std::process::id();
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        // The pid keeps names apart from concurrent runs, n from other links of this run; they
+        // also pick the subnet, although each namespace has its own routing table, so a shared
+        // subnet would still be harmless.
+        let x = (pid + n) % 256;
+        // Interface names are at most 15 bytes: "hkc" + a pid (at most 7 digits) + "-" + n
+        // (a few tests, so one or two digits) fits.
+        let (cdev, sdev) = (format!("hkc{pid}-{n}"), format!("hks{pid}-{n}"));
+        assert!(cdev.len() <= 15, "interface name {cdev} is too long");
+        let mut link = Link {
+            created: Vec::new(),
+            client_ns: format!("hk-c-{pid}-{n}"),
+            server_ns: format!("hk-s-{pid}-{n}"),
+            client_dev: cdev,
+            server_dev: sdev,
+            server_ip: format!("198.18.{x}.2"),
+            _serial: serial,
+        };
+        for ns in [link.client_ns.clone(), link.server_ns.clone()] {
+            let o = ip(&["netns", "add", &ns]);
+            if !o.status.success() {
+                // Only the first namespace can plausibly fail for lack of support; either way
+                // `link` is dropped here and removes what was made.
+                return Err(format!("`ip netns add {ns}` failed: {}", err(&o)));
+            }
+            link.created.push(ns);
+        }
+        // Each end is created directly inside its namespace so no name is ever taken in the
+        // root one.
+        let (cns, sns) = (link.client_ns.as_str(), link.server_ns.as_str());
+        let (cdev, sdev) = (link.client_dev.as_str(), link.server_dev.as_str());
+        must(&[
+            "link", "add", cdev, "netns", cns, "type", "veth", "peer", "name", sdev, "netns", sns,
+        ]);
+        for (ns, dev, addr, rate) in [
+            (cns, cdev, format!("198.18.{x}.1/30"), shaping.client),
+            (sns, sdev, format!("198.18.{x}.2/30"), shaping.server),
+        ] {
+            must(&["-n", ns, "addr", "add", &addr, "dev", dev]);
+            must(&["-n", ns, "link", "set", "lo", "up"]);
+            must(&["-n", ns, "link", "set", dev, "up"]);
+            if let Some(rate) = rate {
+                must(&[
+                    "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate",
+                    rate, "burst", "64kb", "latency", "50ms",
+                ]);
+            }
+        }
+        Ok(link)
+    }
+
+    /// Makes the client's veth end pass only single packets: the kernel splits GSO batches
+    /// (UDP_SEGMENT, TSO) before the veth, as a real NIC would on the wire. Without this a
+    /// veth carries a GSO batch as one packet, so the server's packet counters and nftables
+    /// rules would see batches rather than datagrams.
+    pub fn segment_client_gso(&self) {
+        must(&[
+            "-n",
+            &self.client_ns,
+            "link",
+            "set",
+            "dev",
+            &self.client_dev,
+            "gso_max_segs",
+            "1",
+        ]);
+    }
+
+    /// Starts `hakaru server` inside the server namespace, bound to the server's address.
+    pub fn start_server(&self) -> ServerProc {
+        let mut cmd = Command::new("ip");
+        cmd.env_remove("RUST_LOG")
+            .args(["netns", "exec", &self.server_ns, bin()]);
+        ServerProc::start_with(cmd, &self.server_ip, &[])
+    }
+
+    /// Runs hakaru with `args` inside the client namespace and returns its JSON; fails the
+    /// test if it fails.
+    pub fn client_json(&self, args: &[&str], limit: Duration) -> Value {
+        let mut cmd = Command::new("ip");
+        cmd.env_remove("RUST_LOG")
+            .args(["netns", "exec", &self.client_ns, bin()])
+            .args(args);
+        let o = run_cmd(&mut cmd, limit);
+        assert!(
+            o.status.success(),
+            "hakaru {} failed ({}): {}",
+            args.join(" "),
+            o.status,
+            err(&o)
+        );
+        json(&o)
+    }
+
+    /// Runs a program inside the server namespace (10 s limit) and returns its output.
+    pub fn in_server(&self, argv: &[&str]) -> Output {
+        run_cmd(
+            Command::new("ip")
+                .args(["netns", "exec", &self.server_ns])
+                .args(argv),
+            Duration::from_secs(10),
+        )
+    }
+
+    /// Like [`Link::in_server`], failing the test if the program fails.
+    pub fn must_in_server(&self, argv: &[&str]) -> Output {
+        let o = self.in_server(argv);
+        assert!(
+            o.status.success(),
+            "`{}` in {} failed: {}",
+            argv.join(" "),
+            self.server_ns,
+            err(&o)
+        );
+        o
+    }
+
+    /// Packets the server's veth end has received so far (its rx_packets statistic).
+    pub fn server_rx_packets(&self) -> u64 {
+        let path = format!("/sys/class/net/{}/statistics/rx_packets", self.server_dev);
+        // sysfs shows the interfaces of the reader's namespace, so read it from inside.
+        let o = self.must_in_server(&["cat", &path]);
+        let text = String::from_utf8_lossy(&o.stdout);
+        text.trim()
+            .parse()
+            .unwrap_or_else(|e| panic!("{path} holds {text:?}: {e}"))
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        for ns in &self.created {
+            // No run_cmd here: a panic inside drop while unwinding would abort the test binary.
+            match Command::new("ip").args(["netns", "del", ns]).output() {
+                Ok(o) if o.status.success() => {}
+                Ok(o) => eprintln!("netns: could not delete {ns}: {}", err(&o)),
+                Err(e) => eprintln!("netns: could not run `ip netns del {ns}`: {e}"),
+            }
+        }
+    }
+}
+
+/// Runs `ip` with a time limit.
+fn ip(args: &[&str]) -> Output {
+    run_cmd(Command::new("ip").args(args), Duration::from_secs(10))
+}
+
+/// Runs `ip` and fails the test if it fails: past `ip netns add`, a failure is a broken setup,
+/// not a missing feature.
+fn must(args: &[&str]) {
+    let o = ip(args);
+    assert!(
+        o.status.success(),
+        "`ip {}` failed: {}",
+        args.join(" "),
+        err(&o)
+    );
+}
+
+/// Stderr, trimmed for one-line messages.
+fn err(o: &Output) -> String {
+    stderr(o).trim().to_string()
+}
