@@ -146,7 +146,6 @@ impl Server {
     /// Serves until the shutdown flag is set, then waits up to 5 s for tests to wind down.
     pub fn run(self) -> io::Result<()> {
         self.listener.set_nonblocking(true)?;
-        tracing::info!("listening on {}", self.local_addr()?);
         let udp_thread = {
             let ctx = Arc::clone(&self.ctx);
             let sock = self.udp.try_clone()?;
@@ -154,6 +153,8 @@ impl Server {
                 .name("hakaru-udp-port".into())
                 .spawn(move || udp_dispatch::run(ctx, sock))?
         };
+        // Said only once both the TCP and the UDP side are being served.
+        tracing::info!("listening on {}", self.local_addr()?);
         while !self.ctx.shutdown.load(Ordering::Acquire) {
             match self.listener.accept() {
                 Ok((stream, peer)) => {
