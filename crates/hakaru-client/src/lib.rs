@@ -17,11 +17,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use hakaru_engine::control::{ControlConn, ControlError};
 use hakaru_engine::sockopt::{apply_tcp_options, SockoptError};
 use hakaru_engine::tcp::{FlowSocket, SideConfig, SideError, SideRun};
-use hakaru_engine::udp::UdpRun;
+use hakaru_engine::udp::{UdpConfig, UdpRun};
 use hakaru_engine::{sys, Observer, Running};
-use hakaru_model::{
-    Amount, End, FlowDir, IntervalSample, Role, RunResult, SideReport, TcpSpec, TestSpec,
-};
+use hakaru_model::{End, FlowDir, IntervalSample, Role, RunResult, SideReport, TcpSpec, TestSpec};
 use hakaru_proto::{native::opening, Message, PROTOCOL_VERSION};
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -326,13 +324,14 @@ pub fn run_test(
         TestSpec::Tcp(tcp) => {
             let flows = open_tcp_flows(opts, tcp, server_addr, &token)?;
             // Counters first: nothing the server sends after `start` escapes them.
-            let cfg = tcp_side_config(tcp, opts, iface);
+            let cfg = SideConfig::for_spec(End::Client, &spec, opts.affinity.clone(), iface);
             wait_start(&mut conn, &ctl_err)?;
             Running::Tcp(SideRun::start(cfg, flows, on_interval, on_done)?)
         }
         TestSpec::Udp(u) => {
             let flows = udp::open_flows(opts, u, server_addr, &token)?;
-            let (cfg, ucfg) = udp::side_config(u, opts, iface);
+            let cfg = SideConfig::for_spec(End::Client, &spec, opts.affinity.clone(), iface);
+            let ucfg = UdpConfig::from_spec(u);
             conn.send(&Message::FlowsReady).map_err(&ctl_err)?;
             wait_start(&mut conn, &ctl_err)?;
             let t3 = tx.clone();
@@ -563,25 +562,6 @@ fn wait_start(
             "unexpected {} message instead of start",
             other.name()
         ))),
-    }
-}
-
-fn tcp_side_config(spec: &TcpSpec, opts: &ClientOptions, iface: Option<String>) -> SideConfig {
-    SideConfig {
-        end: End::Client,
-        length: spec.length.0 as usize,
-        discard: spec.discard,
-        zerocopy: spec.zerocopy,
-        affinity: opts.affinity.clone(),
-        interval: spec.interval.0,
-        omit: spec.omit.0,
-        duration: match spec.amount {
-            Amount::Time(t) => Some(t.0),
-            _ => None,
-        },
-        stall_timeout: spec.stall_timeout.0,
-        base: Some(hakaru_engine::CounterBase::take(iface.as_deref(), false)),
-        iface,
     }
 }
 

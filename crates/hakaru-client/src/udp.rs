@@ -6,9 +6,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
 use hakaru_engine::sockopt::apply_udp_options;
-use hakaru_engine::tcp::SideConfig;
-use hakaru_engine::udp::{UdpConfig, UdpFlowSocket};
-use hakaru_model::{Amount, End, FlowDir, Role, UdpSpec};
+use hakaru_engine::udp::UdpFlowSocket;
+use hakaru_model::{FlowDir, Role, UdpSpec};
 use hakaru_proto::datagram::{token_bytes, FlowHello};
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -18,37 +17,6 @@ use crate::{ClientError, ClientOptions};
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often an unacknowledged hello is repeated.
 const HELLO_REPEAT: Duration = Duration::from_millis(100);
-
-/// The side configuration of the client end of a UDP test.
-pub(crate) fn side_config(
-    spec: &UdpSpec,
-    opts: &ClientOptions,
-    iface: Option<String>,
-) -> (SideConfig, UdpConfig) {
-    let cfg = SideConfig {
-        end: End::Client,
-        length: spec.length.0 as usize,
-        discard: false,
-        zerocopy: false,
-        affinity: opts.affinity.clone(),
-        interval: spec.interval.0,
-        omit: spec.omit.0,
-        duration: match spec.amount {
-            Amount::Time(t) => Some(t.0),
-            _ => None,
-        },
-        stall_timeout: spec.stall_timeout.0,
-        base: Some(hakaru_engine::CounterBase::take(iface.as_deref(), true)),
-        iface,
-    };
-    let ucfg = UdpConfig {
-        rate: spec.rate,
-        gso: spec.gso,
-        gro: spec.gro,
-        batch: spec.batch as usize,
-    };
-    (cfg, ucfg)
-}
 
 fn open_socket(
     opts: &ClientOptions,

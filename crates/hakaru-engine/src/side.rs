@@ -245,6 +245,46 @@ pub(crate) fn spawn_ticker(
         .spawn(move || ticker(&core, on_interval, tcp_probe))
 }
 
+/// Starts a side's workers: one per CPU (or per `-A` CPU), never more than flows, each given
+/// every nth flow index and the CPU to pin to. If a thread cannot start, the side is aborted
+/// (so those already started return) and the error is given back.
+pub(crate) fn spawn_workers<F>(
+    core: &Core,
+    name: &str,
+    stack: usize,
+    work: F,
+) -> io::Result<Vec<JoinHandle<()>>>
+where
+    F: Fn(Vec<usize>, Option<usize>) + Send + Sync + 'static,
+{
+    let n = core.meta.len();
+    let cpus = if core.cfg.affinity.is_empty() {
+        sys::online_cpus()
+    } else {
+        core.cfg.affinity.len()
+    };
+    let nworkers = n.min(cpus).max(1);
+    let work = Arc::new(work);
+    let mut workers = Vec::with_capacity(nworkers);
+    for w in 0..nworkers {
+        let mine: Vec<usize> = (w..n).step_by(nworkers).collect();
+        let pin = core.cfg.affinity.get(w).copied();
+        let work = Arc::clone(&work);
+        let h = std::thread::Builder::new()
+            .name(format!("{name}-{w}"))
+            .stack_size(stack)
+            .spawn(move || work(mine, pin));
+        match h {
+            Ok(h) => workers.push(h),
+            Err(e) => {
+                core.set_abort();
+                return Err(e);
+            }
+        }
+    }
+    Ok(workers)
+}
+
 /// Machine-wide counters (CPU, the test's interface, UDP) at one instant: the starting point
 /// of a side's CPU, NIC and UDP kernel figures. A caller takes it before telling the peer to
 /// start, so nothing the peer sends can arrive before it; without a warm-up it is the baseline

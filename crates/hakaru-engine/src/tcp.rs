@@ -15,9 +15,11 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use hakaru_model::{End, FlowDir, IntervalSample, Role, SideReport, TcpInfo};
+use hakaru_model::{Amount, End, FlowDir, IntervalSample, Role, SideReport, TcpInfo, TestSpec};
 
-use crate::side::{spawn_ticker, Core, DoneFn, FlowMeta, TcpProbe, TickerOut};
+use crate::side::{
+    spawn_ticker, spawn_workers, Core, CounterBase, DoneFn, FlowMeta, TcpProbe, TickerOut,
+};
 use crate::sys;
 
 /// One data connection handed to a side, with what it must do.
@@ -60,6 +62,38 @@ pub struct SideConfig {
     pub iface: Option<String>,
     /// Counters taken before the peer was told to start; `None` takes them when the side starts.
     pub base: Option<crate::side::CounterBase>,
+}
+
+impl SideConfig {
+    /// The configuration of one end of `spec`, with its counters taken now: call it before
+    /// the peer is told to start.
+    pub fn for_spec(
+        end: End,
+        spec: &TestSpec,
+        affinity: Vec<usize>,
+        iface: Option<String>,
+    ) -> SideConfig {
+        let (discard, zerocopy) = match spec {
+            TestSpec::Tcp(t) => (t.discard, t.zerocopy),
+            TestSpec::Udp(_) => (false, false),
+        };
+        SideConfig {
+            end,
+            length: spec.length().0 as usize,
+            discard,
+            zerocopy,
+            affinity,
+            interval: spec.interval().0,
+            omit: spec.omit().0,
+            duration: match spec.amount() {
+                Amount::Time(t) => Some(t.0),
+                _ => None,
+            },
+            stall_timeout: spec.stall_timeout().0,
+            base: Some(CounterBase::take(iface.as_deref(), spec.udp().is_some())),
+            iface,
+        }
+    }
 }
 
 /// Errors starting a side.
@@ -163,29 +197,11 @@ impl SideRun {
             Box::new(move |i| sys::tcp_info(s.streams[i].as_raw_fd()).ok())
         };
         let ticker = spawn_ticker(core, on_interval, Some(probe)).map_err(SideError::Thread)?;
-        let cpus = if shared.cfg.affinity.is_empty() {
-            sys::online_cpus()
-        } else {
-            shared.cfg.affinity.len()
-        };
-        let nworkers = n.min(cpus).max(1);
-        let mut workers = Vec::with_capacity(nworkers);
-        for w in 0..nworkers {
-            let mine: Vec<usize> = (w..n).step_by(nworkers).collect();
-            let pin = shared.cfg.affinity.get(w).copied();
-            let s = Arc::clone(&shared);
-            let h = std::thread::Builder::new()
-                .name(format!("hakaru-flow-{w}"))
-                .stack_size(256 << 10)
-                .spawn(move || worker(&s, mine, pin));
-            match h {
-                Ok(h) => workers.push(h),
-                Err(e) => {
-                    shared.set_abort();
-                    return Err(SideError::Thread(e));
-                }
-            }
-        }
+        let s = Arc::clone(&shared);
+        let workers = spawn_workers(&shared.core, "hakaru-flow", 256 << 10, move |mine, pin| {
+            worker(&s, mine, pin)
+        })
+        .map_err(SideError::Thread)?;
         Ok(SideRun {
             shared,
             workers,

@@ -22,11 +22,11 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use hakaru_model::{FlowDir, IntervalSample, Role, SideReport, UdpPaths, UdpRate};
+use hakaru_model::{FlowDir, IntervalSample, Role, SideReport, UdpPaths, UdpRate, UdpSpec};
 use hakaru_proto::datagram::{read_header, write_header, FlowHello, Layout};
 
 use crate::seq::SeqTracker;
-use crate::side::{spawn_ticker, Core, DoneFn, FlowMeta, TickerOut};
+use crate::side::{spawn_ticker, spawn_workers, Core, DoneFn, FlowMeta, TickerOut};
 use crate::sys;
 use crate::tcp::{SideConfig, SideError};
 
@@ -72,6 +72,18 @@ pub struct UdpConfig {
     pub gro: bool,
     /// Most datagrams per system call.
     pub batch: usize,
+}
+
+impl UdpConfig {
+    /// The UDP settings both ends take from the spec.
+    pub fn from_spec(spec: &UdpSpec) -> UdpConfig {
+        UdpConfig {
+            rate: spec.rate,
+            gso: spec.gso,
+            gro: spec.gro,
+            batch: spec.batch as usize,
+        }
+    }
 }
 
 /// A running UDP side of a test.
@@ -159,29 +171,11 @@ impl UdpRun {
             shared.report_send_done();
         }
         let ticker = spawn_ticker(core, on_interval, None).map_err(SideError::Thread)?;
-        let cpus = if shared.cfg.affinity.is_empty() {
-            sys::online_cpus()
-        } else {
-            shared.cfg.affinity.len()
-        };
-        let nworkers = n.min(cpus).max(1);
-        let mut workers = Vec::with_capacity(nworkers);
-        for w in 0..nworkers {
-            let mine: Vec<usize> = (w..n).step_by(nworkers).collect();
-            let pin = shared.cfg.affinity.get(w).copied();
-            let s = Arc::clone(&shared);
-            let h = std::thread::Builder::new()
-                .name(format!("hakaru-udp-{w}"))
-                .stack_size(512 << 10)
-                .spawn(move || worker(&s, mine, pin));
-            match h {
-                Ok(h) => workers.push(h),
-                Err(e) => {
-                    shared.set_abort();
-                    return Err(SideError::Thread(e));
-                }
-            }
-        }
+        let s = Arc::clone(&shared);
+        let workers = spawn_workers(&shared.core, "hakaru-udp", 512 << 10, move |mine, pin| {
+            worker(&s, mine, pin)
+        })
+        .map_err(SideError::Thread)?;
         Ok(UdpRun {
             shared,
             workers,

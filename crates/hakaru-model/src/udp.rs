@@ -266,6 +266,22 @@ impl TestSpec {
         }
     }
 
+    /// Warm-up not counted.
+    pub fn omit(&self) -> Dur {
+        match self {
+            TestSpec::Tcp(t) => t.omit,
+            TestSpec::Udp(u) => u.omit,
+        }
+    }
+
+    /// How long a flow may make no progress.
+    pub fn stall_timeout(&self) -> Dur {
+        match self {
+            TestSpec::Tcp(t) => t.stall_timeout,
+            TestSpec::Udp(u) => u.stall_timeout,
+        }
+    }
+
     /// Write/datagram length.
     pub fn length(&self) -> Bytes {
         match self {

@@ -11,7 +11,7 @@ use hakaru_engine::sockopt::{apply_tcp_options, apply_udp_options};
 use hakaru_engine::sys;
 use hakaru_engine::tcp::{FlowSocket, SideConfig, SideRun};
 use hakaru_engine::udp::{UdpConfig, UdpFlowSocket, UdpRun};
-use hakaru_engine::{CounterBase, Running};
+use hakaru_engine::Running;
 use hakaru_model::{Amount, End, FlowDir, Role, TcpSpec, TestSpec, UdpSpec};
 use hakaru_proto::datagram::{token_bytes, FlowHello};
 use hakaru_proto::{Decoder, Message, PROTOCOL_VERSION};
@@ -202,21 +202,19 @@ fn run_test(
     let run = match spec {
         TestSpec::Tcp(tcp) => {
             let flows = collect_tcp(ctx, conn, tcp, id, rx)?;
+            // Counters first: nothing the client sends after `start` escapes them.
+            let cfg = SideConfig::for_spec(End::Server, spec, tcp.server_affinity.clone(), iface);
             conn.send(&Message::Start)
                 .map_err(|e| Abort::Quiet(e.to_string()))?;
             Running::Tcp(
-                SideRun::start(
-                    tcp_side_config(tcp, iface),
-                    flows,
-                    on_interval,
-                    Box::new(|| {}),
-                )
-                .map_err(|e| Abort::Tell(format!("on the server: {e}")))?,
+                SideRun::start(cfg, flows, on_interval, Box::new(|| {}))
+                    .map_err(|e| Abort::Tell(format!("on the server: {e}")))?,
             )
         }
         TestSpec::Udp(udp) => {
             let flows = collect_udp(ctx, conn, udp, id, token, rx)?;
-            let (cfg, ucfg) = udp_side_config(udp, iface);
+            let cfg = SideConfig::for_spec(End::Server, spec, udp.server_affinity.clone(), iface);
+            let ucfg = UdpConfig::from_spec(udp);
             conn.send(&Message::Start)
                 .map_err(|e| Abort::Quiet(e.to_string()))?;
             let w = Arc::clone(&writer);
@@ -332,51 +330,6 @@ fn run_test(
             hakaru_model::Bytes(moved)
         )),
     }
-}
-
-fn tcp_side_config(spec: &TcpSpec, iface: Option<String>) -> SideConfig {
-    SideConfig {
-        end: End::Server,
-        length: spec.length.0 as usize,
-        discard: spec.discard,
-        zerocopy: spec.zerocopy,
-        affinity: spec.server_affinity.clone(),
-        interval: spec.interval.0,
-        omit: spec.omit.0,
-        duration: match spec.amount {
-            Amount::Time(t) => Some(t.0),
-            _ => None,
-        },
-        stall_timeout: spec.stall_timeout.0,
-        base: Some(CounterBase::take(iface.as_deref(), false)),
-        iface,
-    }
-}
-
-fn udp_side_config(spec: &UdpSpec, iface: Option<String>) -> (SideConfig, UdpConfig) {
-    let cfg = SideConfig {
-        end: End::Server,
-        length: spec.length.0 as usize,
-        discard: false,
-        zerocopy: false,
-        affinity: spec.server_affinity.clone(),
-        interval: spec.interval.0,
-        omit: spec.omit.0,
-        duration: match spec.amount {
-            Amount::Time(t) => Some(t.0),
-            _ => None,
-        },
-        stall_timeout: spec.stall_timeout.0,
-        base: Some(CounterBase::take(iface.as_deref(), true)),
-        iface,
-    };
-    let ucfg = UdpConfig {
-        rate: spec.rate,
-        gso: spec.gso,
-        gro: spec.gro,
-        batch: spec.batch as usize,
-    };
-    (cfg, ucfg)
 }
 
 /// Notices a client that gives up while the server waits for its data paths.

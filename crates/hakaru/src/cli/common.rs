@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use hakaru_client::{run_test, ClientOptions, Family};
-use hakaru_model::{Dur, TestSpec};
+use hakaru_model::{Amount, Bytes, Direction, Dur, TestSpec};
 use hakaru_server::{Server, ServerConfig, DEFAULT_PORT};
 
 use crate::output::{self, Format};
@@ -138,6 +138,91 @@ impl Target {
                 Err(e.into())
             }
         }
+    }
+}
+
+/// The shape of a bulk test, shared by `tcp`, `udp` and `pps`: how long, how many flows, which
+/// way, and the options both ends set.
+#[derive(Debug, clap::Args)]
+pub struct Shape {
+    /// Test length after the warm-up (10, 30s, 500ms).
+    #[arg(short, long, value_name = "TIME", conflicts_with_all = ["bytes", "blocks"])]
+    pub time: Option<Dur>,
+    /// Send exactly this many bytes per direction, split over the flows (128K, 1G), instead of a
+    /// time (UDP rounds up to whole datagrams).
+    #[arg(short = 'n', long, value_name = "SIZE", conflicts_with = "blocks")]
+    pub bytes: Option<Bytes>,
+    /// Send exactly this many blocks per direction instead of a time: writes of --length bytes
+    /// for TCP, datagrams for UDP.
+    #[arg(short = 'k', long, value_name = "N")]
+    pub blocks: Option<u64>,
+    /// Parallel flows per direction (1 to 1024), each its own connection or source port.
+    #[arg(short = 'P', long, default_value_t = 1, value_name = "N")]
+    pub parallel: u32,
+    /// Reverse: the server sends, the client receives (the "receive direction").
+    #[arg(short = 'R', long, conflicts_with = "bidir")]
+    pub reverse: bool,
+    /// Both directions at once: --parallel flows each way.
+    #[arg(long)]
+    pub bidir: bool,
+    /// Socket buffer size (SO_SNDBUF and SO_RCVBUF) on both ends. TCP: disables autotuning.
+    /// UDP: without it receivers ask for 4 MiB (capped by net.core.rmem_max).
+    #[arg(short, long, value_name = "SIZE")]
+    pub window: Option<Bytes>,
+    /// IP TOS byte (0-255, also 0x..), both ends.
+    #[arg(long, value_parser = parse_u8, conflicts_with = "dscp")]
+    pub tos: Option<u8>,
+    /// DSCP code point (0-63), both ends; sets TOS to DSCP << 2.
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=63))]
+    pub dscp: Option<u8>,
+    /// Warm-up not counted in the totals (shown as omitted), added before --time.
+    #[arg(short = 'O', long, value_name = "TIME", default_value = "0")]
+    pub omit: Dur,
+    /// Seconds between interval reports; 0 turns them off.
+    #[arg(short, long, value_name = "TIME", default_value = "1")]
+    pub interval: Dur,
+    /// Pin the server's flow workers to these CPUs, round robin.
+    #[arg(long, value_name = "CPUS")]
+    pub server_affinity: Option<CpuList>,
+    /// A flow that makes no progress for this long fails (a peer that stopped reading, a
+    /// sender that cannot send).
+    #[arg(long, value_name = "TIME", default_value = "10")]
+    pub stall_timeout: Dur,
+}
+
+impl Shape {
+    /// Time or amount; 10 s when none is given.
+    pub fn amount(&self) -> Amount {
+        match (self.time, self.bytes, self.blocks) {
+            (_, Some(b), _) => Amount::Bytes(b),
+            (_, _, Some(k)) => Amount::Blocks(k),
+            (Some(t), _, _) => Amount::Time(t),
+            _ => Amount::Time(Dur::from_secs(10)),
+        }
+    }
+
+    /// Which way data moves.
+    pub fn direction(&self) -> Direction {
+        if self.reverse {
+            Direction::Reverse
+        } else if self.bidir {
+            Direction::Bidir
+        } else {
+            Direction::Forward
+        }
+    }
+
+    /// The TOS byte from --tos or --dscp.
+    pub fn tos(&self) -> Option<u8> {
+        self.tos.or(self.dscp.map(|d| d << 2))
+    }
+
+    /// CPUs for the server's workers.
+    pub fn server_affinity(&self) -> Vec<usize> {
+        self.server_affinity
+            .clone()
+            .map(|c| c.0)
+            .unwrap_or_default()
     }
 }
 

@@ -2,54 +2,19 @@
 //! one spec type, two sets of defaults.
 
 use hakaru_model::{
-    Amount, BitRate, Bytes, Direction, Dur, TestSpec, UdpMode, UdpRate, UdpSpec,
-    DEFAULT_PPS_LENGTH, DEFAULT_UDP_LENGTH_V4, DEFAULT_UDP_LENGTH_V6, MAX_BATCH,
+    BitRate, Bytes, TestSpec, UdpMode, UdpRate, UdpSpec, DEFAULT_PPS_LENGTH, DEFAULT_UDP_LENGTH_V4,
+    DEFAULT_UDP_LENGTH_V6, MAX_BATCH,
 };
 
-use super::common::{parse_u8, CpuList, Target};
+use super::common::{Shape, Target};
 
 /// Flags `udp` and `pps` share.
 #[derive(Debug, clap::Args)]
 pub struct Common {
     #[command(flatten)]
     target: Target,
-    /// Test length after the warm-up (10, 30s, 500ms).
-    #[arg(short, long, value_name = "TIME", conflicts_with_all = ["bytes", "blocks"])]
-    time: Option<Dur>,
-    /// Send this many bytes per direction (rounded up to whole datagrams), split over the flows.
-    #[arg(short = 'n', long, value_name = "SIZE", conflicts_with = "blocks")]
-    bytes: Option<Bytes>,
-    /// Send exactly this many datagrams per direction, split over the flows.
-    #[arg(short = 'k', long, value_name = "N")]
-    blocks: Option<u64>,
-    /// Parallel flows per direction (1 to 1024), each from its own source port (its own 5-tuple).
-    #[arg(short = 'P', long, default_value_t = 1, value_name = "N")]
-    parallel: u32,
-    /// Reverse: the server sends, the client receives.
-    #[arg(short = 'R', long, conflicts_with = "bidir")]
-    reverse: bool,
-    /// Both directions at once: --parallel flows each way.
-    #[arg(long)]
-    bidir: bool,
-    /// Socket buffer size (SO_SNDBUF and SO_RCVBUF) on both ends; by default receivers ask
-    /// for 4 MiB (capped by net.core.rmem_max).
-    #[arg(short, long, value_name = "SIZE")]
-    window: Option<Bytes>,
-    /// IP TOS byte (0-255, also 0x..), both ends.
-    #[arg(long, value_parser = parse_u8, conflicts_with = "dscp")]
-    tos: Option<u8>,
-    /// DSCP code point (0-63), both ends; sets TOS to DSCP << 2.
-    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=63))]
-    dscp: Option<u8>,
-    /// Warm-up not counted in the totals (shown as omitted), added before --time.
-    #[arg(short = 'O', long, value_name = "TIME", default_value = "0")]
-    omit: Dur,
-    /// Seconds between interval reports; 0 turns them off.
-    #[arg(short, long, value_name = "TIME", default_value = "1")]
-    interval: Dur,
-    /// Pin the server's flow workers to these CPUs, round robin.
-    #[arg(long, value_name = "CPUS")]
-    server_affinity: Option<CpuList>,
+    #[command(flatten)]
+    shape: Shape,
     /// Do not use UDP GSO (one send call carrying many datagrams); send with sendmmsg instead.
     #[arg(long)]
     no_gso: bool,
@@ -60,46 +25,28 @@ pub struct Common {
     /// Most datagrams per send or receive system call (1 to 64).
     #[arg(long, value_name = "N", default_value_t = MAX_BATCH)]
     batch: u32,
-    /// A sender that cannot send for this long fails.
-    #[arg(long, value_name = "TIME", default_value = "10")]
-    stall_timeout: Dur,
 }
 
 impl Common {
     fn spec(&self, mode: UdpMode, length: Bytes, rate: UdpRate) -> anyhow::Result<UdpSpec> {
         self.target.check()?;
-        let amount = match (self.time, self.bytes, self.blocks) {
-            (_, Some(b), _) => Amount::Bytes(b),
-            (_, _, Some(k)) => Amount::Blocks(k),
-            (Some(t), _, _) => Amount::Time(t),
-            _ => Amount::Time(Dur::from_secs(10)),
-        };
+        let sh = &self.shape;
         let spec = UdpSpec {
             mode,
-            flows: self.parallel,
-            direction: if self.reverse {
-                Direction::Reverse
-            } else if self.bidir {
-                Direction::Bidir
-            } else {
-                Direction::Forward
-            },
-            amount,
-            omit: self.omit,
-            interval: self.interval,
+            flows: sh.parallel,
+            direction: sh.direction(),
+            amount: sh.amount(),
+            omit: sh.omit,
+            interval: sh.interval,
             length,
             rate,
-            window: self.window,
-            tos: self.tos.or(self.dscp.map(|d| d << 2)),
+            window: sh.window,
+            tos: sh.tos(),
             gso: !self.no_gso,
             gro: self.gro,
             batch: self.batch,
-            server_affinity: self
-                .server_affinity
-                .clone()
-                .map(|c| c.0)
-                .unwrap_or_default(),
-            stall_timeout: self.stall_timeout,
+            server_affinity: sh.server_affinity(),
+            stall_timeout: sh.stall_timeout,
         };
         spec.validate().map_err(|e| anyhow::anyhow!(e.0))?;
         Ok(spec)
