@@ -7,6 +7,7 @@
 
 pub mod control;
 pub mod counters;
+pub mod hist;
 pub mod observer;
 pub mod running;
 pub mod seq;

@@ -7,12 +7,14 @@
 //! [`SCHEMA_VERSION`].
 
 pub mod config;
+pub mod latency;
 pub mod nic;
 pub mod result;
 pub mod udp;
 pub mod units;
 
 pub use config::*;
+pub use latency::*;
 pub use nic::*;
 pub use result::*;
 pub use udp::*;

@@ -1,0 +1,55 @@
+//! Latency and connection-rate figures shared by `hakaru latency` and `hakaru connect`.
+
+use serde::{Deserialize, Serialize};
+
+/// A distribution of times, in microseconds, from an HDR histogram (3 significant digits).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct LatencyStats {
+    /// Number of samples.
+    pub count: u64,
+    /// Smallest sample, microseconds.
+    pub min_us: f64,
+    /// Mean, microseconds.
+    pub mean_us: f64,
+    /// Standard deviation, microseconds.
+    pub stddev_us: f64,
+    /// Median, microseconds.
+    pub p50_us: f64,
+    /// 90th percentile, microseconds.
+    pub p90_us: f64,
+    /// 99th percentile, microseconds.
+    pub p99_us: f64,
+    /// 99.9th percentile, microseconds.
+    pub p999_us: f64,
+    /// 99.99th percentile, microseconds.
+    pub p9999_us: f64,
+    /// Largest sample, microseconds.
+    pub max_us: f64,
+}
+
+impl LatencyStats {
+    /// Every figure halved: the one-way estimate from a round trip (what sockperf prints).
+    pub fn halved(&self) -> LatencyStats {
+        LatencyStats {
+            count: self.count,
+            min_us: self.min_us / 2.0,
+            mean_us: self.mean_us / 2.0,
+            stddev_us: self.stddev_us / 2.0,
+            p50_us: self.p50_us / 2.0,
+            p90_us: self.p90_us / 2.0,
+            p99_us: self.p99_us / 2.0,
+            p999_us: self.p999_us / 2.0,
+            p9999_us: self.p9999_us / 2.0,
+            max_us: self.max_us / 2.0,
+        }
+    }
+}
+
+/// One bucket of a printed distribution (`--histogram`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct HistogramBucket {
+    /// Upper edge of the bucket, microseconds (samples at most this, above the previous edge).
+    pub le_us: f64,
+    /// Samples in the bucket.
+    pub count: u64,
+}
