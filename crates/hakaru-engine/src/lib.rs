@@ -9,6 +9,7 @@ pub mod control;
 pub mod counters;
 pub mod hist;
 pub mod observer;
+pub mod ping;
 pub mod running;
 pub mod seq;
 pub mod side;
@@ -16,6 +17,7 @@ pub mod sockopt;
 pub mod sys;
 pub mod tcp;
 pub mod udp;
+mod wait;
 
 pub use observer::Observer;
 pub use running::Running;

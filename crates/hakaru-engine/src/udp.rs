@@ -358,7 +358,7 @@ fn worker(s: &Shared, mine: Vec<usize>, pin: Option<usize>) {
         }
     }
     if s.ucfg.rate.gap_ns(1).is_some() {
-        tighten_timer_slack();
+        crate::wait::tighten_timer_slack();
     }
     let length = s.cfg.length;
     let layout = Layout::for_length(length);
@@ -759,43 +759,5 @@ fn wait_ready(s: &Shared, flows: &[Flow], timeout: Duration) {
         std::thread::sleep(timeout);
         return;
     }
-    poll_precise(&mut fds, timeout);
+    crate::wait::poll_precise(&mut fds, timeout);
 }
-
-/// poll with a nanosecond timeout: a paced sender sharing a worker with receivers must wake
-/// for its next datagram, not at the next millisecond.
-#[cfg(target_os = "linux")]
-fn poll_precise(fds: &mut [libc::pollfd], timeout: Duration) {
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs().min(1) as libc::time_t,
-        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
-    };
-    // SAFETY: fds is a valid array of fds.len() pollfd structures; ts outlives the call; a
-    // null signal mask leaves the mask unchanged.
-    unsafe {
-        libc::ppoll(
-            fds.as_mut_ptr(),
-            fds.len() as libc::nfds_t,
-            &ts,
-            std::ptr::null(),
-        )
-    };
-}
-
-#[cfg(all(unix, not(target_os = "linux")))]
-fn poll_precise(fds: &mut [libc::pollfd], timeout: Duration) {
-    let ms = timeout.as_micros().div_ceil(1000).clamp(1, 1000) as libc::c_int;
-    // SAFETY: fds is a valid array of fds.len() pollfd structures.
-    unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
-}
-
-/// Asks the kernel for tight timer wake-ups on this thread, so a paced sender's sleeps end
-/// within microseconds of the due time (the default slack is 50 us).
-#[cfg(target_os = "linux")]
-fn tighten_timer_slack() {
-    // SAFETY: PR_SET_TIMERSLACK takes a plain integer and affects only this thread.
-    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong, 0, 0, 0) };
-}
-
-#[cfg(not(target_os = "linux"))]
-fn tighten_timer_slack() {}

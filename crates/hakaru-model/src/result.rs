@@ -387,6 +387,8 @@ pub struct IntervalRecord {
     pub flows: Vec<FlowInterval>,
     /// Per-direction sums.
     pub sums: Vec<DirectionInterval>,
+    /// Round trips of the interval, for latency tests.
+    pub latency: Option<crate::latency::LatencyInterval>,
 }
 
 /// One end's resource use and environment, with its efficiency.
@@ -451,6 +453,8 @@ pub struct RunResult {
     pub interrupted: bool,
     /// Choices hakaru made that affect the figures, in words (e.g. congestion control on loopback).
     pub notes: Vec<String>,
+    /// Round-trip figures, for latency tests.
+    pub latency: Option<crate::latency::LatencyResult>,
 }
 
 /// Formats Unix seconds as an RFC 3339 UTC timestamp with milliseconds.

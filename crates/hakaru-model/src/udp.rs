@@ -206,6 +206,8 @@ pub enum TestSpec {
     Tcp(TcpSpec),
     /// UDP at a rate or packet rate (`hakaru udp`, `hakaru pps`).
     Udp(UdpSpec),
+    /// Request/response round trips (`hakaru latency`).
+    Latency(crate::latency::LatencySpec),
 }
 
 impl TestSpec {
@@ -215,6 +217,7 @@ impl TestSpec {
             TestSpec::Tcp(_) => "tcp",
             TestSpec::Udp(u) if u.mode == UdpMode::Pps => "pps",
             TestSpec::Udp(_) => "udp",
+            TestSpec::Latency(_) => "latency",
         }
     }
 
@@ -223,6 +226,7 @@ impl TestSpec {
         match self {
             TestSpec::Tcp(t) => t.validate(),
             TestSpec::Udp(u) => u.validate(),
+            TestSpec::Latency(l) => l.validate(),
         }
     }
 
@@ -231,6 +235,7 @@ impl TestSpec {
         match self {
             TestSpec::Tcp(t) => t.flow_plan(),
             TestSpec::Udp(u) => u.flow_plan(),
+            TestSpec::Latency(l) => l.flow_plan(),
         }
     }
 
@@ -239,6 +244,7 @@ impl TestSpec {
         match self {
             TestSpec::Tcp(t) => t.flows,
             TestSpec::Udp(u) => u.flows,
+            TestSpec::Latency(l) => l.flows,
         }
     }
 
@@ -247,6 +253,7 @@ impl TestSpec {
         match self {
             TestSpec::Tcp(t) => t.direction,
             TestSpec::Udp(u) => u.direction,
+            TestSpec::Latency(_) => Direction::Forward,
         }
     }
 
@@ -255,6 +262,7 @@ impl TestSpec {
         match self {
             TestSpec::Tcp(t) => t.amount,
             TestSpec::Udp(u) => u.amount,
+            TestSpec::Latency(l) => Amount::Time(l.duration),
         }
     }
 
@@ -263,6 +271,7 @@ impl TestSpec {
         match self {
             TestSpec::Tcp(t) => t.interval,
             TestSpec::Udp(u) => u.interval,
+            TestSpec::Latency(l) => l.interval,
         }
     }
 
@@ -271,6 +280,7 @@ impl TestSpec {
         match self {
             TestSpec::Tcp(t) => t.omit,
             TestSpec::Udp(u) => u.omit,
+            TestSpec::Latency(l) => l.warmup,
         }
     }
 
@@ -279,6 +289,7 @@ impl TestSpec {
         match self {
             TestSpec::Tcp(t) => t.stall_timeout,
             TestSpec::Udp(u) => u.stall_timeout,
+            TestSpec::Latency(l) => l.timeout,
         }
     }
 
@@ -287,6 +298,7 @@ impl TestSpec {
         match self {
             TestSpec::Tcp(t) => t.length,
             TestSpec::Udp(u) => u.length,
+            TestSpec::Latency(l) => l.length,
         }
     }
 
@@ -295,6 +307,7 @@ impl TestSpec {
         match self {
             TestSpec::Tcp(t) => &t.server_affinity,
             TestSpec::Udp(u) => &u.server_affinity,
+            TestSpec::Latency(l) => &l.server_affinity,
         }
     }
 
@@ -302,7 +315,7 @@ impl TestSpec {
     pub fn udp(&self) -> Option<&UdpSpec> {
         match self {
             TestSpec::Udp(u) => Some(u),
-            TestSpec::Tcp(_) => None,
+            TestSpec::Tcp(_) | TestSpec::Latency(_) => None,
         }
     }
 }

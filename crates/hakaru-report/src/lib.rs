@@ -3,6 +3,7 @@
 
 pub mod json;
 pub mod jsonl;
+pub mod latency_text;
 pub mod nic;
 pub mod schema;
 pub mod text;

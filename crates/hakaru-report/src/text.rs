@@ -7,13 +7,14 @@ use hakaru_model::{
     TcpSpec, TestSpec,
 };
 
-use crate::udp_text;
+use crate::{latency_text, udp_text};
 
 /// The line that opens a run.
 pub fn header(spec: &TestSpec, server: &str, embedded: bool) -> String {
     match spec {
         TestSpec::Tcp(t) => tcp_header(t, server, embedded),
         TestSpec::Udp(u) => udp_text::header(u, server, embedded),
+        TestSpec::Latency(l) => latency_text::header(l, server, embedded),
     }
 }
 
@@ -22,11 +23,15 @@ pub fn interval_heading(spec: &TestSpec) -> String {
     match spec {
         TestSpec::Tcp(_) => tcp_interval_heading(),
         TestSpec::Udp(_) => udp_text::interval_heading(),
+        TestSpec::Latency(_) => latency_text::interval_heading(),
     }
 }
 
 /// Lines for one interval of any test.
 pub fn interval_lines(rec: &IntervalRecord) -> String {
+    if rec.latency.is_some() {
+        return latency_text::interval_lines(rec);
+    }
     let udp = rec
         .flows
         .iter()
@@ -43,6 +48,7 @@ pub fn summary(r: &RunResult) -> String {
     match r.spec {
         TestSpec::Tcp(_) => tcp_summary(r),
         TestSpec::Udp(_) => udp_text::summary(r),
+        TestSpec::Latency(_) => latency_text::summary(r),
     }
 }
 

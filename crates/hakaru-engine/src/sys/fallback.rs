@@ -60,6 +60,11 @@ pub fn available_congestion() -> Vec<String> {
     Vec::new()
 }
 
+/// SO_BUSY_POLL: unsupported here.
+pub fn set_busy_poll(_fd: RawFd, _usecs: u32) -> io::Result<()> {
+    Err(unsupported("SO_BUSY_POLL (--busy-poll)"))
+}
+
 /// Thread pinning: unsupported here.
 pub fn pin_current_thread(_cpu: usize) -> io::Result<()> {
     Err(unsupported("pinning a thread to a CPU (-A)"))

@@ -439,6 +439,27 @@ pub fn available_congestion() -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Sets SO_BUSY_POLL: the socket busy-polls the device queue for up to `usecs` microseconds
+/// on a blocking receive (needs CAP_NET_ADMIN to raise it above net.core.busy_read).
+pub fn set_busy_poll(fd: RawFd, usecs: u32) -> io::Result<()> {
+    let v = libc::c_int::try_from(usecs).unwrap_or(libc::c_int::MAX);
+    // SAFETY: v is a valid c_int that outlives the call; the fd is borrowed.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_BUSY_POLL,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Pins the calling thread to CPU `cpu`.
 pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
     let addressable = 8 * mem::size_of::<libc::cpu_set_t>();

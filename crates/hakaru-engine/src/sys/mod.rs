@@ -31,6 +31,7 @@
 //! - [`pin_current_thread`]: `Err` when the CPU does not exist or may not be used, or
 //!   [`std::io::ErrorKind::Unsupported`].
 //! - [`online_cpus`]: always at least 1.
+//! - [`set_busy_poll`]: SO_BUSY_POLL in microseconds (--busy-poll); `Unsupported` elsewhere.
 //! - [`ZeroCopySource`] and [`send_zerocopy`]: sendfile from an in-memory file (-Z);
 //!   [`ZeroCopySource::new`] fails with `Unsupported` where there is none. A full socket buffer
 //!   comes back as [`std::io::ErrorKind::WouldBlock`]. sendfile has no MSG_NOSIGNAL: a send to
@@ -93,8 +94,8 @@ pub use counters::{CpuSnapshot, NicSnapshot, UdpSnmp};
 #[cfg(target_os = "linux")]
 pub use linux::{
     available_congestion, cpu_snapshot, environment, interface_for_addr, nic_snapshot,
-    nic_snapshot_all, online_cpus, pin_current_thread, recv_discard, send_zerocopy, tcp_info,
-    ZeroCopySource, DISCARD_SUPPORTED,
+    nic_snapshot_all, online_cpus, pin_current_thread, recv_discard, send_zerocopy, set_busy_poll,
+    tcp_info, ZeroCopySource, DISCARD_SUPPORTED,
 };
 
 #[cfg(target_os = "linux")]
@@ -106,8 +107,8 @@ pub use linux_udp::{
 #[cfg(not(target_os = "linux"))]
 pub use fallback::{
     available_congestion, cpu_snapshot, environment, interface_for_addr, nic_snapshot,
-    nic_snapshot_all, online_cpus, pin_current_thread, recv_discard, send_zerocopy, tcp_info,
-    ZeroCopySource, DISCARD_SUPPORTED,
+    nic_snapshot_all, online_cpus, pin_current_thread, recv_discard, send_zerocopy, set_busy_poll,
+    tcp_info, ZeroCopySource, DISCARD_SUPPORTED,
 };
 
 #[cfg(not(target_os = "linux"))]
@@ -159,6 +160,7 @@ mod tests {
         same!(available_congestion: fn() -> Vec<String>);
         same!(pin_current_thread: fn(usize) -> io::Result<()>);
         same!(online_cpus: fn() -> usize);
+        same!(set_busy_poll: fn(RawFd, u32) -> io::Result<()>);
         same!(recv_discard: fn(RawFd, usize) -> io::Result<usize>);
         let _: bool = linux::DISCARD_SUPPORTED;
         let _: bool = fallback::DISCARD_SUPPORTED;

@@ -1,0 +1,795 @@
+//! Request/response round trips: the client's pinger and the server's echo.
+//!
+//! Each flow has its own thread and non-blocking socket. Closed loop sends the next request
+//! when the reply to the last one arrives. Open loop (`rate`) sends request `k` at
+//! `k / rate` seconds and times its reply from that scheduled instant, so a stall shows up in
+//! the percentiles instead of silently delaying later requests (no coordinated omission).
+//! Waiting is `poll` with a nanosecond timeout, or a busy loop with `spin`. Every request
+//! carries flow, sequence number and send time in the datagram header format of
+//! `proto::datagram`; the echo returns the bytes unchanged.
+
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::net::{TcpStream, UdpSocket};
+#[cfg(unix)]
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use hakaru_model::{LatencyFlow, LatencyInterval};
+use hakaru_proto::datagram::{read_header, write_header, FlowHello};
+
+use crate::hist::LatencyHistogram;
+use crate::sys;
+use crate::wait::{poll_precise, tighten_timer_slack, wait_fd};
+
+/// A flow's connected socket.
+#[derive(Debug)]
+pub enum PingSocket {
+    /// TCP connection (TCP_NODELAY set by the caller).
+    Tcp(TcpStream),
+    /// Connected UDP socket.
+    Udp(UdpSocket),
+}
+
+impl PingSocket {
+    fn fd(&self) -> RawFd {
+        match self {
+            PingSocket::Tcp(s) => s.as_raw_fd(),
+            PingSocket::Udp(s) => s.as_raw_fd(),
+        }
+    }
+
+    fn set_nonblocking(&self) -> io::Result<()> {
+        match self {
+            PingSocket::Tcp(s) => s.set_nonblocking(true),
+            PingSocket::Udp(s) => s.set_nonblocking(true),
+        }
+    }
+
+    fn send(&self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            PingSocket::Tcp(s) => (&*s).write(buf),
+            PingSocket::Udp(s) => s.send(buf),
+        }
+    }
+
+    fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            PingSocket::Tcp(s) => (&*s).read(buf),
+            PingSocket::Udp(s) => s.recv(buf),
+        }
+    }
+
+    fn is_tcp(&self) -> bool {
+        matches!(self, PingSocket::Tcp(_))
+    }
+}
+
+/// One flow handed to the pinger or the echo.
+#[derive(Debug)]
+pub struct PingFlow {
+    /// Flow id.
+    pub id: u32,
+    /// Its socket.
+    pub socket: PingSocket,
+}
+
+/// How the pinger runs.
+#[derive(Debug, Clone)]
+pub struct PingConfig {
+    /// Bytes per request and reply.
+    pub length: usize,
+    /// Round trips started in this first part are discarded.
+    pub warmup: Duration,
+    /// Measured time after the warm-up.
+    pub duration: Duration,
+    /// Open loop: requests per second per flow.
+    pub rate: Option<f64>,
+    /// Busy-poll instead of sleeping.
+    pub spin: bool,
+    /// SO_BUSY_POLL microseconds.
+    pub busy_poll: Option<u32>,
+    /// A request without a reply this long is lost (UDP) or fails the flow (TCP).
+    pub timeout: Duration,
+    /// CPUs to pin flow threads to, round robin.
+    pub affinity: Vec<usize>,
+    /// Keep every sample (for --full-log).
+    pub keep_samples: bool,
+}
+
+/// One timed round trip (times in nanoseconds since the pinger started).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sample {
+    /// Flow id.
+    pub flow: u32,
+    /// Sequence number.
+    pub seq: u64,
+    /// When the request was sent (open loop: when it was scheduled).
+    pub send_ns: u64,
+    /// When the reply arrived.
+    pub recv_ns: u64,
+}
+
+/// What the pinger measured.
+#[derive(Debug, Clone)]
+pub struct PingOutcome {
+    /// All flows' round trips after the warm-up.
+    pub hist: LatencyHistogram,
+    /// Per-flow figures.
+    pub flows: Vec<LatencyFlow>,
+    /// Every sample, when kept, in flow order.
+    pub samples: Vec<Sample>,
+    /// Round trips discarded in the warm-up.
+    pub warmup_discarded: u64,
+    /// Measured seconds.
+    pub seconds: f64,
+    /// The first flow error, if any.
+    pub error: Option<String>,
+}
+
+#[derive(Default)]
+struct Tick {
+    hist: LatencyHistogram,
+    requests: u64,
+    replies: u64,
+    lost: u64,
+}
+
+struct Shared {
+    cfg: PingConfig,
+    start: Instant,
+    stop: AtomicBool,
+    left: AtomicUsize,
+    ticks: Vec<Mutex<Tick>>,
+}
+
+/// A running pinger.
+pub struct Pinger {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<FlowOut>>,
+}
+
+struct FlowOut {
+    id: u32,
+    hist: LatencyHistogram,
+    requests: u64,
+    replies: u64,
+    lost: u64,
+    late: u64,
+    discarded: u64,
+    samples: Vec<Sample>,
+    error: Option<String>,
+}
+
+impl Pinger {
+    /// Starts one thread per flow now.
+    pub fn start(cfg: PingConfig, flows: Vec<PingFlow>) -> io::Result<Pinger> {
+        for f in &flows {
+            f.socket.set_nonblocking()?;
+            if let Some(us) = cfg.busy_poll {
+                sys::set_busy_poll(f.socket.fd(), us)
+                    .map_err(|e| io::Error::new(e.kind(), format!("--busy-poll {us}: {e}")))?;
+            }
+        }
+        let shared = Arc::new(Shared {
+            start: Instant::now(),
+            stop: AtomicBool::new(false),
+            left: AtomicUsize::new(flows.len()),
+            ticks: flows.iter().map(|_| Mutex::new(Tick::default())).collect(),
+            cfg,
+        });
+        let mut threads = Vec::with_capacity(flows.len());
+        for (i, f) in flows.into_iter().enumerate() {
+            let s = Arc::clone(&shared);
+            let pin =
+                (!s.cfg.affinity.is_empty()).then(|| s.cfg.affinity[i % s.cfg.affinity.len()]);
+            let h = std::thread::Builder::new()
+                .name(format!("hakaru-ping-{i}"))
+                .spawn(move || {
+                    if let Some(cpu) = pin {
+                        let _ = sys::pin_current_thread(cpu);
+                    }
+                    let out = run_flow(&s, i, f);
+                    s.left.fetch_sub(1, Ordering::AcqRel);
+                    out
+                });
+            match h {
+                Ok(h) => threads.push(h),
+                Err(e) => {
+                    shared.stop.store(true, Ordering::Release);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(Pinger { shared, threads })
+    }
+
+    /// Monotonic instant the pinger started.
+    pub fn started(&self) -> Instant {
+        self.shared.start
+    }
+
+    /// True once every flow thread has ended.
+    pub fn is_done(&self) -> bool {
+        self.shared.left.load(Ordering::Acquire) == 0
+    }
+
+    /// Ends the test early (Ctrl-C); what was measured so far is kept.
+    pub fn stop(&self) {
+        self.shared.stop.store(true, Ordering::Release);
+    }
+
+    /// The round trips since the last call, all flows merged.
+    pub fn take_interval(&self) -> LatencyInterval {
+        let mut hist = LatencyHistogram::new();
+        let mut out = LatencyInterval::default();
+        for t in &self.shared.ticks {
+            if let Ok(mut t) = t.lock() {
+                let t = std::mem::take(&mut *t);
+                hist.merge(&t.hist);
+                out.requests += t.requests;
+                out.replies += t.replies;
+                out.lost += t.lost;
+            }
+        }
+        out.rtt = hist.stats();
+        out
+    }
+
+    /// Waits for every flow and merges what they measured.
+    pub fn wait(self) -> PingOutcome {
+        let mut hist = LatencyHistogram::new();
+        let mut flows = Vec::new();
+        let mut samples = Vec::new();
+        let mut discarded = 0;
+        let mut error = None;
+        for t in self.threads {
+            let Ok(f) = t.join() else {
+                error.get_or_insert_with(|| "a ping thread panicked".to_string());
+                continue;
+            };
+            hist.merge(&f.hist);
+            discarded += f.discarded;
+            if error.is_none() {
+                error = f.error;
+            }
+            flows.push(LatencyFlow {
+                id: f.id,
+                requests: f.requests,
+                replies: f.replies,
+                lost: f.lost,
+                late: f.late,
+                rtt: f.hist.stats(),
+            });
+            samples.extend(f.samples);
+        }
+        let measured = self
+            .shared
+            .start
+            .elapsed()
+            .saturating_sub(self.shared.cfg.warmup);
+        PingOutcome {
+            hist,
+            flows,
+            samples,
+            warmup_discarded: discarded,
+            seconds: measured.min(self.shared.cfg.duration).as_secs_f64(),
+            error,
+        }
+    }
+}
+
+/// A flow's running state.
+struct Flow<'a> {
+    s: &'a Shared,
+    slot: usize,
+    id: u32,
+    sock: PingSocket,
+    req: Vec<u8>,
+    rbuf: Vec<u8>,
+    have: usize,
+    out: FlowOut,
+}
+
+impl Flow<'_> {
+    fn now_ns(&self) -> u64 {
+        self.s.start.elapsed().as_nanos() as u64
+    }
+
+    fn warmup_ns(&self) -> u64 {
+        self.s.cfg.warmup.as_nanos() as u64
+    }
+
+    /// Sends request `seq` stamped `stamp_ns`; waits (or spins) while the socket is full.
+    fn send(&mut self, seq: u64, stamp_ns: u64, deadline: Instant) -> Result<(), String> {
+        write_header(&mut self.req, self.id as u16, seq, stamp_ns);
+        let mut off = 0;
+        while off < self.req.len() {
+            match self.sock.send(&self.req[off..]) {
+                Ok(n) if self.sock.is_tcp() => off += n,
+                Ok(_) => off = self.req.len(),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if Instant::now() > deadline {
+                        return Err(format!(
+                            "flow {}: the peer stopped reading requests",
+                            self.id
+                        ));
+                    }
+                    if !self.s.cfg.spin {
+                        wait_fd(self.sock.fd(), true, Duration::from_millis(10));
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(describe(self.id, "sending", &e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes one complete reply if one has arrived: `Ok(Some(seq))`, `Ok(None)` if none yet.
+    fn try_reply(&mut self) -> Result<Option<u64>, String> {
+        let len = self.s.cfg.length;
+        loop {
+            if self.sock.is_tcp() && self.have >= len {
+                let seq = read_header(&self.rbuf[..len]).map(|h| h.seq);
+                self.rbuf.copy_within(len..self.have, 0);
+                self.have -= len;
+                return match seq {
+                    Some(s) => Ok(Some(s)),
+                    None => Err(format!("flow {}: a reply without a header", self.id)),
+                };
+            }
+            let r = if self.sock.is_tcp() {
+                let have = self.have;
+                self.sock.recv(&mut self.rbuf[have..])
+            } else {
+                self.sock.recv(&mut self.rbuf)
+            };
+            match r {
+                Ok(0) if self.sock.is_tcp() => {
+                    return Err(format!(
+                        "flow {}: the server closed the connection",
+                        self.id
+                    ))
+                }
+                Ok(n) if self.sock.is_tcp() => self.have += n,
+                Ok(n) => {
+                    if n == len {
+                        if let Some(h) = read_header(&self.rbuf[..n]) {
+                            return Ok(Some(h.seq));
+                        }
+                    }
+                    // A stray hello ack or a datagram of the wrong size: not a reply.
+                    if FlowHello::decode(&self.rbuf[..n]).is_none() {
+                        tracing::debug!("flow {}: ignored a {n}-byte datagram", self.id);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(describe(self.id, "receiving", &e)),
+            }
+        }
+    }
+
+    /// Records a reply to a request stamped `sent_ns`, received now.
+    fn record(&mut self, seq: u64, sent_ns: u64) {
+        let now = self.now_ns();
+        if sent_ns < self.warmup_ns() {
+            self.out.discarded += 1;
+            return;
+        }
+        let rtt = now.saturating_sub(sent_ns);
+        self.out.hist.record_ns(rtt);
+        self.out.replies += 1;
+        if let Ok(mut t) = self.s.ticks[self.slot].lock() {
+            t.hist.record_ns(rtt);
+            t.replies += 1;
+        }
+        if self.s.cfg.keep_samples {
+            self.out.samples.push(Sample {
+                flow: self.id,
+                seq,
+                send_ns: sent_ns,
+                recv_ns: now,
+            });
+        }
+    }
+
+    fn count_request(&mut self, sent_ns: u64) {
+        if sent_ns >= self.warmup_ns() {
+            self.out.requests += 1;
+            if let Ok(mut t) = self.s.ticks[self.slot].lock() {
+                t.requests += 1;
+            }
+        }
+    }
+
+    fn count_lost(&mut self, sent_ns: u64) -> Result<(), String> {
+        if self.sock.is_tcp() {
+            return Err(format!(
+                "flow {}: no reply within {:.3} s (--timeout)",
+                self.id,
+                self.s.cfg.timeout.as_secs_f64()
+            ));
+        }
+        if sent_ns >= self.warmup_ns() {
+            self.out.lost += 1;
+            if let Ok(mut t) = self.s.ticks[self.slot].lock() {
+                t.lost += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for the socket to become readable, at most until `until`.
+    fn idle(&self, until: Instant) {
+        if self.s.cfg.spin {
+            std::hint::spin_loop();
+            return;
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        if !left.is_zero() {
+            let mut p = [libc::pollfd {
+                fd: self.sock.fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            }];
+            poll_precise(&mut p, left.min(Duration::from_millis(50)));
+        }
+    }
+
+    fn stopped(&self) -> bool {
+        self.s.stop.load(Ordering::Acquire)
+    }
+
+    /// One request outstanding at a time.
+    fn closed_loop(&mut self, end: Instant) -> Result<(), String> {
+        let timeout = self.s.cfg.timeout;
+        let mut seq = 0u64;
+        while Instant::now() < end && !self.stopped() {
+            let sent_ns = self.now_ns();
+            let sent_at = Instant::now();
+            self.send(seq, sent_ns, sent_at + timeout)?;
+            self.count_request(sent_ns);
+            loop {
+                match self.try_reply()? {
+                    Some(r) if r == seq => {
+                        self.record(seq, sent_ns);
+                        break;
+                    }
+                    // An answer to an earlier request that had been given up on.
+                    Some(_) => self.out.late += 1,
+                    None => {
+                        if sent_at.elapsed() >= timeout {
+                            self.count_lost(sent_ns)?;
+                            break;
+                        }
+                        if self.stopped() {
+                            return Ok(());
+                        }
+                        self.idle(sent_at + timeout);
+                    }
+                }
+            }
+            seq += 1;
+        }
+        Ok(())
+    }
+
+    /// Requests on a fixed schedule, replies timed from the schedule.
+    fn open_loop(&mut self, end: Instant, rate: f64) -> Result<(), String> {
+        let gap = 1e9 / rate;
+        let timeout = self.s.cfg.timeout;
+        let end_ns = end.duration_since(self.s.start).as_nanos() as u64;
+        let mut outstanding: VecDeque<(u64, u64)> = VecDeque::new();
+        let mut next = 0u64;
+        loop {
+            if self.stopped() {
+                return Ok(());
+            }
+            let now = self.now_ns();
+            // Send everything that is due (a stall sends the backlog at once, each request
+            // still timed from its own scheduled instant).
+            loop {
+                let sched = (next as f64 * gap) as u64;
+                if sched > now || sched >= end_ns {
+                    break;
+                }
+                self.send(next, sched, Instant::now() + timeout)?;
+                self.count_request(sched);
+                outstanding.push_back((next, sched));
+                next += 1;
+            }
+            while let Some(seq) = self.try_reply()? {
+                match outstanding.iter().position(|&(s, _)| s == seq) {
+                    Some(pos) => {
+                        // Requests before it that are still missing are only late so far.
+                        let (_, sched) = outstanding.remove(pos).unwrap_or((seq, 0));
+                        self.record(seq, sched);
+                    }
+                    None => self.out.late += 1,
+                }
+            }
+            let now = self.now_ns();
+            let timeout_ns = timeout.as_nanos() as u64;
+            while outstanding
+                .front()
+                .is_some_and(|&(_, sched)| now.saturating_sub(sched) > timeout_ns)
+            {
+                if let Some((_, sched)) = outstanding.pop_front() {
+                    self.count_lost(sched)?;
+                }
+            }
+            let next_sched = (next as f64 * gap) as u64;
+            if next_sched >= end_ns && outstanding.is_empty() {
+                return Ok(());
+            }
+            let wake = if next_sched < end_ns {
+                self.s.start + Duration::from_nanos(next_sched)
+            } else {
+                Instant::now() + Duration::from_millis(10)
+            };
+            self.idle(wake);
+        }
+    }
+}
+
+fn run_flow(s: &Shared, slot: usize, f: PingFlow) -> FlowOut {
+    let len = s.cfg.length;
+    let mut flow = Flow {
+        s,
+        slot,
+        id: f.id,
+        sock: f.socket,
+        req: (0..len).map(|i| b'a' + (i % 26) as u8).collect(),
+        rbuf: vec![0u8; (len * 64).max(65_536)],
+        have: 0,
+        out: FlowOut {
+            id: f.id,
+            hist: LatencyHistogram::new(),
+            requests: 0,
+            replies: 0,
+            lost: 0,
+            late: 0,
+            discarded: 0,
+            samples: Vec::new(),
+            error: None,
+        },
+    };
+    let end = s.start + s.cfg.warmup + s.cfg.duration;
+    let r = match s.cfg.rate {
+        Some(rate) => {
+            tighten_timer_slack();
+            flow.open_loop(end, rate)
+        }
+        None => flow.closed_loop(end),
+    };
+    flow.out.error = r.err();
+    flow.out
+}
+
+fn describe(id: u32, verb: &str, e: &io::Error) -> String {
+    let what = match e.kind() {
+        io::ErrorKind::ConnectionReset => "connection reset by the server (did it exit?)".into(),
+        io::ErrorKind::ConnectionRefused => {
+            "the server's port is closed (ICMP port unreachable; did it exit?)".into()
+        }
+        io::ErrorKind::BrokenPipe => "the server closed the connection".into(),
+        _ => e.to_string(),
+    };
+    format!("flow {id}: {verb}: {what}")
+}
+
+/// The server's side of a latency test: echoes every request back on its flow until stopped.
+pub struct Echo {
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Echo {
+    /// Starts one echo thread per flow (pinned round robin to `affinity`).
+    pub fn start(
+        flows: Vec<PingFlow>,
+        spin: bool,
+        busy_poll: Option<u32>,
+        affinity: &[usize],
+    ) -> io::Result<Echo> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut threads = Vec::with_capacity(flows.len());
+        for (i, f) in flows.into_iter().enumerate() {
+            f.socket.set_nonblocking()?;
+            if let Some(us) = busy_poll {
+                sys::set_busy_poll(f.socket.fd(), us)
+                    .map_err(|e| io::Error::new(e.kind(), format!("--busy-poll {us}: {e}")))?;
+            }
+            let st = Arc::clone(&stop);
+            let pin = (!affinity.is_empty()).then(|| affinity[i % affinity.len()]);
+            let h = std::thread::Builder::new()
+                .name(format!("hakaru-echo-{i}"))
+                .stack_size(256 << 10)
+                .spawn(move || {
+                    if let Some(cpu) = pin {
+                        let _ = sys::pin_current_thread(cpu);
+                    }
+                    echo(&f.socket, spin, &st);
+                });
+            match h {
+                Ok(h) => threads.push(h),
+                Err(e) => {
+                    stop.store(true, Ordering::Release);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(Echo { stop, threads })
+    }
+
+    /// Stops every echo thread and waits for them.
+    pub fn stop(self) {
+        self.stop.store(true, Ordering::Release);
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}
+
+fn echo(sock: &PingSocket, spin: bool, stop: &AtomicBool) {
+    let mut buf = vec![0u8; 65_536];
+    while !stop.load(Ordering::Acquire) {
+        match sock.recv(&mut buf) {
+            Ok(0) if sock.is_tcp() => return,
+            Ok(n) => {
+                // A hello repeated after the flow opened is not a request.
+                if !sock.is_tcp() && FlowHello::decode(&buf[..n]).is_some() {
+                    continue;
+                }
+                let mut off = 0;
+                while off < n && !stop.load(Ordering::Acquire) {
+                    match sock.send(&buf[off..n]) {
+                        Ok(m) if sock.is_tcp() => off += m,
+                        Ok(_) => off = n,
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                            wait_fd(sock.fd(), true, Duration::from_millis(10))
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(_) => return,
+                    }
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if !spin {
+                    wait_fd(sock.fd(), false, Duration::from_millis(100));
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            // UDP: an ICMP error from the client's port (it has gone); keep serving until
+            // the session stops us. TCP: the connection is over.
+            Err(_) if !sock.is_tcp() => wait_fd(sock.fd(), false, Duration::from_millis(100)),
+            Err(_) => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair_udp() -> (UdpSocket, UdpSocket) {
+        let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let b = UdpSocket::bind("127.0.0.1:0").unwrap();
+        a.connect(b.local_addr().unwrap()).unwrap();
+        b.connect(a.local_addr().unwrap()).unwrap();
+        (a, b)
+    }
+
+    fn cfg(rate: Option<f64>) -> PingConfig {
+        PingConfig {
+            length: 14,
+            warmup: Duration::from_millis(50),
+            duration: Duration::from_millis(300),
+            rate,
+            spin: false,
+            busy_poll: None,
+            timeout: Duration::from_millis(200),
+            affinity: Vec::new(),
+            keep_samples: true,
+        }
+    }
+
+    #[test]
+    fn udp_closed_loop_against_echo() {
+        let (c, s) = pair_udp();
+        let echo = Echo::start(
+            vec![PingFlow {
+                id: 0,
+                socket: PingSocket::Udp(s),
+            }],
+            false,
+            None,
+            &[],
+        )
+        .unwrap();
+        let p = Pinger::start(
+            cfg(None),
+            vec![PingFlow {
+                id: 0,
+                socket: PingSocket::Udp(c),
+            }],
+        )
+        .unwrap();
+        let out = p.wait();
+        echo.stop();
+        assert!(out.error.is_none(), "{:?}", out.error);
+        assert!(out.hist.len() > 10);
+        assert_eq!(out.samples.len() as u64, out.hist.len());
+        assert_eq!(out.flows[0].replies, out.hist.len());
+        assert_eq!(out.flows[0].lost, 0);
+        assert!(out.warmup_discarded > 0);
+    }
+
+    /// Open loop times each reply from its scheduled send: an echo that stalls for 100 ms
+    /// shows up as round trips of about 100 ms, not hidden behind a delayed send.
+    #[test]
+    fn open_loop_shows_a_stall() {
+        let (c, s) = pair_udp();
+        let server = std::thread::spawn(move || {
+            let mut buf = [0u8; 64];
+            let t0 = Instant::now();
+            let mut stalled = false;
+            s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+            while t0.elapsed() < Duration::from_millis(800) {
+                if let Ok(n) = s.recv(&mut buf) {
+                    if !stalled && t0.elapsed() > Duration::from_millis(150) {
+                        std::thread::sleep(Duration::from_millis(100));
+                        stalled = true;
+                    }
+                    let _ = s.send(&buf[..n]);
+                }
+            }
+        });
+        let p = Pinger::start(
+            PingConfig {
+                duration: Duration::from_millis(400),
+                ..cfg(Some(1000.0))
+            },
+            vec![PingFlow {
+                id: 0,
+                socket: PingSocket::Udp(c),
+            }],
+        )
+        .unwrap();
+        let out = p.wait();
+        server.join().unwrap();
+        let st = out.hist.stats();
+        // About 100 of ~400 requests queued behind the stall: p90 stays low, max near 100 ms.
+        assert!(st.max_us > 80_000.0, "{st:?}");
+        assert!(st.p99_us > 20_000.0, "{st:?}");
+        assert!(st.p50_us < 20_000.0, "{st:?}");
+    }
+
+    #[test]
+    fn udp_timeouts_count_lost_replies() {
+        let (c, _silent) = pair_udp();
+        let p = Pinger::start(
+            PingConfig {
+                warmup: Duration::ZERO,
+                duration: Duration::from_millis(250),
+                timeout: Duration::from_millis(50),
+                ..cfg(None)
+            },
+            vec![PingFlow {
+                id: 0,
+                socket: PingSocket::Udp(c),
+            }],
+        )
+        .unwrap();
+        let out = p.wait();
+        assert!(out.error.is_none());
+        assert_eq!(out.hist.len(), 0);
+        assert!(out.flows[0].lost >= 3, "{:?}", out.flows[0]);
+        assert_eq!(out.flows[0].lost, out.flows[0].requests);
+    }
+}

@@ -1,0 +1,177 @@
+//! Human text for `hakaru latency`: round-trip percentiles lead; the one-way estimate is
+//! labelled as such.
+
+use std::fmt::Write;
+
+use hakaru_model::{IntervalRecord, LatencySpec, LatencyStats, LatencyTransport, RunResult};
+
+use crate::text::{end_lines, span, trailer};
+
+fn transport(t: LatencyTransport) -> &'static str {
+    match t {
+        LatencyTransport::Tcp => "TCP (TCP_NODELAY)",
+        LatencyTransport::Udp => "UDP",
+    }
+}
+
+/// The line that opens a latency run.
+pub fn header(spec: &LatencySpec, server: &str, embedded: bool) -> String {
+    let mode = match spec.rate {
+        Some(r) => {
+            format!("open loop at {r:.0} requests/s per flow, each timed from its scheduled send")
+        }
+        None => "closed loop (one request outstanding per flow)".into(),
+    };
+    let mut wait = String::new();
+    if spec.spin {
+        wait.push_str(", both ends SPIN (busy-poll non-blocking sockets)");
+    }
+    if let Some(b) = spec.busy_poll {
+        let _ = write!(wait, ", SO_BUSY_POLL {b} us");
+    }
+    format!(
+        "hakaru latency to {server}{}: {} ping-pong, {} flow(s), {}-byte messages, {}, {} measured after a {} warm-up (discarded){wait}\n",
+        if embedded { " (embedded loopback server)" } else { "" },
+        transport(spec.transport),
+        spec.flows,
+        spec.length.0,
+        mode,
+        spec.duration,
+        spec.warmup,
+    )
+}
+
+/// Column headings for latency interval lines.
+pub fn interval_heading() -> String {
+    format!(
+        "{:>15}  {:>10} {:>6}  {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}  (round trip, us)\n",
+        "Interval", "trans/s", "lost", "min", "mean", "p50", "p99", "p99.9", "max"
+    )
+}
+
+fn us(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+/// One line per interval.
+pub fn interval_lines(rec: &IntervalRecord) -> String {
+    let Some(l) = &rec.latency else {
+        return String::new();
+    };
+    let secs = (rec.end - rec.start).max(1e-9);
+    let r = &l.rtt;
+    format!(
+        "{:>15}  {:>10.0} {:>6}  {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}{}\n",
+        span(rec.start, rec.end),
+        l.replies as f64 / secs,
+        l.lost,
+        us(r.min_us),
+        us(r.mean_us),
+        us(r.p50_us),
+        us(r.p99_us),
+        us(r.p999_us),
+        us(r.max_us),
+        if rec.omitted { "  (warm-up)" } else { "" }
+    )
+}
+
+fn stats_line(s: &mut String, label: &str, r: &LatencyStats) {
+    let _ = writeln!(
+        s,
+        "{label:<22} min {}  mean {} (sd {})  p50 {}  p90 {}  p99 {}  p99.9 {}  p99.99 {}  max {}  us",
+        us(r.min_us),
+        us(r.mean_us),
+        us(r.stddev_us),
+        us(r.p50_us),
+        us(r.p90_us),
+        us(r.p99_us),
+        us(r.p999_us),
+        us(r.p9999_us),
+        us(r.max_us)
+    );
+}
+
+/// The final summary of a latency run.
+pub fn summary(r: &RunResult) -> String {
+    let mut s = String::new();
+    let Some(l) = &r.latency else {
+        return s;
+    };
+    let _ = writeln!(
+        s,
+        "- - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - -"
+    );
+    let _ = writeln!(
+        s,
+        "{} {} round trips in {:.2} s ({:.0} transactions/s), {} requests, {} lost, {} late, {} warm-up round trips discarded; wait: {}",
+        l.replies,
+        l.mode.replace('_', " "),
+        l.seconds,
+        l.transactions_per_second,
+        l.requests,
+        l.lost,
+        l.late,
+        l.warmup_discarded,
+        l.wait
+    );
+    stats_line(&mut s, "round trip (headline)", &l.rtt);
+    stats_line(&mut s, "one-way estimate (RTT/2)", &l.one_way_estimate);
+    if l.flows.len() > 1 {
+        for f in &l.flows {
+            stats_line(&mut s, &format!("  flow {:>3} round trip", f.id), &f.rtt);
+        }
+    }
+    if !l.histogram.is_empty() {
+        let _ = writeln!(s, "Round-trip distribution:");
+        let total: u64 = l.histogram.iter().map(|b| b.count).sum::<u64>().max(1);
+        let mut below = 0u64;
+        for b in &l.histogram {
+            below += b.count;
+            let bar = "#".repeat(((b.count * 50) / total) as usize);
+            let _ = writeln!(
+                s,
+                "  <= {:>10} us {:>10} {:>7.3}%  {bar}",
+                us(b.le_us),
+                b.count,
+                below as f64 * 100.0 / total as f64
+            );
+        }
+    }
+    if let Some(path) = &l.full_log {
+        let _ = writeln!(
+            s,
+            "every sample written to {path} (CSV: flow,seq,send_us,recv_us,rtt_us)"
+        );
+    }
+    if let Some(u) = &l.under_load {
+        let _ = writeln!(
+            s,
+            "Under load ({} bulk TCP flow(s) each way: {:.2} Gbit/s up, {:.2} Gbit/s down received):",
+            u.load_flows,
+            u.load_up_bps / 1e9,
+            u.load_down_bps / 1e9
+        );
+        stats_line(&mut s, "  idle round trip", &u.idle_rtt);
+        stats_line(&mut s, "  loaded round trip", &u.loaded_rtt);
+        if u.idle_rtt.p50_us > 0.0 {
+            let _ = writeln!(
+                s,
+                "  median grows {:.1}x, p99 {:.1}x under load",
+                u.loaded_rtt.p50_us / u.idle_rtt.p50_us,
+                u.loaded_rtt.p99_us / u.idle_rtt.p99_us.max(1e-9)
+            );
+        }
+    }
+    let _ = writeln!(
+        s,
+        "Ends (CPU from /proc/stat covers the whole machine at each end):"
+    );
+    end_lines(&mut s, "client", &r.client);
+    end_lines(&mut s, "server", &r.server_end);
+    trailer(&mut s, r);
+    s
+}
