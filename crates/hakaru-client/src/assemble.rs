@@ -82,6 +82,7 @@ pub fn merge_interval(
         omitted,
         flows,
         sums,
+        latency: None,
     }
 }
 
@@ -126,7 +127,7 @@ fn end_result(r: &SideReport) -> EndResult {
         bytes_per_cpu_second: r
             .cpu
             .as_ref()
-            .filter(|c| c.busy_s > 0.0)
+            .filter(|c| c.busy_s > 0.0 && moved > 0)
             .map(|c| moved as f64 / c.busy_s),
         cpu: r.cpu.clone(),
         nic: r.nic.clone(),
@@ -235,7 +236,13 @@ pub fn assemble(i: Inputs) -> RunResult {
             .cloned()
     };
     let mut flows = Vec::new();
-    for (id, dir) in i.spec.flow_plan() {
+    // Latency tests count round trips, not bytes per flow: no byte flows or totals.
+    let byte_flows = if matches!(i.spec, TestSpec::Latency(_)) {
+        Vec::new()
+    } else {
+        i.spec.flow_plan()
+    };
+    for (id, dir) in byte_flows {
         let (snd_end, rcv_end) = match dir {
             FlowDir::Up => (&i.local, &i.remote),
             FlowDir::Down => (&i.remote, &i.local),
@@ -318,6 +325,7 @@ pub fn assemble(i: Inputs) -> RunResult {
         server_end: end_result(&i.remote),
         interrupted: i.interrupted,
         notes,
+        latency: None,
     }
 }
 

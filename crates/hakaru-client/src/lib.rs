@@ -5,6 +5,7 @@
 //! assembles the [`RunResult`] from both ends' final reports.
 
 mod assemble;
+mod latency;
 mod udp;
 
 use std::collections::BTreeMap;
@@ -45,6 +46,10 @@ pub struct ClientOptions {
     pub embedded: bool,
     /// How long connecting may take.
     pub connect_timeout: Duration,
+    /// Latency tests: write every sample to this CSV file.
+    pub full_log: Option<std::path::PathBuf>,
+    /// Latency tests: include the round-trip distribution in the result.
+    pub histogram: bool,
 }
 
 /// Why a client run failed. Each message names the peer or the flag at fault.
@@ -311,8 +316,49 @@ pub fn run_test(
         }
     };
     observer.on_start(&spec, &addr_s, opts.embedded);
-    let (tx, rx) = mpsc::channel::<Event>();
     let iface = local_ip.and_then(sys::interface_for_addr);
+    if let TestSpec::Latency(lat) = &spec {
+        let started_unix = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0);
+        let out = latency::run(
+            latency::Session {
+                conn: &mut conn,
+                opts,
+                spec: lat,
+                server_addr,
+                token: &token,
+                iface,
+                addr: &addr_s,
+            },
+            observer,
+            &stop,
+        )
+        .inspect_err(|e| {
+            let _ = conn.send(&Message::Error {
+                message: format!("client gave up: {e}"),
+            });
+        })?;
+        let mut result = assemble(assemble::Inputs {
+            ipv6: server_addr.is_ipv6() && server_addr.ip().to_canonical().is_ipv6(),
+            spec: spec.clone(),
+            server: addr_s.clone(),
+            embedded: opts.embedded,
+            local_address,
+            remote_address: addr_s,
+            started_unix,
+            intervals: out.intervals,
+            local: out.local,
+            remote: out.remote,
+            interrupted: out.interrupted,
+            notes,
+        });
+        result.latency = Some(out.result);
+        observer.on_end(&result);
+        return Ok(result);
+    }
+    let (tx, rx) = mpsc::channel::<Event>();
     let (t1, t2) = (tx.clone(), tx.clone());
     let on_interval = Box::new(move |s| {
         let _ = t1.send(Event::Local(s));
@@ -321,6 +367,7 @@ pub fn run_test(
         let _ = t2.send(Event::LocalDone);
     });
     let run = match &spec {
+        TestSpec::Latency(_) => unreachable!("latency tests returned above"),
         TestSpec::Tcp(tcp) => {
             let flows = open_tcp_flows(opts, tcp, server_addr, &token)?;
             // Counters first: nothing the server sends after `start` escapes them.
@@ -551,7 +598,7 @@ fn event_loop(
 }
 
 /// Waits for the server's start signal.
-fn wait_start(
+pub(crate) fn wait_start(
     conn: &mut ControlConn,
     ctl_err: &dyn Fn(ControlError) -> ClientError,
 ) -> Result<(), ClientError> {
@@ -566,7 +613,7 @@ fn wait_start(
 }
 
 /// Opens the TCP data connections, each announcing the test token and its flow id.
-fn open_tcp_flows(
+pub(crate) fn open_tcp_flows(
     opts: &ClientOptions,
     spec: &TcpSpec,
     server_addr: SocketAddr,

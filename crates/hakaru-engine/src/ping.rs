@@ -18,11 +18,12 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use hakaru_model::{LatencyFlow, LatencyInterval};
+use hakaru_model::{LatencyFlow, LatencyInterval, SideReport};
 use hakaru_proto::datagram::{read_header, write_header, FlowHello};
 
 use crate::hist::LatencyHistogram;
 use crate::sys;
+use crate::tcp::SideConfig;
 use crate::wait::{poll_precise, tighten_timer_slack, wait_fd};
 
 /// A flow's connected socket.
@@ -583,21 +584,26 @@ fn describe(id: u32, verb: &str, e: &io::Error) -> String {
     format!("flow {id}: {verb}: {what}")
 }
 
-/// The server's side of a latency test: echoes every request back on its flow until stopped.
+/// The server's side of a latency test: echoes every request back on its flow until stopped,
+/// then reports this end's CPU, NIC and environment.
 pub struct Echo {
+    cfg: SideConfig,
+    start: Instant,
     stop: Arc<AtomicBool>,
+    left: Arc<AtomicUsize>,
     threads: Vec<JoinHandle<()>>,
 }
 
 impl Echo {
-    /// Starts one echo thread per flow (pinned round robin to `affinity`).
+    /// Starts one echo thread per flow (pinned round robin to `cfg.affinity`).
     pub fn start(
+        cfg: SideConfig,
         flows: Vec<PingFlow>,
         spin: bool,
         busy_poll: Option<u32>,
-        affinity: &[usize],
     ) -> io::Result<Echo> {
         let stop = Arc::new(AtomicBool::new(false));
+        let left = Arc::new(AtomicUsize::new(flows.len()));
         let mut threads = Vec::with_capacity(flows.len());
         for (i, f) in flows.into_iter().enumerate() {
             f.socket.set_nonblocking()?;
@@ -605,8 +611,8 @@ impl Echo {
                 sys::set_busy_poll(f.socket.fd(), us)
                     .map_err(|e| io::Error::new(e.kind(), format!("--busy-poll {us}: {e}")))?;
             }
-            let st = Arc::clone(&stop);
-            let pin = (!affinity.is_empty()).then(|| affinity[i % affinity.len()]);
+            let (st, lf) = (Arc::clone(&stop), Arc::clone(&left));
+            let pin = (!cfg.affinity.is_empty()).then(|| cfg.affinity[i % cfg.affinity.len()]);
             let h = std::thread::Builder::new()
                 .name(format!("hakaru-echo-{i}"))
                 .stack_size(256 << 10)
@@ -615,6 +621,7 @@ impl Echo {
                         let _ = sys::pin_current_thread(cpu);
                     }
                     echo(&f.socket, spin, &st);
+                    lf.fetch_sub(1, Ordering::AcqRel);
                 });
             match h {
                 Ok(h) => threads.push(h),
@@ -624,15 +631,56 @@ impl Echo {
                 }
             }
         }
-        Ok(Echo { stop, threads })
+        Ok(Echo {
+            cfg,
+            start: Instant::now(),
+            stop,
+            left,
+            threads,
+        })
     }
 
-    /// Stops every echo thread and waits for them.
-    pub fn stop(self) {
+    /// Asks every echo thread to end (the client is done).
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+    }
+
+    /// True once the echo threads have ended: stopped, or every TCP connection closed.
+    pub fn is_done(&self) -> bool {
+        self.left.load(Ordering::Acquire) == 0
+    }
+
+    /// Waits for the threads and reports this end.
+    pub fn wait(self) -> SideReport {
         self.stop.store(true, Ordering::Release);
         for t in self.threads {
             let _ = t.join();
         }
+        bare_report(&self.cfg, self.start.elapsed().as_secs_f64(), "echo")
+    }
+}
+
+/// The report of an end that has no per-flow byte counts (latency tests): CPU and NIC use since
+/// the configuration's counter base, over `wall` seconds, and the environment.
+pub fn bare_report(cfg: &SideConfig, wall: f64, mode: &str) -> SideReport {
+    let iface = cfg.iface.as_deref();
+    let (cpu, nic) = cfg
+        .base
+        .as_ref()
+        .map_or((None, None), |b| b.usage_since(iface, wall));
+    let mut env = sys::environment(iface);
+    env.software = env!("CARGO_PKG_VERSION").to_string();
+    SideReport {
+        end: cfg.end,
+        flows: Vec::new(),
+        cpu,
+        nic,
+        env,
+        send_mode: mode.into(),
+        recv_mode: mode.into(),
+        udp_paths: None,
+        udp_kernel: None,
+        stray_datagrams: None,
     }
 }
 
@@ -702,14 +750,20 @@ mod tests {
     #[test]
     fn udp_closed_loop_against_echo() {
         let (c, s) = pair_udp();
+        let cfg0 = SideConfig::for_spec(
+            hakaru_model::End::Server,
+            &hakaru_model::TestSpec::Latency(hakaru_model::LatencySpec::default()),
+            Vec::new(),
+            None,
+        );
         let echo = Echo::start(
+            cfg0,
             vec![PingFlow {
                 id: 0,
                 socket: PingSocket::Udp(s),
             }],
             false,
             None,
-            &[],
         )
         .unwrap();
         let p = Pinger::start(
@@ -722,6 +776,8 @@ mod tests {
         .unwrap();
         let out = p.wait();
         echo.stop();
+        let rep = echo.wait();
+        assert_eq!(rep.send_mode, "echo");
         assert!(out.error.is_none(), "{:?}", out.error);
         assert!(out.hist.len() > 10);
         assert_eq!(out.samples.len() as u64, out.hist.len());

@@ -2,6 +2,7 @@
 
 use hakaru_model::SideReport;
 
+use crate::ping::Echo;
 use crate::tcp::SideRun;
 use crate::udp::UdpRun;
 
@@ -11,6 +12,8 @@ pub enum Running {
     Tcp(SideRun),
     /// UDP.
     Udp(UdpRun),
+    /// The echoing end of a latency test: it stops when the client is done.
+    Echo(Box<Echo>),
 }
 
 impl Running {
@@ -19,6 +22,7 @@ impl Running {
         match self {
             Running::Tcp(r) => r.stop_sending(),
             Running::Udp(r) => r.stop_sending(),
+            Running::Echo(e) => e.stop(),
         }
     }
 
@@ -27,6 +31,7 @@ impl Running {
         match self {
             Running::Tcp(r) => r.abort(),
             Running::Udp(r) => r.abort(),
+            Running::Echo(e) => e.stop(),
         }
     }
 
@@ -35,6 +40,7 @@ impl Running {
         match self {
             Running::Tcp(r) => r.is_done(),
             Running::Udp(r) => r.is_done(),
+            Running::Echo(e) => e.is_done(),
         }
     }
 
@@ -43,6 +49,7 @@ impl Running {
         match self {
             Running::Tcp(r) => r.first_error(),
             Running::Udp(r) => r.first_error(),
+            Running::Echo(_) => None,
         }
     }
 
@@ -58,6 +65,7 @@ impl Running {
         match self {
             Running::Tcp(r) => r.wait(),
             Running::Udp(r) => r.wait(),
+            Running::Echo(e) => (*e).wait(),
         }
     }
 }

@@ -306,6 +306,28 @@ impl CounterBase {
         }
     }
 
+    /// CPU and NIC use from this base to now, over `wall_secs` seconds.
+    pub fn usage_since(
+        &self,
+        iface: Option<&str>,
+        wall_secs: f64,
+    ) -> (
+        Option<hakaru_model::CpuUsage>,
+        Option<hakaru_model::NicUsage>,
+    ) {
+        let cpu = self
+            .cpu
+            .as_ref()
+            .zip(sys::cpu_snapshot())
+            .map(|(a, b)| sys::cpu_usage(a, &b, wall_secs));
+        let nic = self
+            .nic
+            .as_ref()
+            .zip(iface.and_then(sys::nic_snapshot))
+            .map(|(a, b)| sys::nic_usage(a, &b, wall_secs));
+        (cpu, nic)
+    }
+
     fn of(s: &Core) -> CounterBase {
         CounterBase::take(s.cfg.iface.as_deref(), s.udp)
     }

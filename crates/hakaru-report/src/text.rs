@@ -362,6 +362,7 @@ mod tests {
                 udp: None,
                 sender_datagrams: None,
             }],
+            latency: None,
         };
         let out = interval_lines(&rec);
         let lines: Vec<&str> = out.lines().collect();

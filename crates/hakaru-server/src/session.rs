@@ -7,12 +7,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hakaru_engine::control::{ControlConn, ControlError};
+use hakaru_engine::ping::{Echo, PingFlow, PingSocket};
 use hakaru_engine::sockopt::{apply_tcp_options, apply_udp_options};
 use hakaru_engine::sys;
 use hakaru_engine::tcp::{FlowSocket, SideConfig, SideRun};
 use hakaru_engine::udp::{UdpConfig, UdpFlowSocket, UdpRun};
 use hakaru_engine::Running;
-use hakaru_model::{Amount, End, FlowDir, Role, TcpSpec, TestSpec, UdpSpec};
+use hakaru_model::{Amount, End, FlowDir, LatencyTransport, Role, TcpSpec, TestSpec, UdpSpec};
 use hakaru_proto::datagram::{token_bytes, FlowHello};
 use hakaru_proto::{Decoder, Message, PROTOCOL_VERSION};
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
@@ -139,7 +140,7 @@ fn admit(ctx: &Ctx, spec: &TestSpec) -> Result<(), String> {
     }
     if let Some(cc) = match spec {
         TestSpec::Tcp(t) => t.congestion.as_ref(),
-        TestSpec::Udp(_) => None,
+        TestSpec::Udp(_) | TestSpec::Latency(_) => None,
     } {
         let avail = sys::available_congestion();
         if !avail.is_empty() && !avail.iter().any(|a| a == cc) {
@@ -233,6 +234,31 @@ fn run_test(
                 )
                 .map_err(|e| Abort::Tell(format!("on the server: {e}")))?,
             )
+        }
+        TestSpec::Latency(lat) => {
+            let flows: Vec<PingFlow> = match lat.transport {
+                LatencyTransport::Tcp => collect_tcp(ctx, conn, &lat.as_tcp(), id, rx)?
+                    .into_iter()
+                    .map(|f| PingFlow {
+                        id: f.id,
+                        socket: PingSocket::Tcp(f.stream),
+                    })
+                    .collect(),
+                LatencyTransport::Udp => collect_udp(ctx, conn, &lat.as_udp(), id, token, rx)?
+                    .into_iter()
+                    .map(|f| PingFlow {
+                        id: f.id,
+                        socket: PingSocket::Udp(f.socket),
+                    })
+                    .collect(),
+            };
+            let cfg = SideConfig::for_spec(End::Server, spec, lat.server_affinity.clone(), iface);
+            conn.send(&Message::Start)
+                .map_err(|e| Abort::Quiet(e.to_string()))?;
+            Running::Echo(Box::new(
+                Echo::start(cfg, flows, lat.spin, lat.busy_poll)
+                    .map_err(|e| Abort::Tell(format!("on the server: {e}")))?,
+            ))
         }
     };
     let mut last_heard = Instant::now();

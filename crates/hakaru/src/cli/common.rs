@@ -72,9 +72,20 @@ impl Target {
                 .is_some_and(|ip| ip.is_ipv6())
     }
 
-    /// Runs `spec` against HOST, or against an in-process loopback server when there is no
-    /// HOST, and prints the result in the chosen format.
-    pub fn run(&self, spec: TestSpec) -> anyhow::Result<()> {
+    /// The output format the flags ask for.
+    pub fn format(&self) -> Format {
+        if self.json {
+            Format::Json
+        } else if self.json_stream {
+            Format::JsonStream
+        } else {
+            Format::Text
+        }
+    }
+
+    /// Where tests go: HOST, or an in-process server on loopback when there is no HOST (kept
+    /// running as long as the returned endpoint lives, so several tests can share it).
+    pub fn endpoint(&self, spec: &TestSpec) -> anyhow::Result<Endpoint> {
         // Each flow is one socket per end; the embedded server holds the other end in-process.
         let per_flow = if self.host.is_some() { 1 } else { 2 };
         let needed = spec.flow_plan().len() as u64 * per_flow + 64;
@@ -86,17 +97,12 @@ impl Target {
                 );
             }
         }
-        let family = Family::from_flags(self.ipv4, self.ipv6);
-        let format = if self.json {
-            Format::Json
-        } else if self.json_stream {
-            Format::JsonStream
-        } else {
-            Format::Text
-        };
-        // No HOST: the embedded default, a server in this process on loopback.
-        let (embedded, host, port) = match &self.host {
-            Some(h) => (None, h.clone(), self.port),
+        Ok(match &self.host {
+            Some(h) => Endpoint {
+                server: None,
+                host: h.clone(),
+                port: self.port,
+            },
             None => {
                 let ip = if self.ipv6 {
                     IpAddr::V6(Ipv6Addr::LOCALHOST)
@@ -112,31 +118,56 @@ impl Target {
                 .spawn()
                 .context("starting the embedded loopback server")?;
                 let port = server.addr().port();
-                (Some(server), ip.to_string(), port)
+                Endpoint {
+                    server: Some(server),
+                    host: ip.to_string(),
+                    port,
+                }
             }
-        };
-        let opts = ClientOptions {
-            host,
-            port,
-            family,
+        })
+    }
+
+    /// Client options for running `spec` at `ep`.
+    pub fn options(&self, ep: &Endpoint, spec: TestSpec) -> ClientOptions {
+        ClientOptions {
+            host: ep.host.clone(),
+            port: ep.port,
+            family: Family::from_flags(self.ipv4, self.ipv6),
             bind: self.bind,
             spec,
             affinity: self.affinity.clone().map(|c| c.0).unwrap_or_default(),
-            embedded: embedded.is_some(),
+            embedded: ep.server.is_some(),
             connect_timeout: self.connect_timeout.0.max(Duration::from_millis(100)),
-        };
-        let stop = stop_flag()?;
-        let mut observer = output::observer(format);
-        let result = run_test(&opts, observer.as_mut(), stop);
-        if let Some(s) = embedded {
-            s.stop();
+            full_log: None,
+            histogram: false,
         }
-        match result {
-            Ok(r) => output::finish(format, &r),
-            Err(e) => {
-                observer.on_error(&e.to_string());
-                Err(e.into())
-            }
+    }
+
+    /// Runs `spec` against HOST, or against an in-process loopback server when there is no
+    /// HOST, and prints the result in the chosen format.
+    pub fn run(&self, spec: TestSpec) -> anyhow::Result<()> {
+        let ep = self.endpoint(&spec)?;
+        let opts = self.options(&ep, spec);
+        run_and_print(self.format(), &opts)
+    }
+}
+
+/// Where a client's tests go; owns the embedded server, if any, and stops it when dropped.
+pub struct Endpoint {
+    server: Option<hakaru_server::ServerHandle>,
+    host: String,
+    port: u16,
+}
+
+/// Runs one test and prints its result (or its error) in `format`.
+pub fn run_and_print(format: Format, opts: &ClientOptions) -> anyhow::Result<()> {
+    let stop = stop_flag()?;
+    let mut observer = output::observer(format);
+    match run_test(opts, observer.as_mut(), stop) {
+        Ok(r) => output::finish(format, &r),
+        Err(e) => {
+            observer.on_error(&e.to_string());
+            Err(e.into())
         }
     }
 }

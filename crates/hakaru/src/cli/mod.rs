@@ -1,6 +1,7 @@
 //! The command line: one module per subcommand, each owning its `Args` and `run`.
 
 mod common;
+mod latency;
 mod nic;
 mod schema;
 mod server;
@@ -38,6 +39,10 @@ enum Command {
     /// Maximum packet rate with small datagrams from one flow or many (replaces sockperf tp,
     /// netperf UDP_STREAM -m 1, iperf3 -u -l 16). Without HOST, runs on loopback.
     Pps(Box<udp::PpsArgs>),
+    /// Request/response round trips, TCP or UDP, with percentiles to p99.99 (replaces sockperf
+    /// pp, netperf TCP_RR and UDP_RR). Without HOST, runs against an in-process server on
+    /// loopback.
+    Latency(Box<latency::Args>),
     /// Per-interface packet and byte rates every interval (replaces sar -n DEV 1).
     Nic(nic::Args),
     /// Print the JSON Schema of `--json` output.
@@ -58,6 +63,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Udp(a) => udp::run_udp(*a),
         Command::Pps(a) => udp::run_pps(*a),
         Command::Nic(a) => nic::run(a),
+        Command::Latency(a) => latency::run(*a),
         Command::Schema(a) => schema::run(a),
     }
 }

@@ -1,0 +1,295 @@
+//! The client's half of a latency test: open the flows, ping, report intervals as they end,
+//! then stop the server's echo and exchange reports.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use hakaru_engine::control::{ControlConn, ControlError};
+use hakaru_engine::ping::{self, PingConfig, PingFlow, PingOutcome, PingSocket, Pinger};
+use hakaru_engine::tcp::SideConfig;
+use hakaru_engine::Observer;
+use hakaru_model::{
+    End, IntervalRecord, LatencyResult, LatencySpec, LatencyTransport, SideReport, TestSpec,
+};
+use hakaru_proto::Message;
+
+use crate::{udp, wait_start, ClientError, ClientOptions};
+
+const RESULTS_TIMEOUT: Duration = Duration::from_secs(20);
+const KEEPALIVE_EVERY: Duration = Duration::from_secs(2);
+
+/// What the latency side hands back for assembly.
+pub(crate) struct LatencyOut {
+    pub local: SideReport,
+    pub remote: SideReport,
+    pub intervals: Vec<IntervalRecord>,
+    pub interrupted: bool,
+    pub result: LatencyResult,
+}
+
+/// Everything [`run`] needs from the control session.
+pub(crate) struct Session<'a> {
+    pub conn: &'a mut ControlConn,
+    pub opts: &'a ClientOptions,
+    pub spec: &'a LatencySpec,
+    pub server_addr: SocketAddr,
+    pub token: &'a str,
+    pub iface: Option<String>,
+    pub addr: &'a str,
+}
+
+/// Runs the client end of a latency test after the server accepted it.
+pub(crate) fn run(
+    s: Session<'_>,
+    observer: &mut dyn Observer,
+    stop: &AtomicBool,
+) -> Result<LatencyOut, ClientError> {
+    let ctl_err = |source: ControlError| ClientError::Control {
+        addr: s.addr.to_string(),
+        source,
+    };
+    let spec = s.spec;
+    let flows: Vec<PingFlow> = match spec.transport {
+        LatencyTransport::Tcp => {
+            crate::open_tcp_flows(s.opts, &spec.as_tcp(), s.server_addr, s.token)?
+                .into_iter()
+                .map(|f| PingFlow {
+                    id: f.id,
+                    socket: PingSocket::Tcp(f.stream),
+                })
+                .collect()
+        }
+        LatencyTransport::Udp => {
+            let f = udp::open_flows(s.opts, &spec.as_udp(), s.server_addr, s.token)?;
+            s.conn.send(&Message::FlowsReady).map_err(ctl_err)?;
+            f.into_iter()
+                .map(|f| PingFlow {
+                    id: f.id,
+                    socket: PingSocket::Udp(f.socket),
+                })
+                .collect()
+        }
+    };
+    let cfg = SideConfig::for_spec(
+        End::Client,
+        &TestSpec::Latency(spec.clone()),
+        s.opts.affinity.clone(),
+        s.iface.clone(),
+    );
+    wait_start(s.conn, &ctl_err)?;
+    let pinger = Pinger::start(
+        PingConfig {
+            length: spec.length.0 as usize,
+            warmup: spec.warmup.0,
+            duration: spec.duration.0,
+            rate: spec.rate,
+            spin: spec.spin,
+            busy_poll: spec.busy_poll,
+            timeout: spec.timeout.0,
+            affinity: s.opts.affinity.clone(),
+            keep_samples: s.opts.full_log.is_some(),
+        },
+        flows,
+    )
+    .map_err(|e| ClientError::Flow(format!("starting the ping flows: {e}")))?;
+    let started = pinger.started();
+    let gone = |what: String| ClientError::ServerGone {
+        addr: s.addr.to_string(),
+        what,
+    };
+    let mut intervals = Vec::new();
+    let mut interrupted = false;
+    let interval = spec.interval.0;
+    let mut last_end = spec.warmup.0;
+    let mut next_tick = spec.warmup.0 + interval;
+    let mut last_sent = Instant::now();
+    while !pinger.is_done() {
+        if !interrupted && stop.load(Ordering::Acquire) {
+            interrupted = true;
+            pinger.stop();
+        }
+        match s.conn.poll(Duration::from_millis(20)) {
+            Ok(Some(Message::Keepalive)) | Ok(None) => {}
+            Ok(Some(Message::Error { message })) => {
+                pinger.stop();
+                return Err(ClientError::Server(message));
+            }
+            Ok(Some(other)) => {
+                pinger.stop();
+                return Err(ClientError::Server(format!(
+                    "unexpected {} message during the test",
+                    other.name()
+                )));
+            }
+            Err(ControlError::Closed) => {
+                pinger.stop();
+                return Err(gone(
+                    "closed the control connection mid-test (did it exit?)".into(),
+                ));
+            }
+            Err(e) => {
+                pinger.stop();
+                return Err(gone(format!("failed mid-test: {e}")));
+            }
+        }
+        let elapsed = started.elapsed();
+        if !interval.is_zero() && elapsed >= next_tick {
+            emit(
+                &pinger,
+                &mut intervals,
+                observer,
+                last_end,
+                next_tick,
+                false,
+            );
+            last_end = next_tick;
+            next_tick += interval;
+        }
+        if last_sent.elapsed() > KEEPALIVE_EVERY {
+            s.conn
+                .send(&Message::Keepalive)
+                .map_err(|e| gone(format!("is unreachable: {e}")))?;
+            last_sent = Instant::now();
+        }
+    }
+    let end = started.elapsed().min(spec.warmup.0 + spec.duration.0);
+    if !interval.is_zero() && end > last_end && (end - last_end) * 20 >= interval {
+        emit(&pinger, &mut intervals, observer, last_end, end, false);
+    }
+    let outcome = pinger.wait();
+    let wall = started.elapsed().as_secs_f64();
+    // The measurement is over: stop the echo and take the server's report.
+    s.conn.send(&Message::Stop).map_err(ctl_err)?;
+    let deadline = Instant::now() + RESULTS_TIMEOUT;
+    let remote = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(gone(format!(
+                "sent no results within {} s of the end",
+                RESULTS_TIMEOUT.as_secs()
+            )));
+        }
+        match s.conn.poll(left) {
+            Ok(Some(Message::Finished { report })) => break *report,
+            Ok(Some(Message::Error { message })) => return Err(ClientError::Server(message)),
+            Ok(_) => {}
+            Err(e) => return Err(gone(format!("failed while sending results: {e}"))),
+        }
+    };
+    let local = ping::bare_report(&cfg, wall, "ping");
+    let _ = s.conn.send(&Message::Finished {
+        report: Box::new(local.clone()),
+    });
+    if let Some(e) = &outcome.error {
+        return Err(ClientError::Flow(e.clone()));
+    }
+    let full_log = match &s.opts.full_log {
+        Some(path) => {
+            write_full_log(path, &outcome)
+                .map_err(|e| ClientError::Flow(format!("--full-log {}: {e}", path.display())))?;
+            Some(path.display().to_string())
+        }
+        None => None,
+    };
+    let result = latency_result(spec, &outcome, s.opts.histogram, full_log);
+    Ok(LatencyOut {
+        local,
+        remote,
+        intervals,
+        interrupted,
+        result,
+    })
+}
+
+fn emit(
+    pinger: &Pinger,
+    intervals: &mut Vec<IntervalRecord>,
+    observer: &mut dyn Observer,
+    start: Duration,
+    end: Duration,
+    omitted: bool,
+) {
+    let iv = pinger.take_interval();
+    let rec = IntervalRecord {
+        index: intervals.len() as u32,
+        start: start.as_secs_f64(),
+        end: end.as_secs_f64(),
+        omitted,
+        flows: Vec::new(),
+        sums: Vec::new(),
+        latency: Some(iv),
+    };
+    observer.on_interval(&rec);
+    intervals.push(rec);
+}
+
+/// The result's latency figures from what the pinger measured.
+fn latency_result(
+    spec: &LatencySpec,
+    o: &PingOutcome,
+    histogram: bool,
+    full_log: Option<String>,
+) -> LatencyResult {
+    let rtt = o.hist.stats();
+    let sum = |f: fn(&hakaru_model::LatencyFlow) -> u64| o.flows.iter().map(f).sum::<u64>();
+    let replies = sum(|f| f.replies);
+    LatencyResult {
+        transport: spec.transport,
+        mode: if spec.rate.is_some() {
+            "open_loop"
+        } else {
+            "closed_loop"
+        }
+        .into(),
+        wait: if spec.spin {
+            "spin"
+        } else if spec.busy_poll.is_some() {
+            "busy_poll"
+        } else {
+            "blocking"
+        }
+        .into(),
+        seconds: o.seconds,
+        requests: sum(|f| f.requests),
+        replies,
+        lost: sum(|f| f.lost),
+        late: sum(|f| f.late),
+        transactions_per_second: if o.seconds > 0.0 {
+            replies as f64 / o.seconds
+        } else {
+            0.0
+        },
+        warmup_discarded: o.warmup_discarded,
+        rtt,
+        one_way_estimate: rtt.halved(),
+        flows: o.flows.clone(),
+        histogram: if histogram {
+            o.hist.buckets(24)
+        } else {
+            Vec::new()
+        },
+        full_log,
+        under_load: None,
+    }
+}
+
+/// Writes every sample as CSV: flow, sequence, send and receive time (microseconds since the
+/// test started), round trip (microseconds).
+fn write_full_log(path: &std::path::Path, o: &PingOutcome) -> std::io::Result<()> {
+    let mut w = std::io::BufWriter::new(std::fs::File::create(path)?);
+    writeln!(w, "flow,seq,send_us,recv_us,rtt_us")?;
+    for s in &o.samples {
+        writeln!(
+            w,
+            "{},{},{:.3},{:.3},{:.3}",
+            s.flow,
+            s.seq,
+            s.send_ns as f64 / 1000.0,
+            s.recv_ns as f64 / 1000.0,
+            s.recv_ns.saturating_sub(s.send_ns) as f64 / 1000.0
+        )?;
+    }
+    w.flush()
+}
