@@ -105,6 +105,7 @@ pub(crate) fn run(
     let mut last_end = spec.warmup.0;
     let mut next_tick = spec.warmup.0 + interval;
     let mut last_sent = Instant::now();
+    let total = spec.warmup.0 + spec.duration.0;
     while !pinger.is_done() {
         if !interrupted && stop.load(Ordering::Acquire) {
             interrupted = true;
@@ -135,7 +136,8 @@ pub(crate) fn run(
             }
         }
         let elapsed = started.elapsed();
-        if !interval.is_zero() && elapsed >= next_tick {
+        // The interval that ends the test is emitted after the last reply, below.
+        if !interval.is_zero() && elapsed >= next_tick && next_tick < total {
             emit(
                 &pinger,
                 &mut intervals,
@@ -154,8 +156,8 @@ pub(crate) fn run(
             last_sent = Instant::now();
         }
     }
-    let end = started.elapsed().min(spec.warmup.0 + spec.duration.0);
-    if !interval.is_zero() && end > last_end && (end - last_end) * 20 >= interval {
+    let end = started.elapsed().min(total).max(last_end);
+    if !interval.is_zero() && end > last_end {
         emit(&pinger, &mut intervals, observer, last_end, end, false);
     }
     let outcome = pinger.wait();

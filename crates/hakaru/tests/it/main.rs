@@ -3,6 +3,7 @@
 mod common;
 mod e2e;
 mod faults;
+mod latency;
 mod netns;
 mod netns_link;
 mod netns_udp;
