@@ -305,3 +305,37 @@ pub struct LatencyResult {
     /// Idle against loaded latency (`--under-load`).
     pub under_load: Option<UnderLoad>,
 }
+
+/// One line of `hakaru quick`: a test and its headline figure.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct QuickLine {
+    /// What was measured, in words (e.g. `TCP 1 flow client -> server`).
+    pub what: String,
+    /// The command that measures it alone, with its flags.
+    pub command: String,
+    /// The headline figure, in words (e.g. `9.41 Gbit/s`).
+    pub headline: String,
+    /// The same figure as a number, in `unit`.
+    pub value: f64,
+    /// Unit of `value`: `bit/s`, `datagrams/s` or `us`.
+    pub unit: String,
+    /// Why this test failed, if it did (the others still run).
+    pub error: Option<String>,
+}
+
+/// `hakaru quick --json`: every test's headline and its whole result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct QuickResult {
+    /// Version of the result format (the same as `RunResult`'s).
+    pub schema_version: u32,
+    /// Always `quick`.
+    pub test: String,
+    /// Server address.
+    pub server: String,
+    /// True when the server ran in-process on loopback.
+    pub embedded_server: bool,
+    /// One line per test, in the order they ran.
+    pub lines: Vec<QuickLine>,
+    /// Each test's full result, in the same order (absent for a test that failed).
+    pub results: Vec<Option<crate::result::RunResult>>,
+}

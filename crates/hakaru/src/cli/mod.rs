@@ -3,6 +3,7 @@
 mod common;
 mod latency;
 mod nic;
+mod quick;
 mod schema;
 mod server;
 mod tcp;
@@ -43,6 +44,9 @@ enum Command {
     /// pp, netperf TCP_RR and UDP_RR). Without HOST, runs against an in-process server on
     /// loopback.
     Latency(Box<latency::Args>),
+    /// How good is this path: short TCP bandwidth runs (1 and -P flows, each direction), packet
+    /// rate, and TCP and UDP latency on one screen. Without HOST, runs on loopback.
+    Quick(Box<quick::Args>),
     /// Per-interface packet and byte rates every interval (replaces sar -n DEV 1).
     Nic(nic::Args),
     /// Print the JSON Schema of `--json` output.
@@ -64,6 +68,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Pps(a) => udp::run_pps(*a),
         Command::Nic(a) => nic::run(a),
         Command::Latency(a) => latency::run(*a),
+        Command::Quick(a) => quick::run(*a),
         Command::Schema(a) => schema::run(a),
     }
 }

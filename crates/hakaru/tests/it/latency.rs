@@ -161,3 +161,35 @@ fn bad_latency_values_name_the_flag() {
         assert!(stderr(&o).contains(needle), "{args:?}: {}", stderr(&o));
     }
 }
+
+#[test]
+fn quick_runs_every_test_on_one_screen() {
+    let r = ok_json(&["quick", "-t", "0.5", "-P", "2", "--json"]);
+    assert_eq!(r["test"], "quick");
+    assert_eq!(r["embedded_server"], true);
+    let lines = r["lines"].as_array().unwrap();
+    let results = r["results"].as_array().unwrap();
+    assert_eq!(lines.len(), 7);
+    assert_eq!(results.len(), 7);
+    for (l, res) in lines.iter().zip(results) {
+        assert!(l["error"].is_null(), "{l}");
+        assert!(f(&l["value"]) > 0.0, "{l}");
+        assert!(res["schema_version"] == 1, "{res}");
+    }
+    let kinds: Vec<&str> = results
+        .iter()
+        .map(|x| x["test"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["tcp", "tcp", "tcp", "tcp", "pps", "latency", "latency"]
+    );
+    assert_eq!(results[3]["totals"][0]["dir"], "down");
+    assert_eq!(u(&results[2]["totals"][0]["flows"]), 2);
+    assert_eq!(results[6]["latency"]["transport"], "udp");
+    let o = run(&["quick", "-t", "0.3"], LIMIT);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(text.lines().count(), 8, "{text}");
+    assert!(text.contains("RTT p50") && text.contains("Mpps") && text.contains("bit/s"));
+}

@@ -79,6 +79,13 @@ fn real_output_validates_against_the_schema() {
         let errors: Vec<String> = validator.iter_errors(&doc).map(|e| e.to_string()).collect();
         assert!(errors.is_empty(), "{args:?}: {errors:?}");
     }
+    // Every result inside `hakaru quick --json` is a RunResult too.
+    let o = run(&["quick", "-t", "0.3", "--json"], Duration::from_secs(120));
+    assert!(o.status.success());
+    for doc in json(&o)["results"].as_array().unwrap() {
+        let errors: Vec<String> = validator.iter_errors(doc).map(|e| e.to_string()).collect();
+        assert!(errors.is_empty(), "quick {}: {errors:?}", doc["test"]);
+    }
     // And a document that breaks the schema is caught, so the check can fail.
     let o = run(&["tcp", "-n", "1M", "--json"], Duration::from_secs(60));
     let mut doc = json(&o);

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""hakaru latency against sockperf ping-pong on loopback: interleaved rounds, median RTTs, ratios.
+
+Usage: python3 bench/latency_vs_sockperf.py [--rounds 3] [--time 5] [--write docs/BENCHMARKS.md]
+
+Each round runs every case once with hakaru and once with sockperf 3.7, alternating which goes
+first. Both report round-trip times (sockperf with --full-rtt) with a 14-byte message; the
+figure compared is the median (p50) RTT, lower is better, so the ratio is hakaru / sockperf and
+the targets are upper bounds. Blocking cases run both tools in their default waiting mode; the
+busy cases run hakaru --spin against sockperf --nonblocked --timeout 0 (epoll with a zero timeout,
+busy polling) on both client and server. Servers are separate processes, stopped by PID.
+"""
+import argparse, json, os, re, signal, statistics, subprocess, sys, time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
+HAKARU = os.path.join(TARGET, "release", "hakaru")
+HK_PORT, SP_PORT = 5321, 11321
+
+CASES = [
+    # (name, hakaru args, sockperf client args, sockperf server args, target ratio)
+    ("UDP, blocking", ["--udp"], [], [], 1.05),
+    ("TCP, blocking", [], ["--tcp"], ["--tcp"], 1.05),
+    ("UDP, busy (hakaru --spin)", ["--udp", "--spin"], ["--nonblocked", "--timeout", "0"], ["--nonblocked", "--timeout", "0"], 1.10),
+    ("TCP, busy (hakaru --spin)", ["--spin"], ["--tcp", "--nonblocked", "--timeout", "0"], ["--tcp", "--nonblocked", "--timeout", "0"], 1.10),
+]
+
+
+def run(cmd, limit):
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=limit)
+    if p.returncode != 0:
+        raise RuntimeError(f"{cmd} failed: {p.stderr}")
+    return p.stdout + p.stderr
+
+
+def hakaru(args, secs):
+    out = run([HAKARU, "latency", "127.0.0.1", "-p", str(HK_PORT), "-t", str(secs), "-i", "0", "--json"] + args, secs + 30)
+    r = json.loads(out)["latency"]
+    return r["rtt"]["p50_us"], r["rtt"]["p99_us"], r["transactions_per_second"]
+
+
+def sockperf(client_args, server_args, secs):
+    srv = subprocess.Popen(["sockperf", "sr", "-i", "127.0.0.1", "-p", str(SP_PORT)] + server_args,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        out = run(["sockperf", "pp", "-i", "127.0.0.1", "-p", str(SP_PORT), "-m", "14", "-t", str(secs),
+                   "--full-rtt"] + client_args, secs + 30)
+    finally:
+        srv.send_signal(signal.SIGINT)
+        try:
+            srv.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            srv.kill()
+            srv.wait()
+    out = re.sub(r"\x1b\[[0-9;]*m", "", out)
+    p50 = float(re.search(r"percentile 50\.000 =\s*([0-9.]+)", out).group(1))
+    p99 = float(re.search(r"percentile 99\.000 =\s*([0-9.]+)", out).group(1))
+    valid = re.search(r"\[Valid Duration\] RunTime=([0-9.]+) sec; SentMessages=(\d+); ReceivedMessages=(\d+)", out)
+    tps = int(valid.group(3)) / float(valid.group(1))
+    return p50, p99, tps
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--time", type=int, default=5)
+    ap.add_argument("--write", default=None)
+    a = ap.parse_args()
+    subprocess.run(["cargo", "build", "--release", "-q", "-p", "hakaru"], cwd=ROOT, check=True)
+    server = subprocess.Popen([HAKARU, "server", "-B", "127.0.0.1", "-p", str(HK_PORT)], stderr=subprocess.DEVNULL)
+    time.sleep(1)
+    res = {c[0]: {"hk": [], "sp": []} for c in CASES}
+    try:
+        for rnd in range(a.rounds):
+            for name, hk_args, sp_c, sp_s, _ in CASES:
+                order = [("hk", lambda: hakaru(hk_args, a.time)), ("sp", lambda: sockperf(sp_c, sp_s, a.time))]
+                if rnd % 2:
+                    order.reverse()
+                for key, fn in order:
+                    res[name][key].append(fn())
+                    time.sleep(0.5)
+                h, s = res[name]["hk"][-1], res[name]["sp"][-1]
+                print(f"round {rnd + 1}: {name}: p50 hakaru {h[0]:.1f} us, sockperf {s[0]:.1f} us", file=sys.stderr)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+    cmd = f"python3 bench/latency_vs_sockperf.py --rounds {a.rounds} --time {a.time}"
+    ver = run(["sockperf", "--version"], 10)
+    ver = re.search(r"[0-9]+\.[0-9]+(\.[0-9]+)?", re.sub(r"\x1b\[[0-9;]*m", "", ver))
+    lines = [
+        f"Command: `{cmd}` ({a.rounds} interleaved rounds of {a.time} s per case, 14-byte messages, "
+        f"{time.strftime('%Y-%m-%d')}; kernel {os.uname().release}, {os.cpu_count()} CPUs; sockperf "
+        f"{ver.group(0) if ver else '?'}). Round-trip times in microseconds; lower is better; the ratio is "
+        "hakaru / sockperf, median of the per-round ratios.",
+        "",
+        "| case | hakaru p50 | sockperf p50 | ratio | target | met? | hakaru p99 | sockperf p99 | hakaru trans/s | sockperf trans/s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, _, _, _, target in CASES:
+        hk, sp = res[name]["hk"], res[name]["sp"]
+        ratio = statistics.median(h[0] / s[0] for h, s in zip(hk, sp))
+        med = lambda xs, i: statistics.median(x[i] for x in xs)
+        lines.append(f"| {name} | {med(hk, 0):.1f} | {med(sp, 0):.1f} | **{ratio:.2f}x** | <= {target:.2f}x | "
+                     f"{'yes' if ratio <= target else 'no'} | {med(hk, 1):.1f} | {med(sp, 1):.1f} | "
+                     f"{med(hk, 2):.0f} | {med(sp, 2):.0f} |")
+    lines += ["", "On this VM a halted vCPU must be woken by the host, so blocking round trips are dominated by "
+              "wake-up latency (reference/performance.md §4); busy modes keep both ends on-CPU."]
+    table = "\n".join(lines) + "\n"
+    print(table)
+    if a.write:
+        path = os.path.join(ROOT, a.write)
+        begin, end = "<!-- latency-vs-sockperf:begin -->", "<!-- latency-vs-sockperf:end -->"
+        text = open(path).read() if os.path.exists(path) else ""
+        block = f"{begin}\n{table}{end}"
+        if begin in text and end in text:
+            text = text[:text.index(begin)] + block + text[text.index(end) + len(end):]
+        else:
+            text += "\n## Latency: hakaru latency against sockperf ping-pong\n\n" + block + "\n"
+        open(path, "w").write(text)
+
+
+if __name__ == "__main__":
+    main()
