@@ -5,6 +5,7 @@ mod e2e;
 mod faults;
 mod latency;
 mod netns;
+mod netns_latency;
 mod netns_link;
 mod netns_udp;
 mod nic;

@@ -1,0 +1,133 @@
+//! Latency over a veth path between two namespaces, side by side with sockperf: the same path,
+//! the same 14-byte UDP ping-pong, so the medians must agree. Needs root and sockperf; skips
+//! with a printed reason otherwise (CI installs sockperf).
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use super::common::{kill, run_cmd};
+use super::netns_link::{Link, Shaping};
+
+/// Allowed relative difference between the two tools' median round trips.
+const TOLERANCE: f64 = 0.10;
+const ROUNDS: usize = 3;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// sockperf's p50 round trip, microseconds, from its `--full-rtt` output.
+fn sockperf_p50(text: &str) -> Option<f64> {
+    let clean: String = {
+        // Strip colour escapes.
+        let mut out = String::new();
+        let mut esc = false;
+        for c in text.chars() {
+            match (esc, c) {
+                (false, '\u{1b}') => esc = true,
+                (true, 'm') => esc = false,
+                (true, _) => {}
+                (false, c) => out.push(c),
+            }
+        }
+        out
+    };
+    let line = clean.lines().find(|l| l.contains("percentile 50.000"))?;
+    line.rsplit('=').next()?.trim().parse().ok()
+}
+
+#[test]
+fn udp_median_rtt_agrees_with_sockperf() {
+    let Some(link) = Link::setup(&["sockperf"], Shaping::NONE) else {
+        return;
+    };
+    let server = link.start_server();
+    let sp_port = (server.port % 20_000 + 30_000).to_string();
+    let mut sr = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &link.server_ns,
+            "sockperf",
+            "sr",
+            "-i",
+            &link.server_ip,
+            "-p",
+            &sp_port,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start sockperf sr");
+    std::thread::sleep(Duration::from_millis(500));
+    let port = server.port_s();
+    let (mut hk, mut sp) = (Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        let doc = link.client_json(
+            &[
+                "latency",
+                &link.server_ip,
+                "-p",
+                &port,
+                "--udp",
+                "-t",
+                "2",
+                "-i",
+                "0",
+                "--json",
+            ],
+            Duration::from_secs(30),
+        );
+        hk.push(doc["latency"]["rtt"]["p50_us"].as_f64().expect("p50"));
+        let o = run_cmd(
+            Command::new("ip").args([
+                "netns",
+                "exec",
+                &link.client_ns,
+                "sockperf",
+                "pp",
+                "-i",
+                &link.server_ip,
+                "-p",
+                &sp_port,
+                "-m",
+                "14",
+                "-t",
+                "2",
+                "--full-rtt",
+            ]),
+            Duration::from_secs(30),
+        );
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        sp.push(sockperf_p50(&text).unwrap_or_else(|| panic!("no p50 in sockperf output: {text}")));
+    }
+    kill(sr.id(), 15);
+    let _ = sr.wait();
+    let (h, s) = (median(hk.clone()), median(sp.clone()));
+    eprintln!(
+        "netns latency: hakaru p50 {h:.1} us {hk:?}, sockperf p50 {s:.1} us {sp:?}, ratio {:.3}",
+        h / s
+    );
+    assert!(
+        (h / s - 1.0).abs() <= TOLERANCE,
+        "hakaru's median RTT {h:.1} us is not within {:.0} % of sockperf's {s:.1} us",
+        TOLERANCE * 100.0
+    );
+}
+
+#[test]
+fn sockperf_output_parses() {
+    let t =
+        "sockperf: ---> percentile 50.000 =   66.829\nsockperf: ---> <MIN> observation =   10.4";
+    assert_eq!(sockperf_p50(t), Some(66.829));
+    assert_eq!(
+        sockperf_p50("\u{1b}[32msockperf: ---> percentile 50.000 =  5.5\u{1b}[0m"),
+        Some(5.5)
+    );
+    assert_eq!(sockperf_p50("nothing"), None);
+}
