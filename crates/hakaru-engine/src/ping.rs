@@ -50,6 +50,35 @@ impl PingSocket {
         }
     }
 
+    /// Blocking receives that give up after `t` (for SO_BUSY_POLL, which busy-polls in a
+    /// blocking receive).
+    fn set_blocking_timeout(&self, t: Duration) -> io::Result<()> {
+        match self {
+            PingSocket::Tcp(s) => {
+                s.set_nonblocking(false)?;
+                s.set_read_timeout(Some(t))
+            }
+            PingSocket::Udp(s) => {
+                s.set_nonblocking(false)?;
+                s.set_read_timeout(Some(t))
+            }
+        }
+    }
+
+    /// Prepares the socket for the wait mode: SO_BUSY_POLL works inside blocking receives,
+    /// everything else waits in poll (or spins) on a non-blocking socket.
+    fn prepare(&self, busy_poll: Option<u32>, blocking: bool, t: Duration) -> io::Result<()> {
+        if let Some(us) = busy_poll {
+            sys::set_busy_poll(self.fd(), us)
+                .map_err(|e| io::Error::new(e.kind(), format!("--busy-poll {us}: {e}")))?;
+        }
+        if blocking {
+            self.set_blocking_timeout(t)
+        } else {
+            self.set_nonblocking()
+        }
+    }
+
     fn send(&self, buf: &[u8]) -> io::Result<usize> {
         match self {
             PingSocket::Tcp(s) => (&*s).write(buf),
@@ -168,12 +197,12 @@ struct FlowOut {
 impl Pinger {
     /// Starts one thread per flow now.
     pub fn start(cfg: PingConfig, flows: Vec<PingFlow>) -> io::Result<Pinger> {
+        // Closed loop with SO_BUSY_POLL receives in blocking calls, which is where the kernel
+        // busy-polls; open loop must wake for its schedule, so it always waits in poll.
+        let blocking = cfg.busy_poll.is_some() && cfg.rate.is_none() && !cfg.spin;
         for f in &flows {
-            f.socket.set_nonblocking()?;
-            if let Some(us) = cfg.busy_poll {
-                sys::set_busy_poll(f.socket.fd(), us)
-                    .map_err(|e| io::Error::new(e.kind(), format!("--busy-poll {us}: {e}")))?;
-            }
+            f.socket
+                .prepare(cfg.busy_poll, blocking, Duration::from_millis(10))?;
         }
         let shared = Arc::new(Shared {
             start: Instant::now(),
@@ -292,6 +321,7 @@ struct Flow<'a> {
     req: Vec<u8>,
     rbuf: Vec<u8>,
     have: usize,
+    blocking: bool,
     out: FlowOut,
 }
 
@@ -368,7 +398,14 @@ impl Flow<'_> {
                         tracing::debug!("flow {}: ignored a {n}-byte datagram", self.id);
                     }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return Ok(None)
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(describe(self.id, "receiving", &e)),
             }
@@ -427,6 +464,10 @@ impl Flow<'_> {
 
     /// Waits for the socket to become readable, at most until `until`.
     fn idle(&self, until: Instant) {
+        if self.blocking {
+            // The receive itself waited (up to 10 ms).
+            return;
+        }
         if self.s.cfg.spin {
             std::hint::spin_loop();
             return;
@@ -548,6 +589,7 @@ fn run_flow(s: &Shared, slot: usize, f: PingFlow) -> FlowOut {
         req: (0..len).map(|i| b'a' + (i % 26) as u8).collect(),
         rbuf: vec![0u8; (len * 64).max(65_536)],
         have: 0,
+        blocking: s.cfg.busy_poll.is_some() && s.cfg.rate.is_none() && !s.cfg.spin,
         out: FlowOut {
             id: f.id,
             hist: LatencyHistogram::new(),
@@ -605,12 +647,10 @@ impl Echo {
         let stop = Arc::new(AtomicBool::new(false));
         let left = Arc::new(AtomicUsize::new(flows.len()));
         let mut threads = Vec::with_capacity(flows.len());
+        let blocking = busy_poll.is_some() && !spin;
         for (i, f) in flows.into_iter().enumerate() {
-            f.socket.set_nonblocking()?;
-            if let Some(us) = busy_poll {
-                sys::set_busy_poll(f.socket.fd(), us)
-                    .map_err(|e| io::Error::new(e.kind(), format!("--busy-poll {us}: {e}")))?;
-            }
+            f.socket
+                .prepare(busy_poll, blocking, Duration::from_millis(100))?;
             let (st, lf) = (Arc::clone(&stop), Arc::clone(&left));
             let pin = (!cfg.affinity.is_empty()).then(|| cfg.affinity[i % cfg.affinity.len()]);
             let h = std::thread::Builder::new()
@@ -620,7 +660,7 @@ impl Echo {
                     if let Some(cpu) = pin {
                         let _ = sys::pin_current_thread(cpu);
                     }
-                    echo(&f.socket, spin, &st);
+                    echo(&f.socket, spin || blocking, &st);
                     lf.fetch_sub(1, Ordering::AcqRel);
                 });
             match h {
@@ -684,7 +724,9 @@ pub fn bare_report(cfg: &SideConfig, wall: f64, mode: &str) -> SideReport {
     }
 }
 
-fn echo(sock: &PingSocket, spin: bool, stop: &AtomicBool) {
+/// Echoes until stopped. `no_wait`: the socket spins or blocks in its receive itself, so an
+/// empty receive goes straight back to receiving.
+fn echo(sock: &PingSocket, no_wait: bool, stop: &AtomicBool) {
     let mut buf = vec![0u8; 65_536];
     while !stop.load(Ordering::Acquire) {
         match sock.recv(&mut buf) {
@@ -707,8 +749,13 @@ fn echo(sock: &PingSocket, spin: bool, stop: &AtomicBool) {
                     }
                 }
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                if !spin {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                if !no_wait {
                     wait_fd(sock.fd(), false, Duration::from_millis(100));
                 }
             }
