@@ -496,6 +496,9 @@ impl Flow<'_> {
             let sent_at = Instant::now();
             self.send(seq, sent_ns, sent_at + timeout)?;
             self.count_request(sent_ns);
+            // The reply cannot be back yet: wait first, saving a receive call per round trip
+            // (send, poll, receive: the same three calls sockperf makes).
+            self.idle(sent_at + timeout);
             loop {
                 match self.try_reply()? {
                     Some(r) if r == seq => {
@@ -728,7 +731,14 @@ pub fn bare_report(cfg: &SideConfig, wall: f64, mode: &str) -> SideReport {
 /// empty receive goes straight back to receiving.
 fn echo(sock: &PingSocket, no_wait: bool, stop: &AtomicBool) {
     let mut buf = vec![0u8; 65_536];
+    let mut replied = false;
     while !stop.load(Ordering::Acquire) {
+        // Right after a reply the next request cannot be there yet: wait before receiving
+        // (poll, receive, send per round trip).
+        if replied && !no_wait {
+            wait_fd(sock.fd(), false, Duration::from_millis(100));
+        }
+        replied = false;
         match sock.recv(&mut buf) {
             Ok(0) if sock.is_tcp() => return,
             Ok(n) => {
@@ -748,6 +758,7 @@ fn echo(sock: &PingSocket, no_wait: bool, stop: &AtomicBool) {
                         Err(_) => return,
                     }
                 }
+                replied = true;
             }
             Err(e)
                 if matches!(
