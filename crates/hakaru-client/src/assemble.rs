@@ -82,6 +82,7 @@ pub fn merge_interval(
         omitted,
         flows,
         sums,
+        connect: None,
     }
 }
 
@@ -120,7 +121,7 @@ fn counted(side: Option<&FlowSide>) -> Counted {
     })
 }
 
-fn end_result(r: &SideReport) -> EndResult {
+pub(crate) fn end_result(r: &SideReport) -> EndResult {
     let moved: u64 = r.flows.iter().map(|f| f.bytes).sum();
     EndResult {
         bytes_per_cpu_second: r
@@ -318,6 +319,7 @@ pub fn assemble(i: Inputs) -> RunResult {
         server_end: end_result(&i.remote),
         interrupted: i.interrupted,
         notes,
+        connect: None,
     }
 }
 

@@ -7,13 +7,14 @@ use hakaru_model::{
     TcpSpec, TestSpec,
 };
 
-use crate::udp_text;
+use crate::{connect_text, udp_text};
 
 /// The line that opens a run.
 pub fn header(spec: &TestSpec, server: &str, embedded: bool) -> String {
     match spec {
         TestSpec::Tcp(t) => tcp_header(t, server, embedded),
         TestSpec::Udp(u) => udp_text::header(u, server, embedded),
+        TestSpec::Connect(c) => connect_text::header(c, server, embedded),
     }
 }
 
@@ -22,11 +23,15 @@ pub fn interval_heading(spec: &TestSpec) -> String {
     match spec {
         TestSpec::Tcp(_) => tcp_interval_heading(),
         TestSpec::Udp(_) => udp_text::interval_heading(),
+        TestSpec::Connect(_) => connect_text::interval_heading(),
     }
 }
 
 /// Lines for one interval of any test.
 pub fn interval_lines(rec: &IntervalRecord) -> String {
+    if rec.connect.is_some() {
+        return connect_text::interval_lines(rec);
+    }
     let udp = rec
         .flows
         .iter()
@@ -43,6 +48,7 @@ pub fn summary(r: &RunResult) -> String {
     match r.spec {
         TestSpec::Tcp(_) => tcp_summary(r),
         TestSpec::Udp(_) => udp_text::summary(r),
+        TestSpec::Connect(_) => connect_text::summary(r),
     }
 }
 
@@ -356,6 +362,7 @@ mod tests {
                 udp: None,
                 sender_datagrams: None,
             }],
+            connect: None,
         };
         let out = interval_lines(&rec);
         let lines: Vec<&str> = out.lines().collect();

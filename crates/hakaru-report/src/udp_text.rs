@@ -331,6 +331,7 @@ mod tests {
                 udp: Some(UdpTick::sum([tick, tick].iter())),
                 sender_datagrams: Some(2000),
             }],
+            connect: None,
         };
         let out = interval_lines(&rec);
         let lines: Vec<&str> = out.lines().collect();

@@ -1,6 +1,7 @@
 //! The command line: one module per subcommand, each owning its `Args` and `run`.
 
 mod common;
+mod connect;
 mod nic;
 mod schema;
 mod server;
@@ -38,6 +39,9 @@ enum Command {
     /// Maximum packet rate with small datagrams from one flow or many (replaces sockperf tp,
     /// netperf UDP_STREAM -m 1, iperf3 -u -l 16). Without HOST, runs on loopback.
     Pps(Box<udp::PpsArgs>),
+    /// Connections per second: connect, one small request and response, close (replaces
+    /// netperf TCP_CRR). Without HOST, runs against an in-process server on loopback.
+    Connect(Box<connect::Args>),
     /// Per-interface packet and byte rates every interval (replaces sar -n DEV 1).
     Nic(nic::Args),
     /// Print the JSON Schema of `--json` output.
@@ -57,6 +61,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Tcp(a) => tcp::run(*a),
         Command::Udp(a) => udp::run_udp(*a),
         Command::Pps(a) => udp::run_pps(*a),
+        Command::Connect(a) => connect::run(*a),
         Command::Nic(a) => nic::run(a),
         Command::Schema(a) => schema::run(a),
     }

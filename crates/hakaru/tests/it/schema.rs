@@ -71,6 +71,16 @@ fn real_output_validates_against_the_schema() {
         &["tcp", "-n", "1M", "-R", "--json"][..],
         &["udp", "-t", "1", "-b", "10M", "--bidir", "--json"][..],
         &["pps", "-k", "20000", "--rate", "20000", "-l", "1", "--json"][..],
+        &[
+            "connect",
+            "-t",
+            "1",
+            "--rst",
+            "-P",
+            "2",
+            "--histogram",
+            "--json",
+        ][..],
     ] {
         let o = run(args, Duration::from_secs(60));
         assert!(o.status.success());
