@@ -139,13 +139,7 @@ pub(crate) fn run(
     })?;
     let mut notes = Vec::new();
     if !cs.rst {
-        notes.push(
-            "closed with FIN: each connection leaves a socket in TIME_WAIT at the client for 60 s, \
-             holding its local port (Linux reuses those for new connections only where \
-             net.ipv4.tcp_tw_reuse allows it, by default on loopback only); --rst closes with RST \
-             and leaves none"
-                .into(),
-        );
+        notes.push(fin_note(sys::local_port_range()));
     }
     let connect = connect_result(cs, &outcome, remote.connect);
     let result = RunResult {
@@ -171,6 +165,24 @@ pub(crate) fn run(
     };
     observer.on_end(&result);
     Ok(result)
+}
+
+/// What closing with FIN costs, with the ceiling the local port range sets.
+fn fin_note(range: Option<(u16, u16)>) -> String {
+    let ceiling = range.map_or_else(String::new, |(lo, hi)| {
+        let ports = u32::from(hi) - u32::from(lo) + 1;
+        format!(
+            ", so FIN closes to one server port top out near {ports} ports / 2 s = {} \
+             connections/s",
+            ports / 2
+        )
+    });
+    format!(
+        "closed with FIN: each connection leaves a socket in TIME_WAIT at the client for 60 s, \
+         holding its local port; Linux reuses such a port for a new connection only where \
+         net.ipv4.tcp_tw_reuse allows (by default on loopback only) and only once it is 1 to 2 s \
+         old{ceiling}; --rst closes with RST and leaves none"
+    )
 }
 
 /// A connection-rate test moves no bulk data: bytes per CPU-second would read 0.
@@ -341,5 +353,18 @@ fn wait_results(conn: &mut ControlConn) -> Result<SideReport, LoopError> {
             }
             Err(e) => return Err(LoopError::Gone(format!("failed sending results: {e}"))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fin_note_gives_the_ceiling_of_the_port_range() {
+        let n = fin_note(Some((32768, 60999)));
+        assert!(n.contains("TIME_WAIT") && n.contains("--rst"), "{n}");
+        assert!(n.contains("28232 ports / 2 s = 14116 connections/s"), "{n}");
+        assert!(!fin_note(None).contains("ports / 2 s"));
     }
 }
