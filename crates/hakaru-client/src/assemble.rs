@@ -83,6 +83,7 @@ pub fn merge_interval(
         flows,
         sums,
         latency: None,
+        connect: None,
     }
 }
 
@@ -121,7 +122,7 @@ fn counted(side: Option<&FlowSide>) -> Counted {
     })
 }
 
-fn end_result(r: &SideReport) -> EndResult {
+pub(crate) fn end_result(r: &SideReport) -> EndResult {
     let moved: u64 = r.flows.iter().map(|f| f.bytes).sum();
     EndResult {
         bytes_per_cpu_second: r
@@ -326,6 +327,7 @@ pub fn assemble(i: Inputs) -> RunResult {
         interrupted: i.interrupted,
         notes,
         latency: None,
+        connect: None,
     }
 }
 

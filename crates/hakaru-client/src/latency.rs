@@ -222,6 +222,7 @@ fn emit(
         flows: Vec::new(),
         sums: Vec::new(),
         latency: Some(iv),
+        connect: None,
     };
     observer.on_interval(&rec);
     intervals.push(rec);

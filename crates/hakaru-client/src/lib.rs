@@ -5,6 +5,7 @@
 //! assembles the [`RunResult`] from both ends' final reports.
 
 mod assemble;
+mod connect;
 mod latency;
 mod udp;
 
@@ -121,10 +122,10 @@ pub enum ClientError {
     },
 }
 
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-const KEEPALIVE_EVERY: Duration = Duration::from_secs(2);
-const PEER_SILENCE: Duration = Duration::from_secs(15);
-const RESULTS_TIMEOUT: Duration = Duration::from_secs(20);
+pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const KEEPALIVE_EVERY: Duration = Duration::from_secs(2);
+pub(crate) const PEER_SILENCE: Duration = Duration::from_secs(15);
+pub(crate) const RESULTS_TIMEOUT: Duration = Duration::from_secs(20);
 
 enum Event {
     Remote(Message),
@@ -367,6 +368,20 @@ pub fn run_test(
         let _ = t2.send(Event::LocalDone);
     });
     let run = match &spec {
+        TestSpec::Connect(_) => {
+            return connect::run(
+                connect::Setup {
+                    conn,
+                    opts,
+                    spec: spec.clone(),
+                    server_addr,
+                    local_address,
+                    local_ip,
+                },
+                observer,
+                &stop,
+            )
+        }
         TestSpec::Latency(_) => unreachable!("latency tests returned above"),
         TestSpec::Tcp(tcp) => {
             let flows = open_tcp_flows(opts, tcp, server_addr, &token)?;

@@ -724,6 +724,7 @@ pub fn bare_report(cfg: &SideConfig, wall: f64, mode: &str) -> SideReport {
         udp_paths: None,
         udp_kernel: None,
         stray_datagrams: None,
+        connect: None,
     }
 }
 

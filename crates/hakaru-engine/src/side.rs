@@ -184,6 +184,7 @@ impl Core {
             udp_paths: None,
             udp_kernel: t.udp_kernel,
             stray_datagrams: None,
+            connect: None,
         }
     }
 }

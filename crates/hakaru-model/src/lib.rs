@@ -7,6 +7,7 @@
 //! [`SCHEMA_VERSION`].
 
 pub mod config;
+pub mod connect;
 pub mod latency;
 pub mod nic;
 pub mod result;
@@ -14,6 +15,7 @@ pub mod udp;
 pub mod units;
 
 pub use config::*;
+pub use connect::*;
 pub use latency::*;
 pub use nic::*;
 pub use result::*;

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::config::FlowDir;
+use crate::connect::{ConnectInterval, ConnectResult, ConnectServerCounts};
 use crate::udp::{TestSpec, UdpCounts, UdpFlowSide, UdpKernelCounters, UdpPaths, UdpTick};
 use crate::units::BitRate;
 
@@ -262,6 +263,10 @@ pub struct SideReport {
     /// Server only: datagrams that reached the server's UDP port during the test from senders
     /// that are not part of any test (ignored, never answered).
     pub stray_datagrams: Option<u64>,
+    /// Server only, connection-rate tests: what its accept workers saw.
+    // Defaulted so a report from a peer built before this field existed still decodes.
+    #[serde(default)]
+    pub connect: Option<ConnectServerCounts>,
 }
 
 /// Bytes counted at one end of a flow or direction, with the time and rate.
@@ -389,6 +394,9 @@ pub struct IntervalRecord {
     pub sums: Vec<DirectionInterval>,
     /// Round trips of the interval, for latency tests.
     pub latency: Option<crate::latency::LatencyInterval>,
+    /// Connections of the interval, for connection-rate tests (counted at the client; `flows`
+    /// and `sums` are then empty).
+    pub connect: Option<ConnectInterval>,
 }
 
 /// One end's resource use and environment, with its efficiency.
@@ -423,7 +431,7 @@ pub struct RunResult {
     pub tool: String,
     /// hakaru version of the client.
     pub tool_version: String,
-    /// Test kind: `tcp`, `udp` or `pps`.
+    /// Test kind: `tcp`, `udp`, `pps` or `connect`.
     pub test: String,
     /// Wall-clock start, RFC 3339 UTC.
     pub started_at: String,
@@ -437,7 +445,7 @@ pub struct RunResult {
     pub local_address: String,
     /// Remote address of the control connection.
     pub remote_address: String,
-    /// The test as both ends ran it; `kind` tells TCP from UDP.
+    /// The test as both ends ran it; `kind` tells which (`tcp`, `udp`, `connect`).
     pub spec: TestSpec,
     /// Interval reports, in order.
     pub intervals: Vec<IntervalRecord>,
@@ -455,6 +463,8 @@ pub struct RunResult {
     pub notes: Vec<String>,
     /// Round-trip figures, for latency tests.
     pub latency: Option<crate::latency::LatencyResult>,
+    /// Connection-rate figures, for `connect` tests (`flows` and `totals` are then empty).
+    pub connect: Option<ConnectResult>,
 }
 
 /// Formats Unix seconds as an RFC 3339 UTC timestamp with milliseconds.

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::config::{Amount, Direction, FlowDir, SpecError, TcpSpec, MAX_FLOWS};
+use crate::connect::ConnectSpec;
 use crate::units::{BitRate, Bytes, Dur};
 
 /// Largest UDP payload over IPv4 (65535 - 20 - 8).
@@ -208,16 +209,19 @@ pub enum TestSpec {
     Udp(UdpSpec),
     /// Request/response round trips (`hakaru latency`).
     Latency(crate::latency::LatencySpec),
+    /// Connections per second (`hakaru connect`).
+    Connect(ConnectSpec),
 }
 
 impl TestSpec {
-    /// Short name of the test for output: `tcp`, `udp` or `pps`.
+    /// Short name of the test for output: `tcp`, `udp`, `pps` or `connect`.
     pub fn name(&self) -> &'static str {
         match self {
             TestSpec::Tcp(_) => "tcp",
             TestSpec::Udp(u) if u.mode == UdpMode::Pps => "pps",
             TestSpec::Udp(_) => "udp",
             TestSpec::Latency(_) => "latency",
+            TestSpec::Connect(_) => "connect",
         }
     }
 
@@ -227,24 +231,27 @@ impl TestSpec {
             TestSpec::Tcp(t) => t.validate(),
             TestSpec::Udp(u) => u.validate(),
             TestSpec::Latency(l) => l.validate(),
+            TestSpec::Connect(c) => c.validate(),
         }
     }
 
-    /// The flows the test opens.
+    /// The flows the test opens (none for a connection-rate test: its connections come and go).
     pub fn flow_plan(&self) -> Vec<(u32, FlowDir)> {
         match self {
             TestSpec::Tcp(t) => t.flow_plan(),
             TestSpec::Udp(u) => u.flow_plan(),
             TestSpec::Latency(l) => l.flow_plan(),
+            TestSpec::Connect(_) => Vec::new(),
         }
     }
 
-    /// Flows per direction.
+    /// Flows per direction (connectors for a connection-rate test).
     pub fn flows(&self) -> u32 {
         match self {
             TestSpec::Tcp(t) => t.flows,
             TestSpec::Udp(u) => u.flows,
             TestSpec::Latency(l) => l.flows,
+            TestSpec::Connect(c) => c.connectors,
         }
     }
 
@@ -254,6 +261,7 @@ impl TestSpec {
             TestSpec::Tcp(t) => t.direction,
             TestSpec::Udp(u) => u.direction,
             TestSpec::Latency(_) => Direction::Forward,
+            TestSpec::Connect(_) => Direction::Forward,
         }
     }
 
@@ -263,6 +271,7 @@ impl TestSpec {
             TestSpec::Tcp(t) => t.amount,
             TestSpec::Udp(u) => u.amount,
             TestSpec::Latency(l) => Amount::Time(l.duration),
+            TestSpec::Connect(c) => Amount::Time(c.duration),
         }
     }
 
@@ -272,6 +281,7 @@ impl TestSpec {
             TestSpec::Tcp(t) => t.interval,
             TestSpec::Udp(u) => u.interval,
             TestSpec::Latency(l) => l.interval,
+            TestSpec::Connect(c) => c.interval,
         }
     }
 
@@ -281,24 +291,27 @@ impl TestSpec {
             TestSpec::Tcp(t) => t.omit,
             TestSpec::Udp(u) => u.omit,
             TestSpec::Latency(l) => l.warmup,
+            TestSpec::Connect(_) => Dur::default(),
         }
     }
 
-    /// How long a flow may make no progress.
+    /// How long a flow (a connection, for a connection-rate test) may make no progress.
     pub fn stall_timeout(&self) -> Dur {
         match self {
             TestSpec::Tcp(t) => t.stall_timeout,
             TestSpec::Udp(u) => u.stall_timeout,
             TestSpec::Latency(l) => l.timeout,
+            TestSpec::Connect(c) => c.connect_timeout,
         }
     }
 
-    /// Write/datagram length.
+    /// Write/datagram length (the request, for a connection-rate test).
     pub fn length(&self) -> Bytes {
         match self {
             TestSpec::Tcp(t) => t.length,
             TestSpec::Udp(u) => u.length,
             TestSpec::Latency(l) => l.length,
+            TestSpec::Connect(c) => c.request,
         }
     }
 
@@ -308,6 +321,7 @@ impl TestSpec {
             TestSpec::Tcp(t) => &t.server_affinity,
             TestSpec::Udp(u) => &u.server_affinity,
             TestSpec::Latency(l) => &l.server_affinity,
+            TestSpec::Connect(c) => &c.server_affinity,
         }
     }
 
@@ -315,7 +329,15 @@ impl TestSpec {
     pub fn udp(&self) -> Option<&UdpSpec> {
         match self {
             TestSpec::Udp(u) => Some(u),
-            TestSpec::Tcp(_) | TestSpec::Latency(_) => None,
+            TestSpec::Tcp(_) | TestSpec::Latency(_) | TestSpec::Connect(_) => None,
+        }
+    }
+
+    /// The connection-rate spec, if this is a connection-rate test.
+    pub fn connect(&self) -> Option<&ConnectSpec> {
+        match self {
+            TestSpec::Connect(c) => Some(c),
+            TestSpec::Tcp(_) | TestSpec::Udp(_) | TestSpec::Latency(_) => None,
         }
     }
 }

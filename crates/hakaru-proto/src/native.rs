@@ -64,6 +64,13 @@ pub enum Message {
     },
     /// Client → server, UDP tests: every flow's hello was acknowledged.
     FlowsReady,
+    /// Server → client, connection-rate tests, right after `accepted`: the test's own listener
+    /// (on the server's address of the control connection) is up on this port and its counters
+    /// run; the client starts connecting at once (there is no `start`).
+    ConnectPort {
+        /// TCP port of the listener.
+        port: u16,
+    },
     /// Server → client: every data connection arrived; both ends start now.
     Start,
     /// Server → client: the server's counters for one interval.
@@ -104,6 +111,7 @@ impl Message {
             Message::Refused { .. } => "refused",
             Message::DataHello { .. } => "data_hello",
             Message::FlowsReady => "flows_ready",
+            Message::ConnectPort { .. } => "connect_port",
             Message::Start => "start",
             Message::Interval { .. } => "interval",
             Message::Keepalive => "keepalive",
@@ -252,6 +260,7 @@ mod tests {
                 flow: 3,
             },
             Message::Start,
+            Message::ConnectPort { port: 40123 },
             Message::Interval {
                 sample: IntervalSample {
                     index: 2,

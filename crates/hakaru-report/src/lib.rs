@@ -1,6 +1,7 @@
 //! hakaru-report: renderers. Each output format is one module over the model's types;
 //! each returns text and never prints.
 
+pub mod connect_text;
 pub mod json;
 pub mod jsonl;
 pub mod latency_text;

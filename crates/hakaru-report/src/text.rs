@@ -7,7 +7,7 @@ use hakaru_model::{
     TcpSpec, TestSpec,
 };
 
-use crate::{latency_text, udp_text};
+use crate::{connect_text, latency_text, udp_text};
 
 /// The line that opens a run.
 pub fn header(spec: &TestSpec, server: &str, embedded: bool) -> String {
@@ -15,6 +15,7 @@ pub fn header(spec: &TestSpec, server: &str, embedded: bool) -> String {
         TestSpec::Tcp(t) => tcp_header(t, server, embedded),
         TestSpec::Udp(u) => udp_text::header(u, server, embedded),
         TestSpec::Latency(l) => latency_text::header(l, server, embedded),
+        TestSpec::Connect(c) => connect_text::header(c, server, embedded),
     }
 }
 
@@ -24,6 +25,7 @@ pub fn interval_heading(spec: &TestSpec) -> String {
         TestSpec::Tcp(_) => tcp_interval_heading(),
         TestSpec::Udp(_) => udp_text::interval_heading(),
         TestSpec::Latency(_) => latency_text::interval_heading(),
+        TestSpec::Connect(_) => connect_text::interval_heading(),
     }
 }
 
@@ -31,6 +33,9 @@ pub fn interval_heading(spec: &TestSpec) -> String {
 pub fn interval_lines(rec: &IntervalRecord) -> String {
     if rec.latency.is_some() {
         return latency_text::interval_lines(rec);
+    }
+    if rec.connect.is_some() {
+        return connect_text::interval_lines(rec);
     }
     let udp = rec
         .flows
@@ -49,6 +54,7 @@ pub fn summary(r: &RunResult) -> String {
         TestSpec::Tcp(_) => tcp_summary(r),
         TestSpec::Udp(_) => udp_text::summary(r),
         TestSpec::Latency(_) => latency_text::summary(r),
+        TestSpec::Connect(_) => connect_text::summary(r),
     }
 }
 
@@ -363,6 +369,7 @@ mod tests {
                 sender_datagrams: None,
             }],
             latency: None,
+            connect: None,
         };
         let out = interval_lines(&rec);
         let lines: Vec<&str> = out.lines().collect();

@@ -332,6 +332,7 @@ mod tests {
                 sender_datagrams: Some(2000),
             }],
             latency: None,
+            connect: None,
         };
         let out = interval_lines(&rec);
         let lines: Vec<&str> = out.lines().collect();

@@ -6,6 +6,8 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use hakaru_engine::connect::Usage;
+use hakaru_engine::connect_server::{ConnectServer, ConnectServerConfig};
 use hakaru_engine::control::{ControlConn, ControlError};
 use hakaru_engine::ping::{Echo, PingFlow, PingSocket};
 use hakaru_engine::sockopt::{apply_tcp_options, apply_udp_options};
@@ -13,7 +15,9 @@ use hakaru_engine::sys;
 use hakaru_engine::tcp::{FlowSocket, SideConfig, SideRun};
 use hakaru_engine::udp::{UdpConfig, UdpFlowSocket, UdpRun};
 use hakaru_engine::Running;
-use hakaru_model::{Amount, End, FlowDir, LatencyTransport, Role, TcpSpec, TestSpec, UdpSpec};
+use hakaru_model::{
+    Amount, ConnectSpec, End, FlowDir, LatencyTransport, Role, TcpSpec, TestSpec, UdpSpec,
+};
 use hakaru_proto::datagram::{token_bytes, FlowHello};
 use hakaru_proto::{Decoder, Message, PROTOCOL_VERSION};
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
@@ -95,13 +99,21 @@ pub(crate) fn control(
     let (tx, rx) = mpsc::channel();
     ctx.registry.insert(token.clone(), peer.ip(), tx);
     let started = Instant::now();
-    tracing::info!(
-        "test {id} from {peer} ({software}): {}, {} flow(s) {:?}, {}",
-        spec.name(),
-        spec.flows(),
-        spec.direction(),
-        describe_amount(&spec)
-    );
+    match spec.connect() {
+        Some(c) => tracing::info!(
+            "test {id} from {peer} ({software}): connect, {} connector(s), {}, close {}",
+            c.connectors,
+            c.duration,
+            c.close_name()
+        ),
+        None => tracing::info!(
+            "test {id} from {peer} ({software}): {}, {} flow(s) {:?}, {}",
+            spec.name(),
+            spec.flows(),
+            spec.direction(),
+            describe_amount(&spec)
+        ),
+    }
     let outcome = run_test(ctx, &mut conn, &spec, id, &token, &rx, local_ip);
     ctx.registry.remove(&token);
     match outcome {
@@ -140,7 +152,7 @@ fn admit(ctx: &Ctx, spec: &TestSpec) -> Result<(), String> {
     }
     if let Some(cc) = match spec {
         TestSpec::Tcp(t) => t.congestion.as_ref(),
-        TestSpec::Udp(_) | TestSpec::Latency(_) => None,
+        TestSpec::Udp(_) | TestSpec::Latency(_) | TestSpec::Connect(_) => None,
     } {
         let avail = sys::available_congestion();
         if !avail.is_empty() && !avail.iter().any(|a| a == cc) {
@@ -201,6 +213,7 @@ fn run_test(
         }
     });
     let run = match spec {
+        TestSpec::Connect(c) => return run_connect(ctx, conn, c, local_ip, iface),
         TestSpec::Tcp(tcp) => {
             let flows = collect_tcp(ctx, conn, tcp, id, rx)?;
             // Counters first: nothing the client sends after `start` escapes them.
@@ -356,6 +369,110 @@ fn run_test(
             hakaru_model::Bytes(moved)
         )),
     }
+}
+
+/// A connection-rate test: the test's own listener and accept workers (the main port's
+/// dispatcher spends a thread per connection, far too slow), announced with `connect_port`.
+/// The client counts the connections and ends the test by sending its report; the server then
+/// stops its workers and answers with its own, carrying CPU and its accept counts.
+fn run_connect(
+    ctx: &Ctx,
+    conn: &mut ControlConn,
+    spec: &ConnectSpec,
+    local_ip: Option<IpAddr>,
+    iface: Option<String>,
+) -> Result<String, Abort> {
+    let ip = local_ip.ok_or_else(|| {
+        Abort::Tell("on the server: the control connection has no local address".into())
+    })?;
+    let peer = conn
+        .stream()
+        .peer_addr()
+        .map_err(|e| Abort::Quiet(format!("control connection: {e}")))?
+        .ip();
+    let usage = Usage::take(iface);
+    let server = ConnectServer::start(ConnectServerConfig {
+        ip,
+        peer,
+        request: spec.request.0 as usize,
+        response: spec.response.0 as usize,
+        affinity: spec.server_affinity.clone(),
+        connectors: spec.connectors as usize,
+        // Generous: the client's own limits apply to each step of a connection.
+        timeout: spec.connect_timeout.0 * 2 + Duration::from_secs(1),
+        max_open: spec.connectors as usize * 4 + 256,
+    })
+    .map_err(|e| {
+        Abort::Tell(format!(
+            "on the server: opening the connect listener on {ip}: {e}"
+        ))
+    })?;
+    conn.send(&Message::ConnectPort {
+        port: server.port(),
+    })
+    .map_err(|e| Abort::Quiet(e.to_string()))?;
+    // However this loop ends, dropping `server` stops its workers and closes every socket.
+    // A connection started just before the end may take a connect, a send and a receive timeout.
+    let limit = spec.duration.0 + spec.connect_timeout.0 * 3 + RESULTS_TIMEOUT + PEER_SILENCE;
+    let started = Instant::now();
+    let mut last_heard = Instant::now();
+    let mut last_sent = Instant::now();
+    loop {
+        if ctx.shutdown.load(Ordering::Acquire) {
+            return Err(Abort::Tell("the server is shutting down".into()));
+        }
+        match conn.poll(Duration::from_millis(100)) {
+            Ok(Some(Message::Keepalive | Message::Stop)) => last_heard = Instant::now(),
+            Ok(Some(Message::Finished { .. })) => break,
+            Ok(Some(Message::Error { message })) => {
+                return Err(Abort::Quiet(format!("the client reported: {message}")))
+            }
+            Ok(Some(other)) => {
+                return Err(Abort::Tell(format!(
+                    "unexpected {} message during the test",
+                    other.name()
+                )))
+            }
+            Ok(None) => {}
+            Err(ControlError::Closed) => {
+                return Err(Abort::Quiet(
+                    "the client closed the control connection mid-test".into(),
+                ))
+            }
+            Err(e) => return Err(Abort::Tell(e.to_string())),
+        }
+        if last_heard.elapsed() > PEER_SILENCE {
+            return Err(Abort::Tell(format!(
+                "the client was silent for {} s",
+                PEER_SILENCE.as_secs()
+            )));
+        }
+        if started.elapsed() > limit {
+            return Err(Abort::Tell(format!(
+                "the client sent no results within {} s of the end of the test",
+                (limit - spec.duration.0).as_secs()
+            )));
+        }
+        if last_sent.elapsed() > KEEPALIVE_EVERY {
+            conn.send(&Message::Keepalive)
+                .map_err(|e| Abort::Quiet(e.to_string()))?;
+            last_sent = Instant::now();
+        }
+    }
+    let counts = server.stop();
+    let report = usage.report(End::Server, Some(counts));
+    conn.send(&Message::Finished {
+        report: Box::new(report),
+    })
+    .map_err(|e| Abort::Quiet(format!("sending results: {e}")))?;
+    Ok(format!(
+        "{} connections served, close {} ({} accepted, {} dropped, {} from other addresses)",
+        counts.served,
+        spec.close_name(),
+        counts.accepted,
+        counts.dropped,
+        counts.foreign
+    ))
 }
 
 /// Notices a client that gives up while the server waits for its data paths.

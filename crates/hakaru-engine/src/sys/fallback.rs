@@ -70,6 +70,21 @@ pub fn pin_current_thread(_cpu: usize) -> io::Result<()> {
     Err(unsupported("pinning a thread to a CPU (-A)"))
 }
 
+/// Choosing the local port at connect time: unsupported here (the port is chosen at bind).
+pub fn bind_address_no_port(_fd: RawFd) -> io::Result<()> {
+    Err(unsupported("IP_BIND_ADDRESS_NO_PORT"))
+}
+
+/// Deferring accept until data arrives: unsupported here.
+pub fn tcp_defer_accept(_fd: RawFd, _secs: u32) -> io::Result<()> {
+    Err(unsupported("TCP_DEFER_ACCEPT"))
+}
+
+/// The local port range for outgoing connections: unknown here.
+pub fn local_port_range() -> Option<(u16, u16)> {
+    None
+}
+
 /// Number of CPUs this process may use (at least 1).
 pub fn online_cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())

@@ -493,6 +493,57 @@ pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
     Ok(())
 }
 
+/// Lets a socket bound to an address with port 0 take its port only at connect time
+/// (IP_BIND_ADDRESS_NO_PORT), so many connections from one address share ports by 4-tuple.
+pub fn bind_address_no_port(fd: RawFd) -> io::Result<()> {
+    let one: libc::c_int = 1;
+    // SAFETY: a valid c_int option value of the size passed; the fd is borrowed.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_IP,
+            libc::IP_BIND_ADDRESS_NO_PORT,
+            (&one as *const libc::c_int).cast(),
+            mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Makes a listening socket report a connection only once its first data has arrived
+/// (TCP_DEFER_ACCEPT, waiting at most `secs` seconds for it).
+pub fn tcp_defer_accept(fd: RawFd, secs: u32) -> io::Result<()> {
+    let v = libc::c_int::try_from(secs).unwrap_or(libc::c_int::MAX);
+    // SAFETY: a valid c_int option value of the size passed; the fd is borrowed.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_DEFER_ACCEPT,
+            (&v as *const libc::c_int).cast(),
+            mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The range of local ports the kernel picks from for outgoing connections
+/// (net.ipv4.ip_local_port_range).
+pub fn local_port_range() -> Option<(u16, u16)> {
+    let text = fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    let mut it = text.split_whitespace().map(|w| w.parse::<u16>().ok());
+    match (it.next()??, it.next()??) {
+        (lo, hi) if lo <= hi => Some((lo, hi)),
+        _ => None,
+    }
+}
+
 /// Number of online CPUs (at least 1).
 pub fn online_cpus() -> usize {
     // SAFETY: sysconf has no memory effects.

@@ -32,6 +32,14 @@
 //!   [`std::io::ErrorKind::Unsupported`].
 //! - [`online_cpus`]: always at least 1.
 //! - [`set_busy_poll`]: SO_BUSY_POLL in microseconds (--busy-poll); `Unsupported` elsewhere.
+//! - [`bind_address_no_port`]: a socket later bound to an address with port 0 gets its local
+//!   port at connect time, unique per 4-tuple, instead of at bind time, unique per address.
+//!   Unsupported: [`std::io::ErrorKind::Unsupported`] (the caller binds as usual).
+//! - [`tcp_defer_accept`]: a listening socket reports a connection only once data has arrived
+//!   on it (or after `secs`); unsupported: [`std::io::ErrorKind::Unsupported`], and the
+//!   listener reports connections as they complete, as usual.
+//! - [`local_port_range`]: the first and last local port the OS picks for outgoing connections
+//!   (what runs out when closed connections wait in TIME_WAIT); `None` when unknown.
 //! - [`ZeroCopySource`] and [`send_zerocopy`]: sendfile from an in-memory file (-Z);
 //!   [`ZeroCopySource::new`] fails with `Unsupported` where there is none. A full socket buffer
 //!   comes back as [`std::io::ErrorKind::WouldBlock`]. sendfile has no MSG_NOSIGNAL: a send to
@@ -93,9 +101,10 @@ pub use counters::{CpuSnapshot, NicSnapshot, UdpSnmp};
 
 #[cfg(target_os = "linux")]
 pub use linux::{
-    available_congestion, cpu_snapshot, environment, interface_for_addr, nic_snapshot,
-    nic_snapshot_all, online_cpus, pin_current_thread, recv_discard, send_zerocopy, set_busy_poll,
-    tcp_info, ZeroCopySource, DISCARD_SUPPORTED,
+    available_congestion, bind_address_no_port, cpu_snapshot, environment, interface_for_addr,
+    local_port_range, nic_snapshot, nic_snapshot_all, online_cpus, pin_current_thread,
+    recv_discard, send_zerocopy, set_busy_poll, tcp_defer_accept, tcp_info, ZeroCopySource,
+    DISCARD_SUPPORTED,
 };
 
 #[cfg(target_os = "linux")]
@@ -106,9 +115,10 @@ pub use linux_udp::{
 
 #[cfg(not(target_os = "linux"))]
 pub use fallback::{
-    available_congestion, cpu_snapshot, environment, interface_for_addr, nic_snapshot,
-    nic_snapshot_all, online_cpus, pin_current_thread, recv_discard, send_zerocopy, set_busy_poll,
-    tcp_info, ZeroCopySource, DISCARD_SUPPORTED,
+    available_congestion, bind_address_no_port, cpu_snapshot, environment, interface_for_addr,
+    local_port_range, nic_snapshot, nic_snapshot_all, online_cpus, pin_current_thread,
+    recv_discard, send_zerocopy, set_busy_poll, tcp_defer_accept, tcp_info, ZeroCopySource,
+    DISCARD_SUPPORTED,
 };
 
 #[cfg(not(target_os = "linux"))]
@@ -161,6 +171,9 @@ mod tests {
         same!(pin_current_thread: fn(usize) -> io::Result<()>);
         same!(online_cpus: fn() -> usize);
         same!(set_busy_poll: fn(RawFd, u32) -> io::Result<()>);
+        same!(local_port_range: fn() -> Option<(u16, u16)>);
+        same!(bind_address_no_port: fn(RawFd) -> io::Result<()>);
+        same!(tcp_defer_accept: fn(RawFd, u32) -> io::Result<()>);
         same!(recv_discard: fn(RawFd, usize) -> io::Result<usize>);
         let _: bool = linux::DISCARD_SUPPORTED;
         let _: bool = fallback::DISCARD_SUPPORTED;

@@ -32,7 +32,8 @@ pub struct Target {
     /// Pin this end's flow workers to these CPUs, round robin (0,2,4-7).
     #[arg(short = 'A', long, value_name = "CPUS")]
     pub affinity: Option<CpuList>,
-    /// How long connecting to the server may take.
+    /// How long connecting to the server may take (`connect`: also each test connection's
+    /// connect, request and response; a slower one counts as failed).
     #[arg(long, value_name = "TIME", default_value = "5")]
     pub connect_timeout: Dur,
     /// Print one JSON document for the whole run (schema: docs/json.md).
@@ -86,9 +87,14 @@ impl Target {
     /// Where tests go: HOST, or an in-process server on loopback when there is no HOST (kept
     /// running as long as the returned endpoint lives, so several tests can share it).
     pub fn endpoint(&self, spec: &TestSpec) -> anyhow::Result<Endpoint> {
-        // Each flow is one socket per end; the embedded server holds the other end in-process.
+        // Each flow (or connector) is one socket per end; the embedded server holds the other
+        // end in-process.
         let per_flow = if self.host.is_some() { 1 } else { 2 };
-        let needed = spec.flow_plan().len() as u64 * per_flow + 64;
+        let sockets = match &spec {
+            TestSpec::Connect(c) => c.connectors as u64,
+            _ => spec.flow_plan().len() as u64,
+        };
+        let needed = sockets * per_flow + 64;
         if let Some(limit) = hakaru_engine::sys::raise_fd_limit() {
             if limit < needed {
                 anyhow::bail!(

@@ -1,6 +1,7 @@
 //! The command line: one module per subcommand, each owning its `Args` and `run`.
 
 mod common;
+mod connect;
 mod latency;
 mod nic;
 mod quick;
@@ -47,6 +48,9 @@ enum Command {
     /// How good is this path: short TCP bandwidth runs (1 and -P flows, each direction), packet
     /// rate, and TCP and UDP latency on one screen. Without HOST, runs on loopback.
     Quick(Box<quick::Args>),
+    /// Connections per second: connect, one small request and response, close (replaces
+    /// netperf TCP_CRR). Without HOST, runs against an in-process server on loopback.
+    Connect(Box<connect::Args>),
     /// Per-interface packet and byte rates every interval (replaces sar -n DEV 1).
     Nic(nic::Args),
     /// Print the JSON Schema of `--json` output.
@@ -66,6 +70,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Tcp(a) => tcp::run(*a),
         Command::Udp(a) => udp::run_udp(*a),
         Command::Pps(a) => udp::run_pps(*a),
+        Command::Connect(a) => connect::run(*a),
         Command::Nic(a) => nic::run(a),
         Command::Latency(a) => latency::run(*a),
         Command::Quick(a) => quick::run(*a),

@@ -82,6 +82,18 @@ pub fn count(v: &serde_json::Value, ptr: &str) -> u64 {
         .unwrap_or_else(|| panic!("no count at {ptr} in {v}"))
 }
 
+/// Threads of process `pid` (0 when it cannot be read).
+pub fn threads_of(pid: u32) -> usize {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Threads:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
 /// Stderr as text.
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()

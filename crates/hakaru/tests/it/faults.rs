@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use hakaru_proto::{native::opening, Decoder, Message, MAGIC};
 
-use super::common::{hakaru, json, kill, run, stderr, ServerProc};
+use super::common::{hakaru, json, kill, run, stderr, threads_of, ServerProc};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -20,17 +20,6 @@ fn fails_with(args: &[&str], code: i32, needles: &[&str]) -> String {
         assert!(err.contains(n), "hakaru {args:?}: expected {n:?} in: {err}");
     }
     err
-}
-
-fn threads_of(pid: u32) -> usize {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Threads:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
 }
 
 fn server_still_serves(s: &ServerProc) {

@@ -1,6 +1,7 @@
 //! hakaru's integration tests: one binary, one module per area.
 
 mod common;
+mod connect;
 mod e2e;
 mod faults;
 mod latency;

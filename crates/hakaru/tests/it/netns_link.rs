@@ -196,6 +196,17 @@ impl Link {
         json(&o)
     }
 
+    /// Runs a program inside the client namespace with a time limit and returns its output.
+    pub fn in_client(&self, argv: &[&str], limit: Duration) -> Output {
+        run_cmd(
+            Command::new("ip")
+                .env_remove("RUST_LOG")
+                .args(["netns", "exec", &self.client_ns])
+                .args(argv),
+            limit,
+        )
+    }
+
     /// Runs a program inside the server namespace (10 s limit) and returns its output.
     pub fn in_server(&self, argv: &[&str]) -> Output {
         run_cmd(

@@ -72,6 +72,16 @@ fn real_output_validates_against_the_schema() {
         &["udp", "-t", "1", "-b", "10M", "--bidir", "--json"][..],
         &["pps", "-k", "20000", "--rate", "20000", "-l", "1", "--json"][..],
         &["latency", "-t", "1", "--udp", "--histogram", "--json"][..],
+        &[
+            "connect",
+            "-t",
+            "1",
+            "--rst",
+            "-P",
+            "2",
+            "--histogram",
+            "--json",
+        ][..],
     ] {
         let o = run(args, Duration::from_secs(60));
         assert!(o.status.success());

@@ -1,0 +1,458 @@
+//! Connection rate at the server: a listener of the test's own, served by one worker per CPU
+//! (no more than the client's connectors) or per listed CPU. The control port's dispatcher spends a thread per connection, far too
+//! slow for tens of thousands of connections a second; these workers share the listener and
+//! each multiplexes its connections on non-blocking sockets with `poll`: accept, read the whole
+//! request, write the response, then read until the client's FIN or RST and close. The client
+//! closes first, so TIME_WAIT lands on the client, as with netperf TCP_CRR.
+//!
+//! Only the test's client is served: a connection from any other address is closed at once.
+//! Every connection has a time limit, and the number open at once is capped, so a stuck or
+//! hostile peer costs a bounded amount.
+
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use hakaru_model::ConnectServerCounts;
+use socket2::{Domain, Protocol, Socket, Type};
+
+use crate::sys;
+
+/// Longest a worker sleeps before it looks at the stop flag.
+const POLL_WAIT: Duration = Duration::from_millis(50);
+/// Longest a worker sleeps while connections wait for the client's close, which it does not
+/// poll for (see [`PollSet::wait`]).
+const DRAIN_WAIT: Duration = Duration::from_millis(5);
+/// Most connections one worker accepts in a row before it serves the ones it has.
+const ACCEPT_BURST: usize = 64;
+/// Most reads or writes one connection gets per turn, so a peer that keeps sending cannot
+/// hold a worker.
+const TURN_OPS: usize = 16;
+
+/// How the server side of a connection-rate test runs.
+#[derive(Debug, Clone)]
+pub struct ConnectServerConfig {
+    /// Address to listen on (the server's address of the test's control connection).
+    pub ip: IpAddr,
+    /// The test's client: connections from any other address are closed at once.
+    pub peer: IpAddr,
+    /// Request bytes to read on each connection.
+    pub request: usize,
+    /// Response bytes to write on each connection.
+    pub response: usize,
+    /// CPUs to pin workers to, one worker each; empty for one unpinned worker per CPU, but no
+    /// more than `connectors`.
+    pub affinity: Vec<usize>,
+    /// Connections the client keeps open at once: more workers than that would only wake each
+    /// other on the shared listener.
+    pub connectors: usize,
+    /// Longest a connection may stay open.
+    pub timeout: Duration,
+    /// Most connections open at once over all workers; beyond it new ones wait in the backlog.
+    pub max_open: usize,
+}
+
+/// A running connect listener and its workers; stopped and freed when dropped.
+pub struct ConnectServer {
+    stop: Arc<AtomicBool>,
+    workers: Vec<JoinHandle<ConnectServerCounts>>,
+    port: u16,
+}
+
+impl ConnectServer {
+    /// Binds a listener on `cfg.ip`, port chosen by the OS, and starts the workers.
+    pub fn start(cfg: ConnectServerConfig) -> io::Result<ConnectServer> {
+        let nworkers = if cfg.affinity.is_empty() {
+            sys::online_cpus().min(cfg.connectors)
+        } else {
+            cfg.affinity.len()
+        }
+        .max(1);
+        let (port, listeners) = listeners(cfg.ip.to_canonical(), nworkers)?;
+        let per_worker = cfg.max_open.div_ceil(nworkers).max(1);
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut server = ConnectServer {
+            stop: Arc::clone(&stop),
+            workers: Vec::with_capacity(nworkers),
+            port,
+        };
+        let cfg = Arc::new(cfg);
+        for (w, l) in listeners.into_iter().enumerate() {
+            let (cfg, stop) = (Arc::clone(&cfg), Arc::clone(&stop));
+            let pin = cfg.affinity.get(w).copied();
+            let h = std::thread::Builder::new()
+                .name(format!("hakaru-accept-{w}"))
+                .stack_size(256 << 10)
+                .spawn(move || worker(&cfg, &stop, l, pin, per_worker))?;
+            // On an error above, dropping `server` stops and joins the workers started so far.
+            server.workers.push(h);
+        }
+        Ok(server)
+    }
+
+    /// The listener's port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Stops the workers, closes the listener and every connection, and adds up the counts.
+    pub fn stop(mut self) -> ConnectServerCounts {
+        self.stop_workers()
+    }
+
+    fn stop_workers(&mut self) -> ConnectServerCounts {
+        self.stop.store(true, Ordering::Release);
+        let mut total = ConnectServerCounts::default();
+        for w in self.workers.drain(..) {
+            if let Ok(c) = w.join() {
+                total.accepted += c.accepted;
+                total.served += c.served;
+                total.dropped += c.dropped;
+                total.foreign += c.foreign;
+            }
+        }
+        total
+    }
+}
+
+impl Drop for ConnectServer {
+    fn drop(&mut self) {
+        self.stop_workers();
+    }
+}
+
+/// The listener: non-blocking, shared by the workers, reporting a connection only once its
+/// request is there (TCP_DEFER_ACCEPT, where there is one: one wake-up less per connection).
+/// A SO_REUSEPORT listener per worker would wake one worker per connection instead of all, but
+/// measured no faster here, and would let another process of the same user join the port.
+fn listeners(ip: IpAddr, n: usize) -> io::Result<(u16, Vec<TcpListener>)> {
+    let addr = SocketAddr::new(ip, 0);
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    sock.bind(&addr.into())?;
+    // The kernel caps this at net.core.somaxconn.
+    sock.listen(4096)?;
+    sock.set_nonblocking(true)?;
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsRawFd;
+        let _ = sys::tcp_defer_accept(sock.as_raw_fd(), 1);
+    }
+    let first: TcpListener = sock.into();
+    let port = first.local_addr()?.port();
+    let mut out = Vec::with_capacity(n);
+    for _ in 1..n {
+        out.push(first.try_clone()?);
+    }
+    out.insert(0, first);
+    Ok((port, out))
+}
+
+/// Where a connection is in its exchange.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Reading the request; bytes read so far.
+    Request(usize),
+    /// Writing the response; bytes written so far.
+    Response(usize),
+    /// Response sent; reading until the client's FIN or RST.
+    Drain,
+}
+
+struct Conn {
+    stream: TcpStream,
+    phase: Phase,
+    opened: Instant,
+}
+
+/// What a turn on a connection ended with.
+enum Turn {
+    /// Waiting for the socket.
+    Wait,
+    /// Closed after the whole exchange.
+    Done,
+    /// Closed before the whole exchange.
+    Broken,
+}
+
+fn worker(
+    cfg: &ConnectServerConfig,
+    stop: &AtomicBool,
+    listener: TcpListener,
+    pin: Option<usize>,
+    max_open: usize,
+) -> ConnectServerCounts {
+    if let Some(cpu) = pin {
+        if let Err(e) = sys::pin_current_thread(cpu) {
+            tracing::warn!("connect worker: --server-affinity: {e}");
+        }
+    }
+    let peer = cfg.peer.to_canonical();
+    let response = vec![b'r'; cfg.response.max(1)];
+    let mut buf = vec![0u8; cfg.request.clamp(1, 64 << 10)];
+    let mut counts = ConnectServerCounts::default();
+    let mut conns: Vec<Conn> = Vec::new();
+    let mut poll = PollSet::default();
+    let mut last_sweep = Instant::now();
+    let mut accept_paused_until: Option<Instant> = None;
+    while !stop.load(Ordering::Acquire) {
+        let accepting =
+            conns.len() < max_open && accept_paused_until.is_none_or(|t| Instant::now() >= t);
+        let draining = conns.iter().any(|c| c.phase == Phase::Drain);
+        poll.wait(
+            &listener,
+            accepting,
+            &conns,
+            if draining { DRAIN_WAIT } else { POLL_WAIT },
+        );
+        // Newest first, so swap_remove only moves connections already served this round.
+        for i in (0..conns.len()).rev() {
+            if !poll.ready(i + 1) && conns[i].phase != Phase::Drain {
+                continue;
+            }
+            match turn(&mut conns[i], cfg, &mut buf, &response, &mut counts) {
+                Turn::Wait => {}
+                Turn::Done => {
+                    conns.swap_remove(i);
+                }
+                Turn::Broken => {
+                    counts.dropped += 1;
+                    conns.swap_remove(i);
+                }
+            }
+        }
+        if accepting && poll.ready(0) {
+            for _ in 0..ACCEPT_BURST {
+                if conns.len() >= max_open {
+                    break;
+                }
+                match listener.accept() {
+                    Ok((stream, from)) => {
+                        if from.ip().to_canonical() != peer {
+                            counts.foreign += 1;
+                            // RST, so this end keeps no TIME_WAIT for a stranger.
+                            let _ =
+                                socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
+                            continue;
+                        }
+                        counts.accepted += 1;
+                        if stream.set_nonblocking(true).is_err() {
+                            counts.dropped += 1;
+                            continue;
+                        }
+                        let _ = stream.set_nodelay(true);
+                        let mut c = Conn {
+                            stream,
+                            phase: Phase::Request(0),
+                            opened: Instant::now(),
+                        };
+                        // The request is usually there already.
+                        match turn(&mut c, cfg, &mut buf, &response, &mut counts) {
+                            Turn::Wait => conns.push(c),
+                            Turn::Done => {}
+                            Turn::Broken => counts.dropped += 1,
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted
+                        ) => {}
+                    Err(e) => {
+                        // Out of file descriptors and the like: the listener stays readable,
+                        // so back off instead of spinning on it.
+                        tracing::warn!("connect listener: accept failed: {e}");
+                        accept_paused_until = Some(Instant::now() + Duration::from_millis(20));
+                        break;
+                    }
+                }
+            }
+        }
+        if last_sweep.elapsed() >= Duration::from_millis(100) {
+            last_sweep = Instant::now();
+            let before = conns.len();
+            conns.retain(|c| c.opened.elapsed() < cfg.timeout);
+            counts.dropped += (before - conns.len()) as u64;
+        }
+    }
+    // Connections still waiting for their request or response did not complete.
+    counts.dropped += conns.iter().filter(|c| c.phase != Phase::Drain).count() as u64;
+    counts
+}
+
+/// Moves one connection as far as its socket allows.
+fn turn(
+    c: &mut Conn,
+    cfg: &ConnectServerConfig,
+    buf: &mut [u8],
+    response: &[u8],
+    counts: &mut ConnectServerCounts,
+) -> Turn {
+    for _ in 0..TURN_OPS {
+        match c.phase {
+            Phase::Request(got) => {
+                let want = (cfg.request - got).min(buf.len());
+                match (&c.stream).read(&mut buf[..want]) {
+                    Ok(0) => return Turn::Broken,
+                    Ok(n) if got + n >= cfg.request => c.phase = Phase::Response(0),
+                    Ok(n) => c.phase = Phase::Request(got + n),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Turn::Wait,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => return Turn::Broken,
+                }
+            }
+            Phase::Response(sent) => match (&c.stream).write(&response[sent..cfg.response]) {
+                Ok(n) if sent + n >= cfg.response => {
+                    counts.served += 1;
+                    c.phase = Phase::Drain;
+                }
+                Ok(n) => c.phase = Phase::Response(sent + n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Turn::Wait,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return Turn::Broken,
+            },
+            Phase::Drain => match (&c.stream).read(buf) {
+                // FIN, or RST with --rst: the exchange is over either way.
+                Ok(0) => return Turn::Done,
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Turn::Wait,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return Turn::Done,
+            },
+        }
+    }
+    Turn::Wait
+}
+
+/// Readiness of the listener (index 0) and each connection (index i + 1).
+#[derive(Default)]
+struct PollSet {
+    #[cfg(unix)]
+    fds: Vec<libc::pollfd>,
+    #[cfg(not(unix))]
+    n: usize,
+}
+
+#[cfg(unix)]
+impl PollSet {
+    /// Waits until the listener (when `accepting`) or a connection is ready, or `timeout`.
+    /// Connections waiting for the client's close are left out: their FIN or RST would wake
+    /// the worker once more per connection for nothing urgent, so the caller reads them on
+    /// every round instead (and waits at most [`DRAIN_WAIT`] while there are any).
+    fn wait(&mut self, listener: &TcpListener, accepting: bool, conns: &[Conn], timeout: Duration) {
+        use std::os::fd::AsRawFd;
+        self.fds.clear();
+        self.fds.push(libc::pollfd {
+            fd: listener.as_raw_fd(),
+            events: if accepting { libc::POLLIN } else { 0 },
+            revents: 0,
+        });
+        for c in conns {
+            self.fds.push(libc::pollfd {
+                // A negative fd is skipped by poll.
+                fd: if c.phase == Phase::Drain {
+                    -1
+                } else {
+                    c.stream.as_raw_fd()
+                },
+                events: match c.phase {
+                    Phase::Response(_) => libc::POLLOUT,
+                    Phase::Request(_) | Phase::Drain => libc::POLLIN,
+                },
+                revents: 0,
+            });
+        }
+        let ms = timeout.as_millis().clamp(1, 1000) as libc::c_int;
+        // SAFETY: fds is a valid array of fds.len() pollfd structures.
+        unsafe { libc::poll(self.fds.as_mut_ptr(), self.fds.len() as libc::nfds_t, ms) };
+    }
+
+    /// Whether entry `i` had an event (errors and hang-ups included).
+    fn ready(&self, i: usize) -> bool {
+        self.fds.get(i).is_some_and(|f| f.revents != 0)
+    }
+}
+
+#[cfg(not(unix))]
+impl PollSet {
+    /// Without poll: a short sleep, then every socket is tried (they are non-blocking).
+    fn wait(&mut self, _l: &TcpListener, _accepting: bool, conns: &[Conn], _timeout: Duration) {
+        self.n = conns.len() + 1;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+
+    fn ready(&self, i: usize) -> bool {
+        i < self.n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    fn server(timeout: Duration) -> ConnectServer {
+        ConnectServer::start(ConnectServerConfig {
+            ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            peer: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            request: 3,
+            response: 64 << 10,
+            affinity: Vec::new(),
+            connectors: 2,
+            timeout,
+            max_open: 64,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn serves_whole_exchanges_and_counts_them() {
+        let s = server(Duration::from_secs(5));
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, s.port()));
+        for _ in 0..20 {
+            let mut c = TcpStream::connect(addr).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            // The request in two parts.
+            c.write_all(b"a").unwrap();
+            c.write_all(b"bc").unwrap();
+            let mut got = vec![0u8; 64 << 10];
+            c.read_exact(&mut got).unwrap();
+            assert!(got.iter().all(|&b| b == b'r'));
+        }
+        // One that gives up before its request is whole.
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.write_all(b"a").unwrap();
+        drop(c);
+        std::thread::sleep(Duration::from_millis(200));
+        let counts = s.stop();
+        assert_eq!(counts.accepted, 21);
+        assert_eq!(counts.served, 20);
+        assert_eq!(counts.dropped, 1);
+        assert_eq!(counts.foreign, 0);
+    }
+
+    #[test]
+    fn stalled_connections_time_out_and_stop_frees_everything() {
+        let s = server(Duration::from_millis(300));
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, s.port()));
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        // A third of the request, then nothing (with no data at all, TCP_DEFER_ACCEPT keeps the
+        // connection in the kernel and it never reaches a worker).
+        c.write_all(b"a").unwrap();
+        let mut b = [0u8; 1];
+        // The server closes the stalled connection after its time limit.
+        match c.read(&mut b) {
+            Ok(0) => {}
+            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => {}
+            other => panic!("expected the server to close the connection, got {other:?}"),
+        }
+        let counts = s.stop();
+        assert_eq!((counts.accepted, counts.dropped), (1, 1));
+        // The listener is gone.
+        assert!(TcpStream::connect(addr).is_err());
+    }
+}

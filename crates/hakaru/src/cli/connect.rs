@@ -1,0 +1,55 @@
+//! `hakaru connect`: connections per second, netperf TCP_CRR style.
+
+use hakaru_model::{Bytes, ConnectSpec, Dur, TestSpec};
+
+use super::common::{CpuList, Target};
+
+/// Options of `hakaru connect`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    target: Target,
+    /// Test length (10, 30s, 500ms).
+    #[arg(short, long, value_name = "TIME", default_value = "10")]
+    time: Dur,
+    /// Concurrent connectors (1 to 1024), each with one connection open at a time.
+    #[arg(short = 'P', long, default_value_t = 1, value_name = "N")]
+    parallel: u32,
+    /// Bytes the client sends on each connection (1 to 64K).
+    #[arg(long, value_name = "SIZE", default_value = "1")]
+    request: Bytes,
+    /// Bytes the server answers with on each connection (1 to 64K).
+    #[arg(long, value_name = "SIZE", default_value = "1")]
+    response: Bytes,
+    /// Close with RST (SO_LINGER 0) instead of FIN: no socket waits in TIME_WAIT, so the local
+    /// ports are not used up.
+    #[arg(long)]
+    rst: bool,
+    /// Seconds between interval reports; 0 turns them off.
+    #[arg(short, long, value_name = "TIME", default_value = "1")]
+    interval: Dur,
+    /// Pin the server's accept workers to these CPUs, one worker each.
+    #[arg(long, value_name = "CPUS")]
+    server_affinity: Option<CpuList>,
+    /// Print the connect-time distribution (in the JSON result too).
+    #[arg(long)]
+    histogram: bool,
+}
+
+/// Runs `hakaru connect`.
+pub fn run(a: Args) -> anyhow::Result<()> {
+    a.target.check()?;
+    let spec = ConnectSpec {
+        connectors: a.parallel,
+        duration: a.time,
+        request: a.request,
+        response: a.response,
+        rst: a.rst,
+        interval: a.interval,
+        server_affinity: a.server_affinity.map(|c| c.0).unwrap_or_default(),
+        connect_timeout: a.target.connect_timeout,
+        histogram: a.histogram,
+    };
+    spec.validate().map_err(|e| anyhow::anyhow!(e.0))?;
+    a.target.run(TestSpec::Connect(spec))
+}
