@@ -3,8 +3,9 @@
 
 use std::fmt::Write;
 
-use hakaru_model::{Bytes, ConnectSpec, IntervalRecord, LatencyStats, RunResult};
+use hakaru_model::{Bytes, ConnectSpec, IntervalRecord, RunResult};
 
+use crate::latency_text::stats_line;
 use crate::text::{end_lines, span, trailer};
 
 /// The line that opens a connection-rate run.
@@ -54,14 +55,6 @@ pub fn interval_lines(rec: &IntervalRecord) -> String {
     )
 }
 
-fn percentiles(s: &mut String, name: &str, l: &LatencyStats) {
-    let _ = writeln!(
-        s,
-        "{name:<17} min {:.1}  mean {:.1}  p50 {:.1}  p90 {:.1}  p99 {:.1}  p99.9 {:.1}  p99.99 {:.1}  max {:.1}  (us, {} samples)",
-        l.min_us, l.mean_us, l.p50_us, l.p90_us, l.p99_us, l.p999_us, l.p9999_us, l.max_us, l.count
-    );
-}
-
 /// The final summary of a connection-rate test.
 pub fn summary(r: &RunResult) -> String {
     let mut s = String::new();
@@ -82,8 +75,8 @@ pub fn summary(r: &RunResult) -> String {
         c.failed,
         c.close
     );
-    percentiles(&mut s, "connect time", &c.connect_time);
-    percentiles(&mut s, "transaction time", &c.transaction_time);
+    stats_line(&mut s, "connect time", &c.connect_time);
+    stats_line(&mut s, "transaction time", &c.transaction_time);
     let _ = writeln!(
         s,
         "  (a transaction: socket, connect, request, whole response, close)"

@@ -79,7 +79,8 @@ pub fn interval_lines(rec: &IntervalRecord) -> String {
     )
 }
 
-fn stats_line(s: &mut String, label: &str, r: &LatencyStats) {
+/// One line of a distribution: min, mean (sd), percentiles and max, microseconds.
+pub(crate) fn stats_line(s: &mut String, label: &str, r: &LatencyStats) {
     let _ = writeln!(
         s,
         "{label:<22} min {}  mean {} (sd {})  p50 {}  p90 {}  p99 {}  p99.9 {}  p99.99 {}  max {}  us",
