@@ -469,7 +469,13 @@ fn new_sender(s: &Shared, idx: usize) -> Sender {
             Err(e) => s.note_fallback(format!("UDP GSO unavailable ({e}); sending with sendmmsg")),
         }
     }
-    let batch = if gso { max_segments } else { s.ucfg.batch };
+    // A sendmmsg batch of large datagrams gains nothing over a few: cap the buffer at 256 KiB
+    // per flow so 1024 flows of 64 KiB datagrams do not hold gigabytes.
+    let batch = if gso {
+        max_segments
+    } else {
+        s.ucfg.batch.min((262_144 / length.max(1)).max(1))
+    };
     let mut buf: Vec<u8> = (0..length * batch).map(|i| b'a' + (i % 26) as u8).collect();
     buf.shrink_to_fit();
     Sender {
@@ -510,7 +516,11 @@ fn new_receiver(s: &Shared, idx: usize, layout: Layout) -> Receiver {
         idx,
         flow: s.meta[idx].id as u16,
         tracker: SeqTracker::new(),
-        batch: sys::RecvBatch::new(s.ucfg.batch, buf_len.max(64)),
+        // Large datagrams (or GRO buffers) need few per call: cap each flow's buffers at 512 KiB.
+        batch: sys::RecvBatch::new(
+            s.ucfg.batch.min((524_288 / buf_len.max(64)).max(2)),
+            buf_len.max(64),
+        ),
         ignored: 0,
         // The kernel attaches the drop counter only once it is non-zero.
         socket_drops: ovfl.then_some(0),
