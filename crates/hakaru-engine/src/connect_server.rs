@@ -24,7 +24,7 @@ use crate::sys;
 /// Longest a worker sleeps before it looks at the stop flag.
 const POLL_WAIT: Duration = Duration::from_millis(50);
 /// Longest a worker sleeps while connections wait for the client's close, which it does not
-/// poll for (see [`PollSet::wait`]).
+/// poll for (see [`wait_ready`]).
 const DRAIN_WAIT: Duration = Duration::from_millis(5);
 /// Most connections one worker accepts in a row before it serves the ones it has.
 const ACCEPT_BURST: usize = 64;
@@ -194,14 +194,15 @@ fn worker(
     let mut buf = vec![0u8; cfg.request.clamp(1, 64 << 10)];
     let mut counts = ConnectServerCounts::default();
     let mut conns: Vec<Conn> = Vec::new();
-    let mut poll = PollSet::default();
+    let mut poll = sys::PollSet::new();
     let mut last_sweep = Instant::now();
     let mut accept_paused_until: Option<Instant> = None;
     while !stop.load(Ordering::Acquire) {
         let accepting =
             conns.len() < max_open && accept_paused_until.is_none_or(|t| Instant::now() >= t);
         let draining = conns.iter().any(|c| c.phase == Phase::Drain);
-        poll.wait(
+        wait_ready(
+            &mut poll,
             &listener,
             accepting,
             &conns,
@@ -327,66 +328,44 @@ fn turn(
     Turn::Wait
 }
 
-/// Readiness of the listener (index 0) and each connection (index i + 1).
-#[derive(Default)]
-struct PollSet {
-    #[cfg(unix)]
-    fds: Vec<libc::pollfd>,
-    #[cfg(not(unix))]
-    n: usize,
-}
-
 #[cfg(unix)]
-impl PollSet {
-    /// Waits until the listener (when `accepting`) or a connection is ready, or `timeout`.
-    /// Connections waiting for the client's close are left out: their FIN or RST would wake
-    /// the worker once more per connection for nothing urgent, so the caller reads them on
-    /// every round instead (and waits at most [`DRAIN_WAIT`] while there are any).
-    fn wait(&mut self, listener: &TcpListener, accepting: bool, conns: &[Conn], timeout: Duration) {
-        use std::os::fd::AsRawFd;
-        self.fds.clear();
-        self.fds.push(libc::pollfd {
-            fd: listener.as_raw_fd(),
-            events: if accepting { libc::POLLIN } else { 0 },
-            revents: 0,
-        });
-        for c in conns {
-            self.fds.push(libc::pollfd {
-                // A negative fd is skipped by poll.
-                fd: if c.phase == Phase::Drain {
-                    -1
-                } else {
-                    c.stream.as_raw_fd()
-                },
-                events: match c.phase {
-                    Phase::Response(_) => libc::POLLOUT,
-                    Phase::Request(_) | Phase::Drain => libc::POLLIN,
-                },
-                revents: 0,
-            });
-        }
-        let ms = timeout.as_millis().clamp(1, 1000) as libc::c_int;
-        // SAFETY: fds is a valid array of fds.len() pollfd structures.
-        unsafe { libc::poll(self.fds.as_mut_ptr(), self.fds.len() as libc::nfds_t, ms) };
-    }
-
-    /// Whether entry `i` had an event (errors and hang-ups included).
-    fn ready(&self, i: usize) -> bool {
-        self.fds.get(i).is_some_and(|f| f.revents != 0)
-    }
+fn raw<T: std::os::fd::AsRawFd>(s: &T) -> sys::RawFd {
+    s.as_raw_fd()
 }
 
-#[cfg(not(unix))]
-impl PollSet {
-    /// Without poll: a short sleep, then every socket is tried (they are non-blocking).
-    fn wait(&mut self, _l: &TcpListener, _accepting: bool, conns: &[Conn], _timeout: Duration) {
-        self.n = conns.len() + 1;
-        std::thread::sleep(Duration::from_millis(1));
-    }
+#[cfg(windows)]
+fn raw<T: std::os::windows::io::AsRawSocket>(s: &T) -> sys::RawFd {
+    s.as_raw_socket()
+}
 
-    fn ready(&self, i: usize) -> bool {
-        i < self.n
+/// Fills `set` with the listener (index 0, when `accepting`) and each connection (index
+/// i + 1) and waits until one is ready or `timeout`. Connections waiting for the client's close
+/// are skipped: their FIN or RST would wake the worker once more per connection for nothing
+/// urgent, so the caller reads them on every round instead (and waits at most [`DRAIN_WAIT`]
+/// while there are any).
+fn wait_ready(
+    set: &mut sys::PollSet,
+    listener: &TcpListener,
+    accepting: bool,
+    conns: &[Conn],
+    timeout: Duration,
+) {
+    set.clear();
+    let listen = if accepting {
+        sys::Interest::Read
+    } else {
+        sys::Interest::Skip
+    };
+    set.push(raw(listener), listen);
+    for c in conns {
+        let interest = match c.phase {
+            Phase::Drain => sys::Interest::Skip,
+            Phase::Response(_) => sys::Interest::Write,
+            Phase::Request(_) => sys::Interest::Read,
+        };
+        set.push(raw(&c.stream), interest);
     }
+    set.wait(timeout.max(Duration::from_millis(1)));
 }
 
 #[cfg(test)]

@@ -19,7 +19,6 @@ pub mod sockopt;
 pub mod sys;
 pub mod tcp;
 pub mod udp;
-mod wait;
 
 pub use observer::Observer;
 pub use running::Running;

@@ -24,7 +24,6 @@ use hakaru_proto::datagram::{read_header, write_header, FlowHello};
 use crate::hist::LatencyHistogram;
 use crate::sys;
 use crate::tcp::SideConfig;
-use crate::wait::{poll_precise, tighten_timer_slack, wait_fd};
 
 /// A flow's connected socket.
 #[derive(Debug)]
@@ -350,7 +349,11 @@ impl Flow<'_> {
                         ));
                     }
                     if !self.s.cfg.spin {
-                        wait_fd(self.sock.fd(), true, Duration::from_millis(10));
+                        sys::wait_fd(
+                            self.sock.fd(),
+                            sys::Interest::Write,
+                            Duration::from_millis(10),
+                        );
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -474,12 +477,11 @@ impl Flow<'_> {
         }
         let left = until.saturating_duration_since(Instant::now());
         if !left.is_zero() {
-            let mut p = [libc::pollfd {
-                fd: self.sock.fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            }];
-            poll_precise(&mut p, left.min(Duration::from_millis(50)));
+            sys::wait_fd(
+                self.sock.fd(),
+                sys::Interest::Read,
+                left.min(Duration::from_millis(50)),
+            );
         }
     }
 
@@ -608,7 +610,7 @@ fn run_flow(s: &Shared, slot: usize, f: PingFlow) -> FlowOut {
     let end = s.start + s.cfg.warmup + s.cfg.duration;
     let r = match s.cfg.rate {
         Some(rate) => {
-            tighten_timer_slack();
+            sys::tighten_timer_slack();
             flow.open_loop(end, rate)
         }
         None => flow.closed_loop(end),
@@ -737,7 +739,7 @@ fn echo(sock: &PingSocket, no_wait: bool, stop: &AtomicBool) {
         // Right after a reply the next request cannot be there yet: wait before receiving
         // (poll, receive, send per round trip).
         if replied && !no_wait {
-            wait_fd(sock.fd(), false, Duration::from_millis(100));
+            sys::wait_fd(sock.fd(), sys::Interest::Read, Duration::from_millis(100));
         }
         replied = false;
         match sock.recv(&mut buf) {
@@ -753,7 +755,7 @@ fn echo(sock: &PingSocket, no_wait: bool, stop: &AtomicBool) {
                         Ok(m) if sock.is_tcp() => off += m,
                         Ok(_) => off = n,
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                            wait_fd(sock.fd(), true, Duration::from_millis(10))
+                            sys::wait_fd(sock.fd(), sys::Interest::Write, Duration::from_millis(10))
                         }
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                         Err(_) => return,
@@ -768,13 +770,15 @@ fn echo(sock: &PingSocket, no_wait: bool, stop: &AtomicBool) {
                 ) =>
             {
                 if !no_wait {
-                    wait_fd(sock.fd(), false, Duration::from_millis(100));
+                    sys::wait_fd(sock.fd(), sys::Interest::Read, Duration::from_millis(100));
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             // UDP: an ICMP error from the client's port (it has gone); keep serving until
             // the session stops us. TCP: the connection is over.
-            Err(_) if !sock.is_tcp() => wait_fd(sock.fd(), false, Duration::from_millis(100)),
+            Err(_) if !sock.is_tcp() => {
+                sys::wait_fd(sock.fd(), sys::Interest::Read, Duration::from_millis(100))
+            }
             Err(_) => return,
         }
     }

@@ -463,20 +463,16 @@ fn raw_recv(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
 
 #[cfg(unix)]
 fn wait_ready(s: &Shared, active: &[FlowState], timeout: Duration) {
-    let mut fds: Vec<libc::pollfd> = active
-        .iter()
-        .map(|f| libc::pollfd {
-            fd: s.streams[f.idx].as_raw_fd(),
-            events: match s.meta[f.idx].role {
-                Role::Sender => libc::POLLOUT,
-                Role::Receiver => libc::POLLIN,
-            },
-            revents: 0,
-        })
-        .collect();
-    let ms = timeout.as_millis().clamp(1, 1000) as libc::c_int;
-    // SAFETY: fds is a valid array of fds.len() pollfd structures.
-    unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    let mut set = sys::PollSet::new();
+    for f in active {
+        let interest = match s.meta[f.idx].role {
+            Role::Sender => sys::Interest::Write,
+            Role::Receiver => sys::Interest::Read,
+        };
+        set.push(s.streams[f.idx].as_raw_fd(), interest);
+    }
+    // At least a millisecond: near the deadline the caller passes what is left, which can be 0.
+    set.wait(timeout.max(Duration::from_millis(1)));
 }
 
 fn finish_sender(s: &Shared, i: usize) {

@@ -358,7 +358,7 @@ fn worker(s: &Shared, mine: Vec<usize>, pin: Option<usize>) {
         }
     }
     if s.ucfg.rate.gap_ns(1).is_some() {
-        crate::wait::tighten_timer_slack();
+        sys::tighten_timer_slack();
     }
     let length = s.cfg.length;
     let layout = Layout::for_length(length);
@@ -748,26 +748,20 @@ fn wait_ready(s: &Shared, flows: &[Flow], timeout: Duration) {
     if timeout.is_zero() {
         return;
     }
-    let mut fds: Vec<libc::pollfd> = flows
-        .iter()
-        .filter_map(|f| match f {
-            Flow::Recv(r) => Some(libc::pollfd {
-                fd: s.sockets[r.idx].as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            }),
-            Flow::Send(snd) if snd.blocked_since.is_some() => Some(libc::pollfd {
-                fd: s.sockets[snd.idx].as_raw_fd(),
-                events: libc::POLLOUT,
-                revents: 0,
-            }),
-            Flow::Send(_) => None,
-        })
-        .collect();
-    if fds.is_empty() {
+    let mut set = sys::PollSet::new();
+    for f in flows {
+        match f {
+            Flow::Recv(r) => set.push(s.sockets[r.idx].as_raw_fd(), sys::Interest::Read),
+            Flow::Send(snd) if snd.blocked_since.is_some() => {
+                set.push(s.sockets[snd.idx].as_raw_fd(), sys::Interest::Write)
+            }
+            Flow::Send(_) => {}
+        }
+    }
+    if set.is_empty() {
         // Only paced senders waiting for their next datagram: sleep to the due time.
         std::thread::sleep(timeout);
         return;
     }
-    crate::wait::poll_precise(&mut fds, timeout);
+    set.wait(timeout);
 }

@@ -247,13 +247,12 @@ pub(crate) fn bind_udp(addr: SocketAddr, family: Family) -> io::Result<UdpSocket
 #[cfg(unix)]
 fn wait_readable(l: &TcpListener) {
     use std::os::fd::AsRawFd;
-    let mut pfd = libc::pollfd {
-        fd: l.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd. A short timeout keeps shutdown prompt.
-    unsafe { libc::poll(&mut pfd, 1, 200) };
+    // A short timeout keeps shutdown prompt.
+    hakaru_engine::sys::wait_fd(
+        l.as_raw_fd(),
+        hakaru_engine::sys::Interest::Read,
+        Duration::from_millis(200),
+    );
 }
 
 #[cfg(not(unix))]

@@ -78,9 +78,14 @@
 //! - [`udp_snmp`] and [`UdpSnmp`]: system-wide UDP counters, IPv4 plus IPv6 summed;
 //!   [`UdpSnmp::delta`] wraps like the kernel's counters. Unsupported: `None`.
 //!
+//! - [`PollSet`], [`wait_fd`], [`tighten_timer_slack`] (shared by every backend, `poll.rs`):
+//!   waiting for sockets with readiness per entry, a nanosecond timeout on Linux; where there is
+//!   no poll they sleep a millisecond and report every entry ready (sockets are non-blocking).
+//!
 //! Descriptors are borrowed: no function here closes a socket it is given.
 
 mod counters;
+mod poll;
 
 #[cfg(target_os = "linux")]
 mod linux;
@@ -98,6 +103,7 @@ pub use counters::{
 };
 pub use counters::{parse_proc_net_snmp6_udp, parse_proc_net_snmp_udp};
 pub use counters::{CpuSnapshot, NicSnapshot, UdpSnmp};
+pub use poll::{tighten_timer_slack, wait_fd, Interest, PollSet};
 
 #[cfg(target_os = "linux")]
 pub use linux::{
