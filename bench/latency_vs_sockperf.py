@@ -12,6 +12,8 @@ busy polling) on both client and server. Servers are separate processes, stopped
 """
 import argparse, json, os, re, signal, statistics, subprocess, sys, time
 
+from benchlib import write_block
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
 HAKARU = os.path.join(TARGET, "release", "hakaru")
@@ -123,16 +125,7 @@ def main():
     table = "\n".join(lines) + "\n"
     print(table)
     if a.write:
-        path = os.path.join(ROOT, a.write)
-        begin, end = "<!-- latency-vs-sockperf:begin -->", "<!-- latency-vs-sockperf:end -->"
-        text = open(path).read() if os.path.exists(path) else ""
-        block = f"{begin}\n{table}{end}"
-        if begin in text and end in text:
-            text = text[:text.index(begin)] + block + text[text.index(end) + len(end):]
-        else:
-            text += "\n## Latency: hakaru latency against sockperf ping-pong\n\n" + block + "\n"
-        open(path, "w").write(text)
-
+        write_block(os.path.join(ROOT, a.write), "latency-vs-sockperf", table, "## Latency: hakaru latency against sockperf ping-pong")
 
 if __name__ == "__main__":
     main()

@@ -11,6 +11,8 @@ measure for both tools. Servers run as separate processes on loopback, stopped b
 """
 import argparse, json, os, signal, statistics, subprocess, sys, time
 
+from benchlib import write_block
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HAKARU = os.path.join(ROOT, "target", "release", "hakaru")
 HK_PORT, IP_PORT = 5298, 5299
@@ -117,16 +119,7 @@ def main():
     table = "\n".join(lines) + "\n"
     print(table)
     if a.write:
-        path = os.path.join(ROOT, a.write)
-        begin, end = "<!-- tcp-vs-iperf3:begin -->", "<!-- tcp-vs-iperf3:end -->"
-        text = open(path).read() if os.path.exists(path) else ""
-        block = f"{begin}\n{table}{end}"
-        if begin in text and end in text:
-            text = text[:text.index(begin)] + block + text[text.index(end) + len(end):]
-        else:
-            text += "\n" + block + "\n"
-        open(path, "w").write(text)
-
+        write_block(os.path.join(ROOT, a.write), "tcp-vs-iperf3", table, "## TCP: hakaru tcp against iperf3")
 
 if __name__ == "__main__":
     main()

@@ -18,12 +18,13 @@ run. Client CPU (user + system) comes from wait4(2). Servers run as separate pro
 """
 import argparse, json, os, re, signal, statistics, subprocess, sys, tempfile, threading, time
 
+from benchlib import write_block
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET_DIR = os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target")
 HAKARU = os.path.join(TARGET_DIR, "release", "hakaru")
 HK_PORT, IP_PORT, SP_PORT = 5311, 5312, 5313
 HOST = "127.0.0.1"
-BEGIN, END = "<!-- udp-vs-peers:begin -->", "<!-- udp-vs-peers:end -->"
 HEADING = "## UDP: hakaru pps / udp against iperf3 3.12 and sockperf 3.7"
 
 TOOLS = ("hakaru", "iperf3", "sockperf")
@@ -204,18 +205,6 @@ def machine_line():
     return f"kernel {os.uname().release}, {os.cpu_count()} CPUs ({model})"
 
 
-def write_block(path, block):
-    """Replaces the text between the markers in `path`, or appends it under a heading."""
-    text = open(path).read() if os.path.exists(path) else ""
-    wrapped = f"{BEGIN}\n{block}{END}"
-    if BEGIN in text and END in text:
-        text = text[:text.index(BEGIN)] + wrapped + text[text.index(END) + len(END):]
-    else:
-        text = text.rstrip("\n") + ("\n\n" if text else "") + f"{HEADING}\n\n{wrapped}\n"
-    with open(path, "w") as f:
-        f.write(text)
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
@@ -340,7 +329,7 @@ def main():
     block = "\n".join(lines) + "\n"
     print(block)
     if a.write:
-        write_block(a.write if os.path.isabs(a.write) else os.path.join(ROOT, a.write), block)
+        write_block(a.write if os.path.isabs(a.write) else os.path.join(ROOT, a.write), "udp-vs-peers", block, HEADING)
 
 
 if __name__ == "__main__":

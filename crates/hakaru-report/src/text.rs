@@ -58,12 +58,25 @@ pub fn summary(r: &RunResult) -> String {
     }
 }
 
-fn tcp_header(spec: &TcpSpec, server: &str, embedded: bool) -> String {
-    let dir = match spec.direction {
+/// A test's direction in words, for headers.
+pub(crate) fn direction_words(d: Direction) -> &'static str {
+    match d {
         Direction::Forward => "client -> server",
         Direction::Reverse => "server -> client (reverse)",
         Direction::Bidir => "both directions (bidir)",
-    };
+    }
+}
+
+/// A flow direction in words, for summary lines.
+pub(crate) fn flow_dir_words(d: FlowDir) -> &'static str {
+    match d {
+        FlowDir::Up => "client -> server",
+        FlowDir::Down => "server -> client",
+    }
+}
+
+fn tcp_header(spec: &TcpSpec, server: &str, embedded: bool) -> String {
+    let dir = direction_words(spec.direction);
     let amount = match spec.amount {
         Amount::Time(t) => format!("{t}"),
         Amount::Bytes(b) => format!("{} total per direction", Bytes(b.0)),
@@ -286,10 +299,7 @@ fn tcp_summary(r: &RunResult) -> String {
     end_lines(&mut s, "server", &r.server_end);
     trailer(&mut s, r);
     for t in &r.totals {
-        let dir = match t.dir {
-            FlowDir::Up => "client -> server",
-            FlowDir::Down => "server -> client",
-        };
+        let dir = flow_dir_words(t.dir);
         let _ = writeln!(
             s,
             "{dir}: {} received ({} sent)",

@@ -4,19 +4,15 @@
 use std::fmt::Write;
 
 use hakaru_model::{
-    Amount, BitRate, Bytes, Direction, EndResult, FlowDir, IntervalRecord, RunResult, UdpCounts,
-    UdpMode, UdpRate, UdpSpec, UdpTick,
+    Amount, BitRate, Bytes, EndResult, FlowDir, IntervalRecord, RunResult, UdpCounts, UdpMode,
+    UdpRate, UdpSpec, UdpTick,
 };
 
-use crate::text::{end_lines, span, trailer};
+use crate::text::{direction_words, end_lines, flow_dir_words, span, trailer};
 
 /// The line that opens a UDP run.
 pub fn header(spec: &UdpSpec, server: &str, embedded: bool) -> String {
-    let dir = match spec.direction {
-        Direction::Forward => "client -> server",
-        Direction::Reverse => "server -> client (reverse)",
-        Direction::Bidir => "both directions (bidir)",
-    };
+    let dir = direction_words(spec.direction);
     let amount = match spec.amount {
         Amount::Time(t) => format!("{t}"),
         Amount::Bytes(b) => format!("{} total per direction", Bytes(b.0)),
@@ -272,10 +268,7 @@ pub fn summary(r: &RunResult) -> String {
     trailer(&mut s, r);
     for t in &r.totals {
         let Some(u) = &t.udp else { continue };
-        let dir = match t.dir {
-            FlowDir::Up => "client -> server",
-            FlowDir::Down => "server -> client",
-        };
+        let dir = flow_dir_words(t.dir);
         let _ = writeln!(
             s,
             "{dir}: {:.0} datagrams/s received ({:.0} sent), {} payload, {} on an Ethernet wire, {:.3}% lost{}",
