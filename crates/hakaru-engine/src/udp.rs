@@ -351,7 +351,28 @@ enum Flow {
     Recv(Box<Receiver>),
 }
 
+/// Paths one worker used, kept locally (no shared lock per send or receive) and merged into
+/// [`Shared::paths`] when the worker ends.
+#[derive(Default, Clone, Copy)]
+struct Used {
+    gso: bool,
+    mmsg_send: bool,
+    plain_send: bool,
+    mmsg_recv: bool,
+}
+
 fn worker(s: &Shared, mine: Vec<usize>, pin: Option<usize>) {
+    let mut used = Used::default();
+    run_flows(s, mine, pin, &mut used);
+    if let Ok(mut p) = s.paths.lock() {
+        p.gso |= used.gso;
+        p.mmsg_send |= used.mmsg_send;
+        p.plain_send |= used.plain_send;
+        p.mmsg_recv |= used.mmsg_recv;
+    }
+}
+
+fn run_flows(s: &Shared, mine: Vec<usize>, pin: Option<usize>, used: &mut Used) {
     if let Some(cpu) = pin {
         if let Err(e) = sys::pin_current_thread(cpu) {
             tracing::warn!("could not pin worker to CPU {cpu}: {e}");
@@ -396,7 +417,7 @@ fn worker(s: &Shared, mine: Vec<usize>, pin: Option<usize>) {
                     if stop {
                         true
                     } else {
-                        match send_step(s, snd, now, &mut next_due) {
+                        match send_step(s, snd, now, &mut next_due, used) {
                             Ok(moved) => {
                                 progressed |= moved;
                                 snd.remaining == Some(0)
@@ -410,7 +431,7 @@ fn worker(s: &Shared, mine: Vec<usize>, pin: Option<usize>) {
                         }
                     }
                 }
-                Flow::Recv(rcv) => match recv_step(s, rcv) {
+                Flow::Recv(rcv) => match recv_step(s, rcv, used) {
                     Ok(moved) => {
                         progressed |= moved;
                         if moved {
@@ -536,6 +557,7 @@ fn send_step(
     snd: &mut Sender,
     now: Instant,
     next_due: &mut Option<Instant>,
+    used: &mut Used,
 ) -> Result<bool, String> {
     let mut count = snd.max_segments as u64;
     if let Some(gap) = snd.gap_ns {
@@ -582,14 +604,12 @@ fn send_step(
             }
             snd.blocked_since = None;
             s.counters[snd.idx].add_sent((n * length) as u64, n as u64, snd.seq, s.now_ns());
-            if let Ok(mut p) = s.paths.lock() {
-                if snd.gso && count > 1 {
-                    p.gso = true;
-                } else if count > 1 {
-                    p.mmsg_send = true;
-                } else {
-                    p.plain_send = true;
-                }
+            if snd.gso && count > 1 {
+                used.gso = true;
+            } else if count > 1 {
+                used.mmsg_send = true;
+            } else {
+                used.plain_send = true;
             }
             Ok(true)
         }
@@ -633,7 +653,7 @@ fn finish_sender(s: &Shared, snd: &Sender) {
 }
 
 /// Receives one batch on a flow. `Ok(true)` if anything arrived.
-fn recv_step(s: &Shared, rcv: &mut Receiver) -> Result<bool, String> {
+fn recv_step(s: &Shared, rcv: &mut Receiver, used: &mut Used) -> Result<bool, String> {
     let fd = s.sockets[rcv.idx].as_raw_fd();
     let n = match sys::recv_batch(fd, &mut rcv.batch, false) {
         Ok(n) => n,
@@ -701,11 +721,7 @@ fn recv_step(s: &Shared, rcv: &mut Receiver) -> Result<bool, String> {
     if let Some(d) = rcv.batch.rxq_drops() {
         rcv.socket_drops = Some(u64::from(d));
     }
-    if let Ok(mut p) = s.paths.lock() {
-        if n > 1 {
-            p.mmsg_recv = true;
-        }
-    }
+    used.mmsg_recv |= n > 1;
     let counts = rcv.tracker.counts();
     s.counters[rcv.idx].publish_recv(bytes, &counts, rcv.ignored, rcv.socket_drops, mono_ns);
     Ok(true)
