@@ -201,3 +201,51 @@ pub fn have(prog: &str) -> bool {
         .chain(["/usr/sbin", "/sbin"])
         .any(|d| std::path::Path::new(d).join(prog).exists())
 }
+
+/// Version line of a peer tool (`iperf3`, `sockperf`, `iperf`, ...), e.g. "3.12".
+pub fn peer_version(tool: &str) -> String {
+    let flag = match tool {
+        "iperf" => "-v",
+        _ => "--version",
+    };
+    let out = Command::new(tool).arg(flag).output();
+    let text = match out {
+        Ok(o) => format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ),
+        Err(_) => return "?".into(),
+    };
+    // The first token that looks like a version number (digits and dots, at least one dot).
+    text.split(|c: char| c.is_whitespace() || c == ',' || c == '-' || c == '(')
+        .find(|w| {
+            w.contains('.')
+                && w.chars().next().is_some_and(|c| c.is_ascii_digit())
+                && w.chars().all(|c| c.is_ascii_digit() || c == '.')
+        })
+        .unwrap_or("?")
+        .to_string()
+}
+
+/// Records one passed interoperability case for docs/compatibility.md. Call it at the very
+/// end of a test, after every assertion: a case that failed leaves no record.
+/// `role` is hakaru's role ("server", "client", "sink", "source"), `mode` what ran
+/// (e.g. "TCP -P 4 -R"), `direction` which way data went in words.
+pub fn compat_pass(peer: &str, role: &str, mode: &str, direction: &str) {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/compat");
+    let _ = std::fs::create_dir_all(&dir);
+    let rec = serde_json::json!({
+        "peer": peer,
+        "version": peer_version(peer),
+        "hakaru_role": role,
+        "mode": mode,
+        "direction": direction,
+        "status": "pass",
+    });
+    let name: String = format!("{peer}-{role}-{mode}-{direction}")
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    let _ = std::fs::write(dir.join(format!("{name}.json")), rec.to_string());
+}
