@@ -99,6 +99,85 @@ pub fn read_header(buf: &[u8]) -> Option<DataHeader> {
     })
 }
 
+/// How test datagrams are framed: hakaru's header, or iperf3's (seconds, microseconds and a
+/// 32- or 64-bit sequence number from 1, reference/protocols.md §A.8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Framing {
+    /// hakaru's header (see the module documentation).
+    #[default]
+    Hakaru,
+    /// iperf3's header; `seq64` when `--udp-counters-64bit` was negotiated.
+    Iperf3 {
+        /// 64-bit sequence numbers.
+        seq64: bool,
+    },
+}
+
+/// Bytes of iperf3's header with 32-bit sequence numbers.
+pub const IPERF3_HEADER: usize = 12;
+/// Bytes of iperf3's header with 64-bit sequence numbers.
+pub const IPERF3_HEADER64: usize = 16;
+
+impl Framing {
+    /// Writes the header of datagram `seq` (from 0) of `flow`, sent `sent_ns` after the
+    /// sender's start.
+    #[inline]
+    pub fn write(self, buf: &mut [u8], flow: u16, seq: u64, sent_ns: u64) {
+        match self {
+            Framing::Hakaru => write_header(buf, flow, seq, sent_ns),
+            Framing::Iperf3 { seq64 } => {
+                let need = if seq64 { IPERF3_HEADER64 } else { IPERF3_HEADER };
+                if buf.len() < need {
+                    return;
+                }
+                let sec = (sent_ns / 1_000_000_000) as u32;
+                let usec = ((sent_ns % 1_000_000_000) / 1000) as u32;
+                buf[..4].copy_from_slice(&sec.to_be_bytes());
+                buf[4..8].copy_from_slice(&usec.to_be_bytes());
+                // iperf3 numbers datagrams from 1.
+                if seq64 {
+                    buf[8..16].copy_from_slice(&(seq + 1).to_be_bytes());
+                } else {
+                    buf[8..12].copy_from_slice(&((seq + 1) as u32).to_be_bytes());
+                }
+            }
+        }
+    }
+
+    /// Reads a datagram's header. iperf3 datagrams carry no flow id: the socket tells the
+    /// flow, so `flow` is the receiving flow's. `None` for datagrams without a valid header.
+    #[inline]
+    pub fn read(self, buf: &[u8], flow: u16) -> Option<DataHeader> {
+        match self {
+            Framing::Hakaru => read_header(buf),
+            Framing::Iperf3 { seq64 } => {
+                let need = if seq64 { IPERF3_HEADER64 } else { IPERF3_HEADER };
+                if buf.len() < need {
+                    return None;
+                }
+                let sec = u64::from(u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]));
+                let usec = u64::from(u32::from_be_bytes([buf[4], buf[5], buf[6], buf[7]]));
+                let seq = if seq64 {
+                    u64::from_be_bytes([
+                        buf[8], buf[9], buf[10], buf[11], buf[12], buf[13], buf[14], buf[15],
+                    ])
+                } else {
+                    u64::from(u32::from_be_bytes([buf[8], buf[9], buf[10], buf[11]]))
+                };
+                // Sequence 0 never comes from a stock sender; usec over a second is garbage.
+                if seq == 0 || usec >= 1_000_000 {
+                    return None;
+                }
+                Some(DataHeader {
+                    flow,
+                    seq: seq - 1,
+                    sent_ns: Some(sec * 1_000_000_000 + usec * 1000),
+                })
+            }
+        }
+    }
+}
+
 /// Hello (client to server) or its acknowledgement (server to client).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FlowHello {
@@ -172,6 +251,29 @@ pub fn token_hex(bytes: &[u8; 16]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn iperf3_framing_round_trips_and_matches_the_wire() {
+        let f = Framing::Iperf3 { seq64: false };
+        let mut buf = [0u8; 20];
+        f.write(&mut buf, 7, 0, 3_250_000_000);
+        // seconds 3, microseconds 250000, sequence 1 (iperf3 counts from 1).
+        assert_eq!(&buf[..12], &[0, 0, 0, 3, 0, 3, 0xd0, 0x90, 0, 0, 0, 1]);
+        let h = f.read(&buf, 7).unwrap();
+        assert_eq!((h.flow, h.seq, h.sent_ns), (7, 0, Some(3_250_000_000)));
+        let f64_ = Framing::Iperf3 { seq64: true };
+        f64_.write(&mut buf, 1, (1 << 33) - 1, 0);
+        assert_eq!(&buf[8..16], &(1u64 << 33).to_be_bytes());
+        assert_eq!(f64_.read(&buf, 1).unwrap().seq, (1 << 33) - 1);
+        // Too short, sequence 0 and impossible microseconds are not datagrams of a stream.
+        assert_eq!(f.read(&buf[..11], 1), None);
+        assert_eq!(f.read(&[0u8; 16], 1), None);
+        let mut bad = [0u8; 16];
+        bad[4..8].copy_from_slice(&2_000_000u32.to_be_bytes());
+        bad[11] = 1;
+        assert_eq!(f.read(&bad, 1), None);
+        assert_eq!(Framing::Hakaru.read(&buf[..4], 1), None);
+    }
 
     #[test]
     fn header_round_trips_at_every_layout() {

@@ -6,6 +6,7 @@
 //! header of UDP test datagrams and the hello that opens a UDP flow.
 
 pub mod datagram;
+pub mod iperf3;
 pub mod native;
 pub mod preamble;
 
