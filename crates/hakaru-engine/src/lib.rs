@@ -10,6 +10,7 @@ pub mod connect_server;
 pub mod control;
 pub mod counters;
 pub mod hist;
+pub mod iperf3_control;
 pub mod observer;
 pub mod ping;
 pub mod running;

@@ -60,6 +60,22 @@ impl Running {
         }
     }
 
+    /// The peer has stopped sending but keeps its sockets open (iperf3): senders stop now,
+    /// receivers finish once nothing more is arriving.
+    pub fn peer_stopped(&self) {
+        match self {
+            Running::Tcp(r) => {
+                r.stop_sending();
+                r.finish_receiving();
+            }
+            Running::Udp(r) => {
+                r.stop_sending();
+                r.peer_done(&[]);
+            }
+            Running::Echo(e) => e.stop(),
+        }
+    }
+
     /// Waits for the side to end and returns its report.
     pub fn wait(self) -> SideReport {
         match self {

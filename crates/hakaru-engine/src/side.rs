@@ -46,6 +46,9 @@ pub(crate) struct Core {
     pub abort: AtomicBool,
     /// True for UDP sides: samples and reports carry UDP counters.
     pub udp: bool,
+    /// The side ended on the peer's word rather than at an end of stream: its time runs to
+    /// the last byte moved, not to when the word came.
+    pub ended_by_peer: AtomicBool,
     remaining: AtomicUsize,
     /// Nanoseconds since start when the last flow finished.
     end_ns: AtomicU64,
@@ -65,6 +68,7 @@ impl Core {
             stop_send: AtomicBool::new(false),
             abort: AtomicBool::new(false),
             udp,
+            ended_by_peer: AtomicBool::new(false),
             remaining: AtomicUsize::new(n),
             end_ns: AtomicU64::new(0),
             errors: Mutex::new(vec![None; n]),
@@ -131,7 +135,7 @@ impl Core {
             0 => self.now_ns(),
             e => e,
         };
-        if !self.udp {
+        if !self.udp && !self.ended_by_peer.load(Ordering::Acquire) {
             return end;
         }
         let deadline = self

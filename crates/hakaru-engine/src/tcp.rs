@@ -62,6 +62,48 @@ pub struct SideConfig {
     pub iface: Option<String>,
     /// Counters taken before the peer was told to start; `None` takes them when the side starts.
     pub base: Option<crate::side::CounterBase>,
+    /// What senders write.
+    pub payload: Payload,
+    /// TCP senders: most bits per second per flow; `None` sends as fast as the path allows.
+    pub pace_bps: Option<u64>,
+}
+
+/// The bytes senders write. Receivers never look at them; peers' users sometimes do (iperf3's
+/// `--repeating-payload`, or a compressing link that would flatter a repeating pattern).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Payload {
+    /// The letters a to z, repeated (hakaru's default).
+    #[default]
+    Letters,
+    /// The digits 0 to 9, repeated (iperf3 `--repeating-payload`).
+    Digits,
+    /// Pseudo-random bytes, made once per side (iperf3's default).
+    Random,
+}
+
+impl Payload {
+    /// `len` bytes of this payload.
+    pub fn fill(self, len: usize) -> Vec<u8> {
+        match self {
+            Payload::Letters => (0..len).map(|i| b'a' + (i % 26) as u8).collect(),
+            Payload::Digits => (0..len).map(|i| b'0' + (i % 10) as u8).collect(),
+            Payload::Random => {
+                // xorshift64*, seeded from the clock: incompressible, not secret.
+                let mut x = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0x9e37_79b9_7f4a_7c15, |d| d.as_nanos() as u64)
+                    | 1;
+                (0..len)
+                    .map(|_| {
+                        x ^= x >> 12;
+                        x ^= x << 25;
+                        x ^= x >> 27;
+                        (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 56) as u8
+                    })
+                    .collect()
+            }
+        }
+    }
 }
 
 impl SideConfig {
@@ -92,6 +134,8 @@ impl SideConfig {
             stall_timeout: spec.stall_timeout().0,
             base: Some(CounterBase::take(iface.as_deref(), spec.udp().is_some())),
             iface,
+            payload: Payload::Letters,
+            pace_bps: None,
         }
     }
 }
@@ -123,6 +167,8 @@ struct Shared {
     final_info: Mutex<Vec<Option<TcpInfo>>>,
     pattern: Vec<u8>,
     zc: Option<sys::ZeroCopySource>,
+    /// Set when the peer has stopped sending: receivers finish once nothing is left to read.
+    drain: std::sync::atomic::AtomicBool,
 }
 
 impl std::ops::Deref for Shared {
@@ -180,7 +226,7 @@ impl SideRun {
         let n = streams.len();
         let has_sender = meta.iter().any(|m| m.role == Role::Sender);
         let pattern = if has_sender && zc.is_none() {
-            (0..cfg.length).map(|i| b'a' + (i % 26) as u8).collect()
+            cfg.payload.fill(cfg.length)
         } else {
             Vec::new()
         };
@@ -191,6 +237,7 @@ impl SideRun {
             final_info: Mutex::new(vec![None; n]),
             pattern,
             zc,
+            drain: std::sync::atomic::AtomicBool::new(false),
         });
         let probe: TcpProbe = {
             let s = Arc::clone(&shared);
@@ -217,6 +264,14 @@ impl SideRun {
     /// Asks senders to finish now (Ctrl-C or the peer's stop); receivers read until EOF.
     pub fn stop_sending(&self) {
         self.shared.stop_send.store(true, Ordering::Release);
+    }
+
+    /// The peer has stopped sending and will not close its end (iperf3 keeps its data sockets
+    /// open until the results are shown): receivers finish as soon as nothing is left to read.
+    pub fn finish_receiving(&self) {
+        self.shared.drain.store(true, Ordering::Release);
+        self.shared.ended_by_peer.store(true, Ordering::Release);
+        self.shared.notify();
     }
 
     /// Stops everything now and shuts the sockets down, so the peer sees the end too.
@@ -282,6 +337,8 @@ struct FlowState {
     idx: usize,
     remaining: Option<u64>,
     last_progress: Instant,
+    /// Bytes sent so far, for pacing.
+    sent: u64,
 }
 
 fn worker(s: &Shared, mine: Vec<usize>, pin: Option<usize>) {
@@ -304,6 +361,7 @@ fn worker(s: &Shared, mine: Vec<usize>, pin: Option<usize>) {
             idx,
             remaining: s.meta[idx].quota,
             last_progress: now,
+            sent: 0,
         })
         .collect();
     // A sender with a zero quota has nothing to do.
@@ -323,18 +381,36 @@ fn worker(s: &Shared, mine: Vec<usize>, pin: Option<usize>) {
         let now_ns = now.duration_since(s.start).as_nanos() as u64;
         let stop = s.stop_send.load(Ordering::Acquire) || deadline.is_some_and(|d| now >= d);
         let mut progressed = false;
+        let mut next_due: Option<Instant> = None;
         let mut k = 0;
         while k < active.len() {
             let f = &mut active[k];
             let i = f.idx;
             let outcome = match s.meta[i].role {
                 Role::Sender if stop => Step::Finished,
-                Role::Sender => send_step(s, i, f.remaining),
+                Role::Sender => match paced_until(s, f.sent, now) {
+                    Some(at) => {
+                        // Waiting for the pacer is not a stall.
+                        f.last_progress = now;
+                        next_due = Some(next_due.map_or(at, |d| d.min(at)));
+                        Step::Blocked
+                    }
+                    None => send_step(s, i, f.remaining),
+                },
                 Role::Receiver => recv_step(s, i, &mut rbuf),
+            };
+            let outcome = match outcome {
+                Step::Blocked
+                    if s.meta[i].role == Role::Receiver && s.drain.load(Ordering::Acquire) =>
+                {
+                    Step::Finished
+                }
+                o => o,
             };
             match outcome {
                 Step::Moved(n) => {
                     s.counters[i].add(n as u64, now_ns);
+                    f.sent += n as u64;
                     f.last_progress = now;
                     progressed = true;
                     if let Some(r) = f.remaining.as_mut() {
@@ -385,9 +461,26 @@ fn worker(s: &Shared, mine: Vec<usize>, pin: Option<usize>) {
             if let Some(d) = deadline {
                 wait = wait.min(d.saturating_duration_since(Instant::now()));
             }
+            if let Some(d) = next_due {
+                wait = wait.min(d.saturating_duration_since(Instant::now()));
+                if active.iter().all(|f| s.meta[f.idx].role == Role::Sender) {
+                    // Only paced senders: nothing to poll for, sleep to the due time.
+                    std::thread::sleep(wait);
+                    continue;
+                }
+            }
             wait_ready(s, &active, wait);
         }
     }
+}
+
+/// When a paced sender that has sent `sent` bytes may send again; `None` if it may now (or
+/// is not paced). A flow may run one write ahead of its schedule.
+fn paced_until(s: &Shared, sent: u64, now: Instant) -> Option<Instant> {
+    let bps = s.cfg.pace_bps.filter(|&b| b > 0)? as f64;
+    let due_s = sent.saturating_sub(s.cfg.length as u64) as f64 * 8.0 / bps;
+    let at = s.start + Duration::from_secs_f64(due_s);
+    (at > now).then_some(at)
 }
 
 enum Step {

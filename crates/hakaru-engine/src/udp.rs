@@ -23,7 +23,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use hakaru_model::{FlowDir, IntervalSample, Role, SideReport, UdpPaths, UdpRate, UdpSpec};
-use hakaru_proto::datagram::{read_header, write_header, FlowHello, Layout};
+use hakaru_proto::datagram::{FlowHello, Framing, Layout};
 
 use crate::seq::SeqTracker;
 use crate::side::{spawn_ticker, spawn_workers, Core, DoneFn, FlowMeta, TickerOut};
@@ -72,6 +72,8 @@ pub struct UdpConfig {
     pub gro: bool,
     /// Most datagrams per system call.
     pub batch: usize,
+    /// Header format of test datagrams.
+    pub framing: Framing,
 }
 
 impl UdpConfig {
@@ -82,6 +84,7 @@ impl UdpConfig {
             gso: spec.gso,
             gro: spec.gro,
             batch: spec.batch as usize,
+            framing: Framing::Hakaru,
         }
     }
 }
@@ -497,7 +500,7 @@ fn new_sender(s: &Shared, idx: usize) -> Sender {
     } else {
         s.ucfg.batch.min((262_144 / length.max(1)).max(1))
     };
-    let mut buf: Vec<u8> = (0..length * batch).map(|i| b'a' + (i % 26) as u8).collect();
+    let mut buf: Vec<u8> = s.cfg.payload.fill(length * batch);
     buf.shrink_to_fit();
     Sender {
         idx,
@@ -578,7 +581,7 @@ fn send_step(
     let length = s.cfg.length;
     let sent_ns = s.now_ns();
     for k in 0..count {
-        write_header(
+        s.ucfg.framing.write(
             &mut snd.buf[k * length..(k + 1) * length],
             snd.flow,
             snd.seq + k as u64,
@@ -703,7 +706,7 @@ fn recv_step(s: &Shared, rcv: &mut Receiver, used: &mut Used) -> Result<bool, St
             }
             match rcv.layout {
                 Layout::Counted => rcv.tracker.on_unsequenced(),
-                _ => match read_header(chunk) {
+                _ => match s.ucfg.framing.read(chunk, rcv.flow) {
                     Some(h) if h.flow == rcv.flow => {
                         let transit = h.sent_ns.map(|sent| {
                             // Both clocks only need to be steady over the test: the offset

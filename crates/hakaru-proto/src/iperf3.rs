@@ -5,6 +5,9 @@
 //! typed values and back, and tells state bytes, cookies and UDP stream greetings apart. It
 //! never touches a socket; the server and client feed it bytes.
 
+use hakaru_model::{
+    End, Environment, FlowDir, FlowSide, Role, SideReport, TcpInfo, UdpFlowSide,
+};
 use serde_json::{json, Map, Value};
 
 /// Bytes of a cookie on the wire: 36 base32 characters and a NUL.
@@ -656,6 +659,164 @@ pub fn server_error(i_errno: i32, errno: i32) -> [u8; 9] {
     b[1..5].copy_from_slice(&i_errno.to_be_bytes());
     b[5..9].copy_from_slice(&errno.to_be_bytes());
     b
+}
+
+/// This end's results document, from its report. iperf3 reports the CPU use of its own
+/// process; hakaru reports the machine's (busy, user and system shares of all CPUs).
+pub fn results_from_report(r: &SideReport, tcp: bool) -> Results {
+    let sends = r.flows.iter().any(|f| f.role == Role::Sender);
+    let streams = r
+        .flows
+        .iter()
+        .map(|f| {
+            let mut s = StreamResult {
+                id: i64::from(stream_id(f.id as usize)),
+                bytes: f.bytes,
+                retransmits: -1,
+                start_time: 0.0,
+                end_time: f.seconds,
+                omitted_errors: Some(0),
+                omitted_packets: Some(0),
+                ..StreamResult::default()
+            };
+            if f.role == Role::Sender && tcp {
+                s.retransmits = f.tcp_info.as_ref().map_or(-1, |t| t.retransmits as i64);
+            }
+            if let Some(u) = &f.udp {
+                match f.role {
+                    // `packets` covers the whole test and `omitted_packets` the warm-up: the
+                    // peer subtracts one from the other (bytes are after the warm-up already).
+                    Role::Sender => {
+                        s.packets = (u.datagrams + u.omitted_datagrams) as i64;
+                        s.omitted_packets = Some(u.omitted_datagrams as i64);
+                    }
+                    Role::Receiver => {
+                        // iperf3's receiver reports the highest sequence number seen.
+                        let counted = (u.datagrams + u.lost).saturating_sub(u.duplicates);
+                        s.packets = u.next_seq as i64;
+                        s.omitted_packets = Some(u.next_seq.saturating_sub(counted) as i64);
+                        s.errors = u.lost as i64;
+                        s.jitter = u.jitter_ms.unwrap_or(0.0) / 1000.0;
+                    }
+                }
+            }
+            s
+        })
+        .collect();
+    let cpu = r.cpu.as_ref();
+    Results {
+        cpu_util_total: cpu.map_or(0.0, |c| c.busy_pct),
+        cpu_util_user: cpu.map_or(0.0, |c| c.user_pct),
+        cpu_util_system: cpu.map_or(0.0, |c| c.system_pct),
+        sender_has_retransmits: match (sends, tcp) {
+            (true, true) => 1,
+            (true, false) => 0,
+            (false, _) => -1,
+        },
+        congestion_used: r
+            .flows
+            .iter()
+            .find_map(|f| f.tcp_info.as_ref().and_then(|t| t.congestion.clone())),
+        streams,
+        server_output_text: None,
+        server_output_json: None,
+    }
+}
+
+/// A peer's results document as a [`SideReport`] of `end`, for the flows of `plan` (hakaru
+/// flow id, which is the stream's creation index, and direction); `peer_sends` tells whether the peer sends in a direction. Streams are matched
+/// by id; one missing is an error (iperf3's IESTREAMID). The peer's CPU figures are process
+/// CPU, not comparable with hakaru's machine CPU, so they are left out of the report.
+pub fn report_from_results(
+    end: End,
+    res: &Results,
+    plan: &[(u32, FlowDir)],
+    peer_sends: impl Fn(FlowDir) -> bool,
+    udp: bool,
+    software: &str,
+) -> Result<SideReport, Iperf3Error> {
+    let mut flows = Vec::with_capacity(plan.len());
+    for &(id, dir) in plan {
+        let s = res
+            .streams
+            .iter()
+            .find(|s| s.id == i64::from(stream_id(id as usize)))
+            .ok_or_else(|| {
+                bad(
+                    "results",
+                    format!("no stream with id {}", stream_id(id as usize)),
+                )
+            })?;
+        let role = if peer_sends(dir) {
+            Role::Sender
+        } else {
+            Role::Receiver
+        };
+        let udp_side = udp.then(|| {
+            let omitted = s.omitted_packets.unwrap_or(0).clamp(0, s.packets.max(0)) as u64;
+            let packets = s.packets.max(0) as u64 - omitted;
+            match role {
+                Role::Sender => UdpFlowSide {
+                    datagrams: packets,
+                    omitted_datagrams: omitted,
+                    next_seq: packets + omitted,
+                    lost: 0,
+                    out_of_order: 0,
+                    duplicates: 0,
+                    jitter_ms: None,
+                    ignored: 0,
+                    socket_drops: None,
+                },
+                Role::Receiver => {
+                    let lost = s.errors.max(0) as u64;
+                    UdpFlowSide {
+                        datagrams: packets.saturating_sub(lost),
+                        omitted_datagrams: omitted,
+                        next_seq: packets + omitted,
+                        lost,
+                        out_of_order: 0,
+                        duplicates: 0,
+                        jitter_ms: Some(s.jitter * 1000.0),
+                        ignored: 0,
+                        socket_drops: None,
+                    }
+                }
+            }
+        });
+        let tcp_info = (!udp && role == Role::Sender && s.retransmits >= 0).then(|| TcpInfo {
+            retransmits: s.retransmits as u64,
+            congestion: res.congestion_used.clone(),
+            ..TcpInfo::default()
+        });
+        flows.push(FlowSide {
+            id,
+            dir,
+            role,
+            bytes: s.bytes,
+            omitted_bytes: 0,
+            calls: 0,
+            seconds: (s.end_time - s.start_time).max(0.0),
+            tcp_info,
+            udp: udp_side,
+            error: None,
+        });
+    }
+    Ok(SideReport {
+        end,
+        flows,
+        cpu: None,
+        nic: None,
+        env: Environment {
+            software: software.to_string(),
+            ..Environment::default()
+        },
+        send_mode: "copy".into(),
+        recv_mode: "copy".into(),
+        udp_paths: None,
+        udp_kernel: None,
+        stray_datagrams: None,
+        connect: None,
+    })
 }
 
 #[cfg(test)]

@@ -71,9 +71,19 @@ fn handle(ctx: &Ctx, mut stream: TcpStream, peer: SocketAddr) {
     match kind {
         Preamble::Hakaru => {}
         Preamble::Iperf3Cookie => {
-            tracing::warn!(
-                "rejected connection from {peer}: iperf3 clients are not served yet on this port"
-            );
+            while first.len() < hakaru_proto::iperf3::COOKIE_LEN {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() || ctx.shutdown.load(Ordering::Acquire) {
+                    tracing::info!("closed connection from {peer}: no complete iperf3 cookie within 10 s");
+                    return;
+                }
+                match read_some(&mut stream, &mut buf[..hakaru_proto::iperf3::COOKIE_LEN - first.len()], left) {
+                    Some(n) => first.extend_from_slice(&buf[..n]),
+                    None => return,
+                }
+            }
+            pending.take();
+            crate::iperf3::accept(ctx, stream, peer, first);
             return;
         }
         Preamble::Unknown => {

@@ -7,6 +7,8 @@
 //! one test's failure never touches another.
 
 mod dispatch;
+mod iperf3;
+mod iperf3_output;
 mod registry;
 mod session;
 mod udp_dispatch;
@@ -40,6 +42,9 @@ pub struct ServerConfig {
     pub max_tests: usize,
     /// Most connections waiting to say what they are.
     pub max_pending: usize,
+    /// Server output for iperf3 clients that ask for it (`--get-server-output`) as iperf3's
+    /// JSON document instead of its text.
+    pub iperf3_json_output: bool,
 }
 
 impl Default for ServerConfig {
@@ -50,6 +55,7 @@ impl Default for ServerConfig {
             family: Family::Any,
             max_tests: 64,
             max_pending: 512,
+            iperf3_json_output: false,
         }
     }
 }
@@ -67,6 +73,8 @@ pub(crate) struct Ctx {
     pub udp_addr: SocketAddr,
     /// Datagrams on the UDP port that belonged to no test.
     pub strays: AtomicU64,
+    /// iperf3 tests opening their data streams.
+    pub iperf3: iperf3::Creating,
 }
 
 /// A bound server, ready to run.
@@ -124,6 +132,7 @@ impl Server {
                 threads: AtomicUsize::new(0),
                 udp_addr: bound,
                 strays: AtomicU64::new(0),
+                iperf3: iperf3::Creating::default(),
             }),
         })
     }

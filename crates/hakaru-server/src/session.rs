@@ -560,18 +560,25 @@ fn collect_tcp(
 /// Opens the server's socket for one UDP flow: on the server's UDP port, connected to the
 /// client's socket for the flow.
 fn open_udp_flow(ctx: &Ctx, spec: &UdpSpec, to: SocketAddr) -> std::io::Result<UdpSocket> {
+    open_udp_flow_with(ctx, to, |sock, v6| {
+        apply_udp_options(sock, spec, v6).map_err(|e| std::io::Error::other(e.to_string()))
+    })
+}
+
+/// Opens a socket on the server's UDP port connected to `to`, with socket options applied by
+/// `options` (given the socket and whether the path is IPv6) before it is bound.
+pub(crate) fn open_udp_flow_with(
+    ctx: &Ctx,
+    to: SocketAddr,
+    options: impl FnOnce(&Socket, bool) -> std::io::Result<()>,
+) -> std::io::Result<UdpSocket> {
     let local = ctx.udp_addr;
     let sock = Socket::new(Domain::for_address(local), Type::DGRAM, Some(Protocol::UDP))?;
     sock.set_reuse_address(true)?;
     if local.is_ipv6() {
         let _ = sock.set_only_v6(false);
     }
-    apply_udp_options(
-        &sock,
-        spec,
-        to.is_ipv6() && to.ip().to_canonical().is_ipv6(),
-    )
-    .map_err(|e| std::io::Error::other(e.to_string()))?;
+    options(&sock, to.is_ipv6() && to.ip().to_canonical().is_ipv6())?;
     sock.bind(&local.into())?;
     let to = match (local, to) {
         (SocketAddr::V6(_), SocketAddr::V4(v4)) => {
