@@ -66,6 +66,9 @@ pub struct SideConfig {
     pub payload: Payload,
     /// TCP senders: most bits per second per flow; `None` sends as fast as the path allows.
     pub pace_bps: Option<u64>,
+    /// A sender that is done shuts its write side (the peer reads to the end of the stream);
+    /// false for peers that end the test over their control connection (iperf3).
+    pub half_close: bool,
 }
 
 /// The bytes senders write. Receivers never look at them; peers' users sometimes do (iperf3's
@@ -136,6 +139,7 @@ impl SideConfig {
             iface,
             payload: Payload::Letters,
             pace_bps: None,
+            half_close: true,
         }
     }
 }
@@ -575,11 +579,15 @@ fn finish_sender(s: &Shared, i: usize) {
             v[i] = Some(info);
         }
     }
-    let err = stream
-        .shutdown(Shutdown::Write)
-        .err()
-        .filter(|e| e.kind() != io::ErrorKind::NotConnected)
-        .map(|e| describe_io(s.meta[i].id, Role::Sender, &e));
+    let err = if s.cfg.half_close {
+        stream
+            .shutdown(Shutdown::Write)
+            .err()
+            .filter(|e| e.kind() != io::ErrorKind::NotConnected)
+            .map(|e| describe_io(s.meta[i].id, Role::Sender, &e))
+    } else {
+        None
+    };
     s.finish_flow(i, err);
 }
 

@@ -289,8 +289,10 @@ impl Session<'_> {
             .and_then(|a| sys::interface_for_addr(a.ip()));
         let affinity: Vec<usize> = p.server_affinity.map(|a| vec![a as usize]).unwrap_or_default();
         let mut cfg = SideConfig::for_spec(End::Server, &plan.spec, affinity, iface);
-        // The client decides when the test ends; the server sends until told.
+        // The client decides when the test ends; the server sends until told, or (-n, -k) its
+        // share of the amount, as stock iperf3 does.
         cfg.duration = None;
+        cfg.half_close = false;
         cfg.stall_timeout = IDLE_LIMIT;
         cfg.payload = if p.repeating_payload {
             Payload::Digits
@@ -341,6 +343,7 @@ impl Session<'_> {
                 return Err(Fail::Quiet("internal error".into()));
             };
             let mut flows = Vec::with_capacity(want);
+            let mut down = 0u32;
             for (&(id, dir), stream) in plan.flows.iter().zip(tcp) {
                 let ipv6 = stream.local_addr().map(|a| a.is_ipv6()).unwrap_or(false);
                 apply_tcp_options(&SockRef::from(&stream), t, ipv6, false).map_err(|e| {
@@ -351,6 +354,10 @@ impl Session<'_> {
                     };
                     Fail::Tell(code, e.to_string())
                 })?;
+                let quota = server_sends(dir).then(|| {
+                    down += 1;
+                    t.bytes_for_flow(down - 1)
+                });
                 flows.push(FlowSocket {
                     id,
                     dir,
@@ -360,7 +367,7 @@ impl Session<'_> {
                         Role::Receiver
                     },
                     stream,
-                    quota: None,
+                    quota: quota.flatten(),
                 });
             }
             self.start_signal()?;
@@ -404,13 +411,13 @@ impl Session<'_> {
                     ),
                 ));
             }
-            if !ended && limit.is_none() && run.is_done() {
-                // Every flow failed or stalled in a test only the client can end.
-                run.abort();
-                return Err(Fail::Quiet(
-                    run.first_error()
-                        .unwrap_or_else(|| "every stream ended before TEST_END".into()),
-                ));
+            if !ended && run.is_done() {
+                // Senders that sent their share (-n, -k) wait for the client's word; streams
+                // that failed or stalled end the test.
+                if let Some(e) = run.first_error() {
+                    run.abort();
+                    return Err(Fail::Quiet(e));
+                }
             }
             match self.ctl.poll_state(Duration::from_millis(100)) {
                 Ok(None) => {}
@@ -504,7 +511,7 @@ impl Session<'_> {
             .map(|f| f.bytes)
             .sum();
         Ok(format!(
-            "{} received, {} sent at this end",
+            "received {received} bytes ({}), sent {sent} bytes ({}) at this end",
             Bytes(received),
             Bytes(sent)
         ))

@@ -1,4 +1,5 @@
-//! `hakaru server`: one process, one control port, many clients and tests at once.
+//! `hakaru server`: one process, one control port, many clients and tests at once. The same
+//! port serves stock iperf3 clients (3.12 and later), each test isolated.
 
 use std::net::IpAddr;
 
@@ -23,6 +24,10 @@ pub struct Args {
     /// Most tests running at once; more are refused with a reason.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
     max_tests: u32,
+    /// What iperf3 clients that pass --get-server-output receive: iperf3's text (default) or
+    /// its -J document (as from `iperf3 -s -J`).
+    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    iperf3_server_output: String,
 }
 
 /// Runs the server until SIGINT or SIGTERM.
@@ -41,6 +46,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         port: a.port,
         family,
         max_tests: a.max_tests as usize,
+        iperf3_json_output: a.iperf3_server_output == "json",
         ..ServerConfig::default()
     })
     .with_context(|| format!("starting the server on port {}", a.port))?;

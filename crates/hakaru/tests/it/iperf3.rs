@@ -1,0 +1,400 @@
+//! Interop with stock iperf3 (Debian's 3.12): hakaru serving iperf3 clients on its port, and
+//! hakaru's `--iperf3` client against `iperf3 -s`. Every case checks that both sides agree on
+//! what moved and that the stock tool exits 0.
+
+use std::io::{Read, Write};
+use std::net::{TcpStream, UdpSocket};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::common::*;
+
+const LIMIT: Duration = Duration::from_secs(40);
+
+fn have_iperf3() -> bool {
+    if have("iperf3") {
+        return true;
+    }
+    eprintln!("skip: iperf3 is not installed (apt-get install iperf3)");
+    false
+}
+
+/// Runs a stock iperf3 client against `port` with `-J` and returns its exit status and JSON.
+fn stock_client(port: u16, args: &[&str]) -> (Output, Value) {
+    let p = port.to_string();
+    let o = run_cmd(
+        Command::new("iperf3")
+            .args(["-c", "127.0.0.1", "-p", &p, "-J"])
+            .args(args),
+        LIMIT,
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "iperf3 -J output is not JSON ({e}):\n{}\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            stderr(&o)
+        )
+    });
+    (o, v)
+}
+
+fn assert_ok(o: &Output, v: &Value) {
+    assert!(
+        o.status.success() && v.get("error").is_none(),
+        "iperf3 failed ({:?}): {}\n{}",
+        o.status,
+        v.get("error").unwrap_or(&Value::Null),
+        stderr(o)
+    );
+}
+
+/// The bytes hakaru's server logged for the finished iperf3 test: (received, sent).
+fn server_counts(srv: &ServerProc) -> (u64, u64) {
+    let line = srv
+        .wait_log("iperf3 test", Duration::from_secs(15))
+        .and_then(|l| {
+            if l.contains("finished") {
+                Some(l)
+            } else {
+                srv.wait_log("finished after", Duration::from_secs(15))
+            }
+        })
+        .expect("the server logs the end of the iperf3 test");
+    let after = |key: &str| -> u64 {
+        line.split(key)
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no '{key}' count in {line}"))
+    };
+    (after("received "), after("sent "))
+}
+
+fn within_1pct(a: u64, b: u64) -> bool {
+    let (a, b) = (a as f64, b as f64);
+    (a - b).abs() <= 0.01 * a.max(b)
+}
+
+fn sum_bytes(v: &Value, key: &str) -> u64 {
+    count(v, &format!("/end/{key}/bytes"))
+}
+
+/// A TCP case against hakaru's server: the client's receiver figure is the server's count,
+/// and the two ends agree within 1 %.
+fn tcp_case(args: &[&str], mode: &str, dir: &str) {
+    if !have_iperf3() {
+        return;
+    }
+    let srv = ServerProc::start(&[]);
+    let (o, v) = stock_client(srv.port, args);
+    assert_ok(&o, &v);
+    let (rx, tx) = server_counts(&srv);
+    let bidir = args.contains(&"--bidir");
+    let reverse = args.contains(&"-R");
+    let sent = sum_bytes(&v, "sum_sent");
+    let received = sum_bytes(&v, "sum_received");
+    assert!(sent > 0 && received > 0, "nothing moved: {}", v["end"]);
+    if reverse {
+        // The server sent; the client received.
+        assert_eq!(sent, tx, "client's sender figure is the server's count");
+        assert_eq!(rx, 0);
+    } else {
+        assert_eq!(received, rx, "client's receiver figure is the server's count");
+        if !bidir {
+            assert_eq!(tx, 0);
+        }
+    }
+    if bidir {
+        let back = sum_bytes(&v, "sum_sent_bidir_reverse");
+        assert_eq!(back, tx, "reverse half sent by the server");
+        assert!(within_1pct(
+            back,
+            sum_bytes(&v, "sum_received_bidir_reverse")
+        ));
+    }
+    assert!(
+        within_1pct(sent, received),
+        "ends disagree: sent {sent}, received {received}"
+    );
+    compat_pass("iperf3", "server", mode, dir);
+}
+
+#[test]
+fn iperf3_tcp_one_stream() {
+    tcp_case(&["-t", "2"], "TCP -P 1", "client to server");
+}
+
+#[test]
+fn iperf3_tcp_four_streams_reverse() {
+    tcp_case(&["-t", "2", "-P", "4", "-R"], "TCP -P 4 -R", "server to client");
+}
+
+#[test]
+fn iperf3_tcp_bidir() {
+    // Stream ids (1, 3 from the client, 4, 5 from the server) are checked by the stock client
+    // itself in the results exchange: an unknown id fails the run.
+    tcp_case(&["-t", "2", "-P", "2", "--bidir"], "TCP -P 2 --bidir", "both");
+}
+
+#[test]
+fn iperf3_tcp_bytes_reverse_and_blocks() {
+    tcp_case(&["-n", "50M", "-R"], "TCP -n 50M -R (-t 0)", "server to client");
+    tcp_case(&["-k", "400", "-l", "64K"], "TCP -k 400", "client to server");
+}
+
+#[test]
+fn iperf3_tcp_omit_and_socket_options() {
+    tcp_case(&["-t", "2", "-O", "1"], "TCP -O 1", "client to server");
+    tcp_case(
+        &[
+            "-t", "1", "-w", "1M", "-M", "1400", "-N", "-C", "cubic", "-S", "0x10", "-R",
+            "--repeating-payload", "-Z", "-T", "tag", "-b", "200M",
+        ],
+        "TCP -R -w -M -N -C -S -Z -b --repeating-payload -T",
+        "server to client",
+    );
+}
+
+#[test]
+fn iperf3_tcp_pacing_in_reverse_is_the_servers() {
+    if !have_iperf3() {
+        return;
+    }
+    let srv = ServerProc::start(&[]);
+    let (o, v) = stock_client(srv.port, &["-t", "2", "-R", "-b", "100M"]);
+    assert_ok(&o, &v);
+    let bps = num(&v, "/end/sum_received/bits_per_second");
+    // Unpaced loopback runs at tens of Gbit/s; paced, the rate is 100 Mbit/s within a block.
+    assert!(bps < 150e6 && bps > 50e6, "reverse -b 100M gave {bps} bit/s");
+    compat_pass("iperf3", "server", "TCP -R -b 100M", "server to client");
+}
+
+/// A UDP case: with a modest rate on loopback nothing is lost, so counts are exact.
+fn udp_case(args: &[&str], mode: &str, dir: &str) -> Value {
+    let srv = ServerProc::start(&[]);
+    let (o, v) = stock_client(srv.port, args);
+    assert_ok(&o, &v);
+    let (rx, tx) = server_counts(&srv);
+    let end = &v["end"];
+    let sum = &end["sum"];
+    let lost = count(&v, "/end/sum/lost_packets");
+    let packets = count(&v, "/end/sum/packets");
+    assert!(packets > 0, "no packets: {end}");
+    assert_eq!(lost, 0, "loss on loopback at a modest rate: {sum}");
+    if args.contains(&"-R") {
+        assert_eq!(sum_bytes(&v, "sum_sent"), tx);
+    } else {
+        assert_eq!(sum_bytes(&v, "sum_received"), rx);
+    }
+    // Every stream's datagram count is the same at both ends.
+    for s in end["streams"].as_array().expect("streams") {
+        let u = &s["udp"];
+        assert!(u["packets"].as_u64().unwrap_or(0) > 0, "{s}");
+        assert_eq!(u["lost_packets"].as_u64(), Some(0), "{s}");
+    }
+    compat_pass("iperf3", "server", mode, dir);
+    v
+}
+
+#[test]
+fn iperf3_udp_forward() {
+    if have_iperf3() {
+        let v = udp_case(&["-u", "-b", "20M", "-t", "2"], "UDP -b 20M", "client to server");
+        assert!(num(&v, "/end/sum/jitter_ms") >= 0.0);
+    }
+}
+
+#[test]
+fn iperf3_udp_reverse_64bit() {
+    if have_iperf3() {
+        udp_case(
+            &["-u", "-b", "20M", "-t", "2", "-R", "--udp-counters-64bit"],
+            "UDP -R --udp-counters-64bit",
+            "server to client",
+        );
+    }
+}
+
+#[test]
+fn iperf3_udp_bidir_and_parallel() {
+    if have_iperf3() {
+        udp_case(
+            &["-u", "-b", "10M", "-t", "2", "--bidir", "-P", "2"],
+            "UDP -P 2 --bidir",
+            "both",
+        );
+        udp_case(
+            &["-u", "-b", "10M", "-t", "2", "-P", "3", "-l", "1400", "-O", "1"],
+            "UDP -P 3 -l 1400 -O 1",
+            "client to server",
+        );
+    }
+}
+
+#[test]
+fn iperf3_get_server_output_text_and_json() {
+    if !have_iperf3() {
+        return;
+    }
+    let srv = ServerProc::start(&[]);
+    let (o, v) = stock_client(srv.port, &["-t", "1", "--get-server-output"]);
+    assert_ok(&o, &v);
+    let text = v["server_output_text"].as_str().unwrap_or("");
+    assert!(!text.is_empty(), "no server_output_text: {v}");
+    let srv = ServerProc::start(&["--iperf3-server-output", "json"]);
+    let (o, v) = stock_client(srv.port, &["-t", "1", "-R", "--get-server-output"]);
+    assert_ok(&o, &v);
+    assert!(
+        v["server_output_json"].is_object(),
+        "no server_output_json: {v}"
+    );
+    compat_pass("iperf3", "server", "TCP --get-server-output (text, JSON)", "both");
+}
+
+fn spawn_stock(port: u16, args: &[&str]) -> Child {
+    Command::new("iperf3")
+        .args(["-c", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn iperf3")
+}
+
+#[test]
+fn iperf3_killed_client_and_busy_limit() {
+    if !have_iperf3() {
+        return;
+    }
+    let mut srv = ServerProc::start(&["--max-tests", "1"]);
+    // A client that dies mid-test: the server ends that test and serves the next.
+    let victim = spawn_stock(srv.port, &["-t", "20", "-P", "2"]);
+    let pid = victim.id();
+    assert!(srv.wait_log("iperf3 test", Duration::from_secs(10)).is_some());
+    // While it runs, a second client is refused as busy (--max-tests 1).
+    let o = run_cmd(
+        Command::new("iperf3").args(["-c", "127.0.0.1", "-p", &srv.port_s(), "-t", "1"]),
+        LIMIT,
+    );
+    assert!(!o.status.success());
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
+    assert!(text.contains("busy"), "no busy message: {text}");
+    kill(pid, 9);
+    let _ = victim.wait_with_output();
+    assert!(
+        srv.wait_log("ended", Duration::from_secs(20)).is_some(),
+        "the server noticed the dead client"
+    );
+    assert!(srv.alive());
+    let (o, v) = stock_client(srv.port, &["-t", "1"]);
+    assert_ok(&o, &v);
+    compat_pass("iperf3", "server", "killed client, then busy (--max-tests 1)", "client to server");
+}
+
+#[test]
+fn iperf3_clients_on_two_addresses_at_once() {
+    if !have_iperf3() {
+        return;
+    }
+    let srv = ServerProc::start_with(hakaru(), "0.0.0.0", &[]);
+    let p = srv.port_s();
+    let a = Command::new("iperf3")
+        .args(["-c", "127.0.0.1", "-B", "127.0.0.2", "-p", &p, "-t", "2", "-J"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let b = Command::new("iperf3")
+        .args(["-c", "127.0.0.1", "-B", "127.0.0.3", "-p", &p, "-t", "2", "-u", "-b", "10M", "-J"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let (pa, pb) = (a.id(), b.id());
+    let wait = |c: Child, pid: u32| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(c.wait_with_output());
+        });
+        rx.recv_timeout(LIMIT).unwrap_or_else(|_| {
+            kill(pid, 9);
+            panic!("iperf3 did not finish")
+        })
+        .expect("wait")
+    };
+    for (o, what) in [(wait(a, pa), "TCP"), (wait(b, pb), "UDP")] {
+        let v: Value = serde_json::from_slice(&o.stdout).expect("json");
+        assert_ok(&o, &v);
+        assert!(sum_bytes(&v, "sum_received") > 0, "{what}: {}", v["end"]);
+    }
+    compat_pass("iperf3", "server", "TCP and UDP clients at once", "client to server");
+}
+
+/// Reads exactly `n` bytes with a deadline.
+fn read_n(s: &mut TcpStream, n: usize) -> Vec<u8> {
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut b = vec![0u8; n];
+    s.read_exact(&mut b).expect("read");
+    b
+}
+
+fn framed(v: &Value) -> Vec<u8> {
+    let body = v.to_string();
+    let mut out = (body.len() as u32).to_be_bytes().to_vec();
+    out.extend(body.as_bytes());
+    out
+}
+
+#[test]
+fn iperf3_wrong_cookie_and_garbage_are_refused_and_the_server_serves_on() {
+    if !have_iperf3() {
+        return;
+    }
+    let mut srv = ServerProc::start(&[]);
+    let addr = format!("127.0.0.1:{}", srv.port);
+    let cookie = b"abcdefghijklmnopqrstuvwxyz234567abcd\0";
+    let mut ctl = TcpStream::connect(&addr).unwrap();
+    ctl.write_all(cookie).unwrap();
+    assert_eq!(read_n(&mut ctl, 1), [9], "PARAM_EXCHANGE");
+    let params = serde_json::json!({"tcp": true, "omit": 0, "time": 1, "num": 0,
+        "blockcount": 0, "parallel": 1, "len": 1024, "client_version": "3.12"});
+    ctl.write_all(&framed(&params)).unwrap();
+    assert_eq!(read_n(&mut ctl, 1), [10], "CREATE_STREAMS");
+    // A data stream with someone else's cookie: ACCESS_DENIED and closed.
+    let mut bad = TcpStream::connect(&addr).unwrap();
+    bad.write_all(b"zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz\0").unwrap();
+    assert_eq!(read_n(&mut bad, 1), [0xff]);
+    let mut rest = Vec::new();
+    let _ = bad.read_to_end(&mut rest);
+    assert!(rest.is_empty());
+    // The right cookie: the test starts.
+    let mut data = TcpStream::connect(&addr).unwrap();
+    data.write_all(cookie).unwrap();
+    assert_eq!(read_n(&mut ctl, 2), [1, 2], "TEST_START, TEST_RUNNING");
+    data.write_all(&[7u8; 10_000]).unwrap();
+    // A client that gives up: CLIENT_TERMINATE.
+    ctl.write_all(&[12]).unwrap();
+    drop(data);
+    drop(ctl);
+    assert!(srv.wait_log("CLIENT_TERMINATE", Duration::from_secs(10)).is_some());
+    // Garbage parameters: an error, not a crash.
+    let mut g = TcpStream::connect(&addr).unwrap();
+    g.write_all(b"qqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqq\0").unwrap();
+    assert_eq!(read_n(&mut g, 1), [9]);
+    g.write_all(&[0, 0, 0, 5, b'{', b'x', b'x', b'}', b'!']).unwrap();
+    let reply = read_n(&mut g, 9);
+    assert_eq!(reply[0], 0xfe, "SERVER_ERROR");
+    assert_eq!(i32::from_be_bytes([reply[1], reply[2], reply[3], reply[4]]), 114);
+    // A stranger's UDP datagram on the port is not answered.
+    let u = UdpSocket::bind("127.0.0.1:0").unwrap();
+    u.send_to(b"9876", &addr).unwrap();
+    u.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    let mut b = [0u8; 16];
+    assert!(u.recv(&mut b).is_err(), "the server answered a stray datagram");
+    assert!(srv.alive());
+    let (o, v) = stock_client(srv.port, &["-t", "1"]);
+    assert_ok(&o, &v);
+    compat_pass("iperf3", "server", "wrong cookie, garbage parameters", "client to server");
+}
