@@ -391,6 +391,7 @@ impl Session<'_> {
             .then(|| Duration::from_secs_f64(plan.params.time + plan.params.omit) + GRACE);
         let started = Instant::now();
         let mut ended = false;
+        let mut idle_since: Option<Instant> = None;
         loop {
             if ended && run.is_done() {
                 break;
@@ -417,6 +418,13 @@ impl Session<'_> {
                 if let Some(e) = run.first_error() {
                     run.abort();
                     return Err(Fail::Quiet(e));
+                }
+                let since = *idle_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > IDLE_LIMIT {
+                    return Err(Fail::Quiet(format!(
+                        "no TEST_END within {} s of the last stream's end",
+                        IDLE_LIMIT.as_secs()
+                    )));
                 }
             }
             match self.ctl.poll_state(Duration::from_millis(100)) {
