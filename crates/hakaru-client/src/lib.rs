@@ -6,6 +6,7 @@
 
 mod assemble;
 mod connect;
+mod iperf3;
 mod latency;
 mod udp;
 
@@ -51,6 +52,8 @@ pub struct ClientOptions {
     pub full_log: Option<std::path::PathBuf>,
     /// Latency tests: include the round-trip distribution in the result.
     pub histogram: bool,
+    /// The server is a stock iperf3 server: speak its protocol (`--iperf3`).
+    pub iperf3: bool,
 }
 
 /// Why a client run failed. Each message names the peer or the flag at fault.
@@ -222,6 +225,9 @@ pub fn run_test(
     observer: &mut dyn Observer,
     stop: Arc<AtomicBool>,
 ) -> Result<RunResult, ClientError> {
+    if opts.iperf3 {
+        return iperf3::run(opts, observer, stop);
+    }
     opts.spec
         .validate()
         .map_err(|e| ClientError::Refused(format!("(checked locally) {}", e.0)))?;

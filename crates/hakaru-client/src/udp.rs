@@ -18,7 +18,7 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often an unacknowledged hello is repeated.
 const HELLO_REPEAT: Duration = Duration::from_millis(100);
 
-fn open_socket(
+pub(crate) fn open_socket(
     opts: &ClientOptions,
     spec: &UdpSpec,
     server: SocketAddr,

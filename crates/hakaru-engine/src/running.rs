@@ -44,6 +44,15 @@ impl Running {
         }
     }
 
+    /// Bytes moved so far (warm-up included) on the flows where this end has `role`.
+    pub fn moved(&self, role: hakaru_model::Role) -> u64 {
+        match self {
+            Running::Tcp(r) => r.moved(role),
+            Running::Udp(r) => r.moved(role),
+            Running::Echo(_) => 0,
+        }
+    }
+
     /// The first flow error so far.
     pub fn first_error(&self) -> Option<String> {
         match self {

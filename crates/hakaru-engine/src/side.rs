@@ -104,6 +104,16 @@ impl Core {
         self.wake.1.notify_all();
     }
 
+    /// Bytes moved so far (warm-up included) on the flows where this end has `role`.
+    pub fn moved(&self, role: Role) -> u64 {
+        self.meta
+            .iter()
+            .zip(&self.counters)
+            .filter(|(m, _)| m.role == role)
+            .map(|(_, c)| c.snapshot().bytes)
+            .sum()
+    }
+
     pub fn all_done(&self) -> bool {
         self.remaining.load(Ordering::Acquire) == 0
     }

@@ -169,6 +169,9 @@ struct Shared {
     core: Arc<Core>,
     streams: Vec<TcpStream>,
     final_info: Mutex<Vec<Option<TcpInfo>>>,
+    /// Per flow: bytes still unacknowledged when a sender stopped without a FIN (the peer
+    /// ended the test and will not read them), taken off the sent count.
+    stranded: Mutex<Vec<u64>>,
     pattern: Vec<u8>,
     zc: Option<sys::ZeroCopySource>,
     /// Set when the peer has stopped sending: receivers finish once nothing is left to read.
@@ -239,6 +242,7 @@ impl SideRun {
             core: Arc::clone(&core),
             streams,
             final_info: Mutex::new(vec![None; n]),
+            stranded: Mutex::new(vec![0; n]),
             pattern,
             zc,
             drain: std::sync::atomic::AtomicBool::new(false),
@@ -297,6 +301,32 @@ impl SideRun {
         self.shared.all_done()
     }
 
+    /// Bytes moved so far (warm-up included) on the flows where this end has `role`.
+    pub fn moved(&self, role: Role) -> u64 {
+        self.shared.core.moved(role)
+    }
+
+    /// Over this end's sending flows: bytes the peer has not acknowledged yet, and the
+    /// smallest receive window the peer advertises (it reopens as the peer reads).
+    pub fn send_state(&self) -> (u64, u64) {
+        let s = &self.shared;
+        let senders = || {
+            s.meta
+                .iter()
+                .zip(&s.streams)
+                .filter(|(m, _)| m.role == Role::Sender)
+                .map(|(_, st)| st.as_raw_fd())
+        };
+        let unacked = senders()
+            .map(|fd| sys::tcp_send_queue(fd).unwrap_or(0))
+            .sum();
+        let window = senders()
+            .map(|fd| sys::tcp_peer_window(fd).unwrap_or(0))
+            .min()
+            .unwrap_or(0);
+        (unacked, window)
+    }
+
     /// Waits for workers and the ticker and builds this end's report.
     pub fn wait(mut self) -> SideReport {
         for w in self.workers.drain(..) {
@@ -313,6 +343,11 @@ impl SideRun {
         let s = &self.shared;
         let infos = s.final_info.lock().map(|e| e.clone()).unwrap_or_default();
         let mut report = s.core.report(t, |i| infos.get(i).cloned().flatten());
+        if let Ok(stranded) = s.stranded.lock() {
+            for (f, &q) in report.flows.iter_mut().zip(stranded.iter()) {
+                f.bytes = f.bytes.saturating_sub(q);
+            }
+        }
         if s.cfg.zerocopy {
             report.send_mode = "sendfile".into();
         }
@@ -577,6 +612,12 @@ fn finish_sender(s: &Shared, i: usize) {
     if let Ok(info) = sys::tcp_info(stream.as_raw_fd()) {
         if let Ok(mut v) = s.final_info.lock() {
             v[i] = Some(info);
+        }
+    }
+    if !s.cfg.half_close && s.stop_send.load(Ordering::Acquire) {
+        // Stopped by the peer's word: what it has not acknowledged never reached it.
+        if let (Ok(q), Ok(mut v)) = (sys::tcp_send_queue(stream.as_raw_fd()), s.stranded.lock()) {
+            v[i] = q;
         }
     }
     let err = if s.cfg.half_close {

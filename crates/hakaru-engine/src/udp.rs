@@ -222,6 +222,11 @@ impl UdpRun {
         self.shared.all_done()
     }
 
+    /// Bytes moved so far (warm-up included) on the flows where this end has `role`.
+    pub fn moved(&self, role: Role) -> u64 {
+        self.shared.core.moved(role)
+    }
+
     /// Waits for workers and the ticker and builds this end's report.
     pub fn wait(mut self) -> SideReport {
         for w in self.workers.drain(..) {

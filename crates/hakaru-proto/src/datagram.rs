@@ -126,7 +126,11 @@ impl Framing {
         match self {
             Framing::Hakaru => write_header(buf, flow, seq, sent_ns),
             Framing::Iperf3 { seq64 } => {
-                let need = if seq64 { IPERF3_HEADER64 } else { IPERF3_HEADER };
+                let need = if seq64 {
+                    IPERF3_HEADER64
+                } else {
+                    IPERF3_HEADER
+                };
                 if buf.len() < need {
                     return;
                 }
@@ -151,7 +155,11 @@ impl Framing {
         match self {
             Framing::Hakaru => read_header(buf),
             Framing::Iperf3 { seq64 } => {
-                let need = if seq64 { IPERF3_HEADER64 } else { IPERF3_HEADER };
+                let need = if seq64 {
+                    IPERF3_HEADER64
+                } else {
+                    IPERF3_HEADER
+                };
                 if buf.len() < need {
                     return None;
                 }

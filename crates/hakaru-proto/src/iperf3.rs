@@ -5,9 +5,7 @@
 //! typed values and back, and tells state bytes, cookies and UDP stream greetings apart. It
 //! never touches a socket; the server and client feed it bytes.
 
-use hakaru_model::{
-    End, Environment, FlowDir, FlowSide, Role, SideReport, TcpInfo, UdpFlowSide,
-};
+use hakaru_model::{End, Environment, FlowDir, FlowSide, Role, SideReport, TcpInfo, UdpFlowSide};
 use serde_json::{json, Map, Value};
 
 /// Bytes of a cookie on the wire: 36 base32 characters and a NUL.
@@ -259,7 +257,11 @@ impl Inbox {
 
     /// Takes one framed JSON document once all of it is here; an announced length over `max`
     /// is an error at once (the peer is not sending what it should).
-    pub fn take_json(&mut self, what: &'static str, max: usize) -> Result<Option<Value>, Iperf3Error> {
+    pub fn take_json(
+        &mut self,
+        what: &'static str,
+        max: usize,
+    ) -> Result<Option<Value>, Iperf3Error> {
         if self.buf.len() < 4 {
             return Ok(None);
         }
@@ -469,7 +471,10 @@ impl Params {
         if let Some(b) = self.bandwidth.filter(|&b| b > 0) {
             o.insert("bandwidth".into(), json!(b));
         }
-        o.insert("pacing_timer".into(), json!(self.pacing_timer.unwrap_or(1000)));
+        o.insert(
+            "pacing_timer".into(),
+            json!(self.pacing_timer.unwrap_or(1000)),
+        );
         if let Some(t) = self.tos {
             o.insert("TOS".into(), json!(t));
         }
@@ -501,7 +506,7 @@ impl Params {
 
 /// Seconds as iperf3 writes them: an integer when whole.
 fn whole(x: f64) -> Value {
-    if x.fract() == 0.0 && x >= 0.0 && x < 1e15 {
+    if x.fract() == 0.0 && (0.0..1e15).contains(&x) {
         json!(x as u64)
     } else {
         json!(x)
@@ -928,7 +933,14 @@ mod tests {
         };
         let v = p.to_json();
         let o = v.as_object().unwrap();
-        for k in ["reverse", "bidirectional", "nodelay", "zerocopy", "bandwidth", "udp"] {
+        for k in [
+            "reverse",
+            "bidirectional",
+            "nodelay",
+            "zerocopy",
+            "bandwidth",
+            "udp",
+        ] {
             assert!(!o.contains_key(k), "{k} present in {v}");
         }
         assert_eq!(o["tcp"], json!(true));

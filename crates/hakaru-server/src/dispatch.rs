@@ -74,10 +74,16 @@ fn handle(ctx: &Ctx, mut stream: TcpStream, peer: SocketAddr) {
             while first.len() < hakaru_proto::iperf3::COOKIE_LEN {
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() || ctx.shutdown.load(Ordering::Acquire) {
-                    tracing::info!("closed connection from {peer}: no complete iperf3 cookie within 10 s");
+                    tracing::info!(
+                        "closed connection from {peer}: no complete iperf3 cookie within 10 s"
+                    );
                     return;
                 }
-                match read_some(&mut stream, &mut buf[..hakaru_proto::iperf3::COOKIE_LEN - first.len()], left) {
+                match read_some(
+                    &mut stream,
+                    &mut buf[..hakaru_proto::iperf3::COOKIE_LEN - first.len()],
+                    left,
+                ) {
                     Some(n) => first.extend_from_slice(&buf[..n]),
                     None => return,
                 }

@@ -30,8 +30,7 @@ use hakaru_model::{
 };
 use hakaru_proto::datagram::Framing;
 use hakaru_proto::iperf3::{
-    self as wire, errno, report_from_results, results_from_report, Params, Protocol, Results,
-    State,
+    self as wire, errno, report_from_results, results_from_report, Params, Protocol, Results, State,
 };
 use socket2::SockRef;
 
@@ -48,6 +47,9 @@ const DONE_TIMEOUT: Duration = Duration::from_secs(10);
 const GRACE: Duration = Duration::from_secs(40);
 /// A test without a time limit (`-n`, `-k`) whose data stops moving this long is over.
 const IDLE_LIMIT: Duration = Duration::from_secs(120);
+
+/// The server's interval samples of a test, kept for the server output.
+type Samples = Arc<Mutex<Vec<IntervalSample>>>;
 
 /// Addresses whose iperf3 tests are opening their data streams right now.
 #[derive(Default)]
@@ -202,7 +204,8 @@ impl Session<'_> {
                 Iperf3CtlError::Proto(p) => Fail::Tell(errno::IERECVPARAMS, p.to_string()),
                 other => Fail::Quiet(format!("reading the parameters: {other}")),
             })?;
-        let params = Params::from_json(&v).map_err(|e| Fail::Tell(errno::IERECVPARAMS, e.to_string()))?;
+        let params =
+            Params::from_json(&v).map_err(|e| Fail::Tell(errno::IERECVPARAMS, e.to_string()))?;
         let plan = plan(&params)?;
         tracing::info!(
             "iperf3 test {} from {} (client {}): {}, {} stream(s) per direction, {:?}, {}",
@@ -218,7 +221,9 @@ impl Session<'_> {
         self.ctx
             .registry
             .insert(self.cookie.clone(), self.peer.ip(), tx);
-        self.ctx.iperf3.begin(self.peer.ip(), &self.cookie, plan.udp);
+        self.ctx
+            .iperf3
+            .begin(self.peer.ip(), &self.cookie, plan.udp);
         self.ctl
             .send_state(State::CreateStreams)
             .map_err(quiet("sending CREATE_STREAMS"))?;
@@ -237,7 +242,7 @@ impl Session<'_> {
         &mut self,
         plan: &Plan,
         rx: &mpsc::Receiver<DataConn>,
-    ) -> Result<(Running, Arc<Mutex<Vec<IntervalSample>>>), Fail> {
+    ) -> Result<(Running, Samples), Fail> {
         let want = plan.flows.len();
         let mut tcp: Vec<TcpStream> = Vec::new();
         let mut udp: Vec<UdpSocket> = Vec::new();
@@ -254,7 +259,9 @@ impl Session<'_> {
                 Ok(DataConn::Tcp(_, s)) if !plan.udp => tcp.push(s),
                 Ok(DataConn::Udp(_, from)) if plan.udp => {
                     let TestSpec::Udp(u) = &plan.spec else {
-                        return Err(Fail::Quiet("internal error: UDP plan without UDP spec".into()));
+                        return Err(Fail::Quiet(
+                            "internal error: UDP plan without UDP spec".into(),
+                        ));
                     };
                     let s = open_udp_stream(self.ctx, u, from).map_err(|e| {
                         Fail::Tell(203, format!("opening the UDP stream to {from}: {e}"))
@@ -287,7 +294,10 @@ impl Session<'_> {
             .local_addr()
             .ok()
             .and_then(|a| sys::interface_for_addr(a.ip()));
-        let affinity: Vec<usize> = p.server_affinity.map(|a| vec![a as usize]).unwrap_or_default();
+        let affinity: Vec<usize> = p
+            .server_affinity
+            .map(|a| vec![a as usize])
+            .unwrap_or_default();
         let mut cfg = SideConfig::for_spec(End::Server, &plan.spec, affinity, iface);
         // The client decides when the test ends; the server sends until told, or (-n, -k) its
         // share of the amount, as stock iperf3 does.
@@ -335,8 +345,15 @@ impl Session<'_> {
                 .collect();
             self.start_signal()?;
             Running::Udp(
-                UdpRun::start(cfg, ucfg, flows, on_interval, Box::new(|| {}), Box::new(|_| {}))
-                    .map_err(|e| Fail::Tell(200, format!("starting the streams: {e}")))?,
+                UdpRun::start(
+                    cfg,
+                    ucfg,
+                    flows,
+                    on_interval,
+                    Box::new(|| {}),
+                    Box::new(|_| {}),
+                )
+                .map_err(|e| Fail::Tell(200, format!("starting the streams: {e}")))?,
             )
         } else {
             let TestSpec::Tcp(t) = &plan.spec else {
@@ -447,9 +464,7 @@ impl Session<'_> {
                 }
                 Err(e) => {
                     run.abort();
-                    return Err(Fail::Quiet(format!(
-                        "the client went away mid-test ({e})"
-                    )));
+                    return Err(Fail::Quiet(format!("the client went away mid-test ({e})")));
                 }
             }
         }
@@ -461,7 +476,7 @@ impl Session<'_> {
         &mut self,
         plan: &Plan,
         report: &hakaru_model::SideReport,
-        samples: Arc<Mutex<Vec<IntervalSample>>>,
+        samples: Samples,
     ) -> Result<String, Fail> {
         self.ctl
             .send_state(State::ExchangeResults)
@@ -503,7 +518,9 @@ impl Session<'_> {
         // The client's last word; 3.21 clients then wait for this end to close.
         match self.ctl.recv_state(DONE_TIMEOUT) {
             Ok(State::IperfDone) | Err(Iperf3CtlError::Closed) => {}
-            Ok(other) => tracing::debug!("iperf3 test {}: {other:?} instead of IPERF_DONE", self.id),
+            Ok(other) => {
+                tracing::debug!("iperf3 test {}: {other:?} instead of IPERF_DONE", self.id)
+            }
             Err(e) => tracing::debug!("iperf3 test {}: no IPERF_DONE ({e})", self.id),
         }
         let received: u64 = report
@@ -543,7 +560,12 @@ impl Session<'_> {
                 hakaru_client::merge_interval(Some(s), None, &flipped)
             })
             .collect();
-        let local = self.ctl.stream().local_addr().map(|a| a.to_string()).unwrap_or_default();
+        let local = self
+            .ctl
+            .stream()
+            .local_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
         let mut spec = plan.spec.clone();
         flip_spec(&mut spec);
         let mut mine = report.clone();
@@ -666,7 +688,10 @@ fn plan(p: &Params) -> Result<Plan, Fail> {
         if !avail.is_empty() && !avail.iter().any(|a| a == cc) {
             return tell(
                 errno::IESETCONGESTION,
-                format!("-C {cc}: not available here (available: {})", avail.join(" ")),
+                format!(
+                    "-C {cc}: not available here (available: {})",
+                    avail.join(" ")
+                ),
             );
         }
     }

@@ -344,3 +344,13 @@ mod tests {
         );
     }
 }
+
+/// Unacknowledged bytes of a TCP socket: unsupported here.
+pub fn tcp_send_queue(_fd: RawFd) -> io::Result<u64> {
+    Err(unsupported("reading the TCP send queue"))
+}
+
+/// The peer's advertised receive window: unsupported here.
+pub fn tcp_peer_window(_fd: RawFd) -> io::Result<u64> {
+    Err(unsupported("reading the peer's TCP window"))
+}

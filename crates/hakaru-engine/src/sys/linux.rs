@@ -123,6 +123,16 @@ const CA_NAME_MAX: usize = 16;
 
 /// Reads TCP_INFO (and TCP_CONGESTION into `congestion`) of a connected TCP socket.
 pub fn tcp_info(fd: RawFd) -> io::Result<TcpInfo> {
+    let raw = raw_tcp_info(fd)?;
+    tcp_info_from(fd, &raw)
+}
+
+/// The receive window the peer last advertised (tcpi_snd_wnd, Linux 6.2; 0 before).
+pub fn tcp_peer_window(fd: RawFd) -> io::Result<u64> {
+    Ok(u64::from(raw_tcp_info(fd)?.tcpi_snd_wnd))
+}
+
+fn raw_tcp_info(fd: RawFd) -> io::Result<RawTcpInfo> {
     let mut raw = RawTcpInfo::default();
     let mut len = mem::size_of::<RawTcpInfo>() as libc::socklen_t;
     // SAFETY: the buffer is a live, writable RawTcpInfo and `len` is its size; the kernel
@@ -139,6 +149,10 @@ pub fn tcp_info(fd: RawFd) -> io::Result<TcpInfo> {
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
+    Ok(raw)
+}
+
+fn tcp_info_from(fd: RawFd, raw: &RawTcpInfo) -> io::Result<TcpInfo> {
     // An older kernel writes only the prefix it knows; the zero-initialised tail then reads as
     // zero, which is what TcpInfo reports for a field the kernel does not have.
     let pacing = if raw.tcpi_pacing_rate == u64::MAX {
@@ -916,5 +930,18 @@ mod tests {
         let (_client, server) = pair();
         let e = recv_discard(server.as_raw_fd(), 10).expect_err("nothing queued");
         assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+    }
+}
+
+/// Bytes a TCP socket has not yet had acknowledged (sent or not): SIOCOUTQ.
+pub fn tcp_send_queue(fd: RawFd) -> io::Result<u64> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: TIOCOUTQ (SIOCOUTQ) writes one int through the pointer; the fd is a socket the
+    // caller owns.
+    let r = unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut n) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n.max(0) as u64)
     }
 }

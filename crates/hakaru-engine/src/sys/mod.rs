@@ -109,8 +109,8 @@ pub use poll::{tighten_timer_slack, wait_fd, Interest, PollSet};
 pub use linux::{
     available_congestion, bind_address_no_port, cpu_snapshot, environment, interface_for_addr,
     local_port_range, nic_snapshot, nic_snapshot_all, online_cpus, pin_current_thread,
-    recv_discard, send_zerocopy, set_busy_poll, tcp_defer_accept, tcp_info, ZeroCopySource,
-    DISCARD_SUPPORTED,
+    recv_discard, send_zerocopy, set_busy_poll, tcp_defer_accept, tcp_info, tcp_peer_window,
+    tcp_send_queue, ZeroCopySource, DISCARD_SUPPORTED,
 };
 
 #[cfg(target_os = "linux")]
@@ -123,8 +123,8 @@ pub use linux_udp::{
 pub use fallback::{
     available_congestion, bind_address_no_port, cpu_snapshot, environment, interface_for_addr,
     local_port_range, nic_snapshot, nic_snapshot_all, online_cpus, pin_current_thread,
-    recv_discard, send_zerocopy, set_busy_poll, tcp_defer_accept, tcp_info, ZeroCopySource,
-    DISCARD_SUPPORTED,
+    recv_discard, send_zerocopy, set_busy_poll, tcp_defer_accept, tcp_info, tcp_peer_window,
+    tcp_send_queue, ZeroCopySource, DISCARD_SUPPORTED,
 };
 
 #[cfg(not(target_os = "linux"))]
@@ -168,6 +168,8 @@ mod tests {
             }};
         }
         same!(tcp_info: fn(RawFd) -> io::Result<TcpInfo>);
+        same!(tcp_send_queue: fn(RawFd) -> io::Result<u64>);
+        same!(tcp_peer_window: fn(RawFd) -> io::Result<u64>);
         same!(cpu_snapshot: fn() -> Option<CpuSnapshot>);
         same!(nic_snapshot: fn(&str) -> Option<NicSnapshot>);
         same!(nic_snapshot_all: fn() -> Vec<NicSnapshot>);

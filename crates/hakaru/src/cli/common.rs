@@ -42,6 +42,10 @@ pub struct Target {
     /// Print JSON Lines events (start, interval, end, error) as the test runs.
     #[arg(long)]
     pub json_stream: bool,
+    /// The server is a stock iperf3 server (`iperf3 -s`): speak its protocol. Receiver
+    /// figures come from iperf3's results exchange; live intervals show this end only.
+    #[arg(long)]
+    pub iperf3: bool,
 }
 
 impl Target {
@@ -146,6 +150,7 @@ impl Target {
             connect_timeout: self.connect_timeout.0.max(Duration::from_millis(100)),
             full_log: None,
             histogram: false,
+            iperf3: self.iperf3,
         }
     }
 

@@ -101,7 +101,10 @@ fn tcp_case(args: &[&str], mode: &str, dir: &str) {
         assert_eq!(sent, tx, "client's sender figure is the server's count");
         assert_eq!(rx, 0);
     } else {
-        assert_eq!(received, rx, "client's receiver figure is the server's count");
+        assert_eq!(
+            received, rx,
+            "client's receiver figure is the server's count"
+        );
         if !bidir {
             assert_eq!(tx, 0);
         }
@@ -128,20 +131,36 @@ fn iperf3_tcp_one_stream() {
 
 #[test]
 fn iperf3_tcp_four_streams_reverse() {
-    tcp_case(&["-t", "2", "-P", "4", "-R"], "TCP -P 4 -R", "server to client");
+    tcp_case(
+        &["-t", "2", "-P", "4", "-R"],
+        "TCP -P 4 -R",
+        "server to client",
+    );
 }
 
 #[test]
 fn iperf3_tcp_bidir() {
     // Stream ids (1, 3 from the client, 4, 5 from the server) are checked by the stock client
     // itself in the results exchange: an unknown id fails the run.
-    tcp_case(&["-t", "2", "-P", "2", "--bidir"], "TCP -P 2 --bidir", "both");
+    tcp_case(
+        &["-t", "3", "-P", "2", "--bidir"],
+        "TCP -P 2 --bidir",
+        "both",
+    );
 }
 
 #[test]
 fn iperf3_tcp_bytes_reverse_and_blocks() {
-    tcp_case(&["-n", "50M", "-R"], "TCP -n 50M -R (-t 0)", "server to client");
-    tcp_case(&["-k", "400", "-l", "64K"], "TCP -k 400", "client to server");
+    tcp_case(
+        &["-n", "50M", "-R"],
+        "TCP -n 50M -R (-t 0)",
+        "server to client",
+    );
+    tcp_case(
+        &["-k", "400", "-l", "64K"],
+        "TCP -k 400",
+        "client to server",
+    );
 }
 
 #[test]
@@ -149,8 +168,24 @@ fn iperf3_tcp_omit_and_socket_options() {
     tcp_case(&["-t", "2", "-O", "1"], "TCP -O 1", "client to server");
     tcp_case(
         &[
-            "-t", "1", "-w", "1M", "-M", "1400", "-N", "-C", "cubic", "-S", "0x10", "-R",
-            "--repeating-payload", "-Z", "-T", "tag", "-b", "200M",
+            "-t",
+            "1",
+            "-w",
+            "1M",
+            "-M",
+            "1400",
+            "-N",
+            "-C",
+            "cubic",
+            "-S",
+            "0x10",
+            "-R",
+            "--repeating-payload",
+            "-Z",
+            "-T",
+            "tag",
+            "-b",
+            "200M",
         ],
         "TCP -R -w -M -N -C -S -Z -b --repeating-payload -T",
         "server to client",
@@ -167,7 +202,10 @@ fn iperf3_tcp_pacing_in_reverse_is_the_servers() {
     assert_ok(&o, &v);
     let bps = num(&v, "/end/sum_received/bits_per_second");
     // Unpaced loopback runs at tens of Gbit/s; paced, the rate is 100 Mbit/s within a block.
-    assert!(bps < 150e6 && bps > 50e6, "reverse -b 100M gave {bps} bit/s");
+    assert!(
+        bps < 150e6 && bps > 50e6,
+        "reverse -b 100M gave {bps} bit/s"
+    );
     compat_pass("iperf3", "server", "TCP -R -b 100M", "server to client");
 }
 
@@ -201,7 +239,11 @@ fn udp_case(args: &[&str], mode: &str, dir: &str) -> Value {
 #[test]
 fn iperf3_udp_forward() {
     if have_iperf3() {
-        let v = udp_case(&["-u", "-b", "20M", "-t", "2"], "UDP -b 20M", "client to server");
+        let v = udp_case(
+            &["-u", "-b", "20M", "-t", "2"],
+            "UDP -b 20M",
+            "client to server",
+        );
         assert!(num(&v, "/end/sum/jitter_ms") >= 0.0);
     }
 }
@@ -226,7 +268,9 @@ fn iperf3_udp_bidir_and_parallel() {
             "both",
         );
         udp_case(
-            &["-u", "-b", "10M", "-t", "2", "-P", "3", "-l", "1400", "-O", "1"],
+            &[
+                "-u", "-b", "10M", "-t", "2", "-P", "3", "-l", "1400", "-O", "1",
+            ],
             "UDP -P 3 -l 1400 -O 1",
             "client to server",
         );
@@ -250,7 +294,12 @@ fn iperf3_get_server_output_text_and_json() {
         v["server_output_json"].is_object(),
         "no server_output_json: {v}"
     );
-    compat_pass("iperf3", "server", "TCP --get-server-output (text, JSON)", "both");
+    compat_pass(
+        "iperf3",
+        "server",
+        "TCP --get-server-output (text, JSON)",
+        "both",
+    );
 }
 
 fn spawn_stock(port: u16, args: &[&str]) -> Child {
@@ -272,7 +321,9 @@ fn iperf3_killed_client_and_busy_limit() {
     // A client that dies mid-test: the server ends that test and serves the next.
     let victim = spawn_stock(srv.port, &["-t", "20", "-P", "2"]);
     let pid = victim.id();
-    assert!(srv.wait_log("iperf3 test", Duration::from_secs(10)).is_some());
+    assert!(srv
+        .wait_log("iperf3 test", Duration::from_secs(10))
+        .is_some());
     // While it runs, a second client is refused as busy (--max-tests 1).
     let o = run_cmd(
         Command::new("iperf3").args(["-c", "127.0.0.1", "-p", &srv.port_s(), "-t", "1"]),
@@ -290,7 +341,12 @@ fn iperf3_killed_client_and_busy_limit() {
     assert!(srv.alive());
     let (o, v) = stock_client(srv.port, &["-t", "1"]);
     assert_ok(&o, &v);
-    compat_pass("iperf3", "server", "killed client, then busy (--max-tests 1)", "client to server");
+    compat_pass(
+        "iperf3",
+        "server",
+        "killed client, then busy (--max-tests 1)",
+        "client to server",
+    );
 }
 
 #[test]
@@ -301,13 +357,36 @@ fn iperf3_clients_on_two_addresses_at_once() {
     let srv = ServerProc::start_with(hakaru(), "0.0.0.0", &[]);
     let p = srv.port_s();
     let a = Command::new("iperf3")
-        .args(["-c", "127.0.0.1", "-B", "127.0.0.2", "-p", &p, "-t", "2", "-J"])
+        .args([
+            "-c",
+            "127.0.0.1",
+            "-B",
+            "127.0.0.2",
+            "-p",
+            &p,
+            "-t",
+            "2",
+            "-J",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
     let b = Command::new("iperf3")
-        .args(["-c", "127.0.0.1", "-B", "127.0.0.3", "-p", &p, "-t", "2", "-u", "-b", "10M", "-J"])
+        .args([
+            "-c",
+            "127.0.0.1",
+            "-B",
+            "127.0.0.3",
+            "-p",
+            &p,
+            "-t",
+            "2",
+            "-u",
+            "-b",
+            "10M",
+            "-J",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -318,18 +397,24 @@ fn iperf3_clients_on_two_addresses_at_once() {
         std::thread::spawn(move || {
             let _ = tx.send(c.wait_with_output());
         });
-        rx.recv_timeout(LIMIT).unwrap_or_else(|_| {
-            kill(pid, 9);
-            panic!("iperf3 did not finish")
-        })
-        .expect("wait")
+        rx.recv_timeout(LIMIT)
+            .unwrap_or_else(|_| {
+                kill(pid, 9);
+                panic!("iperf3 did not finish")
+            })
+            .expect("wait")
     };
     for (o, what) in [(wait(a, pa), "TCP"), (wait(b, pb), "UDP")] {
         let v: Value = serde_json::from_slice(&o.stdout).expect("json");
         assert_ok(&o, &v);
         assert!(sum_bytes(&v, "sum_received") > 0, "{what}: {}", v["end"]);
     }
-    compat_pass("iperf3", "server", "TCP and UDP clients at once", "client to server");
+    compat_pass(
+        "iperf3",
+        "server",
+        "TCP and UDP clients at once",
+        "client to server",
+    );
 }
 
 /// Reads exactly `n` bytes with a deadline.
@@ -364,7 +449,8 @@ fn iperf3_wrong_cookie_and_garbage_are_refused_and_the_server_serves_on() {
     assert_eq!(read_n(&mut ctl, 1), [10], "CREATE_STREAMS");
     // A data stream with someone else's cookie: ACCESS_DENIED and closed.
     let mut bad = TcpStream::connect(&addr).unwrap();
-    bad.write_all(b"zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz\0").unwrap();
+    bad.write_all(b"zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz\0")
+        .unwrap();
     assert_eq!(read_n(&mut bad, 1), [0xff]);
     let mut rest = Vec::new();
     let _ = bad.read_to_end(&mut rest);
@@ -378,23 +464,242 @@ fn iperf3_wrong_cookie_and_garbage_are_refused_and_the_server_serves_on() {
     ctl.write_all(&[12]).unwrap();
     drop(data);
     drop(ctl);
-    assert!(srv.wait_log("CLIENT_TERMINATE", Duration::from_secs(10)).is_some());
+    assert!(srv
+        .wait_log("CLIENT_TERMINATE", Duration::from_secs(10))
+        .is_some());
     // Garbage parameters: an error, not a crash.
     let mut g = TcpStream::connect(&addr).unwrap();
-    g.write_all(b"qqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqq\0").unwrap();
+    g.write_all(b"qqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqq\0")
+        .unwrap();
     assert_eq!(read_n(&mut g, 1), [9]);
-    g.write_all(&[0, 0, 0, 5, b'{', b'x', b'x', b'}', b'!']).unwrap();
+    g.write_all(&[0, 0, 0, 5, b'{', b'x', b'x', b'}', b'!'])
+        .unwrap();
     let reply = read_n(&mut g, 9);
     assert_eq!(reply[0], 0xfe, "SERVER_ERROR");
-    assert_eq!(i32::from_be_bytes([reply[1], reply[2], reply[3], reply[4]]), 114);
+    assert_eq!(
+        i32::from_be_bytes([reply[1], reply[2], reply[3], reply[4]]),
+        114
+    );
     // A stranger's UDP datagram on the port is not answered.
     let u = UdpSocket::bind("127.0.0.1:0").unwrap();
     u.send_to(b"9876", &addr).unwrap();
-    u.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    u.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
     let mut b = [0u8; 16];
-    assert!(u.recv(&mut b).is_err(), "the server answered a stray datagram");
+    assert!(
+        u.recv(&mut b).is_err(),
+        "the server answered a stray datagram"
+    );
     assert!(srv.alive());
     let (o, v) = stock_client(srv.port, &["-t", "1"]);
     assert_ok(&o, &v);
-    compat_pass("iperf3", "server", "wrong cookie, garbage parameters", "client to server");
+    compat_pass(
+        "iperf3",
+        "server",
+        "wrong cookie, garbage parameters",
+        "client to server",
+    );
+}
+
+// ---- hakaru's client (--iperf3) against a stock `iperf3 -s` ----
+
+/// A stock one-off server (`iperf3 -s -1 -J`) on a free port, killed by PID when dropped.
+struct StockServer {
+    child: Option<Child>,
+    port: u16,
+}
+
+impl StockServer {
+    fn start() -> StockServer {
+        let port = free_port();
+        let child = Command::new("iperf3")
+            .args(["-s", "-1", "-J", "-B", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn iperf3 -s");
+        // Wait until it listens (without connecting: a one-off server would take a probe
+        // connection for its one test).
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !listening(port) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "iperf3 -s did not listen"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        StockServer {
+            child: Some(child),
+            port,
+        }
+    }
+
+    /// Waits for the one-off server to exit; its status and -J document.
+    fn finish(mut self) -> (bool, Value) {
+        let child = self.child.take().expect("child");
+        let pid = child.id();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait_with_output());
+        });
+        let o = rx
+            .recv_timeout(LIMIT)
+            .unwrap_or_else(|_| {
+                kill(pid, 9);
+                panic!("iperf3 -s -1 did not exit")
+            })
+            .expect("wait");
+        let v = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+        (o.status.success(), v)
+    }
+}
+
+impl Drop for StockServer {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            kill(c.id(), 9);
+            let _ = c.wait();
+        }
+    }
+}
+
+/// True when a socket listens on TCP `port` (from /proc/net/tcp, state 0A).
+fn listening(port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    std::fs::read_to_string("/proc/net/tcp")
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 3 && f[1].ends_with(&want) && f[3] == "0A"
+        })
+}
+
+/// A free TCP port on 127.0.0.1 (also free for UDP in practice: nothing else binds it).
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// Runs `hakaru KIND 127.0.0.1 --iperf3 --json ARGS` against a stock server; checks that the
+/// server exits 0 and that its receiver figures are the ones hakaru reports.
+fn client_case(kind: &str, args: &[&str], mode: &str, dir: &str) {
+    if !have_iperf3() {
+        return;
+    }
+    let srv = StockServer::start();
+    let p = srv.port.to_string();
+    let mut argv = vec![kind, "127.0.0.1", "-p", &p, "--iperf3", "--json"];
+    argv.extend_from_slice(args);
+    let o = run(&argv, LIMIT);
+    assert!(o.status.success(), "hakaru --iperf3 failed: {}", stderr(&o));
+    let mine = json(&o);
+    let (ok, theirs) = srv.finish();
+    assert!(ok, "iperf3 -s exited with an error: {theirs}");
+    // The stock server's own view of what it received and sent.
+    let theirs_end = &theirs["end"];
+    for t in mine["totals"].as_array().expect("totals") {
+        let up = t["dir"] == "up";
+        let rx = t["receiver"]["bytes"].as_u64().unwrap();
+        let tx = t["sender"]["bytes"].as_u64().unwrap();
+        assert!(rx > 0, "nothing received: {t}");
+        assert!(within_1pct(rx, tx), "ends disagree: {t}");
+        if kind == "udp" {
+            let u = &t["udp"];
+            assert_eq!(u["lost"].as_u64(), Some(0), "{u}");
+            assert_eq!(
+                u["received"].as_u64(),
+                u["sent"].as_u64(),
+                "datagram counts differ: {u}"
+            );
+        }
+        if up && !args.contains(&"--bidir") {
+            // The server received this direction: its -J says so too.
+            assert_eq!(
+                theirs_end["sum_received"]["bytes"].as_u64(),
+                Some(rx),
+                "server's sum_received: {theirs_end}"
+            );
+        }
+    }
+    compat_pass("iperf3", "client", mode, dir);
+}
+
+#[test]
+fn hakaru_client_tcp_against_stock_server() {
+    client_case("tcp", &["-t", "2"], "TCP -P 1", "client to server");
+}
+
+#[test]
+fn hakaru_client_tcp_reverse_parallel_against_stock_server() {
+    client_case(
+        "tcp",
+        &["-t", "2", "-R", "-P", "3"],
+        "TCP -P 3 -R",
+        "server to client",
+    );
+}
+
+#[test]
+fn hakaru_client_tcp_bidir_against_stock_server() {
+    client_case(
+        "tcp",
+        &["-t", "2", "--bidir", "-P", "2"],
+        "TCP -P 2 --bidir",
+        "both",
+    );
+}
+
+#[test]
+fn hakaru_client_tcp_bytes_against_stock_server() {
+    client_case("tcp", &["-n", "200M"], "TCP -n 200M", "client to server");
+}
+
+#[test]
+fn hakaru_client_udp_against_stock_server() {
+    client_case(
+        "udp",
+        &["-t", "2", "-b", "20M"],
+        "UDP -b 20M",
+        "client to server",
+    );
+    client_case(
+        "udp",
+        &["-t", "2", "-b", "20M", "-R", "-P", "2"],
+        "UDP -P 2 -R",
+        "server to client",
+    );
+}
+
+#[test]
+fn hakaru_client_reports_a_busy_stock_server() {
+    if !have_iperf3() {
+        return;
+    }
+    let srv = StockServer::start();
+    let busy = spawn_stock(srv.port, &["-t", "4"]);
+    let pid = busy.id();
+    std::thread::sleep(Duration::from_millis(500));
+    let o = run(
+        &[
+            "tcp",
+            "127.0.0.1",
+            "-p",
+            &srv.port.to_string(),
+            "--iperf3",
+            "-t",
+            "1",
+        ],
+        LIMIT,
+    );
+    kill(pid, 9);
+    let _ = busy.wait_with_output();
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("busy"),
+        "no busy message: {}",
+        stderr(&o)
+    );
+    compat_pass("iperf3", "client", "busy server", "client to server");
 }
