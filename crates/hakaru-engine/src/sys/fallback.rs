@@ -261,6 +261,16 @@ pub fn udp_snmp() -> Option<UdpSnmp> {
     None
 }
 
+/// Unacknowledged bytes of a TCP socket: unsupported here.
+pub fn tcp_send_queue(_fd: RawFd) -> io::Result<u64> {
+    Err(unsupported("reading the TCP send queue"))
+}
+
+/// The peer's advertised receive window: unsupported here.
+pub fn tcp_peer_window(_fd: RawFd) -> io::Result<u64> {
+    Err(unsupported("reading the peer's TCP window"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -343,14 +353,4 @@ mod tests {
             (None, None, String::new())
         );
     }
-}
-
-/// Unacknowledged bytes of a TCP socket: unsupported here.
-pub fn tcp_send_queue(_fd: RawFd) -> io::Result<u64> {
-    Err(unsupported("reading the TCP send queue"))
-}
-
-/// The peer's advertised receive window: unsupported here.
-pub fn tcp_peer_window(_fd: RawFd) -> io::Result<u64> {
-    Err(unsupported("reading the peer's TCP window"))
 }

@@ -693,6 +693,19 @@ pub fn recv_discard(sock: RawFd, len: usize) -> io::Result<usize> {
 /// Whether [`recv_discard`] really discards: true, Linux TCP honours MSG_TRUNC.
 pub const DISCARD_SUPPORTED: bool = true;
 
+/// Bytes a TCP socket has not yet had acknowledged (sent or not): SIOCOUTQ.
+pub fn tcp_send_queue(fd: RawFd) -> io::Result<u64> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: TIOCOUTQ (SIOCOUTQ) writes one int through the pointer; the fd is a socket the
+    // caller owns.
+    let r = unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut n) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n.max(0) as u64)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -930,18 +943,5 @@ mod tests {
         let (_client, server) = pair();
         let e = recv_discard(server.as_raw_fd(), 10).expect_err("nothing queued");
         assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
-    }
-}
-
-/// Bytes a TCP socket has not yet had acknowledged (sent or not): SIOCOUTQ.
-pub fn tcp_send_queue(fd: RawFd) -> io::Result<u64> {
-    let mut n: libc::c_int = 0;
-    // SAFETY: TIOCOUTQ (SIOCOUTQ) writes one int through the pointer; the fd is a socket the
-    // caller owns.
-    let r = unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut n) };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n.max(0) as u64)
     }
 }
