@@ -36,17 +36,31 @@ pub struct Target {
     /// connect, request and response; a slower one counts as failed).
     #[arg(long, value_name = "TIME", default_value = "5")]
     pub connect_timeout: Dur,
-    /// Print one JSON document for the whole run (schema: docs/json.md).
+    /// Output format: text; json (one document for the whole run, docs/json.md); json-stream
+    /// (JSON Lines events as the test runs); iperf3-json (the shape of `iperf3 -J` for
+    /// existing parsers and dashboards, tcp/udp/pps only, docs/iperf3-json.md).
+    #[arg(long, value_enum, value_name = "FORMAT", conflicts_with_all = ["json", "json_stream"])]
+    pub format: Option<Format>,
+    /// Same as --format json.
     #[arg(long, conflicts_with = "json_stream")]
     pub json: bool,
-    /// Print JSON Lines events (start, interval, end, error) as the test runs.
+    /// Same as --format json-stream.
     #[arg(long)]
     pub json_stream: bool,
 }
 
+/// Subcommands whose results have an iperf3 -J form.
+const IPERF3_COMMANDS: [&str; 3] = ["tcp", "udp", "pps"];
+
 impl Target {
-    /// Checks flag combinations clap cannot express.
-    pub fn check(&self) -> anyhow::Result<()> {
+    /// Checks flag combinations clap cannot express; `command` is the subcommand's name.
+    pub fn check(&self, command: &str) -> anyhow::Result<()> {
+        if self.format() == Format::Iperf3Json && !IPERF3_COMMANDS.contains(&command) {
+            return Err(UsageError(format!(
+                "--format iperf3-json works with `hakaru tcp`, `hakaru udp` and `hakaru pps`; `hakaru {command}` has no iperf3 form (use --format json)"
+            ))
+            .into());
+        }
         if self.ipv4 && self.bind.is_some_and(|b| b.is_ipv6()) {
             anyhow::bail!("-B/--bind is an IPv6 address but -4/--ipv4 was given");
         }
@@ -75,7 +89,9 @@ impl Target {
 
     /// The output format the flags ask for.
     pub fn format(&self) -> Format {
-        if self.json {
+        if let Some(f) = self.format {
+            f
+        } else if self.json {
             Format::Json
         } else if self.json_stream {
             Format::JsonStream

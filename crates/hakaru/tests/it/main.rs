@@ -4,6 +4,7 @@ mod common;
 mod connect;
 mod e2e;
 mod faults;
+mod iperf3_json;
 mod latency;
 mod netns;
 mod netns_latency;
