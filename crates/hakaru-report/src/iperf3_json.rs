@@ -161,7 +161,7 @@ fn write_value(s: &mut String, v: &Value, depth: usize) {
             s.push('}');
         }
         Value::Array(a) if !a.is_empty() => {
-            s.push_str("[");
+            s.push('[');
             for (n, val) in a.iter().enumerate() {
                 write_value(s, val, depth + 1);
                 if n + 1 < a.len() {
