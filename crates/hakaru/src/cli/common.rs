@@ -36,9 +36,8 @@ pub struct Target {
     /// connect, request and response; a slower one counts as failed).
     #[arg(long, value_name = "TIME", default_value = "5")]
     pub connect_timeout: Dur,
-    /// Output format: text; json (one document for the whole run, docs/json.md); json-stream
-    /// (JSON Lines events as the test runs); iperf3-json (the shape of `iperf3 -J` for
-    /// existing parsers and dashboards, tcp/udp/pps only, docs/iperf3-json.md).
+    /// Output format (json: docs/json.md; iperf3-json: for parsers of `iperf3 -J`, tcp, udp
+    /// and pps only, docs/iperf3-json.md).
     #[arg(long, value_enum, value_name = "FORMAT", conflicts_with_all = ["json", "json_stream"])]
     pub format: Option<Format>,
     /// Same as --format json.

@@ -548,3 +548,42 @@ fn iperf3_json_error_document_when_the_server_is_unreachable() {
     );
     assert_eq!(doc["intervals"], Value::Array(Vec::new()));
 }
+
+#[test]
+fn format_flag_names_every_output() {
+    let o = run(
+        &["tcp", "-t", "1", "--format", "json"],
+        Duration::from_secs(30),
+    );
+    assert!(o.status.success());
+    assert_eq!(json(&o)["tool"], "hakaru");
+    let o = run(
+        &["udp", "-t", "1", "-i", "0.5", "--format", "json-stream"],
+        Duration::from_secs(30),
+    );
+    assert!(o.status.success());
+    let out = String::from_utf8_lossy(&o.stdout);
+    let types: Vec<String> = out
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["type"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(types.first().map(String::as_str), Some("start"));
+    assert_eq!(types.last().map(String::as_str), Some("end"));
+    assert!(
+        types.iter().filter(|t| *t == "interval").count() >= 2,
+        "{types:?}"
+    );
+    let o = run(
+        &["pps", "-t", "1", "--format", "iperf3-json"],
+        Duration::from_secs(30),
+    );
+    assert!(o.status.success());
+    let d = parse_dashboard(&json(&o)).unwrap();
+    assert_eq!(d.protocol, "UDP");
+    assert!(d.udp.unwrap().packets > 0);
+}
