@@ -2,6 +2,9 @@
 //! each returns text and never prints.
 
 pub mod connect_text;
+pub mod iperf3_json;
+pub mod iperf3_text;
+mod iperf3_view;
 pub mod json;
 pub mod jsonl;
 pub mod latency_text;

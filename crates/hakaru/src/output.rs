@@ -4,10 +4,10 @@ use std::io::Write;
 
 use hakaru_engine::Observer;
 use hakaru_model::{IntervalRecord, RunResult, TestSpec};
-use hakaru_report::{json, jsonl, text};
+use hakaru_report::{iperf3_json, json, jsonl, text};
 
 /// Output format chosen on the command line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
     /// Human text (default).
     Text,
@@ -15,6 +15,8 @@ pub enum Format {
     Json,
     /// JSON Lines events as the test runs.
     JsonStream,
+    /// The shape of `iperf3 -J`, printed at the end (TCP and UDP results).
+    Iperf3Json,
 }
 
 fn out(s: &str) {
@@ -63,12 +65,22 @@ impl Observer for JsonObserver {
     }
 }
 
+/// Prints nothing live, like `iperf3 -J`; a failure becomes iperf3's error document.
+struct Iperf3JsonObserver;
+
+impl Observer for Iperf3JsonObserver {
+    fn on_error(&mut self, message: &str) {
+        out(&iperf3_json::error_render(message));
+    }
+}
+
 /// The live observer for a format.
 pub fn observer(format: Format) -> Box<dyn Observer> {
     match format {
         Format::Text => Box::new(TextObserver { heading: None }),
         Format::Json => Box::new(JsonObserver),
         Format::JsonStream => Box::new(StreamObserver),
+        Format::Iperf3Json => Box::new(Iperf3JsonObserver),
     }
 }
 
@@ -78,6 +90,7 @@ pub fn finish(format: Format, r: &RunResult) -> anyhow::Result<()> {
         Format::Text => text::summary(r),
         Format::Json => json::render(r),
         Format::JsonStream => jsonl::end(r),
+        Format::Iperf3Json => iperf3_json::render(r),
     };
     let mut o = std::io::stdout().lock();
     o.write_all(s.as_bytes())?;

@@ -36,10 +36,14 @@ pub struct Target {
     /// connect, request and response; a slower one counts as failed).
     #[arg(long, value_name = "TIME", default_value = "5")]
     pub connect_timeout: Dur,
-    /// Print one JSON document for the whole run (schema: docs/json.md).
+    /// Output format (json: docs/json.md; iperf3-json: for parsers of `iperf3 -J`, tcp, udp
+    /// and pps only, docs/iperf3-json.md).
+    #[arg(long, value_enum, value_name = "FORMAT", conflicts_with_all = ["json", "json_stream"])]
+    pub format: Option<Format>,
+    /// Same as --format json.
     #[arg(long, conflicts_with = "json_stream")]
     pub json: bool,
-    /// Print JSON Lines events (start, interval, end, error) as the test runs.
+    /// Same as --format json-stream.
     #[arg(long)]
     pub json_stream: bool,
     /// The server is a stock iperf3 server (`iperf3 -s`): speak its protocol. Receiver
@@ -48,9 +52,18 @@ pub struct Target {
     pub iperf3: bool,
 }
 
+/// Subcommands whose results have an iperf3 -J form.
+const IPERF3_COMMANDS: [&str; 3] = ["tcp", "udp", "pps"];
+
 impl Target {
-    /// Checks flag combinations clap cannot express.
-    pub fn check(&self) -> anyhow::Result<()> {
+    /// Checks flag combinations clap cannot express; `command` is the subcommand's name.
+    pub fn check(&self, command: &str) -> anyhow::Result<()> {
+        if self.format() == Format::Iperf3Json && !IPERF3_COMMANDS.contains(&command) {
+            return Err(UsageError(format!(
+                "--format iperf3-json works with `hakaru tcp`, `hakaru udp` and `hakaru pps`; `hakaru {command}` has no iperf3 form (use --format json)"
+            ))
+            .into());
+        }
         if self.ipv4 && self.bind.is_some_and(|b| b.is_ipv6()) {
             anyhow::bail!("-B/--bind is an IPv6 address but -4/--ipv4 was given");
         }
@@ -79,7 +92,9 @@ impl Target {
 
     /// The output format the flags ask for.
     pub fn format(&self) -> Format {
-        if self.json {
+        if let Some(f) = self.format {
+            f
+        } else if self.json {
             Format::Json
         } else if self.json_stream {
             Format::JsonStream

@@ -38,7 +38,7 @@ pub struct Args {
 
 /// Runs `hakaru connect`.
 pub fn run(a: Args) -> anyhow::Result<()> {
-    a.target.check()?;
+    a.target.check("connect")?;
     let spec = ConnectSpec {
         connectors: a.parallel,
         duration: a.time,

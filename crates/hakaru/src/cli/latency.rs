@@ -73,7 +73,7 @@ pub struct Args {
 
 impl Args {
     fn spec(&self) -> anyhow::Result<LatencySpec> {
-        self.target.check()?;
+        self.target.check("latency")?;
         let spec = LatencySpec {
             transport: if self.udp {
                 LatencyTransport::Udp

@@ -139,7 +139,7 @@ fn headline(r: &RunResult) -> (String, f64, String) {
 
 /// Runs the sequence and prints one screen (or one JSON document).
 pub fn run(a: Args) -> anyhow::Result<()> {
-    a.target.check()?;
+    a.target.check("quick")?;
     if a.parallel == 0 || a.parallel > hakaru_model::MAX_FLOWS {
         anyhow::bail!(
             "-P/--parallel must be between 1 and {}, got {}",

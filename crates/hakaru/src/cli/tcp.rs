@@ -35,7 +35,7 @@ pub struct Args {
 impl Args {
     /// Checks what clap cannot and builds the spec both ends run.
     fn spec(&self) -> anyhow::Result<TcpSpec> {
-        self.target.check()?;
+        self.target.check("tcp")?;
         let sh = &self.shape;
         let spec = TcpSpec {
             flows: sh.parallel,

@@ -29,7 +29,10 @@ pub struct Common {
 
 impl Common {
     fn spec(&self, mode: UdpMode, length: Bytes, rate: UdpRate) -> anyhow::Result<UdpSpec> {
-        self.target.check()?;
+        self.target.check(match mode {
+            UdpMode::Bandwidth => "udp",
+            UdpMode::Pps => "pps",
+        })?;
         let sh = &self.shape;
         let spec = UdpSpec {
             mode,

@@ -5,6 +5,7 @@ mod connect;
 mod e2e;
 mod faults;
 mod iperf3;
+mod iperf3_json;
 mod latency;
 mod netns;
 mod netns_latency;
