@@ -1,4 +1,5 @@
-//! `hakaru server`: one process, one control port, many clients and tests at once.
+//! `hakaru server`: one process, one control port, many clients and tests at once (and,
+//! with `--sockperf-port`, a `sockperf sr` for stock sockperf clients).
 
 use std::net::IpAddr;
 
@@ -23,6 +24,11 @@ pub struct Args {
     /// Most tests running at once; more are refused with a reason.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
     max_tests: u32,
+    /// Also answer stock sockperf clients (`sockperf pp`, `ul`, `tp`, UDP and `--tcp`) on this
+    /// port, like `sockperf sr` (sockperf's default is 11111; 0 picks a free port). Each
+    /// client's messages, bytes and replies are logged when it ends.
+    #[arg(long, value_name = "PORT")]
+    sockperf_port: Option<u16>,
 }
 
 /// Runs the server until SIGINT or SIGTERM.
@@ -41,6 +47,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         port: a.port,
         family,
         max_tests: a.max_tests as usize,
+        sockperf_port: a.sockperf_port,
         ..ServerConfig::default()
     })
     .with_context(|| format!("starting the server on port {}", a.port))?;
