@@ -7,6 +7,7 @@
 mod assemble;
 mod connect;
 mod latency;
+mod sockperf;
 mod udp;
 
 use std::collections::BTreeMap;
@@ -27,6 +28,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 pub use assemble::{assemble, merge_interval};
 pub use hakaru_model::Family;
+pub use sockperf::NO_SERVER_REPORT as SOCKPERF_NOTE;
 
 /// Where to run a test and how.
 #[derive(Debug, Clone)]
@@ -225,6 +227,11 @@ pub fn run_test(
     opts.spec
         .validate()
         .map_err(|e| ClientError::Refused(format!("(checked locally) {}", e.0)))?;
+    if let TestSpec::Latency(lat) = &opts.spec {
+        if lat.peer == hakaru_model::LatencyPeer::Sockperf {
+            return sockperf::run(opts, lat, observer, stop);
+        }
+    }
     let addrs = resolve(&opts.host, opts.port, opts.family)?;
     let mut last_err = None;
     let mut control = None;

@@ -26,6 +26,8 @@ pub use sockperf::{SockperfCounts, UDP_CLIENT_IDLE as SOCKPERF_UDP_CLIENT_IDLE};
 
 /// Default control port (iperf3's, so firewalls already open for iperf3 work).
 pub const DEFAULT_PORT: u16 = 5201;
+/// sockperf's default port, for `--sockperf-port` and `latency --sockperf`.
+pub const SOCKPERF_DEFAULT_PORT: u16 = hakaru_proto::sockperf::DEFAULT_PORT;
 
 pub use hakaru_model::Family;
 
