@@ -1,0 +1,543 @@
+//! Interop with the stock sockperf (3.7 here): its clients against `hakaru server
+//! --sockperf-port`, and `hakaru latency --sockperf` against its `sockperf sr`. Each case checks
+//! that both sides agree on what was sent: on loopback with one message outstanding (or a
+//! modest rate) nothing is lost, so message counts must be equal, not close.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use super::common::{compat_pass, have, json, kill, run, run_cmd, stderr, ServerProc};
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+fn skip() -> bool {
+    if !have("sockperf") {
+        eprintln!("skip: sockperf is not installed");
+        return true;
+    }
+    false
+}
+
+/// A hakaru server with a sockperf port; returns it and that port.
+fn server() -> (ServerProc, u16) {
+    let s = ServerProc::start(&["--sockperf-port", "0"]);
+    let line = s
+        .wait_log("sockperf listening on", Duration::from_secs(10))
+        .expect("no 'sockperf listening on' line");
+    let port = line
+        .split("sockperf listening on ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|a| a.rsplit(':').next())
+        .and_then(|p| p.parse().ok())
+        .expect("port in the sockperf log line");
+    (s, port)
+}
+
+/// What hakaru's server logged for one sockperf client when it ended.
+#[derive(Debug, Default, PartialEq)]
+struct Counts {
+    messages: u64,
+    bytes: u64,
+    replies: u64,
+    ignored: u64,
+    malformed: u64,
+}
+
+/// Waits for the next "sockperf PROTO client ... done:" line and reads its figures.
+fn client_done(s: &ServerProc, proto: &str) -> Counts {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = s
+            .wait_log(" done: messages=", left)
+            .unwrap_or_else(|| panic!("no {proto} client summary from the server"));
+        if !line.contains(&format!("sockperf {proto} client")) {
+            continue;
+        }
+        let field = |k: &str| -> u64 {
+            line.split(&format!(" {k}="))
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("no {k} in {line}"))
+        };
+        return Counts {
+            messages: field("messages"),
+            bytes: field("bytes"),
+            replies: field("replies"),
+            ignored: field("ignored"),
+            malformed: field("malformed"),
+        };
+    }
+}
+
+/// Runs a stock sockperf client; asserts it exits 0 and returns its output (both streams).
+fn sockperf(args: &[&str]) -> String {
+    let o = run_cmd(Command::new("sockperf").args(args), LIMIT);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(o.status.success(), "sockperf {args:?} failed:\n{text}");
+    assert!(
+        !text.contains("ERROR"),
+        "sockperf {args:?} reported an error:\n{text}"
+    );
+    text
+}
+
+/// The number after `key` in the first line that contains `line_has`.
+fn figure(text: &str, line_has: &str, key: &str) -> u64 {
+    text.lines()
+        .find(|l| l.contains(line_has))
+        .and_then(|l| l.split(key).nth(1))
+        .and_then(|r| {
+            r.trim_start()
+                .split(|c: char| !c.is_ascii_digit())
+                .next()
+                .and_then(|d| d.parse().ok())
+        })
+        .unwrap_or_else(|| panic!("no '{key}' on a '{line_has}' line in:\n{text}"))
+}
+
+/// sockperf's sent and received totals ("[Total Run]") and its dropped count.
+fn pp_totals(text: &str) -> (u64, u64, u64) {
+    (
+        figure(text, "[Total Run]", "SentMessages="),
+        figure(text, "[Total Run]", "ReceivedMessages="),
+        figure(text, "dropped messages", "dropped messages ="),
+    )
+}
+
+/// A stock ping-pong client against our server: every message counted and answered once.
+fn pp_case(tcp: bool, size: usize) {
+    let (s, port) = server();
+    let (p, m) = (port.to_string(), size.to_string());
+    let mut args = vec!["pp", "-i", "127.0.0.1", "-p", &p, "-t", "1", "-m", &m];
+    if tcp {
+        args.push("--tcp");
+    }
+    let out = sockperf(&args);
+    let (sent, received, dropped) = pp_totals(&out);
+    let c = client_done(&s, if tcp { "TCP" } else { "UDP" });
+    assert!(sent > 0, "{out}");
+    assert_eq!(
+        c.messages, sent,
+        "hakaru counted {c:?}, sockperf sent {sent}"
+    );
+    assert_eq!(c.replies, sent, "{c:?}");
+    assert_eq!(c.bytes, sent * size as u64, "{c:?}");
+    assert_eq!((c.malformed, c.ignored), (0, 0), "{c:?}");
+    // The reply to the last request may still be in flight when sockperf stops.
+    assert!(received <= sent && received + 1 >= sent, "{out}");
+    assert_eq!(dropped, 0, "{out}");
+    let mode = format!("pp {} -m {size}", if tcp { "TCP" } else { "UDP" });
+    compat_pass("sockperf", "server", &mode, "client -> server -> client");
+}
+
+#[test]
+fn pp_udp_smallest_message() {
+    if skip() {
+        return;
+    }
+    pp_case(false, 14);
+}
+
+#[test]
+fn pp_udp_largest_message() {
+    if skip() {
+        return;
+    }
+    pp_case(false, 65_000);
+}
+
+#[test]
+fn pp_tcp_small_message() {
+    if skip() {
+        return;
+    }
+    pp_case(true, 64);
+}
+
+#[test]
+fn pp_tcp_message_larger_than_a_datagram() {
+    if skip() {
+        return;
+    }
+    pp_case(true, 100_000);
+}
+
+#[test]
+fn ul_udp_answers_every_tenth_message() {
+    if skip() {
+        return;
+    }
+    let (s, port) = server();
+    let p = port.to_string();
+    let out = sockperf(&[
+        "ul",
+        "-i",
+        "127.0.0.1",
+        "-p",
+        &p,
+        "-t",
+        "1",
+        "--mps",
+        "5000",
+        "--reply-every",
+        "10",
+    ]);
+    let (sent, received, dropped) = pp_totals(&out);
+    let c = client_done(&s, "UDP");
+    assert_eq!(c.messages, sent, "{c:?} against sockperf's {sent}");
+    // sockperf numbers from 1 and wants a reply to each multiple of 10.
+    assert_eq!(c.replies, sent / 10, "{c:?}");
+    assert_eq!(c.bytes, sent * 14);
+    assert!(received <= c.replies && received + 1 >= c.replies, "{out}");
+    assert_eq!(dropped, 0, "{out}");
+    compat_pass(
+        "sockperf",
+        "server",
+        "ul UDP --mps 5000 --reply-every 10",
+        "client -> server (every 10th answered)",
+    );
+}
+
+#[test]
+fn tp_udp_counts_every_message_sent() {
+    if skip() {
+        return;
+    }
+    let (s, port) = server();
+    let p = port.to_string();
+    // A modest rate: at --mps max one UDP socket on loopback can overflow and drop, which
+    // would make the exact comparison below about the kernel, not the protocol.
+    let out = sockperf(&[
+        "tp",
+        "-i",
+        "127.0.0.1",
+        "-p",
+        &p,
+        "-t",
+        "1",
+        "--mps",
+        "10000",
+        "-m",
+        "1472",
+    ]);
+    let sent = figure(&out, "messages sent", "Total of");
+    let c = client_done(&s, "UDP");
+    assert!(sent > 0);
+    assert_eq!(c.messages, sent, "{c:?} against sockperf's {sent} sent");
+    assert_eq!(c.bytes, sent * 1472);
+    assert_eq!(c.replies, 0, "throughput mode wants no replies: {c:?}");
+    compat_pass(
+        "sockperf",
+        "server",
+        "tp UDP --mps 10000 -m 1472",
+        "client -> server",
+    );
+}
+
+#[test]
+fn dummy_send_garbage_is_ignored() {
+    if skip() {
+        return;
+    }
+    let (s, port) = server();
+    let p = port.to_string();
+    // --dummy-send writes its header in host byte order: not a valid message on the wire.
+    let out = sockperf(&[
+        "ul",
+        "-i",
+        "127.0.0.1",
+        "-p",
+        &p,
+        "-t",
+        "1",
+        "--mps",
+        "1000",
+        "--reply-every",
+        "10",
+        "--dummy-send",
+        "5000",
+    ]);
+    let (sent, _, dropped) = pp_totals(&out);
+    let c = client_done(&s, "UDP");
+    assert_eq!(c.messages, sent, "{c:?}");
+    assert_eq!(c.replies, sent / 10, "{c:?}");
+    assert!(c.malformed > 0, "no dummy datagrams seen: {c:?}");
+    assert_eq!(dropped, 0, "{out}");
+    compat_pass(
+        "sockperf",
+        "server",
+        "ul UDP --dummy-send 5000",
+        "client -> server (every 10th answered)",
+    );
+}
+
+#[test]
+fn malformed_input_is_ignored_and_service_goes_on() {
+    if skip() {
+        return;
+    }
+    let (mut s, port) = server();
+    let addr = format!("127.0.0.1:{port}");
+    let raw = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut bad_len = vec![0u8; 30];
+    bad_len[9] = 3;
+    bad_len[10..14].copy_from_slice(&31u32.to_be_bytes());
+    let mut tiny_len = vec![0u8; 14];
+    tiny_len[9] = 3;
+    tiny_len[13] = 2;
+    let garbage: Vec<Vec<u8>> = vec![
+        vec![],
+        vec![0xff; 5],
+        vec![0xab; 13],
+        bad_len,
+        tiny_len,
+        vec![0xff; 1400],
+    ];
+    for g in &garbage {
+        raw.send_to(g, &addr).unwrap();
+    }
+    let mut b = [0u8; 16];
+    // Nothing answered the garbage.
+    raw.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    assert!(raw.recv(&mut b).is_err(), "the server answered garbage");
+    let c = client_done(&s, "UDP");
+    assert_eq!(c.malformed, garbage.len() as u64, "{c:?}");
+    assert_eq!((c.messages, c.replies), (0, 0), "{c:?}");
+    // A TCP stream whose first header has an impossible length: that connection is closed.
+    let mut t = TcpStream::connect(&addr).unwrap();
+    t.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    t.write_all(&[0, 0, 0, 0, 0, 0, 0, 1, 0, 3, 0xff, 0xff, 0xff, 0xff])
+        .unwrap();
+    assert!(
+        matches!(t.read(&mut b), Ok(0) | Err(_)),
+        "got a reply to garbage"
+    );
+    let c = client_done(&s, "TCP");
+    assert_eq!((c.messages, c.malformed), (0, 1), "{c:?}");
+    assert!(s.alive());
+    pp_after(&s, port);
+    compat_pass(
+        "sockperf",
+        "server",
+        "pp UDP after malformed datagrams",
+        "client -> server -> client",
+    );
+}
+
+fn pp_after(s: &ServerProc, port: u16) {
+    let p = port.to_string();
+    let out = sockperf(&["pp", "-i", "127.0.0.1", "-p", &p, "-t", "1"]);
+    let (sent, _, dropped) = pp_totals(&out);
+    let c = client_done(s, "UDP");
+    assert_eq!((c.messages, c.replies, c.malformed), (sent, sent, 0));
+    assert_eq!(dropped, 0);
+}
+
+/// A port free for both TCP and UDP on 127.0.0.1 right now.
+fn free_port() -> u16 {
+    for _ in 0..50 {
+        let t = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = t.local_addr().unwrap().port();
+        if UdpSocket::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no port free for both TCP and UDP");
+}
+
+/// A stock `sockperf sr`, output to a file; killed by PID when dropped.
+struct StockServer {
+    child: Child,
+    log: std::path::PathBuf,
+    port: u16,
+}
+
+impl StockServer {
+    fn start(tcp: bool) -> StockServer {
+        let port = free_port();
+        let log =
+            std::env::temp_dir().join(format!("hk-sockperf-sr-{}-{port}.log", std::process::id()));
+        let f = File::create(&log).unwrap();
+        let p = port.to_string();
+        let mut args = vec!["sr", "-i", "127.0.0.1", "-p", &p];
+        if tcp {
+            args.push("--tcp");
+        }
+        let child = Command::new("sockperf")
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(f.try_clone().unwrap())
+            .stderr(f)
+            .spawn()
+            .expect("spawn sockperf sr");
+        StockServer { child, log, port }
+    }
+
+    /// Stops it with SIGINT (so it prints its total) and returns everything it printed.
+    fn stop(mut self) -> String {
+        kill(self.child.id(), 2);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for StockServer {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            kill(self.child.id(), 9);
+            let _ = self.child.wait();
+        }
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+/// Waits until the stock server answers; returns how many probe messages it counted.
+fn wait_ready(port: u16, tcp: bool) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    if tcp {
+        while Instant::now() < deadline {
+            // A connection that sends nothing is not counted by sockperf.
+            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return 0;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("sockperf sr --tcp did not start listening");
+    }
+    let probe = UdpSocket::bind("127.0.0.1:0").unwrap();
+    probe.connect(("127.0.0.1", port)).unwrap();
+    probe
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let mut req = [0u8; 14];
+    req[9] = 3;
+    req[13] = 14;
+    let mut answered = 0;
+    let mut seq = 0u64;
+    let mut buf = [0u8; 64];
+    while answered == 0 && Instant::now() < deadline {
+        seq += 1;
+        req[..8].copy_from_slice(&seq.to_be_bytes());
+        let _ = probe.send(&req);
+        if let Ok(14) = probe.recv(&mut buf) {
+            answered += 1;
+        }
+    }
+    // Probes sent before the socket was bound were never counted; any that were counted are
+    // answered (loopback loses nothing), so count the late answers too.
+    while let Ok(14) = probe.recv(&mut buf) {
+        answered += 1;
+    }
+    assert!(answered > 0, "sockperf sr did not answer a probe");
+    answered
+}
+
+/// `hakaru latency --sockperf` against a stock `sockperf sr`.
+fn client_case(tcp: bool) {
+    let sr = StockServer::start(tcp);
+    let probes = wait_ready(sr.port, tcp);
+    let p = sr.port.to_string();
+    let mut args = vec![
+        "latency",
+        "127.0.0.1",
+        "--sockperf",
+        "-p",
+        &p,
+        "-t",
+        "1",
+        "-l",
+        "64",
+        "--json",
+    ];
+    if !tcp {
+        args.push("--udp");
+    }
+    let o: Output = run(&args, LIMIT);
+    let text = sr.stop();
+    assert!(o.status.success(), "hakaru failed: {}", stderr(&o));
+    let r = json(&o);
+    let l = &r["latency"];
+    let u = |k: &str| l[k].as_u64().unwrap_or_else(|| panic!("no {k} in {l}"));
+    assert_eq!(l["transport"], if tcp { "tcp" } else { "udp" });
+    assert_eq!(r["spec"]["peer"], "sockperf");
+    assert!(u("replies") > 0, "{l}");
+    assert_eq!(u("requests"), u("replies"), "closed loop on loopback: {l}");
+    assert_eq!(u("lost"), 0);
+    assert!(r["server_end"]["cpu"].is_null(), "sockperf reports no CPU");
+    let handled = figure(&text, "messages received and handled", "Total");
+    // sockperf counted every request hakaru sent, warm-up included, plus the readiness probes.
+    assert_eq!(
+        handled,
+        u("requests") + u("warmup_discarded") + probes,
+        "sockperf sr handled {handled}; hakaru: {l}; probes {probes}"
+    );
+    let mode = if tcp { "sr TCP" } else { "sr UDP" };
+    compat_pass("sockperf", "client", mode, "client -> server -> client");
+}
+
+#[test]
+fn latency_client_against_stock_sr_udp() {
+    if skip() {
+        return;
+    }
+    client_case(false);
+}
+
+#[test]
+fn latency_client_against_stock_sr_tcp() {
+    if skip() {
+        return;
+    }
+    client_case(true);
+}
+
+/// Without HOST, `--sockperf` runs against the embedded server's sockperf port: no peer binary
+/// needed, so this runs everywhere.
+#[test]
+fn latency_sockperf_against_the_embedded_port() {
+    let o = run(
+        &[
+            "latency",
+            "--sockperf",
+            "--udp",
+            "-t",
+            "1",
+            "-i",
+            "0",
+            "--json",
+        ],
+        LIMIT,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r = json(&o);
+    let l = &r["latency"];
+    assert!(l["replies"].as_u64().unwrap() > 0, "{l}");
+    assert_eq!(l["replies"], l["requests"]);
+    assert!(r["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|n| n.as_str().unwrap_or("").contains("sockperf")));
+    let bad = run(
+        &["latency", "--sockperf", "--server-affinity", "0", "-t", "1"],
+        LIMIT,
+    );
+    assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
+}
