@@ -408,51 +408,81 @@ impl Drop for StockServer {
     }
 }
 
-/// Waits until the stock server answers; returns how many probe messages it counted.
-fn wait_ready(port: u16, tcp: bool) -> u64 {
-    let deadline = Instant::now() + Duration::from_secs(10);
+/// A sockperf ping-pong request for the readiness probes.
+fn probe_request(seq: u64) -> [u8; 14] {
+    let mut req = [0u8; 14];
+    req[..8].copy_from_slice(&seq.to_be_bytes());
+    req[9] = 3;
+    req[13] = 14;
+    req
+}
+
+/// True for sockperf's answer to a probe: 14 bytes with the client flag cleared.
+fn is_answer(buf: &[u8]) -> bool {
+    buf.len() == 14 && buf[8..10] == [0, 2]
+}
+
+/// Waits until the stock server answers a probe; returns how many probe messages it counted
+/// (`None` if it never answered, e.g. it lost a race for its port).
+fn wait_ready(port: u16, tcp: bool) -> Option<u64> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut buf = [0u8; 64];
     if tcp {
         while Instant::now() < deadline {
-            // A connection that sends nothing is not counted by sockperf.
-            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return 0;
+            // A real request, so a self-connected socket (which reads back its own request)
+            // or some other listener cannot pass for sockperf.
+            if let Ok(mut t) = TcpStream::connect(("127.0.0.1", port)) {
+                let _ = t.set_read_timeout(Some(Duration::from_secs(2)));
+                if t.write_all(&probe_request(1)).is_ok()
+                    && t.read_exact(&mut buf[..14]).is_ok()
+                    && is_answer(&buf[..14])
+                {
+                    return Some(1);
+                }
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        panic!("sockperf sr --tcp did not start listening");
+        return None;
     }
     let probe = UdpSocket::bind("127.0.0.1:0").unwrap();
     probe.connect(("127.0.0.1", port)).unwrap();
     probe
         .set_read_timeout(Some(Duration::from_millis(100)))
         .unwrap();
-    let mut req = [0u8; 14];
-    req[9] = 3;
-    req[13] = 14;
     let mut answered = 0;
     let mut seq = 0u64;
-    let mut buf = [0u8; 64];
     while answered == 0 && Instant::now() < deadline {
         seq += 1;
-        req[..8].copy_from_slice(&seq.to_be_bytes());
-        let _ = probe.send(&req);
-        if let Ok(14) = probe.recv(&mut buf) {
+        let _ = probe.send(&probe_request(seq));
+        if matches!(probe.recv(&mut buf), Ok(14)) && is_answer(&buf[..14]) {
             answered += 1;
         }
     }
     // Probes sent before the socket was bound were never counted; any that were counted are
     // answered (loopback loses nothing), so count the late answers too.
-    while let Ok(14) = probe.recv(&mut buf) {
+    while matches!(probe.recv(&mut buf), Ok(14)) {
         answered += 1;
     }
-    assert!(answered > 0, "sockperf sr did not answer a probe");
-    answered
+    (answered > 0).then_some(answered)
+}
+
+/// A stock `sockperf sr` that answers, and the probe messages it has counted so far.
+fn ready_server(tcp: bool) -> (StockServer, u64) {
+    for _ in 0..5 {
+        let sr = StockServer::start(tcp);
+        if let Some(probes) = wait_ready(sr.port, tcp) {
+            return (sr, probes);
+        }
+        // Another process took the port between our check and sockperf's bind: try another.
+        let port = sr.port;
+        eprintln!("sockperf sr on {port} did not answer:\n{}", sr.stop());
+    }
+    panic!("sockperf sr never answered a probe");
 }
 
 /// `hakaru latency --sockperf` against a stock `sockperf sr`.
 fn client_case(tcp: bool) {
-    let sr = StockServer::start(tcp);
-    let probes = wait_ready(sr.port, tcp);
+    let (sr, probes) = ready_server(tcp);
     let p = sr.port.to_string();
     let mut args = vec![
         "latency",
