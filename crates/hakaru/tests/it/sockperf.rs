@@ -47,31 +47,44 @@ struct Counts {
     malformed: u64,
 }
 
-/// Waits for the next "sockperf PROTO client ... done:" line and reads its figures.
+/// Waits for the next "sockperf PROTO client ... done:" line: its protocol and figures.
+fn next_done(s: &ServerProc, deadline: Instant) -> (String, Counts) {
+    let left = deadline.saturating_duration_since(Instant::now());
+    let line = s
+        .wait_log(" done: messages=", left)
+        .expect("no client summary from the server");
+    let proto = line
+        .split("sockperf ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or("?")
+        .to_string();
+    let field = |k: &str| -> u64 {
+        line.split(&format!(" {k}="))
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {k} in {line}"))
+    };
+    let c = Counts {
+        messages: field("messages"),
+        bytes: field("bytes"),
+        replies: field("replies"),
+        ignored: field("ignored"),
+        malformed: field("malformed"),
+    };
+    (proto, c)
+}
+
+/// The figures of the next client of `proto` to end (summaries of the other protocol are
+/// skipped, so callers wait for one protocol at a time).
 fn client_done(s: &ServerProc, proto: &str) -> Counts {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let line = s
-            .wait_log(" done: messages=", left)
-            .unwrap_or_else(|| panic!("no {proto} client summary from the server"));
-        if !line.contains(&format!("sockperf {proto} client")) {
-            continue;
+        let (p, c) = next_done(s, deadline);
+        if p == proto {
+            return c;
         }
-        let field = |k: &str| -> u64 {
-            line.split(&format!(" {k}="))
-                .nth(1)
-                .and_then(|r| r.split_whitespace().next())
-                .and_then(|v| v.parse().ok())
-                .unwrap_or_else(|| panic!("no {k} in {line}"))
-        };
-        return Counts {
-            messages: field("messages"),
-            bytes: field("bytes"),
-            replies: field("replies"),
-            ignored: field("ignored"),
-            malformed: field("malformed"),
-        };
     }
 }
 
@@ -342,6 +355,57 @@ fn pp_after(s: &ServerProc, port: u16) {
     let c = client_done(s, "UDP");
     assert_eq!((c.messages, c.replies, c.malformed), (sent, sent, 0));
     assert_eq!(dropped, 0);
+}
+
+/// Several stock clients at once, UDP and TCP: the UDP port is shared and stateless, each
+/// TCP connection has its own thread; every client's messages are counted and answered.
+#[test]
+fn several_clients_at_once() {
+    if skip() {
+        return;
+    }
+    let (s, port) = server();
+    let p = port.to_string();
+    let clients: Vec<_> = [false, false, false, true]
+        .into_iter()
+        .map(|tcp| {
+            let p = p.clone();
+            std::thread::spawn(move || {
+                let mut args = vec!["pp", "-i", "127.0.0.1", "-p", &p, "-t", "1", "-m", "200"];
+                if tcp {
+                    args.push("--tcp");
+                }
+                (tcp, pp_totals(&sockperf(&args)).0)
+            })
+        })
+        .collect();
+    let sent: Vec<(bool, u64)> = clients.into_iter().map(|h| h.join().unwrap()).collect();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let done: Vec<(String, Counts)> = (0..4).map(|_| next_done(&s, deadline)).collect();
+    let total = |tcp: bool| -> u64 { sent.iter().filter(|c| c.0 == tcp).map(|c| c.1).sum() };
+    let counted = |proto: &str, f: fn(&Counts) -> u64| -> u64 {
+        done.iter().filter(|d| d.0 == proto).map(|d| f(&d.1)).sum()
+    };
+    assert_eq!(done.iter().filter(|d| d.0 == "UDP").count(), 3, "{done:?}");
+    assert_eq!(
+        counted("UDP", |c| c.messages),
+        total(false),
+        "{done:?} {sent:?}"
+    );
+    assert_eq!(counted("UDP", |c| c.replies), total(false), "{done:?}");
+    assert_eq!(
+        counted("TCP", |c| c.messages),
+        total(true),
+        "{done:?} {sent:?}"
+    );
+    assert_eq!(counted("TCP", |c| c.replies), total(true), "{done:?}");
+    assert_eq!(counted("UDP", |c| c.bytes), total(false) * 200);
+    compat_pass(
+        "sockperf",
+        "server",
+        "pp, 3 UDP and 1 TCP clients at once",
+        "client -> server -> client",
+    );
 }
 
 /// A port free for both TCP and UDP on 127.0.0.1 right now.
