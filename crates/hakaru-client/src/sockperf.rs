@@ -13,7 +13,8 @@ use hakaru_engine::ping::{self, Framing, PingConfig, PingFlow, PingSocket, Pinge
 use hakaru_engine::tcp::SideConfig;
 use hakaru_engine::{sys, Observer};
 use hakaru_model::{
-    End, Environment, LatencySpec, LatencyTransport, RunResult, SideReport, TestSpec,
+    End, Environment, IntervalRecord, LatencySpec, LatencyTransport, RunResult, SideReport,
+    TestSpec,
 };
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -31,24 +32,7 @@ pub(crate) fn run(
     observer: &mut dyn Observer,
     stop: Arc<AtomicBool>,
 ) -> Result<RunResult, ClientError> {
-    let addrs = resolve(&opts.host, opts.port, opts.family)?;
-    let mut last = None;
-    let mut flows = None;
-    for a in &addrs {
-        match open_flows(opts, spec, *a) {
-            Ok(f) => {
-                flows = Some((f, *a));
-                break;
-            }
-            Err(e) => last = Some(e),
-        }
-    }
-    let Some((flows, server)) = flows else {
-        return Err(last.unwrap_or(ClientError::Resolve {
-            host: opts.host.clone(),
-            reason: "no address".into(),
-        }));
-    };
+    let (flows, server) = connect(opts, spec)?;
     let addr_s = server.to_string();
     let local_ip = flows.first().and_then(|(_, ip)| *ip);
     let local_address = local_ip
@@ -80,34 +64,7 @@ pub(crate) fn run(
     )
     .map_err(|e| ClientError::Flow(format!("starting the ping flows: {e}")))?;
     let started = pinger.started();
-    let (mut intervals, mut interrupted) = (Vec::new(), false);
-    let interval = spec.interval.0;
-    let total = spec.warmup.0 + spec.duration.0;
-    let (mut last_end, mut next_tick) = (spec.warmup.0, spec.warmup.0 + interval);
-    while !pinger.is_done() {
-        if !interrupted && stop.load(Ordering::Acquire) {
-            interrupted = true;
-            pinger.stop();
-        }
-        std::thread::sleep(Duration::from_millis(20));
-        let elapsed = started.elapsed();
-        if !interval.is_zero() && elapsed >= next_tick && next_tick < total {
-            latency::emit(
-                &pinger,
-                &mut intervals,
-                observer,
-                last_end,
-                next_tick,
-                false,
-            );
-            last_end = next_tick;
-            next_tick += interval;
-        }
-    }
-    let end = started.elapsed().min(total).max(last_end);
-    if !interval.is_zero() && end > last_end {
-        latency::emit(&pinger, &mut intervals, observer, last_end, end, false);
-    }
+    let (intervals, interrupted) = drive(&pinger, spec, observer, &stop);
     let outcome = pinger.wait();
     let wall = started.elapsed().as_secs_f64();
     if let Some(e) = &outcome.error {
@@ -143,6 +100,57 @@ pub(crate) fn run(
     Ok(result)
 }
 
+/// Flows with the local address each one used.
+type Opened = Vec<(PingFlow, Option<IpAddr>)>;
+
+/// Opens the flows to the first of HOST's addresses that takes them.
+fn connect(opts: &ClientOptions, spec: &LatencySpec) -> Result<(Opened, SocketAddr), ClientError> {
+    let mut last = None;
+    for a in resolve(&opts.host, opts.port, opts.family)? {
+        match open_flows(opts, spec, a) {
+            Ok(f) => return Ok((f, a)),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or(ClientError::Resolve {
+        host: opts.host.clone(),
+        reason: "no address".into(),
+    }))
+}
+
+/// Reports intervals until the pinger is done (or Ctrl-C stops it); returns them and whether
+/// the run was interrupted.
+fn drive(
+    pinger: &Pinger,
+    spec: &LatencySpec,
+    observer: &mut dyn Observer,
+    stop: &AtomicBool,
+) -> (Vec<IntervalRecord>, bool) {
+    let started = pinger.started();
+    let (mut intervals, mut interrupted) = (Vec::new(), false);
+    let interval = spec.interval.0;
+    let total = spec.warmup.0 + spec.duration.0;
+    let (mut last_end, mut next_tick) = (spec.warmup.0, spec.warmup.0 + interval);
+    while !pinger.is_done() {
+        if !interrupted && stop.load(Ordering::Acquire) {
+            interrupted = true;
+            pinger.stop();
+        }
+        // No control connection to wait on: the pinger's own deadline ends this loop.
+        std::thread::sleep(Duration::from_millis(20));
+        if !interval.is_zero() && started.elapsed() >= next_tick && next_tick < total {
+            latency::emit(pinger, &mut intervals, observer, last_end, next_tick, false);
+            last_end = next_tick;
+            next_tick += interval;
+        }
+    }
+    let end = started.elapsed().min(total).max(last_end);
+    if !interval.is_zero() && end > last_end {
+        latency::emit(pinger, &mut intervals, observer, last_end, end, false);
+    }
+    (intervals, interrupted)
+}
+
 /// The server's side as far as it is known: it is sockperf, it echoes; nothing measured.
 fn sockperf_report() -> SideReport {
     SideReport {
@@ -168,7 +176,7 @@ fn open_flows(
     opts: &ClientOptions,
     spec: &LatencySpec,
     server: SocketAddr,
-) -> Result<Vec<(PingFlow, Option<IpAddr>)>, ClientError> {
+) -> Result<Opened, ClientError> {
     let fail = |reason: String| ClientError::Connect {
         addr: server.to_string(),
         reason,

@@ -380,7 +380,10 @@ impl Flow<'_> {
                 self.have -= len;
                 return match seq {
                     Some(s) => Ok(Some(s)),
-                    None => Err(format!("flow {}: a reply without a header", self.id)),
+                    None => Err(format!(
+                        "flow {}: a reply that answers no request (is the server the kind --sockperf says?)",
+                        self.id
+                    )),
                 };
             }
             let r = if self.sock.is_tcp() {
