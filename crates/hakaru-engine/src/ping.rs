@@ -381,7 +381,7 @@ impl Flow<'_> {
                 return match seq {
                     Some(s) => Ok(Some(s)),
                     None => Err(format!(
-                        "flow {}: a reply that answers no request (is the server the kind --sockperf says?)",
+                        "flow {}: the server's reply answers no request (a sockperf server needs --sockperf, a hakaru server must run without it)",
                         self.id
                     )),
                 };
