@@ -90,6 +90,7 @@ pub(crate) fn run(
             timeout: spec.timeout.0,
             affinity: s.opts.affinity.clone(),
             keep_samples: s.opts.full_log.is_some(),
+            framing: ping::Framing::Hakaru,
         },
         flows,
     )
@@ -205,7 +206,7 @@ pub(crate) fn run(
     })
 }
 
-fn emit(
+pub(crate) fn emit(
     pinger: &Pinger,
     intervals: &mut Vec<IntervalRecord>,
     observer: &mut dyn Observer,
@@ -229,7 +230,7 @@ fn emit(
 }
 
 /// The result's latency figures from what the pinger measured.
-fn latency_result(
+pub(crate) fn latency_result(
     spec: &LatencySpec,
     o: &PingOutcome,
     histogram: bool,
@@ -280,7 +281,7 @@ fn latency_result(
 
 /// Writes every sample as CSV: flow, sequence, send and receive time (microseconds since the
 /// test started), round trip (microseconds).
-fn write_full_log(path: &std::path::Path, o: &PingOutcome) -> std::io::Result<()> {
+pub(crate) fn write_full_log(path: &std::path::Path, o: &PingOutcome) -> std::io::Result<()> {
     let mut w = std::io::BufWriter::new(std::fs::File::create(path)?);
     writeln!(w, "flow,seq,send_us,recv_us,rtt_us")?;
     for s in &o.samples {

@@ -8,6 +8,7 @@ mod assemble;
 mod connect;
 mod iperf3;
 mod latency;
+mod sockperf;
 mod udp;
 
 use std::collections::BTreeMap;
@@ -28,6 +29,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 pub use assemble::{assemble, merge_interval, Inputs as AssembleInputs};
 pub use hakaru_model::Family;
+pub use sockperf::NO_SERVER_REPORT as SOCKPERF_NOTE;
 
 /// Where to run a test and how.
 #[derive(Debug, Clone)]
@@ -231,6 +233,11 @@ pub fn run_test(
     opts.spec
         .validate()
         .map_err(|e| ClientError::Refused(format!("(checked locally) {}", e.0)))?;
+    if let TestSpec::Latency(lat) = &opts.spec {
+        if lat.peer == hakaru_model::LatencyPeer::Sockperf {
+            return sockperf::run(opts, lat, observer, stop);
+        }
+    }
     let addrs = resolve(&opts.host, opts.port, opts.family)?;
     let mut last_err = None;
     let mut control = None;

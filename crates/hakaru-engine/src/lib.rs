@@ -9,6 +9,7 @@ pub mod connect;
 pub mod connect_server;
 pub mod control;
 pub mod counters;
+pub mod framing;
 pub mod hist;
 pub mod iperf3_control;
 pub mod observer;

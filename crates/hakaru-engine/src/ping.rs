@@ -6,7 +6,8 @@
 //! the percentiles instead of silently delaying later requests (no coordinated omission).
 //! Waiting is `poll` with a nanosecond timeout, or a busy loop with `spin`. Every request
 //! carries flow, sequence number and send time in the datagram header format of
-//! `proto::datagram`; the echo returns the bytes unchanged.
+//! `proto::datagram`, and the echo returns the bytes unchanged; against a stock `sockperf sr`
+//! requests carry sockperf's header instead ([`Framing`]).
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
@@ -19,8 +20,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use hakaru_model::{LatencyFlow, LatencyInterval, SideReport};
-use hakaru_proto::datagram::{read_header, write_header, FlowHello};
+use hakaru_proto::datagram::FlowHello;
 
+pub use crate::framing::Framing;
 use crate::hist::LatencyHistogram;
 use crate::sys;
 use crate::tcp::SideConfig;
@@ -127,6 +129,8 @@ pub struct PingConfig {
     pub affinity: Vec<usize>,
     /// Keep every sample (for --full-log).
     pub keep_samples: bool,
+    /// The requests' header: hakaru's, or sockperf's for a stock `sockperf sr`.
+    pub framing: Framing,
 }
 
 /// One timed round trip (times in nanoseconds since the pinger started).
@@ -335,7 +339,10 @@ impl Flow<'_> {
 
     /// Sends request `seq` stamped `stamp_ns`; waits (or spins) while the socket is full.
     fn send(&mut self, seq: u64, stamp_ns: u64, deadline: Instant) -> Result<(), String> {
-        write_header(&mut self.req, self.id as u16, seq, stamp_ns);
+        self.s
+            .cfg
+            .framing
+            .write_request(&mut self.req, self.id as u16, seq, stamp_ns);
         let mut off = 0;
         while off < self.req.len() {
             match self.sock.send(&self.req[off..]) {
@@ -368,12 +375,15 @@ impl Flow<'_> {
         let len = self.s.cfg.length;
         loop {
             if self.sock.is_tcp() && self.have >= len {
-                let seq = read_header(&self.rbuf[..len]).map(|h| h.seq);
+                let seq = self.s.cfg.framing.read_reply(&self.rbuf[..len]);
                 self.rbuf.copy_within(len..self.have, 0);
                 self.have -= len;
                 return match seq {
                     Some(s) => Ok(Some(s)),
-                    None => Err(format!("flow {}: a reply without a header", self.id)),
+                    None => Err(format!(
+                        "flow {}: the server's reply answers no request (a sockperf server needs --sockperf, a hakaru server must run without it)",
+                        self.id
+                    )),
                 };
             }
             let r = if self.sock.is_tcp() {
@@ -392,8 +402,8 @@ impl Flow<'_> {
                 Ok(n) if self.sock.is_tcp() => self.have += n,
                 Ok(n) => {
                     if n == len {
-                        if let Some(h) = read_header(&self.rbuf[..n]) {
-                            return Ok(Some(h.seq));
+                        if let Some(seq) = self.s.cfg.framing.read_reply(&self.rbuf[..n]) {
+                            return Ok(Some(seq));
                         }
                     }
                     // A stray hello ack or a datagram of the wrong size: not a reply.
@@ -807,6 +817,7 @@ mod tests {
             timeout: Duration::from_millis(200),
             affinity: Vec::new(),
             keep_samples: true,
+            framing: Framing::Hakaru,
         }
     }
 

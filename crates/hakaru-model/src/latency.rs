@@ -71,6 +71,20 @@ pub enum LatencyTransport {
     Udp,
 }
 
+/// Which server a latency test runs against, and so how requests are framed.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum LatencyPeer {
+    /// A hakaru server: a control connection, hakaru's datagram header, both ends report.
+    #[default]
+    Hakaru,
+    /// A stock `sockperf sr` (`--sockperf`): sockperf's 14-byte header, no control connection,
+    /// so there is no server report (its CPU, NIC and environment figures are absent).
+    Sockperf,
+}
+
 /// Smallest request: room for flow, sequence number and send time.
 pub const MIN_LATENCY_LENGTH: u64 = 14;
 /// Default request and response size (sockperf's minimum message).
@@ -105,6 +119,10 @@ pub struct LatencySpec {
     pub timeout: Dur,
     /// CPUs the server pins its echo threads to, round robin; empty for no pinning.
     pub server_affinity: Vec<usize>,
+    /// The kind of server: hakaru, or a stock sockperf (`--sockperf`).
+    // Defaulted so a request from a client built before this field existed still decodes.
+    #[serde(default)]
+    pub peer: LatencyPeer,
 }
 
 impl Default for LatencySpec {
@@ -121,6 +139,7 @@ impl Default for LatencySpec {
             busy_poll: None,
             timeout: Dur::from_secs(1),
             server_affinity: Vec::new(),
+            peer: LatencyPeer::Hakaru,
         }
     }
 }
@@ -183,6 +202,9 @@ impl LatencySpec {
         }
         if self.server_affinity.iter().any(|&c| c >= 4096) {
             return e("--server-affinity lists CPUs numbered 0 to 4095".into());
+        }
+        if self.peer == LatencyPeer::Sockperf && !self.server_affinity.is_empty() {
+            return e("--server-affinity needs a hakaru server; a sockperf server is pinned with its own options (taskset), not by --sockperf".into());
         }
         Ok(())
     }

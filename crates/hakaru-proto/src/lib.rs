@@ -3,11 +3,13 @@
 //! Everything here takes bytes and returns messages (or the reverse), so it is tested
 //! without sockets. [`native`] is hakaru's own control protocol; [`preamble`] tells the
 //! protocols that share the control port apart from their first bytes; [`datagram`] is the
-//! header of UDP test datagrams and the hello that opens a UDP flow.
+//! header of UDP test datagrams and the hello that opens a UDP flow; [`sockperf`] is the stock
+//! sockperf's message header and TCP framing.
 
 pub mod datagram;
 pub mod iperf3;
 pub mod native;
 pub mod preamble;
+pub mod sockperf;
 
 pub use native::{Decoder, Message, ProtoError, TestKind, MAGIC, MAX_FRAME, PROTOCOL_VERSION};

@@ -3,7 +3,9 @@
 
 use std::fmt::Write;
 
-use hakaru_model::{IntervalRecord, LatencySpec, LatencyStats, LatencyTransport, RunResult};
+use hakaru_model::{
+    IntervalRecord, LatencyPeer, LatencySpec, LatencyStats, LatencyTransport, RunResult,
+};
 
 use crate::text::{end_lines, span, trailer};
 
@@ -22,8 +24,11 @@ pub fn header(spec: &LatencySpec, server: &str, embedded: bool) -> String {
         }
         None => "closed loop (one request outstanding per flow)".into(),
     };
+    let sockperf = spec.peer == LatencyPeer::Sockperf;
     let mut wait = String::new();
-    if spec.spin {
+    if spec.spin && sockperf {
+        wait.push_str(", this end SPINs (busy-polls a non-blocking socket)");
+    } else if spec.spin {
         wait.push_str(", both ends SPIN (busy-poll non-blocking sockets)");
     }
     if let Some(b) = spec.busy_poll {
@@ -31,7 +36,12 @@ pub fn header(spec: &LatencySpec, server: &str, embedded: bool) -> String {
     }
     format!(
         "hakaru latency to {server}{}: {} ping-pong, {} flow(s), {}-byte messages, {}, {} measured after a {} warm-up (discarded){wait}\n",
-        if embedded { " (embedded loopback server)" } else { "" },
+        match (embedded, sockperf) {
+            (true, true) => " (embedded loopback server's sockperf port)",
+            (false, true) => " (sockperf sr)",
+            (true, false) => " (embedded loopback server)",
+            (false, false) => "",
+        },
         transport(spec.transport),
         spec.flows,
         spec.length.0,
@@ -172,7 +182,15 @@ pub fn summary(r: &RunResult) -> String {
         "Ends (CPU from /proc/stat covers the whole machine at each end):"
     );
     end_lines(&mut s, "client", &r.client);
-    end_lines(&mut s, "server", &r.server_end);
+    match &r.spec {
+        hakaru_model::TestSpec::Latency(l) if l.peer == LatencyPeer::Sockperf => {
+            let _ = writeln!(
+                s,
+                "  server sockperf sr: not measured (no control connection)"
+            );
+        }
+        _ => end_lines(&mut s, "server", &r.server_end),
+    }
     trailer(&mut s, r);
     s
 }

@@ -11,6 +11,7 @@ mod iperf3;
 mod iperf3_output;
 mod registry;
 mod session;
+mod sockperf;
 mod udp_dispatch;
 
 use std::io;
@@ -23,9 +24,12 @@ use std::time::{Duration, Instant};
 use socket2::{Domain, Protocol, Socket, Type};
 
 pub use registry::Registry;
+pub use sockperf::{SockperfCounts, UDP_CLIENT_IDLE as SOCKPERF_UDP_CLIENT_IDLE};
 
 /// Default control port (iperf3's, so firewalls already open for iperf3 work).
 pub const DEFAULT_PORT: u16 = 5201;
+/// sockperf's default port, for `--sockperf-port` and `latency --sockperf`.
+pub const SOCKPERF_DEFAULT_PORT: u16 = hakaru_proto::sockperf::DEFAULT_PORT;
 
 pub use hakaru_model::Family;
 
@@ -45,6 +49,8 @@ pub struct ServerConfig {
     /// Server output for iperf3 clients that ask for it (`--get-server-output`) as iperf3's
     /// JSON document instead of its text.
     pub iperf3_json_output: bool,
+    /// Also answer stock sockperf clients (UDP and TCP) on this port; 0 picks a free one.
+    pub sockperf_port: Option<u16>,
 }
 
 impl Default for ServerConfig {
@@ -56,6 +62,7 @@ impl Default for ServerConfig {
             max_tests: 64,
             max_pending: 512,
             iperf3_json_output: false,
+            sockperf_port: None,
         }
     }
 }
@@ -81,6 +88,7 @@ pub(crate) struct Ctx {
 pub struct Server {
     listener: TcpListener,
     udp: UdpSocket,
+    sockperf: Option<sockperf::SockperfPort>,
     ctx: Arc<Ctx>,
 }
 
@@ -119,9 +127,17 @@ impl Server {
         let bound = listener.local_addr()?;
         let udp = bind_udp(bound, cfg.family)
             .map_err(|e| io::Error::new(e.kind(), format!("binding UDP {bound}: {e}")))?;
+        let sockperf = match cfg.sockperf_port {
+            Some(p) => Some(
+                sockperf::SockperfPort::bind(bound.ip(), p, cfg.family == Family::V6)
+                    .map_err(|e| io::Error::new(e.kind(), format!("--sockperf-port {p}: {e}")))?,
+            ),
+            None => None,
+        };
         Ok(Server {
             listener,
             udp,
+            sockperf,
             ctx: Arc::new(Ctx {
                 cfg,
                 registry: Registry::default(),
@@ -142,6 +158,11 @@ impl Server {
         self.listener.local_addr()
     }
 
+    /// The address of the sockperf port, when there is one.
+    pub fn sockperf_addr(&self) -> Option<SocketAddr> {
+        self.sockperf.as_ref().and_then(|s| s.local_addr().ok())
+    }
+
     /// Flag that stops the server when set (wire it to SIGINT/SIGTERM).
     pub fn shutdown_flag(&self) -> Arc<AtomicBool> {
         Arc::clone(&self.ctx.shutdown)
@@ -153,8 +174,13 @@ impl Server {
     }
 
     /// Serves until the shutdown flag is set, then waits up to 5 s for tests to wind down.
-    pub fn run(self) -> io::Result<()> {
+    pub fn run(mut self) -> io::Result<()> {
         self.listener.set_nonblocking(true)?;
+        let sockperf_addr = self.sockperf_addr();
+        let sockperf_threads = match self.sockperf.take() {
+            Some(sp) => sp.spawn(Arc::clone(&self.ctx))?,
+            None => Vec::new(),
+        };
         let udp_thread = {
             let ctx = Arc::clone(&self.ctx);
             let sock = self.udp.try_clone()?;
@@ -164,6 +190,10 @@ impl Server {
         };
         // Said only once both the TCP and the UDP side are being served.
         tracing::info!("listening on {}", self.local_addr()?);
+        // After the line above, which scripts read the control port from.
+        if let Some(a) = sockperf_addr {
+            tracing::info!("sockperf listening on {a} (UDP and TCP)");
+        }
         while !self.ctx.shutdown.load(Ordering::Acquire) {
             match self.listener.accept() {
                 Ok((stream, peer)) => {
@@ -185,18 +215,23 @@ impl Server {
             std::thread::sleep(Duration::from_millis(20));
         }
         let _ = udp_thread.join();
+        for t in sockperf_threads {
+            let _ = t.join();
+        }
         Ok(())
     }
 
     /// Runs the server on a background thread (the embedded loopback server).
     pub fn spawn(self) -> io::Result<ServerHandle> {
         let addr = self.local_addr()?;
+        let sockperf = self.sockperf_addr();
         let flag = self.shutdown_flag();
         let thread = std::thread::Builder::new()
             .name("hakaru-server".into())
             .spawn(move || self.run())?;
         Ok(ServerHandle {
             addr,
+            sockperf,
             flag,
             thread: Some(thread),
         })
@@ -206,6 +241,7 @@ impl Server {
 /// A server running on a background thread; stops when dropped.
 pub struct ServerHandle {
     addr: SocketAddr,
+    sockperf: Option<SocketAddr>,
     flag: Arc<AtomicBool>,
     thread: Option<JoinHandle<io::Result<()>>>,
 }
@@ -214,6 +250,11 @@ impl ServerHandle {
     /// Address the server listens on.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Address of the sockperf port, when the server has one.
+    pub fn sockperf_addr(&self) -> Option<SocketAddr> {
+        self.sockperf
     }
 
     /// Stops the server and waits for it.

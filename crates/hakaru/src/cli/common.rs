@@ -152,6 +152,25 @@ impl Target {
         })
     }
 
+    /// HOST and -p as given, with no embedded server (for peers that are not hakaru).
+    pub fn endpoint_without_server(&self) -> Endpoint {
+        Endpoint::remote(
+            self.host
+                .clone()
+                .unwrap_or_else(|| self.loopback().to_string()),
+            self.port,
+        )
+    }
+
+    /// The loopback address of the family the flags ask for.
+    pub fn loopback(&self) -> IpAddr {
+        if self.ipv6 {
+            IpAddr::V6(Ipv6Addr::LOCALHOST)
+        } else {
+            IpAddr::V4(Ipv4Addr::LOCALHOST)
+        }
+    }
+
     /// Client options for running `spec` at `ep`.
     pub fn options(&self, ep: &Endpoint, spec: TestSpec) -> ClientOptions {
         ClientOptions {
@@ -183,6 +202,22 @@ pub struct Endpoint {
     server: Option<hakaru_server::ServerHandle>,
     host: String,
     port: u16,
+}
+
+impl Endpoint {
+    /// A server elsewhere (or one the caller runs itself).
+    pub fn remote(host: String, port: u16) -> Endpoint {
+        Endpoint {
+            server: None,
+            host,
+            port,
+        }
+    }
+
+    /// Host the tests go to.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
 }
 
 /// Runs one test and prints its result (or its error) in `format`.

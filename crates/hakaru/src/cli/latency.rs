@@ -1,4 +1,5 @@
-//! `hakaru latency`: request/response round trips (sockperf pp, netperf TCP_RR/UDP_RR).
+//! `hakaru latency`: request/response round trips (sockperf pp, netperf TCP_RR/UDP_RR), against
+//! a hakaru server or, with `--sockperf`, a stock `sockperf sr`.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -8,11 +9,13 @@ use anyhow::Context;
 use hakaru_client::run_test;
 use hakaru_engine::Observer;
 use hakaru_model::{
-    Amount, Bytes, Direction, Dur, FlowDir, LatencySpec, LatencyTransport, TcpSpec, TestSpec,
-    UnderLoad, DEFAULT_LATENCY_LENGTH,
+    Amount, Bytes, Direction, Dur, FlowDir, LatencyPeer, LatencySpec, LatencyTransport, TcpSpec,
+    TestSpec, UnderLoad, DEFAULT_LATENCY_LENGTH,
 };
 
-use super::common::{run_and_print, stop_flag, CpuList, Target};
+use hakaru_server::{Server, ServerConfig, DEFAULT_PORT, SOCKPERF_DEFAULT_PORT as SOCKPERF_PORT};
+
+use super::common::{run_and_print, stop_flag, CpuList, Endpoint, Target};
 use crate::output;
 
 /// Options of `hakaru latency`.
@@ -69,6 +72,13 @@ pub struct Args {
     /// Bulk TCP flows per direction for --under-load.
     #[arg(long, value_name = "N", default_value_t = 1, requires = "under_load")]
     load_flows: u32,
+    /// Measure against a stock `sockperf sr` (`sockperf sr --tcp` for TCP) instead of a hakaru
+    /// server: requests carry sockperf's header, there is no control connection, and the
+    /// server's CPU and NIC figures are absent. -p defaults to sockperf's 11111. Without HOST,
+    /// runs against an in-process hakaru server's sockperf port. --spin and --busy-poll then
+    /// apply to this end only.
+    #[arg(long, conflicts_with_all = ["under_load", "server_affinity"])]
+    sockperf: bool,
 }
 
 impl Args {
@@ -94,6 +104,11 @@ impl Args {
                 .clone()
                 .map(|c| c.0)
                 .unwrap_or_default(),
+            peer: if self.sockperf {
+                LatencyPeer::Sockperf
+            } else {
+                LatencyPeer::Hakaru
+            },
         };
         spec.validate().map_err(|e| anyhow::anyhow!(e.0))?;
         Ok(spec)
@@ -108,6 +123,9 @@ impl Observer for Quiet {}
 pub fn run(a: Args) -> anyhow::Result<()> {
     let spec = a.spec()?;
     let test = TestSpec::Latency(spec.clone());
+    if a.sockperf {
+        return run_sockperf(&a, test);
+    }
     let ep = a.target.endpoint(&test)?;
     let mut opts = a.target.options(&ep, test);
     opts.full_log = a.full_log.clone();
@@ -168,4 +186,34 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         });
     }
     output::finish(format, &loaded)
+}
+
+/// `--sockperf`: against HOST's `sockperf sr`, or an in-process hakaru server's sockperf port.
+fn run_sockperf(a: &Args, test: TestSpec) -> anyhow::Result<()> {
+    let mut ep = a.target.endpoint_without_server();
+    // The embedded server stays up until the test is over.
+    let mut _embedded = None;
+    if a.target.host.is_none() {
+        let ip = a.target.loopback();
+        let server = Server::bind(ServerConfig {
+            bind: Some(ip),
+            port: 0,
+            sockperf_port: Some(0),
+            ..ServerConfig::default()
+        })
+        .and_then(Server::spawn)
+        .context("starting the embedded loopback server")?;
+        let addr = server
+            .sockperf_addr()
+            .context("the embedded server has no sockperf port")?;
+        ep = Endpoint::remote(ip.to_string(), addr.port());
+        _embedded = Some(server);
+    } else if a.target.port == DEFAULT_PORT {
+        ep = Endpoint::remote(ep.host().to_string(), SOCKPERF_PORT);
+    }
+    let mut opts = a.target.options(&ep, test);
+    opts.embedded = _embedded.is_some();
+    opts.full_log = a.full_log.clone();
+    opts.histogram = a.histogram;
+    run_and_print(a.target.format(), &opts)
 }

@@ -1,5 +1,6 @@
 //! `hakaru server`: one process, one control port, many clients and tests at once. The same
-//! port serves stock iperf3 clients (3.12 and later), each test isolated.
+//! port serves stock iperf3 clients (3.12 and later), each test isolated; with
+//! `--sockperf-port` it also answers stock sockperf clients, like `sockperf sr`.
 
 use std::net::IpAddr;
 
@@ -28,6 +29,11 @@ pub struct Args {
     /// its -J document (as from `iperf3 -s -J`).
     #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"])]
     iperf3_server_output: String,
+    /// Also answer stock sockperf clients (`sockperf pp`, `ul`, `tp`, UDP and `--tcp`) on this
+    /// port, like `sockperf sr` (sockperf's default is 11111; 0 picks a free port). Each
+    /// client's messages, bytes and replies are logged when it ends.
+    #[arg(long, value_name = "PORT")]
+    sockperf_port: Option<u16>,
 }
 
 /// Runs the server until SIGINT or SIGTERM.
@@ -47,6 +53,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         family,
         max_tests: a.max_tests as usize,
         iperf3_json_output: a.iperf3_server_output == "json",
+        sockperf_port: a.sockperf_port,
         ..ServerConfig::default()
     })
     .with_context(|| format!("starting the server on port {}", a.port))?;

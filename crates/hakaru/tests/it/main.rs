@@ -13,4 +13,5 @@ mod netns_link;
 mod netns_udp;
 mod nic;
 mod schema;
+mod sockperf;
 mod udp;

@@ -1,0 +1,637 @@
+//! Interop with the stock sockperf (3.7 here): its clients against `hakaru server
+//! --sockperf-port`, and `hakaru latency --sockperf` against its `sockperf sr`. Each case checks
+//! that both sides agree on what was sent: on loopback with one message outstanding (or a
+//! modest rate) nothing is lost, so message counts must be equal, not close.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use super::common::{compat_pass, have, json, kill, run, run_cmd, stderr, ServerProc};
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+fn skip() -> bool {
+    if !have("sockperf") {
+        eprintln!("skip: sockperf is not installed");
+        return true;
+    }
+    false
+}
+
+/// A hakaru server with a sockperf port; returns it and that port.
+fn server() -> (ServerProc, u16) {
+    let s = ServerProc::start(&["--sockperf-port", "0"]);
+    let line = s
+        .wait_log("sockperf listening on", Duration::from_secs(10))
+        .expect("no 'sockperf listening on' line");
+    let port = line
+        .split("sockperf listening on ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|a| a.rsplit(':').next())
+        .and_then(|p| p.parse().ok())
+        .expect("port in the sockperf log line");
+    (s, port)
+}
+
+/// What hakaru's server logged for one sockperf client when it ended.
+#[derive(Debug, Default, PartialEq)]
+struct Counts {
+    messages: u64,
+    bytes: u64,
+    replies: u64,
+    ignored: u64,
+    malformed: u64,
+}
+
+/// Waits for the next "sockperf PROTO client ... done:" line: its protocol and figures.
+fn next_done(s: &ServerProc, deadline: Instant) -> (String, Counts) {
+    let left = deadline.saturating_duration_since(Instant::now());
+    let line = s
+        .wait_log(" done: messages=", left)
+        .expect("no client summary from the server");
+    let proto = line
+        .split("sockperf ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or("?")
+        .to_string();
+    let field = |k: &str| -> u64 {
+        line.split(&format!(" {k}="))
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {k} in {line}"))
+    };
+    let c = Counts {
+        messages: field("messages"),
+        bytes: field("bytes"),
+        replies: field("replies"),
+        ignored: field("ignored"),
+        malformed: field("malformed"),
+    };
+    (proto, c)
+}
+
+/// The figures of the next client of `proto` to end (summaries of the other protocol are
+/// skipped, so callers wait for one protocol at a time).
+fn client_done(s: &ServerProc, proto: &str) -> Counts {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (p, c) = next_done(s, deadline);
+        if p == proto {
+            return c;
+        }
+    }
+}
+
+/// Runs a stock sockperf client; asserts it exits 0 and returns its output (both streams).
+fn sockperf(args: &[&str]) -> String {
+    let o = run_cmd(Command::new("sockperf").args(args), LIMIT);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(o.status.success(), "sockperf {args:?} failed:\n{text}");
+    assert!(
+        !text.contains("ERROR"),
+        "sockperf {args:?} reported an error:\n{text}"
+    );
+    text
+}
+
+/// The number after `key` in the first line that contains `line_has`.
+fn figure(text: &str, line_has: &str, key: &str) -> u64 {
+    text.lines()
+        .find(|l| l.contains(line_has))
+        .and_then(|l| l.split(key).nth(1))
+        .and_then(|r| {
+            r.trim_start()
+                .split(|c: char| !c.is_ascii_digit())
+                .next()
+                .and_then(|d| d.parse().ok())
+        })
+        .unwrap_or_else(|| panic!("no '{key}' on a '{line_has}' line in:\n{text}"))
+}
+
+/// sockperf's sent and received totals ("[Total Run]") and its dropped count.
+fn pp_totals(text: &str) -> (u64, u64, u64) {
+    (
+        figure(text, "[Total Run]", "SentMessages="),
+        figure(text, "[Total Run]", "ReceivedMessages="),
+        figure(text, "dropped messages", "dropped messages ="),
+    )
+}
+
+/// A stock ping-pong client against our server: every message counted and answered once.
+fn pp_case(tcp: bool, size: usize) {
+    let (s, port) = server();
+    let (p, m) = (port.to_string(), size.to_string());
+    let mut args = vec!["pp", "-i", "127.0.0.1", "-p", &p, "-t", "1", "-m", &m];
+    if tcp {
+        args.push("--tcp");
+    }
+    let out = sockperf(&args);
+    let (sent, received, dropped) = pp_totals(&out);
+    let c = client_done(&s, if tcp { "TCP" } else { "UDP" });
+    assert!(sent > 0, "{out}");
+    assert_eq!(
+        c.messages, sent,
+        "hakaru counted {c:?}, sockperf sent {sent}"
+    );
+    assert_eq!(c.replies, sent, "{c:?}");
+    assert_eq!(c.bytes, sent * size as u64, "{c:?}");
+    assert_eq!((c.malformed, c.ignored), (0, 0), "{c:?}");
+    // The reply to the last request may still be in flight when sockperf stops.
+    assert!(received <= sent && received + 1 >= sent, "{out}");
+    assert_eq!(dropped, 0, "{out}");
+    let mode = format!("pp {} -m {size}", if tcp { "TCP" } else { "UDP" });
+    compat_pass("sockperf", "server", &mode, "client -> server -> client");
+}
+
+#[test]
+fn pp_udp_smallest_message() {
+    if skip() {
+        return;
+    }
+    pp_case(false, 14);
+}
+
+#[test]
+fn pp_udp_largest_message() {
+    if skip() {
+        return;
+    }
+    pp_case(false, 65_000);
+}
+
+#[test]
+fn pp_tcp_small_message() {
+    if skip() {
+        return;
+    }
+    pp_case(true, 64);
+}
+
+#[test]
+fn pp_tcp_message_larger_than_a_datagram() {
+    if skip() {
+        return;
+    }
+    pp_case(true, 100_000);
+}
+
+#[test]
+fn ul_udp_answers_every_tenth_message() {
+    if skip() {
+        return;
+    }
+    let (s, port) = server();
+    let p = port.to_string();
+    let out = sockperf(&[
+        "ul",
+        "-i",
+        "127.0.0.1",
+        "-p",
+        &p,
+        "-t",
+        "1",
+        "--mps",
+        "5000",
+        "--reply-every",
+        "10",
+    ]);
+    let (sent, received, dropped) = pp_totals(&out);
+    let c = client_done(&s, "UDP");
+    assert_eq!(c.messages, sent, "{c:?} against sockperf's {sent}");
+    // sockperf numbers from 1 and wants a reply to each multiple of 10.
+    assert_eq!(c.replies, sent / 10, "{c:?}");
+    assert_eq!(c.bytes, sent * 14);
+    assert!(received <= c.replies && received + 1 >= c.replies, "{out}");
+    assert_eq!(dropped, 0, "{out}");
+    compat_pass(
+        "sockperf",
+        "server",
+        "ul UDP --mps 5000 --reply-every 10",
+        "client -> server (every 10th answered)",
+    );
+}
+
+#[test]
+fn tp_udp_counts_every_message_sent() {
+    if skip() {
+        return;
+    }
+    let (s, port) = server();
+    let p = port.to_string();
+    // A modest rate: at --mps max one UDP socket on loopback can overflow and drop, which
+    // would make the exact comparison below about the kernel, not the protocol.
+    let out = sockperf(&[
+        "tp",
+        "-i",
+        "127.0.0.1",
+        "-p",
+        &p,
+        "-t",
+        "1",
+        "--mps",
+        "10000",
+        "-m",
+        "1472",
+    ]);
+    let sent = figure(&out, "messages sent", "Total of");
+    let c = client_done(&s, "UDP");
+    assert!(sent > 0);
+    assert_eq!(c.messages, sent, "{c:?} against sockperf's {sent} sent");
+    assert_eq!(c.bytes, sent * 1472);
+    assert_eq!(c.replies, 0, "throughput mode wants no replies: {c:?}");
+    compat_pass(
+        "sockperf",
+        "server",
+        "tp UDP --mps 10000 -m 1472",
+        "client -> server",
+    );
+}
+
+#[test]
+fn dummy_send_garbage_is_ignored() {
+    if skip() {
+        return;
+    }
+    let (s, port) = server();
+    let p = port.to_string();
+    // --dummy-send writes its header in host byte order: not a valid message on the wire.
+    let out = sockperf(&[
+        "ul",
+        "-i",
+        "127.0.0.1",
+        "-p",
+        &p,
+        "-t",
+        "1",
+        "--mps",
+        "1000",
+        "--reply-every",
+        "10",
+        "--dummy-send",
+        "5000",
+    ]);
+    let (sent, _, dropped) = pp_totals(&out);
+    let c = client_done(&s, "UDP");
+    assert_eq!(c.messages, sent, "{c:?}");
+    assert_eq!(c.replies, sent / 10, "{c:?}");
+    assert!(c.malformed > 0, "no dummy datagrams seen: {c:?}");
+    assert_eq!(dropped, 0, "{out}");
+    compat_pass(
+        "sockperf",
+        "server",
+        "ul UDP --dummy-send 5000",
+        "client -> server (every 10th answered)",
+    );
+}
+
+#[test]
+fn malformed_input_is_ignored_and_service_goes_on() {
+    if skip() {
+        return;
+    }
+    let (mut s, port) = server();
+    let addr = format!("127.0.0.1:{port}");
+    let raw = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut bad_len = vec![0u8; 30];
+    bad_len[9] = 3;
+    bad_len[10..14].copy_from_slice(&31u32.to_be_bytes());
+    let mut tiny_len = vec![0u8; 14];
+    tiny_len[9] = 3;
+    tiny_len[13] = 2;
+    let garbage: Vec<Vec<u8>> = vec![
+        vec![],
+        vec![0xff; 5],
+        vec![0xab; 13],
+        bad_len,
+        tiny_len,
+        vec![0xff; 1400],
+    ];
+    for g in &garbage {
+        raw.send_to(g, &addr).unwrap();
+    }
+    let mut b = [0u8; 16];
+    // Nothing answered the garbage.
+    raw.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    assert!(raw.recv(&mut b).is_err(), "the server answered garbage");
+    let c = client_done(&s, "UDP");
+    assert_eq!(c.malformed, garbage.len() as u64, "{c:?}");
+    assert_eq!((c.messages, c.replies), (0, 0), "{c:?}");
+    // A TCP stream whose first header has an impossible length: that connection is closed.
+    let mut t = TcpStream::connect(&addr).unwrap();
+    t.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    t.write_all(&[0, 0, 0, 0, 0, 0, 0, 1, 0, 3, 0xff, 0xff, 0xff, 0xff])
+        .unwrap();
+    assert!(
+        matches!(t.read(&mut b), Ok(0) | Err(_)),
+        "got a reply to garbage"
+    );
+    let c = client_done(&s, "TCP");
+    assert_eq!((c.messages, c.malformed), (0, 1), "{c:?}");
+    assert!(s.alive());
+    pp_after(&s, port);
+    compat_pass(
+        "sockperf",
+        "server",
+        "pp UDP after malformed datagrams",
+        "client -> server -> client",
+    );
+}
+
+fn pp_after(s: &ServerProc, port: u16) {
+    let p = port.to_string();
+    let out = sockperf(&["pp", "-i", "127.0.0.1", "-p", &p, "-t", "1"]);
+    let (sent, _, dropped) = pp_totals(&out);
+    let c = client_done(s, "UDP");
+    assert_eq!((c.messages, c.replies, c.malformed), (sent, sent, 0));
+    assert_eq!(dropped, 0);
+}
+
+/// Several stock clients at once, UDP and TCP: the UDP port is shared and stateless, each
+/// TCP connection has its own thread; every client's messages are counted and answered.
+#[test]
+fn several_clients_at_once() {
+    if skip() {
+        return;
+    }
+    let (s, port) = server();
+    let p = port.to_string();
+    let clients: Vec<_> = [false, false, false, true]
+        .into_iter()
+        .map(|tcp| {
+            let p = p.clone();
+            std::thread::spawn(move || {
+                let mut args = vec!["pp", "-i", "127.0.0.1", "-p", &p, "-t", "1", "-m", "200"];
+                if tcp {
+                    args.push("--tcp");
+                }
+                (tcp, pp_totals(&sockperf(&args)).0)
+            })
+        })
+        .collect();
+    let sent: Vec<(bool, u64)> = clients.into_iter().map(|h| h.join().unwrap()).collect();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let done: Vec<(String, Counts)> = (0..4).map(|_| next_done(&s, deadline)).collect();
+    let total = |tcp: bool| -> u64 { sent.iter().filter(|c| c.0 == tcp).map(|c| c.1).sum() };
+    let counted = |proto: &str, f: fn(&Counts) -> u64| -> u64 {
+        done.iter().filter(|d| d.0 == proto).map(|d| f(&d.1)).sum()
+    };
+    assert_eq!(done.iter().filter(|d| d.0 == "UDP").count(), 3, "{done:?}");
+    assert_eq!(
+        counted("UDP", |c| c.messages),
+        total(false),
+        "{done:?} {sent:?}"
+    );
+    assert_eq!(counted("UDP", |c| c.replies), total(false), "{done:?}");
+    assert_eq!(
+        counted("TCP", |c| c.messages),
+        total(true),
+        "{done:?} {sent:?}"
+    );
+    assert_eq!(counted("TCP", |c| c.replies), total(true), "{done:?}");
+    assert_eq!(counted("UDP", |c| c.bytes), total(false) * 200);
+    compat_pass(
+        "sockperf",
+        "server",
+        "pp, 3 UDP and 1 TCP clients at once",
+        "client -> server -> client",
+    );
+}
+
+/// A port free for both TCP and UDP on 127.0.0.1 right now.
+fn free_port() -> u16 {
+    for _ in 0..50 {
+        let t = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = t.local_addr().unwrap().port();
+        if UdpSocket::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no port free for both TCP and UDP");
+}
+
+/// A stock `sockperf sr`, output to a file; killed by PID when dropped.
+struct StockServer {
+    child: Child,
+    log: std::path::PathBuf,
+    port: u16,
+}
+
+impl StockServer {
+    fn start(tcp: bool) -> StockServer {
+        let port = free_port();
+        let log =
+            std::env::temp_dir().join(format!("hk-sockperf-sr-{}-{port}.log", std::process::id()));
+        let f = File::create(&log).unwrap();
+        let p = port.to_string();
+        let mut args = vec!["sr", "-i", "127.0.0.1", "-p", &p];
+        if tcp {
+            args.push("--tcp");
+        }
+        let child = Command::new("sockperf")
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(f.try_clone().unwrap())
+            .stderr(f)
+            .spawn()
+            .expect("spawn sockperf sr");
+        StockServer { child, log, port }
+    }
+
+    /// Stops it with SIGINT (so it prints its total) and returns everything it printed.
+    fn stop(mut self) -> String {
+        kill(self.child.id(), 2);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for StockServer {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            kill(self.child.id(), 9);
+            let _ = self.child.wait();
+        }
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+/// A sockperf ping-pong request for the readiness probes.
+fn probe_request(seq: u64) -> [u8; 14] {
+    let mut req = [0u8; 14];
+    req[..8].copy_from_slice(&seq.to_be_bytes());
+    req[9] = 3;
+    req[13] = 14;
+    req
+}
+
+/// True for sockperf's answer to a probe: 14 bytes with the client flag cleared.
+fn is_answer(buf: &[u8]) -> bool {
+    buf.len() == 14 && buf[8..10] == [0, 2]
+}
+
+/// Waits until the stock server answers a probe; returns how many probe messages it counted
+/// (`None` if it never answered, e.g. it lost a race for its port).
+fn wait_ready(port: u16, tcp: bool) -> Option<u64> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut buf = [0u8; 64];
+    if tcp {
+        while Instant::now() < deadline {
+            // A real request, so a self-connected socket (which reads back its own request)
+            // or some other listener cannot pass for sockperf.
+            if let Ok(mut t) = TcpStream::connect(("127.0.0.1", port)) {
+                let _ = t.set_read_timeout(Some(Duration::from_secs(2)));
+                if t.write_all(&probe_request(1)).is_ok()
+                    && t.read_exact(&mut buf[..14]).is_ok()
+                    && is_answer(&buf[..14])
+                {
+                    return Some(1);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        return None;
+    }
+    let probe = UdpSocket::bind("127.0.0.1:0").unwrap();
+    probe.connect(("127.0.0.1", port)).unwrap();
+    probe
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let mut answered = 0;
+    let mut seq = 0u64;
+    while answered == 0 && Instant::now() < deadline {
+        seq += 1;
+        let _ = probe.send(&probe_request(seq));
+        if matches!(probe.recv(&mut buf), Ok(14)) && is_answer(&buf[..14]) {
+            answered += 1;
+        }
+    }
+    // Probes sent before the socket was bound were never counted; any that were counted are
+    // answered (loopback loses nothing), so count the late answers too.
+    while matches!(probe.recv(&mut buf), Ok(14)) {
+        answered += 1;
+    }
+    (answered > 0).then_some(answered)
+}
+
+/// A stock `sockperf sr` that answers, and the probe messages it has counted so far.
+fn ready_server(tcp: bool) -> (StockServer, u64) {
+    for _ in 0..5 {
+        let sr = StockServer::start(tcp);
+        if let Some(probes) = wait_ready(sr.port, tcp) {
+            return (sr, probes);
+        }
+        // Another process took the port between our check and sockperf's bind: try another.
+        let port = sr.port;
+        eprintln!("sockperf sr on {port} did not answer:\n{}", sr.stop());
+    }
+    panic!("sockperf sr never answered a probe");
+}
+
+/// `hakaru latency --sockperf` against a stock `sockperf sr`.
+fn client_case(tcp: bool) {
+    let (sr, probes) = ready_server(tcp);
+    let p = sr.port.to_string();
+    let mut args = vec![
+        "latency",
+        "127.0.0.1",
+        "--sockperf",
+        "-p",
+        &p,
+        "-t",
+        "1",
+        "-l",
+        "64",
+        "--json",
+    ];
+    if !tcp {
+        args.push("--udp");
+    }
+    let o: Output = run(&args, LIMIT);
+    let text = sr.stop();
+    assert!(o.status.success(), "hakaru failed: {}", stderr(&o));
+    let r = json(&o);
+    let l = &r["latency"];
+    let u = |k: &str| l[k].as_u64().unwrap_or_else(|| panic!("no {k} in {l}"));
+    assert_eq!(l["transport"], if tcp { "tcp" } else { "udp" });
+    assert_eq!(r["spec"]["peer"], "sockperf");
+    assert!(u("replies") > 0, "{l}");
+    assert_eq!(u("requests"), u("replies"), "closed loop on loopback: {l}");
+    assert_eq!(u("lost"), 0);
+    assert!(r["server_end"]["cpu"].is_null(), "sockperf reports no CPU");
+    let handled = figure(&text, "messages received and handled", "Total");
+    // sockperf counted every request hakaru sent, warm-up included, plus the readiness probes.
+    assert_eq!(
+        handled,
+        u("requests") + u("warmup_discarded") + probes,
+        "sockperf sr handled {handled}; hakaru: {l}; probes {probes}"
+    );
+    let mode = if tcp { "sr TCP" } else { "sr UDP" };
+    compat_pass("sockperf", "client", mode, "client -> server -> client");
+}
+
+#[test]
+fn latency_client_against_stock_sr_udp() {
+    if skip() {
+        return;
+    }
+    client_case(false);
+}
+
+#[test]
+fn latency_client_against_stock_sr_tcp() {
+    if skip() {
+        return;
+    }
+    client_case(true);
+}
+
+/// Without HOST, `--sockperf` runs against the embedded server's sockperf port: no peer binary
+/// needed, so this runs everywhere.
+#[test]
+fn latency_sockperf_against_the_embedded_port() {
+    let o = run(
+        &[
+            "latency",
+            "--sockperf",
+            "--udp",
+            "-t",
+            "1",
+            "-i",
+            "0",
+            "--json",
+        ],
+        LIMIT,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r = json(&o);
+    let l = &r["latency"];
+    assert!(l["replies"].as_u64().unwrap() > 0, "{l}");
+    assert_eq!(l["replies"], l["requests"]);
+    assert!(r["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|n| n.as_str().unwrap_or("").contains("sockperf")));
+    let bad = run(
+        &["latency", "--sockperf", "--server-affinity", "0", "-t", "1"],
+        LIMIT,
+    );
+    assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
+}
