@@ -12,6 +12,8 @@ pub mod counters;
 pub mod hist;
 pub mod observer;
 pub mod ping;
+pub mod raw;
+mod raw_udp;
 pub mod running;
 pub mod seq;
 pub mod side;
