@@ -21,6 +21,8 @@ use crate::sys;
 pub const MARKER_MAX: usize = 4;
 /// End markers a ttcp sender sends (the receiver stops at the first; the rest cover loss).
 const END_MARKERS: usize = 4;
+/// Receive buffer a sink asks for.
+const RCVBUF: usize = 4 << 20;
 /// Largest datagram a sink reads whole.
 const RECV_BUF: usize = 65_536;
 /// An iperf2 server repeats its report until the client is quiet this long.
@@ -98,6 +100,9 @@ pub fn udp_sink(
     socket
         .set_read_timeout(Some(TICK))
         .map_err(io_err("setting a receive timeout"))?;
+    // Best effort: a bigger buffer rides out bursts from an unpaced sender; the kernel caps
+    // it at rmem_max.
+    let _ = socket2::SockRef::from(socket).set_recv_buffer_size(RCVBUF);
     let mut buf = vec![0u8; RECV_BUF];
     let mut ignored = 0;
     let Some((n0, peer)) = first_datagram(socket, spec, &mut buf, stop, &mut ignored)? else {
@@ -124,6 +129,7 @@ pub fn udp_sink(
         received: 0,
         ignored,
     };
+    let iface = iface.or_else(|| sys::interface_for_addr(peer.ip()));
     let meter = Meter::start(spec, iface, on_sample)?;
     let mut out = spec.stdio.then(io::stdout);
     let (mut stdio_bytes, mut error, mut interrupted, mut fin) = (0u64, None, false, false);
