@@ -103,6 +103,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if a.udp {
         let sock = UdpSocket::bind(addr).with_context(|| format!("-p/--port: binding UDP {addr}"))?;
         let local = sock.local_addr().map_or(addr.to_string(), |l| l.to_string());
+        // On stderr in every format, so scripts (and tests) can learn a port 0 choice.
+        eprintln!("hakaru sink: listening on udp {local}");
         loop {
             out.start(&spec, &local);
             let o = raw::udp_sink(&sock, &spec, iface.clone(), out.on_sample(&spec), &stop)?;
@@ -119,6 +121,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         let local = listener
             .local_addr()
             .map_or(addr.to_string(), |l| l.to_string());
+        eprintln!("hakaru sink: listening on tcp {local}");
         loop {
             out.start(&spec, &local);
             let Some((stream, peer)) = raw::accept_one(&listener, &stop)? else {

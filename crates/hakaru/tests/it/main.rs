@@ -11,4 +11,5 @@ mod netns_link;
 mod netns_udp;
 mod nic;
 mod schema;
+mod sink;
 mod udp;
