@@ -208,7 +208,9 @@ impl HeaderSniffer {
         if self.done {
             return Ok(());
         }
-        let want = iperf2::MAX_HEADER.saturating_sub(self.head.len()).min(b.len());
+        let want = iperf2::MAX_HEADER
+            .saturating_sub(self.head.len())
+            .min(b.len());
         self.head.extend_from_slice(&b[..want]);
         if self.head.len() < 4 {
             return Ok(());
@@ -233,9 +235,11 @@ impl HeaderSniffer {
         let bad = h.wants_server_send();
         self.header = Some(h);
         if bad {
-            return Err("the iperf2 client asked the server to send (-R, --full-duplex, -d or \
+            return Err(
+                "the iperf2 client asked the server to send (-R, --full-duplex, -d or \
                         -r); hakaru sink only receives"
-                .into());
+                    .into(),
+            );
         }
         Ok(())
     }

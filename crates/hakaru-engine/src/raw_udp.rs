@@ -140,7 +140,8 @@ pub fn udp_sink(
             if spec.iperf2 {
                 match UdpHeader::decode(&buf[..len], st.seq64) {
                     Some(h) => {
-                        st.account.add(h.seq.unsigned_abs(), h.sent_secs(), unix_now());
+                        st.account
+                            .add(h.seq.unsigned_abs(), h.sent_secs(), unix_now());
                         fin = h.is_fin();
                     }
                     None => {

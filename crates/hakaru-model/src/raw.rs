@@ -168,7 +168,8 @@ pub struct RawResult {
     pub peer: Option<String>,
     /// Bytes received (sink) or sent (source), headers of peers such as iperf2 included.
     pub bytes: u64,
-    /// Seconds from the first to the last byte moved (sink) or of sending (source).
+    /// Seconds counted: a TCP sink's from the accept to the sender's close, a UDP sink's from
+    /// the first to the last datagram, a source's of sending.
     pub seconds: f64,
     /// bytes x 8 / seconds.
     pub bits_per_second: BitRate,
@@ -178,9 +179,10 @@ pub struct RawResult {
     pub calls_per_second: f64,
     /// bytes / io_calls.
     pub bytes_per_call: f64,
-    /// UDP: datagrams moved (every datagram that arrived, for a sink, garbage included).
+    /// UDP: datagrams moved (for a sink: the sender's data datagrams, not the ignored ones).
     pub datagrams: Option<u64>,
-    /// UDP iperf2 sink: datagrams that were not iperf2 data (too short, or a stray FIN).
+    /// UDP sink: datagrams not counted as data: ttcp markers, datagrams from other senders,
+    /// and with `--iperf2` anything that is not iperf2 data (garbage, stray FINs).
     pub ignored: Option<u64>,
     /// Bytes written to stdout (sink) or read from stdin (source), with `--stdout`/`--stdin`.
     pub stdio_bytes: Option<u64>,

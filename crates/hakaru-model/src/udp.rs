@@ -344,7 +344,9 @@ impl TestSpec {
     pub fn udp(&self) -> Option<&UdpSpec> {
         match self {
             TestSpec::Udp(u) => Some(u),
-            TestSpec::Tcp(_) | TestSpec::Latency(_) | TestSpec::Connect(_) | TestSpec::Raw(_) => None,
+            TestSpec::Tcp(_) | TestSpec::Latency(_) | TestSpec::Connect(_) | TestSpec::Raw(_) => {
+                None
+            }
         }
     }
 

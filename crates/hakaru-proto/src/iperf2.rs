@@ -462,7 +462,10 @@ mod tests {
         assert_eq!(&b[44..48], &895u32.to_be_bytes());
         assert_eq!(&b[52..56], &12u32.to_be_bytes());
         let d = ServerReport::decode(&b).unwrap();
-        assert_eq!((d.bytes, d.lost, d.out_of_order, d.datagrams), (r.bytes, 3, 1, 895));
+        assert_eq!(
+            (d.bytes, d.lost, d.out_of_order, d.datagrams),
+            (r.bytes, 3, 1, 895)
+        );
         assert!((d.seconds - 1.005).abs() < 1e-9);
         assert!((d.jitter - 0.000_012).abs() < 1e-9);
         assert_eq!(ServerReport::decode(&b[..100]), None);

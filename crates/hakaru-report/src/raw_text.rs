@@ -53,7 +53,10 @@ pub fn header(spec: &RawSpec, addr: &str) -> String {
 
 /// Column headings of the interval lines.
 pub fn interval_heading(spec: &RawSpec) -> String {
-    let mut s = format!("{:<5} {:>15}  {:>10} {:>11}", "[ ID]", "Interval", "Bytes", "Rate");
+    let mut s = format!(
+        "{:<5} {:>15}  {:>10} {:>11}",
+        "[ ID]", "Interval", "Bytes", "Rate"
+    );
     if spec.protocol == RawProtocol::Udp {
         let _ = write!(s, "  {:>10}", "Datagrams");
         if spec.iperf2 {
@@ -215,7 +218,10 @@ mod tests {
             lines[0],
             "sink: 16777216 bytes in 1.250 real seconds = 13.4 MB/s = 107.37 Mbit/s"
         );
-        assert_eq!(lines[1], "sink: 2048 I/O calls, 8192.0 bytes/call, 1638 calls/sec");
+        assert_eq!(
+            lines[1],
+            "sink: 2048 I/O calls, 8192.0 bytes/call, 1638 calls/sec"
+        );
         assert_eq!(lines[2], "sink: tcp from 127.0.0.1:4000");
     }
 
@@ -237,7 +243,10 @@ mod tests {
         });
         let out = ttcp_lines(&r);
         assert!(out.contains(", 895 datagrams, 2 ignored"), "{out}");
-        assert!(out.contains("iperf2 client 2.1.8, asked for 1.00 s"), "{out}");
+        assert!(
+            out.contains("iperf2 client 2.1.8, asked for 1.00 s"),
+            "{out}"
+        );
         assert!(out.contains("lost/total 0/895 (0.000%)"), "{out}");
         assert!(out.contains("server report sent"), "{out}");
     }
@@ -272,7 +281,10 @@ mod tests {
         };
         let line = interval_lines(&rec);
         assert!(line.starts_with("[  1]"), "{line}");
-        assert!(line.contains("8.00 Mbit/s") && line.contains(" 1000 "), "{line}");
+        assert!(
+            line.contains("8.00 Mbit/s") && line.contains(" 1000 "),
+            "{line}"
+        );
         assert!(line.contains("0.500 ms"), "{line}");
     }
 }

@@ -141,7 +141,9 @@ fn describe_amount(spec: &TestSpec) -> String {
 fn admit(ctx: &Ctx, spec: &TestSpec) -> Result<(), String> {
     spec.validate().map_err(|e| e.0)?;
     if let TestSpec::Raw(_) = spec {
-        return Err("sink and source runs are local to one hakaru; a server does not run them".into());
+        return Err(
+            "sink and source runs are local to one hakaru; a server does not run them".into(),
+        );
     }
     if ctx.shutdown.load(Ordering::Acquire) {
         return Err("the server is shutting down".into());

@@ -50,7 +50,9 @@ impl RawOutput {
     pub fn start(&self, spec: &RawSpec, addr: &str) {
         match self.format {
             Format::Text => self.emit(&raw_text::header(spec, addr)),
-            Format::JsonStream => self.emit(&jsonl::start(&TestSpec::Raw(spec.clone()), addr, false)),
+            Format::JsonStream => {
+                self.emit(&jsonl::start(&TestSpec::Raw(spec.clone()), addr, false))
+            }
             Format::Json => {}
         }
     }

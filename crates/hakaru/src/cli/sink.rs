@@ -101,8 +101,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let iface = a.bind.and_then(hakaru_engine::sys::interface_for_addr);
     let mut failed = None;
     if a.udp {
-        let sock = UdpSocket::bind(addr).with_context(|| format!("-p/--port: binding UDP {addr}"))?;
-        let local = sock.local_addr().map_or(addr.to_string(), |l| l.to_string());
+        let sock =
+            UdpSocket::bind(addr).with_context(|| format!("-p/--port: binding UDP {addr}"))?;
+        let local = sock
+            .local_addr()
+            .map_or(addr.to_string(), |l| l.to_string());
         // On stderr in every format, so scripts (and tests) can learn a port 0 choice.
         eprintln!("hakaru sink: listening on udp {local}");
         loop {
@@ -116,8 +119,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             }
         }
     } else {
-        let listener =
-            TcpListener::bind(addr).with_context(|| format!("-p/--port: listening on TCP {addr}"))?;
+        let listener = TcpListener::bind(addr)
+            .with_context(|| format!("-p/--port: listening on TCP {addr}"))?;
         let local = listener
             .local_addr()
             .map_or(addr.to_string(), |l| l.to_string());

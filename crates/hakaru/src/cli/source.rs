@@ -96,7 +96,9 @@ impl TryFrom<&Args> for RawSpec {
 fn resolve(target: &str, bind: Option<IpAddr>) -> anyhow::Result<SocketAddr> {
     let addrs: Vec<SocketAddr> = target
         .to_socket_addrs()
-        .with_context(|| format!("HOST:PORT '{target}': cannot resolve (expected e.g. 127.0.0.1:5001)"))?
+        .with_context(|| {
+            format!("HOST:PORT '{target}': cannot resolve (expected e.g. 127.0.0.1:5001)")
+        })?
         .collect();
     addrs
         .iter()
@@ -140,7 +142,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         out.finish(&spec, &local_s, o)
     } else {
         if a.bind.is_some() {
-            anyhow::bail!("-B/--bind applies to UDP sources only (-u); TCP connects from the route's address");
+            anyhow::bail!(
+                "-B/--bind applies to UDP sources only (-u); TCP connects from the route's address"
+            );
         }
         let stream = TcpStream::connect_timeout(&peer, a.connect_timeout.0)
             .with_context(|| format!("HOST:PORT: cannot connect to {peer}"))?;

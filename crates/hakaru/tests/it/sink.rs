@@ -9,9 +9,7 @@ use std::time::Duration;
 
 use hakaru_proto::iperf2::{ServerReport, TestHeader, UdpHeader};
 
-use crate::common::{
-    compat_pass, count, have, hakaru, json, kill, run, run_cmd, stderr as err_of,
-};
+use crate::common::{compat_pass, count, hakaru, have, json, kill, run, run_cmd, stderr as err_of};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -48,7 +46,11 @@ impl Sink {
         let mut port = 0;
         while let Ok(line) = rx.recv_timeout(Duration::from_secs(10)) {
             if let Some(rest) = line.split("listening on ").nth(1) {
-                port = rest.rsplit(':').next().and_then(|p| p.parse().ok()).expect("port");
+                port = rest
+                    .rsplit(':')
+                    .next()
+                    .and_then(|p| p.parse().ok())
+                    .expect("port");
                 break;
             }
         }
@@ -212,6 +214,12 @@ fn source_to_sink_udp_with_ttcp_markers() {
     assert_eq!(count(&b, "/raw/bytes"), 600_000);
     // One start and four end markers, none of them counted as data.
     assert!(count(&b, "/raw/ignored") >= 1);
+    let schema = crate::schema::schema();
+    let validator = jsonschema::validator_for(&schema).expect("schema compiles");
+    for doc in [&a, &b] {
+        let errors: Vec<String> = validator.iter_errors(doc).map(|e| e.to_string()).collect();
+        assert!(errors.is_empty(), "{}: {errors:?}", doc["test"]);
+    }
 }
 
 #[test]
@@ -261,7 +269,10 @@ fn source_to_a_plain_rust_listener() {
             }
         }
     });
-    let src = run(&["source", &addr, "-n", "50", "-l", "10000", "--json"], LIMIT);
+    let src = run(
+        &["source", &addr, "-n", "50", "-l", "10000", "--json"],
+        LIMIT,
+    );
     ok(&src, "source");
     let got = reader.join().unwrap();
     assert_eq!(got, 500_000);
@@ -447,7 +458,11 @@ fn bad_flags_name_the_flag() {
     assert!(!o.status.success());
     assert!(err_of(&o).contains("HOST:PORT"), "{}", err_of(&o));
     let o = run(&["source", "127.0.0.1:9", "-n", "3", "-t", "1"], LIMIT);
-    assert!(err_of(&o).contains("-n/--count and -t/--time"), "{}", err_of(&o));
+    assert!(
+        err_of(&o).contains("-n/--count and -t/--time"),
+        "{}",
+        err_of(&o)
+    );
     let o = run(&["sink", "-u", "-l", "70000"], LIMIT);
     assert!(err_of(&o).contains("-l/--length"), "{}", err_of(&o));
     let o = run(&["sink", "--idle", "0"], LIMIT);
