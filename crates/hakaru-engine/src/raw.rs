@@ -255,7 +255,7 @@ pub(crate) fn iperf2_info(h: Option<&TestHeader>) -> Iperf2Info {
             ..Iperf2Info::default()
         },
         None => Iperf2Info {
-            amount: "no test header (--compat or not iperf2)".into(),
+            amount: "until the sender closes (no test header)".into(),
             ..Iperf2Info::default()
         },
     }

@@ -4,7 +4,7 @@
 use std::fmt::Write;
 
 use hakaru_model::{
-    BitRate, Bytes, IntervalRecord, RawProtocol, RawResult, RawRole, RawSpec, RunResult,
+    BitRate, Bytes, IntervalRecord, Iperf2Info, RawProtocol, RawResult, RawRole, RawSpec, RunResult,
 };
 
 use crate::text::{end_lines, span};
@@ -144,7 +144,13 @@ pub fn ttcp_lines(r: &RawResult) -> String {
         };
         let _ = writeln!(s, "{who}: {b} bytes {what}");
     }
-    if let Some(i) = &r.iperf2 {
+    let headerless = |i: &&Iperf2Info| i.flags == 0 && i.datagrams.is_none();
+    if r.iperf2.as_ref().filter(headerless).is_some() {
+        let _ = writeln!(
+            s,
+            "{who}: iperf2: no test header (a --compat client, or not iperf2), all of it data"
+        );
+    } else if let Some(i) = &r.iperf2 {
         let _ = write!(
             s,
             "{who}: iperf2 client {}, asked for {}",
@@ -205,7 +211,7 @@ pub fn summary(r: &RunResult) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hakaru_model::{FlowDir, FlowInterval, Iperf2Info, UdpTick};
+    use hakaru_model::{FlowDir, FlowInterval, UdpTick};
 
     #[test]
     fn ttcp_lines_carry_the_counts() {

@@ -323,30 +323,37 @@ fn iperf2_tcp_client_against_sink() {
         eprintln!("skip: iperf (iperf2) not installed");
         return;
     }
-    let sink = Sink::start(&["--iperf2", "--json"]);
-    let c = run_cmd(
-        Command::new("iperf").args([
-            "-c",
-            "127.0.0.1",
-            "-p",
-            &sink.port.to_string(),
-            "-t",
-            "1",
-            "-f",
-            "b",
-        ]),
-        LIMIT,
-    );
-    ok(&c, "iperf -c");
-    let o = sink.wait();
-    ok(&o, "sink");
-    let v = json(&o);
-    let theirs = iperf_bytes(&String::from_utf8_lossy(&c.stdout));
-    let ours = count(&v, "/raw/bytes");
-    let diff = (ours as f64 - theirs as f64).abs() / theirs as f64;
-    assert!(diff <= 0.01, "iperf sent {theirs}, sink got {ours}");
-    assert_eq!(v["raw"]["iperf2"]["client_version"], "2.1.8");
-    compat_pass("iperf", "sink", "TCP -t 1", "iperf -> hakaru");
+    // Default, -X (waits for our ack), --compat (no header), a byte count with 8K writes.
+    for (mode, extra, header) in [
+        ("TCP -t 1", &["-t", "1"][..], true),
+        ("TCP -X", &["-t", "0.5", "-X"][..], true),
+        ("TCP -C", &["-t", "0.5", "-C"][..], false),
+        ("TCP -n 10M -l 8K", &["-n", "10M", "-l", "8K"][..], true),
+    ] {
+        let sink = Sink::start(&["--iperf2", "--json"]);
+        let port = sink.port.to_string();
+        let c = run_cmd(
+            Command::new("iperf")
+                .args(["-c", "127.0.0.1", "-p", &port, "-f", "b"])
+                .args(extra),
+            LIMIT,
+        );
+        ok(&c, mode);
+        let o = sink.wait();
+        ok(&o, "sink");
+        let v = json(&o);
+        let theirs = iperf_bytes(&String::from_utf8_lossy(&c.stdout));
+        let ours = count(&v, "/raw/bytes");
+        let diff = (ours as f64 - theirs as f64).abs() / theirs as f64;
+        assert!(diff <= 0.01, "{mode}: iperf sent {theirs}, sink got {ours}");
+        let version = &v["raw"]["iperf2"]["client_version"];
+        if header {
+            assert_eq!(version, "2.1.8", "{mode}");
+        } else {
+            assert!(version.is_null(), "{mode}: {version}");
+        }
+        compat_pass("iperf", "sink", mode, "iperf -> hakaru");
+    }
 }
 
 #[test]
@@ -355,22 +362,27 @@ fn iperf2_udp_client_gets_a_server_report() {
         eprintln!("skip: iperf (iperf2) not installed");
         return;
     }
+    for (mode, extra) in [
+        ("UDP -b 10M -t 1", &["-b", "10M", "-t", "1"][..]),
+        (
+            "UDP -l 200 -b 2M",
+            &["-l", "200", "-b", "2M", "-t", "0.5"][..],
+        ),
+    ] {
+        udp_case(mode, extra);
+    }
+}
+
+fn udp_case(mode: &str, extra: &[&str]) {
     let sink = Sink::start(&["-u", "--iperf2", "--json"]);
+    let port = sink.port.to_string();
     let c = run_cmd(
-        Command::new("iperf").args([
-            "-c",
-            "127.0.0.1",
-            "-u",
-            "-p",
-            &sink.port.to_string(),
-            "-b",
-            "10M",
-            "-t",
-            "1",
-        ]),
+        Command::new("iperf")
+            .args(["-c", "127.0.0.1", "-u", "-p", &port])
+            .args(extra),
         LIMIT,
     );
-    ok(&c, "iperf -c -u");
+    ok(&c, mode);
     let o = sink.wait();
     ok(&o, "sink");
     let out = String::from_utf8_lossy(&c.stdout).to_string();
@@ -393,7 +405,7 @@ fn iperf2_udp_client_gets_a_server_report() {
     // Every datagram that arrived, the FIN included, is counted once.
     assert_eq!(count(&v, "/raw/datagrams") + lost, total);
     assert_eq!(v["raw"]["iperf2"]["fin_answered"], true);
-    compat_pass("iperf", "sink", "UDP -b 10M -t 1", "iperf -> hakaru");
+    compat_pass("iperf", "sink", mode, "iperf -> hakaru");
 }
 
 #[test]
