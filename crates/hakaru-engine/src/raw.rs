@@ -152,6 +152,24 @@ pub(crate) fn counts_from(r: &mut RawResult, report: &SideReport) {
     }
 }
 
+/// Connects a TCP stream to `peer` within `timeout`, from `bind` when given.
+pub fn connect_tcp(
+    peer: SocketAddr,
+    bind: Option<std::net::IpAddr>,
+    timeout: Duration,
+) -> Result<TcpStream, RawError> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let sock = Socket::new(Domain::for_address(peer), Type::STREAM, Some(Protocol::TCP))
+        .map_err(io_err("creating a TCP socket"))?;
+    if let Some(b) = bind {
+        sock.bind(&SocketAddr::new(b, 0).into())
+            .map_err(io_err(format!("-B/--bind: binding {b}")))?;
+    }
+    sock.connect_timeout(&peer.into(), timeout)
+        .map_err(io_err(format!("cannot connect to {peer}")))?;
+    Ok(sock.into())
+}
+
 /// Waits for one connection on `listener`, checking `stop` every [`TICK`]; `None` if stopped.
 pub fn accept_one(
     listener: &TcpListener,

@@ -1,7 +1,7 @@
 //! `hakaru source`: send a plain TCP stream or UDP datagrams to any receiver (ttcp -r,
 //! nc -l, hakaru sink) and report what was sent, ttcp-style.
 
-use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs, UdpSocket};
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs, UdpSocket};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -24,7 +24,7 @@ pub struct Args {
     /// Send UDP datagrams instead of a TCP stream.
     #[arg(short, long)]
     udp: bool,
-    /// Local address to send from.
+    /// Local address to send from (TCP and UDP).
     #[arg(short = 'B', long = "bind", value_name = "ADDR")]
     bind: Option<IpAddr>,
     /// Bytes per write (TCP, default 128K) or per datagram (UDP, default 1470).
@@ -141,13 +141,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         let o = raw::udp_source(&sock, &spec, iface, out.on_sample(&spec), &stop)?;
         out.finish(&spec, &local_s, o)
     } else {
-        if a.bind.is_some() {
-            anyhow::bail!(
-                "-B/--bind applies to UDP sources only (-u); TCP connects from the route's address"
-            );
-        }
-        let stream = TcpStream::connect_timeout(&peer, a.connect_timeout.0)
-            .with_context(|| format!("HOST:PORT: cannot connect to {peer}"))?;
+        let stream = raw::connect_tcp(peer, a.bind, a.connect_timeout.0)?;
         let local_s = stream.local_addr().map_or(String::new(), |l| l.to_string());
         let iface = stream
             .local_addr()

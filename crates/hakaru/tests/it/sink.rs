@@ -168,7 +168,17 @@ fn udp_sink_counts_datagrams_and_ends_when_idle() {
 fn source_to_sink_tcp() {
     let sink = Sink::start(&["--json"]);
     let src = run(
-        &["source", &sink.addr(), "-n", "100", "-l", "64K", "--json"],
+        &[
+            "source",
+            &sink.addr(),
+            "-B",
+            "127.0.0.1",
+            "-n",
+            "100",
+            "-l",
+            "64K",
+            "--json",
+        ],
         LIMIT,
     );
     ok(&src, "source");
@@ -354,6 +364,27 @@ fn iperf2_tcp_client_against_sink() {
         }
         compat_pass("iperf", "sink", mode, "iperf -> hakaru");
     }
+}
+
+#[test]
+fn iperf2_reverse_is_refused_by_name() {
+    if !have("iperf") {
+        eprintln!("skip: iperf (iperf2) not installed");
+        return;
+    }
+    let sink = Sink::start(&["--iperf2"]);
+    let port = sink.port.to_string();
+    let _ = run_cmd(
+        Command::new("iperf").args(["-c", "127.0.0.1", "-p", &port, "-t", "1", "-R"]),
+        LIMIT,
+    );
+    let o = sink.wait();
+    assert!(!o.status.success());
+    assert!(
+        err_of(&o).contains("asked the server to send (-R"),
+        "{}",
+        err_of(&o)
+    );
 }
 
 #[test]
