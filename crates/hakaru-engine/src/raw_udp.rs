@@ -7,7 +7,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use hakaru_model::{RawProtocol, RawResult, RawRole, RawSpec};
+use hakaru_model::{Iperf2Info, RawProtocol, RawResult, RawRole, RawSpec};
 use hakaru_proto::iperf2::{self, ServerReport, TestHeader, UdpAccount, UdpHeader};
 
 use crate::raw::{
@@ -204,23 +204,7 @@ pub fn udp_sink(
     result.ignored = Some(st.ignored);
     result.stdio_bytes = spec.stdio.then_some(stdio_bytes);
     if spec.iperf2 {
-        let mut info = iperf2_info(st.header.as_ref());
-        info.datagrams = Some(st.account.last);
-        info.lost = Some(st.account.lost());
-        info.out_of_order = Some(st.account.out_of_order);
-        info.jitter_ms = (st.account.received > 1).then_some(st.account.jitter * 1e3);
-        if fin {
-            let rep = ServerReport {
-                bytes: result.bytes,
-                seconds: result.seconds,
-                lost: st.account.lost(),
-                out_of_order: st.account.out_of_order,
-                datagrams: st.account.last,
-                jitter: st.account.jitter,
-            };
-            info.fin_answered = answer_fin(socket, st.peer, &rep.encode(), stop);
-        }
-        result.iperf2 = Some(info);
+        result.iperf2 = Some(iperf2_outcome(&st, &result, fin, socket, stop));
     }
     Ok(RawOutcome {
         result,
@@ -228,6 +212,33 @@ pub fn udp_sink(
         interrupted,
         started_unix,
     })
+}
+
+/// The iperf2 figures of a UDP sink; a FIN is answered with the server report here.
+fn iperf2_outcome(
+    st: &SinkState,
+    result: &RawResult,
+    fin: bool,
+    socket: &UdpSocket,
+    stop: &AtomicBool,
+) -> Iperf2Info {
+    let mut info = iperf2_info(st.header.as_ref());
+    info.datagrams = Some(st.account.last);
+    info.lost = Some(st.account.lost());
+    info.out_of_order = Some(st.account.out_of_order);
+    info.jitter_ms = (st.account.received > 1).then_some(st.account.jitter * 1e3);
+    if fin {
+        let rep = ServerReport {
+            bytes: result.bytes,
+            seconds: result.seconds,
+            lost: st.account.lost(),
+            out_of_order: st.account.out_of_order,
+            datagrams: st.account.last,
+            jitter: st.account.jitter,
+        };
+        info.fin_answered = answer_fin(socket, st.peer, &rep.encode(), stop);
+    }
+    info
 }
 
 /// Sends the server report to the client, again for each FIN it resends, until it is quiet
