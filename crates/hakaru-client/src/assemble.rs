@@ -328,6 +328,7 @@ pub fn assemble(i: Inputs) -> RunResult {
         notes,
         latency: None,
         connect: None,
+        raw: None,
     }
 }
 

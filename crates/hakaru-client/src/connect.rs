@@ -163,6 +163,7 @@ pub(crate) fn run(
         notes,
         connect: Some(connect),
         latency: None,
+        raw: None,
     };
     observer.on_end(&result);
     Ok(result)

@@ -396,6 +396,12 @@ pub fn run_test(
             )
         }
         TestSpec::Latency(_) => unreachable!("latency tests returned above"),
+        TestSpec::Raw(_) => {
+            return Err(ClientError::Refused(
+                "sink and source runs are local (hakaru sink, hakaru source), not client tests"
+                    .into(),
+            ))
+        }
         TestSpec::Tcp(tcp) => {
             let flows = open_tcp_flows(opts, tcp, server_addr, &token)?;
             // Counters first: nothing the server sends after `start` escapes them.

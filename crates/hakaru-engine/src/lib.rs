@@ -14,6 +14,8 @@ pub mod hist;
 pub mod iperf3_control;
 pub mod observer;
 pub mod ping;
+pub mod raw;
+mod raw_udp;
 pub mod running;
 pub mod seq;
 pub mod side;

@@ -120,7 +120,9 @@ impl SideConfig {
     ) -> SideConfig {
         let (discard, zerocopy) = match spec {
             TestSpec::Tcp(t) => (t.discard, t.zerocopy),
-            TestSpec::Udp(_) | TestSpec::Latency(_) | TestSpec::Connect(_) => (false, false),
+            TestSpec::Udp(_) | TestSpec::Latency(_) | TestSpec::Connect(_) | TestSpec::Raw(_) => {
+                (false, false)
+            }
         };
         SideConfig {
             end,

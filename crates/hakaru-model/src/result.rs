@@ -431,7 +431,7 @@ pub struct RunResult {
     pub tool: String,
     /// hakaru version of the client.
     pub tool_version: String,
-    /// Test kind: `tcp`, `udp`, `pps` or `connect`.
+    /// Test kind: `tcp`, `udp`, `pps`, `latency`, `connect`, `sink` or `source`.
     pub test: String,
     /// Wall-clock start, RFC 3339 UTC.
     pub started_at: String,
@@ -465,6 +465,10 @@ pub struct RunResult {
     pub latency: Option<crate::latency::LatencyResult>,
     /// Connection-rate figures, for `connect` tests (`flows` and `totals` are then empty).
     pub connect: Option<ConnectResult>,
+    /// Raw transfer figures, for `sink` and `source` runs.
+    // Defaulted so results written before this field existed still decode.
+    #[serde(default)]
+    pub raw: Option<crate::raw::RawResult>,
 }
 
 /// Formats Unix seconds as an RFC 3339 UTC timestamp with milliseconds.

@@ -211,6 +211,8 @@ pub enum TestSpec {
     Latency(crate::latency::LatencySpec),
     /// Connections per second (`hakaru connect`).
     Connect(ConnectSpec),
+    /// A raw sink or source (`hakaru sink`, `hakaru source`); never sent to a server.
+    Raw(crate::raw::RawSpec),
 }
 
 impl TestSpec {
@@ -222,6 +224,7 @@ impl TestSpec {
             TestSpec::Udp(_) => "udp",
             TestSpec::Latency(_) => "latency",
             TestSpec::Connect(_) => "connect",
+            TestSpec::Raw(r) => r.role_name(),
         }
     }
 
@@ -232,6 +235,7 @@ impl TestSpec {
             TestSpec::Udp(u) => u.validate(),
             TestSpec::Latency(l) => l.validate(),
             TestSpec::Connect(c) => c.validate(),
+            TestSpec::Raw(r) => r.validate(),
         }
     }
 
@@ -241,7 +245,7 @@ impl TestSpec {
             TestSpec::Tcp(t) => t.flow_plan(),
             TestSpec::Udp(u) => u.flow_plan(),
             TestSpec::Latency(l) => l.flow_plan(),
-            TestSpec::Connect(_) => Vec::new(),
+            TestSpec::Connect(_) | TestSpec::Raw(_) => Vec::new(),
         }
     }
 
@@ -252,6 +256,7 @@ impl TestSpec {
             TestSpec::Udp(u) => u.flows,
             TestSpec::Latency(l) => l.flows,
             TestSpec::Connect(c) => c.connectors,
+            TestSpec::Raw(_) => 1,
         }
     }
 
@@ -261,7 +266,7 @@ impl TestSpec {
             TestSpec::Tcp(t) => t.direction,
             TestSpec::Udp(u) => u.direction,
             TestSpec::Latency(_) => Direction::Forward,
-            TestSpec::Connect(_) => Direction::Forward,
+            TestSpec::Connect(_) | TestSpec::Raw(_) => Direction::Forward,
         }
     }
 
@@ -272,6 +277,12 @@ impl TestSpec {
             TestSpec::Udp(u) => u.amount,
             TestSpec::Latency(l) => Amount::Time(l.duration),
             TestSpec::Connect(c) => Amount::Time(c.duration),
+            TestSpec::Raw(r) => match (r.count, r.duration) {
+                (Some(n), _) => Amount::Blocks(n),
+                (None, Some(t)) => Amount::Time(t),
+                // Until the stream ends (EOF, stdin's end, the sender's FIN).
+                (None, None) => Amount::Time(Dur::default()),
+            },
         }
     }
 
@@ -282,6 +293,7 @@ impl TestSpec {
             TestSpec::Udp(u) => u.interval,
             TestSpec::Latency(l) => l.interval,
             TestSpec::Connect(c) => c.interval,
+            TestSpec::Raw(r) => r.interval,
         }
     }
 
@@ -291,7 +303,7 @@ impl TestSpec {
             TestSpec::Tcp(t) => t.omit,
             TestSpec::Udp(u) => u.omit,
             TestSpec::Latency(l) => l.warmup,
-            TestSpec::Connect(_) => Dur::default(),
+            TestSpec::Connect(_) | TestSpec::Raw(_) => Dur::default(),
         }
     }
 
@@ -302,6 +314,7 @@ impl TestSpec {
             TestSpec::Udp(u) => u.stall_timeout,
             TestSpec::Latency(l) => l.timeout,
             TestSpec::Connect(c) => c.connect_timeout,
+            TestSpec::Raw(r) => r.idle,
         }
     }
 
@@ -312,6 +325,7 @@ impl TestSpec {
             TestSpec::Udp(u) => u.length,
             TestSpec::Latency(l) => l.length,
             TestSpec::Connect(c) => c.request,
+            TestSpec::Raw(r) => r.length,
         }
     }
 
@@ -322,6 +336,7 @@ impl TestSpec {
             TestSpec::Udp(u) => &u.server_affinity,
             TestSpec::Latency(l) => &l.server_affinity,
             TestSpec::Connect(c) => &c.server_affinity,
+            TestSpec::Raw(_) => &[],
         }
     }
 
@@ -329,7 +344,9 @@ impl TestSpec {
     pub fn udp(&self) -> Option<&UdpSpec> {
         match self {
             TestSpec::Udp(u) => Some(u),
-            TestSpec::Tcp(_) | TestSpec::Latency(_) | TestSpec::Connect(_) => None,
+            TestSpec::Tcp(_) | TestSpec::Latency(_) | TestSpec::Connect(_) | TestSpec::Raw(_) => {
+                None
+            }
         }
     }
 
@@ -337,7 +354,7 @@ impl TestSpec {
     pub fn connect(&self) -> Option<&ConnectSpec> {
         match self {
             TestSpec::Connect(c) => Some(c),
-            TestSpec::Tcp(_) | TestSpec::Udp(_) | TestSpec::Latency(_) => None,
+            TestSpec::Tcp(_) | TestSpec::Udp(_) | TestSpec::Latency(_) | TestSpec::Raw(_) => None,
         }
     }
 }

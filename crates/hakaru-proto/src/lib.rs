@@ -3,10 +3,12 @@
 //! Everything here takes bytes and returns messages (or the reverse), so it is tested
 //! without sockets. [`native`] is hakaru's own control protocol; [`preamble`] tells the
 //! protocols that share the control port apart from their first bytes; [`datagram`] is the
-//! header of UDP test datagrams and the hello that opens a UDP flow; [`sockperf`] is the stock
-//! sockperf's message header and TCP framing.
+//! header of UDP test datagrams and the hello that opens a UDP flow; [`iperf3`] is iperf3's
+//! control protocol and UDP framing; [`sockperf`] is the stock sockperf's message header and
+//! TCP framing; [`iperf2`] is what a raw sink needs of iperf2 clients.
 
 pub mod datagram;
+pub mod iperf2;
 pub mod iperf3;
 pub mod native;
 pub mod preamble;

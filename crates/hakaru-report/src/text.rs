@@ -7,7 +7,7 @@ use hakaru_model::{
     TcpSpec, TestSpec,
 };
 
-use crate::{connect_text, latency_text, udp_text};
+use crate::{connect_text, latency_text, raw_text, udp_text};
 
 /// The line that opens a run.
 pub fn header(spec: &TestSpec, server: &str, embedded: bool) -> String {
@@ -16,6 +16,7 @@ pub fn header(spec: &TestSpec, server: &str, embedded: bool) -> String {
         TestSpec::Udp(u) => udp_text::header(u, server, embedded),
         TestSpec::Latency(l) => latency_text::header(l, server, embedded),
         TestSpec::Connect(c) => connect_text::header(c, server, embedded),
+        TestSpec::Raw(r) => raw_text::header(r, server),
     }
 }
 
@@ -26,6 +27,7 @@ pub fn interval_heading(spec: &TestSpec) -> String {
         TestSpec::Udp(_) => udp_text::interval_heading(),
         TestSpec::Latency(_) => latency_text::interval_heading(),
         TestSpec::Connect(_) => connect_text::interval_heading(),
+        TestSpec::Raw(r) => raw_text::interval_heading(r),
     }
 }
 
@@ -55,6 +57,7 @@ pub fn summary(r: &RunResult) -> String {
         TestSpec::Udp(_) => udp_text::summary(r),
         TestSpec::Latency(_) => latency_text::summary(r),
         TestSpec::Connect(_) => connect_text::summary(r),
+        TestSpec::Raw(_) => raw_text::summary(r),
     }
 }
 

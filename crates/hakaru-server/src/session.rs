@@ -140,6 +140,11 @@ fn describe_amount(spec: &TestSpec) -> String {
 /// Checks what the spec's own validation cannot: this host's limits and capabilities.
 fn admit(ctx: &Ctx, spec: &TestSpec) -> Result<(), String> {
     spec.validate().map_err(|e| e.0)?;
+    if let TestSpec::Raw(_) = spec {
+        return Err(
+            "sink and source runs are local to one hakaru; a server does not run them".into(),
+        );
+    }
     if ctx.shutdown.load(Ordering::Acquire) {
         return Err("the server is shutting down".into());
     }
@@ -152,7 +157,7 @@ fn admit(ctx: &Ctx, spec: &TestSpec) -> Result<(), String> {
     }
     if let Some(cc) = match spec {
         TestSpec::Tcp(t) => t.congestion.as_ref(),
-        TestSpec::Udp(_) | TestSpec::Latency(_) | TestSpec::Connect(_) => None,
+        TestSpec::Udp(_) | TestSpec::Latency(_) | TestSpec::Connect(_) | TestSpec::Raw(_) => None,
     } {
         let avail = sys::available_congestion();
         if !avail.is_empty() && !avail.iter().any(|a| a == cc) {
@@ -214,6 +219,11 @@ fn run_test(
     });
     let run = match spec {
         TestSpec::Connect(c) => return run_connect(ctx, conn, c, local_ip, iface),
+        TestSpec::Raw(_) => {
+            return Err(Abort::Tell(
+                "sink and source runs are local to one hakaru; a server does not run them".into(),
+            ))
+        }
         TestSpec::Tcp(tcp) => {
             let flows = collect_tcp(ctx, conn, tcp, id, rx)?;
             // Counters first: nothing the client sends after `start` escapes them.

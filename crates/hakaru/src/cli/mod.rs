@@ -5,8 +5,11 @@ mod connect;
 mod latency;
 mod nic;
 mod quick;
+mod raw;
 mod schema;
 mod server;
+mod sink;
+mod source;
 mod tcp;
 mod udp;
 
@@ -51,6 +54,12 @@ enum Command {
     /// Connections per second: connect, one small request and response, close (replaces
     /// netperf TCP_CRR). Without HOST, runs against an in-process server on loopback.
     Connect(Box<connect::Args>),
+    /// Receive a plain TCP stream or UDP datagrams from any sender and report it ttcp-style
+    /// (replaces ttcp -r, nc -l > /dev/null, iperf -s).
+    Sink(Box<sink::Args>),
+    /// Send a plain TCP stream or UDP datagrams to any receiver and report it ttcp-style
+    /// (replaces ttcp -t, nc HOST PORT < /dev/zero).
+    Source(Box<source::Args>),
     /// Per-interface packet and byte rates every interval (replaces sar -n DEV 1).
     Nic(nic::Args),
     /// Print the JSON Schema of `--json` output.
@@ -71,6 +80,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Udp(a) => udp::run_udp(*a),
         Command::Pps(a) => udp::run_pps(*a),
         Command::Connect(a) => connect::run(*a),
+        Command::Sink(a) => sink::run(*a),
+        Command::Source(a) => source::run(*a),
         Command::Nic(a) => nic::run(a),
         Command::Latency(a) => latency::run(*a),
         Command::Quick(a) => quick::run(*a),

@@ -13,5 +13,6 @@ mod netns_link;
 mod netns_udp;
 mod nic;
 mod schema;
+mod sink;
 mod sockperf;
 mod udp;

@@ -12,7 +12,8 @@ fn repo_file(rel: &str) -> std::path::PathBuf {
         .join(rel)
 }
 
-fn schema() -> Value {
+/// The schema `hakaru schema` prints.
+pub(crate) fn schema() -> Value {
     let o = run(&["schema"], Duration::from_secs(20));
     assert!(o.status.success());
     json(&o)

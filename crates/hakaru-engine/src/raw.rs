@@ -1,0 +1,490 @@
+//! Raw endpoints: one plain TCP stream or one UDP sender, from or to a tool with no protocol
+//! of its own (ttcp, nc, an iperf2 client), counted ttcp-style (bytes, I/O calls, time).
+//!
+//! One flow runs in the caller's thread; [`Core`]'s counters and ticker give the same interval
+//! samples and end-of-run [`SideReport`] (CPU, NIC) as the other transports. The UDP loops are
+//! in `raw_udp.rs`.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+#[cfg(unix)]
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use hakaru_model::{
+    End, FlowDir, IntervalSample, Iperf2Info, RawProtocol, RawResult, RawRole, RawSpec, Role,
+    SideReport,
+};
+use hakaru_proto::iperf2::{self, TestHeader};
+
+use crate::side::{spawn_ticker, Core, FlowMeta, TickerOut};
+use crate::sys;
+use crate::tcp::SideConfig;
+
+pub use crate::raw_udp::{udp_sink, udp_source};
+
+/// Receives each interval sample.
+pub type SampleFn = Box<dyn FnMut(IntervalSample) + Send>;
+
+/// How often blocking calls come back to check Ctrl-C and deadlines.
+pub(crate) const TICK: Duration = Duration::from_millis(100);
+/// How long a TCP source waits for a receiver that takes nothing before giving up.
+const STALL: Duration = Duration::from_secs(10);
+/// How long a TCP source waits for the receiver to close after its last byte.
+const LINGER: Duration = Duration::from_secs(2);
+
+/// What a raw run produced.
+#[derive(Debug)]
+pub struct RawOutcome {
+    /// The ttcp-style figures.
+    pub result: RawResult,
+    /// This end's report (CPU, NIC, environment, intervals' source); `None` if no data moved.
+    pub report: Option<SideReport>,
+    /// True if Ctrl-C ended the run.
+    pub interrupted: bool,
+    /// Wall-clock start, seconds since the Unix epoch.
+    pub started_unix: f64,
+}
+
+/// Errors that stop a raw run before it produced figures.
+#[derive(Debug, thiserror::Error)]
+pub enum RawError {
+    /// A socket call failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// The interval ticker could not start.
+    #[error("starting the interval ticker: {0}")]
+    Thread(#[source] io::Error),
+}
+
+pub(crate) fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> RawError {
+    let what = what.into();
+    move |source| RawError::Io { what, source }
+}
+
+pub(crate) fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// The single flow's counters and ticker.
+pub(crate) struct Meter {
+    pub core: Arc<Core>,
+    ticker: Option<JoinHandle<TickerOut>>,
+    pub started_unix: f64,
+}
+
+impl Meter {
+    /// Starts the clock and the ticker now.
+    pub fn start(
+        spec: &RawSpec,
+        iface: Option<String>,
+        on_sample: SampleFn,
+    ) -> Result<Meter, RawError> {
+        let (end, role) = match spec.role {
+            RawRole::Sink => (End::Server, Role::Receiver),
+            RawRole::Source => (End::Client, Role::Sender),
+        };
+        let cfg = SideConfig {
+            end,
+            length: spec.length.0 as usize,
+            discard: false,
+            zerocopy: false,
+            affinity: Vec::new(),
+            interval: spec.interval.0,
+            omit: Duration::ZERO,
+            duration: spec.duration.map(|d| d.0),
+            stall_timeout: spec.idle.0,
+            iface,
+            base: None,
+            payload: crate::tcp::Payload::Letters,
+            pace_bps: None,
+            half_close: true,
+        };
+        let meta = vec![FlowMeta {
+            id: 1,
+            dir: FlowDir::Up,
+            role,
+            quota: None,
+        }];
+        let udp = spec.protocol == RawProtocol::Udp;
+        let core = Arc::new(Core::new(cfg, meta, Box::new(|| {}), udp));
+        let started_unix = unix_now();
+        let ticker = spawn_ticker(Arc::clone(&core), on_sample, None).map_err(RawError::Thread)?;
+        Ok(Meter {
+            core,
+            ticker: Some(ticker),
+            started_unix,
+        })
+    }
+
+    pub fn now_ns(&self) -> u64 {
+        self.core.now_ns()
+    }
+
+    /// Ends the flow and returns this end's report.
+    pub fn finish(mut self, error: Option<String>) -> SideReport {
+        self.core.finish_flow(0, error);
+        let t = self
+            .ticker
+            .take()
+            .and_then(|t| t.join().ok())
+            .unwrap_or_else(|| TickerOut::empty(1));
+        self.core.report(t, |_| None)
+    }
+}
+
+/// Fills the counts of `r` from the single flow of `report`.
+pub(crate) fn counts_from(r: &mut RawResult, report: &SideReport) {
+    if let Some(f) = report.flows.first() {
+        r.set_counts(f.bytes, f.calls, f.seconds);
+        r.error = f.error.clone();
+        if let Some(u) = &f.udp {
+            r.datagrams = Some(u.datagrams);
+        }
+    }
+}
+
+/// Connects a TCP stream to `peer` within `timeout`, from `bind` when given.
+pub fn connect_tcp(
+    peer: SocketAddr,
+    bind: Option<std::net::IpAddr>,
+    timeout: Duration,
+) -> Result<TcpStream, RawError> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let sock = Socket::new(Domain::for_address(peer), Type::STREAM, Some(Protocol::TCP))
+        .map_err(io_err("creating a TCP socket"))?;
+    if let Some(b) = bind {
+        sock.bind(&SocketAddr::new(b, 0).into())
+            .map_err(io_err(format!("-B/--bind: binding {b}")))?;
+    }
+    sock.connect_timeout(&peer.into(), timeout)
+        .map_err(io_err(format!("cannot connect to {peer}")))?;
+    Ok(sock.into())
+}
+
+/// Waits for one connection on `listener`, checking `stop` every [`TICK`]; `None` if stopped.
+pub fn accept_one(
+    listener: &TcpListener,
+    stop: &AtomicBool,
+) -> Result<Option<(TcpStream, SocketAddr)>, RawError> {
+    listener
+        .set_nonblocking(true)
+        .map_err(io_err("setting the listener non-blocking"))?;
+    loop {
+        if stop.load(Ordering::Acquire) {
+            return Ok(None);
+        }
+        match listener.accept() {
+            Ok((s, a)) => {
+                s.set_nonblocking(false)
+                    .map_err(io_err("setting the connection blocking"))?;
+                return Ok(Some((s, a)));
+            }
+            Err(e) if is_retry(&e) => wait_readable(listener, TICK),
+            Err(e) => return Err(io_err("accepting a connection")(e)),
+        }
+    }
+}
+
+#[cfg(unix)]
+fn wait_readable(l: &TcpListener, t: Duration) {
+    sys::wait_fd(l.as_raw_fd(), sys::Interest::Read, t);
+}
+
+#[cfg(not(unix))]
+fn wait_readable(_l: &TcpListener, t: Duration) {
+    std::thread::sleep(t.min(Duration::from_millis(10)));
+}
+
+pub(crate) fn is_retry(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+    )
+}
+
+/// Collects an iperf2 client's test header from the first bytes of a TCP stream.
+#[derive(Default)]
+struct HeaderSniffer {
+    head: Vec<u8>,
+    done: bool,
+    header: Option<TestHeader>,
+}
+
+impl HeaderSniffer {
+    /// Feeds bytes; answers the ack a client may wait for. Returns an error for a test the
+    /// sink cannot run (the client wants the server to send).
+    fn feed(&mut self, b: &[u8], stream: &TcpStream) -> Result<(), String> {
+        if self.done {
+            return Ok(());
+        }
+        let want = iperf2::MAX_HEADER
+            .saturating_sub(self.head.len())
+            .min(b.len());
+        self.head.extend_from_slice(&b[..want]);
+        if self.head.len() < 4 {
+            return Ok(());
+        }
+        let flags = u32::from_be_bytes([self.head[0], self.head[1], self.head[2], self.head[3]]);
+        if !TestHeader::plausible_flags(flags) {
+            // --compat clients and plain senders: all of it is payload.
+            self.done = true;
+            return Ok(());
+        }
+        if self.head.len() < TestHeader::len_from_flags(flags) {
+            return Ok(());
+        }
+        self.done = true;
+        let Some(h) = TestHeader::parse(&self.head) else {
+            return Ok(());
+        };
+        if h.wants_ack() {
+            // A -X client blocks until it reads this; others never read it.
+            let _ = (&*stream).write_all(&iperf2::encode_ack());
+        }
+        let bad = h.wants_server_send();
+        self.header = Some(h);
+        if bad {
+            return Err(
+                "the iperf2 client asked the server to send (-R, --full-duplex, -d or \
+                        -r); hakaru sink only receives"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+}
+
+pub(crate) fn iperf2_info(h: Option<&TestHeader>) -> Iperf2Info {
+    match h {
+        Some(h) => Iperf2Info {
+            flags: h.flags,
+            client_version: h.version.clone(),
+            amount: h.amount_words(),
+            rate_bps: h.rate,
+            ..Iperf2Info::default()
+        },
+        None => Iperf2Info {
+            amount: "until the sender closes (no test header)".into(),
+            ..Iperf2Info::default()
+        },
+    }
+}
+
+/// Receives one TCP stream until the sender closes it (or Ctrl-C), counting every read.
+pub fn tcp_sink(
+    stream: TcpStream,
+    spec: &RawSpec,
+    iface: Option<String>,
+    on_sample: SampleFn,
+    stop: &AtomicBool,
+) -> Result<RawOutcome, RawError> {
+    let peer = stream.peer_addr().ok().map(|a| a.to_string());
+    stream
+        .set_read_timeout(Some(TICK))
+        .map_err(io_err("setting a receive timeout"))?;
+    let mut buf = vec![0u8; spec.length.0 as usize];
+    let meter = Meter::start(spec, iface, on_sample)?;
+    let mut sniffer = spec.iperf2.then(HeaderSniffer::default);
+    let mut out = spec.stdio.then(io::stdout);
+    let (mut stdio_bytes, mut error, mut interrupted) = (0u64, None, false);
+    loop {
+        if stop.load(Ordering::Acquire) {
+            interrupted = true;
+            break;
+        }
+        let n = match (&stream).read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if is_retry(&e) => continue,
+            Err(e) => {
+                error = Some(format!("receiving: {e}"));
+                break;
+            }
+        };
+        meter.core.counters[0].add(n as u64, meter.now_ns());
+        if let Some(s) = sniffer.as_mut() {
+            if let Err(e) = s.feed(&buf[..n], &stream) {
+                error = Some(e);
+                break;
+            }
+        }
+        if let Some(o) = out.as_mut() {
+            if let Err(e) = o.write_all(&buf[..n]) {
+                error = Some(format!("--stdout: writing: {e}"));
+                break;
+            }
+            stdio_bytes += n as u64;
+        }
+    }
+    if let Some(o) = out.as_mut() {
+        if let Err(e) = o.flush() {
+            error.get_or_insert(format!("--stdout: writing: {e}"));
+        }
+    }
+    let started_unix = meter.started_unix;
+    let report = meter.finish(error);
+    // The sender waits for our close after its own (iperf2 reads until EOF).
+    let _ = stream.shutdown(Shutdown::Both);
+    let mut result = RawResult::new(RawRole::Sink, RawProtocol::Tcp);
+    result.peer = peer;
+    counts_from(&mut result, &report);
+    result.stdio_bytes = spec.stdio.then_some(stdio_bytes);
+    result.iperf2 = sniffer.map(|s| iperf2_info(s.header.as_ref()));
+    Ok(RawOutcome {
+        result,
+        report: Some(report),
+        interrupted,
+        started_unix,
+    })
+}
+
+/// The generated payload: printable like ttcp's, so `nc -l` on a terminal shows text.
+pub(crate) fn pattern(len: usize) -> Vec<u8> {
+    (0..len).map(|i| b'a' + (i % 26) as u8).collect()
+}
+
+/// Reads until `buf` is full or stdin ends; returns the bytes read.
+pub(crate) fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match r.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
+/// Why a source stops before its next buffer, if it should.
+pub(crate) fn source_done(
+    spec: &RawSpec,
+    sent: u64,
+    deadline: Option<Instant>,
+    stop: &AtomicBool,
+) -> Option<bool> {
+    if stop.load(Ordering::Acquire) {
+        return Some(true);
+    }
+    if spec.count.is_some_and(|n| sent >= n) || deadline.is_some_and(|d| Instant::now() >= d) {
+        return Some(false);
+    }
+    None
+}
+
+/// Sends a plain TCP stream: `-n` buffers, for `-t`, or stdin until its end.
+pub fn tcp_source(
+    stream: TcpStream,
+    spec: &RawSpec,
+    iface: Option<String>,
+    on_sample: SampleFn,
+    stop: &AtomicBool,
+) -> Result<RawOutcome, RawError> {
+    let peer = stream.peer_addr().ok().map(|a| a.to_string());
+    stream
+        .set_write_timeout(Some(TICK))
+        .map_err(io_err("setting a send timeout"))?;
+    let len = spec.length.0 as usize;
+    let mut buf = if spec.stdio {
+        vec![0u8; len]
+    } else {
+        pattern(len)
+    };
+    let mut stdin = spec.stdio.then(io::stdin);
+    let meter = Meter::start(spec, iface, on_sample)?;
+    let deadline = spec.duration.map(|d| meter.core.start + d.0);
+    let (mut bufs, mut stdio_bytes, mut error, mut interrupted) = (0u64, 0u64, None, false);
+    'outer: loop {
+        if let Some(i) = source_done(spec, bufs, deadline, stop) {
+            interrupted = i;
+            break;
+        }
+        let n = match stdin.as_mut() {
+            Some(s) => match read_full(s, &mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) => {
+                    error = Some(format!("--stdin: reading: {e}"));
+                    break;
+                }
+            },
+            None => len,
+        };
+        stdio_bytes += if spec.stdio { n as u64 } else { 0 };
+        let (mut off, mut last) = (0, Instant::now());
+        while off < n {
+            match (&stream).write(&buf[off..n]) {
+                Ok(w) => {
+                    meter.core.counters[0].add(w as u64, meter.now_ns());
+                    off += w;
+                    last = Instant::now();
+                }
+                Err(e) if is_retry(&e) => {
+                    if stop.load(Ordering::Acquire) {
+                        interrupted = true;
+                        break 'outer;
+                    }
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        break 'outer;
+                    }
+                    if last.elapsed() > STALL {
+                        error = Some(format!(
+                            "sending: the receiver took nothing for {} s",
+                            STALL.as_secs()
+                        ));
+                        break 'outer;
+                    }
+                }
+                Err(e) => {
+                    error = Some(format!("sending: {e}"));
+                    break 'outer;
+                }
+            }
+        }
+        bufs += 1;
+    }
+    let started_unix = meter.started_unix;
+    let report = meter.finish(error);
+    linger(&stream);
+    let mut result = RawResult::new(RawRole::Source, RawProtocol::Tcp);
+    result.peer = peer;
+    counts_from(&mut result, &report);
+    result.stdio_bytes = spec.stdio.then_some(stdio_bytes);
+    Ok(RawOutcome {
+        result,
+        report: Some(report),
+        interrupted,
+        started_unix,
+    })
+}
+
+/// Half-closes and waits (bounded) for the receiver to close, so the last bytes are read
+/// before our socket goes away.
+fn linger(stream: &TcpStream) {
+    if stream.shutdown(Shutdown::Write).is_err() || stream.set_read_timeout(Some(TICK)).is_err() {
+        return;
+    }
+    let until = Instant::now() + LINGER;
+    let mut b = [0u8; 4096];
+    while Instant::now() < until {
+        match (&*stream).read(&mut b) {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(e) if is_retry(&e) => {}
+            Err(_) => return,
+        }
+    }
+}

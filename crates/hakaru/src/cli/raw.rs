@@ -1,0 +1,187 @@
+//! What `hakaru sink` and `hakaru source` share: output (to stderr when stdout carries the
+//! data), interval wiring and the assembly of a [`RunResult`] from one end's outcome.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use hakaru_engine::raw::{RawOutcome, SampleFn};
+use hakaru_model::{
+    rfc3339_utc, EndResult, FlowDir, IntervalRecord, RawRole, RawSpec, RunResult, SideReport,
+    TestSpec, SCHEMA_VERSION,
+};
+use hakaru_report::{json, jsonl, raw_text};
+
+use crate::output::Format;
+
+/// Where a raw run's report goes and in which format.
+#[derive(Clone)]
+pub struct RawOutput {
+    format: Format,
+    /// True when stdout carries received data (`sink --stdout`): reports go to stderr.
+    to_stderr: bool,
+    intervals: Arc<Mutex<Vec<IntervalRecord>>>,
+}
+
+impl RawOutput {
+    /// Output in `format`; `data_on_stdout` moves every report to stderr.
+    pub fn new(format: Format, data_on_stdout: bool) -> RawOutput {
+        RawOutput {
+            format,
+            to_stderr: data_on_stdout,
+            intervals: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+
+    fn emit(&self, s: &str) {
+        // A closed pipe is not an error for a measurement tool's live output.
+        if self.to_stderr {
+            let mut o = std::io::stderr().lock();
+            let _ = o.write_all(s.as_bytes());
+            let _ = o.flush();
+        } else {
+            let mut o = std::io::stdout().lock();
+            let _ = o.write_all(s.as_bytes());
+            let _ = o.flush();
+        }
+    }
+
+    /// The opening line (text) or start event (JSON Lines).
+    pub fn start(&self, spec: &RawSpec, addr: &str) {
+        match self.format {
+            Format::Text => self.emit(&raw_text::header(spec, addr)),
+            Format::JsonStream => {
+                self.emit(&jsonl::start(&TestSpec::Raw(spec.clone()), addr, false))
+            }
+            // sink and source offer no iperf3 shape (their flags cannot ask for one).
+            Format::Json | Format::Iperf3Json => {}
+        }
+    }
+
+    /// The interval callback for the engine: samples become records, printed and kept.
+    pub fn on_sample(&self, spec: &RawSpec) -> SampleFn {
+        let me = self.clone();
+        let spec = spec.clone();
+        if let Ok(mut v) = self.intervals.lock() {
+            v.clear();
+        }
+        let dirs = BTreeMap::from([(1u32, FlowDir::Up)]);
+        let mut heading = Some(raw_text::interval_heading(&spec));
+        Box::new(move |sample| {
+            // The merge puts a receiver's sample in the receiver columns: a sink is the
+            // receiving ("server") end, a source the sending ("client") end.
+            let rec = match spec.role {
+                RawRole::Sink => hakaru_client::merge_interval(None, Some(&sample), &dirs),
+                RawRole::Source => hakaru_client::merge_interval(Some(&sample), None, &dirs),
+            };
+            match me.format {
+                Format::Text => {
+                    if let Some(h) = heading.take() {
+                        me.emit(&h);
+                    }
+                    me.emit(&raw_text::interval_lines(&rec));
+                }
+                Format::JsonStream => me.emit(&jsonl::interval(&rec)),
+                Format::Json | Format::Iperf3Json => {}
+            }
+            if let Ok(mut v) = me.intervals.lock() {
+                v.push(rec);
+            }
+        })
+    }
+
+    /// Prints the final result and returns it.
+    pub fn finish(&self, spec: &RawSpec, local: &str, o: RawOutcome) -> RunResult {
+        let intervals = self
+            .intervals
+            .lock()
+            .map(|mut v| std::mem::take(&mut *v))
+            .unwrap_or_default();
+        let r = assemble(spec, local, o, intervals);
+        let s = match self.format {
+            Format::Text => raw_text::summary(&r),
+            Format::Json | Format::Iperf3Json => json::render(&r),
+            Format::JsonStream => jsonl::end(&r),
+        };
+        self.emit(&s);
+        r
+    }
+}
+
+fn end_result(r: Option<&SideReport>) -> EndResult {
+    let Some(r) = r else {
+        return EndResult {
+            cpu: None,
+            nic: None,
+            env: Default::default(),
+            bytes_per_cpu_second: None,
+            send_mode: "copy".into(),
+            recv_mode: "copy".into(),
+            udp_paths: None,
+            udp_kernel: None,
+            stray_datagrams: None,
+        };
+    };
+    let moved: u64 = r.flows.iter().map(|f| f.bytes).sum();
+    EndResult {
+        bytes_per_cpu_second: r
+            .cpu
+            .as_ref()
+            .filter(|c| c.busy_s > 0.0 && moved > 0)
+            .map(|c| moved as f64 / c.busy_s),
+        cpu: r.cpu.clone(),
+        nic: r.nic.clone(),
+        env: r.env.clone(),
+        send_mode: r.send_mode.clone(),
+        recv_mode: r.recv_mode.clone(),
+        udp_paths: None,
+        udp_kernel: r.udp_kernel,
+        stray_datagrams: None,
+    }
+}
+
+/// One end's outcome as a [`RunResult`]: this end is the `server_end` of a sink and the
+/// `client` of a source; the other end (a stock tool) reports nothing.
+fn assemble(
+    spec: &RawSpec,
+    local: &str,
+    o: RawOutcome,
+    intervals: Vec<IntervalRecord>,
+) -> RunResult {
+    let peer = o.result.peer.clone().unwrap_or_default();
+    let ours = end_result(o.report.as_ref());
+    let theirs = end_result(None);
+    let (client, server_end, server) = match spec.role {
+        RawRole::Sink => (theirs, ours, local.to_string()),
+        RawRole::Source => (ours, theirs, peer.clone()),
+    };
+    let mut notes = Vec::new();
+    if spec.iperf2 && spec.protocol == hakaru_model::RawProtocol::Tcp {
+        notes.push(
+            "bytes include the iperf2 client's test header, as the client's own count does".into(),
+        );
+    }
+    RunResult {
+        schema_version: SCHEMA_VERSION,
+        tool: "hakaru".into(),
+        tool_version: env!("CARGO_PKG_VERSION").into(),
+        test: spec.role_name().into(),
+        started_at: rfc3339_utc(o.started_unix),
+        started_at_unix: o.started_unix,
+        server,
+        embedded_server: false,
+        local_address: local.to_string(),
+        remote_address: peer,
+        spec: TestSpec::Raw(spec.clone()),
+        intervals,
+        flows: Vec::new(),
+        totals: Vec::new(),
+        client,
+        server_end,
+        interrupted: o.interrupted,
+        notes,
+        latency: None,
+        connect: None,
+        raw: Some(o.result),
+    }
+}
