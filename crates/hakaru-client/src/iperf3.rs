@@ -27,7 +27,7 @@ use hakaru_proto::iperf3::{
     State,
 };
 
-use crate::{assemble, connect_one, merge_interval, resolve, ClientError, ClientOptions};
+use crate::{assemble, connect_one, merge_interval, ClientError, ClientOptions};
 
 const STEP_TIMEOUT: Duration = Duration::from_secs(30);
 const UDP_REPLY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -84,6 +84,12 @@ fn expect(
     } else {
         Err(unexpected(ctl, st, waiting_for, addr))
     }
+}
+
+/// TEST_START, then TEST_RUNNING: data may flow.
+fn wait_running(ctl: &mut Iperf3Ctl, addr: &str) -> Result<(), ClientError> {
+    expect(ctl, State::TestStart, "waiting for TEST_START", addr)?;
+    expect(ctl, State::TestRunning, "waiting for TEST_RUNNING", addr)
 }
 
 /// The parameters that ask a stock server for `spec`.
@@ -190,24 +196,7 @@ pub(crate) fn run(
     spec.validate()
         .map_err(|e| ClientError::Refused(format!("(checked locally) {}", e.0)))?;
     let params = params_for(&spec)?;
-    let addrs = resolve(&opts.host, opts.port, opts.family)?;
-    let mut last_err = None;
-    let mut control = None;
-    for a in &addrs {
-        match connect_one(*a, opts.bind, opts.connect_timeout, |_| Ok(())) {
-            Ok(s) => {
-                control = Some((s, *a));
-                break;
-            }
-            Err(e) => last_err = Some(e),
-        }
-    }
-    let Some((stream, server_addr)) = control else {
-        return Err(last_err.unwrap_or(ClientError::Resolve {
-            host: opts.host.clone(),
-            reason: "no address".into(),
-        }));
-    };
+    let (stream, server_addr) = crate::connect_control(opts)?;
     let addr = server_addr.to_string();
     let local_address = stream
         .local_addr()
@@ -283,13 +272,7 @@ pub(crate) fn run(
                     quota: quota.flatten(),
                 });
             }
-            expect(&mut ctl, State::TestStart, "waiting for TEST_START", &addr)?;
-            expect(
-                &mut ctl,
-                State::TestRunning,
-                "waiting for TEST_RUNNING",
-                &addr,
-            )?;
+            wait_running(&mut ctl, &addr)?;
             Running::Tcp(SideRun::start(cfg, flows, on_interval, Box::new(|| {}))?)
         }
         TestSpec::Udp(u) => {
@@ -314,13 +297,7 @@ pub(crate) fn run(
             }
             let mut ucfg = UdpConfig::from_spec(u);
             ucfg.framing = Framing::Iperf3 { seq64: false };
-            expect(&mut ctl, State::TestStart, "waiting for TEST_START", &addr)?;
-            expect(
-                &mut ctl,
-                State::TestRunning,
-                "waiting for TEST_RUNNING",
-                &addr,
-            )?;
+            wait_running(&mut ctl, &addr)?;
             Running::Udp(UdpRun::start(
                 cfg,
                 ucfg,

@@ -199,6 +199,23 @@ fn connect_one(
     Ok(sock.into())
 }
 
+/// Opens the control connection to the first of the host's addresses that answers.
+pub(crate) fn connect_control(
+    opts: &ClientOptions,
+) -> Result<(TcpStream, SocketAddr), ClientError> {
+    let mut last_err = None;
+    for a in resolve(&opts.host, opts.port, opts.family)? {
+        match connect_one(a, opts.bind, opts.connect_timeout, |_| Ok(())) {
+            Ok(s) => return Ok((s, a)),
+            Err(e) => last_err = Some(e),
+        }
+    }
+    Err(last_err.unwrap_or(ClientError::Resolve {
+        host: opts.host.clone(),
+        reason: "no address".into(),
+    }))
+}
+
 /// On loopback, BBR without the fq qdisc paces with kernel timers, and that pacing, not the
 /// path, sets the rate (reference/performance.md §3: 28 against 51 Gbit/s). When the user did
 /// not pick an algorithm, the server is on loopback and the system default is BBR, use cubic
@@ -238,27 +255,7 @@ pub fn run_test(
             return sockperf::run(opts, lat, observer, stop);
         }
     }
-    let addrs = resolve(&opts.host, opts.port, opts.family)?;
-    let mut last_err = None;
-    let mut control = None;
-    for a in &addrs {
-        match connect_one(*a, opts.bind, opts.connect_timeout, |_| Ok(())) {
-            Ok(s) => {
-                control = Some((s, *a));
-                break;
-            }
-            Err(e) => last_err = Some(e),
-        }
-    }
-    let (stream, server_addr) = match control {
-        Some(c) => c,
-        None => {
-            return Err(last_err.unwrap_or(ClientError::Resolve {
-                host: opts.host.clone(),
-                reason: "no address".into(),
-            }))
-        }
-    };
+    let (stream, server_addr) = connect_control(opts)?;
     let addr_s = server_addr.to_string();
     let ctl_err = |source: ControlError| ClientError::Control {
         addr: addr_s.clone(),
