@@ -25,7 +25,8 @@ impl Drop for CountGuard<'_> {
 }
 
 /// Starts a thread for a freshly accepted connection.
-pub(crate) fn spawn(ctx: Arc<Ctx>, stream: TcpStream, peer: SocketAddr) {
+/// `seq` is the connection's place in accept order.
+pub(crate) fn spawn(ctx: Arc<Ctx>, stream: TcpStream, peer: SocketAddr, seq: u32) {
     if ctx.pending.load(Ordering::Acquire) >= ctx.cfg.max_pending {
         tracing::warn!("refused connection from {peer}: too many connections still handshaking");
         return;
@@ -38,7 +39,7 @@ pub(crate) fn spawn(ctx: Arc<Ctx>, stream: TcpStream, peer: SocketAddr) {
         .stack_size(512 << 10)
         .spawn(move || {
             let _t = CountGuard(&c.threads);
-            handle(&c, stream, peer);
+            handle(&c, stream, peer, seq);
         });
     if let Err(e) = r {
         ctx.pending.fetch_sub(1, Ordering::AcqRel);
@@ -47,7 +48,7 @@ pub(crate) fn spawn(ctx: Arc<Ctx>, stream: TcpStream, peer: SocketAddr) {
     }
 }
 
-fn handle(ctx: &Ctx, mut stream: TcpStream, peer: SocketAddr) {
+fn handle(ctx: &Ctx, mut stream: TcpStream, peer: SocketAddr, seq: u32) {
     let mut pending = Some(CountGuard(&ctx.pending));
     let mut first = Vec::with_capacity(64);
     let deadline = Instant::now() + FIRST_BYTES_TIMEOUT;
@@ -89,7 +90,7 @@ fn handle(ctx: &Ctx, mut stream: TcpStream, peer: SocketAddr) {
                 }
             }
             pending.take();
-            crate::iperf3::accept(ctx, stream, peer, first);
+            crate::iperf3::accept(ctx, stream, peer, first, seq);
             return;
         }
         Preamble::Unknown => {

@@ -90,8 +90,9 @@ impl Creating {
     }
 }
 
-/// Takes a connection that opened with an iperf3 cookie (`first` holds at least the cookie).
-pub(crate) fn accept(ctx: &Ctx, mut stream: TcpStream, peer: SocketAddr, first: Vec<u8>) {
+/// Takes a connection that opened with an iperf3 cookie (`first` holds at least the cookie);
+/// `seq` is its place in accept order, which is how iperf3 assigns streams their roles.
+pub(crate) fn accept(ctx: &Ctx, mut stream: TcpStream, peer: SocketAddr, first: Vec<u8>, seq: u32) {
     let cookie = match wire::parse_cookie(&first) {
         Ok(c) => c,
         Err(e) => {
@@ -102,7 +103,7 @@ pub(crate) fn accept(ctx: &Ctx, mut stream: TcpStream, peer: SocketAddr, first: 
     let _ = stream.set_read_timeout(None);
     match ctx
         .registry
-        .deliver(&cookie, peer.ip(), DataConn::Tcp(0, stream))
+        .deliver(&cookie, peer.ip(), DataConn::Tcp(seq, stream))
     {
         Ok(()) => return,
         Err((_, DataConn::Tcp(_, s))) => stream = s,
@@ -244,7 +245,8 @@ impl Session<'_> {
         rx: &mpsc::Receiver<DataConn>,
     ) -> Result<(Running, Samples), Fail> {
         let want = plan.flows.len();
-        let mut tcp: Vec<TcpStream> = Vec::new();
+        // (accept order, stream): roles follow the order the client opened the streams in.
+        let mut tcp: Vec<(u32, TcpStream)> = Vec::new();
         let mut udp: Vec<UdpSocket> = Vec::new();
         let deadline = Instant::now() + STREAMS_TIMEOUT;
         while tcp.len() + udp.len() < want {
@@ -256,7 +258,7 @@ impl Session<'_> {
                 )));
             }
             match rx.recv_timeout(Duration::from_millis(50)) {
-                Ok(DataConn::Tcp(_, s)) if !plan.udp => tcp.push(s),
+                Ok(DataConn::Tcp(seq, s)) if !plan.udp => tcp.push((seq, s)),
                 Ok(DataConn::Udp(_, from)) if plan.udp => {
                     let TestSpec::Udp(u) = &plan.spec else {
                         return Err(Fail::Quiet(
@@ -286,6 +288,11 @@ impl Session<'_> {
                 Err(e) => return Err(quiet("while streams were opening")(e)),
             }
         }
+        if let Some(&(r, _)) = tcp.first() {
+            // Offsets from any one of them order them, across a wrap of the counter too.
+            tcp.sort_by_key(|(q, _)| q.wrapping_sub(r) as i32);
+        }
+        let tcp: Vec<TcpStream> = tcp.into_iter().map(|(_, s)| s).collect();
         let server_sends = |dir: FlowDir| dir == FlowDir::Down;
         let p = &plan.params;
         let iface = self

@@ -16,7 +16,7 @@ mod udp_dispatch;
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, UdpSocket};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -82,6 +82,8 @@ pub(crate) struct Ctx {
     pub strays: AtomicU64,
     /// iperf3 tests opening their data streams.
     pub iperf3: iperf3::Creating,
+    /// TCP connections accepted so far.
+    pub accepted: AtomicU32,
 }
 
 /// A bound server, ready to run.
@@ -149,6 +151,7 @@ impl Server {
                 udp_addr: bound,
                 strays: AtomicU64::new(0),
                 iperf3: iperf3::Creating::default(),
+                accepted: AtomicU32::new(0),
             }),
         })
     }
@@ -198,7 +201,10 @@ impl Server {
             match self.listener.accept() {
                 Ok((stream, peer)) => {
                     let _ = stream.set_nonblocking(false);
-                    dispatch::spawn(Arc::clone(&self.ctx), stream, peer);
+                    // Accept order, for protocols that tell streams apart only by it (iperf3);
+                    // the threads that read first bytes may finish in any order.
+                    let seq = self.ctx.accepted.fetch_add(1, Ordering::Relaxed);
+                    dispatch::spawn(Arc::clone(&self.ctx), stream, peer, seq);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_readable(&self.listener),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

@@ -723,3 +723,43 @@ fn hakaru_client_reports_a_busy_stock_server() {
     );
     compat_pass("iperf3", "client", "busy server", "client to server");
 }
+
+#[test]
+fn iperf3_streams_take_roles_in_accept_order_not_cookie_order() {
+    // A --bidir -P 1 client opens its sending stream first, then its receiving one. Here the
+    // first stream's cookie arrives after the second's: roles must still follow connect order,
+    // so the server sends on the second stream and not on the first.
+    let srv = ServerProc::start(&[]);
+    let addr = format!("127.0.0.1:{}", srv.port);
+    let cookie = b"roleorderroleorderroleorderroleorder\0";
+    let mut ctl = TcpStream::connect(&addr).unwrap();
+    ctl.write_all(cookie).unwrap();
+    assert_eq!(read_n(&mut ctl, 1), [9]);
+    let params = serde_json::json!({"tcp": true, "omit": 0, "time": 2, "num": 0,
+        "blockcount": 0, "parallel": 1, "bidirectional": true, "len": 1024,
+        "client_version": "3.12"});
+    ctl.write_all(&framed(&params)).unwrap();
+    assert_eq!(read_n(&mut ctl, 1), [10]);
+    let mut first = TcpStream::connect(&addr).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let mut second = TcpStream::connect(&addr).unwrap();
+    second.write_all(cookie).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    first.write_all(cookie).unwrap();
+    assert_eq!(read_n(&mut ctl, 2), [1, 2], "TEST_START, TEST_RUNNING");
+    let got = read_n(&mut second, 1024);
+    assert_eq!(
+        got.len(),
+        1024,
+        "the server sends on the client's receiving stream"
+    );
+    first
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let mut b = [0u8; 16];
+    assert!(
+        first.read(&mut b).is_err(),
+        "the server sent on the client's sending stream"
+    );
+    ctl.write_all(&[12]).unwrap();
+}
