@@ -77,7 +77,7 @@ def main():
     lines = [
         f"Command: `python3 bench/iperf3_interop.py --rounds {a.rounds} --time {a.time}` "
         f"({a.rounds} interleaved rounds of {a.time} s per case; {time.strftime('%Y-%m-%d')}; "
-        f"iperf3 {ver})\n",
+        f"iperf3 {ver})",
         "",
         "| case | stock client → hakaru server | → iperf3 -s | ratio | hakaru --iperf3 → iperf3 -s | stock client → iperf3 -s | ratio |",
         "|---|---|---|---|---|---|---|",
