@@ -321,16 +321,27 @@ pub fn tcp_sink(
             }
         }
         if let Some(o) = out.as_mut() {
-            if let Err(e) = o.write_all(&buf[..n]) {
-                error = Some(format!("--stdout: writing: {e}"));
-                break;
+            match o.write_all(&buf[..n]) {
+                Ok(()) => stdio_bytes += n as u64,
+                // The reader of stdout has gone (`| head`): the transfer ends here, as an
+                // interrupted one, not a failed one.
+                Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
+                    interrupted = true;
+                    out = None;
+                    break;
+                }
+                Err(e) => {
+                    error = Some(format!("--stdout: writing: {e}"));
+                    break;
+                }
             }
-            stdio_bytes += n as u64;
         }
     }
     if let Some(o) = out.as_mut() {
         if let Err(e) = o.flush() {
-            error.get_or_insert(format!("--stdout: writing: {e}"));
+            if e.kind() != io::ErrorKind::BrokenPipe {
+                error.get_or_insert(format!("--stdout: writing: {e}"));
+            }
         }
     }
     let started_unix = meter.started_unix;

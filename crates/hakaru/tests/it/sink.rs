@@ -264,6 +264,44 @@ fn stdin_to_stdout_round_trips_a_file() {
 }
 
 #[test]
+fn stdout_reader_that_leaves_ends_the_transfer_without_failing() {
+    // `hakaru sink --stdout | head -c 100`: the reader goes away; the sink reports what
+    // arrived, marked interrupted, and exits 0 (as for any closed stdout).
+    let mut sink = Sink::start_to(&["--stdout", "--json"], Stdio::piped());
+    let mut pipe = sink
+        .child
+        .as_mut()
+        .and_then(|c| c.stdout.take())
+        .expect("stdout");
+    let src = std::thread::spawn({
+        let addr = sink.addr();
+        move || {
+            run_cmd(
+                hakaru().args(["source", &addr, "-n", "400", "-l", "64K"]),
+                LIMIT,
+            )
+        }
+    });
+    let mut first = [0u8; 100];
+    pipe.read_exact(&mut first).unwrap();
+    drop(pipe);
+    let o = sink.wait();
+    let _ = src.join();
+    assert!(
+        o.status.success(),
+        "sink failed on a closed stdout: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let report = err_of(&o);
+    assert!(
+        report
+            .replace(char::is_whitespace, "")
+            .contains("\"interrupted\":true"),
+        "{report}"
+    );
+}
+
+#[test]
 fn source_to_a_plain_rust_listener() {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap().to_string();
