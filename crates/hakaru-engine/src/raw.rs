@@ -396,6 +396,23 @@ pub(crate) fn source_done(
     None
 }
 
+/// The next block a source sends: `len` bytes of the pattern already in `buf`, or what stdin
+/// gives (`None` at its end).
+pub(crate) fn next_block(
+    stdin: Option<&mut io::Stdin>,
+    buf: &mut [u8],
+    len: usize,
+) -> Result<Option<usize>, String> {
+    match stdin {
+        None => Ok(Some(len)),
+        Some(s) => match read_full(s, buf) {
+            Ok(0) => Ok(None),
+            Ok(n) => Ok(Some(n)),
+            Err(e) => Err(format!("--stdin: reading: {e}")),
+        },
+    }
+}
+
 /// Sends a plain TCP stream: `-n` buffers, for `-t`, or stdin until its end.
 pub fn tcp_source(
     stream: TcpStream,
@@ -423,16 +440,13 @@ pub fn tcp_source(
             interrupted = i;
             break;
         }
-        let n = match stdin.as_mut() {
-            Some(s) => match read_full(s, &mut buf) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) => {
-                    error = Some(format!("--stdin: reading: {e}"));
-                    break;
-                }
-            },
-            None => len,
+        let n = match next_block(stdin.as_mut(), &mut buf, len) {
+            Ok(Some(n)) => n,
+            Ok(None) => break,
+            Err(e) => {
+                error = Some(e);
+                break;
+            }
         };
         stdio_bytes += if spec.stdio { n as u64 } else { 0 };
         let (mut off, mut last) = (0, Instant::now());

@@ -11,7 +11,7 @@ use hakaru_model::{Iperf2Info, RawProtocol, RawResult, RawRole, RawSpec};
 use hakaru_proto::iperf2::{self, ServerReport, TestHeader, UdpAccount, UdpHeader};
 
 use crate::raw::{
-    counts_from, io_err, iperf2_info, is_retry, pattern, read_full, source_done, unix_now, Meter,
+    counts_from, io_err, iperf2_info, is_retry, next_block, pattern, source_done, unix_now, Meter,
     RawError, RawOutcome, SampleFn, TICK,
 };
 use crate::seq::SeqCounts;
@@ -310,16 +310,13 @@ pub fn udp_source(
             interrupted = i;
             break;
         }
-        let n = match stdin.as_mut() {
-            Some(s) => match read_full(s, &mut buf) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) => {
-                    error = Some(format!("--stdin: reading: {e}"));
-                    break;
-                }
-            },
-            None => len,
+        let n = match next_block(stdin.as_mut(), &mut buf, len) {
+            Ok(Some(n)) => n,
+            Ok(None) => break,
+            Err(e) => {
+                error = Some(e);
+                break;
+            }
         };
         if spec.stdio {
             stdio_bytes += n as u64;
