@@ -122,7 +122,8 @@ fn counted(side: Option<&FlowSide>) -> Counted {
     })
 }
 
-pub(crate) fn end_result(r: &SideReport) -> EndResult {
+/// One end's report as the result's view of that end, with its bytes per CPU-second.
+pub fn end_result(r: &SideReport) -> EndResult {
     let moved: u64 = r.flows.iter().map(|f| f.bytes).sum();
     EndResult {
         bytes_per_cpu_second: r

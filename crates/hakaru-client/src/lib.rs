@@ -27,7 +27,7 @@ use hakaru_model::{End, FlowDir, IntervalSample, Role, RunResult, SideReport, Tc
 use hakaru_proto::{native::opening, Message, PROTOCOL_VERSION};
 use socket2::{Domain, Protocol, Socket, Type};
 
-pub use assemble::{assemble, merge_interval, Inputs as AssembleInputs};
+pub use assemble::{assemble, end_result, merge_interval, Inputs as AssembleInputs};
 pub use hakaru_model::Family;
 pub use sockperf::NO_SERVER_REPORT as SOCKPERF_NOTE;
 

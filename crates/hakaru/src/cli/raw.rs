@@ -122,22 +122,7 @@ fn end_result(r: Option<&SideReport>) -> EndResult {
             stray_datagrams: None,
         };
     };
-    let moved: u64 = r.flows.iter().map(|f| f.bytes).sum();
-    EndResult {
-        bytes_per_cpu_second: r
-            .cpu
-            .as_ref()
-            .filter(|c| c.busy_s > 0.0 && moved > 0)
-            .map(|c| moved as f64 / c.busy_s),
-        cpu: r.cpu.clone(),
-        nic: r.nic.clone(),
-        env: r.env.clone(),
-        send_mode: r.send_mode.clone(),
-        recv_mode: r.recv_mode.clone(),
-        udp_paths: None,
-        udp_kernel: r.udp_kernel,
-        stray_datagrams: None,
-    }
+    hakaru_client::end_result(r)
 }
 
 /// One end's outcome as a [`RunResult`]: this end is the `server_end` of a sink and the
