@@ -64,6 +64,12 @@ impl Target {
             ))
             .into());
         }
+        if self.iperf3 && !IPERF3_COMMANDS.contains(&command) {
+            return Err(UsageError(format!(
+                "--iperf3 works with `hakaru tcp`, `hakaru udp` and `hakaru pps`; an iperf3 server has no `hakaru {command}` test"
+            ))
+            .into());
+        }
         if self.ipv4 && self.bind.is_some_and(|b| b.is_ipv6()) {
             anyhow::bail!("-B/--bind is an IPv6 address but -4/--ipv4 was given");
         }

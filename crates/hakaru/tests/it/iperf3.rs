@@ -763,3 +763,50 @@ fn iperf3_streams_take_roles_in_accept_order_not_cookie_order() {
     );
     ctl.write_all(&[12]).unwrap();
 }
+
+#[test]
+fn iperf3_flag_only_for_tests_an_iperf3_server_has() {
+    for cmd in ["latency", "quick", "connect"] {
+        let o = run(&[cmd, "127.0.0.1", "--iperf3"], LIMIT);
+        assert_eq!(o.status.code(), Some(2), "{cmd}: {}", stderr(&o));
+        assert!(stderr(&o).contains("--iperf3"), "{cmd}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn iperf3_client_interrupted_with_sigint() {
+    if !have_iperf3() {
+        return;
+    }
+    let mut srv = ServerProc::start(&[]);
+    // Ctrl-C on a stock client: it sends CLIENT_TERMINATE; the server ends that test only.
+    let c = spawn_stock(srv.port, &["-t", "20", "-R"]);
+    let pid = c.id();
+    assert!(srv
+        .wait_log("iperf3 test", Duration::from_secs(10))
+        .is_some());
+    std::thread::sleep(Duration::from_millis(800));
+    kill(pid, 2);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(c.wait_with_output());
+    });
+    let _ = rx.recv_timeout(LIMIT).unwrap_or_else(|_| {
+        kill(pid, 9);
+        panic!("iperf3 did not exit on SIGINT")
+    });
+    assert!(
+        srv.wait_log("CLIENT_TERMINATE", Duration::from_secs(10))
+            .is_some(),
+        "the server did not see the client's CLIENT_TERMINATE"
+    );
+    assert!(srv.alive());
+    let (o, v) = stock_client(srv.port, &["-t", "1"]);
+    assert_ok(&o, &v);
+    compat_pass(
+        "iperf3",
+        "server",
+        "client interrupted (SIGINT)",
+        "server to client",
+    );
+}
