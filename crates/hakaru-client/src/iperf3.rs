@@ -33,6 +33,11 @@ const STEP_TIMEOUT: Duration = Duration::from_secs(30);
 const UDP_REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest the client waits for its sent data to be acknowledged before TEST_END.
 const LAND_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long the server's advertised windows must stay unchanged: it has read what it will.
+const LAND_STEADY: Duration = Duration::from_millis(100);
+/// After TEST_END, how long TCP receivers wait for the server to close before taking what
+/// has arrived.
+const DRAIN_AFTER: Duration = Duration::from_secs(2);
 
 fn ctl_err(addr: &str) -> impl Fn(Iperf3CtlError) -> ClientError + '_ {
     move |e| match e {
@@ -369,29 +374,27 @@ pub(crate) fn run(
         // as it reads (on kernels that report the window; otherwise the wait is short).
         r.stop_sending();
         let t = Instant::now();
-        let mut last = (u64::MAX, 0);
-        let mut steady = 0;
-        while t.elapsed() < LAND_TIMEOUT && steady < 50 {
+        let mut last_window = 0;
+        let mut steady_since = Instant::now();
+        while t.elapsed() < LAND_TIMEOUT && steady_since.elapsed() < LAND_STEADY {
             std::thread::sleep(Duration::from_millis(2));
-            let now = r.send_state();
-            steady = if now.0 == 0 && now.1 <= last.1 {
-                steady + 1
-            } else {
-                0
-            };
-            last = now;
+            let (unacked, window) = r.send_state();
+            if unacked > 0 || window > last_window {
+                steady_since = Instant::now();
+            }
+            last_window = window;
         }
     }
     ctl.send_state(State::TestEnd).map_err(ctl_err(&addr))?;
-    match &run {
-        // The server stops sending and closes its sockets: TCP receivers read to that end.
-        Running::Tcp(r) => r.stop_sending(),
-        _ => run.peer_stopped(),
+    // TCP: the server stops sending and closes its sockets, and the receivers read to that
+    // end (the senders have stopped above). UDP has no end: receivers finish when quiet.
+    if !matches!(run, Running::Tcp(_)) {
+        run.peer_stopped();
     }
     let ended_at = Instant::now();
     let mut drained = false;
     while !run.is_done() && ended_at.elapsed() < STEP_TIMEOUT {
-        if !drained && ended_at.elapsed() > Duration::from_secs(2) {
+        if !drained && ended_at.elapsed() > DRAIN_AFTER {
             // A server that keeps its sockets open: take what has arrived.
             run.peer_stopped();
             drained = true;

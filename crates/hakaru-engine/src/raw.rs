@@ -22,7 +22,7 @@ use hakaru_proto::iperf2::{self, TestHeader};
 
 use crate::side::{spawn_ticker, Core, FlowMeta, TickerOut};
 use crate::sys;
-use crate::tcp::SideConfig;
+use crate::tcp::{Payload, SideConfig};
 
 pub use crate::raw_udp::{udp_sink, udp_source};
 
@@ -107,7 +107,7 @@ impl Meter {
             stall_timeout: spec.idle.0,
             iface,
             base: None,
-            payload: crate::tcp::Payload::Letters,
+            payload: Payload::Letters,
             pace_bps: None,
             half_close: true,
         };
@@ -361,11 +361,6 @@ pub fn tcp_sink(
     })
 }
 
-/// The generated payload: printable like ttcp's, so `nc -l` on a terminal shows text.
-pub(crate) fn pattern(len: usize) -> Vec<u8> {
-    (0..len).map(|i| b'a' + (i % 26) as u8).collect()
-}
-
 /// Reads until `buf` is full or stdin ends; returns the bytes read.
 pub(crate) fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
     let mut got = 0;
@@ -429,7 +424,8 @@ pub fn tcp_source(
     let mut buf = if spec.stdio {
         vec![0u8; len]
     } else {
-        pattern(len)
+        // Printable like ttcp's, so `nc -l` on a terminal shows text.
+        Payload::Letters.fill(len)
     };
     let mut stdin = spec.stdio.then(io::stdin);
     let meter = Meter::start(spec, iface, on_sample)?;

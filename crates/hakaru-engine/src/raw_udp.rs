@@ -11,11 +11,12 @@ use hakaru_model::{Iperf2Info, RawProtocol, RawResult, RawRole, RawSpec};
 use hakaru_proto::iperf2::{self, ServerReport, TestHeader, UdpAccount, UdpHeader};
 
 use crate::raw::{
-    counts_from, io_err, iperf2_info, is_retry, next_block, pattern, source_done, unix_now, Meter,
-    RawError, RawOutcome, SampleFn, TICK,
+    counts_from, io_err, iperf2_info, is_retry, next_block, source_done, unix_now, Meter, RawError,
+    RawOutcome, SampleFn, TICK,
 };
 use crate::seq::SeqCounts;
 use crate::sys;
+use crate::tcp::Payload;
 
 /// Datagrams this short are ttcp's start and end markers.
 pub const MARKER_MAX: usize = 4;
@@ -290,9 +291,9 @@ pub fn udp_source(
     let mut buf = if spec.stdio {
         vec![0u8; len]
     } else {
-        pattern(len)
+        Payload::Letters.fill(len)
     };
-    let marker = pattern(MARKER_MAX);
+    let marker = Payload::Letters.fill(MARKER_MAX);
     if spec.markers {
         let _ = socket.send(&marker);
     }

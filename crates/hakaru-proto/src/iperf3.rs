@@ -144,6 +144,14 @@ pub mod errno {
     pub const IERECVPARAMS: i32 = 114;
     /// Could not set the congestion control algorithm.
     pub const IESETCONGESTION: i32 = 134;
+    /// Could not receive the client's results.
+    pub const IERECVRESULTS: i32 = 117;
+    /// Could not set the socket buffer size (SO_SNDBUF/SO_RCVBUF).
+    pub const IESETBUF2: i32 = 141;
+    /// Could not create a stream.
+    pub const IECREATESTREAM: i32 = 200;
+    /// Could not connect a stream.
+    pub const IESTREAMCONNECT: i32 = 203;
     /// Authentication failed (not supported here).
     pub const IEAUTHTEST: i32 = 142;
     /// The server's test timer expired.

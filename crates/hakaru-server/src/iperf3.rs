@@ -228,12 +228,10 @@ impl Session<'_> {
         self.ctl
             .send_state(State::CreateStreams)
             .map_err(quiet("sending CREATE_STREAMS"))?;
-        let run = self.open_streams(&plan, &rx)?;
+        let (run, samples) = self.open_streams(&plan, &rx)?;
         self.ctx.registry.remove(&self.cookie);
         self.ctx.iperf3.end(&self.cookie);
-        let (run, samples) = run;
-        let mut report = self.supervise(&plan, run)?;
-        report.stray_datagrams = None;
+        let report = self.supervise(&plan, run)?;
         self.exchange(&plan, &report, samples)
     }
 
@@ -266,7 +264,10 @@ impl Session<'_> {
                         ));
                     };
                     let s = open_udp_stream(self.ctx, u, from).map_err(|e| {
-                        Fail::Tell(203, format!("opening the UDP stream to {from}: {e}"))
+                        Fail::Tell(
+                            errno::IESTREAMCONNECT,
+                            format!("opening the UDP stream to {from}: {e}"),
+                        )
                     })?;
                     let _ = s.send(&wire::UDP_REPLY);
                     udp.push(s);
@@ -360,7 +361,9 @@ impl Session<'_> {
                     Box::new(|| {}),
                     Box::new(|_| {}),
                 )
-                .map_err(|e| Fail::Tell(200, format!("starting the streams: {e}")))?,
+                .map_err(|e| {
+                    Fail::Tell(errno::IECREATESTREAM, format!("starting the streams: {e}"))
+                })?,
             )
         } else {
             let TestSpec::Tcp(t) = &plan.spec else {
@@ -374,7 +377,7 @@ impl Session<'_> {
                     let code = if t.congestion.is_some() && e.to_string().contains("congestion") {
                         errno::IESETCONGESTION
                     } else {
-                        141
+                        errno::IESETBUF2
                     };
                     Fail::Tell(code, e.to_string())
                 })?;
@@ -396,8 +399,9 @@ impl Session<'_> {
             }
             self.start_signal()?;
             Running::Tcp(
-                SideRun::start(cfg, flows, on_interval, Box::new(|| {}))
-                    .map_err(|e| Fail::Tell(200, format!("starting the streams: {e}")))?,
+                SideRun::start(cfg, flows, on_interval, Box::new(|| {})).map_err(|e| {
+                    Fail::Tell(errno::IECREATESTREAM, format!("starting the streams: {e}"))
+                })?,
             )
         };
         Ok((run, samples))
@@ -492,7 +496,8 @@ impl Session<'_> {
             .ctl
             .recv_json("results", wire::MAX_RESULTS_JSON, RESULTS_TIMEOUT)
             .map_err(quiet("reading the client's results"))?;
-        let theirs = Results::from_json(&v).map_err(|e| Fail::Tell(117, e.to_string()))?;
+        let theirs =
+            Results::from_json(&v).map_err(|e| Fail::Tell(errno::IERECVRESULTS, e.to_string()))?;
         let client_sends = |dir: FlowDir| dir == FlowDir::Up;
         let client = report_from_results(
             End::Client,

@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, ChildStderr, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -31,6 +31,11 @@ pub fn run_cmd(cmd: &mut Command, limit: Duration) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
+    wait_child(child, limit)
+}
+
+/// Waits for a started child with a hard time limit (killed by PID when over).
+pub fn wait_child(child: Child, limit: Duration) -> Output {
     let pid = child.id();
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -99,6 +104,34 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// The lines a child writes to stderr, as they come.
+pub fn log_lines(err: ChildStderr) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// The port of the first "listening on ADDR:PORT" line within 10 s; 0 if none came.
+pub fn listening_port(log: &mpsc::Receiver<String>) -> u16 {
+    while let Ok(line) = log.recv_timeout(Duration::from_secs(10)) {
+        if let Some(rest) = line.split("listening on ").nth(1) {
+            return rest
+                .trim()
+                .rsplit(':')
+                .next()
+                .and_then(|p| p.parse().ok())
+                .expect("port in log line");
+        }
+    }
+    0
+}
+
 /// A `hakaru server` child process on a free loopback port; killed by PID when dropped.
 pub struct ServerProc {
     pub child: Child,
@@ -121,27 +154,8 @@ impl ServerProc {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn server");
-        let err = child.stderr.take().expect("stderr");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut port = 0;
-        while let Ok(line) = rx.recv_timeout(Duration::from_secs(10)) {
-            if let Some(rest) = line.split("listening on ").nth(1) {
-                port = rest
-                    .trim()
-                    .rsplit(':')
-                    .next()
-                    .and_then(|p| p.parse().ok())
-                    .expect("port in log line");
-                break;
-            }
-        }
+        let rx = log_lines(child.stderr.take().expect("stderr"));
+        let port = listening_port(&rx);
         assert!(port != 0, "server did not report its port");
         ServerProc {
             child,

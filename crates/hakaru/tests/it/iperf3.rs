@@ -411,20 +411,7 @@ fn iperf3_clients_on_two_addresses_at_once() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
-    let (pa, pb) = (a.id(), b.id());
-    let wait = |c: Child, pid: u32| {
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = tx.send(c.wait_with_output());
-        });
-        rx.recv_timeout(LIMIT)
-            .unwrap_or_else(|_| {
-                kill(pid, 9);
-                panic!("iperf3 did not finish")
-            })
-            .expect("wait")
-    };
-    for (o, what) in [(wait(a, pa), "TCP"), (wait(b, pb), "UDP")] {
+    for (o, what) in [(wait_child(a, LIMIT), "TCP"), (wait_child(b, LIMIT), "UDP")] {
         let v: Value = serde_json::from_slice(&o.stdout).expect("json");
         assert_ok(&o, &v);
         assert!(sum_bytes(&v, "sum_received") > 0, "{what}: {}", v["end"]);
@@ -556,19 +543,7 @@ impl StockServer {
 
     /// Waits for the one-off server to exit; its status and -J document.
     fn finish(mut self) -> (bool, Value) {
-        let child = self.child.take().expect("child");
-        let pid = child.id();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = tx.send(child.wait_with_output());
-        });
-        let o = rx
-            .recv_timeout(LIMIT)
-            .unwrap_or_else(|_| {
-                kill(pid, 9);
-                panic!("iperf3 -s -1 did not exit")
-            })
-            .expect("wait");
+        let o = wait_child(self.child.take().expect("child"), LIMIT);
         let v = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
         (o.status.success(), v)
     }
@@ -787,14 +762,8 @@ fn iperf3_client_interrupted_with_sigint() {
         .is_some());
     std::thread::sleep(Duration::from_millis(800));
     kill(pid, 2);
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(c.wait_with_output());
-    });
-    let _ = rx.recv_timeout(LIMIT).unwrap_or_else(|_| {
-        kill(pid, 9);
-        panic!("iperf3 did not exit on SIGINT")
-    });
+    // Bounded: a client that ignores SIGINT is killed and fails the test.
+    wait_child(c, LIMIT);
     assert!(
         srv.wait_log("CLIENT_TERMINATE", Duration::from_secs(10))
             .is_some(),

@@ -1,7 +1,7 @@
 //! Raw endpoints: `hakaru sink` fed by plain Rust senders, `hakaru source`, nc and iperf2
 //! clients; `hakaru source` into a plain Rust listener; stdin to stdout byte-exact.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, UdpSocket};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
@@ -9,7 +9,10 @@ use std::time::Duration;
 
 use hakaru_proto::iperf2::{ServerReport, TestHeader, UdpHeader};
 
-use crate::common::{compat_pass, count, hakaru, have, json, kill, run, run_cmd, stderr as err_of};
+use crate::common::{
+    compat_pass, count, hakaru, have, json, kill, listening_port, log_lines, run, run_cmd,
+    stderr as err_of, wait_child,
+};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -34,26 +37,8 @@ impl Sink {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn sink");
-        let err = child.stderr.take().expect("stderr");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut port = 0;
-        while let Ok(line) = rx.recv_timeout(Duration::from_secs(10)) {
-            if let Some(rest) = line.split("listening on ").nth(1) {
-                port = rest
-                    .rsplit(':')
-                    .next()
-                    .and_then(|p| p.parse().ok())
-                    .expect("port");
-                break;
-            }
-        }
+        let rx = log_lines(child.stderr.take().expect("stderr"));
+        let port = listening_port(&rx);
         assert!(port != 0, "sink did not report its port");
         Sink {
             child: Some(child),
@@ -69,19 +54,7 @@ impl Sink {
     /// Waits (bounded) for the sink to exit and returns its output; stderr is what was logged
     /// after the listening line.
     fn wait(mut self) -> Output {
-        let child = self.child.take().expect("child");
-        let pid = child.id();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = tx.send(child.wait_with_output());
-        });
-        let mut o = match rx.recv_timeout(LIMIT) {
-            Ok(o) => o.expect("wait"),
-            Err(_) => {
-                kill(pid, 9);
-                panic!("sink did not finish within {LIMIT:?}");
-            }
-        };
+        let mut o = wait_child(self.child.take().expect("child"), LIMIT);
         let lines: Vec<String> = self.rest.try_iter().collect();
         o.stderr = lines.join("\n").into_bytes();
         o
