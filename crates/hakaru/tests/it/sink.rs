@@ -55,7 +55,16 @@ impl Sink {
     /// after the listening line.
     fn wait(mut self) -> Output {
         let mut o = wait_child(self.child.take().expect("child"), LIMIT);
-        let lines: Vec<String> = self.rest.try_iter().collect();
+        // The child has exited, but the thread forwarding its stderr may still hold the last
+        // lines: read until that thread sees end of file (bounded), not just what has arrived.
+        let deadline = std::time::Instant::now() + LIMIT;
+        let mut lines = Vec::new();
+        while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+            match self.rest.recv_timeout(left) {
+                Ok(l) => lines.push(l),
+                Err(_) => break,
+            }
+        }
         o.stderr = lines.join("\n").into_bytes();
         o
     }
