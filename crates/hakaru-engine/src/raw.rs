@@ -35,6 +35,11 @@ pub(crate) const TICK: Duration = Duration::from_millis(100);
 const STALL: Duration = Duration::from_secs(10);
 /// How long a TCP source waits for the receiver to close after its last byte.
 const LINGER: Duration = Duration::from_secs(2);
+/// Most streams one sink transfer takes (an iperf2 client's `-P`).
+pub const MAX_STREAMS: usize = 128;
+/// How long a sink waits for an iperf2 client's test header on its first stream, and then for
+/// the rest of its `-P` streams.
+const GATHER: Duration = Duration::from_secs(2);
 
 /// What a raw run produced.
 #[derive(Debug)]
@@ -77,7 +82,7 @@ pub(crate) fn unix_now() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
-/// The single flow's counters and ticker.
+/// The flows' counters and ticker: one flow per stream of the transfer.
 pub(crate) struct Meter {
     pub core: Arc<Core>,
     ticker: Option<JoinHandle<TickerOut>>,
@@ -85,10 +90,11 @@ pub(crate) struct Meter {
 }
 
 impl Meter {
-    /// Starts the clock and the ticker now.
+    /// Starts the clock and the ticker now, with `flows` flows (ids 1 to `flows`).
     pub fn start(
         spec: &RawSpec,
         iface: Option<String>,
+        flows: usize,
         on_sample: SampleFn,
     ) -> Result<Meter, RawError> {
         let (end, role) = match spec.role {
@@ -111,12 +117,14 @@ impl Meter {
             pace_bps: None,
             half_close: true,
         };
-        let meta = vec![FlowMeta {
-            id: 1,
-            dir: FlowDir::Up,
-            role,
-            quota: None,
-        }];
+        let meta = (1..=flows.max(1) as u32)
+            .map(|id| FlowMeta {
+                id,
+                dir: FlowDir::Up,
+                role,
+                quota: None,
+            })
+            .collect();
         let udp = spec.protocol == RawProtocol::Udp;
         let core = Arc::new(Core::new(cfg, meta, Box::new(|| {}), udp));
         let started_unix = unix_now();
@@ -132,27 +140,74 @@ impl Meter {
         self.core.now_ns()
     }
 
-    /// Ends the flow and returns this end's report.
-    pub fn finish(mut self, error: Option<String>) -> SideReport {
-        self.core.finish_flow(0, error);
+    /// Ends every flow (flow `i` with `errors[i]`, if any) and returns this end's report.
+    pub fn finish(mut self, mut errors: Vec<Option<String>>) -> SideReport {
+        let n = self.core.meta.len();
+        errors.resize(n, None);
+        for (i, e) in errors.into_iter().enumerate() {
+            self.core.finish_flow(i, e);
+        }
         let t = self
             .ticker
             .take()
             .and_then(|t| t.join().ok())
-            .unwrap_or_else(|| TickerOut::empty(1));
+            .unwrap_or_else(|| TickerOut::empty(n));
         self.core.report(t, |_| None)
     }
 }
 
-/// Fills the counts of `r` from the single flow of `report`.
+/// Fills the counts of `r` from `report`: the sum of its flows, over the side's time.
 pub(crate) fn counts_from(r: &mut RawResult, report: &SideReport) {
-    if let Some(f) = report.flows.first() {
-        r.set_counts(f.bytes, f.calls, f.seconds);
-        r.error = f.error.clone();
-        if let Some(u) = &f.udp {
-            r.datagrams = Some(u.datagrams);
-        }
+    let flows = &report.flows;
+    let seconds = flows.first().map_or(0.0, |f| f.seconds);
+    r.set_counts(
+        flows.iter().map(|f| f.bytes).sum(),
+        flows.iter().map(|f| f.calls).sum(),
+        seconds,
+    );
+    r.error = flows.iter().find_map(|f| f.error.clone());
+    if flows.iter().any(|f| f.udp.is_some()) {
+        r.datagrams = Some(
+            flows
+                .iter()
+                .filter_map(|f| f.udp)
+                .map(|u| u.datagrams)
+                .sum(),
+        );
     }
+}
+
+/// One result per flow of `report`, for a transfer of more than one stream; `fill` adds
+/// what only the caller knows of stream `i` (its peer, its iperf2 figures).
+pub(crate) fn stream_results(
+    spec: &RawSpec,
+    report: &SideReport,
+    streams: usize,
+    mut fill: impl FnMut(usize, &mut RawResult),
+) -> Vec<RawResult> {
+    if streams < 2 {
+        return Vec::new();
+    }
+    report
+        .flows
+        .iter()
+        .take(streams)
+        .enumerate()
+        .map(|(i, f)| {
+            let mut r = RawResult::new(spec.role, spec.protocol);
+            r.set_counts(f.bytes, f.calls, f.seconds);
+            r.error = f.error.clone();
+            r.datagrams = f.udp.map(|u| u.datagrams);
+            fill(i, &mut r);
+            r
+        })
+        .collect()
+}
+
+/// How many streams an iperf2 client's test header says it opens (`-P`), within
+/// [`MAX_STREAMS`]; 1 for anything else.
+pub(crate) fn iperf2_streams(h: Option<&TestHeader>) -> usize {
+    h.map_or(1, |h| (h.threads as usize).clamp(1, MAX_STREAMS))
 }
 
 /// Connects a TCP stream to `peer` within `timeout`, from `bind` when given.
@@ -178,6 +233,15 @@ pub fn accept_one(
     listener: &TcpListener,
     stop: &AtomicBool,
 ) -> Result<Option<(TcpStream, SocketAddr)>, RawError> {
+    accept_until(listener, stop, None)
+}
+
+/// Waits for one connection until `deadline` (if any); `None` if stopped or past it.
+fn accept_until(
+    listener: &TcpListener,
+    stop: &AtomicBool,
+    deadline: Option<Instant>,
+) -> Result<Option<(TcpStream, SocketAddr)>, RawError> {
     listener
         .set_nonblocking(true)
         .map_err(io_err("setting the listener non-blocking"))?;
@@ -185,13 +249,18 @@ pub fn accept_one(
         if stop.load(Ordering::Acquire) {
             return Ok(None);
         }
+        let wait = match deadline.map(|d| d.checked_duration_since(Instant::now())) {
+            None => TICK,
+            Some(Some(left)) => left.min(TICK),
+            Some(None) => return Ok(None),
+        };
         match listener.accept() {
             Ok((s, a)) => {
                 s.set_nonblocking(false)
                     .map_err(io_err("setting the connection blocking"))?;
                 return Ok(Some((s, a)));
             }
-            Err(e) if is_retry(&e) => wait_readable(listener, TICK),
+            Err(e) if is_retry(&e) => wait_readable(listener, wait),
             Err(e) => return Err(io_err("accepting a connection")(e)),
         }
     }
@@ -282,56 +351,177 @@ pub(crate) fn iperf2_info(h: Option<&TestHeader>) -> Iperf2Info {
     }
 }
 
-/// Receives one TCP stream until the sender closes it (or Ctrl-C), counting every read.
+/// Receives one transfer: the stream `first` and, when it is an iperf2 client's with `-P N`,
+/// the client's other N-1 streams (gathered from the same host within [`GATHER`]). Each stream
+/// is read in its own thread until its sender closes it (or Ctrl-C).
 pub fn tcp_sink(
-    stream: TcpStream,
+    first: TcpStream,
+    listener: &TcpListener,
     spec: &RawSpec,
     iface: Option<String>,
     on_sample: SampleFn,
     stop: &AtomicBool,
 ) -> Result<RawOutcome, RawError> {
-    let peer = stream.peer_addr().ok().map(|a| a.to_string());
-    stream
-        .set_read_timeout(Some(TICK))
-        .map_err(io_err("setting a receive timeout"))?;
+    let streams = gather(first, listener, spec, stop)?;
+    let peers: Vec<Option<String>> = streams
+        .iter()
+        .map(|s| s.peer_addr().ok().map(|a| a.to_string()))
+        .collect();
+    for s in &streams {
+        s.set_read_timeout(Some(TICK))
+            .map_err(io_err("setting a receive timeout"))?;
+    }
+    let meter = Meter::start(spec, iface, streams.len(), on_sample)?;
+    let core = &meter.core;
+    let ends: Vec<StreamEnd> = std::thread::scope(|sc| {
+        let rest: Vec<_> = streams
+            .iter()
+            .enumerate()
+            .skip(1)
+            .map(|(i, s)| sc.spawn(move || read_stream(i, s, core, spec, stop)))
+            .collect();
+        let mut ends = vec![read_stream(0, &streams[0], core, spec, stop)];
+        ends.extend(rest.into_iter().map(|h| {
+            h.join().unwrap_or_else(|_| StreamEnd {
+                error: Some("a receiving thread failed".into()),
+                ..StreamEnd::default()
+            })
+        }));
+        ends
+    });
+    let started_unix = meter.started_unix;
+    let report = meter.finish(ends.iter().map(|e| e.error.clone()).collect());
+    for s in &streams {
+        // The sender waits for our close after its own (iperf2 reads until EOF).
+        let _ = s.shutdown(Shutdown::Both);
+    }
+    let mut result = RawResult::new(RawRole::Sink, RawProtocol::Tcp);
+    result.peer = peers[0].clone();
+    counts_from(&mut result, &report);
+    result.stdio_bytes = spec.stdio.then_some(ends[0].stdio_bytes);
+    result.iperf2 = spec.iperf2.then(|| iperf2_info(ends[0].header.as_ref()));
+    result.streams = stream_results(spec, &report, streams.len(), |i, r| {
+        r.peer = peers[i].clone();
+        r.iperf2 = spec.iperf2.then(|| iperf2_info(ends[i].header.as_ref()));
+    });
+    Ok(RawOutcome {
+        result,
+        report: Some(report),
+        interrupted: ends.iter().any(|e| e.interrupted),
+        started_unix,
+    })
+}
+
+/// The streams of one TCP transfer: `first`, then (for an iperf2 client with `-P N` and no
+/// `--stdout`) up to N-1 more connections from the same host. Connections from other hosts
+/// meanwhile are closed: the sink serves one transfer at a time.
+fn gather(
+    first: TcpStream,
+    listener: &TcpListener,
+    spec: &RawSpec,
+    stop: &AtomicBool,
+) -> Result<Vec<TcpStream>, RawError> {
+    let deadline = Instant::now() + GATHER;
+    let want = if spec.iperf2 && !spec.stdio {
+        iperf2_streams(peek_header(&first, deadline, stop).as_ref())
+    } else {
+        1
+    };
+    let host = first.peer_addr().ok().map(|a| a.ip());
+    let mut streams = vec![first];
+    while streams.len() < want {
+        let Some((s, from)) = accept_until(listener, stop, Some(deadline))? else {
+            break;
+        };
+        if Some(from.ip()) == host {
+            streams.push(s);
+        } else {
+            tracing::warn!(
+                "closed a connection from {from}: busy with a transfer from another host"
+            );
+        }
+    }
+    if streams.len() < want {
+        tracing::warn!(
+            "the iperf2 client announced {want} streams; {} connected within {GATHER:?}",
+            streams.len()
+        );
+    }
+    Ok(streams)
+}
+
+/// Reads (without taking) an iperf2 test header from the start of `s`, waiting until
+/// `deadline` for its first bytes; `None` when they are not one.
+fn peek_header(s: &TcpStream, deadline: Instant, stop: &AtomicBool) -> Option<TestHeader> {
+    s.set_read_timeout(Some(TICK)).ok()?;
+    let mut head = [0u8; iperf2::MAX_HEADER];
+    while Instant::now() < deadline && !stop.load(Ordering::Acquire) {
+        match s.peek(&mut head) {
+            Ok(0) => return None,
+            Ok(n) if n >= iperf2::BASE_HEADER => return TestHeader::parse(&head[..n]),
+            Ok(_) => std::thread::sleep(Duration::from_millis(1)),
+            Err(e) if is_retry(&e) => {}
+            Err(_) => return None,
+        }
+    }
+    None
+}
+
+/// How one stream of a TCP sink ended.
+#[derive(Default)]
+struct StreamEnd {
+    error: Option<String>,
+    interrupted: bool,
+    stdio_bytes: u64,
+    header: Option<TestHeader>,
+}
+
+/// Reads stream `i` until its sender closes it, counting into flow `i`; stream 0 carries the
+/// data to stdout with `--stdout` (a transfer then has one stream).
+fn read_stream(
+    i: usize,
+    stream: &TcpStream,
+    core: &Core,
+    spec: &RawSpec,
+    stop: &AtomicBool,
+) -> StreamEnd {
     let mut buf = vec![0u8; spec.length.0 as usize];
-    let meter = Meter::start(spec, iface, on_sample)?;
     let mut sniffer = spec.iperf2.then(HeaderSniffer::default);
-    let mut out = spec.stdio.then(io::stdout);
-    let (mut stdio_bytes, mut error, mut interrupted) = (0u64, None, false);
+    let mut out = (spec.stdio && i == 0).then(io::stdout);
+    let mut end = StreamEnd::default();
     loop {
         if stop.load(Ordering::Acquire) {
-            interrupted = true;
+            end.interrupted = true;
             break;
         }
-        let n = match (&stream).read(&mut buf) {
+        let n = match (&*stream).read(&mut buf) {
             Ok(0) => break,
             Ok(n) => n,
             Err(e) if is_retry(&e) => continue,
             Err(e) => {
-                error = Some(format!("receiving: {e}"));
+                end.error = Some(format!("receiving: {e}"));
                 break;
             }
         };
-        meter.core.counters[0].add(n as u64, meter.now_ns());
+        core.counters[i].add(n as u64, core.now_ns());
         if let Some(s) = sniffer.as_mut() {
-            if let Err(e) = s.feed(&buf[..n], &stream) {
-                error = Some(e);
+            if let Err(e) = s.feed(&buf[..n], stream) {
+                end.error = Some(e);
                 break;
             }
         }
         if let Some(o) = out.as_mut() {
             match o.write_all(&buf[..n]) {
-                Ok(()) => stdio_bytes += n as u64,
+                Ok(()) => end.stdio_bytes += n as u64,
                 // The reader of stdout has gone (`| head`): the transfer ends here, as an
                 // interrupted one, not a failed one.
                 Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
-                    interrupted = true;
+                    end.interrupted = true;
                     out = None;
                     break;
                 }
                 Err(e) => {
-                    error = Some(format!("--stdout: writing: {e}"));
+                    end.error = Some(format!("--stdout: writing: {e}"));
                     break;
                 }
             }
@@ -340,25 +530,12 @@ pub fn tcp_sink(
     if let Some(o) = out.as_mut() {
         if let Err(e) = o.flush() {
             if e.kind() != io::ErrorKind::BrokenPipe {
-                error.get_or_insert(format!("--stdout: writing: {e}"));
+                end.error.get_or_insert(format!("--stdout: writing: {e}"));
             }
         }
     }
-    let started_unix = meter.started_unix;
-    let report = meter.finish(error);
-    // The sender waits for our close after its own (iperf2 reads until EOF).
-    let _ = stream.shutdown(Shutdown::Both);
-    let mut result = RawResult::new(RawRole::Sink, RawProtocol::Tcp);
-    result.peer = peer;
-    counts_from(&mut result, &report);
-    result.stdio_bytes = spec.stdio.then_some(stdio_bytes);
-    result.iperf2 = sniffer.map(|s| iperf2_info(s.header.as_ref()));
-    Ok(RawOutcome {
-        result,
-        report: Some(report),
-        interrupted,
-        started_unix,
-    })
+    end.header = sniffer.and_then(|s| s.header);
+    end
 }
 
 /// Reads until `buf` is full or stdin ends; returns the bytes read.
@@ -428,7 +605,7 @@ pub fn tcp_source(
         Payload::Letters.fill(len)
     };
     let mut stdin = spec.stdio.then(io::stdin);
-    let meter = Meter::start(spec, iface, on_sample)?;
+    let meter = Meter::start(spec, iface, 1, on_sample)?;
     let deadline = spec.duration.map(|d| meter.core.start + d.0);
     let (mut bufs, mut stdio_bytes, mut error, mut interrupted) = (0u64, 0u64, None, false);
     'outer: loop {
@@ -478,7 +655,7 @@ pub fn tcp_source(
         bufs += 1;
     }
     let started_unix = meter.started_unix;
-    let report = meter.finish(error);
+    let report = meter.finish(vec![error]);
     linger(&stream);
     let mut result = RawResult::new(RawRole::Source, RawProtocol::Tcp);
     result.peer = peer;

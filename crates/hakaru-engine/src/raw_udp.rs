@@ -1,5 +1,5 @@
 //! Raw UDP endpoints: a sink that takes datagrams from one sender (plain, ttcp-style with
-//! start/end markers, or an iperf2 client answered with its server report) and a source that
+//! start/end markers) or from an iperf2 client's senders (answered with server reports) and a source that
 //! sends datagrams at a rate.
 
 use std::io::{self, Write};
@@ -11,8 +11,8 @@ use hakaru_model::{Iperf2Info, RawProtocol, RawResult, RawRole, RawSpec};
 use hakaru_proto::iperf2::{self, ServerReport, TestHeader, UdpAccount, UdpHeader};
 
 use crate::raw::{
-    counts_from, io_err, iperf2_info, is_retry, next_block, source_done, unix_now, Meter, RawError,
-    RawOutcome, SampleFn, TICK,
+    counts_from, io_err, iperf2_info, iperf2_streams, is_retry, next_block, source_done,
+    stream_results, unix_now, Meter, RawError, RawOutcome, SampleFn, TICK,
 };
 use crate::seq::SeqCounts;
 use crate::sys;
@@ -31,17 +31,42 @@ const REPORT_QUIET: Duration = Duration::from_millis(250);
 /// At most this many reports per FIN (the stock server's bound).
 const REPORT_TRIES: usize = 10;
 
-/// What the sink has seen of its sender so far.
+/// What the sink has seen of one sender so far.
 struct SinkState {
     peer: SocketAddr,
     seq64: bool,
     header: Option<TestHeader>,
     account: UdpAccount,
     received: u64,
-    ignored: u64,
+    bytes: u64,
+    /// When its first datagram was taken in.
+    first: Instant,
+    last: Instant,
+    /// True once its iperf2 FIN arrived.
+    fin: bool,
+    /// Server reports sent in answer to its FINs.
+    reports: usize,
 }
 
 impl SinkState {
+    fn new(peer: SocketAddr, header: Option<TestHeader>) -> SinkState {
+        let now = Instant::now();
+        SinkState {
+            peer,
+            seq64: header
+                .as_ref()
+                .is_some_and(|h| h.flags & iperf2::FLAG_SEQNO64B != 0),
+            header,
+            account: UdpAccount::default(),
+            received: 0,
+            bytes: 0,
+            first: now,
+            last: now,
+            fin: false,
+            reports: 0,
+        }
+    }
+
     fn seq_counts(&self) -> SeqCounts {
         let seq = self.header.is_some() || self.account.last > 0;
         SeqCounts {
@@ -53,6 +78,50 @@ impl SinkState {
             jitter_ns: (self.account.received > 1).then_some(self.account.jitter * 1e9),
         }
     }
+
+    /// The iperf2 server report of this sender's datagrams so far.
+    fn server_report(&self) -> ServerReport {
+        ServerReport {
+            bytes: self.bytes,
+            seconds: self.last.duration_since(self.first).as_secs_f64(),
+            lost: self.account.lost(),
+            out_of_order: self.account.out_of_order,
+            datagrams: self.account.last,
+            jitter: self.account.jitter,
+        }
+    }
+
+    /// Sends (again) the server report for a FIN, at most [`REPORT_TRIES`] times.
+    fn answer_fin(&mut self, socket: &UdpSocket) {
+        if self.reports < REPORT_TRIES
+            && socket
+                .send_to(&self.server_report().encode(), self.peer)
+                .is_ok()
+        {
+            self.reports += 1;
+        }
+    }
+
+    fn iperf2_info(&self) -> Iperf2Info {
+        let mut info = iperf2_info(self.header.as_ref());
+        info.datagrams = Some(self.account.last);
+        info.lost = Some(self.account.lost());
+        info.out_of_order = Some(self.account.out_of_order);
+        info.jitter_ms = (self.account.received > 1).then_some(self.account.jitter * 1e3);
+        info.fin_answered = self.reports > 0;
+        info
+    }
+}
+
+/// The iperf2 test header carried by a datagram, if any.
+fn datagram_header(d: &[u8]) -> Option<TestHeader> {
+    TestHeader::parse(d.get(iperf2::UDP_HEADER..).unwrap_or(&[]))
+}
+
+/// True if `d` starts an iperf2 sender's data: a datagram with a positive id.
+fn iperf2_start(d: &[u8]) -> bool {
+    let seq64 = datagram_header(d).is_some_and(|h| h.flags & iperf2::FLAG_SEQNO64B != 0);
+    UdpHeader::decode(d, seq64).is_some_and(|h| h.seq > 0)
 }
 
 /// Waits for the datagram that starts a transfer: for iperf2, one with a positive id (stray
@@ -74,12 +143,10 @@ fn first_datagram(
             Err(e) => return Err(io_err("receiving")(e)),
         };
         if spec.iperf2 {
-            let seq64 = TestHeader::parse(buf.get(iperf2::UDP_HEADER..n).unwrap_or(&[]))
-                .is_some_and(|h| h.flags & iperf2::FLAG_SEQNO64B != 0);
-            match UdpHeader::decode(&buf[..n], seq64) {
-                Some(h) if h.seq > 0 => return Ok(Some((n, from))),
-                _ => *ignored += 1,
+            if iperf2_start(&buf[..n]) {
+                return Ok(Some((n, from)));
             }
+            *ignored += 1;
         } else if spec.markers && n <= MARKER_MAX {
             // ttcp's start marker: not data.
             *ignored += 1;
@@ -89,8 +156,10 @@ fn first_datagram(
     }
 }
 
-/// Receives datagrams from the first sender until its end (an iperf2 FIN, a ttcp end marker),
-/// `--idle` without a datagram, or Ctrl-C; an iperf2 FIN is answered with the server report.
+/// Receives one transfer: datagrams from the first sender and, for an iperf2 client with
+/// `-P N`, from its other N-1 senders (same host, other ports), until every sender's end (an
+/// iperf2 FIN, a ttcp end marker), `--idle` without a datagram, or Ctrl-C. Each iperf2 FIN
+/// is answered with that sender's server report, again for each FIN the client resends.
 pub fn udp_sink(
     socket: &UdpSocket,
     spec: &RawSpec,
@@ -116,62 +185,67 @@ pub fn udp_sink(
             started_unix: unix_now(),
         });
     };
-    let header = spec
-        .iperf2
-        .then(|| TestHeader::parse(buf.get(iperf2::UDP_HEADER..n0).unwrap_or(&[])))
-        .flatten();
-    let mut st = SinkState {
-        peer,
-        seq64: header
-            .as_ref()
-            .is_some_and(|h| h.flags & iperf2::FLAG_SEQNO64B != 0),
-        header,
-        account: UdpAccount::default(),
-        received: 0,
-        ignored,
+    let header = spec.iperf2.then(|| datagram_header(&buf[..n0])).flatten();
+    let want = if spec.stdio {
+        1
+    } else {
+        iperf2_streams(header.as_ref())
     };
     let iface = iface.or_else(|| sys::interface_for_addr(peer.ip()));
-    let meter = Meter::start(spec, iface, on_sample)?;
+    let meter = Meter::start(spec, iface, want, on_sample)?;
+    let mut senders = vec![SinkState::new(peer, header)];
     let mut out = spec.stdio.then(io::stdout);
-    let (mut stdio_bytes, mut error, mut interrupted, mut fin) = (0u64, None, false, false);
-    let mut len = n0;
+    let (mut stdio_bytes, mut error, mut interrupted) = (0u64, None, false);
+    let mut arrived = Some((n0, 0));
     let mut last_arrival = Instant::now();
     loop {
-        if len > 0 {
+        if let Some((len, i)) = arrived.take() {
+            let st = &mut senders[i];
+            let mut data = true;
             if spec.iperf2 {
                 match UdpHeader::decode(&buf[..len], st.seq64) {
-                    Some(h) => {
+                    // A FIN the client sends again: it has not heard our report yet.
+                    Some(h) if st.fin && h.is_fin() => {
+                        st.answer_fin(socket);
+                        data = false;
+                    }
+                    Some(h) if !st.fin => {
                         st.account
                             .add(h.seq.unsigned_abs(), h.sent_secs(), unix_now());
-                        fin = h.is_fin();
+                        st.fin = h.is_fin();
                     }
-                    None => {
-                        st.ignored += 1;
-                        meter.core.counters[0].set_ignored(st.ignored);
-                        len = 0;
+                    _ => {
+                        ignored += 1;
+                        meter.core.counters[0].set_ignored(ignored);
+                        data = false;
                     }
                 }
             } else if spec.markers && len <= MARKER_MAX {
                 break; // ttcp's end marker
             }
-        }
-        if len > 0 {
-            st.received += 1;
-            let c = st.seq_counts();
-            meter.core.counters[0].publish_recv(len as u64, &c, st.ignored, None, meter.now_ns());
-            last_arrival = Instant::now();
-            if let Some(o) = out.as_mut() {
-                if let Err(e) = o.write_all(&buf[..len]) {
-                    error = Some(format!("--stdout: writing: {e}"));
-                    break;
+            if data {
+                st.received += 1;
+                st.bytes += len as u64;
+                st.last = Instant::now();
+                last_arrival = st.last;
+                let c = st.seq_counts();
+                let ign = if i == 0 { ignored } else { 0 };
+                meter.core.counters[i].publish_recv(len as u64, &c, ign, None, meter.now_ns());
+                if let Some(o) = out.as_mut() {
+                    if let Err(e) = o.write_all(&buf[..len]) {
+                        error = Some(format!("--stdout: writing: {e}"));
+                        break;
+                    }
+                    stdio_bytes += len as u64;
                 }
-                stdio_bytes += len as u64;
-            }
-            if fin {
-                break;
+                if st.fin {
+                    st.answer_fin(socket);
+                }
             }
         }
-        len = 0;
+        if senders.len() == want && senders.iter().all(|s| s.fin) {
+            break;
+        }
         if stop.load(Ordering::Acquire) {
             interrupted = true;
             break;
@@ -180,11 +254,21 @@ pub fn udp_sink(
             break;
         }
         match socket.recv_from(&mut buf) {
-            Ok((n, from)) if from == st.peer => len = n,
-            Ok(_) => {
-                st.ignored += 1;
-                meter.core.counters[0].set_ignored(st.ignored);
-            }
+            Ok((n, from)) => match senders.iter().position(|s| s.peer == from) {
+                Some(i) => arrived = Some((n, i)),
+                // Another stream of the same iperf2 client.
+                None if senders.len() < want
+                    && from.ip() == senders[0].peer.ip()
+                    && iperf2_start(&buf[..n]) =>
+                {
+                    senders.push(SinkState::new(from, datagram_header(&buf[..n])));
+                    arrived = Some((n, senders.len() - 1));
+                }
+                None => {
+                    ignored += 1;
+                    meter.core.counters[0].set_ignored(ignored);
+                }
+            },
             Err(e) if is_retry(&e) => {}
             Err(e) => {
                 error = Some(format!("receiving: {e}"));
@@ -198,14 +282,22 @@ pub fn udp_sink(
         }
     }
     let started_unix = meter.started_unix;
-    let report = meter.finish(error);
+    let report = meter.finish(vec![error]);
+    if spec.iperf2 && !interrupted {
+        answer_late_fins(socket, &mut senders, stop);
+    }
     let mut result = RawResult::new(RawRole::Sink, RawProtocol::Udp);
-    result.peer = Some(st.peer.to_string());
+    result.peer = Some(peer.to_string());
     counts_from(&mut result, &report);
-    result.ignored = Some(st.ignored);
+    result.ignored = Some(ignored);
     result.stdio_bytes = spec.stdio.then_some(stdio_bytes);
     if spec.iperf2 {
-        result.iperf2 = Some(iperf2_outcome(&st, &result, fin, socket, stop));
+        let infos: Vec<Iperf2Info> = senders.iter().map(SinkState::iperf2_info).collect();
+        result.iperf2 = Some(sum_info(&infos));
+        result.streams = stream_results(spec, &report, senders.len(), |i, r| {
+            r.peer = Some(senders[i].peer.to_string());
+            r.iperf2 = Some(infos[i].clone());
+        });
     }
     Ok(RawOutcome {
         result,
@@ -215,56 +307,42 @@ pub fn udp_sink(
     })
 }
 
-/// The iperf2 figures of a UDP sink; a FIN is answered with the server report here.
-fn iperf2_outcome(
-    st: &SinkState,
-    result: &RawResult,
-    fin: bool,
-    socket: &UdpSocket,
-    stop: &AtomicBool,
-) -> Iperf2Info {
-    let mut info = iperf2_info(st.header.as_ref());
-    info.datagrams = Some(st.account.last);
-    info.lost = Some(st.account.lost());
-    info.out_of_order = Some(st.account.out_of_order);
-    info.jitter_ms = (st.account.received > 1).then_some(st.account.jitter * 1e3);
-    if fin {
-        let rep = ServerReport {
-            bytes: result.bytes,
-            seconds: result.seconds,
-            lost: st.account.lost(),
-            out_of_order: st.account.out_of_order,
-            datagrams: st.account.last,
-            jitter: st.account.jitter,
-        };
-        info.fin_answered = answer_fin(socket, st.peer, &rep.encode(), stop);
+/// After the transfer: answers the FINs a client resends (it has not heard our report) until
+/// the senders are quiet for [`REPORT_QUIET`].
+fn answer_late_fins(socket: &UdpSocket, senders: &mut [SinkState], stop: &AtomicBool) {
+    if socket.set_read_timeout(Some(REPORT_QUIET)).is_err() {
+        return;
     }
-    info
+    let mut b = [0u8; 2048];
+    while !stop.load(Ordering::Acquire) {
+        match socket.recv_from(&mut b) {
+            Ok((n, from)) => {
+                let Some(st) = senders.iter_mut().find(|s| s.peer == from && s.fin) else {
+                    continue;
+                };
+                if UdpHeader::decode(&b[..n], st.seq64).is_some_and(|h| h.is_fin()) {
+                    st.answer_fin(socket);
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return,
+        }
+    }
 }
 
-/// Sends the server report to the client, again for each FIN it resends, until it is quiet
-/// for [`REPORT_QUIET`]. True if a report was sent.
-fn answer_fin(socket: &UdpSocket, peer: SocketAddr, report: &[u8], stop: &AtomicBool) -> bool {
-    if socket.set_read_timeout(Some(REPORT_QUIET)).is_err() {
-        return false;
+/// One client's iperf2 figures from its senders': counts add up, jitter is the worst.
+fn sum_info(parts: &[Iperf2Info]) -> Iperf2Info {
+    let mut info = parts.first().cloned().unwrap_or_default();
+    if parts.len() < 2 {
+        return info;
     }
-    let mut sent = false;
-    let mut b = [0u8; 2048];
-    for _ in 0..REPORT_TRIES {
-        sent |= socket.send_to(report, peer).is_ok();
-        loop {
-            match socket.recv_from(&mut b) {
-                Ok((_, from)) if from == peer => break,
-                Ok(_) => continue,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(_) => return sent,
-            }
-        }
-        if stop.load(Ordering::Acquire) {
-            break;
-        }
-    }
-    sent
+    let add = |get: fn(&Iperf2Info) -> Option<u64>| parts.iter().map(get).sum::<Option<u64>>();
+    info.datagrams = add(|i| i.datagrams);
+    info.lost = add(|i| i.lost);
+    info.out_of_order = add(|i| i.out_of_order);
+    info.jitter_ms = parts.iter().filter_map(|i| i.jitter_ms).reduce(f64::max);
+    info.fin_answered = parts.iter().all(|i| i.fin_answered);
+    info
 }
 
 #[cfg(unix)]
@@ -299,7 +377,7 @@ pub fn udp_source(
     }
     sys::tighten_timer_slack();
     let mut stdin = spec.stdio.then(io::stdin);
-    let meter = Meter::start(spec, iface, on_sample)?;
+    let meter = Meter::start(spec, iface, 1, on_sample)?;
     let deadline = spec.duration.map(|d| meter.core.start + d.0);
     let gap = spec
         .rate
@@ -357,7 +435,7 @@ pub fn udp_source(
         }
     }
     let started_unix = meter.started_unix;
-    let report = meter.finish(error);
+    let report = meter.finish(vec![error]);
     if spec.markers {
         for _ in 0..END_MARKERS {
             let _ = socket.send(&marker);
@@ -373,4 +451,35 @@ pub fn udp_source(
         interrupted,
         started_unix,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_clients_senders_add_up() {
+        let part = |d: u64, l: u64, j: Option<f64>, fin: bool| Iperf2Info {
+            client_version: Some("2.1.8".into()),
+            datagrams: Some(d),
+            lost: Some(l),
+            out_of_order: Some(1),
+            jitter_ms: j,
+            fin_answered: fin,
+            ..Iperf2Info::default()
+        };
+        let s = sum_info(&[part(10, 1, Some(0.5), true), part(20, 2, Some(0.2), true)]);
+        assert_eq!(
+            (s.datagrams, s.lost, s.out_of_order),
+            (Some(30), Some(3), Some(2))
+        );
+        assert_eq!(s.jitter_ms, Some(0.5));
+        assert!(s.fin_answered);
+        assert_eq!(s.client_version.as_deref(), Some("2.1.8"));
+        let s = sum_info(&[part(10, 0, None, true), part(5, 0, None, false)]);
+        assert!(!s.fin_answered);
+        assert_eq!(s.jitter_ms, None);
+        let one = part(7, 0, Some(0.1), false);
+        assert_eq!(sum_info(std::slice::from_ref(&one)), one);
+    }
 }

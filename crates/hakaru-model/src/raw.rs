@@ -190,6 +190,11 @@ pub struct RawResult {
     pub iperf2: Option<Iperf2Info>,
     /// What ended the transfer early, if anything.
     pub error: Option<String>,
+    /// Sink: each stream's own figures when the transfer had more than one (an iperf2 client
+    /// with `-P`); the figures above are then their sum over the transfer's time. Empty for a
+    /// single stream.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub streams: Vec<RawResult>,
 }
 
 impl RawResult {
@@ -210,6 +215,7 @@ impl RawResult {
             stdio_bytes: None,
             iperf2: None,
             error: None,
+            streams: Vec::new(),
         }
     }
 

@@ -67,35 +67,58 @@ pub fn interval_heading(spec: &RawSpec) -> String {
     s
 }
 
-/// One line for an interval of a raw run.
+/// The lines for an interval of a raw run: one per stream, and a `[SUM]` line when there
+/// are several.
 pub fn interval_lines(rec: &IntervalRecord) -> String {
     let mut s = String::new();
+    let at = span(rec.start, rec.end);
     for f in &rec.flows {
-        let (bytes, bps) = match (f.receiver_bytes, f.sender_bytes) {
+        let moved = match (f.receiver_bytes, f.sender_bytes) {
             (Some(b), _) => (b, f.receiver_bps),
             (None, Some(b)) => (b, f.sender_bps),
             (None, None) => continue,
         };
-        let _ = write!(
-            s,
-            "[{:>3}] {:>15}  {:>10} {:>11}",
-            f.id,
-            span(rec.start, rec.end),
-            Bytes(bytes).to_string(),
-            bps.unwrap_or(BitRate(0.0)).to_string()
-        );
-        if let Some(u) = &f.udp {
-            let _ = write!(s, "  {:>10}", u.datagrams);
-            if u.jitter_ms.is_some() || u.lost > 0 {
-                let j = u.jitter_ms.map_or("-".into(), |j| format!("{j:.3} ms"));
-                let _ = write!(s, "  {:>8} {j:>10}", u.lost);
-            }
-        } else if let Some(d) = f.sender_datagrams {
-            let _ = write!(s, "  {d:>10}");
+        let udp = f.udp.as_ref().map(|u| (u.datagrams, u.lost, u.jitter_ms));
+        let udp = udp.or(f.sender_datagrams.map(|d| (d, 0, None)));
+        interval_line(&mut s, &format!("{:>3}", f.id), &at, moved, udp);
+    }
+    if rec.flows.len() > 1 {
+        for d in &rec.sums {
+            let moved = match (d.receiver_bytes, d.sender_bytes) {
+                (Some(b), _) => (b, d.receiver_bps),
+                (None, Some(b)) => (b, d.sender_bps),
+                (None, None) => continue,
+            };
+            let udp = d.udp.as_ref().map(|u| (u.datagrams, u.lost, u.jitter_ms));
+            interval_line(&mut s, "SUM", &at, moved, udp);
         }
-        s.push('\n');
     }
     s
+}
+
+/// One interval line: `[id] span bytes rate` and, for UDP, datagrams (with lost and jitter
+/// where known).
+fn interval_line(
+    s: &mut String,
+    id: &str,
+    at: &str,
+    (bytes, bps): (u64, Option<BitRate>),
+    udp: Option<(u64, u64, Option<f64>)>,
+) {
+    let _ = write!(
+        s,
+        "[{id}] {at:>15}  {:>10} {:>11}",
+        Bytes(bytes).to_string(),
+        bps.unwrap_or(BitRate(0.0)).to_string()
+    );
+    if let Some((datagrams, lost, jitter)) = udp {
+        let _ = write!(s, "  {datagrams:>10}");
+        if jitter.is_some() || lost > 0 {
+            let j = jitter.map_or("-".into(), |j| format!("{j:.3} ms"));
+            let _ = write!(s, "  {lost:>8} {j:>10}");
+        }
+    }
+    s.push('\n');
 }
 
 /// The ttcp-style lines of a raw result, each prefixed with `sink:` or `source:`.
@@ -105,6 +128,16 @@ pub fn ttcp_lines(r: &RawResult) -> String {
         RawRole::Source => "source",
     };
     let mut s = String::new();
+    if !r.streams.is_empty() {
+        let _ = writeln!(
+            s,
+            "{who}: {} streams, each and then their sum:",
+            r.streams.len()
+        );
+        for (i, st) in r.streams.iter().enumerate() {
+            stream_line(&mut s, who, i + 1, st);
+        }
+    }
     let mbs = if r.seconds > 0.0 {
         r.bytes as f64 / r.seconds / 1e6
     } else {
@@ -130,6 +163,9 @@ pub fn ttcp_lines(r: &RawResult) -> String {
         RawRole::Source => "to",
     };
     let _ = write!(s, "{who}: {proto} {dir} {peer}");
+    if r.streams.len() > 1 {
+        let _ = write!(s, " (first of {} streams)", r.streams.len());
+    }
     if let Some(d) = r.datagrams {
         let _ = write!(s, ", {d} datagrams");
     }
@@ -187,6 +223,32 @@ pub fn ttcp_lines(r: &RawResult) -> String {
     s
 }
 
+/// One stream of a transfer of several: `[id] bytes, time, rate, calls, peer` and its iperf2
+/// UDP figures.
+fn stream_line(s: &mut String, who: &str, id: usize, r: &RawResult) {
+    let _ = write!(
+        s,
+        "{who}: [{id:>3}] {} bytes in {:.3} s = {}, {} I/O calls",
+        r.bytes, r.seconds, r.bits_per_second, r.io_calls
+    );
+    if let Some(p) = &r.peer {
+        let _ = write!(s, ", from {p}");
+    }
+    if let Some(i) = &r.iperf2 {
+        if let (Some(d), Some(l)) = (i.datagrams, i.lost) {
+            let j = i.jitter_ms.map_or("-".into(), |j| format!("{j:.3} ms"));
+            let _ = write!(s, ", lost/total {l}/{d}, jitter {j}");
+            if !i.fin_answered {
+                s.push_str(", no FIN");
+            }
+        }
+    }
+    if let Some(e) = &r.error {
+        let _ = write!(s, ", error: {e}");
+    }
+    s.push('\n');
+}
+
 /// The final summary of a raw run.
 pub fn summary(r: &RunResult) -> String {
     let mut s = String::new();
@@ -211,7 +273,7 @@ pub fn summary(r: &RunResult) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hakaru_model::{FlowDir, FlowInterval, UdpTick};
+    use hakaru_model::{DirectionInterval, FlowDir, FlowInterval, UdpTick};
 
     #[test]
     fn ttcp_lines_carry_the_counts() {
@@ -292,5 +354,86 @@ mod tests {
             "{line}"
         );
         assert!(line.contains("0.500 ms"), "{line}");
+    }
+
+    fn tcp_flow(id: u32, bytes: u64) -> FlowInterval {
+        FlowInterval {
+            id,
+            dir: FlowDir::Up,
+            receiver_bytes: Some(bytes),
+            receiver_bps: Some(BitRate(bytes as f64 * 8.0)),
+            sender_bytes: None,
+            sender_bps: None,
+            tcp: None,
+            udp: None,
+            sender_datagrams: None,
+        }
+    }
+
+    #[test]
+    fn several_streams_get_a_sum_line_and_one_stream_none() {
+        let mut rec = IntervalRecord {
+            index: 0,
+            start: 0.0,
+            end: 1.0,
+            omitted: false,
+            flows: vec![tcp_flow(1, 1_000_000), tcp_flow(2, 3_000_000)],
+            sums: vec![DirectionInterval {
+                dir: FlowDir::Up,
+                receiver_bytes: Some(4_000_000),
+                receiver_bps: Some(BitRate(32e6)),
+                sender_bytes: None,
+                sender_bps: None,
+                retransmits: None,
+                udp: None,
+                sender_datagrams: None,
+            }],
+            latency: None,
+            connect: None,
+        };
+        let out = interval_lines(&rec);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 3, "{out}");
+        assert!(lines[0].starts_with("[  1]") && lines[1].starts_with("[  2]"));
+        assert!(
+            lines[2].starts_with("[SUM]") && lines[2].contains("32.0 Mbit/s"),
+            "{out}"
+        );
+        rec.flows.truncate(1);
+        assert_eq!(interval_lines(&rec).lines().count(), 1);
+    }
+
+    #[test]
+    fn streams_are_listed_before_their_sum() {
+        let mut r = RawResult::new(RawRole::Sink, RawProtocol::Udp);
+        r.set_counts(3000, 3, 1.0);
+        r.peer = Some("127.0.0.1:4000".into());
+        for (i, b) in [1000u64, 2000].into_iter().enumerate() {
+            let mut st = RawResult::new(RawRole::Sink, RawProtocol::Udp);
+            st.set_counts(b, 1 + i as u64, 1.0);
+            st.peer = Some(format!("127.0.0.1:{}", 4000 + i));
+            st.iperf2 = Some(Iperf2Info {
+                datagrams: Some(1 + i as u64),
+                lost: Some(0),
+                jitter_ms: None,
+                fin_answered: i == 0,
+                ..Iperf2Info::default()
+            });
+            r.streams.push(st);
+        }
+        let out = ttcp_lines(&r);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines[0], "sink: 2 streams, each and then their sum:");
+        assert!(
+            lines[1].starts_with("sink: [  1] 1000 bytes in 1.000 s")
+                && lines[1].contains("from 127.0.0.1:4000, lost/total 0/1"),
+            "{out}"
+        );
+        assert!(lines[2].ends_with(", no FIN"), "{out}");
+        assert!(lines[3].starts_with("sink: 3000 bytes"), "{out}");
+        assert!(
+            out.contains("udp from 127.0.0.1:4000 (first of 2 streams)"),
+            "{out}"
+        );
     }
 }

@@ -65,9 +65,11 @@ impl RawOutput {
         if let Ok(mut v) = self.intervals.lock() {
             v.clear();
         }
-        let dirs = BTreeMap::from([(1u32, FlowDir::Up)]);
         let mut heading = Some(raw_text::interval_heading(&spec));
         Box::new(move |sample| {
+            // Every stream of a raw transfer carries data one way: from the sender.
+            let dirs: BTreeMap<u32, FlowDir> =
+                sample.flows.iter().map(|f| (f.id, FlowDir::Up)).collect();
             // The merge puts a receiver's sample in the receiver columns: a sink is the
             // receiving ("server") end, a source the sending ("client") end.
             let rec = match spec.role {

@@ -35,8 +35,9 @@ pub struct Args {
     /// Write the received data to stdout (reports then go to stderr), like ttcp -r -s.
     #[arg(long)]
     stdout: bool,
-    /// Speak iperf2: read its test header (and ack it for -X), answer the UDP FIN with a
-    /// server report so `iperf -c -u` prints it and exits normally.
+    /// Speak iperf2: read its test header (and ack it for -X), take a -P client's streams as
+    /// one transfer, answer each UDP FIN with a server report so `iperf -c -u` prints it and
+    /// exits normally.
     #[arg(long)]
     iperf2: bool,
     /// UDP: count datagrams of 4 bytes or fewer as data instead of ttcp's start/end markers.
@@ -133,7 +134,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             let iface = iface
                 .clone()
                 .or_else(|| hakaru_engine::sys::interface_for_addr(peer.ip()));
-            let o = raw::tcp_sink(stream, &spec, iface, out.on_sample(&spec), &stop)?;
+            let o = raw::tcp_sink(stream, &listener, &spec, iface, out.on_sample(&spec), &stop)?;
             let interrupted = o.interrupted;
             let r = out.finish(&spec, &local, o);
             failed = r.raw.and_then(|r| r.error).or(failed);

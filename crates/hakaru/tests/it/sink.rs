@@ -553,3 +553,178 @@ fn keep_serves_transfers_one_after_another() {
     assert_eq!(count(&docs[0], "/raw/bytes"), 1000);
     assert_eq!(count(&docs[1], "/raw/bytes"), 2000);
 }
+
+/// "[  N] ... Bytes" per-stream figures of an iperf2 client's `-f b` summary (not [SUM]).
+fn iperf_stream_bytes(out: &str) -> Vec<u64> {
+    let mut v: Vec<u64> = out
+        .lines()
+        .filter(|l| l.starts_with("[ ") && l.contains(" sec ") && l.contains(" Bytes "))
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            let i = w.iter().position(|x| *x == "Bytes")?;
+            w.get(i.checked_sub(1)?)?.parse().ok()
+        })
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+#[test]
+fn iperf2_parallel_tcp_streams_are_one_transfer() {
+    if !have("iperf") {
+        eprintln!("skip: iperf (iperf2) not installed");
+        return;
+    }
+    let sink = Sink::start(&["--iperf2", "--json"]);
+    let port = sink.port.to_string();
+    let c = run_cmd(
+        Command::new("iperf").args([
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-f",
+            "b",
+            "-t",
+            "1",
+            "-P",
+            "3",
+        ]),
+        LIMIT,
+    );
+    ok(&c, "iperf -P 3");
+    let o = sink.wait();
+    ok(&o, "sink");
+    let v = json(&o);
+    let out = String::from_utf8_lossy(&c.stdout).to_string();
+    let theirs = iperf_stream_bytes(&out);
+    assert_eq!(theirs.len(), 3, "{out}");
+    let streams = v["raw"]["streams"].as_array().expect("streams");
+    let mut ours: Vec<u64> = streams.iter().map(|s| count(s, "/bytes")).collect();
+    ours.sort_unstable();
+    assert_eq!(ours.len(), 3);
+    for (t, o) in theirs.iter().zip(&ours) {
+        let diff = (*o as f64 - *t as f64).abs() / *t as f64;
+        assert!(
+            diff <= 0.01,
+            "iperf streams {theirs:?}, sink streams {ours:?}"
+        );
+    }
+    assert_eq!(count(&v, "/raw/bytes"), ours.iter().sum::<u64>());
+    let header_total = iperf_bytes(&out);
+    let diff = (count(&v, "/raw/bytes") as f64 - header_total as f64).abs() / header_total as f64;
+    assert!(
+        diff <= 0.01,
+        "iperf [SUM] {header_total}, sink {}",
+        count(&v, "/raw/bytes")
+    );
+    for s in streams {
+        assert_eq!(s["iperf2"]["client_version"], "2.1.8");
+    }
+    compat_pass("iperf", "sink", "TCP -P 3", "iperf -> hakaru");
+}
+
+#[test]
+fn iperf2_parallel_udp_senders_each_get_a_server_report() {
+    if !have("iperf") {
+        eprintln!("skip: iperf (iperf2) not installed");
+        return;
+    }
+    let sink = Sink::start(&["-u", "--iperf2", "--json"]);
+    let port = sink.port.to_string();
+    let c = run_cmd(
+        Command::new("iperf").args([
+            "-c",
+            "127.0.0.1",
+            "-u",
+            "-p",
+            &port,
+            "-b",
+            "5M",
+            "-t",
+            "1",
+            "-P",
+            "2",
+        ]),
+        LIMIT,
+    );
+    ok(&c, "iperf -u -P 2");
+    let o = sink.wait();
+    ok(&o, "sink");
+    let out = String::from_utf8_lossy(&c.stdout).to_string();
+    assert_eq!(out.matches("Server Report").count(), 2, "{out}");
+    assert!(!out.contains("did not receive ack"), "{out}");
+    // Each report line ends with "lost/total (pct%)": the totals we told each sender.
+    let totals: u64 = out
+        .lines()
+        .filter(|l| l.contains('%') && l.contains(" ms "))
+        .filter_map(|l| {
+            l.split_whitespace().find_map(|w| {
+                let (lost, total) = w.split_once('/')?;
+                lost.parse::<u64>().ok()?;
+                total.parse::<u64>().ok()
+            })
+        })
+        .sum();
+    let v = json(&o);
+    let streams = v["raw"]["streams"].as_array().expect("streams");
+    assert_eq!(streams.len(), 2);
+    assert_eq!(count(&v, "/raw/iperf2/datagrams"), totals, "{out}");
+    assert_eq!(
+        count(&v, "/raw/datagrams") + count(&v, "/raw/iperf2/lost"),
+        totals
+    );
+    for s in streams {
+        assert_eq!(s["iperf2"]["fin_answered"], true);
+        assert!(count(s, "/datagrams") > 0);
+    }
+    compat_pass("iperf", "sink", "UDP -P 2", "iperf -> hakaru");
+}
+
+/// A 24-byte iperf2 test header (LEN_BIT, length 24) announcing `threads` streams.
+fn iperf2_header(threads: u32) -> [u8; 24] {
+    let mut h = [0u8; 24];
+    h[0..4].copy_from_slice(&0x0001_0030u32.to_be_bytes());
+    assert!(TestHeader::parse(&h).is_some_and(|p| p.len == 24 && !p.wants_server_send()));
+    h[4..8].copy_from_slice(&threads.to_be_bytes());
+    h
+}
+
+#[test]
+fn parallel_streams_come_from_the_clients_host_only() {
+    let sink = Sink::start(&["--iperf2", "--json"]);
+    let mut a = TcpStream::connect(sink.addr()).unwrap();
+    a.write_all(&iperf2_header(2)).unwrap();
+    a.write_all(&noise(1000)).unwrap();
+    // Another host (127.0.0.2 on lo) while the sink gathers the client's streams: closed.
+    let other = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    other
+        .bind(
+            &"127.0.0.2:0"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
+        )
+        .unwrap();
+    other
+        .connect(&sink.addr().parse::<std::net::SocketAddr>().unwrap().into())
+        .unwrap();
+    let mut other: TcpStream = other.into();
+    other.set_read_timeout(Some(LIMIT)).unwrap();
+    let mut b = [0u8; 16];
+    let closed = matches!(other.read(&mut b), Ok(0) | Err(_));
+    assert!(closed, "the stranger's connection was kept");
+    let mut b2 = TcpStream::connect(sink.addr()).unwrap();
+    b2.write_all(&iperf2_header(2)).unwrap();
+    b2.write_all(&noise(3000)).unwrap();
+    drop(a);
+    drop(b2);
+    let o = sink.wait();
+    ok(&o, "sink");
+    let v = json(&o);
+    let streams = v["raw"]["streams"].as_array().expect("streams");
+    let mut bytes: Vec<u64> = streams.iter().map(|s| count(s, "/bytes")).collect();
+    bytes.sort_unstable();
+    assert_eq!(bytes, vec![1024, 3024]);
+    assert_eq!(count(&v, "/raw/bytes"), 4048);
+}
