@@ -73,10 +73,11 @@ pub fn interval_lines(rec: &IntervalRecord) -> String {
     let mut s = String::new();
     let at = span(rec.start, rec.end);
     for f in &rec.flows {
-        let moved = match (f.receiver_bytes, f.sender_bytes) {
-            (Some(b), _) => (b, f.receiver_bps),
-            (None, Some(b)) => (b, f.sender_bps),
-            (None, None) => continue,
+        let Some(moved) = moved(
+            (f.receiver_bytes, f.receiver_bps),
+            (f.sender_bytes, f.sender_bps),
+        ) else {
+            continue;
         };
         let udp = f.udp.as_ref().map(|u| (u.datagrams, u.lost, u.jitter_ms));
         let udp = udp.or(f.sender_datagrams.map(|d| (d, 0, None)));
@@ -84,16 +85,28 @@ pub fn interval_lines(rec: &IntervalRecord) -> String {
     }
     if rec.flows.len() > 1 {
         for d in &rec.sums {
-            let moved = match (d.receiver_bytes, d.sender_bytes) {
-                (Some(b), _) => (b, d.receiver_bps),
-                (None, Some(b)) => (b, d.sender_bps),
-                (None, None) => continue,
+            let Some(moved) = moved(
+                (d.receiver_bytes, d.receiver_bps),
+                (d.sender_bytes, d.sender_bps),
+            ) else {
+                continue;
             };
             let udp = d.udp.as_ref().map(|u| (u.datagrams, u.lost, u.jitter_ms));
             interval_line(&mut s, "SUM", &at, moved, udp);
         }
     }
     s
+}
+
+/// Bytes and rate of an interval: the receiver's where this end received, else the sender's.
+fn moved(
+    receiver: (Option<u64>, Option<BitRate>),
+    sender: (Option<u64>, Option<BitRate>),
+) -> Option<(u64, Option<BitRate>)> {
+    match (receiver, sender) {
+        ((Some(b), bps), _) | (_, (Some(b), bps)) => Some((b, bps)),
+        _ => None,
+    }
 }
 
 /// One interval line: `[id] span bytes rate` and, for UDP, datagrams (with lost and jitter
