@@ -1,6 +1,6 @@
-//! Raw UDP endpoints: a sink that takes datagrams from one sender (plain, ttcp-style with
-//! start/end markers) or from an iperf2 client's senders (answered with server reports) and a source that
-//! sends datagrams at a rate.
+//! Raw UDP endpoints: a sink that takes datagrams from one sender (plain, or ttcp-style with
+//! start/end markers) or from an iperf2 client's senders (each FIN answered with that sender's
+//! server report), and a source that sends datagrams at a rate.
 
 use std::io::{self, Write};
 use std::net::{SocketAddr, UdpSocket};
