@@ -66,6 +66,10 @@ pub(crate) fn run(
         addr: addr_s.clone(),
         what,
     };
+    crate::pass_gate(opts, &mut conn, &|source| ClientError::Control {
+        addr: addr_s.clone(),
+        source,
+    })?;
     let port = match conn.recv(HANDSHAKE_TIMEOUT) {
         Ok(Message::ConnectPort { port }) => port,
         Ok(Message::Error { message }) => return Err(ClientError::Server(message)),

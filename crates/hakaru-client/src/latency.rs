@@ -53,16 +53,21 @@ pub(crate) fn run(
     let spec = s.spec;
     let flows: Vec<PingFlow> = match spec.transport {
         LatencyTransport::Tcp => {
-            crate::open_tcp_flows(s.opts, &spec.as_tcp(), s.server_addr, s.token)?
+            let flows = crate::open_tcp_flows(s.opts, &spec.as_tcp(), s.server_addr, s.token)?
                 .into_iter()
                 .map(|f| PingFlow {
                     id: f.id,
                     socket: PingSocket::Tcp(f.stream),
                 })
-                .collect()
+                .collect::<Vec<_>>();
+            crate::pass_gate(s.opts, s.conn, &ctl_err)?;
+            flows
         }
         LatencyTransport::Udp => {
             let f = udp::open_flows(s.opts, &spec.as_udp(), s.server_addr, s.token)?;
+            if let Some(g) = &s.opts.gate {
+                (g.0)().map_err(ClientError::CalledOff)?;
+            }
             s.conn.send(&Message::FlowsReady).map_err(ctl_err)?;
             f.into_iter()
                 .map(|f| PingFlow {

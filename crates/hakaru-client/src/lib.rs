@@ -56,6 +56,34 @@ pub struct ClientOptions {
     pub histogram: bool,
     /// The server is a stock iperf3 server: speak its protocol (`--iperf3`).
     pub iperf3: bool,
+    /// Synchronised start: called once the test is set up, just before it starts.
+    pub gate: Option<StartGate>,
+}
+
+/// A held start (`--sync-start`, `hakaru plan`): the client sets the test up (control
+/// connection, data connections or flows acknowledged), then calls the gate, which may block
+/// until a coordinator releases every client at once; an error calls the test off. The server
+/// waits for the client's `flows_ready` before it starts (the native protocol's `held_start`).
+#[derive(Clone)]
+pub struct StartGate(pub Arc<dyn Fn() -> Result<(), String> + Send + Sync>);
+
+impl std::fmt::Debug for StartGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StartGate")
+    }
+}
+
+/// Passes the gate, if any, and tells the server to go.
+pub(crate) fn pass_gate(
+    opts: &ClientOptions,
+    conn: &mut ControlConn,
+    ctl_err: &dyn Fn(ControlError) -> ClientError,
+) -> Result<(), ClientError> {
+    if let Some(g) = &opts.gate {
+        (g.0)().map_err(ClientError::CalledOff)?;
+        conn.send(&Message::FlowsReady).map_err(ctl_err)?;
+    }
+    Ok(())
 }
 
 /// Why a client run failed. Each message names the peer or the flag at fault.
@@ -117,6 +145,9 @@ pub enum ClientError {
     /// A flow failed mid-test.
     #[error("{0}")]
     Flow(String),
+    /// A held start was called off before the test began.
+    #[error("the synchronised start was called off: {0}")]
+    CalledOff(String),
     /// The server went away mid-test.
     #[error("the server at {addr} {what}")]
     ServerGone {
@@ -244,6 +275,11 @@ pub fn run_test(
     observer: &mut dyn Observer,
     stop: Arc<AtomicBool>,
 ) -> Result<RunResult, ClientError> {
+    if opts.gate.is_some() && opts.iperf3 {
+        return Err(ClientError::Refused(
+            "(checked locally) a synchronised start needs a hakaru server; an iperf3 server cannot hold its start".into(),
+        ));
+    }
     if opts.iperf3 {
         return iperf3::run(opts, observer, stop);
     }
@@ -252,6 +288,11 @@ pub fn run_test(
         .map_err(|e| ClientError::Refused(format!("(checked locally) {}", e.0)))?;
     if let TestSpec::Latency(lat) = &opts.spec {
         if lat.peer == hakaru_model::LatencyPeer::Sockperf {
+            if opts.gate.is_some() {
+                return Err(ClientError::Refused(
+                    "(checked locally) a synchronised start needs a hakaru server; sockperf has no control connection".into(),
+                ));
+            }
             return sockperf::run(opts, lat, observer, stop);
         }
     }
@@ -313,6 +354,7 @@ pub fn run_test(
     }
     conn.send(&Message::TestRequest {
         test: Box::new(spec.clone()),
+        held_start: opts.gate.is_some(),
     })
     .map_err(ctl_err)?;
     let token = match conn.recv(HANDSHAKE_TIMEOUT).map_err(ctl_err)? {
@@ -403,6 +445,7 @@ pub fn run_test(
             let flows = open_tcp_flows(opts, tcp, server_addr, &token)?;
             // Counters first: nothing the server sends after `start` escapes them.
             let cfg = SideConfig::for_spec(End::Client, &spec, opts.affinity.clone(), iface);
+            pass_gate(opts, &mut conn, &ctl_err)?;
             wait_start(&mut conn, &ctl_err)?;
             Running::Tcp(SideRun::start(cfg, flows, on_interval, on_done)?)
         }
@@ -410,6 +453,9 @@ pub fn run_test(
             let flows = udp::open_flows(opts, u, server_addr, &token)?;
             let cfg = SideConfig::for_spec(End::Client, &spec, opts.affinity.clone(), iface);
             let ucfg = UdpConfig::from_spec(u);
+            if let Some(g) = &opts.gate {
+                (g.0)().map_err(ClientError::CalledOff)?;
+            }
             conn.send(&Message::FlowsReady).map_err(&ctl_err)?;
             wait_start(&mut conn, &ctl_err)?;
             let t3 = tx.clone();

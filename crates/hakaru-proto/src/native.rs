@@ -42,6 +42,12 @@ pub enum Message {
     TestRequest {
         /// The test.
         test: Box<TestKind>,
+        /// Held start (synchronised runs, `hakaru plan`): once every data path is set up the
+        /// server waits for the client's `flows_ready` before it sends `start` (TCP, latency)
+        /// or `connect_port` (connection rate), so the client decides the instant the test
+        /// begins. UDP flows always end their set-up with `flows_ready`.
+        #[serde(default)]
+        held_start: bool,
     },
     /// Server → client: the test is set up; data connections carry `token`.
     Accepted {
@@ -62,7 +68,8 @@ pub enum Message {
         /// Flow id this connection carries.
         flow: u32,
     },
-    /// Client → server, UDP tests: every flow's hello was acknowledged.
+    /// Client → server, UDP tests: every flow's hello was acknowledged. With a held start,
+    /// every test kind: the client is set up and the test may start now.
     FlowsReady,
     /// Server → client, connection-rate tests, right after `accepted`: the test's own listener
     /// (on the server's address of the control connection) is up on this port and its counters
@@ -243,6 +250,7 @@ mod tests {
                 software: "hakaru 0.1.0".into(),
             },
             Message::TestRequest {
+                held_start: true,
                 test: Box::new(TestKind::Tcp(TcpSpec {
                     flows: 8,
                     direction: Direction::Bidir,

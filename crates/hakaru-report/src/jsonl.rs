@@ -81,3 +81,18 @@ mod tests {
         assert_eq!(v["data"]["schema_version"], hakaru_model::SCHEMA_VERSION);
     }
 }
+
+#[derive(Serialize)]
+struct AtData {
+    at_unix: f64,
+}
+
+/// The `ready` event of a synchronised start: the test is set up and waits for `go`.
+pub fn ready(at_unix: f64) -> String {
+    line("ready", AtData { at_unix })
+}
+
+/// The `released` event of a synchronised start: `go` arrived; the test starts now.
+pub fn released(at_unix: f64) -> String {
+    line("released", AtData { at_unix })
+}

@@ -28,6 +28,8 @@ use crate::Ctx;
 
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 const DATA_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest a client may hold a set-up test before its go (`held_start`).
+const HOLD_TIMEOUT: Duration = Duration::from_secs(120);
 const KEEPALIVE_EVERY: Duration = Duration::from_secs(2);
 const PEER_SILENCE: Duration = Duration::from_secs(15);
 const RESULTS_TIMEOUT: Duration = Duration::from_secs(10);
@@ -68,8 +70,8 @@ pub(crate) fn control(
     if conn.send_raw(&welcome).is_err() {
         return;
     }
-    let spec = match conn.recv(REQUEST_TIMEOUT) {
-        Ok(Message::TestRequest { test }) => *test,
+    let (spec, held) = match conn.recv(REQUEST_TIMEOUT) {
+        Ok(Message::TestRequest { test, held_start }) => (*test, held_start),
         Ok(other) => {
             let why = format!("expected a test request, got {}", other.name());
             tracing::warn!("session with {peer}: {why}");
@@ -114,7 +116,13 @@ pub(crate) fn control(
             describe_amount(&spec)
         ),
     }
-    let outcome = run_test(ctx, &mut conn, &spec, id, &token, &rx, local_ip);
+    let test = Admitted {
+        id,
+        token: &token,
+        rx: &rx,
+        held,
+    };
+    let outcome = run_test(ctx, &mut conn, &spec, &test, local_ip);
     ctx.registry.remove(&token);
     match outcome {
         Ok(summary) => tracing::info!(
@@ -190,15 +198,55 @@ fn new_token() -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
+/// A test the server took on: its number, its token, where its data paths arrive, and
+/// whether the client holds the start.
+struct Admitted<'a> {
+    id: u64,
+    token: &'a str,
+    rx: &'a mpsc::Receiver<DataConn>,
+    held: bool,
+}
+
+/// With a held start, waits for the client's `flows_ready` (its go) after the data paths are
+/// set up. The wait is long (a synchronised run waits for its slowest host) but bounded, and
+/// a client that dies or errs ends it at once.
+fn wait_go(ctx: &Ctx, conn: &mut ControlConn) -> Result<(), Abort> {
+    let deadline = Instant::now() + HOLD_TIMEOUT;
+    loop {
+        if ctx.shutdown.load(Ordering::Acquire) {
+            return Err(Abort::Tell("the server is shutting down".into()));
+        }
+        if Instant::now() > deadline {
+            return Err(Abort::Tell(format!(
+                "the client held the start for more than {} s",
+                HOLD_TIMEOUT.as_secs()
+            )));
+        }
+        match conn.poll(Duration::from_millis(100)) {
+            Ok(Some(Message::FlowsReady)) => return Ok(()),
+            Ok(Some(Message::Keepalive)) | Ok(None) => {}
+            Ok(Some(Message::Error { message })) => {
+                return Err(Abort::Quiet(format!("client: {message}")))
+            }
+            Ok(Some(other)) => {
+                return Err(Abort::Tell(format!(
+                    "unexpected {} message while the start was held",
+                    other.name()
+                )))
+            }
+            Err(e) => return Err(Abort::Quiet(format!("while the start was held: {e}"))),
+        }
+    }
+}
+
 fn run_test(
     ctx: &Ctx,
     conn: &mut ControlConn,
     spec: &TestSpec,
-    id: u64,
-    token: &str,
-    rx: &mpsc::Receiver<DataConn>,
+    test: &Admitted<'_>,
     local_ip: Option<IpAddr>,
 ) -> Result<String, Abort> {
+    let (id, token, rx) = (test.id, test.token, test.rx);
     conn.send(&Message::Accepted {
         test_id: id,
         token: token.to_string(),
@@ -218,7 +266,12 @@ fn run_test(
         }
     });
     let run = match spec {
-        TestSpec::Connect(c) => return run_connect(ctx, conn, c, local_ip, iface),
+        TestSpec::Connect(c) => {
+            if test.held {
+                wait_go(ctx, conn)?;
+            }
+            return run_connect(ctx, conn, c, local_ip, iface);
+        }
         TestSpec::Raw(_) => {
             return Err(Abort::Tell(
                 "sink and source runs are local to one hakaru; a server does not run them".into(),
@@ -226,6 +279,9 @@ fn run_test(
         }
         TestSpec::Tcp(tcp) => {
             let flows = collect_tcp(ctx, conn, tcp, id, rx)?;
+            if test.held {
+                wait_go(ctx, conn)?;
+            }
             // Counters first: nothing the client sends after `start` escapes them.
             let cfg = SideConfig::for_spec(End::Server, spec, tcp.server_affinity.clone(), iface);
             conn.send(&Message::Start)
@@ -236,7 +292,7 @@ fn run_test(
             )
         }
         TestSpec::Udp(udp) => {
-            let flows = collect_udp(ctx, conn, udp, id, token, rx)?;
+            let flows = collect_udp(ctx, conn, udp, test)?;
             let cfg = SideConfig::for_spec(End::Server, spec, udp.server_affinity.clone(), iface);
             let ucfg = UdpConfig::from_spec(udp);
             conn.send(&Message::Start)
@@ -267,7 +323,7 @@ fn run_test(
                         socket: PingSocket::Tcp(f.stream),
                     })
                     .collect(),
-                LatencyTransport::Udp => collect_udp(ctx, conn, &lat.as_udp(), id, token, rx)?
+                LatencyTransport::Udp => collect_udp(ctx, conn, &lat.as_udp(), test)?
                     .into_iter()
                     .map(|f| PingFlow {
                         id: f.id,
@@ -275,6 +331,9 @@ fn run_test(
                     })
                     .collect(),
             };
+            if test.held && lat.transport == LatencyTransport::Tcp {
+                wait_go(ctx, conn)?;
+            }
             let cfg = SideConfig::for_spec(End::Server, spec, lat.server_affinity.clone(), iface);
             conn.send(&Message::Start)
                 .map_err(|e| Abort::Quiet(e.to_string()))?;
@@ -607,15 +666,15 @@ fn collect_udp(
     ctx: &Ctx,
     conn: &mut ControlConn,
     spec: &UdpSpec,
-    id: u64,
-    token: &str,
-    rx: &mpsc::Receiver<DataConn>,
+    test: &Admitted<'_>,
 ) -> Result<Vec<UdpFlowSocket>, Abort> {
+    let (id, token, rx, held) = (test.id, test.token, test.rx, test.held);
     let plan = spec.flow_plan();
     let token_b =
         token_bytes(token).ok_or_else(|| Abort::Tell("internal error: bad token".into()))?;
     let mut socks: Vec<Option<UdpSocket>> = (0..plan.len()).map(|_| None).collect();
-    let deadline = Instant::now() + DATA_TIMEOUT;
+    let mut deadline = Instant::now() + DATA_TIMEOUT;
+    let mut held_long = false;
     let mut arrived = 0;
     let ack = |flow: u32| {
         FlowHello::Ack {
@@ -629,6 +688,12 @@ fn collect_udp(
     let mut last_drain = Instant::now();
     while arrived < plan.len() || !ready {
         let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() && held_long {
+            return Err(Abort::Tell(format!(
+                "the client held the start for more than {} s",
+                HOLD_TIMEOUT.as_secs()
+            )));
+        }
         if left.is_zero() || ctx.shutdown.load(Ordering::Acquire) {
             return Err(Abort::Tell(format!(
                 "only {arrived} of {} UDP flows said hello within {} s (is UDP to port {} blocked?)",
@@ -637,11 +702,32 @@ fn collect_udp(
                 ctx.udp_addr.port()
             )));
         }
-        let mut next = match rx.recv_timeout(left.min(Duration::from_millis(20))) {
-            Ok(c) => Some(c),
-            Err(mpsc::RecvTimeoutError::Timeout) => None,
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                return Err(Abort::Tell("internal error: registry closed".into()))
+        // Once every flow said hello, wait on the control connection instead, so the client's
+        // flows_ready (its go, with a held start) starts the test without a polling delay.
+        let all_here = arrived == plan.len();
+        let mut msg = None;
+        if all_here {
+            if held && !held_long {
+                held_long = true;
+                deadline = Instant::now() + HOLD_TIMEOUT;
+            }
+            msg = match conn.poll(left.min(Duration::from_millis(20))) {
+                Err(e) => return Err(Abort::Quiet(format!("while waiting for data paths: {e}"))),
+                Ok(Some(Message::Error { message })) => {
+                    return Err(Abort::Quiet(format!("client: {message}")))
+                }
+                Ok(m) => m,
+            };
+        }
+        let mut next = if all_here {
+            rx.try_recv().ok()
+        } else {
+            match rx.recv_timeout(left.min(Duration::from_millis(20))) {
+                Ok(c) => Some(c),
+                Err(mpsc::RecvTimeoutError::Timeout) => None,
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(Abort::Tell("internal error: registry closed".into()))
+                }
             }
         };
         // Take every hello already queued before the (per-socket) drain below.
@@ -683,7 +769,11 @@ fn collect_udp(
                 }
             }
         }
-        match check_client(conn)? {
+        if !all_here {
+            msg = check_client(conn)?;
+        }
+        match msg {
+            Some(Message::Keepalive) => {}
             Some(Message::FlowsReady) if arrived == plan.len() => ready = true,
             Some(Message::FlowsReady) => {
                 return Err(Abort::Tell(format!(

@@ -19,7 +19,8 @@ pub enum Format {
     Iperf3Json,
 }
 
-fn out(s: &str) {
+/// Writes live output to stdout; a closed pipe is ignored.
+pub fn out(s: &str) {
     // A closed pipe is not an error for a measurement tool's live output.
     let mut o = std::io::stdout().lock();
     let _ = o.write_all(s.as_bytes());

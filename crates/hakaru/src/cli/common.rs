@@ -50,7 +50,15 @@ pub struct Target {
     /// figures come from iperf3's results exchange; live intervals show this end only.
     #[arg(long)]
     pub iperf3: bool,
+    /// Synchronised start: set the test up (connections, flows), print a `ready` event
+    /// (--json-stream) or a line on stderr, and start only when a line `go` arrives on standard
+    /// input; `stop` or the end of input stops the test. `hakaru plan` drives clients this way.
+    #[arg(long)]
+    pub sync_start: bool,
 }
+
+/// Subcommands that can hold their start for a coordinator.
+const SYNC_COMMANDS: [&str; 5] = ["tcp", "udp", "pps", "latency", "connect"];
 
 /// Subcommands whose results have an iperf3 -J form.
 const IPERF3_COMMANDS: [&str; 3] = ["tcp", "udp", "pps"];
@@ -68,6 +76,18 @@ impl Target {
             return Err(UsageError(format!(
                 "--iperf3 works with `hakaru tcp`, `hakaru udp` and `hakaru pps`; an iperf3 server has no `hakaru {command}` test"
             ))
+            .into());
+        }
+        if self.sync_start && !SYNC_COMMANDS.contains(&command) {
+            return Err(UsageError(format!(
+                "--sync-start works with `hakaru tcp`, `udp`, `pps`, `latency` and `connect`, not `hakaru {command}`"
+            ))
+            .into());
+        }
+        if self.sync_start && self.iperf3 {
+            return Err(UsageError(
+                "--sync-start needs a hakaru server: an iperf3 server cannot hold its start (drop --iperf3)".into(),
+            )
             .into());
         }
         if self.ipv4 && self.bind.is_some_and(|b| b.is_ipv6()) {
@@ -191,6 +211,7 @@ impl Target {
             full_log: None,
             histogram: false,
             iperf3: self.iperf3,
+            gate: None,
         }
     }
 
@@ -199,7 +220,7 @@ impl Target {
     pub fn run(&self, spec: TestSpec) -> anyhow::Result<()> {
         let ep = self.endpoint(&spec)?;
         let opts = self.options(&ep, spec);
-        run_and_print(self.format(), &opts)
+        run_and_print(self.format(), &opts, self.sync_start)
     }
 }
 
@@ -226,11 +247,20 @@ impl Endpoint {
     }
 }
 
-/// Runs one test and prints its result (or its error) in `format`.
-pub fn run_and_print(format: Format, opts: &ClientOptions) -> anyhow::Result<()> {
+/// Runs one test and prints its result (or its error) in `format`; `sync_start` holds the
+/// start until `go` arrives on standard input (`--sync-start`).
+pub fn run_and_print(
+    format: Format,
+    opts: &ClientOptions,
+    sync_start: bool,
+) -> anyhow::Result<()> {
     let stop = stop_flag()?;
+    let mut opts = opts.clone();
+    if sync_start {
+        opts.gate = Some(super::sync::gate(format, Arc::clone(&stop)));
+    }
     let mut observer = output::observer(format);
-    match run_test(opts, observer.as_mut(), stop) {
+    match run_test(&opts, observer.as_mut(), stop) {
         Ok(r) => output::finish(format, &r),
         Err(e) => {
             observer.on_error(&e.to_string());

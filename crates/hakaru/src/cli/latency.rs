@@ -15,7 +15,7 @@ use hakaru_model::{
 
 use hakaru_server::{Server, ServerConfig, DEFAULT_PORT, SOCKPERF_DEFAULT_PORT as SOCKPERF_PORT};
 
-use super::common::{run_and_print, stop_flag, CpuList, Endpoint, Target};
+use super::common::{run_and_print, stop_flag, CpuList, Endpoint, Target, UsageError};
 use crate::output;
 
 /// Options of `hakaru latency`.
@@ -123,6 +123,13 @@ impl Observer for Quiet {}
 pub fn run(a: Args) -> anyhow::Result<()> {
     let spec = a.spec()?;
     let test = TestSpec::Latency(spec.clone());
+    if a.target.sync_start && (a.sockperf || a.under_load) {
+        return Err(UsageError(format!(
+            "--sync-start cannot be used with {}: it holds one test against a hakaru server",
+            if a.sockperf { "--sockperf" } else { "--under-load" }
+        ))
+        .into());
+    }
     if a.sockperf {
         return run_sockperf(&a, test);
     }
@@ -131,7 +138,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     opts.full_log = a.full_log.clone();
     opts.histogram = a.histogram;
     if !a.under_load {
-        return run_and_print(a.target.format(), &opts);
+        return run_and_print(a.target.format(), &opts, a.target.sync_start);
     }
     let stop = stop_flag()?;
     let format = a.target.format();
@@ -215,5 +222,5 @@ fn run_sockperf(a: &Args, test: TestSpec) -> anyhow::Result<()> {
     opts.embedded = _embedded.is_some();
     opts.full_log = a.full_log.clone();
     opts.histogram = a.histogram;
-    run_and_print(a.target.format(), &opts)
+    run_and_print(a.target.format(), &opts, false)
 }

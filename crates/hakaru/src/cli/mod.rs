@@ -9,6 +9,7 @@ mod raw;
 mod schema;
 mod server;
 mod sink;
+mod sync;
 mod source;
 mod tcp;
 mod udp;
