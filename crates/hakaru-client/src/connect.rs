@@ -18,10 +18,10 @@ use hakaru_model::{
 };
 use hakaru_proto::Message;
 
-use crate::assemble::end_result;
 use crate::{
     ClientError, ClientOptions, HANDSHAKE_TIMEOUT, KEEPALIVE_EVERY, PEER_SILENCE, RESULTS_TIMEOUT,
 };
+use hakaru_model::end_result;
 
 /// Buckets of the `--histogram` distribution.
 const HISTOGRAM_BUCKETS: usize = 24;
@@ -259,6 +259,8 @@ fn push_tick(records: &mut Vec<IntervalRecord>, observer: &mut dyn Observer, t: 
             },
         }),
         latency: None,
+        client_nic: None,
+        server_nic: None,
     };
     observer.on_interval(&rec);
     records.push(rec);

@@ -27,7 +27,8 @@ use hakaru_proto::iperf3::{
     State,
 };
 
-use crate::{assemble, connect_one, merge_interval, ClientError, ClientOptions};
+use crate::{connect_one, ClientError, ClientOptions};
+use hakaru_model::{assemble, merge_interval};
 
 const STEP_TIMEOUT: Duration = Duration::from_secs(30);
 const UDP_REPLY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -478,7 +479,7 @@ fn finish(
         notes.push(format!("iperf3 server congestion control: {cc}"));
     }
     let ipv6 = addr.starts_with('[');
-    assemble(crate::AssembleInputs {
+    assemble(hakaru_model::AssembleInputs {
         ipv6,
         spec,
         server: addr.to_string(),

@@ -229,6 +229,8 @@ pub(crate) fn emit(
         sums: Vec::new(),
         latency: Some(iv),
         connect: None,
+        client_nic: None,
+        server_nic: None,
     };
     observer.on_interval(&rec);
     intervals.push(rec);

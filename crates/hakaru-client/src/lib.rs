@@ -4,7 +4,6 @@
 //! end's flows, merges the server's interval samples with its own as they arrive, and
 //! assembles the [`RunResult`] from both ends' final reports.
 
-mod assemble;
 mod connect;
 mod iperf3;
 mod latency;
@@ -23,11 +22,13 @@ use hakaru_engine::sockopt::{apply_tcp_options, SockoptError};
 use hakaru_engine::tcp::{FlowSocket, SideConfig, SideError, SideRun};
 use hakaru_engine::udp::{UdpConfig, UdpRun};
 use hakaru_engine::{sys, Observer, Running};
-use hakaru_model::{End, FlowDir, IntervalSample, Role, RunResult, SideReport, TcpSpec, TestSpec};
+use hakaru_model::{
+    assemble, merge_interval, End, FlowDir, IntervalSample, Role, RunResult, SideReport, TcpSpec,
+    TestSpec,
+};
 use hakaru_proto::{native::opening, Message, PROTOCOL_VERSION};
 use socket2::{Domain, Protocol, Socket, Type};
 
-pub use assemble::{assemble, end_result, merge_interval, Inputs as AssembleInputs};
 pub use hakaru_model::Family;
 pub use sockperf::NO_SERVER_REPORT as SOCKPERF_NOTE;
 
@@ -393,7 +394,7 @@ pub fn run_test(
                 message: format!("client gave up: {e}"),
             });
         })?;
-        let mut result = assemble(assemble::Inputs {
+        let mut result = assemble(hakaru_model::AssembleInputs {
             ipv6: server_addr.is_ipv6() && server_addr.ip().to_canonical().is_ipv6(),
             spec: spec.clone(),
             server: addr_s.clone(),
@@ -533,7 +534,7 @@ pub fn run_test(
         return Err(ClientError::Flow(e));
     }
     let remote_address = addr_s.clone();
-    let result = assemble(assemble::Inputs {
+    let result = assemble(hakaru_model::AssembleInputs {
         ipv6: server_addr.is_ipv6() && server_addr.ip().to_canonical().is_ipv6(),
         spec,
         server: addr_s,

@@ -18,7 +18,8 @@ use hakaru_model::{
 };
 use socket2::{Domain, Protocol, Socket, Type};
 
-use crate::{assemble, latency, resolve, ClientError, ClientOptions};
+use crate::{latency, resolve, ClientError, ClientOptions};
+use hakaru_model::assemble;
 
 /// The note every `--sockperf` result carries.
 pub const NO_SERVER_REPORT: &str = "server: spoken to in sockperf's protocol (no control \
@@ -81,7 +82,7 @@ pub(crate) fn run(
         None => None,
     };
     let lat = latency::latency_result(spec, &outcome, opts.histogram, full_log);
-    let mut result = assemble(assemble::Inputs {
+    let mut result = assemble(hakaru_model::AssembleInputs {
         ipv6: server.ip().to_canonical().is_ipv6(),
         spec: test,
         server: addr_s.clone(),

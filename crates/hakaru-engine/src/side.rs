@@ -12,7 +12,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use hakaru_model::{
-    CpuUsage, FlowDir, FlowSide, FlowTick, IntervalSample, NicUsage, Role, SideReport, TcpInfo,
+    CpuUsage, FlowDir, FlowSide, FlowTick, IntervalSample, NicTick, NicUsage, Role, SideReport, TcpInfo,
     TcpTick, UdpFlowSide, UdpKernelCounters, UdpTick,
 };
 
@@ -358,6 +358,8 @@ fn ticker(s: &Core, mut on_interval: IntervalFn, tcp_probe: Option<TcpProbe>) ->
     let mut base = s.cfg.base.clone().unwrap_or_else(|| CounterBase::of(s));
     let mut prev = vec![CounterSnapshot::default(); n];
     let mut prev_retx = vec![0u64; n];
+    let iface = s.cfg.iface.as_deref();
+    let mut prev_nic = iface.and_then(sys::nic_snapshot);
     let mut last_ns = 0u64;
     let mut index = 0u32;
     let mut next_tick = (!interval.is_zero()).then_some(interval);
@@ -429,12 +431,24 @@ fn ticker(s: &Core, mut on_interval: IntervalFn, tcp_probe: Option<TcpProbe>) ->
                         t
                     })
                     .collect();
+                let nic_now = iface.and_then(sys::nic_snapshot);
+                let nic = prev_nic.as_ref().zip(nic_now.as_ref()).map(|(a, b)| {
+                    let d = |x: u64, y: u64| y.wrapping_sub(x);
+                    NicTick {
+                        rx_packets: d(a.rx_packets, b.rx_packets),
+                        tx_packets: d(a.tx_packets, b.tx_packets),
+                        rx_bytes: d(a.rx_bytes, b.rx_bytes),
+                        tx_bytes: d(a.tx_bytes, b.tx_bytes),
+                    }
+                });
+                prev_nic = nic_now;
                 on_interval(IntervalSample {
                     index,
                     start: last_ns as f64 / 1e9,
                     end: end_ns as f64 / 1e9,
                     omitted: end_ns <= omit.as_nanos() as u64 && !omit.is_zero(),
                     flows,
+                    nic,
                 });
                 index += 1;
                 last_ns = end_ns;

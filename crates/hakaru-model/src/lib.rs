@@ -6,6 +6,7 @@
 //! [`RunResult`] is the one result type every renderer reads; it is versioned by
 //! [`SCHEMA_VERSION`].
 
+pub mod assemble;
 pub mod config;
 pub mod connect;
 pub mod latency;
@@ -15,6 +16,7 @@ pub mod result;
 pub mod udp;
 pub mod units;
 
+pub use assemble::{assemble, end_result, merge_interval, Inputs as AssembleInputs};
 pub use config::*;
 pub use connect::*;
 pub use latency::*;

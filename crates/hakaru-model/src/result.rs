@@ -199,6 +199,21 @@ pub struct FlowTick {
     pub udp: Option<UdpTick>,
 }
 
+/// The test interface's counters over one interval at one end (what `sar -n DEV 1` shows for
+/// that second). On veth and lo a GSO or GRO buffer counts as one packet.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct NicTick {
+    /// Packets received during the interval.
+    pub rx_packets: u64,
+    /// Packets sent during the interval.
+    pub tx_packets: u64,
+    /// Bytes received during the interval (as the interface counts them: L2 frames without
+    /// the FCS).
+    pub rx_bytes: u64,
+    /// Bytes sent during the interval.
+    pub tx_bytes: u64,
+}
+
 /// One end's interval sample: counters of every flow over [start, end) seconds of that end's clock.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct IntervalSample {
@@ -212,6 +227,10 @@ pub struct IntervalSample {
     pub omitted: bool,
     /// Per-flow counters.
     pub flows: Vec<FlowTick>,
+    /// This end's interface counters over the interval (bulk tests, where the OS has them).
+    // Defaulted so a sample from a peer built before this field existed still decodes.
+    #[serde(default)]
+    pub nic: Option<NicTick>,
 }
 
 /// One end's view of one flow over the whole counted test.
@@ -397,6 +416,14 @@ pub struct IntervalRecord {
     /// Connections of the interval, for connection-rate tests (counted at the client; `flows`
     /// and `sums` are then empty).
     pub connect: Option<ConnectInterval>,
+    /// The client interface's counters over the interval (bulk tests).
+    // Defaulted so results written before these fields existed still decode.
+    #[serde(default)]
+    pub client_nic: Option<NicTick>,
+    /// The server interface's counters over the interval (bulk tests; the receiver's wire
+    /// truth for the forward direction, in the same seconds as the flows).
+    #[serde(default)]
+    pub server_nic: Option<NicTick>,
 }
 
 /// One end's resource use and environment, with its efficiency.

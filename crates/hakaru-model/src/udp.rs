@@ -10,6 +10,10 @@ use crate::units::{BitRate, Bytes, Dur};
 pub const MAX_UDP_LENGTH: u64 = 65_507;
 /// Smallest payload `hakaru udp` accepts: room for the full datagram header.
 pub const MIN_UDP_LENGTH: u64 = 16;
+/// Shortest payload that carries a sequence number (flow id and 48-bit sequence); the wire
+/// format lives in hakaru-proto's `datagram`, which uses this constant.
+pub const SEQ_HEADER: usize = 8;
+
 /// Smallest payload `hakaru pps` accepts (netperf `-m 1`); such datagrams are not sequenced.
 pub const MIN_PPS_LENGTH: u64 = 1;
 /// Default `hakaru udp` payload over IPv4: fills a 1500-byte MTU (1500 - 20 - 8).

@@ -17,7 +17,7 @@
 //! with the same bytes and kind 2. A hello starts with `'H'` (0x48), which no data header can.
 
 /// Bytes of the header that carries flow and sequence number.
-pub const SEQ_HEADER: usize = 8;
+pub const SEQ_HEADER: usize = hakaru_model::SEQ_HEADER;
 /// Bytes of the full header (flow, sequence number, send time).
 pub const FULL_HEADER: usize = 14;
 /// Bytes of a hello or ack.

@@ -282,6 +282,7 @@ mod tests {
                         tcp: None,
                         udp: None,
                     }],
+                    nic: None,
                 },
             },
             Message::Stop,

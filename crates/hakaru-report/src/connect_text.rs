@@ -154,6 +154,8 @@ mod tests {
                 connections_per_second: 21_000.0,
             }),
             latency: None,
+            client_nic: None,
+            server_nic: None,
         };
         let l = interval_lines(&rec);
         assert!(l.starts_with("[CPS]") && l.contains("21000.0") && l.trim_end().ends_with('2'));

@@ -359,6 +359,8 @@ mod tests {
             sums: Vec::new(),
             latency: None,
             connect: None,
+            client_nic: None,
+            server_nic: None,
         };
         let line = interval_lines(&rec);
         assert!(line.starts_with("[  1]"), "{line}");
@@ -403,6 +405,8 @@ mod tests {
             }],
             latency: None,
             connect: None,
+            client_nic: None,
+            server_nic: None,
         };
         let out = interval_lines(&rec);
         let lines: Vec<&str> = out.lines().collect();

@@ -383,6 +383,8 @@ mod tests {
             }],
             latency: None,
             connect: None,
+            client_nic: None,
+            server_nic: None,
         };
         let out = interval_lines(&rec);
         let lines: Vec<&str> = out.lines().collect();

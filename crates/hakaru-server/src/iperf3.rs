@@ -569,7 +569,7 @@ impl Session<'_> {
             .map(|s| {
                 let flipped: BTreeMap<u32, FlowDir> =
                     dirs.iter().map(|(&id, &d)| (id, flip(d))).collect();
-                hakaru_client::merge_interval(Some(s), None, &flipped)
+                hakaru_model::merge_interval(Some(s), None, &flipped)
             })
             .collect();
         let local = self
@@ -590,7 +590,7 @@ impl Session<'_> {
             .map(|d| d.as_secs_f64())
             .unwrap_or(0.0)
             - report.flows.first().map_or(0.0, |f| f.seconds);
-        hakaru_client::assemble(hakaru_client::AssembleInputs {
+        hakaru_model::assemble(hakaru_model::AssembleInputs {
             ipv6: self.peer.ip().to_canonical().is_ipv6(),
             spec,
             server: self.peer.to_string(),

@@ -249,11 +249,7 @@ impl Endpoint {
 
 /// Runs one test and prints its result (or its error) in `format`; `sync_start` holds the
 /// start until `go` arrives on standard input (`--sync-start`).
-pub fn run_and_print(
-    format: Format,
-    opts: &ClientOptions,
-    sync_start: bool,
-) -> anyhow::Result<()> {
+pub fn run_and_print(format: Format, opts: &ClientOptions, sync_start: bool) -> anyhow::Result<()> {
     let stop = stop_flag()?;
     let mut opts = opts.clone();
     if sync_start {

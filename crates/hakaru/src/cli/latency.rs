@@ -126,7 +126,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if a.target.sync_start && (a.sockperf || a.under_load) {
         return Err(UsageError(format!(
             "--sync-start cannot be used with {}: it holds one test against a hakaru server",
-            if a.sockperf { "--sockperf" } else { "--under-load" }
+            if a.sockperf {
+                "--sockperf"
+            } else {
+                "--under-load"
+            }
         ))
         .into());
     }

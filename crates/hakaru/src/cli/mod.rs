@@ -9,8 +9,8 @@ mod raw;
 mod schema;
 mod server;
 mod sink;
-mod sync;
 mod source;
+mod sync;
 mod tcp;
 mod udp;
 

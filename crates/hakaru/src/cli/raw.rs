@@ -73,8 +73,8 @@ impl RawOutput {
             // The merge puts a receiver's sample in the receiver columns: a sink is the
             // receiving ("server") end, a source the sending ("client") end.
             let rec = match spec.role {
-                RawRole::Sink => hakaru_client::merge_interval(None, Some(&sample), &dirs),
-                RawRole::Source => hakaru_client::merge_interval(Some(&sample), None, &dirs),
+                RawRole::Sink => hakaru_model::merge_interval(None, Some(&sample), &dirs),
+                RawRole::Source => hakaru_model::merge_interval(Some(&sample), None, &dirs),
             };
             match me.format {
                 Format::Text => {
@@ -124,7 +124,7 @@ fn end_result(r: Option<&SideReport>) -> EndResult {
             stray_datagrams: None,
         };
     };
-    hakaru_client::end_result(r)
+    hakaru_model::end_result(r)
 }
 
 /// One end's outcome as a [`RunResult`]: this end is the `server_end` of a sink and the

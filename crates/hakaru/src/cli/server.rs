@@ -34,6 +34,11 @@ pub struct Args {
     /// client's messages, bytes and replies are logged when it ends.
     #[arg(long, value_name = "PORT")]
     sockperf_port: Option<u16>,
+    /// Print `listening on ADDR` on stdout once serving, and stop when standard input closes:
+    /// for launchers (`hakaru plan` over ssh, `ip netns exec`, `kubectl exec -i`), so the
+    /// server ends with the connection that started it.
+    #[arg(long)]
+    exit_on_stdin_eof: bool,
 }
 
 /// Runs the server until SIGINT or SIGTERM.
@@ -58,6 +63,23 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     })
     .with_context(|| format!("starting the server on port {}", a.port))?;
     super::common::register_stop(&server.shutdown_flag())?;
+    if a.exit_on_stdin_eof {
+        let flag = server.shutdown_flag();
+        std::thread::Builder::new()
+            .name("hakaru-stdin".into())
+            .spawn(move || {
+                // Anything read is ignored; only the end of input matters.
+                let mut sink = [0u8; 256];
+                let mut stdin = std::io::stdin().lock();
+                while matches!(std::io::Read::read(&mut stdin, &mut sink), Ok(n) if n > 0) {}
+                flag.store(true, std::sync::atomic::Ordering::Release);
+            })
+            .context("starting the standard input watcher")?;
+        let addr = server
+            .local_addr()
+            .context("reading the listening address")?;
+        super::super::output::out(&format!("listening on {addr}\n"));
+    }
     server.run().context("serving")?;
     Ok(())
 }

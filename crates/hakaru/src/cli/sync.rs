@@ -66,7 +66,9 @@ pub fn gate(format: Format, stop: Arc<AtomicBool>) -> StartGate {
         } else {
             eprintln!("hakaru: the test is set up; waiting for `go` on standard input");
         }
-        let rx = rx.lock().map_err(|_| "the start gate is poisoned".to_string())?;
+        let rx = rx
+            .lock()
+            .map_err(|_| "the start gate is poisoned".to_string())?;
         match rx.recv_timeout(HOLD_LIMIT) {
             Ok(Ok(())) => {
                 if format == Format::JsonStream {

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use hakaru_model::{
+use crate::{
     rfc3339_utc, BitRate, Counted, DirectionInterval, DirectionTotal, EndResult, FlowDir,
     FlowInterval, FlowResult, FlowSide, IntervalRecord, IntervalSample, Role, RunResult,
     SideReport, TestSpec, UdpCounts, UdpTick, SCHEMA_VERSION,
@@ -84,6 +84,8 @@ pub fn merge_interval(
         sums,
         latency: None,
         connect: None,
+        client_nic: local.and_then(|s| s.nic),
+        server_nic: remote.and_then(|s| s.nic),
     }
 }
 
@@ -159,7 +161,7 @@ fn udp_counts(
 ) -> UdpCounts {
     let su = snd.and_then(|f| f.udp).unwrap_or_default();
     let ru = rcv.and_then(|f| f.udp).unwrap_or_default();
-    let sequenced = length >= hakaru_proto::datagram::SEQ_HEADER as u64;
+    let sequenced = length >= crate::SEQ_HEADER as u64;
     let lost = if sequenced {
         // Gaps the receiver saw, plus whatever was sent after the last datagram that arrived.
         ru.lost + su.next_seq.saturating_sub(ru.next_seq)
@@ -168,7 +170,7 @@ fn udp_counts(
     };
     let sent_pps = rate(su.datagrams, snd.map_or(0.0, |f| f.seconds));
     let received_pps = rate(ru.datagrams, rcv.map_or(0.0, |f| f.seconds));
-    let wire = hakaru_model::ethernet_wire_bytes(length, ipv6) as f64 * 8.0;
+    let wire = crate::ethernet_wire_bytes(length, ipv6) as f64 * 8.0;
     finish_udp(UdpCounts {
         sent_datagrams: su.datagrams,
         received_datagrams: ru.datagrams,
@@ -336,7 +338,7 @@ pub fn assemble(i: Inputs) -> RunResult {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hakaru_model::FlowTick;
+    use crate::FlowTick;
 
     fn sample(index: u32, flows: &[(u32, u64)]) -> IntervalSample {
         IntervalSample {
@@ -354,6 +356,7 @@ mod tests {
                     udp: None,
                 })
                 .collect(),
+            nic: None,
         }
     }
 
