@@ -12,8 +12,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use hakaru_model::{
-    CpuUsage, FlowDir, FlowSide, FlowTick, IntervalSample, NicTick, NicUsage, Role, SideReport, TcpInfo,
-    TcpTick, UdpFlowSide, UdpKernelCounters, UdpTick,
+    CpuUsage, FlowDir, FlowSide, FlowTick, IntervalSample, NicTick, NicUsage, Role, SideReport,
+    TcpInfo, TcpTick, UdpFlowSide, UdpKernelCounters, UdpTick,
 };
 
 use crate::counters::{CounterSnapshot, FlowCounters};

@@ -11,6 +11,7 @@ pub mod config;
 pub mod connect;
 pub mod latency;
 pub mod nic;
+pub mod plan;
 pub mod raw;
 pub mod result;
 pub mod udp;

@@ -9,6 +9,7 @@ pub mod json;
 pub mod jsonl;
 pub mod latency_text;
 pub mod nic;
+pub mod plan_text;
 pub mod raw_text;
 pub mod schema;
 pub mod text;

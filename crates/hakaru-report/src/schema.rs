@@ -15,3 +15,11 @@ pub fn run_result_schema_text() -> String {
     s.push('\n');
     s
 }
+
+/// The JSON Schema of a `hakaru plan run` result (docs/schema/plan-result.schema.json).
+pub fn plan_result_schema_text() -> String {
+    let schema = schemars::schema_for!(hakaru_model::plan::PlanResult);
+    let mut s = serde_json::to_string_pretty(&schema).unwrap_or_default();
+    s.push('\n');
+    s
+}

@@ -4,6 +4,7 @@ mod common;
 mod connect;
 mod latency;
 mod nic;
+mod plan;
 mod quick;
 mod raw;
 mod schema;
@@ -63,7 +64,10 @@ enum Command {
     Source(Box<source::Args>),
     /// Per-interface packet and byte rates every interval (replaces sar -n DEV 1).
     Nic(nic::Args),
-    /// Print the JSON Schema of `--json` output.
+    /// Many machines, one test: run a plan of senders and receivers over ssh, netns or any
+    /// exec launcher with a synchronised start and one merged result (docs/plan.md).
+    Plan(plan::Args),
+    /// Print the JSON Schema of `--json` output (or of plan files and plan results).
     Schema(schema::Args),
 }
 
@@ -77,6 +81,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     hakaru_engine::sys::raise_fd_limit();
     match cli.command {
         Command::Server(a) => server::run(a),
+        Command::Plan(a) => plan::run(a),
         Command::Tcp(a) => tcp::run(*a),
         Command::Udp(a) => udp::run_udp(*a),
         Command::Pps(a) => udp::run_pps(*a),

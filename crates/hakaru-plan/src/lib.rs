@@ -1,0 +1,77 @@
+//! hakaru-plan: many machines, one test.
+//!
+//! A plan file names hosts and how to reach them (the system ssh, `ip netns exec`, the local
+//! machine, or any exec prefix such as `kubectl exec -i POD --`) and steps (which hosts send
+//! to which, and the test's options). The coordinator runs the ordinary hakaru subcommands
+//! on those hosts through their launchers: `hakaru server` on every receiver, one client per
+//! sender and receiver with a held start (`--sync-start`), released together with one `go`
+//! line each. It reads their `--json-stream` output and merges the per-host results with
+//! `hakaru_model::plan` into one [`hakaru_model::plan::PlanResult`]; it never re-implements a
+//! test, so a plan measures exactly what a manual run measures.
+
+pub mod file;
+pub mod launch;
+mod run;
+
+pub use file::{check, expand, parse, PlanFile, Problem, Step};
+pub use run::{run, Options, PlanObserver, DEFAULT_PORT};
+
+/// Reachability of every host a plan uses (`hakaru plan check --probe`): for each host, its
+/// version line or why it cannot take part. Runs the hosts' `hakaru --version` in parallel.
+pub fn probe(
+    plan: &PlanFile,
+    self_binary: &std::path::Path,
+) -> Vec<(String, Result<String, String>)> {
+    let default_ssh = plan.defaults.ssh_options.clone().unwrap_or_default();
+    let handles: Vec<_> = plan
+        .hosts
+        .iter()
+        .map(|(name, spec)| {
+            let launcher = launch::Launcher::of(spec, &default_ssh);
+            let path = match (&spec.hakaru, &plan.defaults.hakaru) {
+                (Some(p), _) | (None, Some(p)) => p.clone(),
+                (None, None) if launcher.same_machine() => {
+                    self_binary.to_string_lossy().to_string()
+                }
+                (None, None) => "hakaru".into(),
+            };
+            let pushes = spec.push.or(plan.defaults.push) == Some(true) && !launcher.same_machine();
+            let name = name.clone();
+            std::thread::spawn(move || {
+                let r = if pushes {
+                    // Pushed hosts get this binary; only the launcher itself must work.
+                    launch::probe_version(
+                        &name,
+                        &launcher,
+                        "true",
+                        std::time::Duration::from_secs(30),
+                    )
+                    .or_else(|e| {
+                        if e.contains("not a hakaru version") {
+                            Ok("reachable (hakaru will be pushed)".into())
+                        } else {
+                            Err(e)
+                        }
+                    })
+                } else {
+                    launch::probe_version(
+                        &name,
+                        &launcher,
+                        &path,
+                        std::time::Duration::from_secs(30),
+                    )
+                };
+                (name, r)
+            })
+        })
+        .collect();
+    handles.into_iter().filter_map(|h| h.join().ok()).collect()
+}
+
+/// The JSON Schema of the plan file (docs/schema/plan.schema.json): TOML read as JSON.
+pub fn plan_file_schema_text() -> String {
+    let schema = schemars::schema_for!(PlanFile);
+    let mut s = serde_json::to_string_pretty(&schema).unwrap_or_default();
+    s.push('\n');
+    s
+}

@@ -1,0 +1,260 @@
+//! `hakaru plan`: many machines, one test. `plan run FILE` starts servers on the receivers and
+//! clients on the senders through their launchers (ssh, netns, local, any exec prefix),
+//! releases every client at once and merges what they report; `plan check FILE` validates a
+//! plan without traffic. docs/plan.md describes the file and the result.
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+
+use anyhow::Context;
+use clap::Parser;
+use hakaru_model::plan::{PlanHost, PlanResult, Release, StepResult, TimelineRow};
+use hakaru_plan::{PlanObserver, Step};
+use hakaru_report::plan_text;
+
+use super::common::{stop_flag, UsageError};
+use crate::output::out;
+
+/// Options of `hakaru plan`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    command: PlanCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum PlanCommand {
+    /// Run a plan: start servers on the receivers, clients on the senders, release them
+    /// together, print the merged result.
+    Run(RunArgs),
+    /// Check a plan without running traffic: unknown keys, hosts and steps that do not fit,
+    /// options the subcommands refuse; with --probe, reach every host and ask its hakaru
+    /// version.
+    Check(CheckArgs),
+}
+
+/// Output of `plan run`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum PlanFormat {
+    /// Live lines and a summary.
+    Text,
+    /// One JSON document at the end (docs/plan.md).
+    Json,
+    /// JSON Lines events as the plan runs.
+    JsonStream,
+}
+
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    /// The plan file (TOML, docs/plan.md).
+    file: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum, conflicts_with_all = ["json", "json_stream"])]
+    format: Option<PlanFormat>,
+    /// Same as --format json.
+    #[arg(long, conflicts_with = "json_stream")]
+    json: bool,
+    /// Same as --format json-stream.
+    #[arg(long)]
+    json_stream: bool,
+    /// Also write the result as one JSON document to this file (whatever the format).
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+struct CheckArgs {
+    /// The plan file (TOML, docs/plan.md).
+    file: PathBuf,
+    /// Also reach every host through its launcher and ask its hakaru for its version.
+    #[arg(long)]
+    probe: bool,
+}
+
+/// Runs `hakaru plan ...`.
+pub fn run(a: Args) -> anyhow::Result<()> {
+    match a.command {
+        PlanCommand::Run(r) => run_plan(r),
+        PlanCommand::Check(c) => check_plan(c),
+    }
+}
+
+/// Reads and checks a plan; fatal problems are usage errors (exit 2), warnings go to stderr.
+fn load(file: &PathBuf) -> anyhow::Result<hakaru_plan::PlanFile> {
+    let text = std::fs::read_to_string(file)
+        .with_context(|| format!("reading the plan {}", file.display()))?;
+    let plan = hakaru_plan::parse(&text)
+        .map_err(|e| UsageError(format!("plan {}: {e}", file.display())))?;
+    let problems = hakaru_plan::check(&plan);
+    for p in problems.iter().filter(|p| !p.fatal) {
+        eprintln!("hakaru: warning: plan {}: {}", file.display(), p.message);
+    }
+    let fatal: Vec<&str> = problems
+        .iter()
+        .filter(|p| p.fatal)
+        .map(|p| p.message.as_str())
+        .collect();
+    if !fatal.is_empty() {
+        return Err(UsageError(format!("plan {}: {}", file.display(), fatal.join("; "))).into());
+    }
+    Ok(plan)
+}
+
+/// Checks a client command line with the same parser the far host will use.
+fn validate(argv: &[String]) -> Result<(), String> {
+    let mut full = vec!["hakaru".to_string()];
+    full.extend(argv.iter().cloned());
+    super::Cli::try_parse_from(full).map(|_| ()).map_err(|e| {
+        e.to_string()
+            .lines()
+            .next()
+            .unwrap_or("")
+            .trim_start_matches("error: ")
+            .to_string()
+    })
+}
+
+fn check_plan(c: CheckArgs) -> anyhow::Result<()> {
+    let plan = load(&c.file)?;
+    let steps = hakaru_plan::expand(&plan);
+    let mut bad = Vec::new();
+    for s in &steps {
+        let mut argv = vec![s.kind.name().to_string(), "192.0.2.1".into()];
+        argv.extend(s.flags.iter().cloned());
+        if let Err(e) = validate(&argv) {
+            bad.push(format!("step {} ({}): {e}", s.index, s.name));
+        }
+    }
+    if !bad.is_empty() {
+        return Err(UsageError(format!("plan {}: {}", c.file.display(), bad.join("; "))).into());
+    }
+    out(&format!(
+        "plan {}: {} host(s), {} step(s) after sweeps and repeats: ok\n",
+        c.file.display(),
+        plan.hosts.len(),
+        steps.len()
+    ));
+    if c.probe {
+        let exe = std::env::current_exe().context("finding this hakaru binary")?;
+        let mut failed = 0;
+        for (name, r) in hakaru_plan::probe(&plan, &exe) {
+            match r {
+                Ok(v) => out(&format!("  host {name}: {v}\n")),
+                Err(e) => {
+                    failed += 1;
+                    out(&format!("  {e}\n"));
+                }
+            }
+        }
+        if failed > 0 {
+            anyhow::bail!("{failed} host(s) cannot take part");
+        }
+    }
+    Ok(())
+}
+
+struct Live {
+    format: PlanFormat,
+}
+
+impl PlanObserver for Live {
+    fn on_host(&mut self, h: &PlanHost) {
+        match self.format {
+            PlanFormat::Text => out(&plan_text::host_line(h)),
+            PlanFormat::JsonStream => out(&plan_text::event("host", h)),
+            PlanFormat::Json => {}
+        }
+    }
+    fn on_note(&mut self, message: &str) {
+        match self.format {
+            PlanFormat::JsonStream => out(&plan_text::event(
+                "note",
+                &serde_json::json!({ "message": message }),
+            )),
+            _ => eprintln!("hakaru: {message}"),
+        }
+    }
+    fn on_step_start(&mut self, s: &Step, of: usize) {
+        match self.format {
+            PlanFormat::Text => out(&plan_text::step_heading(
+                s.index,
+                of,
+                &s.name,
+                &s.senders,
+                &s.receivers,
+                &s.flags,
+            )),
+            PlanFormat::JsonStream => out(&plan_text::event(
+                "step_start",
+                &serde_json::json!({
+                    "index": s.index, "of": of, "name": s.name, "kind": s.kind.name(),
+                    "senders": s.senders, "receivers": s.receivers, "flags": s.flags,
+                }),
+            )),
+            PlanFormat::Json => {}
+        }
+    }
+    fn on_release(&mut self, _s: &Step, r: &Release) {
+        match self.format {
+            PlanFormat::Text => out(&plan_text::release_line(r)),
+            PlanFormat::JsonStream => out(&plan_text::event("release", r)),
+            PlanFormat::Json => {}
+        }
+    }
+    fn on_row(&mut self, s: &Step, row: &TimelineRow) {
+        match self.format {
+            PlanFormat::Text => out(&plan_text::row_line(row)),
+            PlanFormat::JsonStream => out(&plan_text::event(
+                "row",
+                &serde_json::json!({ "step": s.index, "row": row }),
+            )),
+            PlanFormat::Json => {}
+        }
+    }
+    fn on_step_end(&mut self, s: &StepResult) {
+        match self.format {
+            PlanFormat::Text => out(&plan_text::step_summary(s)),
+            PlanFormat::JsonStream => out(&plan_text::event("step_end", s)),
+            PlanFormat::Json => {}
+        }
+    }
+}
+
+fn run_plan(r: RunArgs) -> anyhow::Result<()> {
+    let plan = load(&r.file)?;
+    let format = match (r.format, r.json, r.json_stream) {
+        (Some(f), _, _) => f,
+        (None, true, _) => PlanFormat::Json,
+        (None, _, true) => PlanFormat::JsonStream,
+        _ => PlanFormat::Text,
+    };
+    let stop = stop_flag()?;
+    let opts = hakaru_plan::Options {
+        plan_path: r.file.display().to_string(),
+        self_binary: std::env::current_exe().context("finding this hakaru binary")?,
+        version: format!("hakaru {}", env!("CARGO_PKG_VERSION")),
+        validate: Box::new(validate),
+        stop: std::sync::Arc::clone(&stop),
+    };
+    let result: PlanResult = hakaru_plan::run(&plan, &opts, &mut Live { format });
+    match format {
+        PlanFormat::Text => out(&plan_text::summary(&result)),
+        PlanFormat::Json => out(&plan_text::json(&result)),
+        PlanFormat::JsonStream => out(&plan_text::event("end", &result)),
+    }
+    if let Some(path) = &r.output {
+        std::fs::write(path, plan_text::json(&result))
+            .with_context(|| format!("writing the result to {}", path.display()))?;
+    }
+    if !result.errors.is_empty() {
+        anyhow::bail!(
+            "the plan had {} error(s); the first: {}",
+            result.errors.len(),
+            result.errors[0]
+        );
+    }
+    if result.interrupted && stop.load(Ordering::Acquire) {
+        eprintln!("hakaru: the plan was interrupted; the result covers what ran");
+    }
+    Ok(())
+}
