@@ -235,6 +235,9 @@ pub fn launch_failure(host: &str, launcher: &Launcher, hakaru: &str, o: &Outcome
         (Launcher::Ssh { dest, .. }, Some(255)) => {
             format!("host `{host}`: cannot reach it with ssh {dest}: {why}")
         }
+        (Launcher::Netns(_), _) if why.contains("exec of") => format!(
+            "host `{host}`: hakaru not found or not executable at `{hakaru}` there ({why}); set hakaru = \"/path/to/hakaru\" or push = true"
+        ),
         (_, Some(126 | 127)) => format!(
             "host `{host}`: hakaru not found or not executable at `{hakaru}` there ({why}); set hakaru = \"/path/to/hakaru\" or push = true"
         ),
@@ -257,8 +260,15 @@ pub fn probe_version(
     limit: Duration,
 ) -> Result<String, String> {
     let cmd = launcher.command(&[path.to_string(), "--version".to_string()]);
-    let o = run_bounded(cmd, None, limit)
-        .map_err(|e| format!("host `{host}`: cannot start {}: {e}", launcher.describe()))?;
+    let o = run_bounded(cmd, None, limit).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound && *launcher == Launcher::Local {
+            format!(
+                "host `{host}`: hakaru not found at `{path}` there ({e}); set hakaru = \"/path/to/hakaru\" or push = true"
+            )
+        } else {
+            format!("host `{host}`: cannot start {}: {e}", launcher.describe())
+        }
+    })?;
     if o.code != Some(0) {
         return Err(launch_failure(host, launcher, path, &o));
     }

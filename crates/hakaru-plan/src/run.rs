@@ -600,6 +600,12 @@ fn run_step(
         errors: Vec::new(),
     };
     let at = format!("step {} ({})", step.index, step.name);
+    for e in servers.newly_dead() {
+        sr.errors.push(format!("{at}: {e}"));
+    }
+    if !sr.errors.is_empty() {
+        return sr;
+    }
     let (tx, rx) = mpsc::channel::<(usize, Ev)>();
     let mut clients: Vec<Client> = Vec::new();
     let t0 = Instant::now();

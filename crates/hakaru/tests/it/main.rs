@@ -12,6 +12,7 @@ mod netns_latency;
 mod netns_link;
 mod netns_udp;
 mod nic;
+mod plan;
 mod schema;
 mod sink;
 mod sockperf;

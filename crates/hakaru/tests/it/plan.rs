@@ -1,0 +1,516 @@
+//! `hakaru plan` over loopback with the `local` launcher: merged results that reconcile with
+//! the per-host results, and the faults a plan must name (missing or other-version hakaru,
+//! unreachable ssh host, a sender or receiver that dies mid-step, Ctrl-C), each leaving nothing
+//! running.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::common::{bin, hakaru, kill, run, run_cmd, stderr, wait_child};
+
+/// A scratch directory removed at the end.
+pub(super) struct Scratch(pub PathBuf);
+
+impl Scratch {
+    pub fn new(tag: &str) -> Scratch {
+        let d = std::env::temp_dir().join(format!("hakaru-plan-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        Scratch(d)
+    }
+
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.0.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    /// An executable shell script.
+    pub fn script(&self, name: &str, text: &str) -> String {
+        let p = self.write(name, text);
+        let _ = Command::new("chmod").arg("755").arg(&p).status();
+        p.to_string_lossy().to_string()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A port nothing listens on right now.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Runs `hakaru plan run FILE -o OUT` and returns its output and the written document.
+pub(super) fn plan_run(
+    cmd: &mut Command,
+    file: &Path,
+    out: &Path,
+    limit: Duration,
+) -> (Output, Value) {
+    let o = run_cmd(
+        cmd.args(["plan", "run"]).arg(file).arg("-o").arg(out),
+        limit,
+    );
+    let text = std::fs::read_to_string(out).unwrap_or_else(|e| {
+        panic!(
+            "no result written ({e}); status {}, stderr: {}",
+            o.status,
+            stderr(&o)
+        )
+    });
+    (o, serde_json::from_str(&text).expect("the result is JSON"))
+}
+
+/// True when nothing answers on the port: the plan's server is gone.
+fn port_closed(port: u16) -> bool {
+    // The server stops within its accept loop's poll after its stdin closes; give it a moment.
+    for _ in 0..50 {
+        if TcpStream::connect(("127.0.0.1", port)).is_err() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    false
+}
+
+fn local_hosts(port: u16, sender_hakaru: &str, receiver_hakaru: &str) -> String {
+    format!(
+        r#"
+[hosts.rx]
+address = "127.0.0.1"
+local = true
+port = {port}
+hakaru = "{receiver_hakaru}"
+
+[hosts.a]
+local = true
+hakaru = "{sender_hakaru}"
+
+[hosts.b]
+local = true
+"#
+    )
+}
+
+fn errors(doc: &Value) -> Vec<String> {
+    doc["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn local_plan_merges_what_each_client_measured() {
+    let s = Scratch::new("merge");
+    let port = free_port();
+    let file = s.write(
+        "plan.toml",
+        &format!(
+            "{}\n[[step]]\nkind = \"pps\"\nreceivers = [\"rx\"]\nsenders = [\"a\", \"b\"]\nparallel = 3\ntime = 1\nno_gso = true\n\n[[step]]\nkind = \"tcp\"\nreceivers = [\"rx\"]\nsenders = [\"a\"]\nparallel = [1, 2]\ntime = \"500ms\"\nreverse = true\n",
+            local_hosts(port, bin(), bin())
+        ),
+    );
+    let (o, doc) = plan_run(
+        &mut hakaru(),
+        &file,
+        &s.0.join("out.json"),
+        Duration::from_secs(90),
+    );
+    assert!(o.status.success(), "plan failed: {}", stderr(&o));
+    assert_eq!(doc["schema_version"], 1);
+    assert_eq!(doc["test"], "plan");
+    assert!(errors(&doc).is_empty(), "{:?}", errors(&doc));
+    let hosts = doc["hosts"].as_array().unwrap();
+    assert_eq!(hosts.len(), 3);
+    let rx = hosts.iter().find(|h| h["name"] == "rx").unwrap();
+    assert_eq!(rx["server"], "started");
+    assert_eq!(
+        rx["version"],
+        format!("hakaru {}", env!("CARGO_PKG_VERSION"))
+    );
+    let steps = doc["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 3, "one pps step and a two-value sweep");
+
+    // Step 1: two senders of 3 flows each into rx.
+    let pps = &steps[0];
+    assert_eq!(pps["release"]["clients"], 2);
+    let runs = pps["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    let mut received = 0;
+    let mut received_pps = 0.0;
+    for r in runs {
+        assert!(r["error"].is_null(), "{}", r["error"]);
+        let res = &r["result"];
+        assert_eq!(res["test"], "pps");
+        assert_eq!(
+            res["flows"].as_array().unwrap().len(),
+            3,
+            "every flow reported"
+        );
+        received += res["totals"][0]["udp"]["received_datagrams"]
+            .as_u64()
+            .unwrap();
+        received_pps += res["totals"][0]["udp"]["received_pps"].as_f64().unwrap();
+        let cmd: Vec<&str> = r["command"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        assert!(
+            cmd.contains(&"--sync-start") && cmd.contains(&"--no-gso"),
+            "{cmd:?}"
+        );
+    }
+    assert!(received > 0);
+    let agg = &pps["aggregates"][0];
+    assert_eq!(agg["receiver"], "rx");
+    assert_eq!(agg["dir"], "up");
+    assert_eq!(agg["flows"], 6);
+    assert_eq!(agg["received_datagrams"].as_u64().unwrap(), received);
+    let a_pps = agg["received_pps"].as_f64().unwrap();
+    assert!((a_pps - received_pps).abs() < 1e-6 * received_pps.max(1.0));
+    assert_eq!(agg["nic_check"]["measure"], "packets");
+    // The timeline has each run in every interval, summed per receiver.
+    let tl = pps["timeline"].as_array().unwrap();
+    assert!(!tl.is_empty());
+    for row in tl {
+        let per_run: f64 = row["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["bps"].as_f64().unwrap())
+            .sum();
+        let total = row["receivers"][0]["bps"].as_f64().unwrap();
+        assert!((per_run - total).abs() <= 1e-6 * total.max(1.0));
+        assert!(
+            row["receivers"][0]["nic_rx_pps"].as_f64().is_some(),
+            "{row}"
+        );
+    }
+    let tl_runs = tl[0]["runs"].as_array().unwrap();
+    assert_eq!(tl_runs.len(), 2);
+
+    // The sweep: -P 1 then -P 2, reverse: data flows out of the receiver.
+    for (step, flows) in [(&steps[1], 1), (&steps[2], 2)] {
+        assert_eq!(step["sweep"]["parallel"], flows.to_string());
+        let agg = &step["aggregates"][0];
+        assert_eq!(agg["dir"], "down");
+        assert_eq!(agg["flows"], flows);
+        let res = &step["runs"][0]["result"];
+        assert_eq!(
+            agg["received_bytes"].as_u64().unwrap(),
+            res["totals"][0]["receiver"]["bytes"].as_u64().unwrap()
+        );
+    }
+    assert!(port_closed(port), "the plan left its server running");
+    // Text output names the steps, the release and the receiver's sums.
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("step 1/3: pps") && text.contains("released 2 client(s)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn plan_check_names_unknown_keys_and_refused_options() {
+    let s = Scratch::new("check");
+    let bad_key = s.write(
+        "a.toml",
+        "[hosts.r]\naddress = \"127.0.0.1\"\nlocal = true\n[hosts.s]\nlocal = true\n[[step]]\nkind = \"tcp\"\nreceivers = [\"r\"]\nsenders = [\"s\"]\nparalel = 4\n",
+    );
+    let o = run(
+        &["plan", "check", bad_key.to_str().unwrap()],
+        Duration::from_secs(20),
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("paralel"), "{}", stderr(&o));
+    let bad_flag = s.write(
+        "b.toml",
+        "[hosts.r]\naddress = \"127.0.0.1\"\nlocal = true\n[hosts.s]\nlocal = true\n[hosts.spare]\nlocal = true\n[[step]]\nkind = \"tcp\"\nreceivers = [\"r\"]\nsenders = [\"s\"]\nrate = 1000\n",
+    );
+    let o = run(
+        &["plan", "check", bad_flag.to_str().unwrap()],
+        Duration::from_secs(20),
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(e.contains("step 1 (tcp)") && e.contains("--rate"), "{e}");
+    assert!(e.contains("host `spare` is not used by any step"), "{e}");
+    let selfish = s.write(
+        "c.toml",
+        "[hosts.r]\naddress = \"127.0.0.1\"\nlocal = true\n[[step]]\nkind = \"udp\"\nreceivers = [\"r\"]\nsenders = [\"r\"]\n",
+    );
+    let o = run(
+        &["plan", "check", selfish.to_str().unwrap()],
+        Duration::from_secs(20),
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("`r` is both a sender and a receiver"));
+    let good = s.write(
+        "d.toml",
+        "[hosts.r]\naddress = \"127.0.0.1\"\nlocal = true\n[hosts.s]\nlocal = true\n[[step]]\nkind = \"pps\"\nreceivers = [\"r\"]\nsenders = [\"s\"]\nparallel = [1, 64]\nrepeat = 2\n",
+    );
+    let o = run(
+        &["plan", "check", good.to_str().unwrap(), "--probe"],
+        Duration::from_secs(30),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("4 step(s)") && out.contains("host s: hakaru "),
+        "{out}"
+    );
+}
+
+#[test]
+fn missing_and_other_version_hakaru_are_named_before_any_traffic() {
+    let s = Scratch::new("version");
+    let port = free_port();
+    let old = s.script("old-hakaru", "#!/bin/sh\necho 'hakaru 0.0.1'\n");
+    let file = s.write(
+        "plan.toml",
+        &format!(
+            "{}\n[[step]]\nkind = \"tcp\"\nreceivers = [\"rx\"]\nsenders = [\"a\", \"b\"]\ntime = 1\n",
+            local_hosts(port, &old, "/nonexistent/hakaru")
+        ),
+    );
+    let (o, doc) = plan_run(
+        &mut hakaru(),
+        &file,
+        &s.0.join("out.json"),
+        Duration::from_secs(60),
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let errs = errors(&doc).join("\n");
+    assert!(
+        errs.contains("host `a`") && errs.contains("hakaru 0.0.1") && errs.contains("push = true"),
+        "{errs}"
+    );
+    assert!(
+        errs.contains("host `rx`") && errs.contains("/nonexistent/hakaru"),
+        "{errs}"
+    );
+    assert!(doc["steps"].as_array().unwrap().is_empty(), "no step ran");
+    assert!(stderr(&o).contains("error(s)"), "{}", stderr(&o));
+}
+
+#[test]
+fn an_unreachable_ssh_host_is_named() {
+    let s = Scratch::new("ssh");
+    if !super::common::have("ssh") {
+        eprintln!("skipped: ssh is not installed");
+        return;
+    }
+    let closed = free_port();
+    let file = s.write(
+        "plan.toml",
+        &format!(
+            "[hosts.rx]\naddress = \"127.0.0.1\"\nlocal = true\n[hosts.far]\nssh = \"root@127.0.0.1\"\nssh_options = [\"-p\", \"{closed}\", \"-o\", \"ConnectTimeout=5\"]\n[[step]]\nkind = \"tcp\"\nreceivers = [\"rx\"]\nsenders = [\"far\"]\n"
+        ),
+    );
+    let (o, doc) = plan_run(
+        &mut hakaru(),
+        &file,
+        &s.0.join("out.json"),
+        Duration::from_secs(60),
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let errs = errors(&doc).join("\n");
+    assert!(
+        errs.contains("host `far`: cannot reach it with ssh root@127.0.0.1"),
+        "{errs}"
+    );
+}
+
+/// A hakaru that runs the real one for `cmd` and kills it after `after` seconds.
+fn dying(s: &Scratch, name: &str, cmd: &str, after: &str) -> String {
+    s.script(
+        name,
+        &format!(
+            "#!/bin/sh\nif [ \"$1\" != {cmd} ]; then exec {real} \"$@\"; fi\n# A background command reads /dev/null unless given the script's stdin explicitly.\nexec 3<&0\n{real} \"$@\" <&3 &\npid=$!\nsleep {after}\nkill -9 $pid\nwait $pid\nexit 137\n",
+            real = bin()
+        ),
+    )
+}
+
+#[test]
+fn a_sender_that_dies_mid_step_is_named_and_the_others_kept() {
+    let s = Scratch::new("sender-dies");
+    let port = free_port();
+    let wrapper = dying(&s, "hakaru-a", "tcp", "1.5");
+    let file = s.write(
+        "plan.toml",
+        &format!(
+            "{}\n[[step]]\nkind = \"tcp\"\nreceivers = [\"rx\"]\nsenders = [\"a\", \"b\"]\ntime = 3\n",
+            local_hosts(port, &wrapper, bin())
+        ),
+    );
+    let (o, doc) = plan_run(
+        &mut hakaru(),
+        &file,
+        &s.0.join("out.json"),
+        Duration::from_secs(90),
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let errs = errors(&doc).join("\n");
+    assert!(
+        errs.contains("sender `a` -> receiver `rx`") && errs.contains("without a result"),
+        "{errs}"
+    );
+    let runs = doc["steps"][0]["runs"].as_array().unwrap();
+    let b = runs.iter().find(|r| r["sender"] == "b").unwrap();
+    assert!(b["error"].is_null(), "{}", b["error"]);
+    assert_eq!(b["result"]["test"], "tcp");
+    assert_eq!(doc["steps"][0]["aggregates"][0]["runs"], 1);
+    assert!(port_closed(port), "the plan left its server running");
+}
+
+#[test]
+fn a_receiver_that_dies_mid_step_is_named() {
+    let s = Scratch::new("receiver-dies");
+    let port = free_port();
+    let wrapper = dying(&s, "hakaru-rx", "server", "1.5");
+    let file = s.write(
+        "plan.toml",
+        &format!(
+            "{}\n[[step]]\nkind = \"tcp\"\nreceivers = [\"rx\"]\nsenders = [\"a\", \"b\"]\ntime = 4\n",
+            local_hosts(port, bin(), &wrapper)
+        ),
+    );
+    let (o, doc) = plan_run(
+        &mut hakaru(),
+        &file,
+        &s.0.join("out.json"),
+        Duration::from_secs(90),
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let errs = errors(&doc).join("\n");
+    assert!(
+        errs.contains("receiver `rx`: its hakaru server exited"),
+        "{errs}"
+    );
+    assert!(errs.contains("sender `a` -> receiver `rx`"), "{errs}");
+    assert!(port_closed(port));
+}
+
+#[test]
+fn ctrl_c_stops_the_step_keeps_its_results_and_stops_the_servers() {
+    let s = Scratch::new("sigint");
+    let port = free_port();
+    let file = s.write(
+        "plan.toml",
+        &format!(
+            "{}\n[[step]]\nkind = \"udp\"\nreceivers = [\"rx\"]\nsenders = [\"a\", \"b\"]\ntime = 30\nbitrate = \"10M\"\n\n[[step]]\nkind = \"tcp\"\nreceivers = [\"rx\"]\nsenders = [\"a\"]\n",
+            local_hosts(port, bin(), bin())
+        ),
+    );
+    let out = s.0.join("out.json");
+    let child = hakaru()
+        .args(["plan", "run"])
+        .arg(&file)
+        .arg("-o")
+        .arg(&out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    kill(child.id(), 2);
+    let o = wait_child(child, Duration::from_secs(60));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(doc["interrupted"], true);
+    let steps = doc["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 1, "the second step did not run");
+    for r in steps[0]["runs"].as_array().unwrap() {
+        assert_eq!(r["result"]["interrupted"], true, "{r}");
+        let secs = r["result"]["totals"][0]["receiver"]["seconds"]
+            .as_f64()
+            .unwrap();
+        assert!(secs < 20.0, "stopped early, not after 30 s: {secs}");
+    }
+    assert!(port_closed(port));
+}
+
+#[test]
+fn sync_start_waits_for_go_and_stops_on_end_of_input() {
+    let server = super::common::ServerProc::start(&[]);
+    let port = server.port_s();
+    // Standard input closes at once: the client sets up, says ready, and is called off.
+    let o = run_cmd(
+        hakaru()
+            .args([
+                "tcp",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-t",
+                "1",
+                "--json-stream",
+                "--sync-start",
+            ])
+            .stdin(Stdio::null()),
+        Duration::from_secs(30),
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("\"type\":\"ready\""), "{out}");
+    assert!(!out.contains("\"type\":\"interval\""), "{out}");
+    assert!(stderr(&o).contains("called off"), "{}", stderr(&o));
+    // With `go`, it runs.
+    let mut child = hakaru()
+        .args([
+            "pps",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-t",
+            "1",
+            "--json-stream",
+            "--sync-start",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        stdin.write_all(b"go\n").unwrap();
+        // Keep stdin open until the test is over.
+        let o = wait_child(child, Duration::from_secs(30));
+        drop(stdin);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let out = String::from_utf8_lossy(&o.stdout);
+        let kinds: Vec<String> = out
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .map(|v| v["type"].as_str().unwrap_or("").to_string())
+            .collect();
+        let pos = |k: &str| kinds.iter().position(|x| x == k).unwrap_or(usize::MAX);
+        assert!(pos("ready") < pos("released"), "{kinds:?}");
+        assert!(pos("released") < pos("interval"), "{kinds:?}");
+        assert_eq!(kinds.last().map(String::as_str), Some("end"));
+    }
+    // Refused by name where it cannot work.
+    let o = run(&["quick", "--sync-start"], Duration::from_secs(10));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--sync-start"));
+}
