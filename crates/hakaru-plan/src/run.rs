@@ -31,6 +31,9 @@ const GRACE: Duration = Duration::from_secs(15);
 /// Most stderr kept per process for error messages.
 const STDERR_KEEP: usize = 16 << 10;
 
+/// Checks a client command line; the error says what the parser refused.
+pub type Validate = dyn Fn(&[String]) -> Result<(), String>;
+
 /// What the coordinator needs besides the plan.
 pub struct Options {
     /// The plan file as given (for the result).
@@ -40,7 +43,7 @@ pub struct Options {
     /// The coordinator's version line (`hakaru 0.1.0`); every host must report the same.
     pub version: String,
     /// Checks a client command line (the subcommand and its flags) before anything runs.
-    pub validate: Box<dyn Fn(&[String]) -> Result<(), String>>,
+    pub validate: Box<Validate>,
     /// Set on Ctrl-C: stop the running step (its results are kept) and run no more.
     pub stop: Arc<AtomicBool>,
 }
