@@ -16,7 +16,7 @@ use super::common::{bin, have, is_root, json, run_cmd, stderr, ServerProc};
 
 /// Held by every live [`Link`]: namespace tests run one at a time, so that two of them never
 /// share the CPUs (their figures are timing-sensitive) and no test sees another's traffic.
-static SERIAL: Mutex<()> = Mutex::new(());
+pub(super) static SERIAL: Mutex<()> = Mutex::new(());
 
 /// Numbers the links of this process, keeping names apart when tests run in parallel threads.
 static NEXT: AtomicU32 = AtomicU32::new(0);

@@ -1,0 +1,331 @@
+//! Plans across hosts in network namespaces on one bridge, with known truth: the seeds'
+//! packet-rate scenario (3 senders x 64 flows into 1) against the receiver's own veth
+//! counter, and the dedicated-line scenario (8 into 1, then 1 into 8) on tbf-shaped links;
+//! and a plan through real sshd servers with the coordinator's binary pushed over ssh. After
+//! every plan no hakaru process is left in any namespace.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::common::{bin, have, kill, run_cmd, stderr};
+use super::netns_bridge::Bridge;
+use super::plan::{plan_run, Scratch};
+
+/// tbf rate of the shaped links, bits per second, and as tc spells it.
+const SHAPED_BPS: f64 = 200e6;
+const SHAPED_TC: &str = "200mbit";
+/// Goodput of a full segment over its frame as tbf charges it (see netns.rs).
+const TCP_EFFICIENCY: f64 = 1448.0 / 1514.0;
+
+fn hosts_toml(b: &Bridge, names: &[&str]) -> String {
+    names
+        .iter()
+        .zip(&b.members)
+        .map(|(n, m)| {
+            format!(
+                "[hosts.{n}]\naddress = \"{}\"\nnetns = \"{}\"\n",
+                m.ip, m.ns
+            )
+        })
+        .collect()
+}
+
+fn no_hakaru_left(b: &Bridge) {
+    for i in 0..b.members.len() {
+        let progs = b.programs_in(i);
+        assert!(
+            !progs.iter().any(|p| p.starts_with("hakaru")),
+            "hakaru still runs in {}: {progs:?}",
+            b.members[i].ns
+        );
+    }
+}
+
+fn agg<'a>(step: &'a Value, receiver: &str) -> &'a Value {
+    step["aggregates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["receiver"] == receiver)
+        .unwrap_or_else(|| panic!("no aggregate for {receiver}: {step}"))
+}
+
+#[test]
+fn three_senders_by_64_flows_reconcile_with_the_receiver_veth() {
+    let Some(b) = Bridge::setup(4, &[]) else {
+        return;
+    };
+    let s = Scratch::new("netns-pps");
+    // Paced below what two shared CPUs forward, so every datagram the veth delivers reaches a
+    // socket and the two counts must agree (3 x 64 flows x 400/s = 76,800 datagrams/s).
+    let file = s.write(
+        "plan.toml",
+        &format!(
+            "{}\n[[step]]\nkind = \"pps\"\nreceivers = [\"rx\"]\nsenders = [\"s1\", \"s2\", \"s3\"]\nparallel = 64\nrate = 400\ntime = 3\n",
+            hosts_toml(&b, &["rx", "s1", "s2", "s3"])
+        ),
+    );
+    let before = b.rx_packets(0);
+    let (o, doc) = plan_run(
+        &mut Command::new(bin()),
+        &file,
+        &s.0.join("out.json"),
+        Duration::from_secs(120),
+    );
+    let after = b.rx_packets(0);
+    assert!(o.status.success(), "{}\n{}", stderr(&o), doc["errors"]);
+    let step = &doc["steps"][0];
+    let runs = step["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 3);
+    let mut received = 0u64;
+    for r in runs {
+        let flows = r["result"]["flows"].as_array().unwrap();
+        assert_eq!(flows.len(), 64, "every flow reported");
+        for f in flows {
+            assert!(
+                f["udp"]["received_datagrams"].as_u64().unwrap() > 0,
+                "flow {} of {} received nothing",
+                f["id"],
+                r["sender"]
+            );
+        }
+        received += r["result"]["totals"][0]["udp"]["received_datagrams"]
+            .as_u64()
+            .unwrap();
+    }
+    let a = agg(step, "rx");
+    assert_eq!(a["flows"], 192);
+    assert_eq!(a["received_datagrams"].as_u64().unwrap(), received);
+    // The veth also carried the control connections, hellos and ARP: a few hundred packets.
+    let veth = after - before;
+    let diff = (veth as f64 - received as f64).abs() / received as f64;
+    eprintln!(
+        "datagrams received {received}, receiver veth rx_packets {veth} ({:.3} %)",
+        diff * 100.0
+    );
+    assert!(
+        veth >= received,
+        "the veth delivered fewer packets ({veth}) than the sockets received ({received})"
+    );
+    assert!(diff < 0.005, "received {received} vs veth {veth}");
+    assert_eq!(a["nic_check"]["agrees"], true, "{}", a["nic_check"]);
+    let rel = &step["release"];
+    assert_eq!(rel["clients"], 3);
+    assert!(rel["skew_ms"].as_f64().unwrap() >= 0.0);
+    no_hakaru_left(&b);
+}
+
+#[test]
+fn eight_into_one_then_one_into_eight_on_shaped_links() {
+    let Some(b) = Bridge::setup(9, &["tc"]) else {
+        return;
+    };
+    let s = Scratch::new("netns-8x1");
+    // The dedicated line: 200 Mbit/s each way at the DUT (member 0).
+    b.shape_to(0, SHAPED_TC);
+    b.shape_from(0, SHAPED_TC);
+    let names = ["dut", "a1", "a2", "a3", "a4", "a5", "a6", "a7", "a8"];
+    let aux: Vec<String> = names[1..].iter().map(|n| format!("\"{n}\"")).collect();
+    let file = s.write(
+        "plan.toml",
+        &format!(
+            "{}\n[[step]]\nname = \"8 into 1\"\nkind = \"tcp\"\nreceivers = [\"dut\"]\nsenders = [{aux}]\nparallel = 2\ntime = 5\nomit = 1\ncongestion = \"cubic\"\n\n[[step]]\nname = \"1 into 8\"\nkind = \"tcp\"\nreceivers = [{aux}]\nsenders = [\"dut\"]\nparallel = 2\ntime = 5\nomit = 1\ncongestion = \"cubic\"\n",
+            hosts_toml(&b, &names),
+            aux = aux.join(", ")
+        ),
+    );
+    let (o, doc) = plan_run(
+        &mut Command::new(bin()),
+        &file,
+        &s.0.join("out.json"),
+        Duration::from_secs(180),
+    );
+    assert!(o.status.success(), "{}\n{}", stderr(&o), doc["errors"]);
+    let expected = SHAPED_BPS * TCP_EFFICIENCY;
+    // 8 into 1: one aggregate at the DUT.
+    let into = agg(&doc["steps"][0], "dut");
+    assert_eq!(into["runs"], 8);
+    assert_eq!(into["flows"], 16);
+    let got = into["received_bps"].as_f64().unwrap();
+    eprintln!("8 into 1: {got:.0} bit/s, expected {expected:.0}");
+    assert!(
+        (got - expected).abs() / expected < 0.02,
+        "8 into 1: {got} vs {expected}"
+    );
+    // 1 into 8: eight receivers share the DUT's shaped egress.
+    let step = &doc["steps"][1];
+    let total: f64 = names[1..]
+        .iter()
+        .map(|n| agg(step, n)["received_bps"].as_f64().unwrap())
+        .sum();
+    eprintln!("1 into 8: {total:.0} bit/s, expected {expected:.0}");
+    assert!(
+        (total - expected).abs() / expected < 0.02,
+        "1 into 8: {total} vs {expected}"
+    );
+    assert_eq!(step["runs"].as_array().unwrap().len(), 8);
+    assert_eq!(step["release"]["clients"], 8);
+    no_hakaru_left(&b);
+}
+
+/// An sshd started in a namespace, stopped by its PID.
+struct Sshd(Child);
+
+impl Drop for Sshd {
+    fn drop(&mut self) {
+        kill(self.0.id(), 9);
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_plan_through_real_sshd_with_the_binary_pushed() {
+    let sshd = "/usr/sbin/sshd";
+    if !std::path::Path::new(sshd).exists() || !have("ssh") || !have("ssh-keygen") {
+        eprintln!("skipped: openssh-server and openssh-client are needed");
+        return;
+    }
+    let Some(b) = Bridge::setup(3, &[]) else {
+        return;
+    };
+    let s = Scratch::new("netns-ssh");
+    let dir = s.0.to_string_lossy().to_string();
+    for key in ["id", "hostkey"] {
+        let o = run_cmd(
+            Command::new("ssh-keygen").args([
+                "-q",
+                "-t",
+                "ed25519",
+                "-N",
+                "",
+                "-f",
+                &format!("{dir}/{key}"),
+            ]),
+            Duration::from_secs(20),
+        );
+        assert!(o.status.success(), "ssh-keygen: {}", stderr(&o));
+    }
+    std::fs::copy(format!("{dir}/id.pub"), format!("{dir}/authorized_keys")).unwrap();
+    // sshd's privilege separation directory.
+    std::fs::create_dir_all("/run/sshd").unwrap();
+    let mut daemons = Vec::new();
+    for m in &b.members[1..] {
+        let cfg = s.write(
+            &format!("sshd-{}.conf", m.ip),
+            &format!(
+                "ListenAddress {ip}\nPort 22\nHostKey {dir}/hostkey\nPidFile {dir}/sshd-{ip}.pid\nAuthorizedKeysFile {dir}/authorized_keys\nStrictModes no\nUsePAM no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nLogLevel ERROR\n",
+                ip = m.ip
+            ),
+        );
+        let child = Command::new("ip")
+            .args(["netns", "exec", &m.ns, sshd, "-D", "-e", "-f"])
+            .arg(&cfg)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        daemons.push(Sshd(child));
+    }
+    let ssh_opts = format!(
+        "[\"-i\", \"{dir}/id\", \"-o\", \"StrictHostKeyChecking=no\", \"-o\", \"UserKnownHostsFile=/dev/null\", \"-o\", \"LogLevel=ERROR\", \"-o\", \"ConnectTimeout=10\"]"
+    );
+    // The coordinator runs in member 0, which reaches the others over the bridge.
+    let ctl = b.members[0].ns.clone();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for m in &b.members[1..] {
+        loop {
+            let o = run_cmd(
+                Command::new("ip").args([
+                    "netns",
+                    "exec",
+                    &ctl,
+                    "ssh",
+                    "-i",
+                    &format!("{dir}/id"),
+                    "-o",
+                    "StrictHostKeyChecking=no",
+                    "-o",
+                    "UserKnownHostsFile=/dev/null",
+                    "-o",
+                    "LogLevel=ERROR",
+                    "-o",
+                    "BatchMode=yes",
+                    &format!("root@{}", m.ip),
+                    "true",
+                ]),
+                Duration::from_secs(20),
+            );
+            if o.status.success() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "sshd at {} never answered: {}",
+                m.ip,
+                stderr(&o)
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    let (rx, tx) = (&b.members[1], &b.members[2]);
+    let file = s.write(
+        "plan.toml",
+        &format!(
+            "[defaults]\npush = true\nssh_options = {ssh_opts}\n\n[hosts.rx]\naddress = \"{}\"\nssh = \"root@{}\"\n\n[hosts.tx]\nssh = \"root@{}\"\n\n[[step]]\nkind = \"tcp\"\nreceivers = [\"rx\"]\nsenders = [\"tx\"]\nparallel = 2\ntime = 2\n\n[[step]]\nkind = \"pps\"\nreceivers = [\"rx\"]\nsenders = [\"tx\"]\nparallel = 4\ntime = 1\nreverse = true\n",
+            rx.ip, rx.ip, tx.ip
+        ),
+    );
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", &ctl, bin()]);
+    let (o, doc) = plan_run(
+        &mut cmd,
+        &file,
+        &s.0.join("out.json"),
+        Duration::from_secs(240),
+    );
+    // The pushed binary is removed whatever the outcome.
+    let pushed: Vec<String> = doc["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|h| h["pushed"] == true)
+        .map(|h| h["hakaru"].as_str().unwrap().to_string())
+        .collect();
+    for p in &pushed {
+        let _ = std::fs::remove_file(p);
+    }
+    assert!(o.status.success(), "{}\n{}", stderr(&o), doc["errors"]);
+    assert_eq!(
+        pushed.len(),
+        2,
+        "both hosts got the pushed binary: {}",
+        doc["hosts"]
+    );
+    for h in doc["hosts"].as_array().unwrap() {
+        assert_eq!(
+            h["version"],
+            format!("hakaru {}", env!("CARGO_PKG_VERSION"))
+        );
+        assert!(h["launcher"].as_str().unwrap().starts_with("ssh root@"));
+    }
+    let tcp = agg(&doc["steps"][0], "rx");
+    assert_eq!(tcp["flows"], 2);
+    assert!(tcp["received_bps"].as_f64().unwrap() > 0.0);
+    let pps = agg(&doc["steps"][1], "rx");
+    assert_eq!(pps["dir"], "down");
+    assert!(pps["received_datagrams"].as_u64().unwrap() > 0);
+    // Nothing of the plan is left on the far hosts (only their sshd).
+    std::thread::sleep(Duration::from_millis(500));
+    for i in 1..3 {
+        let progs = b.programs_in(i);
+        assert!(
+            !progs.iter().any(|p| p.starts_with("hakaru")),
+            "left running: {progs:?}"
+        );
+        assert!(progs.iter().any(|p| p == "sshd"), "sshd is gone: {progs:?}");
+    }
+    drop(daemons);
+}
