@@ -514,3 +514,44 @@ fn sync_start_waits_for_go_and_stops_on_end_of_input() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("--sync-start"));
 }
+
+#[test]
+fn a_server_already_listening_is_reused_and_left_running() {
+    let s = Scratch::new("reuse");
+    let mut server = super::common::ServerProc::start(&[]);
+    let port = server.port;
+    let file = s.write(
+        "plan.toml",
+        &format!(
+            "{}\n[[step]]\nkind = \"udp\"\nreceivers = [\"rx\"]\nsenders = [\"a\"]\ntime = \"500ms\"\n",
+            local_hosts(port, bin(), bin())
+        ),
+    );
+    let (o, doc) = plan_run(
+        &mut hakaru(),
+        &file,
+        &s.0.join("out.json"),
+        Duration::from_secs(60),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rx = doc["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["name"] == "rx")
+        .unwrap()
+        .clone();
+    assert_eq!(rx["server"], "reused");
+    assert!(stderr(&o).contains("already in use"), "{}", stderr(&o));
+    assert!(
+        doc["steps"][0]["runs"][0]["result"]["totals"][0]["udp"]["received_datagrams"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    // The test ran on the server that was there, which the plan did not stop.
+    assert!(server
+        .wait_log("finished", Duration::from_secs(10))
+        .is_some());
+    assert!(server.alive());
+}

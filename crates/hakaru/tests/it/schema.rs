@@ -103,3 +103,65 @@ fn real_output_validates_against_the_schema() {
     doc["totals"][0]["receiver"]["bytes"] = Value::String("many".into());
     assert!(!validator.is_valid(&doc));
 }
+
+/// `hakaru schema WHICH`.
+fn schema_of(which: &str) -> Value {
+    let o = run(&["schema", which], Duration::from_secs(20));
+    assert!(o.status.success());
+    json(&o)
+}
+
+#[test]
+fn plan_schemas_are_committed_described_and_match_real_documents() {
+    for (which, file, root) in [
+        ("plan", "docs/schema/plan.schema.json", "PlanFile"),
+        (
+            "plan-result",
+            "docs/schema/plan-result.schema.json",
+            "PlanResult",
+        ),
+    ] {
+        let committed = std::fs::read_to_string(repo_file(file))
+            .unwrap_or_else(|e| panic!("{file} exists: {e}"));
+        let committed: Value = serde_json::from_str(&committed).unwrap();
+        let current = schema_of(which);
+        assert_eq!(
+            committed, current,
+            "{file} is stale: regenerate with `hakaru schema {which}`"
+        );
+        let mut missing = Vec::new();
+        walk(&current, root, &mut missing);
+        assert!(
+            missing.is_empty(),
+            "{which}: fields without a description: {missing:?}"
+        );
+    }
+    // Every shipped example plan is valid against the plan schema (TOML read as JSON) and
+    // passes `hakaru plan check`.
+    let plan_schema = schema_of("plan");
+    let validator = jsonschema::validator_for(&plan_schema).expect("schema compiles");
+    let dir = repo_file("examples/plans");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).expect("examples/plans exists") {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("toml") {
+            continue;
+        }
+        n += 1;
+        let text = std::fs::read_to_string(&path).unwrap();
+        let doc: Value = toml::from_str(&text).unwrap();
+        let errors: Vec<String> = validator.iter_errors(&doc).map(|e| e.to_string()).collect();
+        assert!(errors.is_empty(), "{}: {errors:?}", path.display());
+        let o = run(
+            &["plan", "check", path.to_str().unwrap()],
+            Duration::from_secs(20),
+        );
+        assert!(
+            o.status.success(),
+            "{}: {}",
+            path.display(),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    assert!(n >= 3, "the three seed plans are shipped, found {n}");
+}
