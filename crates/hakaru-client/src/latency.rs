@@ -112,6 +112,9 @@ pub(crate) fn run(
     let mut next_tick = spec.warmup.0 + interval;
     let mut last_sent = Instant::now();
     let total = spec.warmup.0 + spec.duration.0;
+    // The server's echo ends when this end's flows close, which they do as the test ends,
+    // possibly before the pinger counts itself done: its report can arrive in this loop.
+    let mut remote: Option<SideReport> = None;
     while !pinger.is_done() {
         if !interrupted && stop.load(Ordering::Acquire) {
             interrupted = true;
@@ -119,16 +122,19 @@ pub(crate) fn run(
         }
         match s.conn.poll(Duration::from_millis(20)) {
             Ok(Some(Message::Keepalive)) | Ok(None) => {}
+            Ok(Some(Message::Finished { report })) if remote.is_none() => {
+                remote = Some(*report);
+            }
             Ok(Some(Message::Error { message })) => {
                 pinger.stop();
                 return Err(ClientError::Server(message));
             }
             Ok(Some(other)) => {
                 pinger.stop();
-                return Err(ClientError::Server(format!(
-                    "unexpected {} message during the test",
-                    other.name()
-                )));
+                return Err(ClientError::Unexpected {
+                    addr: s.addr.to_string(),
+                    what: format!("{} message during the test", other.name()),
+                });
             }
             Err(ControlError::Closed) => {
                 pinger.stop();
@@ -168,23 +174,11 @@ pub(crate) fn run(
     }
     let outcome = pinger.wait();
     let wall = started.elapsed().as_secs_f64();
-    // The measurement is over: stop the echo and take the server's report.
-    s.conn.send(&Message::Stop).map_err(ctl_err)?;
-    let deadline = Instant::now() + RESULTS_TIMEOUT;
-    let remote = loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(gone(format!(
-                "sent no results within {} s of the end",
-                RESULTS_TIMEOUT.as_secs()
-            )));
-        }
-        match s.conn.poll(left) {
-            Ok(Some(Message::Finished { report })) => break *report,
-            Ok(Some(Message::Error { message })) => return Err(ClientError::Server(message)),
-            Ok(_) => {}
-            Err(e) => return Err(gone(format!("failed while sending results: {e}"))),
-        }
+    // The measurement is over: stop the echo and take the server's report (unless it came
+    // already, the echo having seen this end's flows close).
+    let remote = match remote {
+        Some(r) => r,
+        None => wait_report(s.conn, &gone, ctl_err)?,
     };
     let local = ping::bare_report(&cfg, wall, "ping");
     let _ = s.conn.send(&Message::Finished {
@@ -209,6 +203,31 @@ pub(crate) fn run(
         interrupted,
         result,
     })
+}
+
+/// Tells the server's echo to stop and waits for its report.
+fn wait_report(
+    conn: &mut ControlConn,
+    gone: &dyn Fn(String) -> ClientError,
+    ctl_err: impl Fn(ControlError) -> ClientError,
+) -> Result<SideReport, ClientError> {
+    conn.send(&Message::Stop).map_err(ctl_err)?;
+    let deadline = Instant::now() + RESULTS_TIMEOUT;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(gone(format!(
+                "sent no results within {} s of the end",
+                RESULTS_TIMEOUT.as_secs()
+            )));
+        }
+        match conn.poll(left) {
+            Ok(Some(Message::Finished { report })) => return Ok(*report),
+            Ok(Some(Message::Error { message })) => return Err(ClientError::Server(message)),
+            Ok(_) => {}
+            Err(e) => return Err(gone(format!("failed while sending results: {e}"))),
+        }
+    }
 }
 
 pub(crate) fn emit(

@@ -146,6 +146,14 @@ pub enum ClientError {
     /// A flow failed mid-test.
     #[error("{0}")]
     Flow(String),
+    /// The server sent a message that has no place at this point of the test.
+    #[error("the server at {addr} sent an unexpected {what}")]
+    Unexpected {
+        /// Server address.
+        addr: String,
+        /// Which message, and when.
+        what: String,
+    },
     /// A held start was called off before the test began.
     #[error("the synchronised start was called off: {0}")]
     CalledOff(String),
@@ -613,10 +621,10 @@ fn event_loop(
                     Message::Finished { report } => remote_report = Some(*report),
                     Message::Error { message } => return Err(ClientError::Server(message)),
                     other => {
-                        return Err(ClientError::Server(format!(
-                            "unexpected {} message during the test",
-                            other.name()
-                        )))
+                        return Err(ClientError::Unexpected {
+                            addr: addr.to_string(),
+                            what: format!("{} message during the test", other.name()),
+                        })
                     }
                 }
             }

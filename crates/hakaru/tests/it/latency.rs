@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::common::{json, run, stderr};
+use super::common::{json, run, stderr, ServerProc};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -192,4 +192,48 @@ fn quick_runs_every_test_on_one_screen() {
     let text = String::from_utf8_lossy(&o.stdout);
     assert_eq!(text.lines().count(), 8, "{text}");
     assert!(text.contains("RTT p50") && text.contains("Mpps") && text.contains("bit/s"));
+}
+
+/// The server's echo ends when the client's flows close, so its report can reach the client
+/// before the client counts its own flows done; that must not fail the test (it did in most
+/// short TCP runs).
+#[test]
+fn hundreds_of_short_tests_back_to_back_all_succeed() {
+    let server = ServerProc::start(&[]);
+    let port = server.port_s();
+    let mut failures = Vec::new();
+    for i in 0..200 {
+        let udp = i % 10 == 9;
+        let mut args = vec![
+            "latency",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-t",
+            "20ms",
+            "--warmup",
+            "0",
+            "--json",
+        ];
+        if udp {
+            args.push("--udp");
+        }
+        let o = run(&args, Duration::from_secs(30));
+        if !o.status.success() {
+            failures.push(format!("run {i}: {}", stderr(&o).trim()));
+            continue;
+        }
+        let doc = json(&o);
+        assert!(
+            doc["latency"]["replies"].as_u64().unwrap() > 0,
+            "run {i}: no replies"
+        );
+        assert!(doc["server_end"]["env"]["software"].as_str().is_some());
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of 200 failed: {:?}",
+        failures.len(),
+        &failures[..failures.len().min(5)]
+    );
 }
