@@ -136,6 +136,19 @@ impl Core {
         self.cfg.duration.map(|d| self.start + self.cfg.omit + d)
     }
 
+    /// End of the measured window of a timed TCP test, nanoseconds since the start (warm-up
+    /// plus time). Receivers count bytes that arrive later (flows still draining) apart from
+    /// the headline. UDP keeps whole-flow counts: its loss accounting needs every datagram,
+    /// and its receivers stop soon after the last one.
+    pub fn window_ns(&self) -> Option<u64> {
+        if self.udp {
+            return None;
+        }
+        self.cfg
+            .duration
+            .map(|d| (self.cfg.omit + d).as_nanos() as u64)
+    }
+
     /// When the side's work ended, nanoseconds since the start. For UDP this is the last
     /// datagram sent or received, or the end of a timed test if that is later (a paced sender's
     /// last datagram may be due well before the deadline), so a receiver's linger after the
@@ -164,6 +177,7 @@ impl Core {
         let end_ns = self.final_ns();
         let seconds = end_ns.saturating_sub(t.omit_ns) as f64 / 1e9;
         let errors = self.errors.lock().map(|e| e.clone()).unwrap_or_default();
+        let window = self.window_ns().zip(t.window.as_ref());
         let flows = self
             .meta
             .iter()
@@ -171,12 +185,34 @@ impl Core {
             .map(|(i, m)| {
                 let fin = self.counters[i].snapshot();
                 let om = t.omit_counts.get(i).copied().unwrap_or_default();
+                // A receiver of a timed test counts what arrived inside the window; the rest
+                // came while its flow drained after the senders stopped.
+                let (counted_to, seconds, late_bytes, late_seconds) = match window {
+                    Some((w_ns, counts)) if m.role == Role::Receiver => {
+                        let at = counts.get(i).copied().unwrap_or(fin);
+                        let late = fin.bytes.saturating_sub(at.bytes);
+                        let last = self.counters[i].last_ns();
+                        (
+                            at.bytes,
+                            w_ns.saturating_sub(t.omit_ns) as f64 / 1e9,
+                            late,
+                            if late > 0 {
+                                last.saturating_sub(w_ns) as f64 / 1e9
+                            } else {
+                                0.0
+                            },
+                        )
+                    }
+                    _ => (fin.bytes, seconds, 0, 0.0),
+                };
                 FlowSide {
                     id: m.id,
                     dir: m.dir,
                     role: m.role,
-                    bytes: fin.bytes - om.bytes.min(fin.bytes),
+                    bytes: counted_to - om.bytes.min(counted_to),
                     omitted_bytes: om.bytes.min(fin.bytes),
+                    late_bytes,
+                    late_seconds,
                     calls: fin.calls - om.calls.min(fin.calls),
                     seconds,
                     tcp_info: tcp_info(i),
@@ -231,6 +267,9 @@ fn udp_tick(prev: &CounterSnapshot, cur: &CounterSnapshot) -> UdpTick {
 pub(crate) struct TickerOut {
     pub omit_ns: u64,
     pub omit_counts: Vec<CounterSnapshot>,
+    /// Counters at the end of the measured window ([`Core::window_ns`]), when the side was
+    /// still moving data then.
+    pub window: Option<Vec<CounterSnapshot>>,
     pub cpu: Option<CpuUsage>,
     pub nic: Option<NicUsage>,
     pub udp_kernel: Option<UdpKernelCounters>,
@@ -242,6 +281,7 @@ impl TickerOut {
         TickerOut {
             omit_ns: 0,
             omit_counts: vec![CounterSnapshot::default(); n],
+            window: None,
             cpu: None,
             nic: None,
             udp_kernel: None,
@@ -363,12 +403,18 @@ fn ticker(s: &Core, mut on_interval: IntervalFn, tcp_probe: Option<TcpProbe>) ->
     let mut last_ns = 0u64;
     let mut index = 0u32;
     let mut next_tick = (!interval.is_zero()).then_some(interval);
+    let window_end = s.window_ns().map(Duration::from_nanos);
+    let mut window: Option<Vec<CounterSnapshot>> = None;
     loop {
-        // Sleep until the next tick, the end of the warm-up, or the end of the test.
+        // Sleep until the next tick, the end of the warm-up, the end of the measured window,
+        // or the end of the test.
         {
             let mut wake_at: Option<Duration> = next_tick;
             if !omit_taken {
                 wake_at = Some(wake_at.map_or(omit, |t| t.min(omit)));
+            }
+            if let (Some(w), None) = (window_end, &window) {
+                wake_at = Some(wake_at.map_or(w, |t| t.min(w)));
             }
             let mut g = match s.wake.0.lock() {
                 Ok(g) => g,
@@ -398,6 +444,11 @@ fn ticker(s: &Core, mut on_interval: IntervalFn, tcp_probe: Option<TcpProbe>) ->
             omit_ns = now_ns.min(omit.as_nanos() as u64);
             omit_counts = snap.clone();
             base = CounterBase::of(s);
+        }
+        if let (Some(w), None) = (window_end, &window) {
+            if !done && now_ns >= w.as_nanos() as u64 {
+                window = Some(snap.clone());
+            }
         }
         if let Some(tick) = next_tick {
             let tick_ns = tick.as_nanos() as u64;
@@ -463,6 +514,7 @@ fn ticker(s: &Core, mut on_interval: IntervalFn, tcp_probe: Option<TcpProbe>) ->
             return TickerOut {
                 omit_ns,
                 omit_counts,
+                window,
                 cpu: base
                     .cpu
                     .zip(end.cpu)

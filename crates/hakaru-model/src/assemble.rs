@@ -120,6 +120,9 @@ pub struct Inputs {
 fn counted(side: Option<&FlowSide>) -> Counted {
     side.map_or_else(Counted::default, |f| Counted {
         omitted_bytes: f.omitted_bytes,
+        late_bytes: f.late_bytes,
+        late_flows: u32::from(f.late_bytes > 0),
+        late_seconds: f.late_seconds,
         ..Counted::new(f.bytes, f.seconds, f.calls)
     })
 }
@@ -277,6 +280,9 @@ pub fn assemble(i: Inputs) -> RunResult {
             let s = of.iter().map(|f| get(f).seconds).fold(0.0, f64::max);
             Counted {
                 omitted_bytes: of.iter().map(|f| get(f).omitted_bytes).sum(),
+                late_bytes: of.iter().map(|f| get(f).late_bytes).sum(),
+                late_flows: of.iter().map(|f| get(f).late_flows).sum(),
+                late_seconds: of.iter().map(|f| get(f).late_seconds).fold(0.0, f64::max),
                 ..Counted::new(b, s, c)
             }
         };

@@ -246,9 +246,18 @@ pub struct FlowSide {
     pub bytes: u64,
     /// Bytes moved during the omitted warm-up.
     pub omitted_bytes: u64,
+    /// Bytes that arrived after the measured window of a timed TCP test, not in `bytes`
+    /// (receivers only: the flow was still draining after the senders stopped).
+    // Defaulted so a report from a peer built before this field existed still decodes.
+    #[serde(default)]
+    pub late_bytes: u64,
+    /// Seconds after the end of the window that the flow's last late byte arrived.
+    #[serde(default)]
+    pub late_seconds: f64,
     /// Write or read calls after the warm-up.
     pub calls: u64,
-    /// Seconds from the end of the warm-up to this end's last byte on any flow.
+    /// Seconds the counted bytes cover: the measured window for receivers of timed TCP
+    /// tests, otherwise from the end of the warm-up to this end's last byte on any flow.
     pub seconds: f64,
     /// TCP_INFO of the socket at the end, for flows this end sends on.
     pub tcp_info: Option<TcpInfo>,
@@ -297,12 +306,26 @@ pub struct Counted {
     /// on its own clock, so data in flight at that moment is omitted at the sender and counted
     /// at the receiver: `bytes + omitted_bytes` agree between the ends, `bytes` alone need not.
     pub omitted_bytes: u64,
-    /// Seconds the bytes were counted over.
+    /// Seconds the bytes were counted over: for the receivers of a timed TCP test the
+    /// measured window (warm-up excluded), so bytes still arriving after the senders stopped
+    /// do not stretch it; otherwise to the last byte.
     pub seconds: f64,
     /// bytes x 8 / seconds.
     pub bits_per_second: BitRate,
     /// Write or read system calls.
     pub calls: u64,
+    /// Receivers of timed TCP tests: bytes that arrived after the window (flows still
+    /// recovering losses or draining queues when the senders stopped); in neither `bytes`
+    /// nor the rate.
+    // Defaulted so results written before these fields existed still decode.
+    #[serde(default)]
+    pub late_bytes: u64,
+    /// Flows that had late bytes.
+    #[serde(default)]
+    pub late_flows: u32,
+    /// How long after the window the last late byte arrived, seconds.
+    #[serde(default)]
+    pub late_seconds: f64,
 }
 
 impl Counted {
@@ -314,6 +337,9 @@ impl Counted {
             seconds,
             bits_per_second: BitRate::from_bytes(bytes, seconds),
             calls,
+            late_bytes: 0,
+            late_flows: 0,
+            late_seconds: 0.0,
         }
     }
 }

@@ -807,6 +807,8 @@ pub fn report_from_results(
             role,
             bytes: s.bytes,
             omitted_bytes: 0,
+            late_bytes: 0,
+            late_seconds: 0.0,
             calls: 0,
             seconds: (s.end_time - s.start_time).max(0.0),
             tcp_info,

@@ -230,6 +230,25 @@ pub(crate) fn end_lines(s: &mut String, name: &str, e: &EndResult) {
     );
 }
 
+/// Bytes that arrived after the measured window, per direction, in words: they are not in
+/// the headline.
+pub(crate) fn late_lines(r: &RunResult) -> String {
+    let mut s = String::new();
+    for t in r.totals.iter().filter(|t| t.receiver.late_bytes > 0) {
+        let _ = writeln!(
+            s,
+            "note: {} of {} {} flow(s) were still delivering {:.1} s after the end of the test: {}, not in the headline (which is the bytes inside the {:.2} s window)",
+            t.receiver.late_flows,
+            t.flows,
+            flow_dir_words(t.dir),
+            t.receiver.late_seconds,
+            Bytes(t.receiver.late_bytes),
+            t.receiver.seconds
+        );
+    }
+    s
+}
+
 fn tcp_summary(r: &RunResult) -> String {
     let mut s = String::new();
     let _ = writeln!(
@@ -268,6 +287,7 @@ fn tcp_summary(r: &RunResult) -> String {
             t.flows
         );
     }
+    s.push_str(&late_lines(r));
     let with_info: Vec<_> = r.flows.iter().filter(|f| f.tcp_info.is_some()).collect();
     if !with_info.is_empty() {
         let _ = writeln!(s, "TCP_INFO of the sending sockets at the end:");
