@@ -555,3 +555,41 @@ fn a_server_already_listening_is_reused_and_left_running() {
         .is_some());
     assert!(server.alive());
 }
+
+#[test]
+fn an_exec_prefix_launcher_runs_the_commands() {
+    // kubectl and docker are command prefixes like this one: it runs its arguments with stdin
+    // and stdout piped, so the plan goes through the same code path.
+    let s = Scratch::new("exec");
+    let port = free_port();
+    let file = s.write(
+        "plan.toml",
+        &format!(
+            "[hosts.rx]\naddress = \"127.0.0.1\"\nexec = [\"env\", \"HAKARU_PLAN_TEST=rx\"]\nhakaru = \"{b}\"\nport = {port}\n\n[hosts.tx]\nexec = [\"env\", \"HAKARU_PLAN_TEST=tx\"]\nhakaru = \"{b}\"\n\n[[step]]\nkind = \"latency\"\nreceivers = [\"rx\"]\nsenders = [\"tx\"]\ntime = \"300ms\"\n",
+            b = bin()
+        ),
+    );
+    let (o, doc) = plan_run(
+        &mut hakaru(),
+        &file,
+        &s.0.join("out.json"),
+        Duration::from_secs(60),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    for h in doc["hosts"].as_array().unwrap() {
+        assert!(h["launcher"]
+            .as_str()
+            .unwrap()
+            .starts_with("exec env HAKARU_PLAN_TEST="));
+    }
+    let run = &doc["steps"][0]["runs"][0];
+    assert_eq!(run["command"][0], bin());
+    assert!(run["result"]["latency"]["replies"].as_u64().unwrap() > 0);
+    assert!(
+        doc["steps"][0]["aggregates"][0]["transactions_per_second"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+    assert!(port_closed(port));
+}
