@@ -116,6 +116,7 @@ impl Meter {
             payload: Payload::Letters,
             pace_bps: None,
             half_close: true,
+            window_at_peer_end: false,
         };
         let meta = (1..=flows.max(1) as u32)
             .map(|id| FlowMeta {

@@ -78,6 +78,7 @@ impl Running {
                 r.finish_receiving();
             }
             Running::Udp(r) => {
+                r.peer_ended();
                 r.stop_sending();
                 r.peer_done(&[]);
             }

@@ -52,6 +52,10 @@ pub(crate) struct Core {
     remaining: AtomicUsize,
     /// Nanoseconds since start when the last flow finished.
     end_ns: AtomicU64,
+    /// The end of the measured window once known, with every flow's counters then: set by
+    /// the ticker at the end of a timed TCP test, or when the peer ends the test (iperf3's
+    /// TEST_END).
+    window_mark: Mutex<Option<(u64, Vec<CounterSnapshot>)>>,
     errors: Mutex<Vec<Option<String>>>,
     on_done: Mutex<Option<DoneFn>>,
     wake: (Mutex<()>, Condvar),
@@ -71,6 +75,7 @@ impl Core {
             ended_by_peer: AtomicBool::new(false),
             remaining: AtomicUsize::new(n),
             end_ns: AtomicU64::new(0),
+            window_mark: Mutex::new(None),
             errors: Mutex::new(vec![None; n]),
             on_done: Mutex::new(Some(on_done)),
             wake: (Mutex::new(()), Condvar::new()),
@@ -136,6 +141,28 @@ impl Core {
         self.cfg.duration.map(|d| self.start + self.cfg.omit + d)
     }
 
+    /// Closes the measured window now, unless it is closed already.
+    pub fn mark_window(&self, at_ns: u64, counts: Vec<CounterSnapshot>) {
+        if let Ok(mut m) = self.window_mark.lock() {
+            m.get_or_insert((at_ns, counts));
+        }
+    }
+
+    /// The peer ended the test (iperf3's TEST_END). In a timed test the window closes now, as
+    /// `iperf3 -s` stops its clock at that message; what arrives later is not in the headline.
+    pub fn peer_ended(&self) {
+        self.ended_by_peer.store(true, Ordering::Release);
+        if self.cfg.window_at_peer_end {
+            let counts = self.counters.iter().map(FlowCounters::snapshot).collect();
+            self.mark_window(self.now_ns(), counts);
+        }
+        self.notify();
+    }
+
+    fn window_mark(&self) -> Option<(u64, Vec<CounterSnapshot>)> {
+        self.window_mark.lock().ok().and_then(|m| m.clone())
+    }
+
     /// End of the measured window of a timed TCP test, nanoseconds since the start (warm-up
     /// plus time). Receivers count bytes that arrive later (flows still draining) apart from
     /// the headline. UDP keeps whole-flow counts: its loss accounting needs every datagram,
@@ -158,7 +185,13 @@ impl Core {
             0 => self.now_ns(),
             e => e,
         };
-        if !self.udp && !self.ended_by_peer.load(Ordering::Acquire) {
+        let by_peer = self.ended_by_peer.load(Ordering::Acquire);
+        if by_peer {
+            if let Some((w, _)) = self.window_mark() {
+                return w.min(end);
+            }
+        }
+        if !self.udp && !by_peer {
             return end;
         }
         let deadline = self
@@ -177,7 +210,8 @@ impl Core {
         let end_ns = self.final_ns();
         let seconds = end_ns.saturating_sub(t.omit_ns) as f64 / 1e9;
         let errors = self.errors.lock().map(|e| e.clone()).unwrap_or_default();
-        let window = self.window_ns().zip(t.window.as_ref());
+        // UDP keeps whole-flow counts (see window_ns); its seconds come from final_ns.
+        let window = if self.udp { None } else { self.window_mark() };
         let flows = self
             .meta
             .iter()
@@ -187,8 +221,9 @@ impl Core {
                 let om = t.omit_counts.get(i).copied().unwrap_or_default();
                 // A receiver of a timed test counts what arrived inside the window; the rest
                 // came while its flow drained after the senders stopped.
-                let (counted_to, seconds, late_bytes, late_seconds) = match window {
+                let (counted_to, seconds, late_bytes, late_seconds) = match &window {
                     Some((w_ns, counts)) if m.role == Role::Receiver => {
+                        let w_ns = *w_ns;
                         let at = counts.get(i).copied().unwrap_or(fin);
                         let late = fin.bytes.saturating_sub(at.bytes);
                         let last = self.counters[i].last_ns();
@@ -267,9 +302,6 @@ fn udp_tick(prev: &CounterSnapshot, cur: &CounterSnapshot) -> UdpTick {
 pub(crate) struct TickerOut {
     pub omit_ns: u64,
     pub omit_counts: Vec<CounterSnapshot>,
-    /// Counters at the end of the measured window ([`Core::window_ns`]), when the side was
-    /// still moving data then.
-    pub window: Option<Vec<CounterSnapshot>>,
     pub cpu: Option<CpuUsage>,
     pub nic: Option<NicUsage>,
     pub udp_kernel: Option<UdpKernelCounters>,
@@ -281,7 +313,6 @@ impl TickerOut {
         TickerOut {
             omit_ns: 0,
             omit_counts: vec![CounterSnapshot::default(); n],
-            window: None,
             cpu: None,
             nic: None,
             udp_kernel: None,
@@ -404,7 +435,7 @@ fn ticker(s: &Core, mut on_interval: IntervalFn, tcp_probe: Option<TcpProbe>) ->
     let mut index = 0u32;
     let mut next_tick = (!interval.is_zero()).then_some(interval);
     let window_end = s.window_ns().map(Duration::from_nanos);
-    let mut window: Option<Vec<CounterSnapshot>> = None;
+    let mut window_taken = window_end.is_none();
     loop {
         // Sleep until the next tick, the end of the warm-up, the end of the measured window,
         // or the end of the test.
@@ -413,7 +444,7 @@ fn ticker(s: &Core, mut on_interval: IntervalFn, tcp_probe: Option<TcpProbe>) ->
             if !omit_taken {
                 wake_at = Some(wake_at.map_or(omit, |t| t.min(omit)));
             }
-            if let (Some(w), None) = (window_end, &window) {
+            if let (Some(w), false) = (window_end, window_taken) {
                 wake_at = Some(wake_at.map_or(w, |t| t.min(w)));
             }
             let mut g = match s.wake.0.lock() {
@@ -445,9 +476,10 @@ fn ticker(s: &Core, mut on_interval: IntervalFn, tcp_probe: Option<TcpProbe>) ->
             omit_counts = snap.clone();
             base = CounterBase::of(s);
         }
-        if let (Some(w), None) = (window_end, &window) {
+        if let (Some(w), false) = (window_end, window_taken) {
             if !done && now_ns >= w.as_nanos() as u64 {
-                window = Some(snap.clone());
+                window_taken = true;
+                s.mark_window(w.as_nanos() as u64, snap.clone());
             }
         }
         if let Some(tick) = next_tick {
@@ -514,7 +546,6 @@ fn ticker(s: &Core, mut on_interval: IntervalFn, tcp_probe: Option<TcpProbe>) ->
             return TickerOut {
                 omit_ns,
                 omit_counts,
-                window,
                 cpu: base
                     .cpu
                     .zip(end.cpu)

@@ -69,6 +69,10 @@ pub struct SideConfig {
     /// A sender that is done shuts its write side (the peer reads to the end of the stream);
     /// false for peers that end the test over their control connection (iperf3).
     pub half_close: bool,
+    /// The peer's end of the test (iperf3's TEST_END) closes the measured window of a timed
+    /// test: receivers count what arrives later apart from the headline, as `iperf3 -s` stops
+    /// counting there. False for `-n`/`-k` transfers, which are counted whole.
+    pub window_at_peer_end: bool,
 }
 
 /// The bytes senders write. Receivers never look at them; peers' users sometimes do (iperf3's
@@ -142,6 +146,7 @@ impl SideConfig {
             payload: Payload::Letters,
             pace_bps: None,
             half_close: true,
+            window_at_peer_end: false,
         }
     }
 }
@@ -280,8 +285,7 @@ impl SideRun {
     /// open until the results are shown): receivers finish as soon as nothing is left to read.
     pub fn finish_receiving(&self) {
         self.shared.drain.store(true, Ordering::Release);
-        self.shared.ended_by_peer.store(true, Ordering::Release);
-        self.shared.notify();
+        self.shared.peer_ended();
     }
 
     /// Stops everything now and shuts the sockets down, so the peer sees the end too.

@@ -207,6 +207,11 @@ impl UdpRun {
         s.peer_done.store(true, Ordering::Release);
     }
 
+    /// The peer ended the test (iperf3's TEST_END): the measured window closes now.
+    pub fn peer_ended(&self) {
+        self.shared.core.peer_ended();
+    }
+
     /// Stops everything now.
     pub fn abort(&self) {
         self.shared.set_abort();

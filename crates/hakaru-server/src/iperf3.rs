@@ -311,6 +311,7 @@ impl Session<'_> {
         // share of the amount, as stock iperf3 does.
         cfg.duration = None;
         cfg.half_close = false;
+        cfg.window_at_peer_end = matches!(plan.spec.amount(), hakaru_model::Amount::Time(_));
         cfg.stall_timeout = IDLE_LIMIT;
         cfg.payload = if p.repeating_payload {
             Payload::Digits

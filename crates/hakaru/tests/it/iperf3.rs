@@ -781,3 +781,38 @@ fn iperf3_client_interrupted_with_sigint() {
         "server to client",
     );
 }
+
+/// A low-rate UDP test (iperf3's default 1 Mbit/s sends a burst of datagrams now and then):
+/// hakaru's server reports the receiver's seconds over the whole test, as `iperf3 -s` does,
+/// not from the first to the last datagram, which would inflate the rate.
+#[test]
+fn low_rate_udp_receiver_seconds_match_a_stock_server() {
+    if !have_iperf3() {
+        return;
+    }
+    let srv = ServerProc::start(&[]);
+    let args = ["-u", "-t", "2", "-P", "3"];
+    let (o, ours) = stock_client(srv.port, &args);
+    assert_ok(&o, &ours);
+    let stock = StockServer::start();
+    let (o, theirs) = stock_client(stock.port, &args);
+    assert_ok(&o, &theirs);
+    let (ok, _) = stock.finish();
+    assert!(ok);
+    let (a, b) = (&ours["end"]["sum_received"], &theirs["end"]["sum_received"]);
+    let secs = |v: &Value| v["seconds"].as_f64().unwrap();
+    assert!(
+        (secs(a) - secs(b)).abs() < 0.05,
+        "receiver seconds: hakaru server {} against iperf3 -s {}",
+        secs(a),
+        secs(b)
+    );
+    assert_eq!(a["bytes"], b["bytes"], "the same datagrams arrived");
+    let rate = |v: &Value| v["bits_per_second"].as_f64().unwrap();
+    assert!(
+        (rate(a) / rate(b) - 1.0).abs() < 0.03,
+        "receiver rate: hakaru server {} against iperf3 -s {}",
+        rate(a),
+        rate(b)
+    );
+}
