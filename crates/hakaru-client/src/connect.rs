@@ -168,6 +168,7 @@ pub(crate) fn run(
         connect: Some(connect),
         latency: None,
         raw: None,
+        server_clock_offset: None,
     };
     observer.on_end(&result);
     Ok(result)

@@ -317,13 +317,20 @@ pub fn run_test(
         .unwrap_or_default();
     let local_ip = stream.local_addr().ok().map(|a| a.ip());
     let mut conn = ControlConn::new(stream);
+    let hello_at = sys::now_unix();
     conn.send_raw(&opening(&Message::Hello {
         protocol: PROTOCOL_VERSION,
         software: format!("hakaru {}", env!("CARGO_PKG_VERSION")),
     }))
     .map_err(ctl_err)?;
-    match conn.recv(HANDSHAKE_TIMEOUT) {
-        Ok(Message::Welcome { .. }) => {}
+    let clock = match conn.recv(HANDSHAKE_TIMEOUT) {
+        Ok(Message::Welcome { unix_time, .. }) => {
+            let back = sys::now_unix();
+            unix_time.map(|t| hakaru_model::ClockOffset {
+                offset_s: t - (hello_at + back) / 2.0,
+                round_trip_s: back - hello_at,
+            })
+        }
         Ok(Message::Error { message }) => return Err(ClientError::Server(message)),
         Ok(other) => {
             return Err(ClientError::NotHakaru {
@@ -353,7 +360,7 @@ pub fn run_test(
             })
         }
         Err(e) => return Err(ctl_err(e)),
-    }
+    };
     let mut spec = opts.spec.clone();
     let mut notes = Vec::new();
     if let TestSpec::Tcp(tcp) = &mut spec {
@@ -417,6 +424,7 @@ pub fn run_test(
             notes,
         });
         result.latency = Some(out.result);
+        result.server_clock_offset = clock;
         observer.on_end(&result);
         return Ok(result);
     }
@@ -442,6 +450,10 @@ pub fn run_test(
                 observer,
                 &stop,
             )
+            .map(|mut r| {
+                r.server_clock_offset = clock;
+                r
+            });
         }
         TestSpec::Latency(_) => unreachable!("latency tests returned above"),
         TestSpec::Raw(_) => {
@@ -542,7 +554,7 @@ pub fn run_test(
         return Err(ClientError::Flow(e));
     }
     let remote_address = addr_s.clone();
-    let result = assemble(hakaru_model::AssembleInputs {
+    let mut result = assemble(hakaru_model::AssembleInputs {
         ipv6: server_addr.is_ipv6() && server_addr.ip().to_canonical().is_ipv6(),
         spec,
         server: addr_s,
@@ -556,6 +568,7 @@ pub fn run_test(
         interrupted,
         notes,
     });
+    result.server_clock_offset = clock;
     observer.on_end(&result);
     Ok(result)
 }

@@ -169,6 +169,8 @@ fn sockperf_report() -> SideReport {
         udp_kernel: None,
         stray_datagrams: None,
         connect: None,
+        window_start_unix: None,
+        window_end_unix: None,
     }
 }
 

@@ -653,6 +653,8 @@ impl Usage {
             udp_kernel: None,
             stray_datagrams: None,
             connect,
+            window_start_unix: Some(sys::now_unix() - wall),
+            window_end_unix: Some(sys::now_unix()),
         }
     }
 }

@@ -737,6 +737,8 @@ pub fn bare_report(cfg: &SideConfig, wall: f64, mode: &str) -> SideReport {
         udp_kernel: None,
         stray_datagrams: None,
         connect: None,
+        window_start_unix: Some(sys::now_unix() - wall),
+        window_end_unix: Some(sys::now_unix()),
     }
 }
 

@@ -39,6 +39,8 @@ pub(crate) struct FlowMeta {
 /// State shared by a side's workers, its ticker and its owner.
 pub(crate) struct Core {
     pub start: Instant,
+    /// `start` on the wall clock, seconds since the Unix epoch.
+    pub start_unix: f64,
     pub cfg: SideConfig,
     pub meta: Vec<FlowMeta>,
     pub counters: Vec<FlowCounters>,
@@ -66,6 +68,7 @@ impl Core {
         let n = meta.len();
         Core {
             start: Instant::now(),
+            start_unix: sys::now_unix(),
             cfg,
             counters: (0..n).map(|_| FlowCounters::default()).collect(),
             meta,
@@ -212,6 +215,7 @@ impl Core {
         let errors = self.errors.lock().map(|e| e.clone()).unwrap_or_default();
         // UDP keeps whole-flow counts (see window_ns); its seconds come from final_ns.
         let window = if self.udp { None } else { self.window_mark() };
+        let window_end_ns = window.as_ref().map_or(end_ns, |(w, _)| (*w).min(end_ns));
         let flows = self
             .meta
             .iter()
@@ -270,6 +274,8 @@ impl Core {
             udp_kernel: t.udp_kernel,
             stray_datagrams: None,
             connect: None,
+            window_start_unix: Some(self.start_unix + t.omit_ns as f64 / 1e9),
+            window_end_unix: Some(self.start_unix + window_end_ns as f64 / 1e9),
         }
     }
 }

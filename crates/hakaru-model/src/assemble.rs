@@ -144,6 +144,8 @@ pub fn end_result(r: &SideReport) -> EndResult {
         udp_paths: r.udp_paths.clone(),
         udp_kernel: r.udp_kernel,
         stray_datagrams: r.stray_datagrams,
+        window_start_unix: r.window_start_unix,
+        window_end_unix: r.window_end_unix,
     }
 }
 
@@ -338,6 +340,7 @@ pub fn assemble(i: Inputs) -> RunResult {
         latency: None,
         connect: None,
         raw: None,
+        server_clock_offset: None,
     }
 }
 

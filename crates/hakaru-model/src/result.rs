@@ -295,6 +295,13 @@ pub struct SideReport {
     // Defaulted so a report from a peer built before this field existed still decodes.
     #[serde(default)]
     pub connect: Option<ConnectServerCounts>,
+    /// Wall-clock start of this end's measured window (after the warm-up), seconds since the
+    /// Unix epoch, by this end's clock.
+    #[serde(default)]
+    pub window_start_unix: Option<f64>,
+    /// Wall-clock end of this end's measured window, by this end's clock.
+    #[serde(default)]
+    pub window_end_unix: Option<f64>,
 }
 
 /// Bytes counted at one end of a flow or direction, with the time and rate.
@@ -473,6 +480,26 @@ pub struct EndResult {
     pub udp_kernel: Option<UdpKernelCounters>,
     /// Server only: datagrams from senders outside any test, ignored during this test.
     pub stray_datagrams: Option<u64>,
+    /// Wall-clock start of this end's measured window (after the warm-up), seconds since the
+    /// Unix epoch by this end's clock: to align results of tests run at once on several
+    /// machines (see `server_clock_offset` for the two clocks' difference).
+    // Defaulted so results written before these fields existed still decode.
+    #[serde(default)]
+    pub window_start_unix: Option<f64>,
+    /// Wall-clock end of this end's measured window, by this end's clock.
+    #[serde(default)]
+    pub window_end_unix: Option<f64>,
+}
+
+/// How far the server's wall clock was from the client's, estimated from the control
+/// connection's handshake (the server's time in its welcome against the middle of the
+/// client's round trip, as NTP does).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ClockOffset {
+    /// Server clock minus client clock, seconds.
+    pub offset_s: f64,
+    /// The handshake's round trip, seconds: the estimate is good to half of it.
+    pub round_trip_s: f64,
 }
 
 /// The result of one hakaru run: every renderer reads this.
@@ -522,6 +549,9 @@ pub struct RunResult {
     // Defaulted so results written before this field existed still decode.
     #[serde(default)]
     pub raw: Option<crate::raw::RawResult>,
+    /// The server's wall clock against the client's, for tests against a hakaru server.
+    #[serde(default)]
+    pub server_clock_offset: Option<ClockOffset>,
 }
 
 /// Formats Unix seconds as an RFC 3339 UTC timestamp with milliseconds.

@@ -831,6 +831,8 @@ pub fn report_from_results(
         udp_kernel: None,
         stray_datagrams: None,
         connect: None,
+        window_start_unix: None,
+        window_end_unix: None,
     })
 }
 

@@ -37,6 +37,10 @@ pub enum Message {
         protocol: u32,
         /// Server software and version.
         software: String,
+        /// The server's wall clock when it sent this, seconds since the Unix epoch: the
+        /// client estimates the two clocks' offset from it.
+        #[serde(default)]
+        unix_time: Option<f64>,
     },
     /// Client → server: run this test.
     TestRequest {

@@ -57,6 +57,7 @@ pub(crate) fn control(
     let welcome = hakaru_proto::native::opening(&Message::Welcome {
         protocol: PROTOCOL_VERSION,
         software: format!("hakaru {}", env!("CARGO_PKG_VERSION")),
+        unix_time: Some(sys::now_unix()),
     });
     if protocol != PROTOCOL_VERSION {
         let why = format!(

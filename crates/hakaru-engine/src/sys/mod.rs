@@ -145,6 +145,14 @@ pub type RawFd = std::os::windows::io::RawSocket;
 #[cfg(not(any(unix, windows)))]
 pub type RawFd = i32;
 
+/// The wall clock now, seconds since the Unix epoch (0 if the clock is before it).
+pub fn now_unix() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use std::io::{self, IoSlice};

@@ -122,6 +122,8 @@ fn end_result(r: Option<&SideReport>) -> EndResult {
             udp_paths: None,
             udp_kernel: None,
             stray_datagrams: None,
+            window_start_unix: None,
+            window_end_unix: None,
         };
     };
     hakaru_model::end_result(r)
@@ -170,5 +172,6 @@ fn assemble(
         latency: None,
         connect: None,
         raw: Some(o.result),
+        server_clock_offset: None,
     }
 }

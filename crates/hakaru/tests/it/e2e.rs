@@ -260,3 +260,49 @@ fn one_server_serves_concurrent_clients() {
         assert_reconciles(&json(&o));
     }
 }
+
+/// Results carry each end's measured window on its wall clock, and the server's clock offset
+/// from the handshake, so results of tests run at once can be aligned.
+#[test]
+fn results_carry_wall_clock_windows_and_the_clock_offset() {
+    let server = ServerProc::start(&[]);
+    let port = server.port_s();
+    for args in [
+        &["tcp", "-t", "1", "-O", "0.5"][..],
+        &["udp", "-t", "1", "-b", "10M"][..],
+        &["latency", "-t", "1"][..],
+        &["connect", "-t", "1"][..],
+    ] {
+        let mut argv = vec![args[0], "127.0.0.1", "-p", &port, "--json"];
+        argv.extend_from_slice(&args[1..]);
+        let before = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        let r = ok_json(&argv);
+        for end in ["client", "server_end"] {
+            let start = r[end]["window_start_unix"]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{args:?} {end}: no window start"));
+            let stop = r[end]["window_end_unix"].as_f64().unwrap();
+            assert!(
+                start >= before - 1.0 && stop > start,
+                "{args:?} {end}: {start}..{stop}"
+            );
+            // About the test's one second (a latency test adds its warm-up; a UDP receiver
+            // lingers up to 2 s for stragglers).
+            assert!(
+                (0.5..=3.6).contains(&(stop - start)),
+                "{args:?} {end}: {} s",
+                stop - start
+            );
+        }
+        let off = &r["server_clock_offset"];
+        let rt = off["round_trip_s"].as_f64().unwrap();
+        // One machine, one clock: the offset is within the handshake's uncertainty.
+        assert!(
+            off["offset_s"].as_f64().unwrap().abs() <= rt / 2.0 + 1e-3,
+            "{args:?}: {off}"
+        );
+    }
+}

@@ -266,6 +266,7 @@ fn peer_that_stops_reading_is_reported() {
         ctl.write_all(&opening(&Message::Welcome {
             protocol: 1,
             software: "fake".into(),
+            unix_time: None,
         }))
         .unwrap();
         assert!(matches!(
