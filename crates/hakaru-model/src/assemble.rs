@@ -236,6 +236,31 @@ fn sum_udp<'a>(of: impl Iterator<Item = &'a UdpCounts>) -> UdpCounts {
     finish_udp(t)
 }
 
+/// A paced UDP direction's asked rate against what its senders sent.
+fn rate_target(u: &crate::UdpSpec, t: &DirectionTotal) -> Option<crate::RateTarget> {
+    let flows = f64::from(t.flows);
+    let (asked, achieved, unit) = match u.rate {
+        crate::UdpRate::Bits(b) if b.0 > 0.0 => (b.0 * flows, t.sender.bits_per_second.0, "bit/s"),
+        crate::UdpRate::Packets(p) if p > 0.0 => (
+            p * flows,
+            t.udp.as_ref().map_or(0.0, |x| x.sent_pps),
+            "datagrams/s",
+        ),
+        _ => return None,
+    };
+    if t.sender.seconds <= 0.0 {
+        return None;
+    }
+    let ratio = achieved / asked;
+    Some(crate::RateTarget {
+        asked,
+        achieved,
+        unit: unit.into(),
+        ratio,
+        missed: ratio < crate::RATE_TARGET_MET,
+    })
+}
+
 /// Builds the run's result from both ends' reports.
 pub fn assemble(i: Inputs) -> RunResult {
     let find = |r: &SideReport, id: u32, role: Role| {
@@ -301,7 +326,10 @@ pub fn assemble(i: Inputs) -> RunResult {
                 .spec
                 .udp()
                 .map(|_| sum_udp(of.iter().filter_map(|f| f.udp.as_ref()))),
+            rate_target: None,
         });
+        let last = totals.len() - 1;
+        totals[last].rate_target = i.spec.udp().and_then(|u| rate_target(u, &totals[last]));
     }
     let mut notes = i.notes;
     let gso_sent = [&i.local, &i.remote]

@@ -383,7 +383,31 @@ pub struct DirectionTotal {
     pub retransmits: u64,
     /// UDP figures summed over the flows, for UDP tests.
     pub udp: Option<UdpCounts>,
+    /// Paced UDP tests (`-b`, `--rate`): the senders' asked rate against what they sent.
+    // Defaulted so results written before this field existed still decode.
+    #[serde(default)]
+    pub rate_target: Option<RateTarget>,
 }
+
+/// A paced sender's asked rate against what it achieved. A sender held back by its own
+/// qdisc, socket buffer or CPU sends less than asked, and the receiver then shows no loss:
+/// the path was never offered the asked rate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct RateTarget {
+    /// The rate asked of all flows of the direction together.
+    pub asked: f64,
+    /// What the senders sent, over their counted time.
+    pub achieved: f64,
+    /// Unit of both: `bit/s` (payload, `-b`) or `datagrams/s` (`--rate`).
+    pub unit: String,
+    /// achieved / asked.
+    pub ratio: f64,
+    /// True when the senders achieved less than 99 % of the asked rate.
+    pub missed: bool,
+}
+
+/// Below this share of the asked rate a paced sender counts as held back.
+pub const RATE_TARGET_MET: f64 = 0.99;
 
 /// One flow's figures for one interval, merged from both ends.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]

@@ -31,6 +31,14 @@ pub fn interval_heading(spec: &TestSpec) -> String {
     }
 }
 
+/// Warnings about one interval that need the test's spec: a paced UDP sender held back.
+pub fn interval_warnings(rec: &IntervalRecord, spec: &TestSpec) -> String {
+    match spec {
+        TestSpec::Udp(u) => udp_text::held_back_lines(rec, u),
+        _ => String::new(),
+    }
+}
+
 /// Lines for one interval of any test.
 pub fn interval_lines(rec: &IntervalRecord) -> String {
     if rec.latency.is_some() {

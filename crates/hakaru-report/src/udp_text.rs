@@ -101,6 +101,48 @@ fn tick_cols(u: Option<&UdpTick>, secs: f64) -> (String, String, String) {
     }
 }
 
+fn rate_words(v: f64, unit: &str) -> String {
+    if unit == "bit/s" {
+        BitRate(v).to_string()
+    } else {
+        format!("{v:.0} datagrams/s")
+    }
+}
+
+/// A warning line per direction whose paced senders sent less than 99 % of the asked rate
+/// during a full interval (the last, partial one is left alone).
+pub fn held_back_lines(rec: &IntervalRecord, spec: &UdpSpec) -> String {
+    let mut s = String::new();
+    let secs = rec.end - rec.start;
+    if rec.omitted || secs < spec.interval.0.as_secs_f64() * 0.9 {
+        return s;
+    }
+    for d in &rec.sums {
+        let flows = rec.flows.iter().filter(|f| f.dir == d.dir).count() as f64;
+        let (asked, sent, unit) = match spec.rate {
+            UdpRate::Bits(b) if b.0 > 0.0 => (b.0 * flows, d.sender_bps.map(|b| b.0), "bit/s"),
+            UdpRate::Packets(p) if p > 0.0 => (
+                p * flows,
+                d.sender_datagrams.map(|n| n as f64 / secs),
+                "datagrams/s",
+            ),
+            _ => continue,
+        };
+        let Some(sent) = sent else { continue };
+        if sent < asked * hakaru_model::RATE_TARGET_MET {
+            let _ = writeln!(
+                s,
+                "      {} held back: sent {} of {} asked ({:.1} %)",
+                d.dir.label(),
+                rate_words(sent, unit),
+                rate_words(asked, unit),
+                sent * 100.0 / asked
+            );
+        }
+    }
+    s
+}
+
 /// Lines for one interval: one per flow, then a SUM line per direction with several flows.
 pub fn interval_lines(rec: &IntervalRecord) -> String {
     let mut s = String::new();
@@ -239,6 +281,18 @@ pub fn summary(r: &RunResult) -> String {
                 (t.receiver.bytes, t.receiver.bits_per_second),
                 (t.sender.bytes, t.sender.bits_per_second),
                 u,
+            );
+        }
+    }
+    for t in &r.totals {
+        if let Some(rt) = t.rate_target.as_ref().filter(|rt| rt.missed) {
+            let _ = writeln!(
+                s,
+                "WARNING: {} senders sent {} of the {} asked ({:.1} %): they were held back (their qdisc, socket buffer or CPU), so the path was never offered the asked rate and the loss figures do not measure it",
+                flow_dir_words(t.dir),
+                rate_words(rt.achieved, &rt.unit),
+                rate_words(rt.asked, &rt.unit),
+                rt.ratio * 100.0
             );
         }
     }

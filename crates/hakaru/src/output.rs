@@ -29,18 +29,23 @@ pub fn out(s: &str) {
 
 struct TextObserver {
     heading: Option<String>,
+    spec: Option<TestSpec>,
 }
 
 impl Observer for TextObserver {
     fn on_start(&mut self, spec: &TestSpec, server: &str, embedded: bool) {
         out(&text::header(spec, server, embedded));
         self.heading = Some(text::interval_heading(spec));
+        self.spec = Some(spec.clone());
     }
     fn on_interval(&mut self, rec: &IntervalRecord) {
         if let Some(h) = self.heading.take() {
             out(&h);
         }
         out(&text::interval_lines(rec));
+        if let Some(spec) = &self.spec {
+            out(&text::interval_warnings(rec, spec));
+        }
     }
 }
 
@@ -78,7 +83,10 @@ impl Observer for Iperf3JsonObserver {
 /// The live observer for a format.
 pub fn observer(format: Format) -> Box<dyn Observer> {
     match format {
-        Format::Text => Box::new(TextObserver { heading: None }),
+        Format::Text => Box::new(TextObserver {
+            heading: None,
+            spec: None,
+        }),
         Format::Json => Box::new(JsonObserver),
         Format::JsonStream => Box::new(StreamObserver),
         Format::Iperf3Json => Box::new(Iperf3JsonObserver),

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::common::{count, num, stderr, ServerProc};
+use super::common::{bin, count, num, stderr, ServerProc};
 use super::netns_link::{Link, Shaping};
 
 /// Longest a client run of a few seconds may take, setup and teardown included.
@@ -288,4 +288,46 @@ fn pps_count_matches_veth_counter() {
         "server_end.nic.rx_packets {nic_rx} exceeds the {received} datagrams by more than {}",
         slack(received)
     );
+}
+
+/// A sender held back by its own qdisc (tbf at 30 Mbit/s on its egress, asked for 60 Mbit/s)
+/// sends about half the asked rate and the receiver sees no loss: the result says the target
+/// was missed, in JSON and in the text; a rate the link carries is not flagged.
+#[test]
+fn a_sender_held_back_by_its_qdisc_is_flagged() {
+    let Some(link) = Link::setup(&[], Shaping::client("30mbit")) else {
+        return;
+    };
+    let server = link.start_server();
+    let doc = run_client(&link, &server, "udp", &["-b", "60M", "-t", "2"]);
+    let rt = &doc["totals"][0]["rate_target"];
+    eprintln!("held back: {rt}");
+    assert_eq!(rt["missed"], true, "{rt}");
+    assert_eq!(rt["unit"], "bit/s");
+    assert_eq!(rt["asked"].as_f64(), Some(60e6));
+    assert!(rt["ratio"].as_f64().unwrap() < 0.7, "{rt}");
+    let port = server.port_s();
+    let o = link.in_client(
+        &[
+            bin(),
+            "udp",
+            &link.server_ip,
+            "-p",
+            &port,
+            "-b",
+            "60M",
+            "-t",
+            "2",
+        ],
+        CLIENT_LIMIT,
+    );
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("held back: sent"), "{text}");
+    assert!(
+        text.contains("WARNING: client -> server senders sent"),
+        "{text}"
+    );
+    let ok = run_client(&link, &server, "udp", &["-b", "10M", "-t", "2"]);
+    let rt = &ok["totals"][0]["rate_target"];
+    assert_eq!(rt["missed"], false, "{rt}");
 }
