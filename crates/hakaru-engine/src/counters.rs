@@ -116,6 +116,11 @@ impl FlowCounters {
         st(&self.socket_drops, socket_drops.unwrap_or(NONE));
     }
 
+    /// Sets a receiver's final socket drop count (no call, no bytes).
+    pub fn set_socket_drops(&self, drops: u64) {
+        self.socket_drops.store(drops, Ordering::Relaxed);
+    }
+
     /// Counts datagrams that were not test data (no call, no bytes).
     pub fn set_ignored(&self, ignored: u64) {
         self.ignored.store(ignored, Ordering::Relaxed);

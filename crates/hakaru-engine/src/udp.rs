@@ -462,7 +462,7 @@ fn run_flows(s: &Shared, mine: Vec<usize>, pin: Option<usize>, used: &mut Used) 
             if finished {
                 match flows.swap_remove(k) {
                     Flow::Send(snd) => finish_sender(s, &snd),
-                    Flow::Recv(rcv) => s.finish_flow(rcv.idx, None),
+                    Flow::Recv(mut rcv) => finish_receiver(s, &mut rcv),
                 }
                 continue;
             }
@@ -738,6 +738,18 @@ fn recv_step(s: &Shared, rcv: &mut Receiver, used: &mut Used) -> Result<bool, St
     let counts = rcv.tracker.counts();
     s.counters[rcv.idx].publish_recv(bytes, &counts, rcv.ignored, rcv.socket_drops, mono_ns);
     Ok(true)
+}
+
+/// Ends a receiving flow with the socket's final drop count: drops after the last datagram
+/// that arrived are not reported with any datagram.
+fn finish_receiver(s: &Shared, rcv: &mut Receiver) {
+    let fd = s.sockets[rcv.idx].as_raw_fd();
+    if let Some(d) = sys::udp_socket_drops(fd) {
+        let d = d.max(rcv.socket_drops.unwrap_or(0));
+        rcv.socket_drops = Some(d);
+        s.counters[rcv.idx].set_socket_drops(d);
+    }
+    s.finish_flow(rcv.idx, None);
 }
 
 /// True when a receiver has nothing more to wait for: the peer's senders are done and either

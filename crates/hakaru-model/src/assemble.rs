@@ -236,6 +236,36 @@ fn sum_udp<'a>(of: impl Iterator<Item = &'a UdpCounts>) -> UdpCounts {
     finish_udp(t)
 }
 
+/// Whether an end's interface counted fewer packets than its sockets moved (datagrams, or
+/// full TCP segments): then it counted GSO buffers. `sends` is the direction this end sends.
+fn counts_buffers(n: &crate::NicUsage, flows: &[FlowResult], sends: FlowDir) -> bool {
+    let units = |f: &FlowResult, sender: bool| -> f64 {
+        let c = if sender { &f.sender } else { &f.receiver };
+        match &f.udp {
+            Some(u) if sender => u.sent_datagrams as f64,
+            Some(u) => u.received_datagrams as f64,
+            None => {
+                let mss = f.tcp_info.as_ref().map_or(1448, |t| t.snd_mss.max(536));
+                (c.bytes + c.omitted_bytes + c.late_bytes) as f64 / f64::from(mss)
+            }
+        }
+    };
+    let tx: f64 = flows
+        .iter()
+        .filter(|f| f.dir == sends)
+        .map(|f| units(f, true))
+        .sum();
+    let rx: f64 = flows
+        .iter()
+        .filter(|f| f.dir != sends)
+        .map(|f| units(f, false))
+        .sum();
+    // Well below what the sockets moved (a real count can only be higher: headers, control
+    // packets, retransmissions), and enough packets for the comparison to mean something.
+    (tx > 1000.0 && (n.tx_packets as f64) < tx * 0.9)
+        || (rx > 1000.0 && (n.rx_packets as f64) < rx * 0.9)
+}
+
 /// A paced UDP direction's asked rate against what its senders sent.
 fn rate_target(u: &crate::UdpSpec, t: &DirectionTotal) -> Option<crate::RateTarget> {
     let flows = f64::from(t.flows);
@@ -332,19 +362,24 @@ pub fn assemble(i: Inputs) -> RunResult {
         totals[last].rate_target = i.spec.udp().and_then(|u| rate_target(u, &totals[last]));
     }
     let mut notes = i.notes;
-    let gso_sent = [&i.local, &i.remote]
-        .iter()
-        .any(|r| r.udp_paths.as_ref().is_some_and(|p| p.send == "gso"));
-    let on_lo = [&i.local, &i.remote]
-        .iter()
-        .any(|r| r.nic.as_ref().is_some_and(|n| n.interface == "lo"));
-    if gso_sent && on_lo {
-        notes.push(
-            "lo counts each UDP GSO batch as one packet, so its rxpck/s is not the datagram rate; \
-             the datagram counts are the receiving sockets' (on a real NIC the batches are split \
-             before the wire)"
-                .into(),
-        );
+    let mut client = end_result(&i.local);
+    let mut server_end = end_result(&i.remote);
+    let mut buffered = Vec::new();
+    for (e, sends) in [(&mut client, FlowDir::Up), (&mut server_end, FlowDir::Down)] {
+        if let Some(n) = e.nic.as_mut() {
+            n.packets_are_buffers = n.virtual_interface && counts_buffers(n, &flows, sends);
+            if n.packets_are_buffers && !buffered.contains(&n.interface) {
+                buffered.push(n.interface.clone());
+            }
+        }
+    }
+    if !buffered.is_empty() {
+        notes.push(format!(
+            "{} virtual (no device behind it) and pass{} GSO buffers whole, so {} packet counts are buffers, not wire packets (packets_are_buffers); the sockets' datagram counts are the packet figure, and on a real NIC the buffers are split before the wire",
+            if buffered.len() == 1 { format!("{} is", buffered[0]) } else { format!("{} are", buffered.join(" and ")) },
+            if buffered.len() == 1 { "es" } else { "" },
+            if buffered.len() == 1 { "its" } else { "their" },
+        ));
     }
     RunResult {
         schema_version: SCHEMA_VERSION,
@@ -361,8 +396,8 @@ pub fn assemble(i: Inputs) -> RunResult {
         intervals: i.intervals,
         flows,
         totals,
-        client: end_result(&i.local),
-        server_end: end_result(&i.remote),
+        client,
+        server_end,
         interrupted: i.interrupted,
         notes,
         latency: None,

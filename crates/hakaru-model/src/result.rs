@@ -140,6 +140,16 @@ pub struct NicUsage {
     /// Transmit errors per second (sar -n EDEV txerr/s).
     #[serde(default)]
     pub tx_errors_ps: f64,
+    /// The interface has no device behind it (lo, veth, bridge, tun): the kernel can count a
+    /// GSO or GRO buffer on it as one packet.
+    #[serde(default)]
+    pub virtual_interface: bool,
+    /// The packet counts are GSO buffers, not wire packets: the interface is virtual and it
+    /// counted well under (below 90 % of) the datagrams or full segments the test's sockets
+    /// moved through it. The sockets' datagram counts are then the packet figure; bytes still
+    /// count every byte. Never set for a real NIC, which counts wire packets.
+    #[serde(default)]
+    pub packets_are_buffers: bool,
 }
 
 /// Facts about one end's machine and network stack.

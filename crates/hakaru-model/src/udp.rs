@@ -427,7 +427,9 @@ pub struct UdpFlowSide {
     pub jitter_ms: Option<f64>,
     /// Receiver: datagrams on the flow's socket that were not test data (ignored).
     pub ignored: u64,
-    /// Receiver: datagrams the kernel dropped on this socket for lack of buffer (SO_RXQ_OVFL).
+    /// Receiver: datagrams the kernel dropped at this socket for lack of receive buffer (the
+    /// socket's own drop counter, read when the flow ends; SO_RXQ_OVFL reports it only with
+    /// a datagram that arrives, so it misses drops after the last one).
     pub socket_drops: Option<u64>,
 }
 
@@ -463,7 +465,9 @@ pub struct UdpCounts {
     pub sequenced: bool,
     /// Datagrams on the test's sockets that were not test data (ignored).
     pub ignored: u64,
-    /// Datagrams the kernel dropped on the receiving sockets for lack of buffer (SO_RXQ_OVFL).
+    /// Datagrams the kernel dropped at the receiving sockets for lack of receive buffer, read
+    /// from each socket's drop counter when its flow ends. With no loss elsewhere on the path
+    /// it equals `lost`; drops on the wire, in a qdisc or a firewall are in `lost` only.
     pub socket_drops: Option<u64>,
 }
 
@@ -476,8 +480,9 @@ pub struct UdpKernelCounters {
     pub out_datagrams: u64,
     /// Receive errors, buffer overflows included (InErrors).
     pub in_errors: u64,
-    /// Receive buffer overflows (RcvbufErrors). Counts socket buffers (skbs): with GSO one
-    /// dropped buffer can hold many datagrams.
+    /// Receive buffer overflows (RcvbufErrors), for every UDP socket of the host (of its
+    /// network namespace), not only the test's. One per dropped datagram; with `--gro`, one
+    /// per dropped GRO buffer, which can hold many datagrams.
     pub rcvbuf_errors: u64,
     /// Send buffer overflows (SndbufErrors).
     pub sndbuf_errors: u64,

@@ -209,9 +209,19 @@ pub(crate) fn end_lines(s: &mut String, name: &str, e: &EndResult) {
         );
     }
     if let Some(n) = &e.nic {
+        // A virtual interface passing GSO buffers whole counts buffers, not wire packets.
+        let (rx, tx, what) = if n.packets_are_buffers {
+            (
+                "rx GSO buffers/s",
+                "tx GSO buffers/s",
+                " (virtual interface: packet counts are GSO buffers, not wire packets)",
+            )
+        } else {
+            ("rxpck/s", "txpck/s", "")
+        };
         let _ = writeln!(
             s,
-            "  {name:<6} NIC {}: rxpck/s {:.0}  txpck/s {:.0}  rxkB/s {:.0}  txkB/s {:.0}  rxdrop/s {:.1}  txdrop/s {:.1}  errors rx {} tx {}",
+            "  {name:<6} NIC {}: {rx} {:.0}  {tx} {:.0}  rxkB/s {:.0}  txkB/s {:.0}  rxdrop/s {:.1}  txdrop/s {:.1}  errors rx {} tx {}{what}",
             n.interface, n.rx_pps, n.tx_pps, n.rx_kib_per_s, n.tx_kib_per_s, n.rx_drops_ps, n.tx_drops_ps,
             n.rx_errors, n.tx_errors
         );
@@ -242,7 +252,12 @@ pub(crate) fn end_lines(s: &mut String, name: &str, e: &EndResult) {
 /// the headline.
 pub(crate) fn late_lines(r: &RunResult) -> String {
     let mut s = String::new();
-    for t in r.totals.iter().filter(|t| t.receiver.late_bytes > 0) {
+    // A socket buffer's worth that lands within milliseconds (loopback) is not worth a line;
+    // the JSON has it either way.
+    let worth = |c: &hakaru_model::Counted| {
+        c.late_bytes > 0 && (c.late_seconds >= 0.05 || c.late_bytes * 100 >= c.bytes)
+    };
+    for t in r.totals.iter().filter(|t| worth(&t.receiver)) {
         let _ = writeln!(
             s,
             "note: {} of {} {} flow(s) were still delivering {:.1} s after the end of the test: {}, not in the headline (which is the bytes inside the {:.2} s window)",

@@ -229,7 +229,7 @@ fn drops_line(s: &mut String, name: &str, e: &EndResult, socket_drops: Option<u6
     let k = e.udp_kernel.unwrap_or_default();
     let _ = writeln!(
         s,
-        "  {name:<6} receive drops: socket buffer {} datagrams (SO_RXQ_OVFL), RcvbufErrors {} and InErrors {} (/proc/net/snmp, buffers not datagrams), NIC rx drops {}",
+        "  {name:<6} receive drops: test sockets {} datagrams (their drop counters), host-wide RcvbufErrors {} and InErrors {} (/proc/net/snmp: every UDP socket; GRO buffers with --gro), NIC rx drops {}",
         socket_drops.map_or_else(|| "?".into(), |d| d.to_string()),
         k.rcvbuf_errors,
         k.in_errors,

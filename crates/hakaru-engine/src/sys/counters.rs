@@ -210,6 +210,7 @@ pub fn nic_usage(before: &NicSnapshot, after: &NicSnapshot, wall_secs: f64) -> N
         tx_drops: d(before.tx_drops, after.tx_drops),
         rx_errors: d(before.rx_errors, after.rx_errors),
         tx_errors: d(before.tx_errors, after.tx_errors),
+        virtual_interface: super::is_virtual_interface(&after.interface),
         ..NicUsage::default()
     })
 }

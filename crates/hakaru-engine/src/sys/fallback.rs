@@ -30,6 +30,11 @@ pub fn cpu_snapshot() -> Option<CpuSnapshot> {
     None
 }
 
+/// Whether an interface is virtual: not known here.
+pub fn is_virtual_interface(_iface: &str) -> bool {
+    false
+}
+
 /// Interface counters: not available here.
 pub fn nic_snapshot(_iface: &str) -> Option<NicSnapshot> {
     None
@@ -138,6 +143,11 @@ pub fn udp_set_gso(_fd: RawFd, _segment: u16) -> io::Result<()> {
 /// UDP receive offload: unsupported here.
 pub fn udp_set_gro(_fd: RawFd) -> io::Result<()> {
     Err(unsupported("UDP receive offload (UDP_GRO)"))
+}
+
+/// A socket's drop count: not available here.
+pub fn udp_socket_drops(_fd: RawFd) -> Option<u64> {
+    None
 }
 
 /// Receive timestamps and the drop counter: neither is available here.

@@ -214,6 +214,16 @@ pub fn cpu_snapshot() -> Option<CpuSnapshot> {
     Some(snap.with_ticks_per_sec(u64::try_from(hz).unwrap_or(0)))
 }
 
+/// True for an interface with no device behind it (lo, veth, bridge, tun, ...; the kernel
+/// lists those under /sys/devices/virtual/net). Such an interface can count a GSO or GRO
+/// buffer as one packet, where a real NIC counts the packets on the wire.
+pub fn is_virtual_interface(iface: &str) -> bool {
+    !iface.contains('/')
+        && std::path::Path::new("/sys/devices/virtual/net")
+            .join(iface)
+            .exists()
+}
+
 /// Counters of `iface` from `/proc/net/dev`.
 pub fn nic_snapshot(iface: &str) -> Option<NicSnapshot> {
     let text = fs::read_to_string("/proc/net/dev").ok()?;

@@ -74,6 +74,28 @@ pub fn udp_enable_rx_meta(fd: RawFd) -> (bool, bool) {
     (stamps, drops)
 }
 
+/// The socket's drop count now (SO_MEMINFO's SK_MEMINFO_DROPS): every datagram the kernel
+/// dropped at this socket for lack of receive buffer. SO_RXQ_OVFL reports the same counter,
+/// but only with a datagram that arrives, so drops after the last arrival never show there.
+pub fn udp_socket_drops(fd: RawFd) -> Option<u64> {
+    // SK_MEMINFO_VARS entries (9 since Linux 4.6, where the drop count was added).
+    let mut info = [0u32; 9];
+    let mut len = mem::size_of_val(&info) as libc::socklen_t;
+    // SAFETY: `info` is a live buffer of `len` bytes the kernel fills and `len` is updated to
+    // what it wrote.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_MEMINFO,
+            info.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    let need = (libc::SK_MEMINFO_DROPS as usize + 1) * mem::size_of::<u32>();
+    (rc == 0 && len as usize >= need).then(|| u64::from(info[libc::SK_MEMINFO_DROPS as usize]))
+}
+
 /// Sends each slice as one datagram (or, with [`udp_set_gso`], one GSO message) on connected
 /// socket `fd` with a single sendmmsg call; `wait == false` adds MSG_DONTWAIT.
 ///

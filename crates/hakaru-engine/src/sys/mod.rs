@@ -60,6 +60,8 @@
 //!   [`RecvBatch::segment_size`] reports. Unsupported: as for [`udp_set_gso`] (Linux < 5.0).
 //! - [`udp_enable_rx_meta`]: asks for kernel receive timestamps and the socket's drop counter;
 //!   returns which of the two were enabled, `(false, false)` where there are none.
+//! - [`udp_socket_drops`]: the socket's drop count now (datagrams dropped for lack of receive
+//!   buffer); `None` where the OS does not tell.
 //! - [`send_batch`]: each slice is one message on a connected socket, all in one system call
 //!   where the OS has one (sendmmsg); returns how many the OS took, possibly fewer than given,
 //!   and the error when the first one fails (`WouldBlock` for a full buffer with `wait` false,
@@ -108,29 +110,29 @@ pub use poll::{tighten_timer_slack, wait_fd, Interest, PollSet};
 #[cfg(target_os = "linux")]
 pub use linux::{
     available_congestion, bind_address_no_port, cpu_snapshot, environment, interface_for_addr,
-    local_port_range, nic_snapshot, nic_snapshot_all, online_cpus, pin_current_thread,
-    recv_discard, send_zerocopy, set_busy_poll, tcp_defer_accept, tcp_info, tcp_peer_window,
-    tcp_send_queue, ZeroCopySource, DISCARD_SUPPORTED,
+    is_virtual_interface, local_port_range, nic_snapshot, nic_snapshot_all, online_cpus,
+    pin_current_thread, recv_discard, send_zerocopy, set_busy_poll, tcp_defer_accept, tcp_info,
+    tcp_peer_window, tcp_send_queue, ZeroCopySource, DISCARD_SUPPORTED,
 };
 
 #[cfg(target_os = "linux")]
 pub use linux_udp::{
-    recv_batch, send_batch, udp_enable_rx_meta, udp_set_gro, udp_set_gso, udp_snmp, RecvBatch,
-    MAX_GSO_SEGMENTS,
+    recv_batch, send_batch, udp_enable_rx_meta, udp_set_gro, udp_set_gso, udp_snmp,
+    udp_socket_drops, RecvBatch, MAX_GSO_SEGMENTS,
 };
 
 #[cfg(not(target_os = "linux"))]
 pub use fallback::{
     available_congestion, bind_address_no_port, cpu_snapshot, environment, interface_for_addr,
-    local_port_range, nic_snapshot, nic_snapshot_all, online_cpus, pin_current_thread,
-    recv_discard, send_zerocopy, set_busy_poll, tcp_defer_accept, tcp_info, tcp_peer_window,
-    tcp_send_queue, ZeroCopySource, DISCARD_SUPPORTED,
+    is_virtual_interface, local_port_range, nic_snapshot, nic_snapshot_all, online_cpus,
+    pin_current_thread, recv_discard, send_zerocopy, set_busy_poll, tcp_defer_accept, tcp_info,
+    tcp_peer_window, tcp_send_queue, ZeroCopySource, DISCARD_SUPPORTED,
 };
 
 #[cfg(not(target_os = "linux"))]
 pub use fallback::{
-    recv_batch, send_batch, udp_enable_rx_meta, udp_set_gro, udp_set_gso, udp_snmp, RecvBatch,
-    MAX_GSO_SEGMENTS,
+    recv_batch, send_batch, udp_enable_rx_meta, udp_set_gro, udp_set_gso, udp_snmp,
+    udp_socket_drops, RecvBatch, MAX_GSO_SEGMENTS,
 };
 
 /// A socket descriptor as the OS names it (a file descriptor on Unix).
@@ -207,6 +209,7 @@ mod tests {
         same!(linux_udp / udp_set_gso: fn(RawFd, u16) -> io::Result<()>);
         same!(linux_udp / udp_set_gro: fn(RawFd) -> io::Result<()>);
         same!(linux_udp / udp_enable_rx_meta: fn(RawFd) -> (bool, bool));
+        same!(linux_udp / udp_socket_drops: fn(RawFd) -> Option<u64>);
         same!(linux_udp / send_batch: fn(RawFd, &[IoSlice<'_>], bool) -> io::Result<usize>);
         same!(linux_udp / udp_snmp: fn() -> Option<UdpSnmp>);
         let _: fn(usize, usize) -> linux_udp::RecvBatch = linux_udp::RecvBatch::new;

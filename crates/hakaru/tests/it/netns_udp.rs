@@ -331,3 +331,66 @@ fn a_sender_held_back_by_its_qdisc_is_flagged() {
     let rt = &ok["totals"][0]["rate_target"];
     assert_eq!(rt["missed"], false, "{rt}");
 }
+
+/// A receiver whose socket buffer overflows: every datagram lost was dropped at the test's
+/// sockets, so the sockets' drop counters, the namespace's RcvbufErrors and hakaru's own loss
+/// (sequence gaps plus the tail) are the same number. The counters are read when the flows
+/// end, so drops after the last datagram that arrived are counted too.
+#[test]
+fn socket_buffer_drops_reconcile_with_loss() {
+    let Some(link) = Link::setup(&[], Shaping::NONE) else {
+        return;
+    };
+    // Datagrams, not GSO batches, on the veth: the receiver's kernel sees each one.
+    link.segment_client_gso();
+    let server = link.start_server();
+    for args in [
+        &["pps", "-w", "8K"][..],
+        &["pps", "-P", "4", "-w", "8K"][..],
+    ] {
+        let mut all = args[1..].to_vec();
+        all.extend_from_slice(&["-t", "2"]);
+        let doc = run_client(&link, &server, args[0], &all);
+        let u = &doc["totals"][0]["udp"];
+        let lost = count(u, "/lost");
+        let drops = count(u, "/socket_drops");
+        let rcvbuf = count(&doc, "/server_end/udp_kernel/rcvbuf_errors");
+        eprintln!("{args:?}: lost {lost}, socket drops {drops}, RcvbufErrors {rcvbuf}");
+        assert!(
+            lost > 0,
+            "{args:?}: an 8 KiB buffer at full rate must overflow"
+        );
+        assert_eq!(drops, lost, "{args:?}: socket drops against loss");
+        assert_eq!(rcvbuf, lost, "{args:?}: RcvbufErrors against loss");
+    }
+}
+
+/// UDP GSO across a veth: the receiver's veth counts each GSO buffer as one packet, far fewer
+/// than the datagrams its sockets received, and the result labels its packet counts as
+/// buffers; with the batches split before the veth (as a real NIC splits them on the wire)
+/// the counts are packets again and carry no label.
+#[test]
+fn gso_buffers_on_a_veth_are_labelled() {
+    let Some(link) = Link::setup(&[], Shaping::NONE) else {
+        return;
+    };
+    let server = link.start_server();
+    let doc = run_client(&link, &server, "pps", &["-t", "1"]);
+    let nic = &doc["server_end"]["nic"];
+    let received = count(&doc, "/totals/0/udp/received_datagrams");
+    eprintln!(
+        "GSO: NIC rx_packets {} against {received} datagrams",
+        nic["rx_packets"]
+    );
+    assert_eq!(doc["client"]["udp_paths"]["send"], "gso");
+    assert_eq!(nic["virtual_interface"], true);
+    assert_eq!(nic["packets_are_buffers"], true, "{nic}");
+    assert!(count(nic, "/rx_packets") < received / 2);
+    let notes = doc["notes"].to_string();
+    assert!(notes.contains("packets_are_buffers"), "{notes}");
+    link.segment_client_gso();
+    let doc = run_client(&link, &server, "pps", &["-t", "1"]);
+    let nic = &doc["server_end"]["nic"];
+    assert_eq!(nic["packets_are_buffers"], false, "{nic}");
+    assert!(count(nic, "/rx_packets") >= count(&doc, "/totals/0/udp/received_datagrams"));
+}
