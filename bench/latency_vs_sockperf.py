@@ -9,6 +9,11 @@ figure compared is the median (p50) RTT, lower is better, so the ratio is hakaru
 the targets are upper bounds. Blocking cases run both tools in their default waiting mode; the
 busy cases run hakaru --spin against sockperf --nonblocked --timeout 0 (epoll with a zero timeout,
 busy polling) on both client and server. Servers are separate processes, stopped by PID.
+
+Placements: unpinned (the scheduler decides), "one CPU" (client and server of both tools pinned
+with taskset to CPU 0, so every round trip switches between them on that CPU) and "two CPUs"
+(clients on CPU 0, servers on CPU 1). The busy cases run unpinned only: two spinning ends on one
+CPU would measure the scheduler's time slice.
 """
 import argparse, json, os, re, signal, statistics, subprocess, sys, time
 
@@ -35,19 +40,31 @@ def run(cmd, limit):
     return p.stdout + p.stderr
 
 
-def hakaru(args, secs):
-    out = run([HAKARU, "latency", "127.0.0.1", "-p", str(HK_PORT), "-t", str(secs), "-i", "0", "--json"] + args, secs + 30)
+PLACEMENTS = [
+    # (name, taskset CPU list for clients, for servers)
+    ("unpinned", None, None),
+    ("one CPU", "0", "0"),
+    ("two CPUs", "0", "1"),
+]
+
+
+def pinned(cpu, cmd):
+    return (["taskset", "-c", cpu] if cpu is not None else []) + cmd
+
+
+def hakaru(args, secs, cpu=None):
+    out = run(pinned(cpu, [HAKARU, "latency", "127.0.0.1", "-p", str(HK_PORT), "-t", str(secs), "-i", "0", "--json"] + args), secs + 30)
     r = json.loads(out)["latency"]
     return r["rtt"]["p50_us"], r["rtt"]["p99_us"], r["transactions_per_second"]
 
 
-def sockperf(client_args, server_args, secs):
-    srv = subprocess.Popen(["sockperf", "sr", "-i", "127.0.0.1", "-p", str(SP_PORT)] + server_args,
+def sockperf(client_args, server_args, secs, ccpu=None, scpu=None):
+    srv = subprocess.Popen(pinned(scpu, ["sockperf", "sr", "-i", "127.0.0.1", "-p", str(SP_PORT)] + server_args),
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         time.sleep(0.5)
-        out = run(["sockperf", "pp", "-i", "127.0.0.1", "-p", str(SP_PORT), "-m", "14", "-t", str(secs),
-                   "--full-rtt"] + client_args, secs + 30)
+        out = run(pinned(ccpu, ["sockperf", "pp", "-i", "127.0.0.1", "-p", str(SP_PORT), "-m", "14", "-t", str(secs),
+                   "--full-rtt"] + client_args), secs + 30)
     finally:
         srv.send_signal(signal.SIGINT)
         try:
@@ -70,33 +87,42 @@ def main():
     ap.add_argument("--write", default=None)
     a = ap.parse_args()
     subprocess.run(["cargo", "build", "--release", "-q", "-p", "hakaru"], cwd=ROOT, check=True)
-    server = subprocess.Popen([HAKARU, "server", "-B", "127.0.0.1", "-p", str(HK_PORT)], stderr=subprocess.DEVNULL)
-    time.sleep(1)
-    res = {c[0]: {"hk": [], "sp": []} for c in CASES}
+    rows = [(c, p) for p in PLACEMENTS for c in CASES if p[1] is None or "blocking" in c[0]]
+    res = {(c[0], p[0]): {"hk": [], "sp": []} for c, p in rows}
     cps = {"1": [], "2": []}
-    try:
-        for rnd in range(a.rounds):
-            for name, hk_args, sp_c, sp_s, _ in CASES:
-                order = [("hk", lambda: hakaru(hk_args, a.time)), ("sp", lambda: sockperf(sp_c, sp_s, a.time))]
-                if rnd % 2:
-                    order.reverse()
-                for key, fn in order:
-                    res[name][key].append(fn())
-                    time.sleep(0.5)
-                h, s = res[name]["hk"][-1], res[name]["sp"][-1]
-                print(f"round {rnd + 1}: {name}: p50 hakaru {h[0]:.1f} us, sockperf {s[0]:.1f} us", file=sys.stderr)
-            # Connections per second with RST closes (no peer tool here; the target is absolute).
-            for n in cps:
-                out = run([HAKARU, "connect", "127.0.0.1", "-p", str(HK_PORT), "-t", str(a.time), "--rst",
-                           "-P", n, "-i", "0", "--json"], a.time + 30)
-                cps[n].append(json.loads(out)["connect"]["connections_per_second"])
-                time.sleep(0.5)
-    finally:
-        server.send_signal(signal.SIGTERM)
+    for pname, ccpu, scpu in PLACEMENTS:
+        server = subprocess.Popen(pinned(scpu, [HAKARU, "server", "-B", "127.0.0.1", "-p", str(HK_PORT)]),
+                                  stderr=subprocess.DEVNULL)
+        time.sleep(1)
         try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
+            for rnd in range(a.rounds):
+                for (name, hk_args, sp_c, sp_s, _), p in rows:
+                    if p[0] != pname:
+                        continue
+                    order = [("hk", lambda: hakaru(hk_args, a.time, ccpu)),
+                             ("sp", lambda: sockperf(sp_c, sp_s, a.time, ccpu, scpu))]
+                    if rnd % 2:
+                        order.reverse()
+                    for key, fn in order:
+                        res[(name, pname)][key].append(fn())
+                        time.sleep(0.5)
+                    h, s_ = res[(name, pname)]["hk"][-1], res[(name, pname)]["sp"][-1]
+                    print(f"round {rnd + 1}: {name}, {pname}: p50 hakaru {h[0]:.1f} us, sockperf {s_[0]:.1f} us",
+                          file=sys.stderr)
+                # Connections per second with RST closes (no peer tool here; the target is
+                # absolute): unpinned only.
+                if ccpu is None:
+                    for n in cps:
+                        out = run([HAKARU, "connect", "127.0.0.1", "-p", str(HK_PORT), "-t", str(a.time), "--rst",
+                                   "-P", n, "-i", "0", "--json"], a.time + 30)
+                        cps[n].append(json.loads(out)["connect"]["connections_per_second"])
+                        time.sleep(0.5)
+        finally:
+            server.send_signal(signal.SIGTERM)
+            try:
+                server.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                server.kill()
     cmd = f"python3 bench/latency_vs_sockperf.py --rounds {a.rounds} --time {a.time}"
     ver = run(["sockperf", "--version"], 10)
     ver = re.search(r"[0-9]+\.[0-9]+(\.[0-9]+)?", re.sub(r"\x1b\[[0-9;]*m", "", ver))
@@ -106,14 +132,14 @@ def main():
         f"{ver.group(0) if ver else '?'}). Round-trip times in microseconds; lower is better; the ratio is "
         "hakaru / sockperf, median of the per-round ratios.",
         "",
-        "| case | hakaru p50 | sockperf p50 | ratio | target | met? | hakaru p99 | sockperf p99 | hakaru trans/s | sockperf trans/s |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| case | placement | hakaru p50 | sockperf p50 | ratio | target | met? | hakaru p99 | sockperf p99 | hakaru trans/s | sockperf trans/s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for name, _, _, _, target in CASES:
-        hk, sp = res[name]["hk"], res[name]["sp"]
+    for (name, _, _, _, target), (pname, _, _) in rows:
+        hk, sp = res[(name, pname)]["hk"], res[(name, pname)]["sp"]
         ratio = statistics.median(h[0] / s[0] for h, s in zip(hk, sp))
         med = lambda xs, i: statistics.median(x[i] for x in xs)
-        lines.append(f"| {name} | {med(hk, 0):.1f} | {med(sp, 0):.1f} | **{ratio:.2f}x** | <= {target:.2f}x | "
+        lines.append(f"| {name} | {pname} | {med(hk, 0):.1f} | {med(sp, 0):.1f} | **{ratio:.2f}x** | <= {target:.2f}x | "
                      f"{'yes' if ratio <= target else 'no'} | {med(hk, 1):.1f} | {med(sp, 1):.1f} | "
                      f"{med(hk, 2):.0f} | {med(sp, 2):.0f} |")
     lines += ["", "| `hakaru connect --rst` | connections/s (median) | target | met? |", "|---|---|---|---|"]

@@ -1,10 +1,12 @@
 //! Request/response round trips: the client's pinger and the server's echo.
 //!
-//! Each flow has its own thread and non-blocking socket. Closed loop sends the next request
-//! when the reply to the last one arrives. Open loop (`rate`) sends request `k` at
-//! `k / rate` seconds and times its reply from that scheduled instant, so a stall shows up in
-//! the percentiles instead of silently delaying later requests (no coordinated omission).
-//! Waiting is `poll` with a nanosecond timeout, or a busy loop with `spin`. Every request
+//! Each flow has its own thread and socket. Closed loop sends the next request when the reply
+//! to the last one arrives, waiting in a blocking receive (send, receive: two system calls
+//! per round trip, as sockperf makes; the echo makes receive, send). Open loop (`rate`)
+//! sends request `k` at `k / rate` seconds and times its reply from that scheduled instant,
+//! so a stall shows up in the percentiles instead of silently delaying later requests (no
+//! coordinated omission); it waits in `poll` with a nanosecond timeout on a non-blocking
+//! socket. `spin` busy-loops on non-blocking sockets at both ends. Every request
 //! carries flow, sequence number and send time in the datagram header format of
 //! `proto::datagram`, and the echo returns the bytes unchanged; against a stock `sockperf sr`
 //! requests carry sockperf's header instead ([`Framing`]).
@@ -200,9 +202,9 @@ struct FlowOut {
 impl Pinger {
     /// Starts one thread per flow now.
     pub fn start(cfg: PingConfig, flows: Vec<PingFlow>) -> io::Result<Pinger> {
-        // Closed loop with SO_BUSY_POLL receives in blocking calls, which is where the kernel
-        // busy-polls; open loop must wake for its schedule, so it always waits in poll.
-        let blocking = cfg.busy_poll.is_some() && cfg.rate.is_none() && !cfg.spin;
+        // Closed loop receives in blocking calls: one system call to wait and read (and where
+        // SO_BUSY_POLL busy-polls); open loop must wake for its schedule, so it waits in poll.
+        let blocking = cfg.rate.is_none() && !cfg.spin;
         for f in &flows {
             f.socket
                 .prepare(cfg.busy_poll, blocking, Duration::from_millis(10))?;
@@ -604,7 +606,7 @@ fn run_flow(s: &Shared, slot: usize, f: PingFlow) -> FlowOut {
         req: (0..len).map(|i| b'a' + (i % 26) as u8).collect(),
         rbuf: vec![0u8; (len * 64).max(65_536)],
         have: 0,
-        blocking: s.cfg.busy_poll.is_some() && s.cfg.rate.is_none() && !s.cfg.spin,
+        blocking: s.cfg.rate.is_none() && !s.cfg.spin,
         out: FlowOut {
             id: f.id,
             hist: LatencyHistogram::new(),
@@ -662,7 +664,8 @@ impl Echo {
         let stop = Arc::new(AtomicBool::new(false));
         let left = Arc::new(AtomicUsize::new(flows.len()));
         let mut threads = Vec::with_capacity(flows.len());
-        let blocking = busy_poll.is_some() && !spin;
+        // A blocking receive waits and reads in one system call (receive, send per round trip).
+        let blocking = !spin;
         for (i, f) in flows.into_iter().enumerate() {
             f.socket
                 .prepare(busy_poll, blocking, Duration::from_millis(100))?;
