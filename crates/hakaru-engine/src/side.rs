@@ -482,16 +482,26 @@ fn ticker(s: &Core, mut on_interval: IntervalFn, tcp_probe: Option<TcpProbe>) ->
             omit_counts = snap.clone();
             base = CounterBase::of(s);
         }
+        // The measured window closes: its counters are the headline's, and its last interval
+        // ends here (what arrives later is reported apart, not as another interval).
+        let mut window_now = None;
         if let (Some(w), false) = (window_end, window_taken) {
             if !done && now_ns >= w.as_nanos() as u64 {
+                // The counters are as of now: a ticker woken late must not count the extra
+                // bytes over the nominal window.
                 window_taken = true;
-                s.mark_window(w.as_nanos() as u64, snap.clone());
+                window_now = Some(now_ns);
+                s.mark_window(now_ns, snap.clone());
             }
         }
         if let Some(tick) = next_tick {
             let tick_ns = tick.as_nanos() as u64;
-            let end_ns = if done { now_ns } else { tick_ns.min(now_ns) };
-            let due = now_ns >= tick_ns || done || aborted;
+            let end_ns = match window_now {
+                Some(w) => w,
+                None if done => now_ns,
+                None => tick_ns.min(now_ns),
+            };
+            let due = now_ns >= tick_ns || done || aborted || window_now.is_some();
             let long_enough = end_ns.saturating_sub(last_ns) * 20 >= interval.as_nanos() as u64;
             if due && long_enough {
                 let flows = (0..n)
@@ -543,7 +553,7 @@ fn ticker(s: &Core, mut on_interval: IntervalFn, tcp_probe: Option<TcpProbe>) ->
                 last_ns = end_ns;
             }
             if due {
-                next_tick = Some(tick + interval);
+                next_tick = window_now.is_none().then_some(tick + interval);
             }
         }
         if done || aborted {

@@ -28,6 +28,8 @@ const DEFAULT_SETUP: Duration = Duration::from_secs(60);
 const STEP_MARGIN: Duration = Duration::from_secs(60);
 /// Time after a stop before clients (and servers at the end) are killed.
 const GRACE: Duration = Duration::from_secs(15);
+/// How long a step whose clients failed waits to see whether a receiver's server exited.
+const SERVER_EXIT_WAIT: Duration = Duration::from_millis(500);
 /// Most stderr kept per process for error messages.
 const STDERR_KEEP: usize = 16 << 10;
 
@@ -378,6 +380,28 @@ impl Drop for Servers {
     }
 }
 
+/// Starts `argv` on a host with stdin, stdout and stderr piped; stderr's tail is kept for
+/// error messages. `who` names the host's role in the error.
+fn spawn_piped(
+    r: &Ready,
+    argv: &[String],
+    who: &str,
+) -> Result<(Child, Arc<Mutex<String>>), String> {
+    let mut child = r
+        .launcher
+        .command(argv)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("{who}: cannot start {}: {e}", r.launcher.describe()))?;
+    let stderr = Arc::new(Mutex::new(String::new()));
+    if let Some(e) = child.stderr.take() {
+        drain_to(Arc::clone(&stderr), e);
+    }
+    Ok((child, stderr))
+}
+
 /// Starts `hakaru server` on a receiver. `Ok(None)`: the port is taken there, and the server
 /// already on it is used.
 fn start_server(host: &str, r: &Ready, port: u16) -> Result<Option<ServerProc>, String> {
@@ -388,23 +412,7 @@ fn start_server(host: &str, r: &Ready, port: u16) -> Result<Option<ServerProc>, 
         port.to_string(),
         "--exit-on-stdin-eof".into(),
     ];
-    let mut child = r
-        .launcher
-        .command(&argv)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| {
-            format!(
-                "receiver `{host}`: cannot start {}: {e}",
-                r.launcher.describe()
-            )
-        })?;
-    let stderr = Arc::new(Mutex::new(String::new()));
-    if let Some(e) = child.stderr.take() {
-        drain_to(Arc::clone(&stderr), e);
-    }
+    let (mut child, stderr) = spawn_piped(r, &argv, &format!("receiver `{host}`"))?;
     let (tx, rx) = mpsc::channel();
     if let Some(out) = child.stdout.take() {
         std::thread::spawn(move || {
@@ -508,23 +516,7 @@ fn spawn_client(
     argv: Vec<String>,
     tx: &mpsc::Sender<(usize, Ev)>,
 ) -> Result<Client, String> {
-    let mut child = r
-        .launcher
-        .command(&argv)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| {
-            format!(
-                "sender `{sender}`: cannot start {}: {e}",
-                r.launcher.describe()
-            )
-        })?;
-    let stderr = Arc::new(Mutex::new(String::new()));
-    if let Some(e) = child.stderr.take() {
-        drain_to(Arc::clone(&stderr), e);
-    }
+    let (mut child, stderr) = spawn_piped(r, &argv, &format!("sender `{sender}`"))?;
     if let Some(out) = child.stdout.take() {
         let tx = tx.clone();
         std::thread::spawn(move || {
@@ -742,6 +734,26 @@ fn run_step(
         }
     }
     finish_clients(&mut clients, &rx);
+    // A receiver that died made its clients fail first; give its launcher a moment to exit
+    // so the step names the receiver, not only the clients.
+    let any_failed = clients
+        .iter()
+        .any(|c| c.result.is_none() || c.error.is_some());
+    let until = Instant::now()
+        + if any_failed {
+            SERVER_EXIT_WAIT
+        } else {
+            Duration::ZERO
+        };
+    loop {
+        for e in servers.newly_dead() {
+            sr.errors.push(format!("{at}: {e}"));
+        }
+        if Instant::now() >= until {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
     for c in &clients {
         let error = c.error.clone().or_else(|| {
             if c.result.is_some() {

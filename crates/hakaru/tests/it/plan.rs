@@ -104,6 +104,25 @@ local = true
     )
 }
 
+/// Writes a plan of the three local hosts (receiver `rx`, senders `a` and `b`) and `steps`,
+/// runs it, and returns its output and result.
+fn local_plan(
+    s: &Scratch,
+    port: u16,
+    (sender_hakaru, receiver_hakaru): (&str, &str),
+    steps: &str,
+    limit: Duration,
+) -> (Output, Value) {
+    let file = s.write(
+        "plan.toml",
+        &format!(
+            "{}\n{steps}",
+            local_hosts(port, sender_hakaru, receiver_hakaru)
+        ),
+    );
+    plan_run(&mut hakaru(), &file, &s.0.join("out.json"), limit)
+}
+
 fn errors(doc: &Value) -> Vec<String> {
     doc["errors"]
         .as_array()
@@ -117,17 +136,11 @@ fn errors(doc: &Value) -> Vec<String> {
 fn local_plan_merges_what_each_client_measured() {
     let s = Scratch::new("merge");
     let port = free_port();
-    let file = s.write(
-        "plan.toml",
-        &format!(
-            "{}\n[[step]]\nkind = \"pps\"\nreceivers = [\"rx\"]\nsenders = [\"a\", \"b\"]\nparallel = 3\ntime = 1\nno_gso = true\n\n[[step]]\nkind = \"tcp\"\nreceivers = [\"rx\"]\nsenders = [\"a\"]\nparallel = [1, 2]\ntime = \"500ms\"\nreverse = true\n",
-            local_hosts(port, bin(), bin())
-        ),
-    );
-    let (o, doc) = plan_run(
-        &mut hakaru(),
-        &file,
-        &s.0.join("out.json"),
+    let (o, doc) = local_plan(
+        &s,
+        port,
+        (bin(), bin()),
+        "[[step]]\nkind = \"pps\"\nreceivers = [\"rx\"]\nsenders = [\"a\", \"b\"]\nparallel = 3\ntime = 1\nno_gso = true\n\n[[step]]\nkind = \"tcp\"\nreceivers = [\"rx\"]\nsenders = [\"a\"]\nparallel = [1, 2]\ntime = \"500ms\"\nreverse = true\n",
         Duration::from_secs(90),
     );
     assert!(o.status.success(), "plan failed: {}", stderr(&o));
@@ -282,17 +295,11 @@ fn missing_and_other_version_hakaru_are_named_before_any_traffic() {
     let s = Scratch::new("version");
     let port = free_port();
     let old = s.script("old-hakaru", "#!/bin/sh\necho 'hakaru 0.0.1'\n");
-    let file = s.write(
-        "plan.toml",
-        &format!(
-            "{}\n[[step]]\nkind = \"tcp\"\nreceivers = [\"rx\"]\nsenders = [\"a\", \"b\"]\ntime = 1\n",
-            local_hosts(port, &old, "/nonexistent/hakaru")
-        ),
-    );
-    let (o, doc) = plan_run(
-        &mut hakaru(),
-        &file,
-        &s.0.join("out.json"),
+    let (o, doc) = local_plan(
+        &s,
+        port,
+        (&old, "/nonexistent/hakaru"),
+        "[[step]]\nkind = \"tcp\"\nreceivers = [\"rx\"]\nsenders = [\"a\", \"b\"]\ntime = 1\n",
         Duration::from_secs(60),
     );
     assert_eq!(o.status.code(), Some(1));
@@ -353,17 +360,11 @@ fn a_sender_that_dies_mid_step_is_named_and_the_others_kept() {
     let s = Scratch::new("sender-dies");
     let port = free_port();
     let wrapper = dying(&s, "hakaru-a", "tcp", "1.5");
-    let file = s.write(
-        "plan.toml",
-        &format!(
-            "{}\n[[step]]\nkind = \"tcp\"\nreceivers = [\"rx\"]\nsenders = [\"a\", \"b\"]\ntime = 3\n",
-            local_hosts(port, &wrapper, bin())
-        ),
-    );
-    let (o, doc) = plan_run(
-        &mut hakaru(),
-        &file,
-        &s.0.join("out.json"),
+    let (o, doc) = local_plan(
+        &s,
+        port,
+        (&wrapper, bin()),
+        "[[step]]\nkind = \"tcp\"\nreceivers = [\"rx\"]\nsenders = [\"a\", \"b\"]\ntime = 3\n",
         Duration::from_secs(90),
     );
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
@@ -385,17 +386,11 @@ fn a_receiver_that_dies_mid_step_is_named() {
     let s = Scratch::new("receiver-dies");
     let port = free_port();
     let wrapper = dying(&s, "hakaru-rx", "server", "1.5");
-    let file = s.write(
-        "plan.toml",
-        &format!(
-            "{}\n[[step]]\nkind = \"tcp\"\nreceivers = [\"rx\"]\nsenders = [\"a\", \"b\"]\ntime = 4\n",
-            local_hosts(port, bin(), &wrapper)
-        ),
-    );
-    let (o, doc) = plan_run(
-        &mut hakaru(),
-        &file,
-        &s.0.join("out.json"),
+    let (o, doc) = local_plan(
+        &s,
+        port,
+        (bin(), &wrapper),
+        "[[step]]\nkind = \"tcp\"\nreceivers = [\"rx\"]\nsenders = [\"a\", \"b\"]\ntime = 4\n",
         Duration::from_secs(90),
     );
     assert_eq!(o.status.code(), Some(1));
@@ -520,17 +515,11 @@ fn a_server_already_listening_is_reused_and_left_running() {
     let s = Scratch::new("reuse");
     let mut server = super::common::ServerProc::start(&[]);
     let port = server.port;
-    let file = s.write(
-        "plan.toml",
-        &format!(
-            "{}\n[[step]]\nkind = \"udp\"\nreceivers = [\"rx\"]\nsenders = [\"a\"]\ntime = \"500ms\"\n",
-            local_hosts(port, bin(), bin())
-        ),
-    );
-    let (o, doc) = plan_run(
-        &mut hakaru(),
-        &file,
-        &s.0.join("out.json"),
+    let (o, doc) = local_plan(
+        &s,
+        port,
+        (bin(), bin()),
+        "[[step]]\nkind = \"udp\"\nreceivers = [\"rx\"]\nsenders = [\"a\"]\ntime = \"500ms\"\n",
         Duration::from_secs(60),
     );
     assert!(o.status.success(), "{}", stderr(&o));
