@@ -234,10 +234,9 @@ fn many_flows_headline_is_the_measured_window() {
         count(t, "/receiver/late_flows"),
         num(t, "/receiver/late_seconds"),
     );
-    assert!(
-        (num(t, "/receiver/seconds") - 5.0).abs() < 1e-6,
-        "the window is -t"
-    );
+    // The window is -t, closed when the ticker took its counters (a few ms late at most).
+    let window = num(t, "/receiver/seconds");
+    assert!((5.0..5.1).contains(&window), "the window is -t: {window} s");
     assert!(
         (got / want - 1.0).abs() <= 0.01,
         "16 flows: {:.2} Mbit/s is not within 1 % of {:.2}",
