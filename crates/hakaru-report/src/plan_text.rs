@@ -191,16 +191,66 @@ fn aggregate_line(a: &ReceiverAggregate) -> String {
     s
 }
 
-/// The end of a step: aggregates per receiver and the errors.
+/// One run's headline: what its receiver got (per direction), or its error.
+fn run_line(r: &hakaru_model::plan::PlanRun) -> String {
+    let Some(res) = &r.result else {
+        return format!(
+            "    {} -> {}: {}\n",
+            r.sender,
+            r.receiver,
+            r.error.as_deref().unwrap_or("no result")
+        );
+    };
+    let mut parts: Vec<String> = res
+        .totals
+        .iter()
+        .map(|t| match &t.udp {
+            Some(u) => format!(
+                "{} {}pps received ({}, lost {:.3} %)",
+                t.dir.label(),
+                per_second(u.received_pps),
+                t.receiver.bits_per_second,
+                u.lost_percent
+            ),
+            None => format!(
+                "{} {} received ({} sent)",
+                t.dir.label(),
+                t.receiver.bits_per_second,
+                t.sender.bits_per_second
+            ),
+        })
+        .collect();
+    if let Some(l) = &res.latency {
+        parts.push(format!(
+            "{} round trips/s, RTT p50 {:.1} us p99 {:.1} us",
+            per_second(l.transactions_per_second),
+            l.rtt.p50_us,
+            l.rtt.p99_us
+        ));
+    }
+    if let Some(c) = &res.connect {
+        parts.push(format!(
+            "{} connections/s",
+            per_second(c.connections_per_second)
+        ));
+    }
+    if res.interrupted {
+        parts.push("interrupted".into());
+    }
+    format!("    {} -> {}: {}\n", r.sender, r.receiver, parts.join("; "))
+}
+
+/// The end of a step: aggregates per receiver, then each run's headline or error.
 pub fn step_summary(s: &StepResult) -> String {
     let mut out = String::new();
     for a in &s.aggregates {
         out += &aggregate_line(a);
     }
+    if !s.runs.is_empty() {
+        out += "  runs:\n";
+    }
     for r in &s.runs {
-        if let Some(e) = &r.error {
-            out += &format!("  {} -> {}: {e}\n", r.sender, r.receiver);
-        }
+        out += &run_line(r);
     }
     out
 }
