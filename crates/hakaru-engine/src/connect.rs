@@ -452,7 +452,10 @@ fn prepare(sock: &Socket, cfg: &ConnectConfig) -> Result<(), Failure> {
     let opt = |r: io::Result<()>, what: &str| {
         r.map_err(|e| Failure::Failed(format!("setting {what}: {e}")))
     };
-    opt(sock.set_tcp_nodelay(true), "TCP_NODELAY")?;
+    // A request of one segment leaves at once without it: one system call less then.
+    if cfg.request > crate::connect_server::ONE_SEGMENT {
+        opt(sock.set_tcp_nodelay(true), "TCP_NODELAY")?;
+    }
     if cfg.rst {
         opt(sock.set_linger(Some(Duration::ZERO)), "SO_LINGER 0 (--rst)")?;
     }

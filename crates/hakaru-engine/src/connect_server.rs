@@ -26,6 +26,9 @@ const POLL_WAIT: Duration = Duration::from_millis(50);
 /// Longest a worker sleeps while connections wait for the client's close, which it does not
 /// poll for (see [`wait_ready`]).
 const DRAIN_WAIT: Duration = Duration::from_millis(5);
+/// Bytes a write can send as one segment on any common path: Nagle never delays it.
+pub(crate) const ONE_SEGMENT: usize = 1200;
+
 /// Most connections one worker accepts in a row before it serves the ones it has.
 const ACCEPT_BURST: usize = 64;
 /// Most reads or writes one connection gets per turn, so a peer that keeps sending cannot
@@ -229,7 +232,8 @@ fn worker(
                 if conns.len() >= max_open {
                     break;
                 }
-                match listener.accept() {
+                // One call for the socket and its non-blocking flag.
+                match sys::accept_nonblocking(&listener) {
                     Ok((stream, from)) => {
                         if from.ip().to_canonical() != peer {
                             counts.foreign += 1;
@@ -239,11 +243,11 @@ fn worker(
                             continue;
                         }
                         counts.accepted += 1;
-                        if stream.set_nonblocking(true).is_err() {
-                            counts.dropped += 1;
-                            continue;
+                        // A response of one segment leaves at once without it (nothing is
+                        // unacknowledged yet): no system call for TCP_NODELAY then.
+                        if response.len() > ONE_SEGMENT {
+                            let _ = stream.set_nodelay(true);
                         }
-                        let _ = stream.set_nodelay(true);
                         let mut c = Conn {
                             stream,
                             phase: Phase::Request(0),

@@ -81,6 +81,16 @@ pub fn bind_address_no_port(_fd: RawFd) -> io::Result<()> {
 }
 
 /// Deferring accept until data arrives: unsupported here.
+/// Accepts a connection and makes it non-blocking (two calls here).
+pub fn accept_nonblocking(
+    listener: &std::net::TcpListener,
+) -> io::Result<(std::net::TcpStream, std::net::SocketAddr)> {
+    let (s, a) = listener.accept()?;
+    s.set_nonblocking(true)?;
+    Ok((s, a))
+}
+
+/// TCP_DEFER_ACCEPT: unsupported here.
 pub fn tcp_defer_accept(_fd: RawFd, _secs: u32) -> io::Result<()> {
     Err(unsupported("TCP_DEFER_ACCEPT"))
 }

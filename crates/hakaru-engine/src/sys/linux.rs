@@ -537,6 +537,19 @@ pub fn bind_address_no_port(fd: RawFd) -> io::Result<()> {
     Ok(())
 }
 
+/// Accepts a connection as a non-blocking socket in one system call (accept4 with
+/// SOCK_NONBLOCK), with its peer's address.
+pub fn accept_nonblocking(
+    listener: &std::net::TcpListener,
+) -> io::Result<(std::net::TcpStream, std::net::SocketAddr)> {
+    let (s, a) =
+        socket2::SockRef::from(listener).accept4(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC)?;
+    let addr = a
+        .as_socket()
+        .ok_or_else(|| io::Error::other("accepted a connection with no IP address"))?;
+    Ok((s.into(), addr))
+}
+
 /// Makes a listening socket report a connection only once its first data has arrived
 /// (TCP_DEFER_ACCEPT, waiting at most `secs` seconds for it).
 pub fn tcp_defer_accept(fd: RawFd, secs: u32) -> io::Result<()> {

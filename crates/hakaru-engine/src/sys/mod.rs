@@ -109,10 +109,10 @@ pub use poll::{tighten_timer_slack, wait_fd, Interest, PollSet};
 
 #[cfg(target_os = "linux")]
 pub use linux::{
-    available_congestion, bind_address_no_port, cpu_snapshot, environment, interface_for_addr,
-    is_virtual_interface, local_port_range, nic_snapshot, nic_snapshot_all, online_cpus,
-    pin_current_thread, recv_discard, send_zerocopy, set_busy_poll, tcp_defer_accept, tcp_info,
-    tcp_peer_window, tcp_send_queue, ZeroCopySource, DISCARD_SUPPORTED,
+    accept_nonblocking, available_congestion, bind_address_no_port, cpu_snapshot, environment,
+    interface_for_addr, is_virtual_interface, local_port_range, nic_snapshot, nic_snapshot_all,
+    online_cpus, pin_current_thread, recv_discard, send_zerocopy, set_busy_poll, tcp_defer_accept,
+    tcp_info, tcp_peer_window, tcp_send_queue, ZeroCopySource, DISCARD_SUPPORTED,
 };
 
 #[cfg(target_os = "linux")]
@@ -123,10 +123,10 @@ pub use linux_udp::{
 
 #[cfg(not(target_os = "linux"))]
 pub use fallback::{
-    available_congestion, bind_address_no_port, cpu_snapshot, environment, interface_for_addr,
-    is_virtual_interface, local_port_range, nic_snapshot, nic_snapshot_all, online_cpus,
-    pin_current_thread, recv_discard, send_zerocopy, set_busy_poll, tcp_defer_accept, tcp_info,
-    tcp_peer_window, tcp_send_queue, ZeroCopySource, DISCARD_SUPPORTED,
+    accept_nonblocking, available_congestion, bind_address_no_port, cpu_snapshot, environment,
+    interface_for_addr, is_virtual_interface, local_port_range, nic_snapshot, nic_snapshot_all,
+    online_cpus, pin_current_thread, recv_discard, send_zerocopy, set_busy_poll, tcp_defer_accept,
+    tcp_info, tcp_peer_window, tcp_send_queue, ZeroCopySource, DISCARD_SUPPORTED,
 };
 
 #[cfg(not(target_os = "linux"))]
@@ -192,6 +192,11 @@ mod tests {
         same!(local_port_range: fn() -> Option<(u16, u16)>);
         same!(bind_address_no_port: fn(RawFd) -> io::Result<()>);
         same!(tcp_defer_accept: fn(RawFd, u32) -> io::Result<()>);
+        same!(
+            accept_nonblocking: fn(
+                &std::net::TcpListener,
+            ) -> io::Result<(std::net::TcpStream, std::net::SocketAddr)>
+        );
         same!(recv_discard: fn(RawFd, usize) -> io::Result<usize>);
         let _: bool = linux::DISCARD_SUPPORTED;
         let _: bool = fallback::DISCARD_SUPPORTED;
