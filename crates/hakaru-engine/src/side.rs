@@ -425,6 +425,28 @@ impl CounterBase {
     }
 }
 
+/// Every flow's counters with the instant they were read. A ticker descheduled between
+/// reading the clock and the counters (a loaded machine) would pair bytes with the wrong
+/// time: the read is repeated until clock and counters are taken within 200 us of each other
+/// (a few tries at most), and the middle of that span is the instant.
+fn timed_snapshot(s: &Core) -> (u64, Vec<CounterSnapshot>) {
+    let mut best: Option<(u64, u64, Vec<CounterSnapshot>)> = None;
+    for _ in 0..5 {
+        let t0 = s.now_ns();
+        let snap: Vec<CounterSnapshot> = s.counters.iter().map(FlowCounters::snapshot).collect();
+        let t1 = s.now_ns();
+        let span = t1.saturating_sub(t0);
+        if best.as_ref().is_none_or(|b| span < b.0) {
+            best = Some((span, t0 + span / 2, snap));
+        }
+        if span <= 200_000 {
+            break;
+        }
+    }
+    let (_, at, snap) = best.unwrap_or_default();
+    (at, snap)
+}
+
 fn ticker(s: &Core, mut on_interval: IntervalFn, tcp_probe: Option<TcpProbe>) -> TickerOut {
     let n = s.meta.len();
     let interval = s.cfg.interval;
@@ -472,10 +494,10 @@ fn ticker(s: &Core, mut on_interval: IntervalFn, tcp_probe: Option<TcpProbe>) ->
         }
         let done = s.all_done();
         let aborted = s.abort.load(Ordering::Acquire) && !done;
-        let now_ns = if done { s.final_ns() } else { s.now_ns() };
         // One snapshot per wake-up serves both the warm-up boundary and the interval, so no
         // byte lands in both an omitted interval and the counted total.
-        let snap: Vec<CounterSnapshot> = s.counters.iter().map(FlowCounters::snapshot).collect();
+        let (taken_ns, snap) = timed_snapshot(s);
+        let now_ns = if done { s.final_ns() } else { taken_ns };
         if !omit_taken && (now_ns >= omit.as_nanos() as u64 || done || aborted) {
             omit_taken = true;
             omit_ns = now_ns.min(omit.as_nanos() as u64);
