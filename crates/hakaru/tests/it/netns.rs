@@ -198,6 +198,11 @@ fn shaped_veth_goodput() {
 /// losses or draining their send buffers for up to seconds while the link idles. The headline
 /// counts the measured window only, so it stays the link's goodput; what came later is
 /// reported apart, and everything adds up to what was sent.
+///
+/// On a quiet machine the headline is within 0.5 % of the shaped goodput. The tolerance is
+/// the 2 % of the single-flow test because the receiver counts bytes as its application reads
+/// them: under the load of the other tests running in parallel, the backlog waiting in its
+/// socket buffers when the window opens and when it closes can differ by a megabyte or two.
 #[test]
 fn many_flows_headline_is_the_measured_window() {
     let Some(link) = Link::setup(&[], Shaping::client(SHAPED_TC)) else {
@@ -214,7 +219,7 @@ fn many_flows_headline_is_the_measured_window() {
             "-P",
             "16",
             "-t",
-            "5",
+            "8",
             "-O",
             "1",
             "--json",
@@ -236,10 +241,10 @@ fn many_flows_headline_is_the_measured_window() {
     );
     // The window is -t, closed when the ticker took its counters (a few ms late at most).
     let window = num(t, "/receiver/seconds");
-    assert!((5.0..5.1).contains(&window), "the window is -t: {window} s");
+    assert!((8.0..8.1).contains(&window), "the window is -t: {window} s");
     assert!(
-        (got / want - 1.0).abs() <= 0.01,
-        "16 flows: {:.2} Mbit/s is not within 1 % of {:.2}",
+        (got / want - 1.0).abs() <= TOLERANCE,
+        "16 flows: {:.2} Mbit/s is not within 2 % of {:.2}",
         got / 1e6,
         want / 1e6
     );

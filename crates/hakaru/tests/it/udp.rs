@@ -300,3 +300,73 @@ fn three_clients_into_one_server_each_get_their_own_results() {
         );
     }
 }
+
+/// The seeds' many-flow packet-rate runs: with 256 flows against a server process every flow
+/// is reported, with its own counts at both ends, in every interval and in the totals, and
+/// the totals are the flows added up.
+#[test]
+fn pps_with_256_flows_reports_and_counts_every_flow() {
+    let server = ServerProc::start(&[]);
+    let port = server.port_s();
+    for extra in [&[][..], &["--bidir"][..]] {
+        let mut args = vec![
+            "pps",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-P",
+            "256",
+            "-t",
+            "1",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let r = ok_json(&args);
+        let dirs = if extra.is_empty() { 1 } else { 2 };
+        let flows = r["flows"].as_array().unwrap();
+        assert_eq!(flows.len(), 256 * dirs, "{extra:?}: every flow reported");
+        let mut ids: Vec<u64> = flows.iter().map(|f| u(&f["id"])).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), 256 * dirs, "{extra:?}: flow ids are distinct");
+        for f in flows {
+            let udp = &f["udp"];
+            assert!(
+                u(&udp["sent_datagrams"]) > 0,
+                "{extra:?}: flow {} sent nothing",
+                f["id"]
+            );
+            assert!(
+                u(&udp["received_datagrams"]) > 0,
+                "{extra:?}: flow {} received nothing",
+                f["id"]
+            );
+            assert_eq!(
+                u(&udp["received_datagrams"]) + u(&udp["lost"]),
+                u(&udp["sent_datagrams"]) + u(&udp["duplicates"]),
+                "{extra:?}: flow {} does not reconcile: {udp}",
+                f["id"]
+            );
+        }
+        for t in r["totals"].as_array().unwrap() {
+            let of: Vec<&Value> = flows.iter().filter(|f| f["dir"] == t["dir"]).collect();
+            assert_eq!(u(&t["flows"]), 256);
+            for key in ["received_datagrams", "sent_datagrams", "lost"] {
+                let sum: u64 = of.iter().map(|f| u(&f["udp"][key])).sum();
+                assert_eq!(
+                    sum,
+                    u(&t["udp"][key]),
+                    "{extra:?}: {key} of the flows vs the total"
+                );
+            }
+        }
+        for rec in r["intervals"].as_array().unwrap() {
+            assert_eq!(
+                rec["flows"].as_array().unwrap().len(),
+                256 * dirs,
+                "{extra:?}: interval {} misses flows",
+                rec["index"]
+            );
+        }
+    }
+}
