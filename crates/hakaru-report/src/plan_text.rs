@@ -6,15 +6,21 @@ use hakaru_model::plan::{
 };
 use hakaru_model::{BitRate, FlowDir};
 
-/// Packets (or transactions) per second, short: `950`, `12.3 k`, `1.02 M`.
+/// A count per second with its SI prefix and the space before the unit that follows:
+/// `950 `, `12.3 k`, `1.02 M` (so `{}pps` reads `950 pps`, `12.3 kpps`).
 pub fn per_second(v: f64) -> String {
     if v >= 1e6 {
         format!("{:.2} M", v / 1e6)
     } else if v >= 1e4 {
         format!("{:.1} k", v / 1e3)
     } else {
-        format!("{v:.0}")
+        format!("{v:.0} ")
     }
+}
+
+/// A count per second with its prefix, no trailing space (for a unit after a space).
+fn count(v: f64) -> String {
+    per_second(v).trim_end().to_string()
 }
 
 fn arrow(dir: FlowDir) -> &'static str {
@@ -68,13 +74,13 @@ fn receiver_part(t: &ReceiverTick, row: &TimelineRow) -> String {
         .iter()
         .filter(|r| r.receiver == t.receiver && r.dir == t.dir)
         .map(|r| match (r.per_second, r.pps) {
-            (Some(ps), _) => format!("{} {}/s", r.sender, per_second(ps)),
+            (Some(ps), _) => format!("{} {}/s", r.sender, per_second(ps).trim_end()),
             (None, Some(pps)) => format!("{} {}pps", r.sender, per_second(pps)),
             (None, None) => format!("{} {}", r.sender, BitRate(r.bps)),
         })
         .collect();
     let total = match (t.per_second, t.pps) {
-        (Some(ps), _) => format!("{}/s", per_second(ps)),
+        (Some(ps), _) => format!("{}/s", per_second(ps).trim_end()),
         (None, Some(pps)) => format!("{}pps {}", per_second(pps), BitRate(t.bps)),
         (None, None) => format!("{}", BitRate(t.bps)),
     };
@@ -124,12 +130,12 @@ fn aggregate_line(a: &ReceiverAggregate) -> String {
     if let Some(tps) = a.transactions_per_second {
         s += &format!(
             "{} round trips/s, mean RTT {:.1} us, worst run's p99 {:.1} us",
-            per_second(tps),
+            count(tps),
             a.rtt_mean_us.unwrap_or(0.0),
             a.rtt_worst_p99_us.unwrap_or(0.0)
         );
     } else if let Some(cps) = a.connections_per_second {
-        s += &format!("{} connections/s", per_second(cps));
+        s += &format!("{} connections/s", count(cps));
     } else if let Some(pps) = a.received_pps {
         s += &format!(
             "{}pps received ({}), sent {}pps, lost {} ({:.3} %)",
@@ -164,10 +170,10 @@ fn aggregate_line(a: &ReceiverAggregate) -> String {
     }
     if let Some(c) = &a.nic_check {
         let (what, clients, nic) = if c.measure == "packets" {
-            ("packets/s", per_second(c.clients), per_second(c.nic))
+            ("packets/s", count(c.clients), count(c.nic))
         } else {
             (
-                "bits/s",
+                "bits/s: the NIC's between the payload and the payload with full headers",
                 BitRate(c.clients * 8.0).to_string(),
                 BitRate(c.nic * 8.0).to_string(),
             )
@@ -223,16 +229,13 @@ fn run_line(r: &hakaru_model::plan::PlanRun) -> String {
     if let Some(l) = &res.latency {
         parts.push(format!(
             "{} round trips/s, RTT p50 {:.1} us p99 {:.1} us",
-            per_second(l.transactions_per_second),
+            count(l.transactions_per_second),
             l.rtt.p50_us,
             l.rtt.p99_us
         ));
     }
     if let Some(c) = &res.connect {
-        parts.push(format!(
-            "{} connections/s",
-            per_second(c.connections_per_second)
-        ));
+        parts.push(format!("{} connections/s", count(c.connections_per_second)));
     }
     if res.interrupted {
         parts.push("interrupted".into());
@@ -265,9 +268,9 @@ pub fn summary(p: &PlanResult) -> String {
     for s in &p.steps {
         for a in &s.aggregates {
             let headline = if let Some(tps) = a.transactions_per_second {
-                format!("{} round trips/s", per_second(tps))
+                format!("{} round trips/s", count(tps))
             } else if let Some(cps) = a.connections_per_second {
-                format!("{} connections/s", per_second(cps))
+                format!("{} connections/s", count(cps))
             } else if let Some(pps) = a.received_pps {
                 format!("{}pps", per_second(pps))
             } else {
