@@ -65,9 +65,7 @@ pub(crate) fn run(
         }
         LatencyTransport::Udp => {
             let f = udp::open_flows(s.opts, &spec.as_udp(), s.server_addr, s.token)?;
-            if let Some(g) = &s.opts.gate {
-                (g.0)().map_err(ClientError::CalledOff)?;
-            }
+            crate::wait_gate(s.opts)?;
             s.conn.send(&Message::FlowsReady).map_err(ctl_err)?;
             f.into_iter()
                 .map(|f| PingFlow {

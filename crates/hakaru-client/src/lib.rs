@@ -74,14 +74,22 @@ impl std::fmt::Debug for StartGate {
     }
 }
 
+/// Waits at the gate, if any (UDP set-ups then send their `flows_ready` as always).
+pub(crate) fn wait_gate(opts: &ClientOptions) -> Result<(), ClientError> {
+    match &opts.gate {
+        Some(g) => (g.0)().map_err(ClientError::CalledOff),
+        None => Ok(()),
+    }
+}
+
 /// Passes the gate, if any, and tells the server to go.
 pub(crate) fn pass_gate(
     opts: &ClientOptions,
     conn: &mut ControlConn,
     ctl_err: &dyn Fn(ControlError) -> ClientError,
 ) -> Result<(), ClientError> {
-    if let Some(g) = &opts.gate {
-        (g.0)().map_err(ClientError::CalledOff)?;
+    if opts.gate.is_some() {
+        wait_gate(opts)?;
         conn.send(&Message::FlowsReady).map_err(ctl_err)?;
     }
     Ok(())
@@ -474,9 +482,7 @@ pub fn run_test(
             let flows = udp::open_flows(opts, u, server_addr, &token)?;
             let cfg = SideConfig::for_spec(End::Client, &spec, opts.affinity.clone(), iface);
             let ucfg = UdpConfig::from_spec(u);
-            if let Some(g) = &opts.gate {
-                (g.0)().map_err(ClientError::CalledOff)?;
-            }
+            wait_gate(opts)?;
             conn.send(&Message::FlowsReady).map_err(&ctl_err)?;
             wait_start(&mut conn, &ctl_err)?;
             let t3 = tx.clone();

@@ -180,6 +180,36 @@ pub struct ReceiverAggregate {
     pub nic_check: Option<NicCheck>,
 }
 
+impl ReceiverAggregate {
+    /// An aggregate of nothing yet: zero counts, no figures.
+    pub fn new(receiver: &str, dir: FlowDir) -> ReceiverAggregate {
+        ReceiverAggregate {
+            receiver: receiver.to_string(),
+            dir,
+            runs: 0,
+            flows: 0,
+            received_bytes: 0,
+            received_bps: 0.0,
+            sent_bytes: 0,
+            sent_bps: 0.0,
+            retransmits: 0,
+            received_datagrams: None,
+            received_pps: None,
+            sent_datagrams: None,
+            sent_pps: None,
+            lost: None,
+            lost_percent: None,
+            transactions_per_second: None,
+            rtt_mean_us: None,
+            rtt_worst_p99_us: None,
+            connections_per_second: None,
+            nic: None,
+            cpu: None,
+            nic_check: None,
+        }
+    }
+}
+
 /// Whether the clients' sum and the receiver's interface agree.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NicCheck {
@@ -305,28 +335,8 @@ fn aggregate_one(runs: &[RunRef<'_>], receiver: &str, dir: FlowDir) -> ReceiverA
         .map(|r| r.result)
         .collect();
     let mut a = ReceiverAggregate {
-        receiver: receiver.to_string(),
-        dir,
         runs: mine.len() as u32,
-        flows: 0,
-        received_bytes: 0,
-        received_bps: 0.0,
-        sent_bytes: 0,
-        sent_bps: 0.0,
-        retransmits: 0,
-        received_datagrams: None,
-        received_pps: None,
-        sent_datagrams: None,
-        sent_pps: None,
-        lost: None,
-        lost_percent: None,
-        transactions_per_second: None,
-        rtt_mean_us: None,
-        rtt_worst_p99_us: None,
-        connections_per_second: None,
-        nic: None,
-        cpu: None,
-        nic_check: None,
+        ..ReceiverAggregate::new(receiver, dir)
     };
     let mut mss = 0u32;
     for r in &mine {

@@ -282,6 +282,27 @@ impl HostSpec {
     }
 }
 
+impl PlanFile {
+    /// Where hakaru runs on a host: `None` when the coordinator pushes its own binary there
+    /// (`push`, on hosts that are not this machine); otherwise the host's `hakaru`, the
+    /// plan's default, this binary (`self_path`) on this machine, or `hakaru` on the PATH.
+    pub fn binary_of(
+        &self,
+        spec: &HostSpec,
+        same_machine: bool,
+        self_path: &str,
+    ) -> Option<String> {
+        if spec.push.or(self.defaults.push) == Some(true) && !same_machine {
+            return None;
+        }
+        Some(match (&spec.hakaru, &self.defaults.hakaru) {
+            (Some(p), _) | (None, Some(p)) => p.clone(),
+            (None, None) if same_machine => self_path.to_string(),
+            (None, None) => "hakaru".into(),
+        })
+    }
+}
+
 /// Checks a parsed plan for what TOML alone cannot catch. Fatal problems stop a run.
 pub fn check(plan: &PlanFile) -> Vec<Problem> {
     let mut out = Vec::new();

@@ -14,7 +14,7 @@ pub mod launch;
 mod run;
 
 pub use file::{check, expand, parse, PlanFile, Problem, Step};
-pub use run::{run, Options, PlanObserver, DEFAULT_PORT};
+pub use run::{invalid_commands, run, Options, PlanObserver, Validate, DEFAULT_PORT};
 
 /// Reachability of every host a plan uses (`hakaru plan check --probe`): for each host, its
 /// version line or why it cannot take part. Runs the hosts' `hakaru --version` in parallel.
@@ -28,38 +28,24 @@ pub fn probe(
         .iter()
         .map(|(name, spec)| {
             let launcher = launch::Launcher::of(spec, &default_ssh);
-            let path = match (&spec.hakaru, &plan.defaults.hakaru) {
-                (Some(p), _) | (None, Some(p)) => p.clone(),
-                (None, None) if launcher.same_machine() => {
-                    self_binary.to_string_lossy().to_string()
-                }
-                (None, None) => "hakaru".into(),
-            };
-            let pushes = spec.push.or(plan.defaults.push) == Some(true) && !launcher.same_machine();
+            let binary = plan.binary_of(
+                spec,
+                launcher.same_machine(),
+                &self_binary.to_string_lossy(),
+            );
             let name = name.clone();
             std::thread::spawn(move || {
-                let r = if pushes {
+                let limit = std::time::Duration::from_secs(30);
+                let r = match binary {
+                    Some(path) => launch::probe_version(&name, &launcher, &path, limit),
                     // Pushed hosts get this binary; only the launcher itself must work.
-                    launch::probe_version(
-                        &name,
-                        &launcher,
-                        "true",
-                        std::time::Duration::from_secs(30),
-                    )
-                    .or_else(|e| {
+                    None => launch::probe_version(&name, &launcher, "true", limit).or_else(|e| {
                         if e.contains("not a hakaru version") {
                             Ok("reachable (hakaru will be pushed)".into())
                         } else {
                             Err(e)
                         }
-                    })
-                } else {
-                    launch::probe_version(
-                        &name,
-                        &launcher,
-                        &path,
-                        std::time::Duration::from_secs(30),
-                    )
+                    }),
                 };
                 (name, r)
             })

@@ -50,6 +50,26 @@ pub struct Options {
     pub stop: Arc<AtomicBool>,
 }
 
+/// Checks every step's client command line (the subcommand and its flags, against a
+/// documentation address) with `validate`; one message per refused step.
+pub fn invalid_commands(steps: &[Step], validate: &Validate) -> Vec<String> {
+    steps
+        .iter()
+        .filter_map(|step| {
+            let mut argv = vec![step.kind.name().to_string(), "192.0.2.1".into()];
+            argv.extend(step.flags.iter().cloned());
+            validate(&argv).err().map(|e| {
+                format!(
+                    "step {} ({}): the options make an invalid `hakaru {}` command: {e}",
+                    step.index,
+                    step.name,
+                    step.kind.name()
+                )
+            })
+        })
+        .collect()
+}
+
 /// Live progress of a run; every method has a no-op default.
 pub trait PlanObserver {
     /// A host is prepared (or failed: `version` is None).
@@ -121,18 +141,7 @@ pub fn run(plan: &PlanFile, opts: &Options, obs: &mut dyn PlanObserver) -> PlanR
         errors: Vec::new(),
     };
     // Every client command line is checked before any host is touched.
-    for step in &steps {
-        let mut argv = vec![step.kind.name().to_string(), "192.0.2.1".into()];
-        argv.extend(step.flags.iter().cloned());
-        if let Err(e) = (opts.validate)(&argv) {
-            result.errors.push(format!(
-                "step {} ({}): the options make an invalid `hakaru {}` command: {e}",
-                step.index,
-                step.name,
-                step.kind.name()
-            ));
-        }
-    }
+    result.errors = invalid_commands(&steps, &*opts.validate);
     if !result.errors.is_empty() {
         return result;
     }
@@ -222,8 +231,8 @@ fn prepare_hosts(
     let default_ssh = plan.defaults.ssh_options.clone().unwrap_or_default();
     let needs_push = used.iter().any(|h| {
         let spec = &plan.hosts[h];
-        spec.push.or(plan.defaults.push) == Some(true)
-            && !Launcher::of(spec, &default_ssh).same_machine()
+        let same = Launcher::of(spec, &default_ssh).same_machine();
+        plan.binary_of(spec, same, "").is_none()
     });
     let binary: Option<Arc<Vec<u8>>> = if needs_push {
         match std::fs::read(&opts.self_binary) {
@@ -245,16 +254,11 @@ fn prepare_hosts(
         .map(|name| {
             let spec = plan.hosts[name].clone();
             let launcher = Launcher::of(&spec, &default_ssh);
-            let pushed = spec.push.or(plan.defaults.push) == Some(true) && !launcher.same_machine();
-            let hakaru = match (&spec.hakaru, pushed) {
-                (_, true) => push_path(binary.as_deref().map_or(&[][..], |b| &b[..])),
-                (Some(p), false) => p.clone(),
-                (None, false) => match (&plan.defaults.hakaru, launcher.same_machine()) {
-                    (Some(p), _) => p.clone(),
-                    (None, true) => self_path.clone(),
-                    (None, false) => "hakaru".into(),
-                },
-            };
+            let at = plan.binary_of(&spec, launcher.same_machine(), &self_path);
+            let pushed = at.is_none();
+            let hakaru = at.unwrap_or_else(|| {
+                push_path(binary.as_deref().map_or(&[][..], |b| &b[..]))
+            });
             let binary = binary.clone();
             let name = name.clone();
             let want = opts.version.clone();

@@ -357,27 +357,14 @@ mod tests {
     #[test]
     fn a_disagreeing_nic_is_flagged_with_the_numbers() {
         let mut a = ReceiverAggregate {
-            receiver: "rx".into(),
-            dir: FlowDir::Up,
             runs: 3,
             flows: 192,
-            received_bytes: 0,
-            received_bps: 0.0,
-            sent_bytes: 0,
-            sent_bps: 0.0,
-            retransmits: 0,
             received_datagrams: Some(1),
             received_pps: Some(300_000.0),
             sent_datagrams: Some(1),
             sent_pps: Some(300_000.0),
             lost: Some(0),
             lost_percent: Some(0.0),
-            transactions_per_second: None,
-            rtt_mean_us: None,
-            rtt_worst_p99_us: None,
-            connections_per_second: None,
-            nic: None,
-            cpu: None,
             nic_check: Some(NicCheck {
                 measure: "packets".into(),
                 clients: 300_000.0,
@@ -386,6 +373,7 @@ mod tests {
                 agrees: false,
                 note: Some("GSO".into()),
             }),
+            ..ReceiverAggregate::new("rx", FlowDir::Up)
         };
         let s = aggregate_line(&a);
         assert!(s.contains("DISAGREE by -96.80 %"), "{s}");

@@ -9,17 +9,19 @@ pub fn run_result_schema() -> serde_json::Value {
     serde_json::to_value(&schema).unwrap_or(serde_json::Value::Null)
 }
 
-/// The schema as pretty JSON text with a trailing newline.
-pub fn run_result_schema_text() -> String {
-    let mut s = serde_json::to_string_pretty(&run_result_schema()).unwrap_or_default();
+/// A schema as pretty JSON text with a trailing newline.
+fn pretty(schema: &impl serde::Serialize) -> String {
+    let mut s = serde_json::to_string_pretty(schema).unwrap_or_default();
     s.push('\n');
     s
 }
 
+/// The schema as pretty JSON text with a trailing newline.
+pub fn run_result_schema_text() -> String {
+    pretty(&run_result_schema())
+}
+
 /// The JSON Schema of a `hakaru plan run` result (docs/schema/plan-result.schema.json).
 pub fn plan_result_schema_text() -> String {
-    let schema = schemars::schema_for!(hakaru_model::plan::PlanResult);
-    let mut s = serde_json::to_string_pretty(&schema).unwrap_or_default();
-    s.push('\n');
-    s
+    pretty(&schemars::schema_for!(hakaru_model::plan::PlanResult))
 }

@@ -117,14 +117,7 @@ fn validate(argv: &[String]) -> Result<(), String> {
 fn check_plan(c: CheckArgs) -> anyhow::Result<()> {
     let plan = load(&c.file)?;
     let steps = hakaru_plan::expand(&plan);
-    let mut bad = Vec::new();
-    for s in &steps {
-        let mut argv = vec![s.kind.name().to_string(), "192.0.2.1".into()];
-        argv.extend(s.flags.iter().cloned());
-        if let Err(e) = validate(&argv) {
-            bad.push(format!("step {} ({}): {e}", s.index, s.name));
-        }
-    }
+    let bad = hakaru_plan::invalid_commands(&steps, &validate);
     if !bad.is_empty() {
         return Err(UsageError(format!("plan {}: {}", c.file.display(), bad.join("; "))).into());
     }

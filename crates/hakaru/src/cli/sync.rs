@@ -8,7 +8,7 @@
 use std::io::BufRead;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use hakaru_client::StartGate;
 use hakaru_report::jsonl;
@@ -17,13 +17,6 @@ use crate::output::{self, Format};
 
 /// Longest a set-up test waits for its `go` (the server's own limit is 120 s).
 const HOLD_LIMIT: Duration = Duration::from_secs(110);
-
-fn now_unix() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
-}
 
 /// Starts reading standard input and returns the gate a client passes before it starts.
 /// `stop` is the test's stop flag: `stop` or the end of input sets it.
@@ -62,7 +55,7 @@ pub fn gate(format: Format, stop: Arc<AtomicBool>) -> StartGate {
     let rx = Mutex::new(rx);
     StartGate(Arc::new(move || {
         if format == Format::JsonStream {
-            output::out(&jsonl::ready(now_unix()));
+            output::out(&jsonl::ready(hakaru_engine::sys::now_unix()));
         } else {
             eprintln!("hakaru: the test is set up; waiting for `go` on standard input");
         }
@@ -72,7 +65,7 @@ pub fn gate(format: Format, stop: Arc<AtomicBool>) -> StartGate {
         match rx.recv_timeout(HOLD_LIMIT) {
             Ok(Ok(())) => {
                 if format == Format::JsonStream {
-                    output::out(&jsonl::released(now_unix()));
+                    output::out(&jsonl::released(hakaru_engine::sys::now_unix()));
                 }
                 Ok(())
             }

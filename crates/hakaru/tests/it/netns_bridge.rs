@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::MutexGuard;
 use std::time::Duration;
 
-use super::common::{have, is_root, run_cmd, stderr};
-use super::netns_link::SERIAL;
+use super::common::{run_cmd, stderr};
+use super::netns_link::{ip, must, netns_setup, SERIAL};
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
@@ -40,21 +40,7 @@ impl Bridge {
     /// Builds the bridge, or prints why this machine cannot and returns `None` (the test then
     /// passes without running). `tools` are the programs the test needs besides `ip`.
     pub fn setup(n: usize, tools: &[&str]) -> Option<Bridge> {
-        if !is_root() {
-            eprintln!("skipped: network namespaces need root");
-            return None;
-        }
-        if let Some(p) = ["ip"].iter().chain(tools).find(|p| !have(p)) {
-            eprintln!("skipped: `{p}` is not installed");
-            return None;
-        }
-        match Bridge::create(n) {
-            Ok(b) => Some(b),
-            Err(why) => {
-                eprintln!("skipped: {why}");
-                None
-            }
-        }
+        netns_setup(tools, || Bridge::create(n))
     }
 
     fn create(n: usize) -> Result<Bridge, String> {
@@ -195,20 +181,6 @@ impl Drop for Bridge {
             }
         }
     }
-}
-
-fn ip(args: &[&str]) -> Output {
-    run_cmd(Command::new("ip").args(args), Duration::from_secs(10))
-}
-
-fn must(args: &[&str]) {
-    let o = ip(args);
-    assert!(
-        o.status.success(),
-        "`ip {}` failed: {}",
-        args.join(" "),
-        stderr(&o).trim()
-    );
 }
 
 /// Runs a program in a namespace and fails the test if it fails.

@@ -74,27 +74,9 @@ impl Link {
     /// Builds the link, or prints why this machine cannot and returns `None` (the test then
     /// passes without running). `tools` are the programs the test needs besides `ip`.
     pub fn setup(tools: &[&str], shaping: Shaping) -> Option<Link> {
-        if !is_root() {
-            eprintln!("skipped: network namespaces need root");
-            return None;
-        }
         let tc = shaping.client.or(shaping.server).map(|_| "tc");
-        if let Some(p) = ["ip"]
-            .into_iter()
-            .chain(tc)
-            .chain(tools.iter().copied())
-            .find(|p| !have(p))
-        {
-            eprintln!("skipped: `{p}` is not installed");
-            return None;
-        }
-        match Link::create(shaping) {
-            Ok(l) => Some(l),
-            Err(why) => {
-                eprintln!("skipped: {why}");
-                None
-            }
-        }
+        let needed: Vec<&str> = tc.into_iter().chain(tools.iter().copied()).collect();
+        netns_setup(&needed, || Link::create(shaping))
     }
 
     /// Builds the link, or returns why this machine cannot.
@@ -255,14 +237,37 @@ impl Drop for Link {
     }
 }
 
+/// Builds a namespace setup with `create`, or prints why this machine cannot and returns
+/// `None` (the test then passes without running): namespaces need root, `ip` and `tools`.
+pub(super) fn netns_setup<T>(
+    tools: &[&str],
+    create: impl FnOnce() -> Result<T, String>,
+) -> Option<T> {
+    if !is_root() {
+        eprintln!("skipped: network namespaces need root");
+        return None;
+    }
+    if let Some(p) = ["ip"].iter().chain(tools).find(|p| !have(p)) {
+        eprintln!("skipped: `{p}` is not installed");
+        return None;
+    }
+    match create() {
+        Ok(v) => Some(v),
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            None
+        }
+    }
+}
+
 /// Runs `ip` with a time limit.
-fn ip(args: &[&str]) -> Output {
+pub(super) fn ip(args: &[&str]) -> Output {
     run_cmd(Command::new("ip").args(args), Duration::from_secs(10))
 }
 
 /// Runs `ip` and fails the test if it fails: past `ip netns add`, a failure is a broken setup,
 /// not a missing feature.
-fn must(args: &[&str]) {
+pub(super) fn must(args: &[&str]) {
     let o = ip(args);
     assert!(
         o.status.success(),
