@@ -40,6 +40,10 @@ pub(crate) struct Setup<'a> {
     pub local_address: String,
     /// Its IP, for the interface counters.
     pub local_ip: Option<IpAddr>,
+    /// The server's clock against ours, from its welcome.
+    pub clock: Option<hakaru_model::ClockOffset>,
+    /// The server runs on this kernel.
+    pub same_host: bool,
 }
 
 /// Runs a connection-rate test past the handshake.
@@ -55,6 +59,8 @@ pub(crate) fn run(
         server_addr,
         local_address,
         local_ip,
+        clock,
+        same_host,
     } = s;
     let TestSpec::Connect(cs) = &spec else {
         return Err(ClientError::Flow(
@@ -168,7 +174,8 @@ pub(crate) fn run(
         connect: Some(connect),
         latency: None,
         raw: None,
-        server_clock_offset: None,
+        server_clock_offset: clock,
+        server_on_this_host: same_host,
     };
     observer.on_end(&result);
     Ok(result)

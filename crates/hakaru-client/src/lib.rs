@@ -326,18 +326,23 @@ pub fn run_test(
     let local_ip = stream.local_addr().ok().map(|a| a.ip());
     let mut conn = ControlConn::new(stream);
     let hello_at = sys::now_unix();
+    let host_id = sys::host_id();
     conn.send_raw(&opening(&Message::Hello {
         protocol: PROTOCOL_VERSION,
         software: format!("hakaru {}", env!("CARGO_PKG_VERSION")),
+        host: host_id.clone(),
     }))
     .map_err(ctl_err)?;
-    let clock = match conn.recv(HANDSHAKE_TIMEOUT) {
-        Ok(Message::Welcome { unix_time, .. }) => {
+    let (clock, same_host) = match conn.recv(HANDSHAKE_TIMEOUT) {
+        Ok(Message::Welcome {
+            unix_time, host, ..
+        }) => {
             let back = sys::now_unix();
-            unix_time.map(|t| hakaru_model::ClockOffset {
+            let clock = unix_time.map(|t| hakaru_model::ClockOffset {
                 offset_s: t - (hello_at + back) / 2.0,
                 round_trip_s: back - hello_at,
-            })
+            });
+            (clock, host.is_some() && host == host_id)
         }
         Ok(Message::Error { message }) => return Err(ClientError::Server(message)),
         Ok(other) => {
@@ -433,6 +438,7 @@ pub fn run_test(
         });
         result.latency = Some(out.result);
         result.server_clock_offset = clock;
+        result.server_on_this_host = same_host;
         observer.on_end(&result);
         return Ok(result);
     }
@@ -454,14 +460,12 @@ pub fn run_test(
                     server_addr,
                     local_address,
                     local_ip,
+                    clock,
+                    same_host,
                 },
                 observer,
                 &stop,
-            )
-            .map(|mut r| {
-                r.server_clock_offset = clock;
-                r
-            });
+            );
         }
         TestSpec::Latency(_) => unreachable!("latency tests returned above"),
         TestSpec::Raw(_) => {
@@ -473,14 +477,16 @@ pub fn run_test(
         TestSpec::Tcp(tcp) => {
             let flows = open_tcp_flows(opts, tcp, server_addr, &token)?;
             // Counters first: nothing the server sends after `start` escapes them.
-            let cfg = SideConfig::for_spec(End::Client, &spec, opts.affinity.clone(), iface);
+            let mut cfg = SideConfig::for_spec(End::Client, &spec, opts.affinity.clone(), iface);
+            cfg.shares_host = same_host;
             pass_gate(opts, &mut conn, &ctl_err)?;
             wait_start(&mut conn, &ctl_err)?;
             Running::Tcp(SideRun::start(cfg, flows, on_interval, on_done)?)
         }
         TestSpec::Udp(u) => {
             let flows = udp::open_flows(opts, u, server_addr, &token)?;
-            let cfg = SideConfig::for_spec(End::Client, &spec, opts.affinity.clone(), iface);
+            let mut cfg = SideConfig::for_spec(End::Client, &spec, opts.affinity.clone(), iface);
+            cfg.shares_host = same_host;
             let ucfg = UdpConfig::from_spec(u);
             wait_gate(opts)?;
             conn.send(&Message::FlowsReady).map_err(&ctl_err)?;
@@ -575,6 +581,7 @@ pub fn run_test(
         notes,
     });
     result.server_clock_offset = clock;
+    result.server_on_this_host = same_host;
     observer.on_end(&result);
     Ok(result)
 }

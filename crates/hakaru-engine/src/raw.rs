@@ -117,6 +117,7 @@ impl Meter {
             pace_bps: None,
             half_close: true,
             window_at_peer_end: false,
+            shares_host: false,
         };
         let meta = (1..=flows.max(1) as u32)
             .map(|id| FlowMeta {

@@ -340,6 +340,20 @@ pub(crate) fn spawn_ticker(
 /// Starts a side's workers: one per CPU (or per `-A` CPU), never more than flows, each given
 /// every nth flow index and the CPU to pin to. If a thread cannot start, the side is aborted
 /// (so those already started return) and the error is given back.
+/// Workers a side starts for `flows` flows: one per CPU it may use, at most one per flow. The
+/// CPUs are the -A list when there is one; otherwise all online CPUs, or half of them when the
+/// peer's workers run on the same kernel.
+fn worker_count(flows: usize, online: usize, pinned: usize, shares_host: bool) -> usize {
+    let cpus = if pinned > 0 {
+        pinned
+    } else if shares_host {
+        online / 2
+    } else {
+        online
+    };
+    flows.min(cpus).max(1)
+}
+
 pub(crate) fn spawn_workers<F>(
     core: &Core,
     name: &str,
@@ -350,12 +364,12 @@ where
     F: Fn(Vec<usize>, Option<usize>) + Send + Sync + 'static,
 {
     let n = core.meta.len();
-    let cpus = if core.cfg.affinity.is_empty() {
-        sys::online_cpus()
-    } else {
-        core.cfg.affinity.len()
-    };
-    let nworkers = n.min(cpus).max(1);
+    let nworkers = worker_count(
+        n,
+        sys::online_cpus(),
+        core.cfg.affinity.len(),
+        core.cfg.shares_host,
+    );
     let work = Arc::new(work);
     let mut workers = Vec::with_capacity(nworkers);
     for w in 0..nworkers {
@@ -607,4 +621,26 @@ fn ticker(s: &Core, mut on_interval: IntervalFn, tcp_probe: Option<TcpProbe>) ->
         }
     }
     TickerOut::empty(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::worker_count;
+
+    #[test]
+    fn workers_follow_flows_cpus_pins_and_a_shared_host() {
+        // One flow, one worker, however many CPUs.
+        assert_eq!(worker_count(1, 8, 0, false), 1);
+        // Peers on other machines: one worker per CPU.
+        assert_eq!(worker_count(64, 2, 0, false), 2);
+        assert_eq!(worker_count(64, 8, 0, false), 8);
+        // Both ends on one kernel: half the CPUs each, at least one.
+        assert_eq!(worker_count(64, 2, 0, true), 1);
+        assert_eq!(worker_count(64, 8, 0, true), 4);
+        assert_eq!(worker_count(64, 1, 0, true), 1);
+        // An -A list decides, shared or not.
+        assert_eq!(worker_count(64, 8, 3, true), 3);
+        assert_eq!(worker_count(2, 8, 3, false), 2);
+        assert_eq!(worker_count(0, 8, 0, false), 1);
+    }
 }

@@ -75,9 +75,23 @@ pub fn apply_tcp_options(
     Ok(())
 }
 
-/// Receive buffer a UDP receiver asks for when -w is not given: enough to ride out a scheduling
-/// hiccup at a million packets per second (the kernel caps it at net.core.rmem_max).
+/// Receive buffer a one-flow UDP receiver asks for when -w is not given: enough to ride out a
+/// scheduling hiccup at a million packets per second (the kernel caps it at net.core.rmem_max).
 pub const DEFAULT_UDP_RCVBUF: usize = 4 << 20;
+/// All of a side's UDP receive buffers together, when -w is not given: many flows split it.
+pub const UDP_RCVBUF_BUDGET: usize = 16 << 20;
+/// Smallest receive buffer a flow asks for when the budget is split: a few hundred datagrams,
+/// several send batches.
+pub const MIN_UDP_RCVBUF: usize = 128 << 10;
+
+/// Receive buffer each of `flows` UDP flows asks for when -w is not given. Every flow asking
+/// for 4 MiB made 256 flows queue up to a gigabyte of datagrams: a receiver that fell behind
+/// read cold memory and drained for half a second after the senders stopped (hakaru pps -P 256
+/// on loopback, docs/BENCHMARKS.md). Splitting a fixed budget keeps the queued total near
+/// the one-flow figure.
+pub fn udp_rcvbuf_for(flows: u32) -> usize {
+    (UDP_RCVBUF_BUDGET / flows.max(1) as usize).clamp(MIN_UDP_RCVBUF, DEFAULT_UDP_RCVBUF)
+}
 
 /// Applies a UDP spec's options to a flow socket: buffers (-w, or a large receive buffer by
 /// default) and the TOS byte.
@@ -91,7 +105,7 @@ pub fn apply_udp_options(sock: &Socket, spec: &UdpSpec, ipv6: bool) -> Result<()
         }
         None => {
             // Best effort: a smaller buffer is still a working test.
-            let _ = sock.set_recv_buffer_size(DEFAULT_UDP_RCVBUF);
+            let _ = sock.set_recv_buffer_size(udp_rcvbuf_for(spec.flows));
         }
     }
     set_tos(sock, spec.tos, ipv6)
@@ -112,4 +126,22 @@ fn set_tos(sock: &Socket, tos: Option<u8>, ipv6: bool) -> Result<(), SockoptErro
         sock.set_tos_v4(u32::from(tos))
     };
     wrap(format!("--tos {tos}"), r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn udp_receive_buffers_split_a_budget() {
+        assert_eq!(udp_rcvbuf_for(0), DEFAULT_UDP_RCVBUF);
+        assert_eq!(udp_rcvbuf_for(1), DEFAULT_UDP_RCVBUF);
+        assert_eq!(udp_rcvbuf_for(4), DEFAULT_UDP_RCVBUF);
+        assert_eq!(udp_rcvbuf_for(8), 2 << 20);
+        assert_eq!(udp_rcvbuf_for(64), 256 << 10);
+        assert_eq!(udp_rcvbuf_for(256), MIN_UDP_RCVBUF);
+        assert_eq!(udp_rcvbuf_for(1024), MIN_UDP_RCVBUF);
+        // The total stays bounded however many flows run.
+        assert!(udp_rcvbuf_for(1024) * 1024 <= 128 << 20);
+    }
 }

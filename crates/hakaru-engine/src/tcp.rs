@@ -73,6 +73,11 @@ pub struct SideConfig {
     /// test: receivers count what arrives later apart from the headline, as `iperf3 -s` stops
     /// counting there. False for `-n`/`-k` transfers, which are counted whole.
     pub window_at_peer_end: bool,
+    /// Both ends run on this kernel (loopback, network namespaces): the peer's workers use
+    /// the same CPUs, so this side starts workers for half of them (at least one). Without
+    /// it, two flows on a 2-CPU machine ran four busy threads, and the senders' share of the
+    /// CPUs overran the receivers (docs/BENCHMARKS.md, packet rate with many flows).
+    pub shares_host: bool,
 }
 
 /// The bytes senders write. Receivers never look at them; peers' users sometimes do (iperf3's
@@ -147,6 +152,7 @@ impl SideConfig {
             pace_bps: None,
             half_close: true,
             window_at_peer_end: false,
+            shares_host: false,
         }
     }
 }

@@ -342,7 +342,6 @@ struct Sender {
     t0: Instant,
     gso: bool,
     max_segments: usize,
-    buf: Vec<u8>,
     blocked_since: Option<Instant>,
 }
 
@@ -351,7 +350,8 @@ struct Receiver {
     idx: usize,
     flow: u16,
     tracker: SeqTracker,
-    batch: sys::RecvBatch,
+    /// Bytes each receive buffer needs (one datagram, or a GRO buffer).
+    buf_len: usize,
     ignored: u64,
     socket_drops: Option<u64>,
     layout: Layout,
@@ -362,6 +362,46 @@ struct Receiver {
 enum Flow {
     Send(Box<Sender>),
     Recv(Box<Receiver>),
+}
+
+/// Buffers one worker's flows take turns with: every send rewrites the headers it sends and a
+/// receive's datagrams are read before the next, so one set serves all of a worker's flows.
+/// Per-flow buffers made 256 flows of 16-byte datagrams touch 4 MiB per round over the flows,
+/// more than a core's L2 cache (docs/BENCHMARKS.md, packet rate with many flows).
+struct Scratch {
+    /// Send buffer: the payload pattern, room for the largest batch of the worker's senders.
+    tx: Vec<u8>,
+    /// Receive batch, sized for the worker's receivers (`None` without receivers).
+    rx: Option<sys::RecvBatch>,
+}
+
+impl Scratch {
+    fn for_flows(s: &Shared, flows: &[Flow]) -> Scratch {
+        let length = s.cfg.length;
+        let tx_len = flows
+            .iter()
+            .map(|f| match f {
+                Flow::Send(snd) => snd.max_segments * length,
+                Flow::Recv(_) => 0,
+            })
+            .max()
+            .unwrap_or(0);
+        let mut tx = s.cfg.payload.fill(tx_len);
+        tx.shrink_to_fit();
+        let buf_len = flows
+            .iter()
+            .filter_map(|f| match f {
+                Flow::Recv(r) => Some(r.buf_len),
+                Flow::Send(_) => None,
+            })
+            .max();
+        // Large datagrams (or GRO buffers) need few per call: cap the buffers at 512 KiB.
+        let rx = buf_len.map(|len| {
+            let len = len.max(64);
+            sys::RecvBatch::new(s.ucfg.batch.min((524_288 / len).max(2)), len)
+        });
+        Scratch { tx, rx }
+    }
 }
 
 /// Paths one worker used, kept locally (no shared lock per send or receive) and merged into
@@ -404,6 +444,7 @@ fn run_flows(s: &Shared, mine: Vec<usize>, pin: Option<usize>, used: &mut Used) 
             Role::Receiver => Flow::Recv(Box::new(new_receiver(s, idx, layout))),
         })
         .collect();
+    let mut scratch = Scratch::for_flows(s, &flows);
     // A sender with nothing to send is done at once.
     flows.retain(|f| match f {
         Flow::Send(snd) if snd.remaining == Some(0) => {
@@ -430,7 +471,7 @@ fn run_flows(s: &Shared, mine: Vec<usize>, pin: Option<usize>, used: &mut Used) 
                     if stop {
                         true
                     } else {
-                        match send_step(s, snd, now, &mut next_due, used) {
+                        match send_step(s, snd, &mut scratch.tx, now, &mut next_due, used) {
                             Ok(moved) => {
                                 progressed |= moved;
                                 snd.remaining == Some(0)
@@ -444,7 +485,7 @@ fn run_flows(s: &Shared, mine: Vec<usize>, pin: Option<usize>, used: &mut Used) 
                         }
                     }
                 }
-                Flow::Recv(rcv) => match recv_step(s, rcv, used) {
+                Flow::Recv(rcv) => match recv_step(s, rcv, scratch.rx.as_mut(), used) {
                     Ok(moved) => {
                         progressed |= moved;
                         if moved {
@@ -510,8 +551,6 @@ fn new_sender(s: &Shared, idx: usize) -> Sender {
     } else {
         s.ucfg.batch.min((262_144 / length.max(1)).max(1))
     };
-    let mut buf: Vec<u8> = s.cfg.payload.fill(length * batch);
-    buf.shrink_to_fit();
     Sender {
         idx,
         flow: s.meta[idx].id as u16,
@@ -521,7 +560,6 @@ fn new_sender(s: &Shared, idx: usize) -> Sender {
         t0: s.start,
         gso,
         max_segments: batch,
-        buf,
         blocked_since: None,
     }
 }
@@ -550,11 +588,7 @@ fn new_receiver(s: &Shared, idx: usize, layout: Layout) -> Receiver {
         idx,
         flow: s.meta[idx].id as u16,
         tracker: SeqTracker::new(),
-        // Large datagrams (or GRO buffers) need few per call: cap each flow's buffers at 512 KiB.
-        batch: sys::RecvBatch::new(
-            s.ucfg.batch.min((524_288 / buf_len.max(64)).max(2)),
-            buf_len.max(64),
-        ),
+        buf_len,
         ignored: 0,
         // The kernel attaches the drop counter only once it is non-zero.
         socket_drops: ovfl.then_some(0),
@@ -568,6 +602,7 @@ fn new_receiver(s: &Shared, idx: usize, layout: Layout) -> Receiver {
 fn send_step(
     s: &Shared,
     snd: &mut Sender,
+    buf: &mut [u8],
     now: Instant,
     next_due: &mut Option<Instant>,
     used: &mut Used,
@@ -592,7 +627,7 @@ fn send_step(
     let sent_ns = s.now_ns();
     for k in 0..count {
         s.ucfg.framing.write(
-            &mut snd.buf[k * length..(k + 1) * length],
+            &mut buf[k * length..(k + 1) * length],
             snd.flow,
             snd.seq + k as u64,
             sent_ns,
@@ -600,9 +635,9 @@ fn send_step(
     }
     let fd = s.sockets[snd.idx].as_raw_fd();
     let result = if snd.gso && count > 1 {
-        sys::send_batch(fd, &[IoSlice::new(&snd.buf[..count * length])], false).map(|m| m * count)
+        sys::send_batch(fd, &[IoSlice::new(&buf[..count * length])], false).map(|m| m * count)
     } else {
-        let slices: Vec<IoSlice<'_>> = snd.buf[..count * length]
+        let slices: Vec<IoSlice<'_>> = buf[..count * length]
             .chunks(length)
             .map(IoSlice::new)
             .collect();
@@ -666,9 +701,17 @@ fn finish_sender(s: &Shared, snd: &Sender) {
 }
 
 /// Receives one batch on a flow. `Ok(true)` if anything arrived.
-fn recv_step(s: &Shared, rcv: &mut Receiver, used: &mut Used) -> Result<bool, String> {
+fn recv_step(
+    s: &Shared,
+    rcv: &mut Receiver,
+    batch: Option<&mut sys::RecvBatch>,
+    used: &mut Used,
+) -> Result<bool, String> {
+    let Some(batch) = batch else {
+        return Err(format!("flow {}: no receive buffers", rcv.flow));
+    };
     let fd = s.sockets[rcv.idx].as_raw_fd();
-    let n = match sys::recv_batch(fd, &mut rcv.batch, false) {
+    let n = match sys::recv_batch(fd, batch, false) {
         Ok(n) => n,
         Err(e)
             if matches!(
@@ -694,16 +737,12 @@ fn recv_step(s: &Shared, rcv: &mut Receiver, used: &mut Used) -> Result<bool, St
         .map_or(0, |d| d.as_nanos() as u64);
     let mut bytes = 0u64;
     for i in 0..n {
-        let data = rcv.batch.data(i);
+        let data = batch.data(i);
         bytes += data.len() as u64;
         // Kernel receive time where available; otherwise this batch's clock read.
-        let arrival = rcv.batch.timestamp_ns(i).unwrap_or(real_ns) as i128;
-        let seg = rcv
-            .batch
-            .segment_size(i)
-            .map_or(data.len(), usize::from)
-            .max(1);
-        if rcv.batch.truncated(i) {
+        let arrival = batch.timestamp_ns(i).unwrap_or(real_ns) as i128;
+        let seg = batch.segment_size(i).map_or(data.len(), usize::from).max(1);
+        if batch.truncated(i) {
             rcv.ignored += 1;
             continue;
         }
@@ -731,7 +770,7 @@ fn recv_step(s: &Shared, rcv: &mut Receiver, used: &mut Used) -> Result<bool, St
             }
         }
     }
-    if let Some(d) = rcv.batch.rxq_drops() {
+    if let Some(d) = batch.rxq_drops() {
         rcv.socket_drops = Some(u64::from(d));
     }
     used.mmsg_recv |= n > 1;

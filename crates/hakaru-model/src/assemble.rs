@@ -404,6 +404,7 @@ pub fn assemble(i: Inputs) -> RunResult {
         connect: None,
         raw: None,
         server_clock_offset: None,
+        server_on_this_host: false,
     }
 }
 

@@ -30,6 +30,9 @@ pub enum Message {
         protocol: u32,
         /// Client software and version.
         software: String,
+        /// The client's kernel boot id (see [`Message::Welcome`]'s `host`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        host: Option<String>,
     },
     /// Server → client, answer to a compatible `Hello`.
     Welcome {
@@ -41,6 +44,11 @@ pub enum Message {
         /// client estimates the two clocks' offset from it.
         #[serde(default)]
         unix_time: Option<f64>,
+        /// The server's kernel boot id. When it equals the client's, both ends run on one
+        /// kernel and share its CPUs (loopback, network namespaces): each side then starts
+        /// workers for half of them.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        host: Option<String>,
     },
     /// Client → server: run this test.
     TestRequest {
@@ -252,6 +260,12 @@ mod tests {
             Message::Hello {
                 protocol: 1,
                 software: "hakaru 0.1.0".into(),
+                host: Some("5d2c1f0e-3b0a-4c55-9f43-2f1b6a7c8d90".into()),
+            },
+            Message::Hello {
+                protocol: 1,
+                software: "hakaru 0.1.0".into(),
+                host: None,
             },
             Message::TestRequest {
                 held_start: true,

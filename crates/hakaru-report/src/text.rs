@@ -362,6 +362,11 @@ pub(crate) fn trailer(s: &mut String, r: &RunResult) {
             s,
             "  note: embedded loopback server: both ends share this machine, its CPUs and lo"
         );
+    } else if r.server_on_this_host {
+        let _ = writeln!(
+            s,
+            "  note: the server runs on this machine (same kernel): both ends share its CPUs, each side used half"
+        );
     }
     for n in &r.notes {
         let _ = writeln!(s, "  note: {n}");

@@ -125,8 +125,12 @@ fn handle(ctx: &Ctx, mut stream: TcpStream, peer: SocketAddr, seq: u32) {
     };
     pending.take();
     match msg {
-        Message::Hello { protocol, software } => {
-            session::control(ctx, stream, dec, peer, protocol, software);
+        Message::Hello {
+            protocol,
+            software,
+            host,
+        } => {
+            session::control(ctx, stream, dec, peer, protocol, software, host);
         }
         Message::DataHello { token, flow } => {
             if dec.buffered() > 0 {

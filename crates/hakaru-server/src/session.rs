@@ -51,13 +51,17 @@ pub(crate) fn control(
     peer: SocketAddr,
     protocol: u32,
     software: String,
+    client_host: Option<String>,
 ) {
     let local_ip = stream.local_addr().map(|a| a.ip()).ok();
     let mut conn = ControlConn::with_decoder(stream, dec);
+    let host = sys::host_id();
+    let same_host = host.is_some() && host == client_host;
     let welcome = hakaru_proto::native::opening(&Message::Welcome {
         protocol: PROTOCOL_VERSION,
         software: format!("hakaru {}", env!("CARGO_PKG_VERSION")),
         unix_time: Some(sys::now_unix()),
+        host,
     });
     if protocol != PROTOCOL_VERSION {
         let why = format!(
@@ -122,6 +126,7 @@ pub(crate) fn control(
         token: &token,
         rx: &rx,
         held,
+        same_host,
     };
     let outcome = run_test(ctx, &mut conn, &spec, &test, local_ip);
     ctx.registry.remove(&token);
@@ -206,6 +211,8 @@ struct Admitted<'a> {
     token: &'a str,
     rx: &'a mpsc::Receiver<DataConn>,
     held: bool,
+    /// The client runs on this kernel (its hello carried our boot id).
+    same_host: bool,
 }
 
 /// With a held start, waits for the client's `flows_ready` (its go) after the data paths are
@@ -284,7 +291,9 @@ fn run_test(
                 wait_go(ctx, conn)?;
             }
             // Counters first: nothing the client sends after `start` escapes them.
-            let cfg = SideConfig::for_spec(End::Server, spec, tcp.server_affinity.clone(), iface);
+            let mut cfg =
+                SideConfig::for_spec(End::Server, spec, tcp.server_affinity.clone(), iface);
+            cfg.shares_host = test.same_host;
             conn.send(&Message::Start)
                 .map_err(|e| Abort::Quiet(e.to_string()))?;
             Running::Tcp(
@@ -294,7 +303,9 @@ fn run_test(
         }
         TestSpec::Udp(udp) => {
             let flows = collect_udp(ctx, conn, udp, test)?;
-            let cfg = SideConfig::for_spec(End::Server, spec, udp.server_affinity.clone(), iface);
+            let mut cfg =
+                SideConfig::for_spec(End::Server, spec, udp.server_affinity.clone(), iface);
+            cfg.shares_host = test.same_host;
             let ucfg = UdpConfig::from_spec(udp);
             conn.send(&Message::Start)
                 .map_err(|e| Abort::Quiet(e.to_string()))?;

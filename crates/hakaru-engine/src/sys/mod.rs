@@ -155,6 +155,15 @@ pub fn now_unix() -> f64 {
         .unwrap_or(0.0)
 }
 
+/// This kernel's identity for this boot (Linux: `/proc/sys/kernel/random/boot_id`), or `None`
+/// where there is none. Two ends that report the same one run on one kernel, so they share its
+/// CPUs: network namespaces, containers and loopback all do.
+pub fn host_id() -> Option<String> {
+    let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let id = id.trim();
+    (!id.is_empty()).then(|| id.to_string())
+}
+
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use std::io::{self, IoSlice};

@@ -290,7 +290,8 @@ pub struct Shape {
     #[arg(long)]
     pub bidir: bool,
     /// Socket buffer size (SO_SNDBUF and SO_RCVBUF) on both ends. TCP: disables autotuning.
-    /// UDP: without it receivers ask for 4 MiB (capped by net.core.rmem_max).
+    /// UDP: without it each receiving flow asks for 16 MiB split over the flows, between
+    /// 128 KiB and 4 MiB (capped by net.core.rmem_max).
     #[arg(short, long, value_name = "SIZE")]
     pub window: Option<Bytes>,
     /// IP TOS byte (0-255, also 0x..), both ends.

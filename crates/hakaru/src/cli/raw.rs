@@ -173,5 +173,6 @@ fn assemble(
         connect: None,
         raw: Some(o.result),
         server_clock_offset: None,
+        server_on_this_host: false,
     }
 }

@@ -62,6 +62,8 @@ fn one_flow_forward_embedded() {
     let r = ok_json(&["tcp", "-t", "2", "--json"]);
     assert_eq!(r["schema_version"], 1);
     assert_eq!(r["embedded_server"], true);
+    // The in-process server reports this kernel's boot id.
+    assert_eq!(r["server_on_this_host"], true);
     assert_eq!(r["totals"].as_array().unwrap().len(), 1);
     assert_eq!(r["totals"][0]["dir"], "up");
     assert_reconciles(&r);
@@ -97,6 +99,8 @@ fn eight_flows_against_a_server_process() {
         "--json",
     ]);
     assert_eq!(r["embedded_server"], false);
+    // A server process on loopback runs on the same kernel, and the text says so.
+    assert_eq!(r["server_on_this_host"], true);
     assert_eq!(r["flows"].as_array().unwrap().len(), 8);
     assert_reconciles(&r);
     // Interval SUM lines are the sum of the flows too.

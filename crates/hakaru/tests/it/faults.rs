@@ -127,6 +127,7 @@ fn server_rejects_version_mismatch_malformed_and_oversized_messages() {
     c.write_all(&opening(&Message::Hello {
         protocol: 99,
         software: "hakaru 9".into(),
+        host: None,
     }))
     .unwrap();
     let mut dec = Decoder::new();
@@ -168,6 +169,7 @@ fn server_rejects_version_mismatch_malformed_and_oversized_messages() {
     c.write_all(&opening(&Message::Hello {
         protocol: 1,
         software: "test".into(),
+        host: None,
     }))
     .unwrap();
     let mut dec = Decoder::new();
@@ -267,6 +269,7 @@ fn peer_that_stops_reading_is_reported() {
             protocol: 1,
             software: "fake".into(),
             unix_time: None,
+            host: None,
         }))
         .unwrap();
         assert!(matches!(
