@@ -477,8 +477,7 @@ pub fn run_test(
         TestSpec::Tcp(tcp) => {
             let flows = open_tcp_flows(opts, tcp, server_addr, &token)?;
             // Counters first: nothing the server sends after `start` escapes them.
-            let mut cfg = SideConfig::for_spec(End::Client, &spec, opts.affinity.clone(), iface);
-            cfg.shares_host = same_host;
+            let cfg = SideConfig::for_spec(End::Client, &spec, opts.affinity.clone(), iface);
             pass_gate(opts, &mut conn, &ctl_err)?;
             wait_start(&mut conn, &ctl_err)?;
             Running::Tcp(SideRun::start(cfg, flows, on_interval, on_done)?)

@@ -74,9 +74,12 @@ pub struct SideConfig {
     /// counting there. False for `-n`/`-k` transfers, which are counted whole.
     pub window_at_peer_end: bool,
     /// Both ends run on this kernel (loopback, network namespaces): the peer's workers use
-    /// the same CPUs, so this side starts workers for half of them (at least one). Without
-    /// it, two flows on a 2-CPU machine ran four busy threads, and the senders' share of the
-    /// CPUs overran the receivers (docs/BENCHMARKS.md, packet rate with many flows).
+    /// the same CPUs, so this side starts workers for half of them (at least one). Set for
+    /// UDP only: two UDP flows on a 2-CPU machine ran four busy threads, and the senders'
+    /// share of the CPUs overran the receivers, which dropped the surplus after the kernel
+    /// had paid for it; TCP's flow control keeps four threads in step, and halving them cost
+    /// TCP -P 4 on loopback a third of its rate (docs/BENCHMARKS.md, packet rate with many
+    /// flows).
     pub shares_host: bool,
 }
 

@@ -588,8 +588,8 @@ pub struct RunResult {
     pub server_clock_offset: Option<ClockOffset>,
     /// True when the server runs on the client's kernel (it reported the same boot id):
     /// loopback, another network namespace or a container of this machine. Both ends then
-    /// shared these CPUs, and each side started workers for half of them; the figures measure
-    /// the machine's stack, not a network between two machines.
+    /// shared these CPUs, and in UDP tests each side started workers for half of them; the
+    /// figures measure the machine's stack, not a network between two machines.
     #[serde(default)]
     pub server_on_this_host: bool,
 }

@@ -46,7 +46,7 @@ pub enum Message {
         unix_time: Option<f64>,
         /// The server's kernel boot id. When it equals the client's, both ends run on one
         /// kernel and share its CPUs (loopback, network namespaces): each side then starts
-        /// workers for half of them.
+        /// UDP workers for half of them.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         host: Option<String>,
     },

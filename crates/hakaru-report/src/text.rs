@@ -365,7 +365,7 @@ pub(crate) fn trailer(s: &mut String, r: &RunResult) {
     } else if r.server_on_this_host {
         let _ = writeln!(
             s,
-            "  note: the server runs on this machine (same kernel): both ends share its CPUs, each side used half"
+            "  note: the server runs on this machine (same kernel): both ends share its CPUs"
         );
     }
     for n in &r.notes {

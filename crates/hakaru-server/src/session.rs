@@ -291,9 +291,7 @@ fn run_test(
                 wait_go(ctx, conn)?;
             }
             // Counters first: nothing the client sends after `start` escapes them.
-            let mut cfg =
-                SideConfig::for_spec(End::Server, spec, tcp.server_affinity.clone(), iface);
-            cfg.shares_host = test.same_host;
+            let cfg = SideConfig::for_spec(End::Server, spec, tcp.server_affinity.clone(), iface);
             conn.send(&Message::Start)
                 .map_err(|e| Abort::Quiet(e.to_string()))?;
             Running::Tcp(
