@@ -30,6 +30,7 @@ use hakaru_proto::{native::opening, Message, PROTOCOL_VERSION};
 use socket2::{Domain, Protocol, Socket, Type};
 
 pub use hakaru_model::Family;
+pub use hakaru_proto::auth::Psk;
 pub use sockperf::NO_SERVER_REPORT as SOCKPERF_NOTE;
 
 /// Where to run a test and how.
@@ -59,6 +60,8 @@ pub struct ClientOptions {
     pub iperf3: bool,
     /// Synchronised start: called once the test is set up, just before it starts.
     pub gate: Option<StartGate>,
+    /// Pre-shared key for a server that requires one (`--psk-file`, HAKARU_PSK).
+    pub psk: Option<hakaru_proto::auth::Psk>,
 }
 
 /// A held start (`--sync-start`, `hakaru plan`): the client sets the test up (control
@@ -95,6 +98,54 @@ pub(crate) fn pass_gate(
     Ok(())
 }
 
+/// Proves this client holds the server's key and checks that the server holds it too; a key
+/// on one side only is an error either way (authentication is mutual).
+fn authenticate(
+    conn: &mut ControlConn,
+    opts: &ClientOptions,
+    addr: &str,
+    client_nonce: &str,
+    server_nonce: Option<&str>,
+) -> Result<(), ClientError> {
+    let (psk, sn) = match (&opts.psk, server_nonce) {
+        (None, None) => return Ok(()),
+        (None, Some(_)) => {
+            return Err(ClientError::Auth(format!(
+                "{addr} requires a pre-shared key: give it with --psk-file FILE or HAKARU_PSK"
+            )))
+        }
+        (Some(_), None) => {
+            return Err(ClientError::Auth(format!(
+                "{addr} does not ask for a key, so it cannot prove it holds yours; not running against it (drop --psk-file/HAKARU_PSK for a server without one)"
+            )))
+        }
+        (Some(k), Some(sn)) => (k, sn),
+    };
+    let ctl = |source| ClientError::Control {
+        addr: addr.to_string(),
+        source,
+    };
+    conn.send(&Message::Auth {
+        proof: psk.client_proof(sn, client_nonce),
+    })
+    .map_err(ctl)?;
+    // The server takes a second to say no.
+    match conn.recv(HANDSHAKE_TIMEOUT + Duration::from_secs(2)) {
+        Ok(Message::AuthOk { proof }) if psk.verify_server(client_nonce, sn, &proof) => Ok(()),
+        Ok(Message::AuthOk { .. }) => Err(ClientError::Auth(format!(
+            "{addr} accepted our proof but could not prove it holds the same key"
+        ))),
+        Ok(Message::Error { .. }) => Err(ClientError::Auth(format!(
+            "{addr} does not accept this key (--psk-file or HAKARU_PSK differs from the server's)"
+        ))),
+        Ok(other) => Err(ClientError::Auth(format!(
+            "{addr} answered the key proof with {}",
+            other.name()
+        ))),
+        Err(e) => Err(ctl(e)),
+    }
+}
+
 /// Why a client run failed. Each message names the peer or the flag at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -128,6 +179,9 @@ pub enum ClientError {
     /// The server reported an error.
     #[error("the server reported: {0}")]
     Server(String),
+    /// Key authentication failed or could not happen.
+    #[error("authentication failed: {0}")]
+    Auth(String),
     /// The control connection failed.
     #[error("control connection to {addr}: {source}")]
     Control {
@@ -327,21 +381,32 @@ pub fn run_test(
     let mut conn = ControlConn::new(stream);
     let hello_at = sys::now_unix();
     let host_id = sys::host_id();
+    let client_nonce = {
+        let mut b = [0u8; hakaru_proto::auth::NONCE_LEN];
+        getrandom::fill(&mut b)
+            .map_err(|e| ClientError::Auth(format!("no OS randomness for a nonce: {e}")))?;
+        hakaru_proto::auth::hex(&b)
+    };
     conn.send_raw(&opening(&Message::Hello {
         protocol: PROTOCOL_VERSION,
         software: format!("hakaru {}", env!("CARGO_PKG_VERSION")),
         host: host_id.clone(),
+        nonce: Some(client_nonce.clone()),
     }))
     .map_err(ctl_err)?;
     let (clock, same_host) = match conn.recv(HANDSHAKE_TIMEOUT) {
         Ok(Message::Welcome {
-            unix_time, host, ..
+            unix_time,
+            host,
+            auth,
+            ..
         }) => {
             let back = sys::now_unix();
             let clock = unix_time.map(|t| hakaru_model::ClockOffset {
                 offset_s: t - (hello_at + back) / 2.0,
                 round_trip_s: back - hello_at,
             });
+            authenticate(&mut conn, opts, &addr_s, &client_nonce, auth.as_deref())?;
             (clock, host.is_some() && host == host_id)
         }
         Ok(Message::Error { message }) => return Err(ClientError::Server(message)),

@@ -40,6 +40,11 @@ impl ControlConn {
         Self::with_decoder(stream, Decoder::new())
     }
 
+    /// Changes the largest control frame accepted from now on.
+    pub fn set_max_frame(&mut self, max: usize) {
+        self.decoder.set_max(max);
+    }
+
     /// Wraps a stream with a decoder that may already hold bytes.
     pub fn with_decoder(stream: TcpStream, decoder: Decoder) -> Self {
         let _ = stream.set_write_timeout(Some(Duration::from_secs(10)));

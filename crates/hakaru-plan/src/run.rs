@@ -415,6 +415,10 @@ fn start_server(host: &str, r: &Ready, port: u16) -> Result<Option<ServerProc>, 
         "-p".into(),
         port.to_string(),
         "--exit-on-stdin-eof".into(),
+        // Several sender hosts may share an address (local and exec launchers); the plan
+        // decides how many tests this server runs, not the per-address default.
+        "--max-tests-per-client".into(),
+        "4096".into(),
     ];
     let (mut child, stderr) = spawn_piped(r, &argv, &format!("receiver `{host}`"))?;
     let (tx, rx) = mpsc::channel();

@@ -389,6 +389,9 @@ impl Params {
                 None | Some(Value::Null) => Ok(None),
                 Some(x) => match (x.as_f64(), int_of(x)) {
                     (_, Some(i)) if i < 0 => Err(bad(W, format!("\"{k}\" is negative"))),
+                    // Every number in the parameters is a count, a size or seconds: a
+                    // negative fraction is as wrong as a negative integer.
+                    (Some(f), _) if f < 0.0 => Err(bad(W, format!("\"{k}\" is negative"))),
                     (Some(f), _) if f.is_finite() => Ok(Some(f)),
                     _ => Err(bad(W, format!("\"{k}\" is not a number"))),
                 },
@@ -930,6 +933,21 @@ mod tests {
         assert!(Params::from_json(&json!({"tcp": true, "len": "big"})).is_err());
         assert!(Params::from_json(&json!({"tcp": true, "parallel": -1})).is_err());
         assert!(Params::from_json(&json!([1])).is_err());
+        // Negative fractions would become panicking Durations.
+        for k in ["omit", "time"] {
+            let e = Params::from_json(&json!({"tcp": true, k: -1.5})).unwrap_err();
+            assert!(
+                e.to_string().contains(&format!("\"{k}\" is negative")),
+                "{e}"
+            );
+        }
+        // Huge values parse; the server's range checks refuse them.
+        assert_eq!(
+            Params::from_json(&json!({"tcp": true, "time": 1e300}))
+                .unwrap()
+                .time,
+            1e300
+        );
         // Unknown keys from newer clients are ignored.
         assert!(Params::from_json(&json!({"udp": true, "gso": 1, "mptcp": true})).is_ok());
     }

@@ -5,8 +5,10 @@
 //! protocols that share the control port apart from their first bytes; [`datagram`] is the
 //! header of UDP test datagrams and the hello that opens a UDP flow; [`iperf3`] is iperf3's
 //! control protocol and UDP framing; [`sockperf`] is the stock sockperf's message header and
-//! TCP framing; [`iperf2`] is what a raw sink needs of iperf2 clients.
+//! TCP framing; [`iperf2`] is what a raw sink needs of iperf2 clients; [`auth`] is the
+//! pre-shared key challenge-response of the native protocol.
 
+pub mod auth;
 pub mod datagram;
 pub mod iperf2;
 pub mod iperf3;

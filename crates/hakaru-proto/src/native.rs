@@ -16,6 +16,10 @@ pub const MAGIC: [u8; 4] = *b"HKRU";
 pub const PROTOCOL_VERSION: u32 = 1;
 /// Largest frame accepted (8 MiB: a final report of 2048 flows fits with room to spare).
 pub const MAX_FRAME: usize = 8 << 20;
+/// Largest frame a server accepts before it has admitted a test: hello, data_hello and
+/// test_request are a few hundred bytes, so an unadmitted peer cannot make the server buffer
+/// more than this per connection.
+pub const MAX_FIRST_FRAMES: usize = 64 << 10;
 
 /// The test a client asks for (the model's [`TestSpec`], tagged by `kind`).
 pub type TestKind = TestSpec;
@@ -33,6 +37,9 @@ pub enum Message {
         /// The client's kernel boot id (see [`Message::Welcome`]'s `host`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         host: Option<String>,
+        /// The client's nonce for key authentication (crate::auth), hex.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        nonce: Option<String>,
     },
     /// Server → client, answer to a compatible `Hello`.
     Welcome {
@@ -49,6 +56,20 @@ pub enum Message {
         /// UDP workers for half of them.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         host: Option<String>,
+        /// Present when the server requires a pre-shared key: its nonce, hex. The client
+        /// answers with `auth` before its test request.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        auth: Option<String>,
+    },
+    /// Client → server, when the welcome asked for it: the client's key proof (crate::auth).
+    Auth {
+        /// HMAC-SHA256 proof, hex.
+        proof: String,
+    },
+    /// Server → client: the client's proof checked; the server's own proof follows.
+    AuthOk {
+        /// HMAC-SHA256 proof, hex.
+        proof: String,
     },
     /// Client → server: run this test.
     TestRequest {
@@ -125,6 +146,8 @@ impl Message {
         match self {
             Message::Hello { .. } => "hello",
             Message::Welcome { .. } => "welcome",
+            Message::Auth { .. } => "auth",
+            Message::AuthOk { .. } => "auth_ok",
             Message::TestRequest { .. } => "test_request",
             Message::Accepted { .. } => "accepted",
             Message::Refused { .. } => "refused",
@@ -190,6 +213,19 @@ impl Decoder {
     }
 
     /// A decoder for a stream whose magic was already consumed.
+    /// A decoder that refuses frames over `max` bytes (before buffering them).
+    pub fn with_max(max: usize) -> Self {
+        Decoder {
+            max,
+            ..Decoder::new()
+        }
+    }
+
+    /// Changes the largest frame accepted from now on.
+    pub fn set_max(&mut self, max: usize) {
+        self.max = max;
+    }
+
     pub fn after_magic() -> Self {
         Decoder {
             need_magic: false,
@@ -261,11 +297,19 @@ mod tests {
                 protocol: 1,
                 software: "hakaru 0.1.0".into(),
                 host: Some("5d2c1f0e-3b0a-4c55-9f43-2f1b6a7c8d90".into()),
+                nonce: Some("ab".repeat(32)),
+            },
+            Message::Auth {
+                proof: "cd".repeat(32),
+            },
+            Message::AuthOk {
+                proof: "ef".repeat(32),
             },
             Message::Hello {
                 protocol: 1,
                 software: "hakaru 0.1.0".into(),
                 host: None,
+                nonce: None,
             },
             Message::TestRequest {
                 held_start: true,

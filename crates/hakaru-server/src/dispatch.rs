@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use hakaru_proto::preamble::{classify, Preamble};
 use hakaru_proto::{Decoder, Message};
 
+use crate::limits::Slot;
 use crate::registry::DataConn;
 use crate::{session, Ctx};
 
@@ -26,12 +27,18 @@ impl Drop for CountGuard<'_> {
 
 /// Starts a thread for a freshly accepted connection.
 /// `seq` is the connection's place in accept order.
-pub(crate) fn spawn(ctx: Arc<Ctx>, stream: TcpStream, peer: SocketAddr, seq: u32) {
-    if ctx.pending.load(Ordering::Acquire) >= ctx.cfg.max_pending {
-        tracing::warn!("refused connection from {peer}: too many connections still handshaking");
-        return;
-    }
-    ctx.pending.fetch_add(1, Ordering::AcqRel);
+pub(crate) fn spawn(ctx: Arc<Ctx>, mut stream: TcpStream, peer: SocketAddr, seq: u32) {
+    let slot = match ctx.admission.pending(peer.ip()) {
+        Ok(s) => s,
+        Err(why) => {
+            ctx.log_refusal(peer, &why);
+            // Said without waiting: a hakaru client reads it as the server's error, where
+            // a silent close would read as "not a hakaru server".
+            let _ = stream.set_nonblocking(true);
+            let _ = std::io::Write::write_all(&mut stream, &error_frame(&why));
+            return;
+        }
+    };
     ctx.threads.fetch_add(1, Ordering::AcqRel);
     let c = Arc::clone(&ctx);
     let r = std::thread::Builder::new()
@@ -39,17 +46,27 @@ pub(crate) fn spawn(ctx: Arc<Ctx>, stream: TcpStream, peer: SocketAddr, seq: u32
         .stack_size(512 << 10)
         .spawn(move || {
             let _t = CountGuard(&c.threads);
-            handle(&c, stream, peer, seq);
+            handle(&c, stream, peer, seq, slot);
         });
     if let Err(e) = r {
-        ctx.pending.fetch_sub(1, Ordering::AcqRel);
         ctx.threads.fetch_sub(1, Ordering::AcqRel);
         tracing::warn!("could not start a thread for {peer}: {e}");
     }
 }
 
-fn handle(ctx: &Ctx, mut stream: TcpStream, peer: SocketAddr, seq: u32) {
-    let mut pending = Some(CountGuard(&ctx.pending));
+/// The bytes that tell a hakaru peer why it is turned away: the magic, then an error frame.
+fn error_frame(why: &str) -> Vec<u8> {
+    let mut out = hakaru_proto::MAGIC.to_vec();
+    out.extend(
+        Message::Error {
+            message: why.to_string(),
+        }
+        .encode(),
+    );
+    out
+}
+
+fn handle(ctx: &Ctx, mut stream: TcpStream, peer: SocketAddr, seq: u32, slot: Slot) {
     let mut first = Vec::with_capacity(64);
     let deadline = Instant::now() + FIRST_BYTES_TIMEOUT;
     let mut buf = [0u8; 4096];
@@ -71,6 +88,17 @@ fn handle(ctx: &Ctx, mut stream: TcpStream, peer: SocketAddr, seq: u32) {
     };
     match kind {
         Preamble::Hakaru => {}
+        Preamble::Iperf3Cookie if !ctx.cfg.iperf3 => {
+            tracing::warn!(
+                "closed connection from {peer}: an iperf3 client, and iperf3 clients are off (they cannot authenticate; --iperf3 allow turns them on)"
+            );
+            // A stock client reads this as "the server is busy", its only refusal.
+            let _ = std::io::Write::write_all(
+                &mut stream,
+                &[hakaru_proto::iperf3::State::AccessDenied.byte()],
+            );
+            return;
+        }
         Preamble::Iperf3Cookie => {
             while first.len() < hakaru_proto::iperf3::COOKIE_LEN {
                 let left = deadline.saturating_duration_since(Instant::now());
@@ -89,8 +117,7 @@ fn handle(ctx: &Ctx, mut stream: TcpStream, peer: SocketAddr, seq: u32) {
                     None => return,
                 }
             }
-            pending.take();
-            crate::iperf3::accept(ctx, stream, peer, first, seq);
+            crate::iperf3::accept(ctx, stream, peer, first, seq, slot);
             return;
         }
         Preamble::Unknown => {
@@ -101,7 +128,7 @@ fn handle(ctx: &Ctx, mut stream: TcpStream, peer: SocketAddr, seq: u32) {
             return;
         }
     }
-    let mut dec = Decoder::new();
+    let mut dec = Decoder::with_max(hakaru_proto::native::MAX_FIRST_FRAMES);
     dec.feed(&first);
     // The first frame says whether this is a control or a data connection.
     let msg = loop {
@@ -123,14 +150,26 @@ fn handle(ctx: &Ctx, mut stream: TcpStream, peer: SocketAddr, seq: u32) {
             None => return,
         }
     };
-    pending.take();
     match msg {
         Message::Hello {
             protocol,
             software,
             host,
+            nonce,
         } => {
-            session::control(ctx, stream, dec, peer, protocol, software, host);
+            session::control(
+                ctx,
+                session::Opening {
+                    stream,
+                    dec,
+                    peer,
+                    protocol,
+                    software,
+                    host,
+                    nonce,
+                    slot,
+                },
+            );
         }
         Message::DataHello { token, flow } => {
             if dec.buffered() > 0 {
@@ -174,13 +213,6 @@ fn read_some(stream: &mut TcpStream, buf: &mut [u8], wait: Duration) -> Option<u
 fn reject(stream: &mut TcpStream, peer: SocketAddr, why: &str) {
     use std::io::Write;
     tracing::warn!("rejected connection from {peer}: {why}");
-    let mut out = hakaru_proto::MAGIC.to_vec();
-    out.extend(
-        Message::Error {
-            message: why.to_string(),
-        }
-        .encode(),
-    );
     let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
-    let _ = stream.write_all(&out);
+    let _ = stream.write_all(&error_frame(why));
 }

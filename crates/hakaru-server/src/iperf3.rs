@@ -34,7 +34,7 @@ use hakaru_proto::iperf3::{
 };
 use socket2::SockRef;
 
-use crate::dispatch::CountGuard;
+use crate::limits::Slot;
 use crate::registry::{canonical_ip, DataConn};
 use crate::Ctx;
 
@@ -92,7 +92,17 @@ impl Creating {
 
 /// Takes a connection that opened with an iperf3 cookie (`first` holds at least the cookie);
 /// `seq` is its place in accept order, which is how iperf3 assigns streams their roles.
-pub(crate) fn accept(ctx: &Ctx, mut stream: TcpStream, peer: SocketAddr, first: Vec<u8>, seq: u32) {
+/// `handshake` is the connection's handshake slot: a control connection holds it until its
+/// parameters are valid and it has a test slot, so cookies that never send parameters do not
+/// count as tests.
+pub(crate) fn accept(
+    ctx: &Ctx,
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    first: Vec<u8>,
+    seq: u32,
+    handshake: Slot,
+) {
     let cookie = match wire::parse_cookie(&first) {
         Ok(c) => c,
         Err(e) => {
@@ -120,19 +130,11 @@ pub(crate) fn accept(ctx: &Ctx, mut stream: TcpStream, peer: SocketAddr, first: 
         return;
     }
     let mut ctl = Iperf3Ctl::new(stream, &first[wire::COOKIE_LEN.min(first.len())..]);
-    if ctx.shutdown.load(Ordering::Acquire)
-        || ctx.active_tests.load(Ordering::Acquire) >= ctx.cfg.max_tests
-    {
-        tracing::warn!(
-            "iperf3: refused a test from {peer}: busy ({} tests running, --max-tests {})",
-            ctx.active_tests.load(Ordering::Acquire),
-            ctx.cfg.max_tests
-        );
+    if ctx.shutdown.load(Ordering::Acquire) {
+        tracing::warn!("iperf3: refused a test from {peer}: the server is shutting down");
         let _ = ctl.send_state(State::AccessDenied);
         return;
     }
-    ctx.active_tests.fetch_add(1, Ordering::AcqRel);
-    let _active = CountGuard(&ctx.active_tests);
     let id = ctx.next_test.fetch_add(1, Ordering::Relaxed);
     let started = Instant::now();
     let mut s = Session {
@@ -141,6 +143,8 @@ pub(crate) fn accept(ctx: &Ctx, mut stream: TcpStream, peer: SocketAddr, first: 
         peer,
         id,
         cookie,
+        handshake: Some(handshake),
+        test_slot: None,
     };
     let outcome = s.run();
     ctx.registry.remove(&s.cookie);
@@ -191,6 +195,10 @@ struct Session<'a> {
     peer: SocketAddr,
     id: u64,
     cookie: String,
+    /// Given back once the test has its slot.
+    handshake: Option<Slot>,
+    /// Taken once the parameters are valid.
+    test_slot: Option<Slot>,
 }
 
 impl Session<'_> {
@@ -207,7 +215,19 @@ impl Session<'_> {
             })?;
         let params =
             Params::from_json(&v).map_err(|e| Fail::Tell(errno::IERECVPARAMS, e.to_string()))?;
-        let plan = plan(&params)?;
+        let plan = plan(&params, self.ctx.cfg.max_duration)?;
+        match self.ctx.admission.test(self.peer.ip()) {
+            Ok(slot) => {
+                self.test_slot = Some(slot);
+                self.handshake = None;
+            }
+            Err(why) => {
+                // What a stock iperf3 server says when busy; the client reports "the server
+                // is busy running a test".
+                let _ = self.ctl.send_state(State::AccessDenied);
+                return Err(Fail::Quiet(format!("refused: {why}")));
+            }
+        }
         tracing::info!(
             "iperf3 test {} from {} (client {}): {}, {} stream(s) per direction, {:?}, {}",
             self.id,
@@ -416,8 +436,14 @@ impl Session<'_> {
 
     /// Runs the test until the client's TEST_END and the engine winds down.
     fn supervise(&mut self, plan: &Plan, run: Running) -> Result<hakaru_model::SideReport, Fail> {
-        let limit = (plan.params.time > 0.0)
-            .then(|| Duration::from_secs_f64(plan.params.time + plan.params.omit) + GRACE);
+        let limit = (plan.params.time > 0.0).then(|| {
+            // plan() bounded both to finite, non-negative values under a day.
+            Duration::try_from_secs_f64(plan.params.time + plan.params.omit)
+                .unwrap_or(Duration::from_secs(86_400))
+                + GRACE
+        });
+        // Byte and block counts stop at --max-duration.
+        let cutoff = self.ctx.cfg.max_duration.map(|m| m + GRACE);
         let started = Instant::now();
         let mut ended = false;
         let mut idle_since: Option<Instant> = None;
@@ -429,6 +455,16 @@ impl Session<'_> {
                 run.abort();
                 let _ = self.ctl.send_state(State::ServerTerminate);
                 return Err(Fail::Quiet("the server is shutting down".into()));
+            }
+            if cutoff.is_some_and(|c| started.elapsed() > c) {
+                run.abort();
+                return Err(Fail::Tell(
+                    errno::IESERVERTESTDURATIONEXPIRED,
+                    format!(
+                        "the test ran past the server's limit of {:.0} s (--max-duration)",
+                        self.ctx.cfg.max_duration.unwrap_or_default().as_secs_f64()
+                    ),
+                ));
             }
             if limit.is_some_and(|l| started.elapsed() > l) {
                 run.abort();
@@ -640,7 +676,7 @@ fn amount_words(p: &Params) -> String {
 }
 
 /// Checks the parameters as iperf3 3.18+ does and turns them into a hakaru test spec.
-fn plan(p: &Params) -> Result<Plan, Fail> {
+fn plan(p: &Params, max_duration: Option<Duration>) -> Result<Plan, Fail> {
     let tell = |code: i32, why: String| Err(Fail::Tell(code, why));
     if p.authtoken.is_some() {
         return tell(
@@ -657,11 +693,32 @@ fn plan(p: &Params) -> Result<Plan, Fail> {
     if !(1..=128).contains(&p.parallel) {
         return tell(errno::IENUMSTREAMS, format!("-P {} (1 to 128)", p.parallel));
     }
+    // Params::from_json refuses negative and non-finite numbers; checked again here because
+    // these become Durations, which panic on them.
+    if !(p.time.is_finite() && p.omit.is_finite() && p.time >= 0.0 && p.omit >= 0.0) {
+        return tell(
+            errno::IEDURATION,
+            format!("-t {} -O {}: not a duration", p.time, p.omit),
+        );
+    }
     if p.time > 86_400.0 {
         return tell(errno::IEDURATION, format!("-t {} (at most 86400)", p.time));
     }
     if p.omit > 600.0 {
         return tell(errno::IEOMIT, format!("-O {} (at most 600)", p.omit));
+    }
+    if let Some(max) = max_duration {
+        if p.time + p.omit > max.as_secs_f64() {
+            return tell(
+                errno::IEDURATION,
+                format!(
+                    "-t {} -O {}: the server runs tests of at most {:.0} s (--max-duration)",
+                    p.time,
+                    p.omit,
+                    max.as_secs_f64()
+                ),
+            );
+        }
     }
     if p.window.is_some_and(|w| w > 512 << 20) {
         return tell(errno::IEBUFSIZE, format!("-w {:?}", p.window));
@@ -716,13 +773,15 @@ fn plan(p: &Params) -> Result<Plan, Fail> {
         Direction::Forward
     };
     let amount = if p.time > 0.0 {
-        Amount::Time(Dur(Duration::from_secs_f64(p.time)))
+        Amount::Time(Dur(
+            Duration::try_from_secs_f64(p.time).unwrap_or(Duration::from_secs(86_400))
+        ))
     } else if p.num > 0 {
         Amount::Bytes(Bytes(p.num))
     } else {
         Amount::Blocks(p.blockcount)
     };
-    let omit = Dur(Duration::from_secs_f64(p.omit));
+    let omit = Dur(Duration::try_from_secs_f64(p.omit).unwrap_or_default());
     let window = p.window.map(Bytes);
     let tos = p.tos.map(|t| t as u8);
     let spec = if udp {

@@ -6,9 +6,11 @@
 //! thread; each test owns its sockets and worker threads and frees them however it ends, so
 //! one test's failure never touches another.
 
+mod acl;
 mod dispatch;
 mod iperf3;
 mod iperf3_output;
+mod limits;
 mod registry;
 mod session;
 mod sockperf;
@@ -23,6 +25,8 @@ use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, Socket, Type};
 
+pub use acl::Acl;
+pub use limits::Limits;
 pub use registry::Registry;
 pub use sockperf::{SockperfCounts, UDP_CLIENT_IDLE as SOCKPERF_UDP_CLIENT_IDLE};
 
@@ -42,10 +46,17 @@ pub struct ServerConfig {
     pub port: u16,
     /// Family restriction.
     pub family: Family,
-    /// Most tests running at once; more are refused with a reason.
-    pub max_tests: usize,
-    /// Most connections waiting to say what they are.
-    pub max_pending: usize,
+    /// Connections and tests allowed per source address and in total.
+    pub limits: Limits,
+    /// Source addresses the server talks to.
+    pub acl: Acl,
+    /// Longest test the server runs (time-based tests ask for at most this much, warm-up
+    /// included; byte- and block-count tests are stopped there). `None`: no limit.
+    pub max_duration: Option<Duration>,
+    /// Pre-shared key every native client must prove it holds; `None`: no authentication.
+    pub psk: Option<hakaru_proto::auth::Psk>,
+    /// Answer stock iperf3 clients on the control port (they cannot authenticate).
+    pub iperf3: bool,
     /// Server output for iperf3 clients that ask for it (`--get-server-output`) as iperf3's
     /// JSON document instead of its text.
     pub iperf3_json_output: bool,
@@ -59,8 +70,11 @@ impl Default for ServerConfig {
             bind: None,
             port: DEFAULT_PORT,
             family: Family::Any,
-            max_tests: 64,
-            max_pending: 512,
+            limits: Limits::default(),
+            acl: Acl::default(),
+            max_duration: None,
+            psk: None,
+            iperf3: true,
             iperf3_json_output: false,
             sockperf_port: None,
         }
@@ -73,8 +87,7 @@ pub(crate) struct Ctx {
     pub registry: Registry,
     pub shutdown: Arc<AtomicBool>,
     pub next_test: AtomicU64,
-    pub active_tests: AtomicUsize,
-    pub pending: AtomicUsize,
+    pub admission: limits::Admission,
     pub threads: AtomicUsize,
     /// Address of the UDP port (same address and port number as the TCP listener).
     pub udp_addr: SocketAddr,
@@ -84,6 +97,37 @@ pub(crate) struct Ctx {
     pub iperf3: iperf3::Creating,
     /// TCP connections accepted so far.
     pub accepted: AtomicU32,
+    /// Connections and datagrams turned away by the access list.
+    pub denied: AtomicU64,
+    /// Last time a refusal was logged (rate-limits refusal lines under a flood).
+    pub refusal_log: std::sync::Mutex<(Option<Instant>, u64)>,
+}
+
+impl Ctx {
+    /// Logs why a connection was refused: at most one line a second, with how many more
+    /// were refused in between, so a flood cannot fill the log.
+    pub(crate) fn log_refusal(&self, peer: SocketAddr, why: &str) {
+        let Ok(mut g) = self.refusal_log.lock() else {
+            return;
+        };
+        let now = Instant::now();
+        if g.0
+            .is_some_and(|t| now.duration_since(t) < Duration::from_secs(1))
+        {
+            g.1 += 1;
+            return;
+        }
+        let more = std::mem::take(&mut g.1);
+        g.0 = Some(now);
+        drop(g);
+        if more > 0 {
+            tracing::warn!(
+                "refused connection from {peer}: {why} ({more} more refused in the last second)"
+            );
+        } else {
+            tracing::warn!("refused connection from {peer}: {why}");
+        }
+    }
 }
 
 /// A bound server, ready to run.
@@ -141,17 +185,18 @@ impl Server {
             udp,
             sockperf,
             ctx: Arc::new(Ctx {
+                admission: limits::Admission::new(cfg.limits),
                 cfg,
                 registry: Registry::default(),
                 shutdown: Arc::new(AtomicBool::new(false)),
                 next_test: AtomicU64::new(1),
-                active_tests: AtomicUsize::new(0),
-                pending: AtomicUsize::new(0),
                 threads: AtomicUsize::new(0),
                 udp_addr: bound,
                 strays: AtomicU64::new(0),
                 iperf3: iperf3::Creating::default(),
                 accepted: AtomicU32::new(0),
+                denied: AtomicU64::new(0),
+                refusal_log: std::sync::Mutex::new((None, 0)),
             }),
         })
     }
@@ -173,7 +218,7 @@ impl Server {
 
     /// Tests running right now.
     pub fn active_tests(&self) -> usize {
-        self.ctx.active_tests.load(Ordering::Relaxed)
+        self.ctx.admission.tests_running()
     }
 
     /// Serves until the shutdown flag is set, then waits up to 5 s for tests to wind down.
@@ -200,6 +245,15 @@ impl Server {
         while !self.ctx.shutdown.load(Ordering::Acquire) {
             match self.listener.accept() {
                 Ok((stream, peer)) => {
+                    if !self.ctx.cfg.acl.permits(peer.ip()) {
+                        // Closed before any byte is read; a flood of these is not worth a
+                        // log line each.
+                        self.ctx.denied.fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(
+                            "closed connection from {peer}: not allowed (--allow/--deny)"
+                        );
+                        continue;
+                    }
                     let _ = stream.set_nonblocking(false);
                     // Accept order, for protocols that tell streams apart only by it (iperf3);
                     // the threads that read first bytes may finish in any order.

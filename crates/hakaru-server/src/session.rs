@@ -22,11 +22,13 @@ use hakaru_proto::datagram::{token_bytes, FlowHello};
 use hakaru_proto::{Decoder, Message, PROTOCOL_VERSION};
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
 
-use crate::dispatch::CountGuard;
+use crate::limits::Slot;
 use crate::registry::DataConn;
 use crate::Ctx;
 
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// A client sends its test request right after the welcome; this is for slow paths, not for
+/// thinking.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 const DATA_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest a client may hold a set-up test before its go (`held_start`).
 const HOLD_TIMEOUT: Duration = Duration::from_secs(120);
@@ -43,25 +45,54 @@ enum Abort {
     Quiet(String),
 }
 
+/// A control connection that has said hello.
+pub(crate) struct Opening {
+    pub stream: TcpStream,
+    /// The decoder, holding whatever followed the hello.
+    pub dec: Decoder,
+    pub peer: SocketAddr,
+    pub protocol: u32,
+    pub software: String,
+    /// The client's kernel boot id.
+    pub host: Option<String>,
+    /// The client's authentication nonce.
+    pub nonce: Option<String>,
+    /// The connection's handshake slot, given back once its test is admitted.
+    pub slot: Slot,
+}
+
 /// Runs a control session to its end. Never panics on peer input; logs how it ended.
-pub(crate) fn control(
-    ctx: &Ctx,
-    stream: TcpStream,
-    dec: Decoder,
-    peer: SocketAddr,
-    protocol: u32,
-    software: String,
-    client_host: Option<String>,
-) {
+pub(crate) fn control(ctx: &Ctx, o: Opening) {
+    let Opening {
+        stream,
+        dec,
+        peer,
+        protocol,
+        software,
+        host: client_host,
+        nonce: client_nonce,
+        slot: handshake,
+    } = o;
     let local_ip = stream.local_addr().map(|a| a.ip()).ok();
     let mut conn = ControlConn::with_decoder(stream, dec);
     let host = sys::host_id();
     let same_host = host.is_some() && host == client_host;
+    let server_nonce = match &ctx.cfg.psk {
+        Some(_) => match new_nonce() {
+            Some(n) => Some(n),
+            None => {
+                tracing::warn!("session with {peer}: no OS randomness for an authentication nonce");
+                return;
+            }
+        },
+        None => None,
+    };
     let welcome = hakaru_proto::native::opening(&Message::Welcome {
         protocol: PROTOCOL_VERSION,
         software: format!("hakaru {}", env!("CARGO_PKG_VERSION")),
         unix_time: Some(sys::now_unix()),
         host,
+        auth: server_nonce.clone(),
     });
     if protocol != PROTOCOL_VERSION {
         let why = format!(
@@ -74,6 +105,11 @@ pub(crate) fn control(
     }
     if conn.send_raw(&welcome).is_err() {
         return;
+    }
+    if let (Some(psk), Some(sn)) = (&ctx.cfg.psk, &server_nonce) {
+        if !authenticate(&mut conn, psk, sn, client_nonce.as_deref(), peer) {
+            return;
+        }
     }
     let (spec, held) = match conn.recv(REQUEST_TIMEOUT) {
         Ok(Message::TestRequest { test, held_start }) => (*test, held_start),
@@ -93,14 +129,18 @@ pub(crate) fn control(
             return;
         }
     };
-    if let Err(reason) = admit(ctx, &spec) {
-        tracing::warn!("refused test from {peer}: {reason}");
-        let _ = conn.send(&Message::Refused { reason });
-        return;
-    }
-    // Count the test from here on; the guard frees the slot however we leave.
-    ctx.active_tests.fetch_add(1, Ordering::AcqRel);
-    let _active = CountGuard(&ctx.active_tests);
+    // The test slot frees itself however we leave; the handshake slot goes once it is taken.
+    let _test_slot = match admit(ctx, &spec).and_then(|()| ctx.admission.test(peer.ip())) {
+        Ok(s) => s,
+        Err(reason) => {
+            tracing::warn!("refused test from {peer}: {reason}");
+            let _ = conn.send(&Message::Refused { reason });
+            return;
+        }
+    };
+    drop(handshake);
+    // An admitted client may send its final report, which can be large.
+    conn.set_max_frame(hakaru_proto::native::MAX_FRAME);
     let id = ctx.next_test.fetch_add(1, Ordering::Relaxed);
     let token = new_token();
     let (tx, rx) = mpsc::channel();
@@ -151,6 +191,60 @@ fn describe_amount(spec: &TestSpec) -> String {
     }
 }
 
+/// How long a client that fails authentication waits for the verdict, whatever went wrong:
+/// guessing keys costs a second a try per connection, and the delay says nothing.
+const AUTH_FAIL_DELAY: Duration = Duration::from_secs(1);
+
+/// A fresh nonce from the OS, hex; `None` without OS randomness.
+fn new_nonce() -> Option<String> {
+    let mut b = [0u8; hakaru_proto::auth::NONCE_LEN];
+    getrandom::fill(&mut b).ok()?;
+    Some(hakaru_proto::auth::hex(&b))
+}
+
+/// Checks the client's key proof and sends the server's. False (after telling the client
+/// and logging one line) when the client does not hold the key.
+fn authenticate(
+    conn: &mut ControlConn,
+    psk: &hakaru_proto::auth::Psk,
+    server_nonce: &str,
+    client_nonce: Option<&str>,
+    peer: SocketAddr,
+) -> bool {
+    let why = match (client_nonce, conn.recv(REQUEST_TIMEOUT)) {
+        (Some(cn), Ok(Message::Auth { proof }))
+            if hakaru_proto::auth::is_nonce(cn) && psk.verify_client(server_nonce, cn, &proof) =>
+        {
+            let proof = psk.server_proof(cn, server_nonce);
+            return conn.send(&Message::AuthOk { proof }).is_ok();
+        }
+        (_, Ok(Message::Auth { .. })) => "wrong key".to_string(),
+        (_, Ok(Message::TestRequest { .. })) => {
+            "no key (the server requires --psk-file or HAKARU_PSK)".to_string()
+        }
+        (_, Ok(other)) => format!("expected auth, got {}", other.name()),
+        (_, Err(e)) => {
+            tracing::warn!("authentication of {peer} failed: {e}");
+            return false;
+        }
+    };
+    tracing::warn!("authentication of {peer} failed: {why}");
+    std::thread::sleep(AUTH_FAIL_DELAY);
+    let _ = conn.send(&Message::Error {
+        message: "authentication failed: the server requires a pre-shared key, and the client did not prove it holds it (--psk-file or HAKARU_PSK)".into(),
+    });
+    false
+}
+
+/// How long a time-based test asks to run, warm-up included; `None` for byte and block counts
+/// (the server stops those at --max-duration instead).
+fn asked_duration(spec: &TestSpec) -> Option<Duration> {
+    match spec.amount() {
+        Amount::Time(t) => Some(t.0.saturating_add(spec.omit().0)),
+        Amount::Bytes(_) | Amount::Blocks(_) => None,
+    }
+}
+
 /// Checks what the spec's own validation cannot: this host's limits and capabilities.
 fn admit(ctx: &Ctx, spec: &TestSpec) -> Result<(), String> {
     spec.validate().map_err(|e| e.0)?;
@@ -162,12 +256,16 @@ fn admit(ctx: &Ctx, spec: &TestSpec) -> Result<(), String> {
     if ctx.shutdown.load(Ordering::Acquire) {
         return Err("the server is shutting down".into());
     }
-    let active = ctx.active_tests.load(Ordering::Acquire);
-    if active >= ctx.cfg.max_tests {
-        return Err(format!(
-            "the server is busy: {active} tests running, its limit is {} (--max-tests)",
-            ctx.cfg.max_tests
-        ));
+    if let Some(max) = ctx.cfg.max_duration {
+        if let Some(asked) = asked_duration(spec) {
+            if asked > max {
+                return Err(format!(
+                    "the test would run {:.0} s (warm-up included); the server runs tests of at most {:.0} s (--max-duration)",
+                    asked.as_secs_f64(),
+                    max.as_secs_f64()
+                ));
+            }
+        }
     }
     if let Some(cc) = match spec {
         TestSpec::Tcp(t) => t.congestion.as_ref(),
@@ -355,10 +453,21 @@ fn run_test(
     };
     let mut last_heard = Instant::now();
     let mut last_sent = Instant::now();
+    let running_since = Instant::now();
+    // A byte or block count that has not finished by then is cut off; time-based tests were
+    // checked at admission and get a grace for the end of test exchange.
+    let cutoff = ctx.cfg.max_duration.map(|m| m + Duration::from_secs(5));
     while !run.is_done() {
         if ctx.shutdown.load(Ordering::Acquire) {
             run.abort();
             return Err(Abort::Tell("the server is shutting down".into()));
+        }
+        if cutoff.is_some_and(|c| running_since.elapsed() > c) {
+            run.abort();
+            return Err(Abort::Tell(format!(
+                "the test ran past the server's limit of {:.0} s (--max-duration)",
+                ctx.cfg.max_duration.unwrap_or_default().as_secs_f64()
+            )));
         }
         match conn.poll(Duration::from_millis(100)) {
             Ok(Some(Message::Keepalive)) => last_heard = Instant::now(),

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,6 +19,7 @@ use hakaru_proto::sockperf::{
 };
 use socket2::{Domain, Protocol, Socket, Type};
 
+use crate::limits::Admission;
 use crate::Ctx;
 
 /// A UDP client silent this long has finished its test: its summary is logged.
@@ -27,6 +28,11 @@ pub const UDP_CLIENT_IDLE: Duration = Duration::from_secs(2);
 const MAX_UDP_CLIENTS: usize = 4096;
 /// TCP connections served at once; more are closed on accept with a warning.
 const MAX_TCP_CONNS: usize = 1024;
+/// TCP connections open at once from one address (a sockperf client opens one per thread).
+const MAX_TCP_CONNS_PER_CLIENT: usize = 16;
+/// A TCP connection that sends nothing for this long is closed: silent connections must not
+/// hold the port's slots.
+pub const TCP_IDLE: Duration = Duration::from_secs(30);
 /// A TCP client that does not read its replies for this long is dropped.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often blocked calls come back to check for shutdown.
@@ -171,6 +177,10 @@ fn serve_udp(ctx: &Ctx, sock: &UdpSocket) {
                 continue;
             }
         };
+        if !ctx.cfg.acl.permits(from.ip()) {
+            ctx.denied.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
         if !clients.contains_key(&from) && clients.len() >= MAX_UDP_CLIENTS {
             let oldest = oldest_idle(&clients);
             sweep(&mut clients, &mut total, oldest);
@@ -237,7 +247,11 @@ fn serve_tcp(ctx: &Arc<Ctx>, l: &TcpListener) {
         tracing::warn!("sockperf TCP: {e}; not serving TCP");
         return;
     }
-    let open = Arc::new(AtomicUsize::new(0));
+    let open = Admission::for_connections(
+        "sockperf TCP connections",
+        MAX_TCP_CONNS_PER_CLIENT,
+        MAX_TCP_CONNS,
+    );
     while !ctx.shutdown.load(Ordering::Acquire) {
         let (stream, peer) = match l.accept() {
             Ok(v) => v,
@@ -252,25 +266,31 @@ fn serve_tcp(ctx: &Arc<Ctx>, l: &TcpListener) {
                 continue;
             }
         };
-        if open.load(Ordering::Acquire) >= MAX_TCP_CONNS {
-            tracing::warn!("sockperf TCP client {peer}: refused, {MAX_TCP_CONNS} connections open");
+        if !ctx.cfg.acl.permits(peer.ip()) {
+            ctx.denied.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!("sockperf TCP client {peer}: not allowed (--allow/--deny)");
             continue;
         }
-        open.fetch_add(1, Ordering::AcqRel);
+        let slot = match open.pending(peer.ip()) {
+            Ok(s) => s,
+            Err(why) => {
+                ctx.log_refusal(peer, &format!("sockperf TCP: {why}"));
+                continue;
+            }
+        };
         ctx.threads.fetch_add(1, Ordering::AcqRel);
-        let (c, o) = (Arc::clone(ctx), Arc::clone(&open));
+        let c = Arc::clone(ctx);
         let spawned = std::thread::Builder::new()
             .name("hakaru-sockperf-conn".into())
             .stack_size(256 << 10)
             .spawn(move || {
+                let _slot = slot;
                 let counts = serve_conn(&c, stream, peer);
                 tracing::info!("sockperf TCP client {peer} done: {counts}");
-                o.fetch_sub(1, Ordering::AcqRel);
                 c.threads.fetch_sub(1, Ordering::AcqRel);
             });
         if let Err(e) = spawned {
             tracing::warn!("sockperf TCP client {peer}: no thread: {e}");
-            open.fetch_sub(1, Ordering::AcqRel);
             ctx.threads.fetch_sub(1, Ordering::AcqRel);
         }
     }
@@ -291,10 +311,21 @@ fn serve_conn(ctx: &Ctx, mut s: TcpStream, peer: SocketAddr) -> SockperfCounts {
     tracing::debug!("sockperf TCP client {peer}: connected");
     let mut r = Reassembler::new(sp::MAX_TCP_MESSAGE);
     let mut out = Vec::new();
+    let mut last_data = Instant::now();
     while !ctx.shutdown.load(Ordering::Acquire) {
+        if last_data.elapsed() > TCP_IDLE {
+            tracing::info!(
+                "sockperf TCP client {peer}: closed, nothing received for {} s",
+                TCP_IDLE.as_secs()
+            );
+            break;
+        }
         match s.read(r.spare()) {
             Ok(0) => break,
-            Ok(n) => r.filled(n),
+            Ok(n) => {
+                last_data = Instant::now();
+                r.filled(n)
+            }
             Err(e)
                 if matches!(
                     e.kind(),

@@ -41,6 +41,10 @@ pub(crate) fn run(ctx: Arc<Ctx>, sock: UdpSocket) {
                 continue;
             }
         };
+        if !ctx.cfg.acl.permits(from.ip()) {
+            ctx.denied.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
         // An iperf3 UDP stream opens with 4 bytes ("9876"; older clients another number) from
         // the address of a test waiting for its streams; stock iperf3 does not check them.
         if n == 4 {

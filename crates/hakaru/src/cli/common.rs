@@ -23,6 +23,10 @@ pub struct Target {
     /// Local address for control and data sockets.
     #[arg(short = 'B', long = "bind", value_name = "ADDR")]
     pub bind: Option<IpAddr>,
+    /// Pre-shared key for a server started with one (the file's text, trimmed; at least 16
+    /// bytes). HAKARU_PSK holds the key itself when this is not given.
+    #[arg(long, value_name = "FILE")]
+    pub psk_file: Option<std::path::PathBuf>,
     /// IPv4 only.
     #[arg(short = '4', long = "ipv4", conflicts_with = "ipv6")]
     pub ipv4: bool,
@@ -96,6 +100,7 @@ impl Target {
         if self.ipv6 && self.bind.is_some_and(|b| b.is_ipv4()) {
             anyhow::bail!("-B/--bind is an IPv4 address but -6/--ipv6 was given");
         }
+        self.psk()?;
         if let Some(CpuList(cpus)) = &self.affinity {
             let n = hakaru_engine::sys::online_cpus();
             if let Some(bad) = cpus.iter().find(|&&c| c >= n) {
@@ -103,6 +108,11 @@ impl Target {
             }
         }
         Ok(())
+    }
+
+    /// The pre-shared key from --psk-file or HAKARU_PSK, if any.
+    pub fn psk(&self) -> anyhow::Result<Option<hakaru_client::Psk>> {
+        load_psk(self.psk_file.as_deref())
     }
 
     /// True when the test will run over IPv6 as far as the flags tell.
@@ -163,6 +173,8 @@ impl Target {
                 let server = Server::bind(ServerConfig {
                     bind: Some(ip),
                     port: 0,
+                    // With a key, the embedded server asks for it too.
+                    psk: self.psk()?,
                     ..ServerConfig::default()
                 })
                 .context("starting the embedded loopback server")?
@@ -212,6 +224,9 @@ impl Target {
             histogram: false,
             iperf3: self.iperf3,
             gate: None,
+            // Checked by validate(); a file that vanished since reads as no key, which the
+            // server then refuses by name.
+            psk: self.psk().unwrap_or_default(),
         }
     }
 
@@ -450,6 +465,24 @@ pub fn register_stop(flag: &Arc<AtomicBool>) -> anyhow::Result<()> {
             .context("installing the signal handler")?;
     }
     Ok(())
+}
+
+/// Reads a pre-shared key: from `file` when given, else from HAKARU_PSK; `None` when neither.
+pub fn load_psk(file: Option<&std::path::Path>) -> anyhow::Result<Option<hakaru_client::Psk>> {
+    if let Some(f) = file {
+        let text = std::fs::read_to_string(f)
+            .with_context(|| format!("--psk-file {}: cannot read it", f.display()))?;
+        let k = hakaru_client::Psk::from_text(&text, &format!("--psk-file {}", f.display()))
+            .map_err(anyhow::Error::msg)?;
+        return Ok(Some(k));
+    }
+    match std::env::var("HAKARU_PSK") {
+        Ok(v) => Ok(Some(
+            hakaru_client::Psk::from_text(&v, "HAKARU_PSK").map_err(anyhow::Error::msg)?,
+        )),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => anyhow::bail!("HAKARU_PSK is not UTF-8 text"),
+    }
 }
 
 #[cfg(test)]

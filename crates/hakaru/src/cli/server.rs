@@ -5,7 +5,15 @@
 use std::net::IpAddr;
 
 use anyhow::Context;
-use hakaru_server::{Family, Server, ServerConfig, DEFAULT_PORT};
+use hakaru_model::Dur;
+use hakaru_server::{Acl, Family, Limits, Server, ServerConfig, DEFAULT_PORT};
+
+/// Checks one --allow/--deny value (so a bad one is a usage error, exit 2).
+fn parse_net(s: &str) -> Result<String, String> {
+    Acl::parse(&[s.to_string()], &[])
+        .map(|_| s.to_string())
+        .map_err(|e| e.replace("--allow ", ""))
+}
 
 /// Options of `hakaru server`.
 #[derive(Debug, clap::Args)]
@@ -25,6 +33,39 @@ pub struct Args {
     /// Most tests running at once; more are refused with a reason.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
     max_tests: u32,
+    /// Most tests running at once from one source address.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    max_tests_per_client: u32,
+    /// Most connections still handshaking (not yet a data connection or an admitted test),
+    /// in total.
+    #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    max_pending: u32,
+    /// Most connections still handshaking from one source address: idle or slow peers from
+    /// one address cannot lock everyone else out.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    max_pending_per_client: u32,
+    /// Longest test the server runs, warm-up included (600, 1h). Longer time-based tests are
+    /// refused up front; byte and block counts are stopped there. Default: no limit.
+    #[arg(long, value_name = "TIME")]
+    max_duration: Option<Dur>,
+    /// Only talk to these sources (CIDR or address; repeatable). Checked before any byte is
+    /// read, on the control/data port, the UDP port and the sockperf port.
+    #[arg(long, value_name = "CIDR", value_parser = parse_net)]
+    allow: Vec<String>,
+    /// Never talk to these sources (CIDR or address; repeatable; wins over --allow).
+    #[arg(long, value_name = "CIDR", value_parser = parse_net)]
+    deny: Vec<String>,
+    /// Require every hakaru client to prove it holds this pre-shared key (the file's text,
+    /// trimmed; at least 16 bytes); HAKARU_PSK holds the key itself when this is not given.
+    /// Mutual HMAC-SHA256 challenge-response: the key never crosses the wire. Traffic is not
+    /// encrypted.
+    #[arg(long, value_name = "FILE")]
+    psk_file: Option<std::path::PathBuf>,
+    /// Answer stock iperf3 clients on the control port: `allow` or `deny`. They cannot
+    /// authenticate, so with a key the default is deny; `--iperf3 allow` lets anyone who can
+    /// reach the port run iperf3 tests (docs/security.md).
+    #[arg(long, value_name = "POLICY", value_parser = ["allow", "deny"])]
+    iperf3: Option<String>,
     /// What iperf3 clients that pass --get-server-output receive: iperf3's text (default) or
     /// its -J document (as from `iperf3 -s -J`).
     #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"])]
@@ -52,14 +93,34 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             );
         }
     }
+    let psk = super::common::load_psk(a.psk_file.as_deref())?;
+    if psk.is_some() {
+        if a.iperf3.as_deref() == Some("allow") {
+            tracing::warn!("--iperf3 allow: iperf3 clients run tests without the key");
+        }
+        if a.sockperf_port.is_some() {
+            tracing::warn!("--sockperf-port: sockperf clients are answered without the key (they cannot authenticate)");
+        }
+    }
     let server = Server::bind(ServerConfig {
         bind: a.bind,
         port: a.port,
         family,
-        max_tests: a.max_tests as usize,
+        limits: Limits {
+            tests: a.max_tests as usize,
+            tests_per_client: a.max_tests_per_client as usize,
+            pending: a.max_pending as usize,
+            pending_per_client: a.max_pending_per_client as usize,
+        },
+        acl: Acl::parse(&a.allow, &a.deny).map_err(anyhow::Error::msg)?,
+        max_duration: a.max_duration.map(|d| d.0),
+        iperf3: match a.iperf3.as_deref() {
+            Some(p) => p == "allow",
+            None => psk.is_none(),
+        },
+        psk: psk.clone(),
         iperf3_json_output: a.iperf3_server_output == "json",
         sockperf_port: a.sockperf_port,
-        ..ServerConfig::default()
     })
     .with_context(|| format!("starting the server on port {}", a.port))?;
     super::common::register_stop(&server.shutdown_flag())?;

@@ -128,6 +128,7 @@ fn server_rejects_version_mismatch_malformed_and_oversized_messages() {
         protocol: 99,
         software: "hakaru 9".into(),
         host: None,
+        nonce: None,
     }))
     .unwrap();
     let mut dec = Decoder::new();
@@ -170,6 +171,7 @@ fn server_rejects_version_mismatch_malformed_and_oversized_messages() {
         protocol: 1,
         software: "test".into(),
         host: None,
+        nonce: None,
     }))
     .unwrap();
     let mut dec = Decoder::new();
@@ -270,6 +272,7 @@ fn peer_that_stops_reading_is_reported() {
             software: "fake".into(),
             unix_time: None,
             host: None,
+            auth: None,
         }))
         .unwrap();
         assert!(matches!(

@@ -4,6 +4,7 @@ mod common;
 mod connect;
 mod e2e;
 mod faults;
+mod hostile;
 mod iperf3;
 mod iperf3_json;
 mod latency;
