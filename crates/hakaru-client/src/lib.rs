@@ -232,6 +232,13 @@ pub enum ClientError {
 pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 pub(crate) const KEEPALIVE_EVERY: Duration = Duration::from_secs(2);
 pub(crate) const PEER_SILENCE: Duration = Duration::from_secs(15);
+
+/// How long a peer may say nothing on the control connection before the path counts as
+/// down: the test's --stall-timeout, but never less than two keepalive periods and a second,
+/// so a live peer is never taken for a dead one.
+pub fn silence_limit(stall_timeout: Duration) -> Duration {
+    stall_timeout.max(KEEPALIVE_EVERY * 2 + Duration::from_secs(1))
+}
 pub(crate) const RESULTS_TIMEOUT: Duration = Duration::from_secs(20);
 
 enum Event {
@@ -671,6 +678,7 @@ fn event_loop(
     let mut last_heard = Instant::now();
     let mut last_sent = Instant::now();
     let mut results_deadline: Option<Instant> = None;
+    let silence = silence_limit(spec.stall_timeout().0);
     let gone = |what: String| ClientError::ServerGone {
         addr: addr.to_string(),
         what,
@@ -741,8 +749,11 @@ fn event_loop(
             observer.on_interval(&rec);
             records.push(rec);
         }
-        if last_heard.elapsed() > PEER_SILENCE {
-            return Err(gone(format!("was silent for {} s", PEER_SILENCE.as_secs())));
+        if last_heard.elapsed() > silence {
+            return Err(gone(format!(
+                "sent nothing for {:.0} s (--stall-timeout): the path or the server is down",
+                silence.as_secs_f64()
+            )));
         }
         if results_deadline.is_some_and(|d| Instant::now() > d) && remote_report.is_none() {
             return Err(gone(format!(

@@ -454,6 +454,12 @@ fn run_test(
     let mut last_heard = Instant::now();
     let mut last_sent = Instant::now();
     let running_since = Instant::now();
+    // The client's keepalives come every couple of seconds; its --stall-timeout says how long
+    // a dead path may go unnoticed.
+    let silence = spec
+        .stall_timeout()
+        .0
+        .max(KEEPALIVE_EVERY * 2 + Duration::from_secs(1));
     // A byte or block count that has not finished by then is cut off; time-based tests were
     // checked at admission and get a grace for the end of test exchange.
     let cutoff = ctx.cfg.max_duration.map(|m| m + Duration::from_secs(5));
@@ -502,11 +508,11 @@ fn run_test(
                 return Err(Abort::Tell(e.to_string()));
             }
         }
-        if last_heard.elapsed() > PEER_SILENCE {
+        if last_heard.elapsed() > silence {
             run.abort();
             return Err(Abort::Tell(format!(
-                "the client was silent for {} s",
-                PEER_SILENCE.as_secs()
+                "the client sent nothing for {:.0} s (--stall-timeout): the path or the client is down",
+                silence.as_secs_f64()
             )));
         }
         if last_sent.elapsed() > KEEPALIVE_EVERY {
