@@ -18,9 +18,7 @@ use hakaru_model::{
 };
 use hakaru_proto::Message;
 
-use crate::{
-    ClientError, ClientOptions, HANDSHAKE_TIMEOUT, KEEPALIVE_EVERY, PEER_SILENCE, RESULTS_TIMEOUT,
-};
+use crate::{ClientError, ClientOptions, HANDSHAKE_TIMEOUT, KEEPALIVE_EVERY, RESULTS_TIMEOUT};
 use hakaru_model::end_result;
 
 /// Buckets of the `--histogram` distribution.
@@ -109,7 +107,15 @@ pub(crate) fn run(
     )
     .map_err(|e| ClientError::Flow(format!("starting the connector threads: {e}")))?;
     let mut records = Vec::new();
-    let interrupted = match control_loop(&mut conn, &run, &rx, &mut records, observer, stop) {
+    let silence = crate::silence_limit(cs.connect_timeout.0);
+    let interrupted = match control_loop(
+        &mut conn,
+        &run,
+        &rx,
+        (&mut records, silence),
+        observer,
+        stop,
+    ) {
         Ok(i) => i,
         Err(e) => {
             run.stop();
@@ -287,7 +293,7 @@ fn control_loop(
     conn: &mut ControlConn,
     run: &ConnectRun,
     rx: &mpsc::Receiver<ConnectTick>,
-    records: &mut Vec<IntervalRecord>,
+    (records, silence): (&mut Vec<IntervalRecord>, Duration),
     observer: &mut dyn Observer,
     stop: &AtomicBool,
 ) -> Result<bool, LoopError> {
@@ -326,10 +332,10 @@ fn control_loop(
             }
             Err(e) => return Err(LoopError::Gone(format!("failed mid-test: {e}"))),
         }
-        if last_heard.elapsed() > PEER_SILENCE {
+        if last_heard.elapsed() > silence {
             return Err(LoopError::Gone(format!(
-                "was silent for {} s",
-                PEER_SILENCE.as_secs()
+                "sent nothing for {:.0} s (--connect-timeout): the path or the server is down",
+                silence.as_secs_f64()
             )));
         }
         if last_sent.elapsed() > KEEPALIVE_EVERY {

@@ -113,14 +113,18 @@ pub(crate) fn run(
     // The server's echo ends when this end's flows close, which they do as the test ends,
     // possibly before the pinger counts itself done: its report can arrive in this loop.
     let mut remote: Option<SideReport> = None;
+    let mut last_heard = Instant::now();
+    let silence = crate::silence_limit(spec.timeout.0);
     while !pinger.is_done() {
         if !interrupted && stop.load(Ordering::Acquire) {
             interrupted = true;
             pinger.stop();
         }
         match s.conn.poll(Duration::from_millis(20)) {
-            Ok(Some(Message::Keepalive)) | Ok(None) => {}
+            Ok(None) => {}
+            Ok(Some(Message::Keepalive)) => last_heard = Instant::now(),
             Ok(Some(Message::Finished { report })) if remote.is_none() => {
+                last_heard = Instant::now();
                 remote = Some(*report);
             }
             Ok(Some(Message::Error { message })) => {
@@ -144,6 +148,13 @@ pub(crate) fn run(
                 pinger.stop();
                 return Err(gone(format!("failed mid-test: {e}")));
             }
+        }
+        if remote.is_none() && last_heard.elapsed() > silence {
+            pinger.stop();
+            return Err(gone(format!(
+                "sent nothing for {:.0} s (--timeout): the path or the server is down",
+                silence.as_secs_f64()
+            )));
         }
         let elapsed = started.elapsed();
         // The interval that ends the test is emitted after the last reply, below.

@@ -230,15 +230,8 @@ pub enum ClientError {
 }
 
 pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-pub(crate) const KEEPALIVE_EVERY: Duration = Duration::from_secs(2);
-pub(crate) const PEER_SILENCE: Duration = Duration::from_secs(15);
+pub(crate) use hakaru_engine::control::{silence_limit, KEEPALIVE_EVERY};
 
-/// How long a peer may say nothing on the control connection before the path counts as
-/// down: the test's --stall-timeout, but never less than two keepalive periods and a second,
-/// so a live peer is never taken for a dead one.
-pub fn silence_limit(stall_timeout: Duration) -> Duration {
-    stall_timeout.max(KEEPALIVE_EVERY * 2 + Duration::from_secs(1))
-}
 pub(crate) const RESULTS_TIMEOUT: Duration = Duration::from_secs(20);
 
 enum Event {

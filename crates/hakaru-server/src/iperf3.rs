@@ -169,7 +169,7 @@ fn deny(stream: &mut TcpStream) {
 }
 
 /// How a session failed.
-enum Fail {
+pub(crate) enum Fail {
     /// Tell the client with SERVER_ERROR and this i_errno, then close.
     Tell(i32, String),
     /// The client is gone or misbehaved; log and close.
@@ -181,7 +181,7 @@ fn quiet(what: &str) -> impl Fn(Iperf3CtlError) -> Fail + '_ {
 }
 
 /// The test a client asked for, checked.
-struct Plan {
+pub(crate) struct Plan {
     params: Params,
     spec: TestSpec,
     udp: bool,
@@ -676,7 +676,7 @@ fn amount_words(p: &Params) -> String {
 }
 
 /// Checks the parameters as iperf3 3.18+ does and turns them into a hakaru test spec.
-fn plan(p: &Params, max_duration: Option<Duration>) -> Result<Plan, Fail> {
+pub(crate) fn plan(p: &Params, max_duration: Option<Duration>) -> Result<Plan, Fail> {
     let tell = |code: i32, why: String| Err(Fail::Tell(code, why));
     if p.authtoken.is_some() {
         return tell(

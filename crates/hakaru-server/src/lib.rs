@@ -369,3 +369,18 @@ fn wait_readable(l: &TcpListener) {
 fn wait_readable(_l: &TcpListener) {
     std::thread::sleep(Duration::from_millis(20));
 }
+
+/// Entry points for the fuzz targets in `fuzz/`; not an API.
+#[doc(hidden)]
+pub mod fuzzing {
+    use std::time::Duration;
+
+    /// Checks an iperf3 parameter document as the server does, up to the test it would run;
+    /// true when the server would run it.
+    pub fn iperf3_params(v: &serde_json::Value) -> bool {
+        match hakaru_proto::iperf3::Params::from_json(v) {
+            Ok(p) => crate::iperf3::plan(&p, Some(Duration::from_secs(3600))).is_ok(),
+            Err(_) => false,
+        }
+    }
+}

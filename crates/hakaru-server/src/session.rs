@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use hakaru_engine::connect::Usage;
 use hakaru_engine::connect_server::{ConnectServer, ConnectServerConfig};
-use hakaru_engine::control::{ControlConn, ControlError};
+use hakaru_engine::control::{silence_limit, ControlConn, ControlError, KEEPALIVE_EVERY};
 use hakaru_engine::ping::{Echo, PingFlow, PingSocket};
 use hakaru_engine::sockopt::{apply_tcp_options, apply_udp_options};
 use hakaru_engine::sys;
@@ -32,8 +32,6 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 const DATA_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest a client may hold a set-up test before its go (`held_start`).
 const HOLD_TIMEOUT: Duration = Duration::from_secs(120);
-const KEEPALIVE_EVERY: Duration = Duration::from_secs(2);
-const PEER_SILENCE: Duration = Duration::from_secs(15);
 const RESULTS_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why a test ended early.
@@ -456,10 +454,7 @@ fn run_test(
     let running_since = Instant::now();
     // The client's keepalives come every couple of seconds; its --stall-timeout says how long
     // a dead path may go unnoticed.
-    let silence = spec
-        .stall_timeout()
-        .0
-        .max(KEEPALIVE_EVERY * 2 + Duration::from_secs(1));
+    let silence = silence_limit(spec.stall_timeout().0);
     // A byte or block count that has not finished by then is cut off; time-based tests were
     // checked at admission and get a grace for the end of test exchange.
     let cutoff = ctx.cfg.max_duration.map(|m| m + Duration::from_secs(5));
@@ -607,10 +602,14 @@ fn run_connect(
     .map_err(|e| Abort::Quiet(e.to_string()))?;
     // However this loop ends, dropping `server` stops its workers and closes every socket.
     // A connection started just before the end may take a connect, a send and a receive timeout.
-    let limit = spec.duration.0 + spec.connect_timeout.0 * 3 + RESULTS_TIMEOUT + PEER_SILENCE;
+    let limit = spec.duration.0
+        + spec.connect_timeout.0 * 3
+        + RESULTS_TIMEOUT
+        + silence_limit(spec.connect_timeout.0);
     let started = Instant::now();
     let mut last_heard = Instant::now();
     let mut last_sent = Instant::now();
+    let silence = silence_limit(spec.connect_timeout.0);
     loop {
         if ctx.shutdown.load(Ordering::Acquire) {
             return Err(Abort::Tell("the server is shutting down".into()));
@@ -635,10 +634,10 @@ fn run_connect(
             }
             Err(e) => return Err(Abort::Tell(e.to_string())),
         }
-        if last_heard.elapsed() > PEER_SILENCE {
+        if last_heard.elapsed() > silence {
             return Err(Abort::Tell(format!(
-                "the client was silent for {} s",
-                PEER_SILENCE.as_secs()
+                "the client sent nothing for {:.0} s (--connect-timeout): the path or the client is down",
+                silence.as_secs_f64()
             )));
         }
         if started.elapsed() > limit {

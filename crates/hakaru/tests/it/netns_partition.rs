@@ -65,6 +65,31 @@ fn a_dead_path_is_noticed_within_the_stall_timeout() {
         );
         eprintln!("{kind}: noticed {after:?} after the cut: {}", err.trim());
     }
+    for (kind, flag) in [
+        (vec!["latency", "--timeout", "5"], "--timeout"),
+        (vec!["latency", "--udp", "--timeout", "5"], "--timeout"),
+        (
+            vec!["connect", "--connect-timeout", "5"],
+            "--connect-timeout",
+        ),
+    ] {
+        let port = server.port_s();
+        let mut args = kind.clone();
+        args.extend([link.server_ip.as_str(), "-p", &port, "-t", "40"]);
+        let (code, err, after) = cut_mid_test(&link, &args);
+        assert_eq!(code, Some(1), "{kind:?}: {err}");
+        assert!(
+            err.contains(&format!(
+                "sent nothing for 5 s ({flag}): the path or the server is down"
+            )) || (kind[0] == "latency" && !kind.contains(&"--udp") && err.contains("no reply")),
+            "{kind:?}: {err}"
+        );
+        assert!(
+            after < Duration::from_secs(25),
+            "{kind:?}: noticed only after {after:?}"
+        );
+        eprintln!("{kind:?}: noticed {after:?} after the cut: {}", err.trim());
+    }
     // The server logs those tests as aborted, and still serves.
     assert!(server
         .wait_log("aborted", Duration::from_secs(20))
