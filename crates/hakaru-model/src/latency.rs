@@ -184,7 +184,7 @@ impl LatencySpec {
             ));
         }
         if let Some(r) = self.rate {
-            if !(r.is_finite() && r > 0.0 && r <= 10_000_000.0) {
+            if !(r.is_finite() && (1.0..=10_000_000.0).contains(&r)) {
                 return e(format!(
                     "--rate must be between 1 and 10000000 requests per second, got {r}"
                 ));

@@ -215,7 +215,7 @@ impl Session<'_> {
             })?;
         let params =
             Params::from_json(&v).map_err(|e| Fail::Tell(errno::IERECVPARAMS, e.to_string()))?;
-        let plan = plan(&params, self.ctx.cfg.max_duration)?;
+        let plan = plan(&params, self.ctx.cfg.max_duration, self.ctx.cfg.max_rate)?;
         match self.ctx.admission.test(self.peer.ip()) {
             Ok(slot) => {
                 self.test_slot = Some(slot);
@@ -676,7 +676,11 @@ fn amount_words(p: &Params) -> String {
 }
 
 /// Checks the parameters as iperf3 3.18+ does and turns them into a hakaru test spec.
-pub(crate) fn plan(p: &Params, max_duration: Option<Duration>) -> Result<Plan, Fail> {
+pub(crate) fn plan(
+    p: &Params,
+    max_duration: Option<Duration>,
+    max_rate: Option<f64>,
+) -> Result<Plan, Fail> {
     let tell = |code: i32, why: String| Err(Fail::Tell(code, why));
     if p.authtoken.is_some() {
         return tell(
@@ -816,6 +820,16 @@ pub(crate) fn plan(p: &Params, max_duration: Option<Duration>) -> Result<Plan, F
             ..TcpSpec::default()
         })
     };
+    if let TestSpec::Udp(u) = &spec {
+        let rate = match u.rate {
+            UdpRate::Bits(b) if b.0 > 0.0 => Some(b.0),
+            _ => None,
+        };
+        let server_sends = p.reverse || p.bidirectional;
+        if let Err(why) = crate::check_send_rate(max_rate, server_sends, rate, u.flows) {
+            return tell(errno::IEUDPBLOCKSIZE, why);
+        }
+    }
     let flows = spec.flow_plan();
     Ok(Plan {
         params: p.clone(),

@@ -57,6 +57,9 @@ pub struct ServerConfig {
     pub psk: Option<hakaru_proto::auth::Psk>,
     /// Answer stock iperf3 clients on the control port (they cannot authenticate).
     pub iperf3: bool,
+    /// Most payload bits per second the server sends in one UDP test (-R, --bidir), all
+    /// flows together; `None`: no limit.
+    pub max_rate: Option<f64>,
     /// Server output for iperf3 clients that ask for it (`--get-server-output`) as iperf3's
     /// JSON document instead of its text.
     pub iperf3_json_output: bool,
@@ -75,6 +78,7 @@ impl Default for ServerConfig {
             max_duration: None,
             psk: None,
             iperf3: true,
+            max_rate: None,
             iperf3_json_output: false,
             sockperf_port: None,
         }
@@ -370,6 +374,50 @@ fn wait_readable(_l: &TcpListener) {
     std::thread::sleep(Duration::from_millis(20));
 }
 
+/// Checks the rate a UDP test asks the server to send against `--max-rate` (bits per second of
+/// payload, all flows together). `rate` is per flow; `None` asks for as fast as possible.
+pub(crate) fn check_send_rate(
+    max: Option<f64>,
+    server_sends: bool,
+    rate: Option<f64>,
+    flows: u32,
+) -> Result<(), String> {
+    let (Some(max), true) = (max, server_sends) else {
+        return Ok(());
+    };
+    let words = |b: f64| hakaru_model::BitRate(b).to_string();
+    match rate {
+        None => Err(format!(
+            "an unlimited rate asks the server to send as fast as it can; it sends at most {} (--max-rate): give -b",
+            words(max)
+        )),
+        Some(r) if r * f64::from(flows) > max => Err(format!(
+            "{} flow(s) at {} ask the server to send {}; it sends at most {} (--max-rate)",
+            flows,
+            words(r),
+            words(r * f64::from(flows)),
+            words(max)
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_send_rate;
+
+    #[test]
+    fn send_rate_limit() {
+        assert!(check_send_rate(None, true, None, 8).is_ok());
+        assert!(check_send_rate(Some(1e9), false, None, 8).is_ok());
+        assert!(check_send_rate(Some(1e9), true, Some(1e8), 10).is_ok());
+        let e = check_send_rate(Some(1e9), true, Some(1e8), 11).unwrap_err();
+        assert!(e.contains("--max-rate") && e.contains("11 flow(s)"), "{e}");
+        let e = check_send_rate(Some(1e9), true, None, 1).unwrap_err();
+        assert!(e.contains("unlimited"), "{e}");
+    }
+}
+
 /// Entry points for the fuzz targets in `fuzz/`; not an API.
 #[doc(hidden)]
 pub mod fuzzing {
@@ -379,7 +427,7 @@ pub mod fuzzing {
     /// true when the server would run it.
     pub fn iperf3_params(v: &serde_json::Value) -> bool {
         match hakaru_proto::iperf3::Params::from_json(v) {
-            Ok(p) => crate::iperf3::plan(&p, Some(Duration::from_secs(3600))).is_ok(),
+            Ok(p) => crate::iperf3::plan(&p, Some(Duration::from_secs(3600)), Some(1e9)).is_ok(),
             Err(_) => false,
         }
     }

@@ -254,6 +254,18 @@ fn admit(ctx: &Ctx, spec: &TestSpec) -> Result<(), String> {
     if ctx.shutdown.load(Ordering::Acquire) {
         return Err("the server is shutting down".into());
     }
+    if let TestSpec::Udp(u) = spec {
+        let rate = match u.rate {
+            hakaru_model::UdpRate::Unlimited => None,
+            hakaru_model::UdpRate::Bits(b) => (b.0 > 0.0).then_some(b.0),
+            hakaru_model::UdpRate::Packets(p) => (p > 0.0).then_some(p * u.length.0 as f64 * 8.0),
+        };
+        let server_sends = matches!(
+            u.direction,
+            hakaru_model::Direction::Reverse | hakaru_model::Direction::Bidir
+        );
+        crate::check_send_rate(ctx.cfg.max_rate, server_sends, rate, u.flows)?;
+    }
     if let Some(max) = ctx.cfg.max_duration {
         if let Some(asked) = asked_duration(spec) {
             if asked > max {

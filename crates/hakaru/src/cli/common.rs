@@ -104,7 +104,10 @@ impl Target {
         if let Some(CpuList(cpus)) = &self.affinity {
             let n = hakaru_engine::sys::online_cpus();
             if let Some(bad) = cpus.iter().find(|&&c| c >= n) {
-                anyhow::bail!("-A/--affinity: CPU {bad} does not exist (this host has {n})");
+                return Err(UsageError(format!(
+                    "-A/--affinity: CPU {bad} does not exist (this host has {n})"
+                ))
+                .into());
             }
         }
         Ok(())
@@ -469,19 +472,21 @@ pub fn register_stop(flag: &Arc<AtomicBool>) -> anyhow::Result<()> {
 
 /// Reads a pre-shared key: from `file` when given, else from HAKARU_PSK; `None` when neither.
 pub fn load_psk(file: Option<&std::path::Path>) -> anyhow::Result<Option<hakaru_client::Psk>> {
+    // A key that cannot be read or is too short is a usage error (exit 2).
+    let usage = |m: String| anyhow::Error::from(UsageError(m));
     if let Some(f) = file {
         let text = std::fs::read_to_string(f)
-            .with_context(|| format!("--psk-file {}: cannot read it", f.display()))?;
+            .map_err(|e| usage(format!("--psk-file {}: cannot read it: {e}", f.display())))?;
         let k = hakaru_client::Psk::from_text(&text, &format!("--psk-file {}", f.display()))
-            .map_err(anyhow::Error::msg)?;
+            .map_err(usage)?;
         return Ok(Some(k));
     }
     match std::env::var("HAKARU_PSK") {
         Ok(v) => Ok(Some(
-            hakaru_client::Psk::from_text(&v, "HAKARU_PSK").map_err(anyhow::Error::msg)?,
+            hakaru_client::Psk::from_text(&v, "HAKARU_PSK").map_err(usage)?,
         )),
         Err(std::env::VarError::NotPresent) => Ok(None),
-        Err(std::env::VarError::NotUnicode(_)) => anyhow::bail!("HAKARU_PSK is not UTF-8 text"),
+        Err(std::env::VarError::NotUnicode(_)) => Err(usage("HAKARU_PSK is not UTF-8 text".into())),
     }
 }
 

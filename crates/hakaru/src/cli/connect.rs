@@ -50,6 +50,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         connect_timeout: a.target.connect_timeout,
         histogram: a.histogram,
     };
-    spec.validate().map_err(|e| anyhow::anyhow!(e.0))?;
+    spec.validate()
+        .map_err(|e| super::common::UsageError(e.0))?;
     a.target.run(TestSpec::Connect(spec))
 }

@@ -110,7 +110,8 @@ impl Args {
                 LatencyPeer::Hakaru
             },
         };
-        spec.validate().map_err(|e| anyhow::anyhow!(e.0))?;
+        spec.validate()
+            .map_err(|e| super::common::UsageError(e.0))?;
         Ok(spec)
     }
 }

@@ -149,7 +149,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     }
     let tests = plan(a.time, a.parallel);
     for (_, _, spec) in &tests {
-        spec.validate().map_err(|e| anyhow::anyhow!(e.0))?;
+        spec.validate()
+            .map_err(|e| super::common::UsageError(e.0))?;
     }
     let ep = a.target.endpoint(&tests[2].2)?;
     let format = a.target.format();

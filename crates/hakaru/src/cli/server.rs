@@ -48,6 +48,11 @@ pub struct Args {
     /// refused up front; byte and block counts are stopped there. Default: no limit.
     #[arg(long, value_name = "TIME")]
     max_duration: Option<Dur>,
+    /// Most payload rate the server sends in one UDP test (-R, --bidir), all flows together
+    /// (1G, 500M); a test asking for more, or for an unlimited rate, is refused with the
+    /// figures. Default: no limit.
+    #[arg(long, value_name = "RATE")]
+    max_rate: Option<hakaru_model::BitRate>,
     /// Only talk to these sources (CIDR or address; repeatable). Checked before any byte is
     /// read, on the control/data port, the UDP port and the sockperf port.
     #[arg(long, value_name = "CIDR", value_parser = parse_net)]
@@ -114,6 +119,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         },
         acl: Acl::parse(&a.allow, &a.deny).map_err(anyhow::Error::msg)?,
         max_duration: a.max_duration.map(|d| d.0),
+        max_rate: a.max_rate.map(|r| r.0),
         iperf3: match a.iperf3.as_deref() {
             Some(p) => p == "allow",
             None => psk.is_none(),

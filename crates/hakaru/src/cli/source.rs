@@ -88,7 +88,8 @@ impl TryFrom<&Args> for RawSpec {
             iperf2: false,
             markers: !a.no_markers,
         };
-        spec.validate().map_err(|e| anyhow::anyhow!(e.0))?;
+        spec.validate()
+            .map_err(|e| super::common::UsageError(e.0))?;
         Ok(spec)
     }
 }

@@ -51,7 +51,8 @@ impl Common {
             server_affinity: sh.server_affinity(),
             stall_timeout: sh.stall_timeout,
         };
-        spec.validate().map_err(|e| anyhow::anyhow!(e.0))?;
+        spec.validate()
+            .map_err(|e| super::common::UsageError(e.0))?;
         Ok(spec)
     }
 }

@@ -184,14 +184,14 @@ fn connect_refused_port_is_a_one_line_error() {
 
 #[test]
 fn connect_bad_flags_name_the_flag() {
-    fails_with(&["connect", "-P", "0"], 1, &["-P/--parallel"]);
-    fails_with(&["connect", "-P", "1025"], 1, &["-P/--parallel"]);
-    fails_with(&["connect", "--request", "0"], 1, &["--request"]);
-    fails_with(&["connect", "--response", "65537"], 1, &["--response"]);
-    fails_with(&["connect", "-t", "0"], 1, &["-t/--time"]);
-    fails_with(&["connect", "-i", "1ms"], 1, &["-i/--interval"]);
+    fails_with(&["connect", "-P", "0"], 2, &["-P/--parallel"]);
+    fails_with(&["connect", "-P", "1025"], 2, &["-P/--parallel"]);
+    fails_with(&["connect", "--request", "0"], 2, &["--request"]);
+    fails_with(&["connect", "--response", "65537"], 2, &["--response"]);
+    fails_with(&["connect", "-t", "0"], 2, &["-t/--time"]);
+    fails_with(&["connect", "-i", "1ms"], 2, &["-i/--interval"]);
     fails_with(&["connect", "--request", "12Q"], 2, &["--request"]);
-    fails_with(&["connect", "-A", "4000"], 1, &["-A/--affinity"]);
+    fails_with(&["connect", "-A", "4000"], 2, &["-A/--affinity"]);
     fails_with(
         &["connect", "--server-affinity", "4000", "-t", "1"],
         1,

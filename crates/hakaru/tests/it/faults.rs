@@ -70,11 +70,11 @@ fn conflicting_flags_name_both() {
 
 #[test]
 fn bad_values_name_the_flag() {
-    fails_with(&["tcp", "-P", "0"], 1, &["-P/--parallel"]);
-    fails_with(&["tcp", "-P", "2000"], 1, &["-P/--parallel"]);
+    fails_with(&["tcp", "-P", "0"], 2, &["-P/--parallel"]);
+    fails_with(&["tcp", "-P", "2000"], 2, &["-P/--parallel"]);
     fails_with(&["tcp", "-l", "12Q"], 2, &["--length", "unknown unit"]);
     fails_with(&["tcp", "-t", "soon"], 2, &["--time"]);
-    fails_with(&["tcp", "-A", "4000"], 1, &["-A/--affinity"]);
+    fails_with(&["tcp", "-A", "4000"], 2, &["-A/--affinity"]);
     fails_with(
         &["tcp", "-C", "nosuchcc", "-t", "1"],
         1,

@@ -418,7 +418,7 @@ fn a_pre_shared_key_is_checked_both_ways() {
         &["tcp", "--psk-file", dir.join("short").to_str().unwrap()],
         LIMIT,
     );
-    assert_ne!(o.status.code(), Some(0));
+    assert_eq!(o.status.code(), Some(2), "a bad key is a usage error");
     assert!(
         stderr(&o).contains("at least 16 are needed"),
         "{}",
@@ -455,4 +455,34 @@ fn with_a_key_stock_iperf3_clients_are_off_unless_allowed() {
     let o = iperf3(&open.port_s());
     assert!(o.status.success(), "{}", stderr(&o));
     let _ = std::fs::remove_file(&key);
+}
+
+#[test]
+fn the_servers_send_rate_is_capped_for_reverse_udp() {
+    let s = ServerProc::start(&["--max-rate", "100M"]);
+    let port = s.port_s();
+    let refused = |args: &[&str], needle: &str| {
+        let mut a = vec!["udp", "127.0.0.1", "-p", &port, "-t", "1"];
+        a.extend(args);
+        let o = run(&a, LIMIT);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains(needle) && err.contains("--max-rate"),
+            "{args:?}: {err}"
+        );
+    };
+    refused(&["-R", "-b", "0"], "unlimited rate");
+    refused(&["-R", "-P", "4", "-b", "30M"], "4 flow(s)");
+    refused(&["--bidir", "-b", "200M"], "1 flow(s)");
+    // Within the cap, or the client sending: runs.
+    for extra in [
+        &["-R", "-P", "4", "-b", "20M"][..],
+        &["-b", "0", "-l", "1400"][..],
+    ] {
+        let mut a = vec!["udp", "127.0.0.1", "-p", &port, "-t", "1", "--json"];
+        a.extend(extra);
+        let o = run(&a, LIMIT);
+        assert!(o.status.success(), "{extra:?}: {}", stderr(&o));
+    }
 }

@@ -155,9 +155,11 @@ fn bad_latency_values_name_the_flag() {
         (&["latency", "-P", "0"][..], "-P/--parallel"),
         (&["latency", "--rate", "0"][..], "--rate"),
         (&["latency", "--timeout", "0"][..], "--timeout"),
+        (&["latency", "--rate", "0.0000001"][..], "--rate"),
     ] {
+        // Out-of-range values are usage errors, like flags that do not parse.
         let o = run(args, LIMIT);
-        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
         assert!(stderr(&o).contains(needle), "{args:?}: {}", stderr(&o));
     }
 }

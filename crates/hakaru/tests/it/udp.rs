@@ -242,11 +242,11 @@ fn stray_datagrams_are_ignored_and_counted() {
 
 #[test]
 fn bad_udp_values_name_the_flag() {
-    fails_with(&["udp", "-l", "15"], 1, &["-l/--length", "16"]);
-    fails_with(&["udp", "-l", "65508"], 1, &["-l/--length", "65507"]);
-    fails_with(&["pps", "-l", "0"], 1, &["-l/--length"]);
-    fails_with(&["pps", "--rate", "0"], 1, &["--rate"]);
-    fails_with(&["pps", "--batch", "65"], 1, &["--batch"]);
+    fails_with(&["udp", "-l", "15"], 2, &["-l/--length", "16"]);
+    fails_with(&["udp", "-l", "65508"], 2, &["-l/--length", "65507"]);
+    fails_with(&["pps", "-l", "0"], 2, &["-l/--length"]);
+    fails_with(&["pps", "--rate", "0"], 2, &["--rate"]);
+    fails_with(&["pps", "--batch", "65"], 2, &["--batch"]);
     fails_with(
         &["pps", "--rate", "100", "-b", "1M"],
         2,
