@@ -15,11 +15,12 @@ use crate::output::{self, Format};
 /// Where a client test runs and how it reports: flags shared by every client subcommand.
 #[derive(Debug, clap::Args)]
 pub struct Target {
-    /// Server to measure against. Omit it to run against an in-process server on loopback.
+    /// Server to measure against: HOST, HOST:PORT, [v6] or [v6]:PORT. Omit it to run against
+    /// an in-process server on loopback.
     pub host: Option<String>,
-    /// Server port (TCP for control and data, UDP for UDP flows).
-    #[arg(short, long, default_value_t = DEFAULT_PORT)]
-    pub port: u16,
+    /// Server port (TCP for control and data, UDP for UDP flows) [default: 5201].
+    #[arg(short, long)]
+    pub port: Option<u16>,
     /// Local address for control and data sockets.
     #[arg(short = 'B', long = "bind", value_name = "ADDR")]
     pub bind: Option<IpAddr>,
@@ -161,11 +162,11 @@ impl Target {
                 );
             }
         }
-        Ok(match &self.host {
-            Some(h) => Endpoint {
+        Ok(match self.host_port()? {
+            Some((host, port)) => Endpoint {
                 server: None,
-                host: h.clone(),
-                port: self.port,
+                host,
+                port,
             },
             None => {
                 let ip = if self.ipv6 {
@@ -193,14 +194,39 @@ impl Target {
         })
     }
 
+    /// HOST and its port (from HOST:PORT, -p, or the default), or `None` without a HOST.
+    pub fn host_port(&self) -> anyhow::Result<Option<(String, u16)>> {
+        let Some(h) = &self.host else {
+            return Ok(None);
+        };
+        let (host, port) = split_host_port(h).map_err(UsageError)?;
+        match (port, self.port) {
+            (Some(a), Some(b)) if a != b => Err(UsageError(format!(
+                "{h} gives port {a} but -p/--port gives {b}: give the port once"
+            ))
+            .into()),
+            (a, b) => Ok(Some((host, a.or(b).unwrap_or(DEFAULT_PORT)))),
+        }
+    }
+
+    /// True when the port was given (-p or HOST:PORT).
+    pub fn port_given(&self) -> bool {
+        self.port.is_some()
+            || matches!(
+                self.host.as_deref().map(split_host_port),
+                Some(Ok((_, Some(_))))
+            )
+    }
+
     /// HOST and -p as given, with no embedded server (for peers that are not hakaru).
-    pub fn endpoint_without_server(&self) -> Endpoint {
-        Endpoint::remote(
-            self.host
-                .clone()
-                .unwrap_or_else(|| self.loopback().to_string()),
-            self.port,
-        )
+    pub fn endpoint_without_server(&self) -> anyhow::Result<Endpoint> {
+        Ok(match self.host_port()? {
+            Some((host, port)) => Endpoint::remote(host, port),
+            None => Endpoint::remote(
+                self.loopback().to_string(),
+                self.port.unwrap_or(DEFAULT_PORT),
+            ),
+        })
     }
 
     /// The loopback address of the family the flags ask for.
@@ -470,6 +496,42 @@ pub fn register_stop(flag: &Arc<AtomicBool>) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Splits HOST, HOST:PORT, [v6] and [v6]:PORT. A bare IPv6 address (more than one colon, no
+/// brackets) is a host without a port.
+pub fn split_host_port(s: &str) -> Result<(String, Option<u16>), String> {
+    let bad_port = |p: &str| format!("{s}: port {p:?} is not a number from 1 to 65535");
+    let parse_port = |p: &str| match p.parse::<u16>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(bad_port(p)),
+    };
+    if let Some(rest) = s.strip_prefix('[') {
+        let Some((host, after)) = rest.split_once(']') else {
+            return Err(format!("{s}: missing ']' after the IPv6 address"));
+        };
+        if host.parse::<std::net::Ipv6Addr>().is_err() {
+            return Err(format!("{s}: {host} in brackets is not an IPv6 address"));
+        }
+        return match after {
+            "" => Ok((host.to_string(), None)),
+            p => match p.strip_prefix(':') {
+                Some(p) => Ok((host.to_string(), Some(parse_port(p)?))),
+                None => Err(format!("{s}: expected :PORT after ']'")),
+            },
+        };
+    }
+    match s.matches(':').count() {
+        0 => Ok((s.to_string(), None)),
+        1 => {
+            let (host, p) = s.split_once(':').unwrap_or((s, ""));
+            if host.is_empty() {
+                return Err(format!("{s}: no host before the port"));
+            }
+            Ok((host.to_string(), Some(parse_port(p)?)))
+        }
+        _ => Ok((s.to_string(), None)),
+    }
+}
+
 /// Reads a pre-shared key: from `file` when given, else from HAKARU_PSK; `None` when neither.
 pub fn load_psk(file: Option<&std::path::Path>) -> anyhow::Result<Option<hakaru_client::Psk>> {
     // A key that cannot be read or is too short is a usage error (exit 2).
@@ -492,6 +554,38 @@ pub fn load_psk(file: Option<&std::path::Path>) -> anyhow::Result<Option<hakaru_
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn host_port_forms() {
+        use super::split_host_port as sp;
+        assert_eq!(sp("example.com").unwrap(), ("example.com".into(), None));
+        assert_eq!(
+            sp("10.0.0.1:5202").unwrap(),
+            ("10.0.0.1".into(), Some(5202))
+        );
+        assert_eq!(sp("host:80").unwrap(), ("host".into(), Some(80)));
+        assert_eq!(sp("::1").unwrap(), ("::1".into(), None));
+        assert_eq!(sp("2001:db8::7").unwrap(), ("2001:db8::7".into(), None));
+        assert_eq!(sp("[::1]").unwrap(), ("::1".into(), None));
+        assert_eq!(
+            sp("[2001:db8::7]:5201").unwrap(),
+            ("2001:db8::7".into(), Some(5201))
+        );
+        for bad in [
+            "host:",
+            "host:0",
+            "host:70000",
+            "host:http",
+            "[::1",
+            "[::1]5201",
+            "[nothost]:1",
+            ":80",
+        ] {
+            assert!(sp(bad).is_err(), "{bad}");
+        }
+        assert!(sp("host:http").unwrap_err().contains("\"http\""));
+    }
+
     use super::*;
 
     #[test]

@@ -13,7 +13,7 @@ use hakaru_model::{
     TestSpec, UnderLoad, DEFAULT_LATENCY_LENGTH,
 };
 
-use hakaru_server::{Server, ServerConfig, DEFAULT_PORT, SOCKPERF_DEFAULT_PORT as SOCKPERF_PORT};
+use hakaru_server::{Server, ServerConfig, SOCKPERF_DEFAULT_PORT as SOCKPERF_PORT};
 
 use super::common::{run_and_print, stop_flag, CpuList, Endpoint, Target, UsageError};
 use crate::output;
@@ -202,7 +202,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
 
 /// `--sockperf`: against HOST's `sockperf sr`, or an in-process hakaru server's sockperf port.
 fn run_sockperf(a: &Args, test: TestSpec) -> anyhow::Result<()> {
-    let mut ep = a.target.endpoint_without_server();
+    let mut ep = a.target.endpoint_without_server()?;
     // The embedded server stays up until the test is over.
     let mut _embedded = None;
     if a.target.host.is_none() {
@@ -220,7 +220,7 @@ fn run_sockperf(a: &Args, test: TestSpec) -> anyhow::Result<()> {
             .context("the embedded server has no sockperf port")?;
         ep = Endpoint::remote(ip.to_string(), addr.port());
         _embedded = Some(server);
-    } else if a.target.port == DEFAULT_PORT {
+    } else if !a.target.port_given() {
         ep = Endpoint::remote(ep.host().to_string(), SOCKPERF_PORT);
     }
     let mut opts = a.target.options(&ep, test);

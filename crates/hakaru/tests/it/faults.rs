@@ -348,3 +348,32 @@ fn server_stops_cleanly_on_sigterm() {
     };
     assert!(status.success(), "{status:?}");
 }
+
+#[test]
+fn host_port_forms_are_accepted_and_conflicts_named() {
+    let s = ServerProc::start(&[]);
+    let hp = format!("127.0.0.1:{}", s.port);
+    let o = run(&["tcp", &hp, "-n", "1M", "--json"], LIMIT);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(json(&o)["totals"][0]["receiver"]["bytes"], 1 << 20);
+    // The same port given twice is fine; two different ports are a usage error.
+    let o = run(&["tcp", &hp, "-p", &s.port_s(), "-n", "1M"], LIMIT);
+    assert!(o.status.success(), "{}", stderr(&o));
+    fails_with(
+        &["tcp", &hp, "-p", "1", "-n", "1M"],
+        2,
+        &["gives port", "-p/--port"],
+    );
+    fails_with(&["udp", "127.0.0.1:http"], 2, &["\"http\""]);
+    // [v6]:PORT against a server on ::1 (where the machine has IPv6 loopback).
+    if std::net::TcpListener::bind("[::1]:0").is_ok() {
+        let s6 = ServerProc::start_with(super::common::hakaru(), "::1", &[]);
+        let o = run(
+            &["pps", &format!("[::1]:{}", s6.port), "-t", "1", "--json"],
+            LIMIT,
+        );
+        assert!(o.status.success(), "{}", stderr(&o));
+        let o = run(&["tcp", "[::1]", "-p", &s6.port_s(), "-n", "1M"], LIMIT);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+}
