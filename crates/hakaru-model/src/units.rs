@@ -63,11 +63,11 @@ impl FromStr for Bytes {
             "m" | "mb" | "mib" => 1024.0 * 1024.0,
             "g" | "gb" | "gib" => 1024.0 * 1024.0 * 1024.0,
             "t" | "tb" | "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
-            other => {
+            _ => {
                 return Err(UnitError {
                     what: "size",
                     input: input.to_string(),
-                    reason: format!("unknown unit '{other}' (expected K, M, G or T)"),
+                    reason: format!("unknown unit '{}' (expected K, M, G or T)", unit.trim()),
                 })
             }
         };
@@ -133,7 +133,8 @@ impl FromStr for BitRate {
         let s = input.trim();
         let (num, unit) = split_number(s);
         let value = parse_number("rate", input, num)?;
-        let unit = unit.trim().to_ascii_lowercase();
+        let typed = unit.trim();
+        let unit = typed.to_ascii_lowercase();
         let unit = unit
             .strip_suffix("bps")
             .or_else(|| unit.strip_suffix("bit/s"))
@@ -146,11 +147,11 @@ impl FromStr for BitRate {
             "m" => 1e6,
             "g" => 1e9,
             "t" => 1e12,
-            other => {
+            _ => {
                 return Err(UnitError {
                     what: "rate",
                     input: input.to_string(),
-                    reason: format!("unknown unit '{other}' (expected k, M, G or T, bits/s)"),
+                    reason: format!("unknown unit '{typed}' (expected k, M, G or T, bits/s)"),
                 })
             }
         };
@@ -204,11 +205,14 @@ impl FromStr for Dur {
             "ns" => 1e-9,
             "m" | "min" => 60.0,
             "h" => 3600.0,
-            other => {
+            _ => {
                 return Err(UnitError {
                     what: "duration",
                     input: input.to_string(),
-                    reason: format!("unknown unit '{other}' (expected s, ms, us, ns, m or h)"),
+                    reason: format!(
+                        "unknown unit '{}' (expected s, ms, us, ns, m or h)",
+                        unit.trim()
+                    ),
                 })
             }
         };
@@ -300,6 +304,17 @@ impl schemars::JsonSchema for BitRate {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn unknown_units_are_echoed_as_typed() {
+        let e = "12Q".parse::<Bytes>().unwrap_err().to_string();
+        assert!(e.contains("'12Q'") && e.contains("unknown unit 'Q'"), "{e}");
+        let e = "5Gbps2".parse::<BitRate>().unwrap_err().to_string();
+        assert!(e.contains("'5Gbps2'"), "{e}");
+        let e = "5X".parse::<Dur>().unwrap_err().to_string();
+        assert!(e.contains("unknown unit 'X'"), "{e}");
+    }
+
     use super::*;
 
     #[test]
