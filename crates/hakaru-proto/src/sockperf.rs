@@ -200,7 +200,8 @@ impl Reassembler {
     /// A reassembler accepting messages up to `max` bytes.
     pub fn new(max: usize) -> Reassembler {
         Reassembler {
-            buf: vec![0u8; 65_536.min(max.max(HEADER_LEN))],
+            // Grows with bytes that arrive, never with a length a peer declares.
+            buf: vec![0u8; 8192.min(max.max(HEADER_LEN))],
             start: 0,
             end: 0,
             max,
@@ -212,7 +213,8 @@ impl Reassembler {
         self.end - self.start
     }
 
-    /// Room to read into: at least 4 KiB, or what the message being assembled still lacks.
+    /// Room to read into: at least 4 KiB. The buffer grows with what arrives, so a peer that
+    /// declares a large message and sends little of it costs only what it sent.
     pub fn spare(&mut self) -> &mut [u8] {
         let need_msg = self.pending_length().unwrap_or(0);
         let room = self.buf.len() - self.end;
@@ -223,9 +225,11 @@ impl Reassembler {
             self.end -= self.start;
             self.start = 0;
         }
-        let want = (self.end + 4096).max(self.start + need_msg);
+        let want = self.end + 4096;
         if self.buf.len() < want {
-            self.buf.resize(want, 0);
+            // Doubling keeps a large message's reads amortised.
+            let doubled = (self.buf.len() * 2).min(self.max + 4096);
+            self.buf.resize(want.max(doubled), 0);
         }
         &mut self.buf[self.end..]
     }
@@ -287,6 +291,25 @@ mod tests {
         }
         .write(&mut m);
         m
+    }
+
+    #[test]
+    fn a_declared_length_allocates_nothing_until_bytes_arrive() {
+        let mut r = Reassembler::new(MAX_TCP_MESSAGE);
+        // A header declaring a 1 MiB message, then nothing more.
+        let mut h = Header::request(1, MAX_TCP_MESSAGE as u32)
+            .to_bytes()
+            .to_vec();
+        h.truncate(HEADER_LEN);
+        r.extend(&h);
+        assert!(matches!(r.next_message(), Ok(None)));
+        let room = r.spare().len();
+        assert!(
+            r.buf.len() <= 16 << 10,
+            "buffer {} after a bare header",
+            r.buf.len()
+        );
+        assert!(room >= 4096);
     }
 
     #[test]

@@ -215,7 +215,7 @@ impl Session<'_> {
             })?;
         let params =
             Params::from_json(&v).map_err(|e| Fail::Tell(errno::IERECVPARAMS, e.to_string()))?;
-        let plan = plan(&params, self.ctx.cfg.max_duration, self.ctx.cfg.max_rate)?;
+        let plan = plan(&params, &self.ctx.cfg)?;
         match self.ctx.admission.test(self.peer.ip()) {
             Ok(slot) => {
                 self.test_slot = Some(slot);
@@ -676,11 +676,8 @@ fn amount_words(p: &Params) -> String {
 }
 
 /// Checks the parameters as iperf3 3.18+ does and turns them into a hakaru test spec.
-pub(crate) fn plan(
-    p: &Params,
-    max_duration: Option<Duration>,
-    max_rate: Option<f64>,
-) -> Result<Plan, Fail> {
+pub(crate) fn plan(p: &Params, limits: &crate::ServerConfig) -> Result<Plan, Fail> {
+    let (max_duration, max_rate) = (limits.max_duration, limits.max_rate);
     let tell = |code: i32, why: String| Err(Fail::Tell(code, why));
     if p.authtoken.is_some() {
         return tell(
@@ -696,6 +693,15 @@ pub(crate) fn plan(
     };
     if !(1..=128).contains(&p.parallel) {
         return tell(errno::IENUMSTREAMS, format!("-P {} (1 to 128)", p.parallel));
+    }
+    if p.parallel > limits.max_flows {
+        return tell(
+            errno::IENUMSTREAMS,
+            format!(
+                "-P {}: the server allows {} (--max-flows)",
+                p.parallel, limits.max_flows
+            ),
+        );
     }
     // Params::from_json refuses negative and non-finite numbers; checked again here because
     // these become Durations, which panic on them.

@@ -60,6 +60,8 @@ pub struct ServerConfig {
     /// Most payload bits per second the server sends in one UDP test (-R, --bidir), all
     /// flows together; `None`: no limit.
     pub max_rate: Option<f64>,
+    /// Most flows (connectors, for connection-rate tests) per direction in one test.
+    pub max_flows: u32,
     /// Server output for iperf3 clients that ask for it (`--get-server-output`) as iperf3's
     /// JSON document instead of its text.
     pub iperf3_json_output: bool,
@@ -79,6 +81,7 @@ impl Default for ServerConfig {
             psk: None,
             iperf3: true,
             max_rate: None,
+            max_flows: 1024,
             iperf3_json_output: false,
             sockperf_port: None,
         }
@@ -427,7 +430,14 @@ pub mod fuzzing {
     /// true when the server would run it.
     pub fn iperf3_params(v: &serde_json::Value) -> bool {
         match hakaru_proto::iperf3::Params::from_json(v) {
-            Ok(p) => crate::iperf3::plan(&p, Some(Duration::from_secs(3600)), Some(1e9)).is_ok(),
+            Ok(p) => {
+                let limits = crate::ServerConfig {
+                    max_duration: Some(Duration::from_secs(3600)),
+                    max_rate: Some(1e9),
+                    ..crate::ServerConfig::default()
+                };
+                crate::iperf3::plan(&p, &limits).is_ok()
+            }
             Err(_) => false,
         }
     }

@@ -254,6 +254,13 @@ fn admit(ctx: &Ctx, spec: &TestSpec) -> Result<(), String> {
     if ctx.shutdown.load(Ordering::Acquire) {
         return Err("the server is shutting down".into());
     }
+    if spec.flows() > ctx.cfg.max_flows {
+        return Err(format!(
+            "the test asks for {} flows per direction; the server allows {} (--max-flows)",
+            spec.flows(),
+            ctx.cfg.max_flows
+        ));
+    }
     if let TestSpec::Udp(u) = spec {
         let rate = match u.rate {
             hakaru_model::UdpRate::Unlimited => None,

@@ -53,6 +53,9 @@ pub struct Args {
     /// figures. Default: no limit.
     #[arg(long, value_name = "RATE")]
     max_rate: Option<hakaru_model::BitRate>,
+    /// Most flows per direction in one test (connectors, for `connect`).
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    max_flows: u32,
     /// Only talk to these sources (CIDR or address; repeatable). Checked before any byte is
     /// read, on the control/data port, the UDP port and the sockperf port.
     #[arg(long, value_name = "CIDR", value_parser = parse_net)]
@@ -120,6 +123,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         acl: Acl::parse(&a.allow, &a.deny).map_err(anyhow::Error::msg)?,
         max_duration: a.max_duration.map(|d| d.0),
         max_rate: a.max_rate.map(|r| r.0),
+        max_flows: a.max_flows,
         iperf3: match a.iperf3.as_deref() {
             Some(p) => p == "allow",
             None => psk.is_none(),

@@ -183,10 +183,11 @@ fn large_declared_frames_are_refused_before_buffering() {
     };
     let before = rss(pid);
     let mut conns = Vec::new();
-    // From many addresses, so the per-address limit is not what stops them: each declares
-    // an 8 MiB frame and sends 60 KiB of it.
-    for i in 0..200u32 {
-        let src = format!("127.0.{}.{}", 10 + i / 200, 1 + i % 200);
+    // 600 connections from 120 addresses (5 each, under the per-address limit; the total of
+    // 512 turns the last ones away): each declares an 8 MiB frame and sends 60 KiB of it.
+    for i in 0..600u32 {
+        let a = i / 5;
+        let src = format!("127.0.{}.{}", 10 + a / 200, 1 + a % 200);
         let mut c = connect_from(&src, s.port);
         let mut b = b"HKRU".to_vec();
         b.extend((8u32 << 20).to_be_bytes());
@@ -194,7 +195,7 @@ fn large_declared_frames_are_refused_before_buffering() {
         let _ = c.write_all(&b);
         conns.push(c);
     }
-    let mut c = conns.pop().unwrap();
+    let mut c = conns.swap_remove(0);
     match first_message(&mut c, Duration::from_secs(10)) {
         Some(Message::Error { message }) => {
             assert!(
@@ -205,6 +206,7 @@ fn large_declared_frames_are_refused_before_buffering() {
         other => panic!("expected the size error, got {other:?}"),
     }
     let grew_kb = rss(pid).saturating_sub(before);
+    eprintln!("RSS grew by {grew_kb} KiB under 600 connections declaring 8 MiB frames");
     assert!(grew_kb < 64 * 1024, "RSS grew by {grew_kb} KiB");
     legit(&s, None, &[]);
 }
@@ -475,6 +477,26 @@ fn the_servers_send_rate_is_capped_for_reverse_udp() {
     refused(&["-R", "-b", "0"], "unlimited rate");
     refused(&["-R", "-P", "4", "-b", "30M"], "4 flow(s)");
     refused(&["--bidir", "-b", "200M"], "1 flow(s)");
+    let flows = ServerProc::start(&["--max-flows", "4"]);
+    let o = run(
+        &[
+            "tcp",
+            "127.0.0.1",
+            "-p",
+            &flows.port_s(),
+            "-P",
+            "5",
+            "-n",
+            "1M",
+        ],
+        LIMIT,
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("allows 4 (--max-flows)"),
+        "{}",
+        stderr(&o)
+    );
     // Within the cap, or the client sending: runs.
     for extra in [
         &["-R", "-P", "4", "-b", "20M"][..],
@@ -485,4 +507,66 @@ fn the_servers_send_rate_is_capped_for_reverse_udp() {
         let o = run(&a, LIMIT);
         assert!(o.status.success(), "{extra:?}: {}", stderr(&o));
     }
+}
+
+#[test]
+fn idle_sockperf_connections_do_not_block_stock_sockperf() {
+    if !super::common::have("sockperf") {
+        eprintln!("skipped: sockperf not installed");
+        return;
+    }
+    let s = ServerProc::start(&["--sockperf-port", "0"]);
+    let line = s
+        .wait_log("sockperf listening on", Duration::from_secs(10))
+        .expect("sockperf port in the log");
+    let port: u16 = line
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // Idle connections from one address, and one declaring a 1 MiB message it never sends.
+    let mut idle = Vec::new();
+    for _ in 0..40 {
+        let s = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
+        s.bind(&"127.0.0.9:0".parse::<SocketAddr>().unwrap().into())
+            .unwrap();
+        let to: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        if s.connect_timeout(&to.into(), Duration::from_secs(5))
+            .is_ok()
+        {
+            idle.push(TcpStream::from(s));
+        }
+    }
+    let mut big = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut h = vec![0u8; 14];
+    h[4..8].copy_from_slice(&(1u32 << 20).to_le_bytes());
+    let _ = big.write_all(&h);
+    let o = super::common::run_cmd(
+        std::process::Command::new("sockperf").args([
+            "pp",
+            "--tcp",
+            "-i",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-t",
+            "1",
+        ]),
+        LIMIT,
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}{}", stderr(&o));
+    assert!(out.contains("Summary: Latency is"), "{out}");
+    // Only 16 of the idle ones were taken; the rest were refused at once, and said so.
+    assert!(s
+        .wait_log(
+            "allows 16 sockperf TCP connections from one address",
+            Duration::from_secs(5)
+        )
+        .is_some());
+    drop(idle);
 }
