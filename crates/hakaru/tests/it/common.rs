@@ -263,3 +263,27 @@ pub fn compat_pass(peer: &str, role: &str, mode: &str, direction: &str) {
         .collect();
     let _ = std::fs::write(dir.join(format!("{name}.json")), rec.to_string());
 }
+
+/// Reads control messages from a raw connection until one arrives or `wait` passes.
+pub fn read_msg(
+    s: &mut std::net::TcpStream,
+    dec: &mut hakaru_proto::Decoder,
+    wait: Duration,
+) -> Option<hakaru_proto::Message> {
+    let deadline = std::time::Instant::now() + wait;
+    let mut buf = [0u8; 65536];
+    loop {
+        if let Ok(Some(m)) = dec.next_message() {
+            return Some(m);
+        }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return None;
+        }
+        s.set_read_timeout(Some(left)).unwrap();
+        match std::io::Read::read(s, &mut buf) {
+            Ok(0) | Err(_) => return dec.next_message().ok().flatten(),
+            Ok(n) => dec.feed(&buf[..n]),
+        }
+    }
+}

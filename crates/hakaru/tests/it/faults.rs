@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use hakaru_proto::{native::opening, Decoder, Message, MAGIC};
 
-use super::common::{hakaru, json, kill, run, stderr, threads_of, ServerProc};
+use super::common::{hakaru, json, kill, read_msg, run, stderr, threads_of, ServerProc};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -29,26 +29,6 @@ fn server_still_serves(s: &ServerProc) {
     );
     assert!(o.status.success(), "server stopped serving: {}", stderr(&o));
     assert_eq!(json(&o)["totals"][0]["receiver"]["bytes"], 1 << 20);
-}
-
-/// Reads control messages from a raw connection until one arrives or `wait` passes.
-fn read_msg(s: &mut TcpStream, dec: &mut Decoder, wait: Duration) -> Option<Message> {
-    let deadline = Instant::now() + wait;
-    let mut buf = [0u8; 65536];
-    loop {
-        if let Ok(Some(m)) = dec.next_message() {
-            return Some(m);
-        }
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return None;
-        }
-        s.set_read_timeout(Some(left)).unwrap();
-        match s.read(&mut buf) {
-            Ok(0) | Err(_) => return dec.next_message().ok().flatten(),
-            Ok(n) => dec.feed(&buf[..n]),
-        }
-    }
 }
 
 #[test]

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use hakaru_proto::{native::opening, Decoder, Message};
 use socket2::{Domain, Protocol, Socket, Type};
 
-use super::common::{json, run, stderr, threads_of, ServerProc};
+use super::common::{json, read_msg, run, stderr, threads_of, ServerProc};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -27,23 +27,19 @@ fn connect_from(src: &str, port: u16) -> TcpStream {
 
 /// What the server says on a raw connection within `wait`: its first control message.
 fn first_message(c: &mut TcpStream, wait: Duration) -> Option<Message> {
-    let mut dec = Decoder::new();
-    let deadline = Instant::now() + wait;
-    let mut buf = [0u8; 4096];
-    loop {
-        if let Ok(Some(m)) = dec.next_message() {
-            return Some(m);
-        }
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return None;
-        }
-        c.set_read_timeout(Some(left)).unwrap();
-        match c.read(&mut buf) {
-            Ok(0) | Err(_) => return dec.next_message().ok().flatten(),
-            Ok(n) => dec.feed(&buf[..n]),
-        }
-    }
+    read_msg(c, &mut Decoder::new(), wait)
+}
+
+/// Runs hakaru with `args`, which must fail (exit 1) with `needle` in its error.
+fn fails(args: &[&str], needle: &str) -> String {
+    let o = run(args, LIMIT);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+    assert!(
+        err.contains(needle),
+        "{args:?}: expected {needle:?} in {err}"
+    );
+    err
 }
 
 /// A one-megabyte TCP test against the server, from `src` when given.
@@ -268,7 +264,7 @@ fn crafted_iperf3_numbers_get_an_error_not_a_panic() {
 #[test]
 fn access_lists_close_denied_sources_and_serve_the_rest() {
     let s = ServerProc::start(&["--allow", "127.0.0.0/8", "--deny", "127.0.0.5"]);
-    let o = run(
+    fails(
         &[
             "tcp",
             "127.0.0.1",
@@ -279,13 +275,7 @@ fn access_lists_close_denied_sources_and_serve_the_rest() {
             "-B",
             "127.0.0.5",
         ],
-        LIMIT,
-    );
-    assert_eq!(o.status.code(), Some(1));
-    assert!(
-        stderr(&o).contains("closed the connection"),
-        "{}",
-        stderr(&o)
+        "closed the connection",
     );
     // UDP from a denied source is never answered either: the flow hellos go unanswered.
     let o = run(
@@ -395,7 +385,7 @@ fn a_pre_shared_key_is_checked_both_ways() {
     assert!(o.status.success(), "{}", stderr(&o));
     // A client with a key refuses a server without one: it cannot prove it holds the key.
     let open = ServerProc::start(&[]);
-    let o = run(
+    fails(
         &[
             "tcp",
             "127.0.0.1",
@@ -406,13 +396,7 @@ fn a_pre_shared_key_is_checked_both_ways() {
             "--psk-file",
             key_s,
         ],
-        LIMIT,
-    );
-    assert_eq!(o.status.code(), Some(1));
-    assert!(
-        stderr(&o).contains("does not ask for a key"),
-        "{}",
-        stderr(&o)
+        "does not ask for a key",
     );
     // A key too short is a usage error before anything is sent.
     std::fs::write(dir.join("short"), "short").unwrap();
@@ -478,7 +462,7 @@ fn the_servers_send_rate_is_capped_for_reverse_udp() {
     refused(&["-R", "-P", "4", "-b", "30M"], "4 flow(s)");
     refused(&["--bidir", "-b", "200M"], "1 flow(s)");
     let flows = ServerProc::start(&["--max-flows", "4"]);
-    let o = run(
+    fails(
         &[
             "tcp",
             "127.0.0.1",
@@ -489,13 +473,7 @@ fn the_servers_send_rate_is_capped_for_reverse_udp() {
             "-n",
             "1M",
         ],
-        LIMIT,
-    );
-    assert_eq!(o.status.code(), Some(1));
-    assert!(
-        stderr(&o).contains("allows 4 (--max-flows)"),
-        "{}",
-        stderr(&o)
+        "allows 4 (--max-flows)",
     );
     // Within the cap, or the client sending: runs.
     for extra in [
