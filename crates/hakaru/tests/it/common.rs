@@ -87,16 +87,26 @@ pub fn count(v: &serde_json::Value, ptr: &str) -> u64 {
         .unwrap_or_else(|| panic!("no count at {ptr} in {v}"))
 }
 
-/// Threads of process `pid` (0 when it cannot be read).
-pub fn threads_of(pid: u32) -> usize {
+/// A number from /proc/PID/status (`Threads:`, `VmRSS:` in KiB); 0 when it cannot be read.
+fn status_value(pid: u32, key: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("Threads:"))
+                .find(|l| l.starts_with(key))
                 .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
         })
         .unwrap_or(0)
+}
+
+/// Threads of process `pid` (0 when it cannot be read).
+pub fn threads_of(pid: u32) -> usize {
+    status_value(pid, "Threads:") as usize
+}
+
+/// Resident memory of process `pid`, KiB (0 when it cannot be read).
+pub fn rss_kib(pid: u32) -> u64 {
+    status_value(pid, "VmRSS:")
 }
 
 /// Stderr as text.
