@@ -14,3 +14,16 @@ def write_block(path, name, block, heading):
         text = text.rstrip("\n") + ("\n\n" if text else "") + f"{heading}\n\n{wrapped}\n"
     with open(path, "w") as f:
         f.write(text)
+
+
+def stop_process(p, sig=None, wait=10):
+    """Stops a child we started, by its PID: `sig` (SIGTERM by default), then SIGKILL if it has
+    not exited within `wait` seconds."""
+    import signal
+    import subprocess
+    p.send_signal(sig if sig is not None else signal.SIGTERM)
+    try:
+        p.wait(timeout=wait)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()

@@ -17,7 +17,7 @@ CPU would measure the scheduler's time slice.
 """
 import argparse, json, os, re, signal, statistics, subprocess, sys, time
 
-from benchlib import write_block
+from benchlib import stop_process, write_block
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
@@ -66,12 +66,7 @@ def sockperf(client_args, server_args, secs, ccpu=None, scpu=None):
         out = run(pinned(ccpu, ["sockperf", "pp", "-i", "127.0.0.1", "-p", str(SP_PORT), "-m", "14", "-t", str(secs),
                    "--full-rtt"] + client_args), secs + 30)
     finally:
-        srv.send_signal(signal.SIGINT)
-        try:
-            srv.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            srv.kill()
-            srv.wait()
+        stop_process(srv, signal.SIGINT, 5)
     out = re.sub(r"\x1b\[[0-9;]*m", "", out)
     p50 = float(re.search(r"percentile 50\.000 =\s*([0-9.]+)", out).group(1))
     p99 = float(re.search(r"percentile 99\.000 =\s*([0-9.]+)", out).group(1))

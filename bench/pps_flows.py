@@ -20,9 +20,9 @@ carries the server's receiver figures) over end.sum.seconds. iperf3 takes at mos
 its 256-flow case runs 128 flows (said in the table). The issue's goal: at most 10 % below
 hakaru -P 1 at every N, and at least 4x iperf3.
 """
-import argparse, json, os, signal, statistics, subprocess, sys, time
+import argparse, json, os, statistics, subprocess, sys, time
 
-from benchlib import write_block
+from benchlib import stop_process, write_block
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
@@ -113,11 +113,7 @@ def main():
                       f"{got['one'] / 1e6:.3f}), iperf3 {got['ip'] / 1e6:.3f} Mpps", file=sys.stderr)
     finally:
         for p in (hs, ips):
-            p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+            stop_process(p)
         if a.path == "veth":
             veth_down()
     where = ("on loopback" if a.path == "loopback" else

@@ -12,9 +12,9 @@ die mid-test (killed by PID) and stray UDP datagrams. The server's /proc figures
 every 5 s; the summary compares the first minute after warm-up with the end. Every process is
 stopped by PID; every loop ends at the deadline.
 """
-import argparse, json, os, random, signal, socket, statistics, struct, subprocess, sys, time
+import argparse, json, os, random, socket, statistics, struct, subprocess, sys, time
 
-from benchlib import write_block
+from benchlib import stop_process, write_block
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HAKARU = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "release", "hakaru")
@@ -134,11 +134,7 @@ def main():
         samples.append((time.time() - start, rss, fds, thr))
         alive = server.poll() is None
     finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop_process(server)
     warm = [s for s in samples if 60 <= s[0] < 120] or samples[:3]
     end = samples[-13:-1] or samples[-1:]
     base_rss = statistics.median(s[1] for s in warm)
