@@ -23,8 +23,27 @@ fn cut_mid_test(link: &Link, args: &[&str]) -> (Option<i32>, String, Duration) {
     let cut = Instant::now();
     let o = wait_child(child, Duration::from_secs(60));
     let after = cut.elapsed();
-    // Bring it back for the next case.
+    // Bring it back for the next case, and wait until the path carries a test again: the
+    // neighbour entry that failed while the link was down answers "no route to host" for a
+    // while unless it is flushed.
     link.must_in_server(&["ip", "link", "set", &link.server_dev, "up"]);
+    for ns in [&link.client_ns, &link.server_ns] {
+        let _ = Command::new("ip")
+            .args(["-n", ns, "neigh", "flush", "all"])
+            .output();
+    }
+    let port = args[args.iter().position(|a| *a == "-p").map_or(0, |i| i + 1)];
+    let healthy = (0..20).any(|_| {
+        let o = link.in_client(
+            &[bin(), "tcp", &link.server_ip, "-p", port, "-n", "64K"],
+            Duration::from_secs(20),
+        );
+        o.status.success() || {
+            std::thread::sleep(Duration::from_millis(500));
+            false
+        }
+    });
+    assert!(healthy, "the link did not come back after the cut");
     (
         o.status.code(),
         String::from_utf8_lossy(&o.stderr).into_owned(),
