@@ -211,7 +211,9 @@ fn ul_udp_answers_every_tenth_message() {
     // sockperf numbers from 1 and wants a reply to each multiple of 10.
     assert_eq!(c.replies, sent / 10, "{c:?}");
     assert_eq!(c.bytes, sent * 14);
-    assert!(received <= c.replies && received + 1 >= c.replies, "{out}");
+    // sockperf stops reading at its timer: the last replies may still be in flight then
+    // (a few milliseconds' worth under a loaded machine; 500 replies a second here).
+    assert!(received <= c.replies && received + 5 >= c.replies, "{out}");
     assert_eq!(dropped, 0, "{out}");
     compat_pass(
         "sockperf",
