@@ -381,12 +381,8 @@ pub fn run_test(
     let mut conn = ControlConn::new(stream);
     let hello_at = sys::now_unix();
     let host_id = sys::host_id();
-    let client_nonce = {
-        let mut b = [0u8; hakaru_proto::auth::NONCE_LEN];
-        getrandom::fill(&mut b)
-            .map_err(|e| ClientError::Auth(format!("no OS randomness for a nonce: {e}")))?;
-        hakaru_proto::auth::hex(&b)
-    };
+    let client_nonce = sys::auth_nonce()
+        .map_err(|e| ClientError::Auth(format!("no OS randomness for a nonce: {e}")))?;
     conn.send_raw(&opening(&Message::Hello {
         protocol: PROTOCOL_VERSION,
         software: format!("hakaru {}", env!("CARGO_PKG_VERSION")),

@@ -76,9 +76,9 @@ pub(crate) fn control(ctx: &Ctx, o: Opening) {
     let host = sys::host_id();
     let same_host = host.is_some() && host == client_host;
     let server_nonce = match &ctx.cfg.psk {
-        Some(_) => match new_nonce() {
-            Some(n) => Some(n),
-            None => {
+        Some(_) => match sys::auth_nonce() {
+            Ok(n) => Some(n),
+            Err(_) => {
                 tracing::warn!("session with {peer}: no OS randomness for an authentication nonce");
                 return;
             }
@@ -192,13 +192,6 @@ fn describe_amount(spec: &TestSpec) -> String {
 /// How long a client that fails authentication waits for the verdict, whatever went wrong:
 /// guessing keys costs a second a try per connection, and the delay says nothing.
 const AUTH_FAIL_DELAY: Duration = Duration::from_secs(1);
-
-/// A fresh nonce from the OS, hex; `None` without OS randomness.
-fn new_nonce() -> Option<String> {
-    let mut b = [0u8; hakaru_proto::auth::NONCE_LEN];
-    getrandom::fill(&mut b).ok()?;
-    Some(hakaru_proto::auth::hex(&b))
-}
 
 /// Checks the client's key proof and sends the server's. False (after telling the client
 /// and logging one line) when the client does not hold the key.

@@ -155,6 +155,13 @@ pub fn now_unix() -> f64 {
         .unwrap_or(0.0)
 }
 
+/// A fresh key-authentication nonce from the OS (`proto::auth`), hex.
+pub fn auth_nonce() -> std::io::Result<String> {
+    let mut b = [0u8; hakaru_proto::auth::NONCE_LEN];
+    getrandom::fill(&mut b).map_err(|e| std::io::Error::other(e.to_string()))?;
+    Ok(hakaru_proto::auth::hex(&b))
+}
+
 /// This kernel's identity for this boot (Linux: `/proc/sys/kernel/random/boot_id`), or `None`
 /// where there is none. Two ends that report the same one run on one kernel, so they share its
 /// CPUs: network namespaces, containers and loopback all do.
