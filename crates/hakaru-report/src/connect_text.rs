@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use hakaru_model::{Bytes, ConnectSpec, IntervalRecord, RunResult};
 
-use crate::latency_text::stats_line;
+use crate::latency_text::{stats_heading, stats_line};
 use crate::text::{end_lines, span, trailer};
 
 /// The line that opens a connection-rate run.
@@ -75,6 +75,7 @@ pub fn summary(r: &RunResult) -> String {
         c.failed,
         c.close
     );
+    stats_heading(&mut s);
     stats_line(&mut s, "connect time", &c.connect_time);
     stats_line(&mut s, "transaction time", &c.transaction_time);
     let _ = writeln!(
@@ -113,12 +114,19 @@ pub fn summary(r: &RunResult) -> String {
         );
     }
     trailer(&mut s, r);
-    let _ = writeln!(
-        s,
-        "connect: {:.0} connections/s, close {}, connect time p50 {:.1} us p99 {:.1} us",
-        c.connections_per_second, c.close, c.connect_time.p50_us, c.connect_time.p99_us
-    );
+    s.push_str(&headline(r));
     s
+}
+
+/// The closing headline: connections per second and connect-time percentiles.
+pub fn headline(r: &RunResult) -> String {
+    let Some(c) = &r.connect else {
+        return String::new();
+    };
+    format!(
+        "connect: {:.0} connections/s, close {}, connect time p50 {:.1} us p99 {:.1} us\n",
+        c.connections_per_second, c.close, c.connect_time.p50_us, c.connect_time.p99_us
+    )
 }
 
 #[cfg(test)]

@@ -54,7 +54,7 @@ pub fn header(spec: &LatencySpec, server: &str, embedded: bool) -> String {
 /// Column headings for latency interval lines.
 pub fn interval_heading() -> String {
     format!(
-        "{:>15}  {:>10} {:>6}  {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}  (round trip, us)\n",
+        "{:>15}  {:>10} {:>6}  {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}  RTT us\n",
         "Interval", "trans/s", "lost", "min", "mean", "p50", "p99", "p99.9", "max"
     )
 }
@@ -75,7 +75,7 @@ pub fn interval_lines(rec: &IntervalRecord) -> String {
     let secs = (rec.end - rec.start).max(1e-9);
     let r = &l.rtt;
     format!(
-        "{:>15}  {:>10.0} {:>6}  {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}{}\n",
+        "{:>15}  {:>10.0} {:>6}  {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}{}\n",
         span(rec.start, rec.end),
         l.replies as f64 / secs,
         l.lost,
@@ -89,11 +89,21 @@ pub fn interval_lines(rec: &IntervalRecord) -> String {
     )
 }
 
-/// One line of a distribution: min, mean (sd), percentiles and max, microseconds.
+/// The column headings over [`stats_line`] rows.
+pub(crate) fn stats_heading(s: &mut String) {
+    let _ = writeln!(
+        s,
+        "{:<24}{:>8}{:>8}{:>8}{:>8}{:>8}{:>8}{:>8}{:>8}{:>8}  us",
+        "", "min", "mean", "sd", "p50", "p90", "p99", "p99.9", "p99.99", "max"
+    );
+}
+
+/// One row of a distribution under [`stats_heading`]: min, mean, sd, percentiles and max,
+/// microseconds (98 columns).
 pub(crate) fn stats_line(s: &mut String, label: &str, r: &LatencyStats) {
     let _ = writeln!(
         s,
-        "{label:<22} min {}  mean {} (sd {})  p50 {}  p90 {}  p99 {}  p99.9 {}  p99.99 {}  max {}  us",
+        "{label:<24}{:>8}{:>8}{:>8}{:>8}{:>8}{:>8}{:>8}{:>8}{:>8}",
         us(r.min_us),
         us(r.mean_us),
         us(r.stddev_us),
@@ -129,6 +139,7 @@ pub fn summary(r: &RunResult) -> String {
         l.warmup_discarded,
         l.wait
     );
+    stats_heading(&mut s);
     stats_line(&mut s, "round trip (headline)", &l.rtt);
     stats_line(&mut s, "one-way estimate (RTT/2)", &l.one_way_estimate);
     if l.flows.len() > 1 {
@@ -166,6 +177,7 @@ pub fn summary(r: &RunResult) -> String {
             u.load_up_bps / 1e9,
             u.load_down_bps / 1e9
         );
+        stats_heading(&mut s);
         stats_line(&mut s, "  idle round trip", &u.idle_rtt);
         stats_line(&mut s, "  loaded round trip", &u.loaded_rtt);
         if u.idle_rtt.p50_us > 0.0 {
@@ -192,5 +204,35 @@ pub fn summary(r: &RunResult) -> String {
         _ => end_lines(&mut s, "server", &r.server_end),
     }
     trailer(&mut s, r);
+    s.push_str(&headline(r));
+    s
+}
+
+/// The closing headline: transport, median and tail round trip, rate.
+pub fn headline(r: &RunResult) -> String {
+    let Some(l) = &r.latency else {
+        return String::new();
+    };
+    let transport = match &r.spec {
+        hakaru_model::TestSpec::Latency(spec) => match spec.transport {
+            LatencyTransport::Tcp => "TCP",
+            LatencyTransport::Udp => "UDP",
+        },
+        _ => "",
+    };
+    let mut s = format!(
+        "latency: {transport} RTT p50 {} us, p99 {} us, mean {} us, {:.0} transactions/s",
+        us(l.rtt.p50_us),
+        us(l.rtt.p99_us),
+        us(l.rtt.mean_us),
+        l.transactions_per_second
+    );
+    if l.lost > 0 {
+        let _ = write!(s, ", {} lost", l.lost);
+    }
+    if let Some(u) = &l.under_load {
+        let _ = write!(s, "; idle p50 {} us", us(u.idle_rtt.p50_us));
+    }
+    s.push('\n');
     s
 }

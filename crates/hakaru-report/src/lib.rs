@@ -14,3 +14,117 @@ pub mod raw_text;
 pub mod schema;
 pub mod text;
 pub mod udp_text;
+
+/// How much of a human text report to show. JSON output always carries everything.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct View {
+    /// Only the per-direction sums and the closing headline (`-q`, `--summary-only`).
+    pub summary_only: bool,
+    /// Per-flow rows even above [`View::MAX_FLOW_ROWS`] flows per direction (`--per-flow`).
+    pub per_flow: bool,
+    /// Every column, and no folding of long lines to [`View::WIDTH`] (`--wide`).
+    pub wide: bool,
+}
+
+impl View {
+    /// Columns the default text output fits in.
+    pub const WIDTH: usize = 100;
+    /// Flows per direction up to which per-flow rows are shown without `--per-flow`.
+    pub const MAX_FLOW_ROWS: usize = 8;
+
+    /// Whether to print one row per flow when a direction has `flows` flows.
+    pub fn flow_rows(&self, flows: usize) -> bool {
+        self.per_flow || flows <= Self::MAX_FLOW_ROWS
+    }
+
+    /// `text` with lines longer than [`View::WIDTH`] folded, unless the view is wide.
+    pub fn fit(&self, text: String) -> String {
+        if self.wide {
+            text
+        } else {
+            fold(&text, Self::WIDTH)
+        }
+    }
+}
+
+/// Folds each line longer than `width` at spaces; continuation lines keep the line's own
+/// indent plus four spaces. A word longer than the width stays whole on its own line.
+pub fn fold(text: &str, width: usize) -> String {
+    let mut out = String::with_capacity(text.len() + 16);
+    for line in text.split_inclusive('\n') {
+        let (body, nl) = match line.strip_suffix('\n') {
+            Some(b) => (b, "\n"),
+            None => (line, ""),
+        };
+        if body.chars().count() <= width {
+            out.push_str(line);
+            continue;
+        }
+        let indent = body.len() - body.trim_start_matches(' ').len();
+        let cont = " ".repeat((indent + 4).min(width / 2));
+        let mut cur = String::from(&body[..indent]);
+        let mut cur_len = indent;
+        let mut first_word = true;
+        for word in body[indent..].split(' ').filter(|w| !w.is_empty()) {
+            let wl = word.chars().count();
+            if !first_word && cur_len + 1 + wl > width {
+                out.push_str(cur.trim_end());
+                out.push('\n');
+                cur = cont.clone();
+                cur_len = cont.len();
+                first_word = true;
+            }
+            if !first_word {
+                cur.push(' ');
+                cur_len += 1;
+            }
+            cur.push_str(word);
+            cur_len += wl;
+            first_word = false;
+        }
+        out.push_str(cur.trim_end());
+        out.push_str(nl);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fold_keeps_short_lines_and_folds_long_ones_at_spaces() {
+        assert_eq!(fold("short\nline\n", 10), "short\nline\n");
+        let long = "  note: aaaa bbbb cccc dddd eeee\n";
+        let f = fold(long, 16);
+        assert_eq!(f, "  note: aaaa\n      bbbb cccc\n      dddd eeee\n");
+        assert!(f.lines().all(|l| l.len() <= 16), "{f}");
+        // Every word survives, in order.
+        let words: Vec<&str> = f.split_whitespace().collect();
+        assert_eq!(words, long.split_whitespace().collect::<Vec<_>>());
+        // A word longer than the width is kept whole.
+        assert_eq!(
+            fold("x abcdefghijklmnop y", 8),
+            "x\n    abcdefghijklmnop\n    y"
+        );
+    }
+
+    #[test]
+    fn flow_rows_hide_above_eight_unless_asked() {
+        let v = View::default();
+        assert!(v.flow_rows(8) && !v.flow_rows(9));
+        let p = View {
+            per_flow: true,
+            ..View::default()
+        };
+        assert!(p.flow_rows(1024));
+        assert_eq!(
+            View {
+                wide: true,
+                ..View::default()
+            }
+            .fit("a ".repeat(80)),
+            "a ".repeat(80)
+        );
+    }
+}

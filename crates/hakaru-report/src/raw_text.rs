@@ -280,7 +280,23 @@ pub fn summary(r: &RunResult) -> String {
     for n in &r.notes {
         let _ = writeln!(s, "  note: {n}");
     }
+    s.push_str(&headline(r));
     s
+}
+
+/// The closing headline: the rate and the amount moved.
+pub fn headline(r: &RunResult) -> String {
+    let Some(raw) = &r.raw else {
+        return String::new();
+    };
+    let (who, verb) = match raw.role {
+        RawRole::Sink => ("sink", "received"),
+        RawRole::Source => ("source", "sent"),
+    };
+    format!(
+        "{who}: {} {verb} ({} bytes in {:.3} s)\n",
+        raw.bits_per_second, raw.bytes, raw.seconds
+    )
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use hakaru_model::{
     TcpSpec, TestSpec,
 };
 
-use crate::{connect_text, latency_text, raw_text, udp_text};
+use crate::{connect_text, latency_text, raw_text, udp_text, View};
 
 /// The line that opens a run.
 pub fn header(spec: &TestSpec, server: &str, embedded: bool) -> String {
@@ -21,10 +21,10 @@ pub fn header(spec: &TestSpec, server: &str, embedded: bool) -> String {
 }
 
 /// Column headings for the interval lines of a test.
-pub fn interval_heading(spec: &TestSpec) -> String {
+pub fn interval_heading(spec: &TestSpec, view: &View) -> String {
     match spec {
         TestSpec::Tcp(_) => tcp_interval_heading(),
-        TestSpec::Udp(_) => udp_text::interval_heading(),
+        TestSpec::Udp(_) => udp_text::interval_heading(view),
         TestSpec::Latency(_) => latency_text::interval_heading(),
         TestSpec::Connect(_) => connect_text::interval_heading(),
         TestSpec::Raw(r) => raw_text::interval_heading(r),
@@ -40,7 +40,7 @@ pub fn interval_warnings(rec: &IntervalRecord, spec: &TestSpec) -> String {
 }
 
 /// Lines for one interval of any test.
-pub fn interval_lines(rec: &IntervalRecord) -> String {
+pub fn interval_lines(rec: &IntervalRecord, view: &View) -> String {
     if rec.latency.is_some() {
         return latency_text::interval_lines(rec);
     }
@@ -52,21 +52,28 @@ pub fn interval_lines(rec: &IntervalRecord) -> String {
         .iter()
         .any(|f| f.udp.is_some() || f.sender_datagrams.is_some());
     if udp {
-        udp_text::interval_lines(rec)
+        udp_text::interval_lines(rec, view)
     } else {
-        tcp_interval_lines(rec)
+        tcp_interval_lines(rec, view)
     }
 }
 
-/// The final summary of any test.
-pub fn summary(r: &RunResult) -> String {
-    match r.spec {
-        TestSpec::Tcp(_) => tcp_summary(r),
-        TestSpec::Udp(_) => udp_text::summary(r),
-        TestSpec::Latency(_) => latency_text::summary(r),
-        TestSpec::Connect(_) => connect_text::summary(r),
-        TestSpec::Raw(_) => raw_text::summary(r),
-    }
+/// The final summary of any test, ending with its one-line headline; with
+/// [`View::summary_only`], only the per-direction sums and the headline.
+pub fn summary(r: &RunResult, view: &View) -> String {
+    let s = match (&r.spec, view.summary_only) {
+        (TestSpec::Tcp(_), false) => tcp_summary(r, view),
+        (TestSpec::Udp(_), false) => udp_text::summary(r, view),
+        (TestSpec::Latency(_), false) => latency_text::summary(r),
+        (TestSpec::Connect(_), false) => connect_text::summary(r),
+        (TestSpec::Raw(_), false) => raw_text::summary(r),
+        (TestSpec::Tcp(_), true) => tcp_sums(r) + &tcp_headline(r),
+        (TestSpec::Udp(_), true) => udp_text::sums(r, view) + &udp_text::headline(r),
+        (TestSpec::Latency(_), true) => latency_text::headline(r),
+        (TestSpec::Connect(_), true) => connect_text::headline(r),
+        (TestSpec::Raw(_), true) => raw_text::headline(r),
+    };
+    view.fit(s)
 }
 
 /// A test's direction in words, for headers.
@@ -134,11 +141,13 @@ pub(crate) fn span(start: f64, end: f64) -> String {
     format!("{start:6.2}-{end:<6.2} s")
 }
 
-/// Lines for one interval: one per flow, then a SUM line per direction with several flows.
-fn tcp_interval_lines(rec: &IntervalRecord) -> String {
+/// Lines for one interval: one per flow (up to the view's limit), then a SUM line per
+/// direction with several flows.
+fn tcp_interval_lines(rec: &IntervalRecord, view: &View) -> String {
     let mut s = String::new();
     let omitted = if rec.omitted { "  (omitted)" } else { "" };
-    for f in &rec.flows {
+    let shown = |d: FlowDir| view.flow_rows(rec.flows.iter().filter(|f| f.dir == d).count());
+    for f in rec.flows.iter().filter(|f| shown(f.dir)) {
         let (retr, cwnd, rtt) = match f.tcp {
             Some(t) => (
                 t.retransmits.to_string(),
@@ -221,31 +230,79 @@ pub(crate) fn end_lines(s: &mut String, name: &str, e: &EndResult) {
         };
         let _ = writeln!(
             s,
-            "  {name:<6} NIC {}: {rx} {:.0}  {tx} {:.0}  rxkB/s {:.0}  txkB/s {:.0}  rxdrop/s {:.1}  txdrop/s {:.1}  errors rx {} tx {}{what}",
+            "  {name:<6} NIC {}: {rx} {:.0} {tx} {:.0} rxkB/s {:.0} txkB/s {:.0} drop/s rx {:.1} tx {:.1} errors {}/{}{what}",
             n.interface, n.rx_pps, n.tx_pps, n.rx_kib_per_s, n.tx_kib_per_s, n.rx_drops_ps, n.tx_drops_ps,
             n.rx_errors, n.tx_errors
         );
     }
+    env_line(s, name, e);
+}
+
+/// The environment line of one end, with only the fields the end reported; an end that
+/// reported none (an iperf3 peer) gets a line saying so instead of placeholders.
+fn env_line(s: &mut String, name: &str, e: &EndResult) {
     let v = &e.env;
-    let opt = |o: &Option<String>| o.clone().unwrap_or_else(|| "?".into());
-    let _ = writeln!(
-        s,
-        "  {name:<6} env {} {} on {} ({} CPUs), default cc {}, iface {} qdisc {} mtu {}, rmem_max {} wmem_max {}, tcp_rmem [{}] tcp_wmem [{}], send {} / receive {}",
-        v.os,
-        v.kernel,
-        v.hostname,
-        v.cpus,
-        opt(&v.default_congestion),
-        opt(&v.interface),
-        opt(&v.qdisc),
-        v.mtu.map(|m| m.to_string()).unwrap_or_else(|| "?".into()),
-        v.rmem_max.map(|m| m.to_string()).unwrap_or_else(|| "?".into()),
-        v.wmem_max.map(|m| m.to_string()).unwrap_or_else(|| "?".into()),
-        opt(&v.tcp_rmem),
-        opt(&v.tcp_wmem),
-        e.send_mode,
-        e.recv_mode,
-    );
+    let mut parts: Vec<String> = Vec::new();
+    let system = [v.os.as_str(), v.kernel.as_str()]
+        .iter()
+        .filter(|p| !p.is_empty())
+        .copied()
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut head = system;
+    if !v.hostname.is_empty() {
+        head = format!("{head} on {}", v.hostname).trim().to_string();
+    }
+    if v.cpus > 0 {
+        head = format!("{head} ({} CPUs)", v.cpus).trim().to_string();
+    }
+    if !head.is_empty() {
+        parts.push(head);
+    }
+    if let Some(cc) = &v.default_congestion {
+        parts.push(format!("default cc {cc}"));
+    }
+    let mut iface = Vec::new();
+    if let Some(i) = &v.interface {
+        iface.push(format!("iface {i}"));
+    }
+    if let Some(q) = &v.qdisc {
+        iface.push(format!("qdisc {q}"));
+    }
+    if let Some(m) = v.mtu {
+        iface.push(format!("mtu {m}"));
+    }
+    if !iface.is_empty() {
+        parts.push(iface.join(" "));
+    }
+    let mut bufs = Vec::new();
+    if let Some(r) = v.rmem_max {
+        bufs.push(format!("rmem_max {r}"));
+    }
+    if let Some(w) = v.wmem_max {
+        bufs.push(format!("wmem_max {w}"));
+    }
+    if !bufs.is_empty() {
+        parts.push(bufs.join(" "));
+    }
+    if let Some(r) = &v.tcp_rmem {
+        parts.push(format!("tcp_rmem [{r}]"));
+    }
+    if let Some(w) = &v.tcp_wmem {
+        parts.push(format!("tcp_wmem [{w}]"));
+    }
+    if parts.is_empty() {
+        let _ = writeln!(
+            s,
+            "  {name:<6} env not reported by this end (its protocol carries none)"
+        );
+        return;
+    }
+    let modes = match (e.send_mode.as_str(), e.recv_mode.as_str()) {
+        ("", "") => String::new(),
+        (a, b) => format!(", send {a} / receive {b}"),
+    };
+    let _ = writeln!(s, "  {name:<6} env {}{modes}", parts.join(", "));
 }
 
 /// Bytes that arrived after the measured window, per direction, in words: they are not in
@@ -272,18 +329,73 @@ pub(crate) fn late_lines(r: &RunResult) -> String {
     s
 }
 
-fn tcp_summary(r: &RunResult) -> String {
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "- - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - -"
-    );
+/// The dashed rule that separates live intervals from a summary.
+pub(crate) const RULE: &str =
+    "- - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - -";
+
+/// A note for the summary when per-flow rows are hidden.
+pub(crate) fn hidden_flows_line(s: &mut String, r: &RunResult, view: &View) {
+    let most = r.totals.iter().map(|t| t.flows as usize).max().unwrap_or(0);
+    if !view.flow_rows(most) {
+        let _ = writeln!(
+            s,
+            "({most} flows per direction: per-flow rows hidden above {}; --per-flow shows them, --json has them all)",
+            View::MAX_FLOW_ROWS
+        );
+    }
+}
+
+fn tcp_table_heading(s: &mut String) {
     let _ = writeln!(
         s,
         "{:<5} {:<4} {:>15}  {:>22}  {:>22}  {:>5}",
         "[ ID]", "Dir", "Interval", "Receiver (headline)", "Sender", "Retr"
     );
-    for f in &r.flows {
+}
+
+fn tcp_sum_rows(s: &mut String, r: &RunResult) {
+    for t in &r.totals {
+        let _ = writeln!(
+            s,
+            "[SUM] {:<4} {:>15}  {}  {}  {:>5}   {} flow(s)",
+            t.dir.label(),
+            span(0.0, t.receiver.seconds),
+            counted(&t.receiver),
+            counted(&t.sender),
+            t.retransmits,
+            t.flows
+        );
+    }
+}
+
+/// The per-direction sums alone (`--summary-only`).
+fn tcp_sums(r: &RunResult) -> String {
+    let mut s = String::new();
+    tcp_table_heading(&mut s);
+    tcp_sum_rows(&mut s, r);
+    s
+}
+
+/// The closing headline: one line per direction.
+fn tcp_headline(r: &RunResult) -> String {
+    let mut s = String::new();
+    for t in &r.totals {
+        let dir = flow_dir_words(t.dir);
+        let _ = writeln!(
+            s,
+            "{dir}: {} received ({} sent)",
+            t.receiver.bits_per_second, t.sender.bits_per_second
+        );
+    }
+    s
+}
+
+fn tcp_summary(r: &RunResult, view: &View) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "{RULE}");
+    tcp_table_heading(&mut s);
+    let shown = |d: FlowDir| view.flow_rows(r.flows.iter().filter(|f| f.dir == d).count());
+    for f in r.flows.iter().filter(|f| shown(f.dir)) {
         let _ = writeln!(
             s,
             "[{:>3}] {:<4} {:>15}  {}  {}  {:>5}",
@@ -298,20 +410,14 @@ fn tcp_summary(r: &RunResult) -> String {
                 .unwrap_or_default()
         );
     }
-    for t in &r.totals {
-        let _ = writeln!(
-            s,
-            "[SUM] {:<4} {:>15}  {}  {}  {:>5}   {} flow(s)",
-            t.dir.label(),
-            span(0.0, t.receiver.seconds),
-            counted(&t.receiver),
-            counted(&t.sender),
-            t.retransmits,
-            t.flows
-        );
-    }
+    tcp_sum_rows(&mut s, r);
+    hidden_flows_line(&mut s, r, view);
     s.push_str(&late_lines(r));
-    let with_info: Vec<_> = r.flows.iter().filter(|f| f.tcp_info.is_some()).collect();
+    let with_info: Vec<_> = r
+        .flows
+        .iter()
+        .filter(|f| f.tcp_info.is_some() && shown(f.dir))
+        .collect();
     if !with_info.is_empty() {
         let _ = writeln!(s, "TCP_INFO of the sending sockets at the end:");
         for f in with_info {
@@ -344,14 +450,7 @@ fn tcp_summary(r: &RunResult) -> String {
     end_lines(&mut s, "client", &r.client);
     end_lines(&mut s, "server", &r.server_end);
     trailer(&mut s, r);
-    for t in &r.totals {
-        let dir = flow_dir_words(t.dir);
-        let _ = writeln!(
-            s,
-            "{dir}: {} received ({} sent)",
-            t.receiver.bits_per_second, t.sender.bits_per_second
-        );
-    }
+    s.push_str(&tcp_headline(r));
     s
 }
 
@@ -434,7 +533,7 @@ mod tests {
             client_nic: None,
             server_nic: None,
         };
-        let out = interval_lines(&rec);
+        let out = interval_lines(&rec, &View::default());
         let lines: Vec<&str> = out.lines().collect();
         assert_eq!(lines.len(), 3);
         assert!(lines[0].contains("1.00 GiB") && lines[0].contains("8.59 Gbit/s"));

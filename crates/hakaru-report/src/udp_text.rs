@@ -8,7 +8,10 @@ use hakaru_model::{
     UdpRate, UdpSpec, UdpTick,
 };
 
-use crate::text::{direction_words, end_lines, flow_dir_words, span, trailer};
+use crate::text::{
+    direction_words, end_lines, flow_dir_words, hidden_flows_line, span, trailer, RULE,
+};
+use crate::View;
 
 /// The line that opens a UDP run.
 pub fn header(spec: &UdpSpec, server: &str, embedded: bool) -> String {
@@ -53,11 +56,40 @@ pub fn header(spec: &UdpSpec, server: &str, embedded: bool) -> String {
     s
 }
 
-/// Column headings for UDP interval lines.
-pub fn interval_heading() -> String {
+/// Column headings for UDP interval lines. The default view shows the received rate; the
+/// wide one adds the received bytes.
+pub fn interval_heading(view: &View) -> String {
+    if view.wide {
+        format!(
+            "{:<5} {:<4} {:>15}  {:>22}  {:>11}  {:>24}  {:>10}  | {:>11}\n",
+            "[ ID]",
+            "Dir",
+            "Interval",
+            "Received",
+            "rx pkt/s",
+            "Lost/Expected",
+            "Jitter",
+            "tx pkt/s"
+        )
+    } else {
+        narrow_heading("Received")
+    }
+}
+
+/// The 96-column heading shared by narrow interval lines and narrow summaries.
+fn narrow_heading(received: &str) -> String {
     format!(
-        "{:<5} {:<4} {:>15}  {:>22}  {:>11}  {:>24}  {:>10}  | {:>11}\n",
-        "[ ID]", "Dir", "Interval", "Received", "rx pkt/s", "Lost/Expected", "Jitter", "tx pkt/s"
+        "{:<5} {:<4} {:>15} {:>11} {:>9} {:>24} {:>10} | {:>9}\n",
+        "[ ID]", "Dir", "Interval", received, "rx pkt/s", "Lost/Expected", "Jitter", "tx pkt/s"
+    )
+}
+
+/// One narrow row: label, direction, span, received rate, rx pkt/s, loss, jitter, tx pkt/s.
+fn narrow_row(label: &str, dir: FlowDir, span: &str, cols: [&str; 5], tail: &str) -> String {
+    let [rate, rx, l, j, tx] = cols;
+    format!(
+        "{label} {:<4} {span:>15} {rate:>11} {rx:>9} {l:>24} {j:>10} | {tx:>9}{tail}\n",
+        dir.label()
     )
 }
 
@@ -143,16 +175,32 @@ pub fn held_back_lines(rec: &IntervalRecord, spec: &UdpSpec) -> String {
     s
 }
 
-/// Lines for one interval: one per flow, then a SUM line per direction with several flows.
-pub fn interval_lines(rec: &IntervalRecord) -> String {
+/// Lines for one interval: one per flow (up to the view's limit), then a SUM line per
+/// direction with several flows.
+pub fn interval_lines(rec: &IntervalRecord, view: &View) -> String {
     let mut s = String::new();
     let secs = rec.end - rec.start;
     let omitted = if rec.omitted { "  (omitted)" } else { "" };
-    for f in &rec.flows {
+    let count = |d: FlowDir| rec.flows.iter().filter(|f| f.dir == d).count();
+    let rate = |r: Option<BitRate>| r.map_or_else(|| "-".into(), |r| r.to_string());
+    for f in rec.flows.iter().filter(|f| view.flow_rows(count(f.dir))) {
         let (rx, l, j) = tick_cols(f.udp.as_ref(), secs);
         let tx = f
             .sender_datagrams
             .map_or_else(|| "-".into(), |d| pps(d, secs));
+        if !view.wide {
+            let label = format!("[{:>3}]", f.id);
+            let sp = span(rec.start, rec.end);
+            let r = rate(f.receiver_bps);
+            s.push_str(&narrow_row(
+                &label,
+                f.dir,
+                &sp,
+                [&r, &rx, &l, &j, &tx],
+                omitted,
+            ));
+            continue;
+        }
         let _ = writeln!(
             s,
             "[{:>3}] {:<4} {:>15}  {}  {rx:>11}  {l:>24}  {j:>10}  | {tx:>11}{omitted}",
@@ -163,13 +211,25 @@ pub fn interval_lines(rec: &IntervalRecord) -> String {
         );
     }
     for d in &rec.sums {
-        if rec.flows.iter().filter(|f| f.dir == d.dir).count() < 2 {
+        if count(d.dir) < 2 {
             continue;
         }
         let (rx, l, j) = tick_cols(d.udp.as_ref(), secs);
         let tx = d
             .sender_datagrams
             .map_or_else(|| "-".into(), |n| pps(n, secs));
+        if !view.wide {
+            let sp = span(rec.start, rec.end);
+            let r = rate(d.receiver_bps);
+            s.push_str(&narrow_row(
+                "[SUM]",
+                d.dir,
+                &sp,
+                [&r, &rx, &l, &j, &tx],
+                omitted,
+            ));
+            continue;
+        }
         let _ = writeln!(
             s,
             "[SUM] {:<4} {:>15}  {}  {rx:>11}  {l:>24}  {j:>10}  | {tx:>11}{omitted}",
@@ -181,15 +241,42 @@ pub fn interval_lines(rec: &IntervalRecord) -> String {
     s
 }
 
-fn summary_row(
-    s: &mut String,
-    label: &str,
+struct Row<'a> {
+    label: &'a str,
     dir: FlowDir,
     secs: f64,
     rx: (u64, BitRate),
     tx: (u64, BitRate),
-    u: &UdpCounts,
-) {
+    u: &'a UdpCounts,
+}
+
+fn summary_row(s: &mut String, row: Row<'_>, view: &View) {
+    let Row {
+        label,
+        dir,
+        secs,
+        rx,
+        tx,
+        u,
+    } = row;
+    if !view.wide {
+        let cols = [
+            rx.1.to_string(),
+            format!("{:.0}", u.received_pps),
+            lost(u.lost, u.received_datagrams, u.duplicates),
+            jitter(u.jitter_ms),
+            format!("{:.0}", u.sent_pps),
+        ];
+        let [a, b, c, d, e] = &cols;
+        s.push_str(&narrow_row(
+            label,
+            dir,
+            &span(0.0, secs),
+            [a, b, c, d, e],
+            "",
+        ));
+        return;
+    }
     let _ = writeln!(
         s,
         "{label} {:<4} {:>15}  {:>10} {:>11}  {:>11.0}  {:>24}  {:>6} {:>5}  {:>10}  | {:>10} {:>11} {:>11.0}",
@@ -237,13 +324,11 @@ fn drops_line(s: &mut String, name: &str, e: &EndResult, socket_drops: Option<u6
     );
 }
 
-/// The final summary of a UDP run.
-pub fn summary(r: &RunResult) -> String {
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "- - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - -"
-    );
+fn summary_heading(s: &mut String, view: &View) {
+    if !view.wide {
+        s.push_str(&narrow_heading("Received"));
+        return;
+    }
     let _ = writeln!(
         s,
         "{:<5} {:<4} {:>15}  {:>22}  {:>11}  {:>24}  {:>6} {:>5}  {:>10}  | {:>34}",
@@ -258,31 +343,66 @@ pub fn summary(r: &RunResult) -> String {
         "Jitter",
         "Sent                    tx pkt/s"
     );
-    for f in &r.flows {
-        let Some(u) = &f.udp else { continue };
-        summary_row(
-            &mut s,
-            &format!("[{:>3}]", f.id),
-            f.dir,
-            f.receiver.seconds,
-            (f.receiver.bytes, f.receiver.bits_per_second),
-            (f.sender.bytes, f.sender.bits_per_second),
-            u,
-        );
-    }
+}
+
+fn sum_rows(s: &mut String, r: &RunResult, view: &View, always: bool) {
     for t in &r.totals {
         let Some(u) = &t.udp else { continue };
-        if t.flows > 1 {
-            summary_row(
-                &mut s,
-                "[SUM]",
-                t.dir,
-                t.receiver.seconds,
-                (t.receiver.bytes, t.receiver.bits_per_second),
-                (t.sender.bytes, t.sender.bits_per_second),
+        if t.flows > 1 || always {
+            let row = Row {
+                label: "[SUM]",
+                dir: t.dir,
+                secs: t.receiver.seconds,
+                rx: (t.receiver.bytes, t.receiver.bits_per_second),
+                tx: (t.sender.bytes, t.sender.bits_per_second),
                 u,
-            );
+            };
+            summary_row(s, row, view);
         }
+    }
+}
+
+/// The per-direction sums alone (`--summary-only`).
+pub fn sums(r: &RunResult, view: &View) -> String {
+    let mut s = String::new();
+    summary_heading(&mut s, view);
+    sum_rows(&mut s, r, view, true);
+    s
+}
+
+/// The final summary of a UDP run.
+pub fn summary(r: &RunResult, view: &View) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "{RULE}");
+    summary_heading(&mut s, view);
+    let count = |d: FlowDir| r.flows.iter().filter(|f| f.dir == d).count();
+    for f in r.flows.iter().filter(|f| view.flow_rows(count(f.dir))) {
+        let Some(u) = &f.udp else { continue };
+        let label = format!("[{:>3}]", f.id);
+        let row = Row {
+            label: &label,
+            dir: f.dir,
+            secs: f.receiver.seconds,
+            rx: (f.receiver.bytes, f.receiver.bits_per_second),
+            tx: (f.sender.bytes, f.sender.bits_per_second),
+            u,
+        };
+        summary_row(&mut s, row, view);
+    }
+    sum_rows(&mut s, r, view, false);
+    hidden_flows_line(&mut s, r, view);
+    for t in &r.totals {
+        let Some(u) = &t.udp else { continue };
+        let _ = writeln!(
+            s,
+            "{}: {} received, {} sent, {} on an Ethernet wire, {} reordered, {} duplicates",
+            flow_dir_words(t.dir),
+            Bytes(t.receiver.bytes),
+            Bytes(t.sender.bytes),
+            u.received_wire_bps,
+            u.out_of_order,
+            u.duplicates
+        );
     }
     for t in &r.totals {
         if let Some(rt) = t.rate_target.as_ref().filter(|rt| rt.missed) {
@@ -320,18 +440,28 @@ pub fn summary(r: &RunResult) -> String {
         );
     }
     trailer(&mut s, r);
+    s.push_str(&headline(r));
+    s
+}
+
+/// The closing headline: one line per direction.
+pub fn headline(r: &RunResult) -> String {
+    let mut s = String::new();
     for t in &r.totals {
         let Some(u) = &t.udp else { continue };
         let dir = flow_dir_words(t.dir);
         let _ = writeln!(
             s,
-            "{dir}: {:.0} datagrams/s received ({:.0} sent), {} payload, {} on an Ethernet wire, {:.3}% lost{}",
+            "{dir}: {:.0} pkt/s received ({:.0} sent), {} payload, {:.3}% lost{}",
             u.received_pps,
             u.sent_pps,
             t.receiver.bits_per_second,
-            u.received_wire_bps,
             u.lost_percent,
-            if u.sequenced { "" } else { " (unsequenced: sent minus received)" }
+            if u.sequenced {
+                ""
+            } else {
+                " (unsequenced: sent minus received)"
+            }
         );
     }
     s
@@ -383,14 +513,44 @@ mod tests {
             client_nic: None,
             server_nic: None,
         };
-        let out = interval_lines(&rec);
-        let lines: Vec<&str> = out.lines().collect();
-        assert_eq!(lines.len(), 3);
-        assert!(lines[0].contains("10/1000 (1.000%)"), "{}", lines[0]);
-        assert!(lines[0].contains("0.250 ms"));
-        assert!(lines[0].contains(" 990 "), "{}", lines[0]);
-        assert!(lines[2].starts_with("[SUM]") && lines[2].contains("20/2000"));
-        assert!(lines[2].contains("2000"));
+        for wide in [false, true] {
+            let view = View {
+                wide,
+                ..View::default()
+            };
+            let out = interval_lines(&rec, &view);
+            let lines: Vec<&str> = out.lines().collect();
+            assert_eq!(lines.len(), 3);
+            assert!(lines[0].contains("10/1000 (1.000%)"), "{}", lines[0]);
+            assert!(lines[0].contains("0.250 ms"));
+            assert!(lines[0].contains(" 990 "), "{}", lines[0]);
+            assert!(lines[2].starts_with("[SUM]") && lines[2].contains("20/2000"));
+            assert!(lines[2].contains("2000"));
+            // The narrow view fits 100 columns, under its heading's columns.
+            let heading = interval_heading(&view);
+            if !wide {
+                assert!(lines.iter().all(|l| l.len() <= View::WIDTH), "{out}");
+                assert_eq!(heading.trim_end().len(), lines[0].len(), "{heading}{out}");
+            } else {
+                assert!(lines[0].len() > View::WIDTH, "{out}");
+            }
+        }
+        // Above eight flows per direction only the sum is shown, unless asked.
+        let mut many = rec.clone();
+        many.flows = (0..9)
+            .map(|id| FlowInterval {
+                id,
+                ..rec.flows[0].clone()
+            })
+            .collect();
+        let out = interval_lines(&many, &View::default());
+        assert_eq!(out.lines().count(), 1, "{out}");
+        assert!(out.starts_with("[SUM]"));
+        let per_flow = View {
+            per_flow: true,
+            ..View::default()
+        };
+        assert_eq!(interval_lines(&many, &per_flow).lines().count(), 10);
     }
 
     #[test]

@@ -4,7 +4,7 @@ use std::io::Write;
 
 use hakaru_engine::Observer;
 use hakaru_model::{IntervalRecord, RunResult, TestSpec};
-use hakaru_report::{iperf3_json, json, jsonl, text};
+use hakaru_report::{iperf3_json, json, jsonl, text, View};
 
 /// Output format chosen on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -28,24 +28,28 @@ pub fn out(s: &str) {
 }
 
 struct TextObserver {
+    view: View,
     heading: Option<String>,
     spec: Option<TestSpec>,
 }
 
 impl Observer for TextObserver {
     fn on_start(&mut self, spec: &TestSpec, server: &str, embedded: bool) {
-        out(&text::header(spec, server, embedded));
-        self.heading = Some(text::interval_heading(spec));
+        // --summary-only prints nothing until the sums.
+        if self.view.summary_only {
+            return;
+        }
+        out(&self.view.fit(text::header(spec, server, embedded)));
+        self.heading = Some(text::interval_heading(spec, &self.view));
         self.spec = Some(spec.clone());
     }
     fn on_interval(&mut self, rec: &IntervalRecord) {
+        let Some(spec) = &self.spec else { return };
         if let Some(h) = self.heading.take() {
             out(&h);
         }
-        out(&text::interval_lines(rec));
-        if let Some(spec) = &self.spec {
-            out(&text::interval_warnings(rec, spec));
-        }
+        out(&self.view.fit(text::interval_lines(rec, &self.view)));
+        out(&self.view.fit(text::interval_warnings(rec, spec)));
     }
 }
 
@@ -80,10 +84,11 @@ impl Observer for Iperf3JsonObserver {
     }
 }
 
-/// The live observer for a format.
-pub fn observer(format: Format) -> Box<dyn Observer> {
+/// The live observer for a format; `view` shapes text output.
+pub fn observer(format: Format, view: View) -> Box<dyn Observer> {
     match format {
         Format::Text => Box::new(TextObserver {
+            view,
             heading: None,
             spec: None,
         }),
@@ -93,10 +98,10 @@ pub fn observer(format: Format) -> Box<dyn Observer> {
     }
 }
 
-/// Prints the final result.
-pub fn finish(format: Format, r: &RunResult) -> anyhow::Result<()> {
+/// Prints the final result; `view` shapes text output.
+pub fn finish(format: Format, view: View, r: &RunResult) -> anyhow::Result<()> {
     let s = match format {
-        Format::Text => text::summary(r),
+        Format::Text => text::summary(r, &view),
         Format::Json => json::render(r),
         Format::JsonStream => jsonl::end(r),
         Format::Iperf3Json => iperf3_json::render(r),

@@ -41,25 +41,85 @@ pub struct Target {
     /// connect, request and response; a slower one counts as failed).
     #[arg(long, value_name = "TIME", default_value = "5")]
     pub connect_timeout: Dur,
-    /// Output format (json: docs/json.md; iperf3-json: for parsers of `iperf3 -J`, tcp, udp
-    /// and pps only, docs/iperf3-json.md).
-    #[arg(long, value_enum, value_name = "FORMAT", conflicts_with_all = ["json", "json_stream"])]
-    pub format: Option<Format>,
-    /// Same as --format json.
-    #[arg(long, conflicts_with = "json_stream")]
-    pub json: bool,
-    /// Same as --format json-stream.
-    #[arg(long)]
-    pub json_stream: bool,
-    /// The server is a stock iperf3 server (`iperf3 -s`): speak its protocol. Receiver
-    /// figures come from iperf3's results exchange; live intervals show this end only.
-    #[arg(long)]
+    #[command(flatten)]
+    pub formats: Formats,
+    #[command(flatten)]
+    pub view: ViewFlags,
+    /// Set from [`Iperf3Peer`] by the subcommands that have it.
+    #[arg(skip)]
     pub iperf3: bool,
     /// Synchronised start: set the test up (connections, flows), print a `ready` event
     /// (--json-stream) or a line on stderr, and start only when a line `go` arrives on standard
     /// input; `stop` or the end of input stops the test. `hakaru plan` drives clients this way.
     #[arg(long)]
     pub sync_start: bool,
+}
+
+/// `--format`, `--json` (`-J`) and `--json-stream`: the same three flags on every subcommand
+/// that produces a result. Which formats a subcommand accepts is set in `cli::command`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Formats {
+    /// Output format: text, json (one document at the end, docs/json.md), json-stream (JSON
+    /// Lines as the run goes); tcp, udp and pps also iperf3-json (the shape of `iperf3 -J`,
+    /// docs/iperf3-json.md).
+    #[arg(long, value_enum, value_name = "FORMAT", conflicts_with_all = ["json", "json_stream"])]
+    pub format: Option<Format>,
+    /// Same as --format json: one JSON document at the end.
+    #[arg(short = 'J', long, conflicts_with = "json_stream")]
+    pub json: bool,
+    /// Same as --format json-stream: JSON Lines events as the run goes.
+    #[arg(long)]
+    pub json_stream: bool,
+}
+
+impl Formats {
+    /// The output format the flags ask for (text when none).
+    pub fn format(&self) -> Format {
+        if let Some(f) = self.format {
+            f
+        } else if self.json {
+            Format::Json
+        } else if self.json_stream {
+            Format::JsonStream
+        } else {
+            Format::Text
+        }
+    }
+}
+
+/// How much of a text report to print (JSON always has everything).
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub struct ViewFlags {
+    /// Text: print only the per-direction sums and the headline (no live intervals, no
+    /// per-flow rows, no end details).
+    #[arg(short = 'q', long, visible_alias = "summary-only")]
+    pub quiet: bool,
+    /// Text: show per-flow rows even with more than 8 flows per direction.
+    #[arg(long)]
+    pub per_flow: bool,
+    /// Text: do not fold long lines to 100 columns; show every column.
+    #[arg(long)]
+    pub wide: bool,
+}
+
+impl ViewFlags {
+    /// The report crate's view for these flags.
+    pub fn view(&self) -> hakaru_report::View {
+        hakaru_report::View {
+            summary_only: self.quiet,
+            per_flow: self.per_flow,
+            wide: self.wide,
+        }
+    }
+}
+
+/// `--iperf3`: only on the subcommands an iperf3 server can run (tcp, udp, pps).
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub struct Iperf3Peer {
+    /// The server is a stock iperf3 server (`iperf3 -s`): speak its protocol. Receiver
+    /// figures come from iperf3's results exchange; live intervals show this end only.
+    #[arg(long)]
+    pub iperf3: bool,
 }
 
 /// Subcommands that can hold their start for a coordinator.
@@ -74,12 +134,6 @@ impl Target {
         if self.format() == Format::Iperf3Json && !IPERF3_COMMANDS.contains(&command) {
             return Err(UsageError(format!(
                 "--format iperf3-json works with `hakaru tcp`, `hakaru udp` and `hakaru pps`; `hakaru {command}` has no iperf3 form (use --format json)"
-            ))
-            .into());
-        }
-        if self.iperf3 && !IPERF3_COMMANDS.contains(&command) {
-            return Err(UsageError(format!(
-                "--iperf3 works with `hakaru tcp`, `hakaru udp` and `hakaru pps`; an iperf3 server has no `hakaru {command}` test"
             ))
             .into());
         }
@@ -132,15 +186,7 @@ impl Target {
 
     /// The output format the flags ask for.
     pub fn format(&self) -> Format {
-        if let Some(f) = self.format {
-            f
-        } else if self.json {
-            Format::Json
-        } else if self.json_stream {
-            Format::JsonStream
-        } else {
-            Format::Text
-        }
+        self.formats.format()
     }
 
     /// Where tests go: HOST, or an in-process server on loopback when there is no HOST (kept
@@ -264,7 +310,7 @@ impl Target {
     pub fn run(&self, spec: TestSpec) -> anyhow::Result<()> {
         let ep = self.endpoint(&spec)?;
         let opts = self.options(&ep, spec);
-        run_and_print(self.format(), &opts, self.sync_start)
+        run_and_print(self, &opts, self.sync_start)
     }
 }
 
@@ -291,17 +337,23 @@ impl Endpoint {
     }
 }
 
-/// Runs one test and prints its result (or its error) in `format`; `sync_start` holds the
-/// start until `go` arrives on standard input (`--sync-start`).
-pub fn run_and_print(format: Format, opts: &ClientOptions, sync_start: bool) -> anyhow::Result<()> {
+/// Runs one test and prints its result (or its error) in the target's format and view;
+/// `sync_start` holds the start until `go` arrives on standard input (`--sync-start`).
+pub fn run_and_print(
+    target: &Target,
+    opts: &ClientOptions,
+    sync_start: bool,
+) -> anyhow::Result<()> {
+    let format = target.format();
+    let view = target.view.view();
     let stop = stop_flag()?;
     let mut opts = opts.clone();
     if sync_start {
         opts.gate = Some(super::sync::gate(format, Arc::clone(&stop)));
     }
-    let mut observer = output::observer(format);
+    let mut observer = output::observer(format, view);
     match run_test(&opts, observer.as_mut(), stop) {
-        Ok(r) => output::finish(format, &r),
+        Ok(r) => output::finish(format, view, &r),
         Err(e) => {
             observer.on_error(&e.to_string());
             Err(e.into())

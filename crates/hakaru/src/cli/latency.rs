@@ -143,7 +143,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     opts.full_log = a.full_log.clone();
     opts.histogram = a.histogram;
     if !a.under_load {
-        return run_and_print(a.target.format(), &opts, a.target.sync_start);
+        return run_and_print(&a.target, &opts, a.target.sync_start);
     }
     let stop = stop_flag()?;
     let format = a.target.format();
@@ -168,7 +168,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     };
     // Let the load reach its rate before measuring.
     std::thread::sleep(std::time::Duration::from_secs(1));
-    let mut observer = output::observer(format);
+    let mut observer = output::observer(format, a.target.view.view());
     let loaded = run_test(&opts, observer.as_mut(), Arc::clone(&stop));
     load_stop.store(true, Ordering::Release);
     let load = load
@@ -197,7 +197,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             load_flows: a.load_flows.clamp(1, 64),
         });
     }
-    output::finish(format, &loaded)
+    output::finish(format, a.target.view.view(), &loaded)
 }
 
 /// `--sockperf`: against HOST's `sockperf sr`, or an in-process hakaru server's sockperf port.
@@ -227,5 +227,5 @@ fn run_sockperf(a: &Args, test: TestSpec) -> anyhow::Result<()> {
     opts.embedded = _embedded.is_some();
     opts.full_log = a.full_log.clone();
     opts.histogram = a.histogram;
-    run_and_print(a.target.format(), &opts, false)
+    run_and_print(&a.target, &opts, false)
 }

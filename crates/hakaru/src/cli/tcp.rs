@@ -2,7 +2,7 @@
 
 use hakaru_model::{Bytes, TcpSpec, TestSpec};
 
-use super::common::{Shape, Target};
+use super::common::{Iperf3Peer, Shape, Target};
 
 /// Options of `hakaru tcp`.
 #[derive(Debug, clap::Args)]
@@ -11,6 +11,8 @@ pub struct Args {
     target: Target,
     #[command(flatten)]
     shape: Shape,
+    #[command(flatten)]
+    peer: Iperf3Peer,
     /// Bytes per write and per read.
     #[arg(short, long, value_name = "SIZE", default_value = "1M")]
     length: Bytes,
@@ -61,7 +63,8 @@ impl Args {
 }
 
 /// Runs the test and prints the result in the chosen format.
-pub fn run(a: Args) -> anyhow::Result<()> {
+pub fn run(mut a: Args) -> anyhow::Result<()> {
+    a.target.iperf3 = a.peer.iperf3;
     let spec = a.spec()?;
     a.target.run(TestSpec::Tcp(spec))
 }

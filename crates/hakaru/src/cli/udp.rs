@@ -6,7 +6,7 @@ use hakaru_model::{
     DEFAULT_UDP_LENGTH_V6, MAX_BATCH,
 };
 
-use super::common::{Shape, Target};
+use super::common::{Iperf3Peer, Shape, Target};
 
 /// Flags `udp` and `pps` share.
 #[derive(Debug, clap::Args)]
@@ -15,6 +15,8 @@ pub struct Common {
     target: Target,
     #[command(flatten)]
     shape: Shape,
+    #[command(flatten)]
+    peer: Iperf3Peer,
     /// Do not use UDP GSO (one send call carrying many datagrams); send with sendmmsg instead.
     #[arg(long)]
     no_gso: bool,
@@ -28,7 +30,8 @@ pub struct Common {
 }
 
 impl Common {
-    fn spec(&self, mode: UdpMode, length: Bytes, rate: UdpRate) -> anyhow::Result<UdpSpec> {
+    fn spec(&mut self, mode: UdpMode, length: Bytes, rate: UdpRate) -> anyhow::Result<UdpSpec> {
+        self.target.iperf3 = self.peer.iperf3;
         self.target.check(match mode {
             UdpMode::Bandwidth => "udp",
             UdpMode::Pps => "pps",
@@ -89,7 +92,7 @@ pub struct PpsArgs {
 }
 
 /// Runs `hakaru udp`.
-pub fn run_udp(a: UdpArgs) -> anyhow::Result<()> {
+pub fn run_udp(mut a: UdpArgs) -> anyhow::Result<()> {
     let length = a.length.unwrap_or(Bytes(if a.common.target.looks_ipv6() {
         DEFAULT_UDP_LENGTH_V6
     } else {
@@ -105,7 +108,7 @@ pub fn run_udp(a: UdpArgs) -> anyhow::Result<()> {
 }
 
 /// Runs `hakaru pps`.
-pub fn run_pps(a: PpsArgs) -> anyhow::Result<()> {
+pub fn run_pps(mut a: PpsArgs) -> anyhow::Result<()> {
     let rate = match (a.rate, a.bitrate) {
         (Some(p), _) => UdpRate::Packets(p),
         (None, Some(b)) if b.0 > 0.0 => UdpRate::Bits(b),
