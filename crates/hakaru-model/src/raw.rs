@@ -77,7 +77,7 @@ impl RawSpec {
             ));
         }
         if self.count == Some(0) {
-            return err("-n/--count must be more than 0".into());
+            return err("-k/--blocks (or -n/--bytes) must be more than 0".into());
         }
         if let Some(t) = self.duration {
             if t.is_zero() || t.secs_f64() > 86_400.0 {
@@ -87,7 +87,7 @@ impl RawSpec {
             }
         }
         if self.count.is_some() && self.duration.is_some() {
-            return err("-n/--count and -t/--time cannot both be given".into());
+            return err("-k/--blocks (or -n/--bytes) and -t/--time cannot both be given".into());
         }
         if let Some(r) = self.rate {
             if self.protocol != RawProtocol::Udp {

@@ -101,6 +101,27 @@ pub fn interval_json(rec: &NicInterval) -> String {
     jsonl::line("interval", rec)
 }
 
+/// `--json`: one document with every interval and the averages.
+pub fn document(intervals: &[NicInterval], summary: &NicSummary) -> String {
+    #[derive(serde::Serialize)]
+    struct Doc<'a> {
+        schema_version: u32,
+        test: &'a str,
+        intervals: &'a [NicInterval],
+        end: &'a NicSummary,
+    }
+    let doc = Doc {
+        schema_version: hakaru_model::SCHEMA_VERSION,
+        test: "nic",
+        intervals,
+        end: summary,
+    };
+    let mut s =
+        serde_json::to_string_pretty(&doc).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+    s.push('\n');
+    s
+}
+
 /// The JSON Lines `end` record, with the averages.
 pub fn end_json(summary: &NicSummary) -> String {
     jsonl::line("end", summary)

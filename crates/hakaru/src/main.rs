@@ -9,10 +9,23 @@ mod output;
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 fn main() -> ExitCode {
-    let args = match cli::Cli::try_parse() {
+    let mut argv: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    // iperf3's `-s` and `-c HOST` forms run the matching subcommand, named on stderr.
+    match cli::habits::rewrite(&argv) {
+        Ok(Some(r)) => {
+            eprintln!("hakaru: iperf3-style command; running `{}`", r.native);
+            argv = r.args;
+        }
+        Ok(None) => {}
+        Err(e) => {
+            eprintln!("hakaru: error: {e}");
+            return ExitCode::from(2);
+        }
+    }
+    let args = match cli::parse(&argv) {
         Ok(a) => a,
         Err(e) => {
             let _ = e.print();

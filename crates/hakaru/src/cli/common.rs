@@ -365,7 +365,7 @@ pub fn run_and_print(
 /// way, and the options both ends set.
 #[derive(Debug, clap::Args)]
 pub struct Shape {
-    /// Test length after the warm-up (10, 30s, 500ms).
+    /// Test length after the warm-up (10, 30s, 500ms) [default: 10].
     #[arg(short, long, value_name = "TIME", conflicts_with_all = ["bytes", "blocks"])]
     pub time: Option<Dur>,
     /// Send exactly this many bytes per direction, split over the flows (128K, 1G), instead of a

@@ -24,7 +24,7 @@ pub struct Args {
     #[command(flatten)]
     target: Target,
     /// UDP instead of TCP (TCP runs with TCP_NODELAY on both ends).
-    #[arg(long)]
+    #[arg(short, long)]
     udp: bool,
     /// Bytes of each request and response (at least 14: flow, sequence number, send time).
     #[arg(short, long, value_name = "BYTES", default_value_t = Bytes(DEFAULT_LATENCY_LENGTH))]

@@ -2,6 +2,8 @@
 
 mod common;
 mod connect;
+mod docs;
+pub mod habits;
 mod latency;
 mod nic;
 mod plan;
@@ -15,14 +17,29 @@ mod sync;
 mod tcp;
 mod udp;
 
-use clap::{Parser, Subcommand};
+use crate::output;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 pub use common::is_usage_error;
+
+/// What every `--help` ends with.
+const EXIT_CODES: &str = "Exit codes: 0 success, 1 the test failed or the peer reported an error, \
+2 invalid command line (a flag, a value out of range, a name that does not exist).\n\
+iperf3 habits: `hakaru -s` runs `hakaru server`, `hakaru -c HOST [-u]` runs `hakaru tcp` (or \
+`udp`) with iperf3's flags, and -J means --json everywhere.";
 
 /// hakaru (量る, "to measure"): bandwidth, packet rate and latency between machines, in one
 /// binary, with one server process and one output format.
 #[derive(Debug, Parser)]
-#[command(name = "hakaru", version, about, long_about = None, propagate_version = true)]
+#[command(
+    name = "hakaru",
+    version,
+    about,
+    long_about = None,
+    propagate_version = true,
+    max_term_width = 100,
+    after_help = EXIT_CODES
+)]
 pub struct Cli {
     /// More log output on stderr (-v info, -vv debug, -vvv trace).
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
@@ -69,6 +86,48 @@ enum Command {
     Plan(plan::Args),
     /// Print the JSON Schema of `--json` output (or of plan files and plan results).
     Schema(schema::Args),
+    /// Print a shell completion script (bash, zsh, fish, powershell, elvish).
+    Completions(docs::CompletionArgs),
+    /// Print hakaru's man page, or write one page per subcommand into a directory.
+    Man(docs::ManArgs),
+}
+
+/// Subcommands whose results have an iperf3 -J form (`--format iperf3-json`).
+const IPERF3_FORMAT: [&str; 3] = ["tcp", "udp", "pps"];
+
+/// The command-line definition with what derive cannot say: `--format` offers iperf3-json
+/// only where a result has that shape, and every subcommand's help ends with the exit codes.
+pub fn command() -> clap::Command {
+    let mut cmd = Cli::command();
+    let names: Vec<String> = cmd
+        .get_subcommands()
+        .map(|c| c.get_name().to_string())
+        .collect();
+    for name in names {
+        cmd = cmd.mut_subcommand(&name, |sub| {
+            let mut sub = sub.after_help(EXIT_CODES);
+            let has_format = sub.get_arguments().any(|a| a.get_id() == "format");
+            if has_format && !IPERF3_FORMAT.contains(&name.as_str()) {
+                sub = sub.mut_arg("format", |a| {
+                    a.value_parser(
+                        <clap::builder::PossibleValuesParser as clap::builder::TypedValueParser>::map(clap::builder::PossibleValuesParser::new(["text", "json", "json-stream"]), |v| match v.as_str() {
+                                "json" => output::Format::Json,
+                                "json-stream" => output::Format::JsonStream,
+                                _ => output::Format::Text,
+                            }),
+                    )
+                });
+            }
+            sub
+        });
+    }
+    cmd
+}
+
+/// Parses a command line (program name first) with [`command`].
+pub fn parse(args: &[String]) -> Result<Cli, clap::Error> {
+    let m = command().try_get_matches_from(args)?;
+    Cli::from_arg_matches(&m)
 }
 
 /// Runs the parsed command.
@@ -92,5 +151,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Latency(a) => latency::run(*a),
         Command::Quick(a) => quick::run(*a),
         Command::Schema(a) => schema::run(a),
+        Command::Completions(a) => docs::completions(a),
+        Command::Man(a) => docs::man(a),
     }
 }

@@ -8,7 +8,8 @@ use hakaru_engine::sys::{self, NicSnapshot};
 use hakaru_model::{rfc3339_utc, Dur, NicInterval, NicSummary, NicUsage};
 use hakaru_report::{jsonl, nic as render};
 
-use super::common::{self, UsageError};
+use super::common::{self, Formats, UsageError};
+use crate::output::Format;
 
 /// Shortest interval accepted. sar's is 1 s; below 0.1 s the time spent reading the counters
 /// and the sleep's timer slack become a visible share of every interval.
@@ -30,10 +31,10 @@ pub struct Args {
     /// Stop after this many intervals and print the averages (default: run until Ctrl-C).
     #[arg(short, long, value_name = "COUNT", value_parser = clap::value_parser!(u64).range(1..))]
     count: Option<u64>,
-    /// Print JSON Lines: an "interval" record per interval, then an "end" record with the
-    /// averages (docs/json.md).
-    #[arg(long)]
-    json: bool,
+    /// --json: one document at the end (every interval and the averages); --json-stream: an
+    /// "interval" line per interval as it ends, then an "end" line (docs/json.md).
+    #[command(flatten)]
+    formats: Formats,
 }
 
 fn parse_interval(s: &str) -> Result<Dur, String> {
@@ -216,8 +217,15 @@ fn unix_now() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
-/// Samples until COUNT intervals or a stop; true when stopped by a signal.
-fn sample(a: &Args, mon: &mut Monitor, t0: Instant, stop: &AtomicBool) -> anyhow::Result<bool> {
+/// Samples until COUNT intervals or a stop; true when stopped by a signal. With `--json` the
+/// intervals are kept in `kept` for the document at the end.
+fn sample(
+    a: &Args,
+    mon: &mut Monitor,
+    t0: Instant,
+    stop: &AtomicBool,
+    kept: &mut Vec<NicInterval>,
+) -> anyhow::Result<bool> {
     let mut deadline = t0;
     loop {
         if a.count.is_some_and(|c| mon.intervals >= c) {
@@ -236,11 +244,11 @@ fn sample(a: &Args, mon: &mut Monitor, t0: Instant, stop: &AtomicBool) -> anyhow
             anyhow::bail!("the interface counters could no longer be read");
         }
         let rec = mon.step(now, t, unix);
-        emit(&if a.json {
-            render::interval_json(&rec)
-        } else {
-            render::interval_text(&rec)
-        })?;
+        match a.formats.format() {
+            Format::JsonStream => emit(&render::interval_json(&rec))?,
+            Format::Json => kept.push(rec),
+            _ => emit(&render::interval_text(&rec))?,
+        }
     }
 }
 
@@ -256,27 +264,30 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         );
     }
     let watch = Watch::new(&a.ifaces, &first)?;
-    if !a.json {
+    let format = a.formats.format();
+    let json = matches!(format, Format::Json | Format::JsonStream);
+    if !json {
         emit(&render::intro(watch.named(), a.interval, a.count))?;
     }
     let mut mon = Monitor::new(watch, first);
-    let interrupted = match sample(&a, &mut mon, t0, &stop) {
+    let mut kept = Vec::new();
+    let interrupted = match sample(&a, &mut mon, t0, &stop, &mut kept) {
         Ok(i) => i,
         Err(e) => {
             let closed_pipe = e
                 .downcast_ref::<std::io::Error>()
                 .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe);
-            if a.json && !closed_pipe {
+            if json && !closed_pipe {
                 let _ = emit(&jsonl::error(&format!("{e:#}")));
             }
             return Err(e);
         }
     };
     let summary = mon.summary(interrupted);
-    emit(&if a.json {
-        render::end_json(&summary)
-    } else {
-        render::average_text(&summary)
+    emit(&match format {
+        Format::JsonStream => render::end_json(&summary),
+        Format::Json => render::document(&kept, &summary),
+        _ => render::average_text(&summary),
     })?;
     Ok(())
 }

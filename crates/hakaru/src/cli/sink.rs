@@ -7,9 +7,8 @@ use anyhow::Context;
 use hakaru_engine::raw;
 use hakaru_model::{Bytes, Dur, RawProtocol, RawRole, RawSpec, MAX_UDP_PAYLOAD};
 
-use super::common::stop_flag;
+use super::common::{stop_flag, Formats};
 use super::raw::RawOutput;
-use crate::output::Format;
 
 /// Default port: ttcp's and iperf2's.
 pub const DEFAULT_RAW_PORT: u16 = 5001;
@@ -49,12 +48,10 @@ pub struct Args {
     /// Seconds between interval reports; 0 turns them off.
     #[arg(short, long, value_name = "TIME", default_value = "1")]
     interval: Dur,
-    /// Print one JSON document per transfer (schema: docs/json.md).
-    #[arg(long, conflicts_with = "json_stream")]
-    json: bool,
-    /// Print JSON Lines events (start, interval, end) as the transfer runs.
-    #[arg(long)]
-    json_stream: bool,
+    /// --json: one JSON document per transfer (docs/json.md); --json-stream: JSON Lines
+    /// events (start, interval, end) as each transfer goes.
+    #[command(flatten)]
+    formats: Formats,
 }
 
 impl TryFrom<&Args> for RawSpec {
@@ -90,13 +87,7 @@ impl TryFrom<&Args> for RawSpec {
 /// Runs `hakaru sink`.
 pub fn run(a: Args) -> anyhow::Result<()> {
     let spec = RawSpec::try_from(&a)?;
-    let format = if a.json {
-        Format::Json
-    } else if a.json_stream {
-        Format::JsonStream
-    } else {
-        Format::Text
-    };
+    let format = a.formats.format();
     let out = RawOutput::new(format, a.stdout);
     let stop = stop_flag()?;
     let addr = SocketAddr::new(a.bind.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)), a.port);

@@ -8,19 +8,21 @@ use anyhow::Context;
 use hakaru_engine::raw;
 use hakaru_model::{BitRate, Bytes, Dur, RawProtocol, RawRole, RawSpec};
 
-use super::common::stop_flag;
+use super::common::{split_host_port, stop_flag, Formats, UsageError};
 use super::raw::RawOutput;
-use crate::output::Format;
 
-/// Buffers sent when neither -n, -t nor --stdin is given (ttcp's default).
+/// Buffers sent when neither -k, -n, -t nor --stdin is given (ttcp's default).
 pub const DEFAULT_COUNT: u64 = 2048;
 
 /// Options of `hakaru source`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Receiver as HOST:PORT (`[v6addr]:port` for IPv6).
+    /// Receiver: HOST:PORT or [v6]:PORT, or HOST with -p PORT.
     #[arg(value_name = "HOST:PORT")]
     target: String,
+    /// Receiver port, when HOST has none.
+    #[arg(short, long)]
+    port: Option<u16>,
     /// Send UDP datagrams instead of a TCP stream.
     #[arg(short, long)]
     udp: bool,
@@ -30,9 +32,20 @@ pub struct Args {
     /// Bytes per write (TCP, default 128K) or per datagram (UDP, default 1470).
     #[arg(short, long, value_name = "SIZE")]
     length: Option<Bytes>,
-    /// Buffers (writes or datagrams) to send; default 2048 unless -t or --stdin is given.
-    #[arg(short = 'n', long, value_name = "COUNT")]
+    /// Buffers (writes or datagrams) to send, like ttcp's -n; default 2048 unless -n, -t or
+    /// --stdin is given.
+    #[arg(
+        short = 'k',
+        long = "blocks",
+        value_name = "N",
+        alias = "count",
+        conflicts_with = "bytes"
+    )]
     count: Option<u64>,
+    /// Bytes to send (128K, 1G), rounded up to whole -l buffers; -n is bytes in every hakaru
+    /// command (ttcp's buffer count is -k here).
+    #[arg(short = 'n', long, value_name = "SIZE")]
+    bytes: Option<SizeArg>,
     /// Send for this long instead of a count (10, 500ms).
     #[arg(short, long, value_name = "TIME")]
     time: Option<Dur>,
@@ -51,12 +64,26 @@ pub struct Args {
     /// Seconds between interval reports; 0 turns them off.
     #[arg(short, long, value_name = "TIME", default_value = "1")]
     interval: Dur,
-    /// Print one JSON document for the run (schema: docs/json.md).
-    #[arg(long, conflicts_with = "json_stream")]
-    json: bool,
-    /// Print JSON Lines events (start, interval, end) as the run goes.
-    #[arg(long)]
-    json_stream: bool,
+    #[command(flatten)]
+    formats: Formats,
+}
+
+/// A SIZE as typed: the bytes, and whether it was a bare number (no unit), as a ttcp user
+/// would type a buffer count.
+#[derive(Debug, Clone, Copy)]
+struct SizeArg {
+    bytes: Bytes,
+    bare: bool,
+}
+
+impl std::str::FromStr for SizeArg {
+    type Err = hakaru_model::UnitError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(SizeArg {
+            bytes: s.parse()?,
+            bare: !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()),
+        })
+    }
 }
 
 impl TryFrom<&Args> for RawSpec {
@@ -71,7 +98,8 @@ impl TryFrom<&Args> for RawSpec {
             RawProtocol::Tcp => Bytes(128 << 10),
             RawProtocol::Udp => Bytes(1470),
         });
-        let count = match (a.count, a.time, a.stdin) {
+        let by_bytes = a.bytes.map(|b| b.bytes.0.div_ceil(length.0.max(1)));
+        let count = match (a.count.or(by_bytes), a.time, a.stdin) {
             (None, None, false) => Some(DEFAULT_COUNT),
             (c, _, _) => c,
         };
@@ -94,8 +122,24 @@ impl TryFrom<&Args> for RawSpec {
     }
 }
 
-fn resolve(target: &str, bind: Option<IpAddr>) -> anyhow::Result<SocketAddr> {
-    let addrs: Vec<SocketAddr> = target
+fn resolve(a: &Args) -> anyhow::Result<SocketAddr> {
+    let (target, bind) = (&a.target, a.bind);
+    let usage = |m: String| anyhow::Error::from(UsageError(m));
+    let (host, port) = split_host_port(target).map_err(usage)?;
+    let port = match (port, a.port) {
+        (Some(x), Some(y)) if x != y => {
+            return Err(usage(format!(
+                "{target} gives port {x} but -p/--port gives {y}: give the port once"
+            )))
+        }
+        (Some(p), _) | (None, Some(p)) => p,
+        (None, None) => {
+            return Err(usage(format!(
+                "HOST:PORT '{target}': no port (a receiver has no default port: give HOST:PORT or -p PORT)"
+            )))
+        }
+    };
+    let addrs: Vec<SocketAddr> = (host.as_str(), port)
         .to_socket_addrs()
         .with_context(|| {
             format!("HOST:PORT '{target}': cannot resolve (expected e.g. 127.0.0.1:5001)")
@@ -111,14 +155,14 @@ fn resolve(target: &str, bind: Option<IpAddr>) -> anyhow::Result<SocketAddr> {
 /// Runs `hakaru source`.
 pub fn run(a: Args) -> anyhow::Result<()> {
     let spec = RawSpec::try_from(&a)?;
-    let format = if a.json {
-        Format::Json
-    } else if a.json_stream {
-        Format::JsonStream
-    } else {
-        Format::Text
-    };
-    let peer = resolve(&a.target, a.bind)?;
+    let format = a.formats.format();
+    if let Some(n) = a.bytes.filter(|n| n.bare) {
+        eprintln!(
+            "hakaru: note: -n is a byte count in every hakaru command ({} B here); ttcp's buffer count is -k",
+            n.bytes.0
+        );
+    }
+    let peer = resolve(&a)?;
     let out = RawOutput::new(format, false);
     let stop = stop_flag()?;
     out.start(&spec, &peer.to_string());

@@ -168,7 +168,7 @@ fn records(lines: &[String]) -> Vec<Value> {
 /// last counter read, so the run proves nothing either way.
 fn rates_cover_the_traffic_once() -> bool {
     let before = lo_rx_packets();
-    let nic = Running::start(&["nic", "lo", "-i", "0.2", "-c", "3", "--json"]);
+    let nic = Running::start(&["nic", "lo", "-i", "0.2", "-c", "3", "--json-stream"]);
     // The first record is printed after hakaru's second counter read: all the traffic
     // falls after its first one.
     let mut lines = vec![nic.next_line()];
@@ -288,7 +288,7 @@ fn text_has_the_sar_columns_and_an_average() {
 
 #[test]
 fn ctrl_c_ends_with_the_averages() {
-    let nic = Running::start(&["nic", "lo", "-i", "0.2", "--json"]);
+    let nic = Running::start(&["nic", "lo", "-i", "0.2", "--json-stream"]);
     nic.next_line();
     nic.next_line();
     kill(nic.child.id(), 2);
@@ -325,4 +325,21 @@ fn unknown_interface_and_bad_flags_are_usage_errors() {
         assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.contains(needle), "{args:?}: {err}");
     }
+}
+
+#[test]
+fn json_is_one_document_with_every_interval() {
+    for flag in ["--json", "-J", "--format=json"] {
+        let o = run(&["nic", "lo", "-i", "0.1", "-c", "2", flag], LIMIT);
+        assert!(o.status.success(), "{flag}: {}", stderr(&o));
+        let doc: Value = serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("{flag}: not one JSON document: {e}"));
+        assert_eq!(doc["test"], "nic");
+        assert_eq!(doc["intervals"].as_array().map(Vec::len), Some(2), "{doc}");
+        assert_eq!(doc["intervals"][1]["interfaces"][0]["interface"], "lo");
+        assert_eq!(u(&doc["end"]["intervals"]), 2);
+    }
+    // --format offers no iperf3 shape for nic.
+    let o = run(&["nic", "--format", "iperf3-json"], LIMIT);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }

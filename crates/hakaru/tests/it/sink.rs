@@ -155,7 +155,7 @@ fn source_to_sink_tcp() {
             &sink.addr(),
             "-B",
             "127.0.0.1",
-            "-n",
+            "-k",
             "100",
             "-l",
             "64K",
@@ -182,7 +182,7 @@ fn source_to_sink_udp_with_ttcp_markers() {
             "source",
             &sink.addr(),
             "-u",
-            "-n",
+            "-k",
             "500",
             "-l",
             "1200",
@@ -259,7 +259,7 @@ fn stdout_reader_that_leaves_ends_the_transfer_without_failing() {
         let addr = sink.addr();
         move || {
             run_cmd(
-                hakaru().args(["source", &addr, "-n", "400", "-l", "64K"]),
+                hakaru().args(["source", &addr, "-k", "400", "-l", "64K"]),
                 LIMIT,
             )
         }
@@ -300,7 +300,7 @@ fn source_to_a_plain_rust_listener() {
         }
     });
     let src = run(
-        &["source", &addr, "-n", "50", "-l", "10000", "--json"],
+        &["source", &addr, "-k", "50", "-l", "10000", "--json"],
         LIMIT,
     );
     ok(&src, "source");
@@ -520,9 +520,9 @@ fn bad_flags_name_the_flag() {
     let o = run(&["source", "no-port-here", "-n", "1"], LIMIT);
     assert!(!o.status.success());
     assert!(err_of(&o).contains("HOST:PORT"), "{}", err_of(&o));
-    let o = run(&["source", "127.0.0.1:9", "-n", "3", "-t", "1"], LIMIT);
+    let o = run(&["source", "127.0.0.1:9", "-k", "3", "-t", "1"], LIMIT);
     assert!(
-        err_of(&o).contains("-n/--count and -t/--time"),
+        err_of(&o).contains("-k/--blocks (or -n/--bytes) and -t/--time"),
         "{}",
         err_of(&o)
     );
