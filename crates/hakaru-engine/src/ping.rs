@@ -16,7 +16,7 @@ use std::io::{self, Read, Write};
 use std::net::{TcpStream, UdpSocket};
 #[cfg(unix)]
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -650,6 +650,7 @@ pub struct Echo {
     start: Instant,
     stop: Arc<AtomicBool>,
     left: Arc<AtomicUsize>,
+    echoed: Arc<AtomicU64>,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -663,13 +664,14 @@ impl Echo {
     ) -> io::Result<Echo> {
         let stop = Arc::new(AtomicBool::new(false));
         let left = Arc::new(AtomicUsize::new(flows.len()));
+        let echoed = Arc::new(AtomicU64::new(0));
         let mut threads = Vec::with_capacity(flows.len());
         // A blocking receive waits and reads in one system call (receive, send per round trip).
         let blocking = !spin;
         for (i, f) in flows.into_iter().enumerate() {
             f.socket
                 .prepare(busy_poll, blocking, Duration::from_millis(100))?;
-            let (st, lf) = (Arc::clone(&stop), Arc::clone(&left));
+            let (st, lf, n) = (Arc::clone(&stop), Arc::clone(&left), Arc::clone(&echoed));
             let pin = (!cfg.affinity.is_empty()).then(|| cfg.affinity[i % cfg.affinity.len()]);
             let h = std::thread::Builder::new()
                 .name(format!("hakaru-echo-{i}"))
@@ -678,7 +680,7 @@ impl Echo {
                     if let Some(cpu) = pin {
                         let _ = sys::pin_current_thread(cpu);
                     }
-                    echo(&f.socket, spin || blocking, &st);
+                    echo(&f.socket, spin || blocking, &st, &n);
                     lf.fetch_sub(1, Ordering::AcqRel);
                 });
             match h {
@@ -694,8 +696,14 @@ impl Echo {
             start: Instant::now(),
             stop,
             left,
+            echoed,
             threads,
         })
+    }
+
+    /// Requests answered so far, warm-up included (for the server's log).
+    pub fn echoed(&self) -> u64 {
+        self.echoed.load(Ordering::Relaxed)
     }
 
     /// Asks every echo thread to end (the client is done).
@@ -747,7 +755,7 @@ pub fn bare_report(cfg: &SideConfig, wall: f64, mode: &str) -> SideReport {
 
 /// Echoes until stopped. `no_wait`: the socket spins or blocks in its receive itself, so an
 /// empty receive goes straight back to receiving.
-fn echo(sock: &PingSocket, no_wait: bool, stop: &AtomicBool) {
+fn echo(sock: &PingSocket, no_wait: bool, stop: &AtomicBool, echoed: &AtomicU64) {
     let mut buf = vec![0u8; 65_536];
     let mut replied = false;
     while !stop.load(Ordering::Acquire) {
@@ -777,6 +785,8 @@ fn echo(sock: &PingSocket, no_wait: bool, stop: &AtomicBool) {
                     }
                 }
                 replied = true;
+                // Counted per receive: TCP may coalesce open-loop requests into one.
+                echoed.fetch_add(1, Ordering::Relaxed);
             }
             Err(e)
                 if matches!(

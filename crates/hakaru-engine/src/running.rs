@@ -53,6 +53,14 @@ impl Running {
         }
     }
 
+    /// Requests echoed so far (latency tests; `None` for bulk transfers).
+    pub fn echoed(&self) -> Option<u64> {
+        match self {
+            Running::Echo(e) => Some(e.echoed()),
+            _ => None,
+        }
+    }
+
     /// The first flow error so far.
     pub fn first_error(&self) -> Option<String> {
         match self {

@@ -48,7 +48,8 @@ impl View {
 }
 
 /// Folds each line longer than `width` at spaces; continuation lines keep the line's own
-/// indent plus four spaces. A word longer than the width stays whole on its own line.
+/// indent plus four spaces. Runs of spaces inside a line are kept (tables stay aligned); a
+/// word longer than the width stays whole on its own line.
 pub fn fold(text: &str, width: usize) -> String {
     let mut out = String::with_capacity(text.len() + 16);
     for line in text.split_inclusive('\n') {
@@ -64,28 +65,46 @@ pub fn fold(text: &str, width: usize) -> String {
         let cont = " ".repeat((indent + 4).min(width / 2));
         let mut cur = String::from(&body[..indent]);
         let mut cur_len = indent;
-        let mut first_word = true;
-        for word in body[indent..].split(' ').filter(|w| !w.is_empty()) {
-            let wl = word.chars().count();
-            if !first_word && cur_len + 1 + wl > width {
+        let mut fresh = true;
+        // Each token is the spaces before a word and the word.
+        for (gap, word) in tokens(&body[indent..]) {
+            let (gl, wl) = (gap.chars().count(), word.chars().count());
+            if !fresh && cur_len + gl + wl > width {
                 out.push_str(cur.trim_end());
                 out.push('\n');
                 cur = cont.clone();
                 cur_len = cont.len();
-                first_word = true;
+                fresh = true;
             }
-            if !first_word {
-                cur.push(' ');
-                cur_len += 1;
+            if !fresh {
+                cur.push_str(gap);
+                cur_len += gl;
             }
             cur.push_str(word);
             cur_len += wl;
-            first_word = false;
+            fresh = false;
         }
         out.push_str(cur.trim_end());
         out.push_str(nl);
     }
     out
+}
+
+/// Splits `s` into (spaces before, word) pairs.
+fn tokens(s: &str) -> Vec<(&str, &str)> {
+    let mut v = Vec::new();
+    let mut rest = s;
+    while !rest.is_empty() {
+        let word_at = rest.len() - rest.trim_start_matches(' ').len();
+        let (gap, tail) = rest.split_at(word_at);
+        let word_len = tail.find(' ').unwrap_or(tail.len());
+        let (word, after) = tail.split_at(word_len);
+        if !word.is_empty() {
+            v.push((gap, word));
+        }
+        rest = after;
+    }
+    v
 }
 
 #[cfg(test)]

@@ -166,24 +166,41 @@ impl Server {
         }
         let bound = sock.bind(&addr.into());
         if let Err(e) = bound {
-            // A host without IPv6: fall back to the IPv4 wildcard.
-            if cfg.bind.is_none() && cfg.family == Family::Any {
+            // A host without IPv6: fall back to the IPv4 wildcard (a port in use is in use
+            // for both families).
+            if cfg.bind.is_none()
+                && cfg.family == Family::Any
+                && e.kind() != io::ErrorKind::AddrInUse
+            {
                 return Server::bind(ServerConfig {
                     family: Family::V4,
                     ..cfg
                 });
             }
-            return Err(io::Error::new(e.kind(), format!("binding {addr}: {e}")));
+            return Err(io::Error::new(
+                e.kind(),
+                format!("binding {addr}: {e}{}", in_use_hint(&e)),
+            ));
         }
         sock.listen(1024)?;
         let listener: TcpListener = sock.into();
         let bound = listener.local_addr()?;
-        let udp = bind_udp(bound, cfg.family)
-            .map_err(|e| io::Error::new(e.kind(), format!("binding UDP {bound}: {e}")))?;
+        let udp = bind_udp(bound, cfg.family).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("binding UDP {bound}: {e}{}", in_use_hint(&e)),
+            )
+        })?;
         let sockperf = match cfg.sockperf_port {
             Some(p) => Some(
-                sockperf::SockperfPort::bind(bound.ip(), p, cfg.family == Family::V6)
-                    .map_err(|e| io::Error::new(e.kind(), format!("--sockperf-port {p}: {e}")))?,
+                sockperf::SockperfPort::bind(bound.ip(), p, cfg.family == Family::V6).map_err(
+                    |e| {
+                        io::Error::new(
+                            e.kind(),
+                            format!("--sockperf-port {p}: {e}{}", in_use_hint(&e)),
+                        )
+                    },
+                )?,
             ),
             None => None,
         };
@@ -440,5 +457,14 @@ pub mod fuzzing {
             }
             Err(_) => false,
         }
+    }
+}
+
+/// What to try when a port is taken.
+fn in_use_hint(e: &io::Error) -> &'static str {
+    if e.kind() == io::ErrorKind::AddrInUse {
+        " (is another server running there? choose another port with -p)"
+    } else {
+        ""
     }
 }

@@ -352,7 +352,15 @@ pub fn run_and_print(
         opts.gate = Some(super::sync::gate(format, Arc::clone(&stop)));
     }
     let mut observer = output::observer(format, view);
-    match run_test(&opts, observer.as_mut(), stop) {
+    let mut progress = output::Progress::new(output::is_quiet(format, view, &opts.spec));
+    progress.step(output::kind_name(&opts.spec).to_string());
+    let mut wrapped = output::WithProgress {
+        inner: observer.as_mut(),
+        progress: &progress,
+    };
+    let r = run_test(&opts, &mut wrapped, stop);
+    progress.finish();
+    match r {
         Ok(r) => output::finish(format, view, &r),
         Err(e) => {
             observer.on_error(&e.to_string());
@@ -469,9 +477,17 @@ pub fn init_logging(level: u8) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(lvl));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour_on_stderr())
         .with_writer(std::io::stderr)
         .with_target(false)
         .try_init();
+}
+
+/// Colour only on a terminal, and never when NO_COLOR is set to anything (no-color.org).
+pub fn colour_on_stderr() -> bool {
+    use std::io::IsTerminal;
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    !no_color && std::io::stderr().is_terminal()
 }
 
 /// A command-line mistake that only shows after parsing (an interface that does not exist);

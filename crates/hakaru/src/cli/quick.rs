@@ -13,7 +13,7 @@ use hakaru_model::{
 };
 
 use super::common::{stop_flag, Target};
-use crate::output::Format;
+use crate::output::{kind_name, Format, Progress, WithProgress};
 
 /// Options of `hakaru quick`.
 #[derive(Debug, clap::Args)]
@@ -53,27 +53,27 @@ fn plan(t: Dur, p: u32) -> Vec<(String, String, TestSpec)> {
     };
     vec![
         (
-            "TCP, 1 flow, client -> server".into(),
+            "TCP 1 flow, client -> server".into(),
             format!("hakaru tcp HOST -t {secs}"),
             tcp(1, Direction::Forward),
         ),
         (
-            "TCP, 1 flow, server -> client".into(),
+            "TCP 1 flow, server -> client".into(),
             format!("hakaru tcp HOST -t {secs} -R"),
             tcp(1, Direction::Reverse),
         ),
         (
-            format!("TCP, {p} flows, client -> server"),
+            format!("TCP {p} flows, client -> server"),
             format!("hakaru tcp HOST -t {secs} -P {p}"),
             tcp(p, Direction::Forward),
         ),
         (
-            format!("TCP, {p} flows, server -> client"),
+            format!("TCP {p} flows, server -> client"),
             format!("hakaru tcp HOST -t {secs} -P {p} -R"),
             tcp(p, Direction::Reverse),
         ),
         (
-            "packet rate, 14-byte UDP, client -> server".into(),
+            "pps 14 B UDP, client -> server".into(),
             format!("hakaru pps HOST -t {secs}"),
             TestSpec::Udp(UdpSpec {
                 mode: UdpMode::Pps,
@@ -85,13 +85,13 @@ fn plan(t: Dur, p: u32) -> Vec<(String, String, TestSpec)> {
             }),
         ),
         (
-            "TCP latency, 14-byte ping-pong".into(),
+            "TCP latency, 14 B ping-pong".into(),
             format!("hakaru latency HOST -t {secs}"),
             lat(LatencyTransport::Tcp),
         ),
         (
-            "UDP latency, 14-byte ping-pong".into(),
-            format!("hakaru latency HOST -t {secs} --udp"),
+            "UDP latency, 14 B ping-pong".into(),
+            format!("hakaru latency HOST -t {secs} -u"),
             lat(LatencyTransport::Udp),
         ),
     ]
@@ -103,8 +103,11 @@ fn headline(r: &RunResult) -> (String, f64, String) {
         let s = &l.rtt;
         return (
             format!(
-                "RTT p50 {:.1} us, p99 {:.1} us, p99.99 {:.1} us ({:.0} trans/s)",
-                s.p50_us, s.p99_us, s.p9999_us, l.transactions_per_second
+                "RTT p50 {}, p99 {}, p99.99 {} us, {:.0}/s",
+                us(s.p50_us),
+                us(s.p99_us),
+                us(s.p9999_us),
+                l.transactions_per_second
             ),
             s.p50_us,
             "us".into(),
@@ -119,7 +122,7 @@ fn headline(r: &RunResult) -> (String, f64, String) {
         Some(t) => match &t.udp {
             Some(u) => (
                 format!(
-                    "{:.3} Mpps received ({:.3} Mpps sent, {:.2} % lost)",
+                    "{:.3} Mpps received ({:.3} sent, {:.2} % lost)",
                     u.received_pps / 1e6,
                     u.sent_pps / 1e6,
                     u.lost_percent
@@ -134,6 +137,15 @@ fn headline(r: &RunResult) -> (String, f64, String) {
             ),
         },
         None => ("-".into(), 0.0, "".into()),
+    }
+}
+
+/// Microseconds with three significant digits or whole ones.
+fn us(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.1}")
     }
 }
 
@@ -164,13 +176,22 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         results: Vec::new(),
     };
     let text = format == Format::Text;
-    for (what, command, spec) in tests {
+    let view = a.target.view.view();
+    // Nothing prints while a test runs: the status line says which one and how long is left.
+    let mut progress = Progress::new(true);
+    let count = tests.len();
+    for (i, (what, command, spec)) in tests.into_iter().enumerate() {
         if stop.load(Ordering::Acquire) {
             break;
         }
+        progress.step(format!("test {}/{count}: {}", i + 1, kind_name(&spec)));
         let opts = a.target.options(&ep, spec);
         out.embedded_server = opts.embedded;
-        let line = match run_test(&opts, &mut Quiet, std::sync::Arc::clone(&stop)) {
+        let mut watch = WithProgress {
+            inner: &mut Quiet,
+            progress: &progress,
+        };
+        let line = match run_test(&opts, &mut watch, std::sync::Arc::clone(&stop)) {
             Ok(r) => {
                 out.server = r.server.clone();
                 let (h, value, unit) = headline(&r);
@@ -197,19 +218,21 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             }
         };
         if text {
-            print_line(&line);
+            progress.suspend(|| crate::output::out(&view.fit(text_line(&line))));
         }
         out.lines.push(line);
     }
+    progress.finish();
     let mut o = std::io::stdout().lock();
     if text {
-        writeln!(
-            o,
-            "server {}{}; each line is one {} test, its command alone in brackets; `--json` has every full result",
+        let mut footer = format!(
+            "server {}{}; each line is one {} test; in brackets its command alone (hakaru CMD HOST ...); --json has every full result\n",
             out.server,
             if out.embedded_server { " (embedded loopback server: both ends share this machine)" } else { "" },
             a.time
-        )?;
+        );
+        footer.push_str(&loopback_loss_note(&out));
+        write!(o, "{}", view.fit(footer))?;
     } else {
         let s = serde_json::to_string_pretty(&out)?;
         writeln!(o, "{s}")?;
@@ -221,11 +244,33 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn print_line(l: &QuickLine) {
-    let mut o = std::io::stdout().lock();
-    let _ = match &l.error {
-        None => writeln!(o, "{:<44} {}   [{}]", l.what, l.headline, l.command),
-        Some(e) => writeln!(o, "{:<44} FAILED: {e}   [{}]", l.what, l.command),
-    };
-    let _ = o.flush();
+/// One line of the screen: what, the headline, the command without `hakaru` and `HOST`.
+fn text_line(l: &QuickLine) -> String {
+    let cmd = l
+        .command
+        .strip_prefix("hakaru ")
+        .unwrap_or(&l.command)
+        .replacen(" HOST", "", 1);
+    match &l.error {
+        None => format!("{:<30} {:<46} [{cmd}]\n", l.what, l.headline),
+        Some(e) => format!("{:<30} FAILED: {e} [{cmd}]\n", l.what),
+    }
+}
+
+/// Loss in the packet-rate line on an embedded loopback run, explained: it is the receiving
+/// socket overflowing, not a path dropping packets.
+fn loopback_loss_note(q: &QuickResult) -> String {
+    let lost = q
+        .results
+        .iter()
+        .flatten()
+        .filter_map(|r| r.totals.first().and_then(|t| t.udp))
+        .map(|u| u.lost_percent)
+        .fold(0.0, f64::max);
+    if !q.embedded_server || lost < 0.01 {
+        return String::new();
+    }
+    format!(
+        "note: the packet-rate loss ({lost:.2} %) is datagrams the receiving socket had no room for: on loopback both ends share this machine's CPUs and the sender, with less work per datagram, outruns the receiver. Against a server on another machine the line measures that receiver and the path.\n"
+    )
 }

@@ -505,8 +505,9 @@ fn iperf3_json_is_refused_where_there_is_no_iperf3_form() {
         let o = run(&[cmd, "--format", "iperf3-json"], Duration::from_secs(20));
         assert_eq!(o.status.code(), Some(2), "{cmd}");
         let e = String::from_utf8_lossy(&o.stderr);
+        // Their --format does not offer it: clap names the value and what there is.
         assert!(
-            e.contains("--format iperf3-json") && e.contains("hakaru tcp") && e.contains(cmd),
+            e.contains("'iperf3-json'") && e.contains("possible values: text, json, json-stream"),
             "{cmd}: {e}"
         );
         assert!(o.stdout.is_empty(), "{cmd} printed output");
