@@ -207,7 +207,10 @@ pub(crate) fn end_lines(s: &mut String, name: &str, e: &EndResult) {
             c.busy_pct, c.cpus, c.user_pct, c.system_pct, c.softirq_pct, c.busy_s
         );
     } else {
-        let _ = writeln!(s, "  {name:<6} CPU not available on this OS");
+        let _ = writeln!(
+            s,
+            "  {name:<6} CPU not reported by this end (its OS or protocol gives none)"
+        );
     }
     if let Some(b) = e.bytes_per_cpu_second {
         let _ = writeln!(

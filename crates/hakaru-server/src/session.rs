@@ -152,10 +152,14 @@ pub(crate) fn control(ctx: &Ctx, o: Opening) {
             c.close_name()
         ),
         None => tracing::info!(
-            "test {id} from {peer} ({software}): {}, {} flow(s) {:?}, {}",
+            "test {id} from {peer} ({software}): {}, {} flow(s) {}, {}",
             spec.name(),
             spec.flows(),
-            spec.direction(),
+            match spec.direction() {
+                hakaru_model::Direction::Forward => "client -> server",
+                hakaru_model::Direction::Reverse => "server -> client",
+                hakaru_model::Direction::Bidir => "both ways",
+            },
             describe_amount(&spec)
         ),
     }

@@ -15,7 +15,7 @@ pub enum Format {
     Json,
     /// JSON Lines events as the test runs.
     JsonStream,
-    /// The shape of `iperf3 -J`, printed at the end (TCP and UDP results).
+    /// The shape of `iperf3 -J` at the end, for its parsers (docs/iperf3-json.md).
     Iperf3Json,
 }
 

@@ -59,9 +59,8 @@ pub struct Target {
 /// that produces a result. Which formats a subcommand accepts is set in `cli::command`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Formats {
-    /// Output format: text, json (one document at the end, docs/json.md), json-stream (JSON
-    /// Lines as the run goes); tcp, udp and pps also iperf3-json (the shape of `iperf3 -J`,
-    /// docs/iperf3-json.md).
+    /// Output format: text, json (one document at the end, docs/json.md) or json-stream
+    /// (JSON Lines as the run goes).
     #[arg(long, value_enum, value_name = "FORMAT", conflicts_with_all = ["json", "json_stream"])]
     pub format: Option<Format>,
     /// Same as --format json: one JSON document at the end.

@@ -81,8 +81,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
 
 /// Reads and checks a plan; fatal problems are usage errors (exit 2), warnings go to stderr.
 fn load(file: &PathBuf) -> anyhow::Result<hakaru_plan::PlanFile> {
+    // A plan file that cannot be read is a name on the command line that does not work.
     let text = std::fs::read_to_string(file)
-        .with_context(|| format!("reading the plan {}", file.display()))?;
+        .map_err(|e| UsageError(format!("reading the plan {}: {e}", file.display())))?;
     let plan = hakaru_plan::parse(&text)
         .map_err(|e| UsageError(format!("plan {}: {e}", file.display())))?;
     let problems = hakaru_plan::check(&plan);

@@ -153,11 +153,12 @@ fn us(v: f64) -> String {
 pub fn run(a: Args) -> anyhow::Result<()> {
     a.target.check("quick")?;
     if a.parallel == 0 || a.parallel > hakaru_model::MAX_FLOWS {
-        anyhow::bail!(
+        return Err(super::common::UsageError(format!(
             "-P/--parallel must be between 1 and {}, got {}",
             hakaru_model::MAX_FLOWS,
             a.parallel
-        );
+        ))
+        .into());
     }
     let tests = plan(a.time, a.parallel);
     for (_, _, spec) in &tests {
