@@ -665,7 +665,6 @@ impl Usage {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::TcpListener;
 
     fn cfg(addr: SocketAddr) -> ConnectConfig {
         ConnectConfig {
@@ -684,11 +683,19 @@ mod tests {
 
     #[test]
     fn refused_connections_are_counted_not_fatal() {
-        // A port nobody listens on: every connect is refused.
-        let addr = {
-            let l = TcpListener::bind("127.0.0.1:0").unwrap();
-            l.local_addr().unwrap()
-        };
+        // A port nobody listens on: every connect is refused. The socket stays bound (not
+        // listening) for the whole test, so no test running beside it can take the port.
+        let holder =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        holder
+            .bind(
+                &"127.0.0.1:0"
+                    .parse::<std::net::SocketAddr>()
+                    .unwrap()
+                    .into(),
+            )
+            .unwrap();
+        let addr = holder.local_addr().unwrap().as_socket().unwrap();
         let ticks = Arc::new(Mutex::new(Vec::new()));
         let t = Arc::clone(&ticks);
         let run = ConnectRun::start(

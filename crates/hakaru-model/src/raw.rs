@@ -270,10 +270,14 @@ mod tests {
         assert!(s.validate().unwrap_err().0.contains("-b/--bitrate"));
         let mut s = spec();
         s.duration = Some(Dur::from_secs(1));
-        assert!(s.validate().unwrap_err().0.contains("-n/--count and -t"));
+        assert!(s
+            .validate()
+            .unwrap_err()
+            .0
+            .contains("-k/--blocks (or -n/--bytes) and -t"));
         let mut s = spec();
         s.count = Some(0);
-        assert!(s.validate().unwrap_err().0.contains("-n/--count"));
+        assert!(s.validate().unwrap_err().0.contains("-k/--blocks"));
         let mut s = spec();
         s.iperf2 = true;
         assert!(s.validate().unwrap_err().0.contains("--iperf2"));

@@ -11,23 +11,23 @@ use crate::text::{end_lines, span, trailer};
 /// The line that opens a connection-rate run.
 pub fn header(spec: &ConnectSpec, server: &str, embedded: bool) -> String {
     format!(
-        "hakaru connect to {server}{}: {} connector(s), {}, {} request, {} response, close with {}\n",
+        "hakaru connect to {server}{}: close with {}, {} connector(s), {}, {} request, {} response\n",
         if embedded {
             " (embedded loopback server)"
         } else {
             ""
         },
+        close_words(spec.close_name()),
         spec.connectors,
         spec.duration,
         Bytes(spec.request.0),
         Bytes(spec.response.0),
-        close_words(spec.close_name()),
     )
 }
 
 fn close_words(close: &str) -> &'static str {
     if close == "rst" {
-        "RST (--rst, SO_LINGER 0: no TIME_WAIT)"
+        "RST (--rst: no TIME_WAIT)"
     } else {
         "FIN (TIME_WAIT at the client)"
     }

@@ -52,7 +52,7 @@ struct RunArgs {
     #[arg(long, value_enum, conflicts_with_all = ["json", "json_stream"])]
     format: Option<PlanFormat>,
     /// Same as --format json.
-    #[arg(long, conflicts_with = "json_stream")]
+    #[arg(short = 'J', long, conflicts_with = "json_stream")]
     json: bool,
     /// Same as --format json-stream.
     #[arg(long)]

@@ -38,10 +38,17 @@ pub struct Args {
         short = 'k',
         long = "blocks",
         value_name = "N",
-        alias = "count",
-        conflicts_with = "bytes"
+        conflicts_with_all = ["bytes", "old_count"]
     )]
     count: Option<u64>,
+    /// The old spelling of --blocks (deprecated).
+    #[arg(
+        long = "count",
+        value_name = "N",
+        hide = true,
+        conflicts_with = "bytes"
+    )]
+    old_count: Option<u64>,
     /// Bytes to send (128K, 1G), rounded up to whole -l buffers; -n is bytes in every hakaru
     /// command (ttcp's buffer count is -k here).
     #[arg(short = 'n', long, value_name = "SIZE")]
@@ -99,7 +106,7 @@ impl TryFrom<&Args> for RawSpec {
             RawProtocol::Udp => Bytes(1470),
         });
         let by_bytes = a.bytes.map(|b| b.bytes.0.div_ceil(length.0.max(1)));
-        let count = match (a.count.or(by_bytes), a.time, a.stdin) {
+        let count = match (a.count.or(a.old_count).or(by_bytes), a.time, a.stdin) {
             (None, None, false) => Some(DEFAULT_COUNT),
             (c, _, _) => c,
         };
@@ -156,6 +163,11 @@ fn resolve(a: &Args) -> anyhow::Result<SocketAddr> {
 pub fn run(a: Args) -> anyhow::Result<()> {
     let spec = RawSpec::try_from(&a)?;
     let format = a.formats.format();
+    if a.old_count.is_some() {
+        eprintln!(
+            "hakaru: note: --count is deprecated; it is -k/--blocks now (-n is bytes in every hakaru command)"
+        );
+    }
     if let Some(n) = a.bytes.filter(|n| n.bare) {
         eprintln!(
             "hakaru: note: -n is a byte count in every hakaru command ({} B here); ttcp's buffer count is -k",
