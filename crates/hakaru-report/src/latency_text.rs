@@ -116,8 +116,9 @@ pub(crate) fn stats_line(s: &mut String, label: &str, r: &LatencyStats) {
     );
 }
 
-/// The final summary of a latency run.
-pub fn summary(r: &RunResult) -> String {
+/// The final summary of a latency run; per-flow rows above eight flows only with the view's
+/// `per_flow`.
+pub fn summary(r: &RunResult, view: &crate::View) -> String {
     let mut s = String::new();
     let Some(l) = &r.latency else {
         return s;
@@ -142,10 +143,17 @@ pub fn summary(r: &RunResult) -> String {
     stats_heading(&mut s);
     stats_line(&mut s, "round trip (headline)", &l.rtt);
     stats_line(&mut s, "one-way estimate (RTT/2)", &l.one_way_estimate);
-    if l.flows.len() > 1 {
+    if l.flows.len() > 1 && view.flow_rows(l.flows.len()) {
         for f in &l.flows {
             stats_line(&mut s, &format!("  flow {:>3} round trip", f.id), &f.rtt);
         }
+    } else if l.flows.len() > 1 {
+        let _ = writeln!(
+            s,
+            "({} flows: per-flow rows hidden above {}; --per-flow shows them, --json has them all)",
+            l.flows.len(),
+            crate::View::MAX_FLOW_ROWS
+        );
     }
     if !l.histogram.is_empty() {
         let _ = writeln!(s, "Round-trip distribution:");

@@ -64,7 +64,7 @@ pub fn summary(r: &RunResult, view: &View) -> String {
     let s = match (&r.spec, view.summary_only) {
         (TestSpec::Tcp(_), false) => tcp_summary(r, view),
         (TestSpec::Udp(_), false) => udp_text::summary(r, view),
-        (TestSpec::Latency(_), false) => latency_text::summary(r),
+        (TestSpec::Latency(_), false) => latency_text::summary(r, view),
         (TestSpec::Connect(_), false) => connect_text::summary(r),
         (TestSpec::Raw(_), false) => raw_text::summary(r),
         (TestSpec::Tcp(_), true) => tcp_sums(r) + &tcp_headline(r),
