@@ -1,7 +1,10 @@
 //! hakaru-report: renderers. Each output format is one module over the model's types;
 //! each returns text and never prints.
 
+pub mod charts;
 pub mod connect_text;
+pub mod csv;
+pub mod html;
 pub mod iperf3_json;
 pub mod iperf3_text;
 mod iperf3_view;

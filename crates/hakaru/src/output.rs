@@ -4,7 +4,7 @@ use std::io::Write;
 
 use hakaru_engine::Observer;
 use hakaru_model::{IntervalRecord, RunResult, TestSpec};
-use hakaru_report::{iperf3_json, json, jsonl, text, View};
+use hakaru_report::{csv, iperf3_json, json, jsonl, text, View};
 
 /// Output format chosen on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -17,6 +17,10 @@ pub enum Format {
     JsonStream,
     /// The shape of `iperf3 -J` at the end, for its parsers (docs/iperf3-json.md).
     Iperf3Json,
+    /// CSV: a row per flow and per direction each interval, totals at the end (docs/csv.md).
+    Csv,
+    /// CSV: the header and one total row per direction, for spreadsheets of many runs.
+    CsvSummary,
 }
 
 /// Writes live output to stdout; a closed pipe is ignored.
@@ -69,9 +73,31 @@ impl Observer for StreamObserver {
 
 struct JsonObserver;
 
+/// Prints nothing live and nothing on an error (stderr has it).
+struct JsonObserverQuiet;
+
+impl Observer for JsonObserverQuiet {}
+
 impl Observer for JsonObserver {
     fn on_error(&mut self, message: &str) {
         out(&jsonl::error(message));
+    }
+}
+
+/// CSV rows as each interval ends, after the header.
+struct CsvObserver {
+    spec: Option<TestSpec>,
+}
+
+impl Observer for CsvObserver {
+    fn on_start(&mut self, spec: &TestSpec, _server: &str, _embedded: bool) {
+        out(&csv::header());
+        self.spec = Some(spec.clone());
+    }
+    fn on_interval(&mut self, rec: &IntervalRecord) {
+        if let Some(spec) = &self.spec {
+            out(&csv::interval_rows(spec, rec));
+        }
     }
 }
 
@@ -95,6 +121,8 @@ pub fn observer(format: Format, view: View) -> Box<dyn Observer> {
         Format::Json => Box::new(JsonObserver),
         Format::JsonStream => Box::new(StreamObserver),
         Format::Iperf3Json => Box::new(Iperf3JsonObserver),
+        Format::Csv => Box::new(CsvObserver { spec: None }),
+        Format::CsvSummary => Box::new(JsonObserverQuiet),
     }
 }
 
@@ -105,6 +133,8 @@ pub fn finish(format: Format, view: View, r: &RunResult) -> anyhow::Result<()> {
         Format::Json => json::render(r),
         Format::JsonStream => jsonl::end(r),
         Format::Iperf3Json => iperf3_json::render(r),
+        Format::Csv => csv::total_rows(r),
+        Format::CsvSummary => csv::summary(r),
     };
     let mut o = std::io::stdout().lock();
     o.write_all(s.as_bytes())?;
@@ -294,7 +324,8 @@ impl Observer for WithProgress<'_> {
 /// Whether a run in `format` prints nothing on stdout while it runs, so a status line helps.
 pub fn is_quiet(format: Format, view: View, spec: &TestSpec) -> bool {
     match format {
-        Format::Json | Format::Iperf3Json => true,
+        Format::Json | Format::Iperf3Json | Format::CsvSummary => true,
+        Format::Csv => spec.interval().is_zero(),
         Format::JsonStream => false,
         Format::Text => view.summary_only || spec.interval().is_zero(),
     }

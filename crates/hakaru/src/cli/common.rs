@@ -45,6 +45,8 @@ pub struct Target {
     pub formats: Formats,
     #[command(flatten)]
     pub view: ViewFlags,
+    #[command(flatten)]
+    pub files: OutputFiles,
     /// Set from [`Iperf3Peer`] by the subcommands that have it.
     #[arg(skip)]
     pub iperf3: bool,
@@ -84,6 +86,57 @@ impl Formats {
             Format::Text
         }
     }
+}
+
+/// Files a finished run is also written to, whatever is printed.
+#[derive(Debug, Clone, clap::Args)]
+pub struct OutputFiles {
+    /// Also write the result as one JSON document to FILE (for `hakaru report` and
+    /// `hakaru compare` later), whatever the format printed.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<std::path::PathBuf>,
+    /// Also write an HTML report with charts of the result to FILE (as `hakaru report`).
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<std::path::PathBuf>,
+}
+
+impl OutputFiles {
+    /// Writes the files asked for; each is written whole or not at all.
+    pub fn write(&self, r: &hakaru_model::RunResult) -> anyhow::Result<()> {
+        if let Some(path) = &self.output {
+            write_whole(path, hakaru_report::json::render(r).as_bytes())
+                .with_context(|| format!("-o/--output {}", path.display()))?;
+        }
+        if let Some(path) = &self.report {
+            let html = hakaru_report::html::report(&[hakaru_report::html::Input::run(
+                path.display().to_string(),
+                r.clone(),
+            )])
+            .map_err(|e| anyhow::anyhow!("--report {}: {e}", path.display()))?;
+            write_whole(path, html.as_bytes())
+                .with_context(|| format!("--report {}", path.display()))?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes `bytes` to a temporary file beside `path` and renames it into place, so a failed
+/// write leaves no partial file behind.
+pub fn write_whole(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "out".into());
+    let tmp = dir
+        .map(|d| d.to_path_buf())
+        .unwrap_or_default()
+        .join(format!(".{name}.{}.tmp", std::process::id()));
+    let res = std::fs::write(&tmp, bytes).and_then(|_| std::fs::rename(&tmp, path));
+    if res.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    res
 }
 
 /// How much of a text report to print (JSON always has everything).
@@ -360,7 +413,10 @@ pub fn run_and_print(
     let r = run_test(&opts, &mut wrapped, stop);
     progress.finish();
     match r {
-        Ok(r) => output::finish(format, view, &r),
+        Ok(r) => {
+            output::finish(format, view, &r)?;
+            target.files.write(&r)
+        }
         Err(e) => {
             observer.on_error(&e.to_string());
             Err(e.into())

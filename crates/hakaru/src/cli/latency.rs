@@ -197,7 +197,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             load_flows: a.load_flows.clamp(1, 64),
         });
     }
-    output::finish(format, a.target.view.view(), &loaded)
+    output::finish(format, a.target.view.view(), &loaded)?;
+    a.target.files.write(&loaded)
 }
 
 /// `--sockperf`: against HOST's `sockperf sr`, or an in-process hakaru server's sockperf port.

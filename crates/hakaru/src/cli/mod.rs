@@ -9,6 +9,7 @@ mod nic;
 mod plan;
 mod quick;
 mod raw;
+mod report;
 mod schema;
 mod server;
 mod sink;
@@ -84,6 +85,9 @@ enum Command {
     /// Many machines, one test: run a plan of senders and receivers over ssh, netns or any
     /// exec launcher with a synchronised start and one merged result (docs/plan.md).
     Plan(plan::Args),
+    /// Draw saved results (`--json`, `-o FILE`) as one self-contained HTML file with SVG
+    /// charts; several results are overlaid (replaces iperf3 plotters, flent's plots).
+    Report(report::Args),
     /// Print the JSON Schema of `--json` output (or of plan files and plan results).
     Schema(schema::Args),
     /// Print a shell completion script (bash, zsh, fish, powershell, elvish).
@@ -92,12 +96,29 @@ enum Command {
     Man(docs::ManArgs),
 }
 
-/// Subcommands whose results have an iperf3 -J form (`--format iperf3-json`).
-const IPERF3_FORMAT: [&str; 3] = ["tcp", "udp", "pps"];
+/// The `--format` values each subcommand accepts (subcommands not listed take them all).
+const FORMATS: [(&str, &[&str]); 7] = [
+    (
+        "latency",
+        &["text", "json", "json-stream", "csv", "csv-summary"],
+    ),
+    (
+        "connect",
+        &["text", "json", "json-stream", "csv", "csv-summary"],
+    ),
+    ("quick", &["text", "json", "json-stream"]),
+    ("sink", &["text", "json", "json-stream"]),
+    ("source", &["text", "json", "json-stream"]),
+    ("nic", &["text", "json", "json-stream"]),
+    ("plan", &[]),
+];
 
-/// The command-line definition with what derive cannot say: `--format` offers iperf3-json
-/// only where a result has that shape, and every subcommand's help ends with the exit codes.
+/// The command-line definition with what derive cannot say: `--format` offers a format only
+/// where a result has that shape (iperf3-json for tcp, udp and pps; CSV for the tests with
+/// intervals), and every subcommand's help ends with the exit codes.
 pub fn command() -> clap::Command {
+    use clap::builder::{PossibleValuesParser, TypedValueParser};
+    use clap::ValueEnum;
     let mut cmd = Cli::command();
     let names: Vec<String> = cmd
         .get_subcommands()
@@ -107,15 +128,16 @@ pub fn command() -> clap::Command {
         cmd = cmd.mut_subcommand(&name, |sub| {
             let mut sub = sub.after_help(EXIT_CODES);
             let has_format = sub.get_arguments().any(|a| a.get_id() == "format");
-            if has_format && !IPERF3_FORMAT.contains(&name.as_str()) {
+            let allowed = FORMATS
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, f)| *f)
+                .filter(|f| !f.is_empty());
+            if let (true, Some(allowed)) = (has_format, allowed) {
                 sub = sub.mut_arg("format", |a| {
-                    a.value_parser(
-                        <clap::builder::PossibleValuesParser as clap::builder::TypedValueParser>::map(clap::builder::PossibleValuesParser::new(["text", "json", "json-stream"]), |v| match v.as_str() {
-                                "json" => output::Format::Json,
-                                "json-stream" => output::Format::JsonStream,
-                                _ => output::Format::Text,
-                            }),
-                    )
+                    a.value_parser(PossibleValuesParser::new(allowed.iter().copied()).map(|v| {
+                        output::Format::from_str(&v, false).unwrap_or(output::Format::Text)
+                    }))
                 });
             }
             sub
@@ -151,6 +173,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Latency(a) => latency::run(*a),
         Command::Quick(a) => quick::run(*a),
         Command::Schema(a) => schema::run(a),
+        Command::Report(a) => report::run(a),
         Command::Completions(a) => docs::completions(a),
         Command::Man(a) => docs::man(a),
     }

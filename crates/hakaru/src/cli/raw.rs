@@ -53,8 +53,8 @@ impl RawOutput {
             Format::JsonStream => {
                 self.emit(&jsonl::start(&TestSpec::Raw(spec.clone()), addr, false))
             }
-            // sink and source offer no iperf3 shape (their flags cannot ask for one).
-            Format::Json | Format::Iperf3Json => {}
+            // sink and source offer no iperf3 or CSV shape (their flags cannot ask for one).
+            _ => {}
         }
     }
 
@@ -84,7 +84,7 @@ impl RawOutput {
                     me.emit(&raw_text::interval_lines(&rec));
                 }
                 Format::JsonStream => me.emit(&jsonl::interval(&rec)),
-                Format::Json | Format::Iperf3Json => {}
+                _ => {}
             }
             if let Ok(mut v) = me.intervals.lock() {
                 v.push(rec);
@@ -102,8 +102,8 @@ impl RawOutput {
         let r = assemble(spec, local, o, intervals);
         let s = match self.format {
             Format::Text => raw_text::summary(&r),
-            Format::Json | Format::Iperf3Json => json::render(&r),
             Format::JsonStream => jsonl::end(&r),
+            _ => json::render(&r),
         };
         self.emit(&s);
         r

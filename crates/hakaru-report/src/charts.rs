@@ -1,0 +1,346 @@
+//! SVG charts for HTML reports, drawn with plotters' SVG backend.
+//!
+//! A [`Chart`] is data only (series of points in the units shown); [`render`] turns it into a
+//! [`Figure`]: the SVG text and the scale that maps its pixels back to values, which the HTML
+//! carries as data attributes so a reader (or a test) can check a plotted point against the
+//! result it came from. Long series are decimated per pixel column (the minimum and the
+//! maximum of each column are kept, so peaks and dips survive) and the figure says so.
+
+use plotters::coord::ranged1d::Ranged;
+use plotters::coord::types::RangedCoordf64;
+use plotters::prelude::*;
+
+/// How a series is drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stroke {
+    /// One flow among many: a thin line (1 px).
+    Thin,
+    /// A sum or headline series: a thick line (3 px).
+    Thick,
+    /// A sender's figure beside the receiver's: dashed (2 px).
+    Dashed,
+    /// A reference line such as interface counters: 2 px solid.
+    Medium,
+}
+
+impl Stroke {
+    fn width(self) -> u32 {
+        match self {
+            Stroke::Thin => 1,
+            Stroke::Thick => 3,
+            Stroke::Dashed | Stroke::Medium => 2,
+        }
+    }
+}
+
+/// One line of a chart.
+#[derive(Debug, Clone)]
+pub struct Series {
+    /// Legend text.
+    pub name: String,
+    /// (x, y) in the chart's units.
+    pub points: Vec<(f64, f64)>,
+    /// Line style.
+    pub stroke: Stroke,
+    /// Index into the palette.
+    pub color: usize,
+    /// Shown in the legend (flows are not: there may be hundreds).
+    pub legend: bool,
+}
+
+/// One chart: axes, units and series.
+#[derive(Debug, Clone)]
+pub struct Chart {
+    /// Stable id, also the file name with `--svg DIR`.
+    pub id: String,
+    /// Caption.
+    pub title: String,
+    /// X axis description (with unit).
+    pub x_desc: String,
+    /// Y axis description (with unit).
+    pub y_desc: String,
+    /// What one y unit is worth in the result's own unit (1e9 for Gbit/s from bit/s).
+    pub y_scale: f64,
+    /// Logarithmic x axis (latency CDFs).
+    pub log_x: bool,
+    /// The lines.
+    pub series: Vec<Series>,
+}
+
+/// A rendered chart.
+#[derive(Debug, Clone)]
+pub struct Figure {
+    /// The chart's id.
+    pub id: String,
+    /// Caption.
+    pub title: String,
+    /// The SVG document.
+    pub svg: String,
+    /// X value range drawn.
+    pub x_range: (f64, f64),
+    /// Y value range drawn (chart units).
+    pub y_range: (f64, f64),
+    /// Plotting area in pixels: left, right, top, bottom.
+    pub pixels: (i32, i32, i32, i32),
+    /// Chart units to the result's units.
+    pub y_scale: f64,
+    /// Logarithmic x axis.
+    pub log_x: bool,
+    /// True when some series had more points than pixel columns and were decimated.
+    pub decimated: bool,
+}
+
+/// Chart size in pixels.
+pub const SIZE: (u32, u32) = (960, 360);
+
+const PALETTE: [RGBColor; 10] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+];
+
+/// The palette colour `i` (cycling).
+fn color(i: usize) -> RGBColor {
+    PALETTE[i % PALETTE.len()]
+}
+
+/// Keeps at most two points per pixel column: the lowest and the highest, in x order.
+pub fn decimate(points: &[(f64, f64)], columns: usize, x_range: (f64, f64)) -> Vec<(f64, f64)> {
+    if points.len() <= columns * 2 || columns == 0 {
+        return points.to_vec();
+    }
+    let span = (x_range.1 - x_range.0).max(f64::MIN_POSITIVE);
+    let mut out: Vec<(f64, f64)> = Vec::with_capacity(columns * 2);
+    let mut col = usize::MAX;
+    let (mut lo, mut hi) = ((0.0, f64::INFINITY), (0.0, f64::NEG_INFINITY));
+    let flush = |out: &mut Vec<(f64, f64)>, lo: (f64, f64), hi: (f64, f64)| {
+        if lo.1.is_finite() {
+            if lo.0 <= hi.0 {
+                out.push(lo);
+                if hi != lo {
+                    out.push(hi);
+                }
+            } else {
+                out.push(hi);
+                out.push(lo);
+            }
+        }
+    };
+    for &(x, y) in points {
+        let c = (((x - x_range.0) / span) * columns as f64).floor().max(0.0) as usize;
+        if c != col {
+            flush(&mut out, lo, hi);
+            col = c;
+            lo = (x, y);
+            hi = (x, y);
+            continue;
+        }
+        if y < lo.1 {
+            lo = (x, y);
+        }
+        if y > hi.1 {
+            hi = (x, y);
+        }
+    }
+    flush(&mut out, lo, hi);
+    out
+}
+
+fn ranges(chart: &Chart) -> ((f64, f64), (f64, f64)) {
+    let pts = chart.series.iter().flat_map(|s| s.points.iter());
+    let (mut x0, mut x1, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, 0.0f64);
+    for &(x, y) in pts {
+        if x.is_finite() && y.is_finite() {
+            x0 = x0.min(x);
+            x1 = x1.max(x);
+            y1 = y1.max(y);
+        }
+    }
+    if !x0.is_finite() {
+        (x0, x1) = (0.0, 1.0);
+    }
+    if chart.log_x {
+        x0 = x0.max(1e-3);
+        x1 = x1.max(x0 * 10.0);
+    } else {
+        x0 = x0.min(0.0);
+    }
+    if x1 <= x0 {
+        x1 = x0 + 1.0;
+    }
+    // Headroom above the highest line for the legend (time charts).
+    let y1 = match (y1 > 0.0, chart.log_x) {
+        (false, _) => 1.0,
+        (true, true) => y1 * 1.05,
+        (true, false) => y1 * 1.35,
+    };
+    ((x0, x1), (0.0, y1))
+}
+
+/// Renders a chart to SVG.
+pub fn render(chart: &Chart) -> Result<Figure, String> {
+    let (xr, yr) = ranges(chart);
+    let mut svg = String::new();
+    let mut decimated = false;
+    let pixels;
+    {
+        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        let mut builder = ChartBuilder::on(&root);
+        builder
+            .caption(&chart.title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(70);
+        let y = yr.0..yr.1;
+        pixels = if chart.log_x {
+            let mut c = builder
+                .build_cartesian_2d((xr.0..xr.1).log_scale(), y)
+                .map_err(|e| e.to_string())?;
+            draw(&mut c, chart, xr, &mut decimated)?
+        } else {
+            let mut c = builder
+                .build_cartesian_2d(xr.0..xr.1, y)
+                .map_err(|e| e.to_string())?;
+            draw(&mut c, chart, xr, &mut decimated)?
+        };
+        root.present().map_err(|e| e.to_string())?;
+    }
+    Ok(Figure {
+        id: chart.id.clone(),
+        title: chart.title.clone(),
+        svg,
+        x_range: xr,
+        y_range: yr,
+        pixels,
+        y_scale: chart.y_scale,
+        log_x: chart.log_x,
+        decimated,
+    })
+}
+
+fn draw<'a, X>(
+    c: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, RangedCoordf64>>,
+    chart: &Chart,
+    xr: (f64, f64),
+    decimated: &mut bool,
+) -> Result<(i32, i32, i32, i32), String>
+where
+    X: Ranged<ValueType = f64> + plotters::coord::ranged1d::ValueFormatter<f64>,
+{
+    c.configure_mesh()
+        .x_desc(&chart.x_desc)
+        .y_desc(&chart.y_desc)
+        .light_line_style(RGBColor(235, 235, 235))
+        .draw()
+        .map_err(|e| e.to_string())?;
+    let (px, py) = c.plotting_area().get_pixel_range();
+    let columns = (px.end - px.start).max(1) as usize;
+    let mut any_legend = false;
+    for s in &chart.series {
+        let pts = decimate(&s.points, columns, xr);
+        if pts.len() < s.points.len() {
+            *decimated = true;
+        }
+        let col = color(s.color);
+        let style = ShapeStyle::from(&col).stroke_width(s.stroke.width());
+        let anno = if s.stroke == Stroke::Dashed {
+            c.draw_series(DashedLineSeries::new(pts, 6, 4, style))
+                .map_err(|e| e.to_string())?
+        } else {
+            c.draw_series(LineSeries::new(pts, style))
+                .map_err(|e| e.to_string())?
+        };
+        if s.legend {
+            any_legend = true;
+            let w = s.stroke.width();
+            anno.label(s.name.clone()).legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], col.stroke_width(w))
+            });
+        }
+    }
+    if any_legend {
+        c.configure_series_labels()
+            .position(if chart.log_x {
+                SeriesLabelPosition::LowerRight
+            } else {
+                SeriesLabelPosition::UpperRight
+            })
+            .background_style(WHITE.mix(0.85))
+            .border_style(RGBColor(180, 180, 180))
+            .draw()
+            .map_err(|e| e.to_string())?;
+    }
+    Ok((px.start, px.end, py.start, py.end))
+}
+
+/// The SI unit and divisor for a rate whose largest value is `max` (bit/s or packets/s).
+pub fn rate_unit(max: f64, unit: &str) -> (String, f64) {
+    let (prefix, div) = if max >= 1e9 {
+        ("G", 1e9)
+    } else if max >= 1e6 {
+        ("M", 1e6)
+    } else if max >= 1e3 {
+        ("k", 1e3)
+    } else {
+        ("", 1.0)
+    };
+    (format!("{prefix}{unit}"), div)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decimation_keeps_extremes_per_column() {
+        let pts: Vec<(f64, f64)> = (0..1000).map(|i| (i as f64, (i % 10) as f64)).collect();
+        let d = decimate(&pts, 10, (0.0, 1000.0));
+        assert!(d.len() <= 20, "{}", d.len());
+        assert!(d.iter().any(|p| p.1 == 9.0) && d.iter().any(|p| p.1 == 0.0));
+        // x stays in order.
+        assert!(d.windows(2).all(|w| w[0].0 <= w[1].0));
+        // Short series are left alone.
+        assert_eq!(decimate(&pts[..15], 10, (0.0, 15.0)), pts[..15].to_vec());
+    }
+
+    #[test]
+    fn units_follow_the_largest_value() {
+        assert_eq!(rate_unit(2.5e9, "bit/s"), ("Gbit/s".to_string(), 1e9));
+        assert_eq!(rate_unit(900.0, "pkt/s"), ("pkt/s".to_string(), 1.0));
+        assert_eq!(rate_unit(1.2e6, "pkt/s").1, 1e6);
+    }
+
+    #[test]
+    fn a_chart_renders_with_its_scale() {
+        let c = Chart {
+            id: "t".into(),
+            title: "test".into(),
+            x_desc: "time (s)".into(),
+            y_desc: "Gbit/s".into(),
+            y_scale: 1e9,
+            log_x: false,
+            series: vec![Series {
+                name: "sum".into(),
+                points: vec![(1.0, 2.0), (2.0, 4.0)],
+                stroke: Stroke::Thick,
+                color: 0,
+                legend: true,
+            }],
+        };
+        let f = render(&c).unwrap();
+        assert!(f.svg.starts_with("<svg") && f.svg.contains("polyline"));
+        assert!(f.svg.contains("Gbit/s") && f.svg.contains("time (s)"));
+        assert_eq!(f.x_range.0, 0.0);
+        assert!(f.y_range.1 > 4.0);
+        let (l, r, t, b) = f.pixels;
+        assert!(l < r && t < b);
+    }
+}

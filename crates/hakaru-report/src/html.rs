@@ -1,0 +1,1054 @@
+//! `hakaru report`: one self-contained HTML file with SVG charts of saved results (no
+//! scripts, fonts or fetches: it opens offline and mails as one attachment).
+//!
+//! Each input gets a section: a header (test, date, hosts, environment), its headline figures
+//! in large type, its charts, and the full text summary. Several inputs of the same kind are
+//! also overlaid on shared axes first (before/after comparisons). Every chart's `<figure>`
+//! carries the scale that maps its pixels back to values (`data-*` attributes).
+
+use std::fmt::Write;
+
+use hakaru_model::plan::PlanResult;
+use hakaru_model::{
+    FlowDir, IntervalRecord, LatencyStats, QuickResult, RunResult, TestSpec, UdpMode,
+    SCHEMA_VERSION,
+};
+
+use crate::charts::{self, Chart, Figure, Series, Stroke};
+use crate::View;
+
+/// What a results file holds.
+#[derive(Debug, Clone)]
+pub enum Content {
+    /// One test (`hakaru tcp|udp|pps|latency|connect --json`).
+    Run(Box<RunResult>),
+    /// `hakaru quick --json`.
+    Quick(Box<QuickResult>),
+    /// `hakaru plan run --json`.
+    Plan(Box<PlanResult>),
+}
+
+/// One input of a report: a label (the file name) and its result.
+#[derive(Debug, Clone)]
+pub struct Input {
+    /// Shown in headings and legends.
+    pub label: String,
+    /// The result.
+    pub content: Content,
+}
+
+impl Input {
+    /// An input from a result in memory.
+    pub fn run(label: String, r: RunResult) -> Input {
+        Input {
+            label,
+            content: Content::Run(Box::new(r)),
+        }
+    }
+
+    /// Reads a result document (`--json` of a test, `quick` or `plan run`); the error names
+    /// what is wrong with it.
+    pub fn parse(label: &str, text: &str) -> Result<Input, String> {
+        let v: serde_json::Value = serde_json::from_str(text).map_err(|e| {
+            if e.is_eof() {
+                format!("{label}: the JSON ends early (a truncated file?): {e}")
+            } else {
+                format!("{label}: not JSON: {e}")
+            }
+        })?;
+        let Some(obj) = v.as_object() else {
+            return Err(format!("{label}: not a hakaru result (not a JSON object)"));
+        };
+        let Some(test) = obj.get("test").and_then(|t| t.as_str()).map(str::to_string) else {
+            return Err(format!(
+                "{label}: not a hakaru result (no \"test\" field; write one with --json or -o FILE)"
+            ));
+        };
+        match obj.get("schema_version").and_then(|s| s.as_u64()) {
+            Some(s) if s == u64::from(SCHEMA_VERSION) => {}
+            Some(s) => {
+                return Err(format!(
+                    "{label}: schema_version {s} is not one this hakaru reads ({SCHEMA_VERSION})"
+                ))
+            }
+            None => return Err(format!("{label}: not a hakaru result (no schema_version)")),
+        }
+        let bad =
+            |e: serde_json::Error| format!("{label}: a {test} result that does not parse: {e}");
+        let test = test.as_str();
+        let content = match test {
+            "quick" => Content::Quick(Box::new(serde_json::from_value(v).map_err(bad)?)),
+            "plan" => Content::Plan(Box::new(serde_json::from_value(v).map_err(bad)?)),
+            _ => {
+                let r: RunResult = serde_json::from_value(v).map_err(bad)?;
+                if r.intervals.is_empty()
+                    && r.totals.is_empty()
+                    && r.latency.is_none()
+                    && r.connect.is_none()
+                    && r.raw.is_none()
+                {
+                    return Err(format!(
+                        "{label}: an empty result (no intervals, totals or figures)"
+                    ));
+                }
+                Content::Run(Box::new(r))
+            }
+        };
+        Ok(Input {
+            label: label.to_string(),
+            content,
+        })
+    }
+}
+
+/// Escapes text for HTML.
+pub fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// An interval's value as a step: flat from its start to its end.
+fn step(rec: &IntervalRecord, v: f64) -> [(f64, f64); 2] {
+    [(rec.start, v), (rec.end, v)]
+}
+
+/// Interval length in seconds (never zero).
+fn secs(rec: &IntervalRecord) -> f64 {
+    (rec.end - rec.start).max(1e-9)
+}
+
+fn dir_words(d: FlowDir) -> &'static str {
+    match d {
+        FlowDir::Up => "client -> server",
+        FlowDir::Down => "server -> client",
+    }
+}
+
+/// The charts of one test result; `p` prefixes their ids.
+pub fn run_charts(p: &str, r: &RunResult) -> Vec<Chart> {
+    match &r.spec {
+        TestSpec::Tcp(_) | TestSpec::Udp(_) => bulk_charts(p, r),
+        TestSpec::Latency(_) => latency_charts(p, r),
+        TestSpec::Connect(_) => connect_charts(p, r),
+        TestSpec::Raw(_) => raw_charts(p, r),
+    }
+}
+
+fn is_pps(r: &RunResult) -> bool {
+    matches!(&r.spec, TestSpec::Udp(u) if u.mode == UdpMode::Pps)
+}
+
+fn dirs(r: &RunResult) -> Vec<FlowDir> {
+    let mut d: Vec<FlowDir> = r.totals.iter().map(|t| t.dir).collect();
+    if d.is_empty() {
+        for rec in &r.intervals {
+            for s in &rec.sums {
+                if !d.contains(&s.dir) {
+                    d.push(s.dir);
+                }
+            }
+        }
+    }
+    d
+}
+
+/// Scales every series of `c` by the unit its largest value asks for.
+fn scale_rates(c: &mut Chart, unit: &str, what: &str) {
+    let max = c
+        .series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.1))
+        .fold(0.0f64, f64::max);
+    let (u, div) = charts::rate_unit(max, unit);
+    for s in &mut c.series {
+        for p in &mut s.points {
+            p.1 /= div;
+        }
+    }
+    c.y_desc = format!("{what} ({u})");
+    c.y_scale = div;
+}
+
+fn bulk_charts(p: &str, r: &RunResult) -> Vec<Chart> {
+    let pps = is_pps(r);
+    let udp = matches!(r.spec, TestSpec::Udp(_));
+    let mut out = Vec::new();
+    for dir in dirs(r) {
+        let d = dir.label();
+        let mut series = Vec::new();
+        let flow_ids: Vec<u32> = r
+            .flows
+            .iter()
+            .filter(|f| f.dir == dir)
+            .map(|f| f.id)
+            .collect();
+        for (k, id) in flow_ids.iter().enumerate() {
+            let pts: Vec<(f64, f64)> = r
+                .intervals
+                .iter()
+                .filter_map(|rec| {
+                    let f = rec.flows.iter().find(|f| f.id == *id && f.dir == dir)?;
+                    let v = if pps {
+                        f.udp.map(|u| u.datagrams as f64 / secs(rec))?
+                    } else {
+                        f.receiver_bps?.0
+                    };
+                    Some(step(rec, v))
+                })
+                .flatten()
+                .collect();
+            series.push(Series {
+                name: format!("flow {id}"),
+                points: pts,
+                stroke: Stroke::Thin,
+                color: 2 + k,
+                legend: false,
+            });
+        }
+        let sum = |rx: bool| -> Vec<(f64, f64)> {
+            r.intervals
+                .iter()
+                .filter_map(|rec| {
+                    let s = rec.sums.iter().find(|s| s.dir == dir)?;
+                    let v = match (pps, rx) {
+                        (true, true) => s.udp.map(|u| u.datagrams as f64 / secs(rec))?,
+                        (true, false) => s.sender_datagrams? as f64 / secs(rec),
+                        (false, true) => s.receiver_bps?.0,
+                        (false, false) => s.sender_bps?.0,
+                    };
+                    Some(step(rec, v))
+                })
+                .flatten()
+                .collect()
+        };
+        series.push(Series {
+            name: "received, all flows".into(),
+            points: sum(true),
+            stroke: Stroke::Thick,
+            color: 0,
+            legend: true,
+        });
+        series.push(Series {
+            name: "sent, all flows".into(),
+            points: sum(false),
+            stroke: Stroke::Dashed,
+            color: 1,
+            legend: true,
+        });
+        // The interfaces each end saw, on the same axis: the receiver's rx is the wire truth.
+        for (end, pick, rx, color) in [
+            ("server", true, true, 3usize),
+            ("server", true, false, 4),
+            ("client", false, true, 5),
+            ("client", false, false, 6),
+        ] {
+            let pts: Vec<(f64, f64)> = r
+                .intervals
+                .iter()
+                .filter_map(|rec| {
+                    let n = if pick { rec.server_nic } else { rec.client_nic }?;
+                    let v = match (pps, rx) {
+                        (true, true) => n.rx_packets as f64,
+                        (true, false) => n.tx_packets as f64,
+                        (false, true) => n.rx_bytes as f64 * 8.0,
+                        (false, false) => n.tx_bytes as f64 * 8.0,
+                    };
+                    Some(step(rec, v / secs(rec)))
+                })
+                .flatten()
+                .collect();
+            // Only the end that receives this direction (rx) and the one that sends it (tx).
+            let relevant = match dir {
+                FlowDir::Up => (pick && rx) || (!pick && !rx),
+                FlowDir::Down => (!pick && rx) || (pick && !rx),
+            };
+            if relevant && !pts.is_empty() {
+                series.push(Series {
+                    name: format!("{end} NIC {}", if rx { "rx" } else { "tx" }),
+                    points: pts,
+                    stroke: Stroke::Medium,
+                    color,
+                    legend: true,
+                });
+            }
+        }
+        let mut c = Chart {
+            id: format!("{p}-rate-{d}"),
+            title: format!(
+                "{}: {} over time ({} flow(s); receiver per flow thin, sum thick, sender dashed)",
+                dir_words(dir),
+                if pps { "packet rate" } else { "rate" },
+                flow_ids.len()
+            ),
+            x_desc: "time (s)".into(),
+            y_desc: String::new(),
+            y_scale: 1.0,
+            log_x: false,
+            series,
+        };
+        scale_rates(
+            &mut c,
+            if pps { "pkt/s" } else { "bit/s" },
+            if pps { "packets" } else { "rate" },
+        );
+        out.push(c);
+        // The second pane: retransmits (TCP) or loss and jitter (UDP).
+        if udp {
+            let loss: Vec<(f64, f64)> = r
+                .intervals
+                .iter()
+                .filter_map(|rec| {
+                    let u = rec.sums.iter().find(|s| s.dir == dir)?.udp?;
+                    let expected = u.lost + u.datagrams.saturating_sub(u.duplicates);
+                    let pct = if expected > 0 {
+                        u.lost as f64 * 100.0 / expected as f64
+                    } else {
+                        0.0
+                    };
+                    Some(step(rec, pct))
+                })
+                .flatten()
+                .collect();
+            let jitter: Vec<(f64, f64)> = r
+                .intervals
+                .iter()
+                .filter_map(|rec| {
+                    let u = rec.sums.iter().find(|s| s.dir == dir)?.udp?;
+                    Some(step(rec, u.jitter_ms?))
+                })
+                .flatten()
+                .collect();
+            out.push(single(
+                format!("{p}-loss-{d}"),
+                format!("{}: loss per interval", dir_words(dir)),
+                "lost (%)",
+                "loss",
+                loss,
+            ));
+            if !jitter.is_empty() {
+                out.push(single(
+                    format!("{p}-jitter-{d}"),
+                    format!("{}: jitter per interval", dir_words(dir)),
+                    "jitter (ms)",
+                    "jitter",
+                    jitter,
+                ));
+            }
+        } else {
+            let retr: Vec<(f64, f64)> = r
+                .intervals
+                .iter()
+                .filter_map(|rec| {
+                    let s = rec.sums.iter().find(|s| s.dir == dir)?;
+                    Some(step(rec, s.retransmits? as f64))
+                })
+                .flatten()
+                .collect();
+            out.push(single(
+                format!("{p}-retr-{d}"),
+                format!(
+                    "{}: TCP retransmits per interval (all flows)",
+                    dir_words(dir)
+                ),
+                "retransmits",
+                "retransmits",
+                retr,
+            ));
+        }
+    }
+    out
+}
+
+/// A chart with one thick series.
+fn single(id: String, title: String, y: &str, name: &str, points: Vec<(f64, f64)>) -> Chart {
+    Chart {
+        id,
+        title,
+        x_desc: "time (s)".into(),
+        y_desc: y.into(),
+        y_scale: 1.0,
+        log_x: false,
+        series: vec![Series {
+            name: name.into(),
+            points,
+            stroke: Stroke::Thick,
+            color: 0,
+            legend: false,
+        }],
+    }
+}
+
+/// Cumulative fraction (%) against microseconds from a distribution's percentiles.
+fn cdf_from_stats(s: &LatencyStats) -> Vec<(f64, f64)> {
+    let mut v = vec![
+        (s.min_us, 0.0),
+        (s.p50_us, 50.0),
+        (s.p90_us, 90.0),
+        (s.p99_us, 99.0),
+        (s.p999_us, 99.9),
+        (s.p9999_us, 99.99),
+        (s.max_us, 100.0),
+    ];
+    v.retain(|p| p.0 > 0.0);
+    v
+}
+
+fn latency_charts(p: &str, r: &RunResult) -> Vec<Chart> {
+    let mut out = Vec::new();
+    let pick = |f: fn(&LatencyStats) -> f64| -> Vec<(f64, f64)> {
+        r.intervals
+            .iter()
+            .filter(|rec| !rec.omitted)
+            .filter_map(|rec| Some(step(rec, f(&rec.latency.as_ref()?.rtt))))
+            .flatten()
+            .collect()
+    };
+    let series = |name: &str, pts, stroke, color| Series {
+        name: name.into(),
+        points: pts,
+        stroke,
+        color,
+        legend: true,
+    };
+    out.push(Chart {
+        id: format!("{p}-rtt"),
+        title: "round trip per interval: p50, p99 and max".into(),
+        x_desc: "time (s)".into(),
+        y_desc: "round trip (us)".into(),
+        y_scale: 1.0,
+        log_x: false,
+        series: vec![
+            series("p50", pick(|s| s.p50_us), Stroke::Thick, 0),
+            series("p99", pick(|s| s.p99_us), Stroke::Medium, 1),
+            series("max", pick(|s| s.max_us), Stroke::Thin, 3),
+        ],
+    });
+    let Some(l) = &r.latency else {
+        return out;
+    };
+    let mut cdf = vec![series(
+        "round trip",
+        if l.histogram.is_empty() {
+            cdf_from_stats(&l.rtt)
+        } else {
+            hist_cdf(&l.histogram)
+        },
+        Stroke::Thick,
+        0,
+    )];
+    if let Some(u) = &l.under_load {
+        cdf = vec![
+            series("idle", cdf_from_stats(&u.idle_rtt), Stroke::Thick, 2),
+            series(
+                "under load",
+                cdf_from_stats(&u.loaded_rtt),
+                Stroke::Thick,
+                3,
+            ),
+        ];
+    }
+    out.push(Chart {
+        id: format!("{p}-cdf"),
+        title: if l.under_load.is_some() {
+            "round-trip distribution, idle and under load (cumulative, log axis)".into()
+        } else {
+            "round-trip distribution (cumulative, log axis)".into()
+        },
+        x_desc: "round trip (us, log)".into(),
+        y_desc: "requests at or below (%)".into(),
+        y_scale: 1.0,
+        log_x: true,
+        series: cdf,
+    });
+    if !l.histogram.is_empty() {
+        let pts = l
+            .histogram
+            .iter()
+            .filter(|b| b.le_us > 0.0)
+            .map(|b| (b.le_us, b.count as f64))
+            .collect();
+        out.push(Chart {
+            id: format!("{p}-hist"),
+            title: "round-trip histogram (count per bucket, log axis)".into(),
+            x_desc: "round trip (us, log)".into(),
+            y_desc: "round trips".into(),
+            y_scale: 1.0,
+            log_x: true,
+            series: vec![series("count", pts, Stroke::Thick, 0)],
+        });
+    }
+    out
+}
+
+fn hist_cdf(h: &[hakaru_model::HistogramBucket]) -> Vec<(f64, f64)> {
+    let total: u64 = h.iter().map(|b| b.count).sum::<u64>().max(1);
+    let mut below = 0u64;
+    h.iter()
+        .filter(|b| b.le_us > 0.0)
+        .map(|b| {
+            below += b.count;
+            (b.le_us, below as f64 * 100.0 / total as f64)
+        })
+        .collect()
+}
+
+fn connect_charts(p: &str, r: &RunResult) -> Vec<Chart> {
+    let pts = r
+        .intervals
+        .iter()
+        .filter_map(|rec| Some(step(rec, rec.connect.as_ref()?.connections_per_second)))
+        .flatten()
+        .collect();
+    let mut out = vec![single(
+        format!("{p}-cps"),
+        "connections per second per interval".into(),
+        "connections/s",
+        "connections/s",
+        pts,
+    )];
+    if let Some(c) = &r.connect {
+        out.push(Chart {
+            id: format!("{p}-connect-cdf"),
+            title: "connect and transaction time (cumulative, log axis)".into(),
+            x_desc: "time (us, log)".into(),
+            y_desc: "connections at or below (%)".into(),
+            y_scale: 1.0,
+            log_x: true,
+            series: vec![
+                Series {
+                    name: "connect".into(),
+                    points: cdf_from_stats(&c.connect_time),
+                    stroke: Stroke::Thick,
+                    color: 0,
+                    legend: true,
+                },
+                Series {
+                    name: "transaction".into(),
+                    points: cdf_from_stats(&c.transaction_time),
+                    stroke: Stroke::Thick,
+                    color: 1,
+                    legend: true,
+                },
+            ],
+        });
+    }
+    out
+}
+
+fn raw_charts(p: &str, r: &RunResult) -> Vec<Chart> {
+    let pts = r
+        .intervals
+        .iter()
+        .filter_map(|rec| {
+            let s = rec.sums.first()?;
+            Some(step(rec, s.receiver_bps.or(s.sender_bps)?.0))
+        })
+        .flatten()
+        .collect();
+    let mut c = single(
+        format!("{p}-rate"),
+        "rate over time".into(),
+        "",
+        "rate",
+        pts,
+    );
+    scale_rates(&mut c, "bit/s", "rate");
+    vec![c]
+}
+
+/// Per receiver and direction of each plan step: each sender's rate stacked, the total, and
+/// the receiver interface's rx rate (the truth line).
+pub fn plan_charts(p: &str, plan: &PlanResult) -> Vec<Chart> {
+    let mut out = Vec::new();
+    for step in &plan.steps {
+        let mut keys: Vec<(String, FlowDir)> = Vec::new();
+        for row in &step.timeline {
+            for t in &row.receivers {
+                if !keys.contains(&(t.receiver.clone(), t.dir)) {
+                    keys.push((t.receiver.clone(), t.dir));
+                }
+            }
+        }
+        for (recv, dir) in keys {
+            let pps = step
+                .timeline
+                .iter()
+                .flat_map(|r| r.receivers.iter())
+                .any(|t| t.receiver == recv && t.dir == dir && t.pps.is_some())
+                && step.kind == "pps";
+            let mut senders: Vec<String> = Vec::new();
+            for row in &step.timeline {
+                for rt in row
+                    .runs
+                    .iter()
+                    .filter(|rt| rt.receiver == recv && rt.dir == dir)
+                {
+                    if !senders.contains(&rt.sender) {
+                        senders.push(rt.sender.clone());
+                    }
+                }
+            }
+            let mut series = Vec::new();
+            for k in 0..senders.len() {
+                let pts = step
+                    .timeline
+                    .iter()
+                    .flat_map(|row| {
+                        let v: f64 = row
+                            .runs
+                            .iter()
+                            .filter(|rt| {
+                                rt.receiver == recv
+                                    && rt.dir == dir
+                                    && senders[..=k].contains(&rt.sender)
+                            })
+                            .map(|rt| if pps { rt.pps.unwrap_or(0.0) } else { rt.bps })
+                            .sum();
+                        [(row.start, v), (row.end, v)]
+                    })
+                    .collect();
+                series.push(Series {
+                    name: if k == 0 {
+                        senders[0].clone()
+                    } else {
+                        format!("+ {}", senders[k])
+                    },
+                    points: pts,
+                    stroke: Stroke::Thin,
+                    color: 2 + k,
+                    legend: senders.len() <= 12,
+                });
+            }
+            let tick = |f: &dyn Fn(&hakaru_model::plan::ReceiverTick) -> Option<f64>| {
+                step.timeline
+                    .iter()
+                    .filter_map(|row| {
+                        let t = row
+                            .receivers
+                            .iter()
+                            .find(|t| t.receiver == recv && t.dir == dir)?;
+                        let v = f(t)?;
+                        Some([(row.start, v), (row.end, v)])
+                    })
+                    .flatten()
+                    .collect::<Vec<_>>()
+            };
+            series.push(Series {
+                name: "total received".into(),
+                points: tick(&|t| if pps { t.pps } else { Some(t.bps) }),
+                stroke: Stroke::Thick,
+                color: 0,
+                legend: true,
+            });
+            let nic = tick(&|t| if pps { t.nic_rx_pps } else { t.nic_rx_bps });
+            if !nic.is_empty() {
+                series.push(Series {
+                    name: format!("{recv} NIC rx"),
+                    points: nic,
+                    stroke: Stroke::Dashed,
+                    color: 1,
+                    legend: true,
+                });
+            }
+            let mut c = Chart {
+                id: format!("{p}-step{}-{}-{}", step.index, slug(&recv), dir.label()),
+                title: format!(
+                    "step {} ({}): into {recv}, {}: senders stacked, total, NIC truth",
+                    step.index,
+                    step.name,
+                    dir_words(dir)
+                ),
+                x_desc: "time since the release (s)".into(),
+                y_desc: String::new(),
+                y_scale: 1.0,
+                log_x: false,
+                series,
+            };
+            scale_rates(
+                &mut c,
+                if pps { "pkt/s" } else { "bit/s" },
+                if pps { "packets" } else { "rate" },
+            );
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn slug(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect()
+}
+
+/// The overlay charts for several inputs of one kind: each input's headline series on shared
+/// axes, labelled with the input's name.
+fn overlay_charts(inputs: &[Input]) -> Vec<Chart> {
+    let runs: Vec<(&str, &RunResult)> = inputs
+        .iter()
+        .filter_map(|i| match &i.content {
+            Content::Run(r) => Some((i.label.as_str(), r.as_ref())),
+            _ => None,
+        })
+        .collect();
+    if runs.len() < 2 {
+        return Vec::new();
+    }
+    let kind = |r: &RunResult| crate::csv::test_name(&r.spec);
+    let k0 = kind(runs[0].1);
+    if runs.iter().any(|(_, r)| kind(r) != k0) {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    match &runs[0].1.spec {
+        TestSpec::Latency(_) => out.push(Chart {
+            id: "overlay-cdf".into(),
+            title: "round-trip distribution of each input (cumulative, log axis)".into(),
+            x_desc: "round trip (us, log)".into(),
+            y_desc: "requests at or below (%)".into(),
+            y_scale: 1.0,
+            log_x: true,
+            series: runs
+                .iter()
+                .enumerate()
+                .filter_map(|(i, (label, r))| {
+                    Some(Series {
+                        name: label.to_string(),
+                        points: cdf_from_stats(&r.latency.as_ref()?.rtt),
+                        stroke: Stroke::Thick,
+                        color: i,
+                        legend: true,
+                    })
+                })
+                .collect(),
+        }),
+        TestSpec::Connect(_) => out.push(Chart {
+            id: "overlay-cps".into(),
+            title: "connections per second of each input".into(),
+            x_desc: "time (s)".into(),
+            y_desc: "connections/s".into(),
+            y_scale: 1.0,
+            log_x: false,
+            series: runs
+                .iter()
+                .enumerate()
+                .map(|(i, (label, r))| Series {
+                    name: label.to_string(),
+                    points: r
+                        .intervals
+                        .iter()
+                        .filter_map(|rec| {
+                            Some(step(rec, rec.connect.as_ref()?.connections_per_second))
+                        })
+                        .flatten()
+                        .collect(),
+                    stroke: Stroke::Thick,
+                    color: i,
+                    legend: true,
+                })
+                .collect(),
+        }),
+        _ => {
+            let pps = is_pps(runs[0].1);
+            for dir in [FlowDir::Up, FlowDir::Down] {
+                let series: Vec<Series> = runs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (label, r))| Series {
+                        name: label.to_string(),
+                        points: r
+                            .intervals
+                            .iter()
+                            .filter_map(|rec| {
+                                let s = rec.sums.iter().find(|s| s.dir == dir)?;
+                                let v = if pps {
+                                    s.udp.map(|u| u.datagrams as f64 / secs(rec))?
+                                } else {
+                                    s.receiver_bps?.0
+                                };
+                                Some(step(rec, v))
+                            })
+                            .flatten()
+                            .collect(),
+                        stroke: Stroke::Thick,
+                        color: i,
+                        legend: true,
+                    })
+                    .filter(|s| !s.points.is_empty())
+                    .collect();
+                if series.is_empty() {
+                    continue;
+                }
+                let mut c = Chart {
+                    id: format!("overlay-{}", dir.label()),
+                    title: format!("{}: received by each input", dir_words(dir)),
+                    x_desc: "time (s)".into(),
+                    y_desc: String::new(),
+                    y_scale: 1.0,
+                    log_x: false,
+                    series,
+                };
+                scale_rates(
+                    &mut c,
+                    if pps { "pkt/s" } else { "bit/s" },
+                    if pps { "packets" } else { "rate" },
+                );
+                out.push(c);
+            }
+        }
+    }
+    out
+}
+
+/// Every chart of a report, in page order, with the section each belongs to (`None`: the
+/// overlay at the top).
+pub fn all_charts(inputs: &[Input]) -> Vec<(Option<usize>, Chart)> {
+    let mut v: Vec<(Option<usize>, Chart)> = overlay_charts(inputs)
+        .into_iter()
+        .map(|c| (None, c))
+        .collect();
+    for (i, input) in inputs.iter().enumerate() {
+        let p = format!("r{}", i + 1);
+        let charts = match &input.content {
+            Content::Run(r) => run_charts(&p, r),
+            Content::Quick(q) => q
+                .results
+                .iter()
+                .enumerate()
+                .filter_map(|(k, r)| Some((k, r.as_ref()?)))
+                .flat_map(|(k, r)| run_charts(&format!("{p}-t{}", k + 1), r))
+                .collect(),
+            Content::Plan(pl) => plan_charts(&p, pl),
+        };
+        v.extend(charts.into_iter().map(|c| (Some(i), c)));
+    }
+    v
+}
+
+/// Renders every chart as a standalone SVG document (`--svg DIR`): (file stem, SVG).
+pub fn svgs(inputs: &[Input]) -> Result<Vec<(String, String)>, String> {
+    all_charts(inputs)
+        .iter()
+        .map(|(_, c)| charts::render(c).map(|f| (f.id.clone(), f.svg)))
+        .collect()
+}
+
+fn figure_html(f: &Figure) -> String {
+    let (l, r, t, b) = f.pixels;
+    // The chart draws its own title; the caption carries what the picture cannot say.
+    let note = if f.decimated {
+        "<span class=\"note\">Long series are drawn with the lowest and highest value of each pixel column.</span>"
+    } else {
+        ""
+    };
+    format!(
+        "<figure id=\"{}\" data-x-range=\"{} {}\" data-y-range=\"{} {}\" data-y-scale=\"{}\" data-pixels=\"{l} {r} {t} {b}\" data-log-x=\"{}\"><figcaption title=\"{}\">{note}</figcaption>\n{}\n</figure>\n",
+        esc(&f.id),
+        f.x_range.0,
+        f.x_range.1,
+        f.y_range.0,
+        f.y_range.1,
+        f.y_scale,
+        f.log_x,
+        esc(&f.title),
+        f.svg
+    )
+}
+
+const STYLE: &str = "body{font-family:sans-serif;margin:2em auto;max-width:1000px;color:#222}\
+h1{font-size:1.6em}h2{font-size:1.3em;border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:2em}\
+.meta{color:#555;font-size:.9em}.headline{font-size:1.8em;font-weight:bold;margin:.4em 0}\
+.headline span{display:block}figure{margin:1.2em 0}figcaption{font-size:.9em;color:#444}\
+.note{color:#777}pre{font-size:.75em;background:#f6f6f6;padding:.6em;overflow-x:auto}\
+table{border-collapse:collapse;font-size:.9em}td,th{border:1px solid #ccc;padding:.2em .5em}";
+
+fn headline_lines(r: &RunResult) -> Vec<String> {
+    let text = crate::text::summary(
+        r,
+        &View {
+            summary_only: true,
+            wide: true,
+            per_flow: false,
+        },
+    );
+    // The closing headline lines are the ones that do not start a table row.
+    text.lines()
+        .filter(|l| !l.starts_with('[') && !l.trim().is_empty() && !l.starts_with(' '))
+        .map(str::to_string)
+        .collect()
+}
+
+fn run_section(html: &mut String, label: &str, r: &RunResult, figures: &[Figure]) {
+    let _ = writeln!(html, "<section><h2>{}: {}</h2>", esc(label), esc(&r.test));
+    let header = crate::text::header(&r.spec, &r.server, r.embedded_server);
+    let _ = writeln!(
+        html,
+        "<p class=\"meta\">{}<br>started {} &middot; {} &rarr; {} &middot; hakaru {}</p>",
+        esc(header.trim()),
+        esc(&r.started_at),
+        esc(&r.local_address),
+        esc(&r.remote_address),
+        esc(&r.tool_version)
+    );
+    html.push_str("<div class=\"headline\">");
+    for l in headline_lines(r) {
+        let _ = write!(html, "<span>{}</span>", esc(&l));
+    }
+    html.push_str("</div>\n");
+    let cpu = |name: &str, e: &hakaru_model::EndResult| {
+        e.cpu
+            .as_ref()
+            .map_or(format!("{name} CPU not reported"), |c| {
+                format!("{name} CPU {:.1} % busy of {} CPUs", c.busy_pct, c.cpus)
+            })
+    };
+    let _ = writeln!(
+        html,
+        "<p class=\"meta\">{} &middot; {} &middot; client {} {} ({} CPUs) &middot; server {} {}</p>",
+        esc(&cpu("client", &r.client)),
+        esc(&cpu("server", &r.server_end)),
+        esc(&r.client.env.os),
+        esc(&r.client.env.kernel),
+        r.client.env.cpus,
+        esc(&r.server_end.env.os),
+        esc(&r.server_end.env.kernel),
+    );
+    for f in figures {
+        html.push_str(&figure_html(f));
+    }
+    let full = crate::text::summary(
+        r,
+        &View {
+            wide: true,
+            ..View::default()
+        },
+    );
+    let _ = writeln!(
+        html,
+        "<details><summary>full summary</summary><pre>{}</pre></details></section>",
+        esc(&full)
+    );
+}
+
+/// The whole report: one HTML document.
+pub fn report(inputs: &[Input]) -> Result<String, String> {
+    if inputs.is_empty() {
+        return Err("no results to report".into());
+    }
+    let charts = all_charts(inputs);
+    let mut figs: Vec<(Option<usize>, Figure)> = Vec::with_capacity(charts.len());
+    for (sec, c) in &charts {
+        figs.push((*sec, charts::render(c)?));
+    }
+    let mut html = String::with_capacity(64 << 10);
+    let _ = writeln!(
+        html,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>hakaru report</title><style>{STYLE}</style></head><body>"
+    );
+    let _ = writeln!(
+        html,
+        "<h1>hakaru report</h1><p class=\"meta\">{} result(s): {}. Charts are SVG; the page loads nothing else.</p>",
+        inputs.len(),
+        esc(&inputs.iter().map(|i| i.label.as_str()).collect::<Vec<_>>().join(", "))
+    );
+    let overlay: Vec<&Figure> = figs
+        .iter()
+        .filter(|(s, _)| s.is_none())
+        .map(|(_, f)| f)
+        .collect();
+    if !overlay.is_empty() {
+        html.push_str("<section><h2>All inputs on shared axes</h2>\n");
+        for f in overlay {
+            html.push_str(&figure_html(f));
+        }
+        html.push_str("</section>\n");
+    }
+    for (i, input) in inputs.iter().enumerate() {
+        let mine: Vec<Figure> = figs
+            .iter()
+            .filter(|(s, _)| *s == Some(i))
+            .map(|(_, f)| f.clone())
+            .collect();
+        match &input.content {
+            Content::Run(r) => run_section(&mut html, &input.label, r, &mine),
+            Content::Quick(q) => {
+                let _ = writeln!(
+                    html,
+                    "<section><h2>{}: quick</h2><p class=\"meta\">server {}</p><table><tr><th>test</th><th>result</th><th>command</th></tr>",
+                    esc(&input.label),
+                    esc(&q.server)
+                );
+                for l in &q.lines {
+                    let _ = writeln!(
+                        html,
+                        "<tr><td>{}</td><td>{}</td><td><code>{}</code></td></tr>",
+                        esc(&l.what),
+                        esc(l.error.as_deref().unwrap_or(&l.headline)),
+                        esc(&l.command)
+                    );
+                }
+                html.push_str("</table>\n");
+                for f in &mine {
+                    html.push_str(&figure_html(f));
+                }
+                html.push_str("</section>\n");
+            }
+            Content::Plan(p) => {
+                let _ = writeln!(
+                    html,
+                    "<section><h2>{}: plan {}</h2><p class=\"meta\">started {} &middot; {} host(s), {} step(s)</p>",
+                    esc(&input.label),
+                    esc(&p.plan),
+                    esc(&p.started_at),
+                    p.hosts.len(),
+                    p.steps.len()
+                );
+                for f in &mine {
+                    html.push_str(&figure_html(f));
+                }
+                let _ = writeln!(
+                    html,
+                    "<details><summary>full summary</summary><pre>{}</pre></details></section>",
+                    esc(&crate::plan_text::summary(p))
+                );
+            }
+        }
+    }
+    html.push_str("</body></html>\n");
+    Ok(html)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_inputs_are_named() {
+        assert!(Input::parse("a.json", "{\"test\": \"tcp\"")
+            .unwrap_err()
+            .contains("truncated"));
+        assert!(Input::parse("a.json", "[1, 2]")
+            .unwrap_err()
+            .contains("not a JSON object"));
+        assert!(Input::parse("a.json", "{\"x\": 1}")
+            .unwrap_err()
+            .contains("no \"test\""));
+        let e = Input::parse("a.json", "{\"test\": \"tcp\", \"schema_version\": 99}").unwrap_err();
+        assert!(e.contains("schema_version 99"), "{e}");
+        let e = Input::parse("a.json", "{\"test\": \"tcp\", \"schema_version\": 1}").unwrap_err();
+        assert!(e.contains("does not parse"), "{e}");
+        assert!(Input::parse("a.json", "garbage")
+            .unwrap_err()
+            .contains("not JSON"));
+    }
+
+    #[test]
+    fn html_is_escaped() {
+        assert_eq!(
+            esc("<a href=\"x\">&</a>"),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&lt;/a&gt;"
+        );
+    }
+}
