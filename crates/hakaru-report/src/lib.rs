@@ -2,6 +2,7 @@
 //! each returns text and never prints.
 
 pub mod charts;
+pub mod compare;
 pub mod connect_text;
 pub mod csv;
 pub mod html;

@@ -103,16 +103,36 @@ pub struct OutputFiles {
 impl OutputFiles {
     /// Writes the files asked for; each is written whole or not at all.
     pub fn write(&self, r: &hakaru_model::RunResult) -> anyhow::Result<()> {
+        self.write_content(
+            || hakaru_report::json::render(r),
+            || hakaru_report::html::Content::Run(Box::new(r.clone())),
+        )
+    }
+
+    /// The same for a `quick` result.
+    pub fn write_quick(&self, q: &hakaru_model::QuickResult) -> anyhow::Result<()> {
+        self.write_content(
+            || serde_json::to_string_pretty(q).unwrap_or_default() + "\n",
+            || hakaru_report::html::Content::Quick(Box::new(q.clone())),
+        )
+    }
+
+    fn write_content(
+        &self,
+        json: impl FnOnce() -> String,
+        content: impl FnOnce() -> hakaru_report::html::Content,
+    ) -> anyhow::Result<()> {
         if let Some(path) = &self.output {
-            write_whole(path, hakaru_report::json::render(r).as_bytes())
+            write_whole(path, json().as_bytes())
                 .with_context(|| format!("-o/--output {}", path.display()))?;
         }
         if let Some(path) = &self.report {
-            let html = hakaru_report::html::report(&[hakaru_report::html::Input::run(
-                path.display().to_string(),
-                r.clone(),
-            )])
-            .map_err(|e| anyhow::anyhow!("--report {}: {e}", path.display()))?;
+            let input = hakaru_report::html::Input {
+                label: path.display().to_string(),
+                content: content(),
+            };
+            let html = hakaru_report::html::report(&[input])
+                .map_err(|e| anyhow::anyhow!("--report {}: {e}", path.display()))?;
             write_whole(path, html.as_bytes())
                 .with_context(|| format!("--report {}", path.display()))?;
         }

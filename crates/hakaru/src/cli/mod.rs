@@ -1,6 +1,7 @@
 //! The command line: one module per subcommand, each owning its `Args` and `run`.
 
 mod common;
+mod compare;
 mod connect;
 mod docs;
 pub mod habits;
@@ -88,6 +89,9 @@ enum Command {
     /// Draw saved results (`--json`, `-o FILE`) as one self-contained HTML file with SVG
     /// charts; several results are overlaid (replaces iperf3 plotters, flent's plots).
     Report(report::Args),
+    /// Compare two saved results metric by metric with a verdict each; exits 1 when any is
+    /// worse than the threshold (a CI gate).
+    Compare(compare::Args),
     /// Print the JSON Schema of `--json` output (or of plan files and plan results).
     Schema(schema::Args),
     /// Print a shell completion script (bash, zsh, fish, powershell, elvish).
@@ -174,6 +178,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Quick(a) => quick::run(*a),
         Command::Schema(a) => schema::run(a),
         Command::Report(a) => report::run(a),
+        Command::Compare(a) => compare::run(a),
         Command::Completions(a) => docs::completions(a),
         Command::Man(a) => docs::man(a),
     }

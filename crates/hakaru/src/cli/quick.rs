@@ -239,6 +239,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         writeln!(o, "{s}")?;
     }
     o.flush()?;
+    drop(o);
+    a.target.files.write_quick(&out)?;
     if let Some(e) = out.lines.iter().find_map(|l| l.error.clone()) {
         anyhow::bail!("a quick test failed: {e}");
     }

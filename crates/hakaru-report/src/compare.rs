@@ -1,0 +1,630 @@
+//! `hakaru compare BASE NEW`: headline metrics side by side with a verdict per row, for CI
+//! gates (docs/compare.md).
+//!
+//! Rates, packet rates, round trips and efficiency are compared by relative change against
+//! `--threshold`; loss in absolute percentage points against `--loss-threshold`. Where both
+//! results have interval samples of a metric, the change is also tested against the
+//! interval-to-interval spread: it is "beyond noise" when it exceeds two standard errors of
+//! the difference of the two means (sqrt(cv_b^2/n_b + cv_n^2/n_n), cv the coefficient of
+//! variation of the intervals, n their count).
+
+use std::fmt::Write;
+
+use hakaru_model::{BitRate, Bytes, FlowDir, RunResult, TestSpec};
+use serde::Serialize;
+
+use crate::html::{Content, Input};
+
+/// Which way is better for a metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Better {
+    /// Larger is better (rates).
+    Higher,
+    /// Smaller is better (latency, loss, retransmits).
+    Lower,
+}
+
+/// A row's verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Better by more than the threshold.
+    Better,
+    /// Worse by more than the threshold.
+    Worse,
+    /// Within the threshold either way.
+    Within,
+}
+
+/// How a metric's change is measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scale {
+    /// Relative to the base value, against `--threshold`.
+    Relative,
+    /// In the metric's own unit (percentage points of loss), against `--loss-threshold`.
+    Absolute,
+}
+
+/// One metric of both results.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// What is measured, with its direction.
+    pub metric: String,
+    /// Unit of `base` and `new`.
+    pub unit: String,
+    /// Which way is better.
+    pub better: Better,
+    /// How the change is judged.
+    pub scale: Scale,
+    /// The base result's value.
+    pub base: f64,
+    /// The new result's value.
+    pub new: f64,
+    /// new - base.
+    pub change: f64,
+    /// (new - base) / base in percent; absent when the base is 0.
+    pub change_percent: Option<f64>,
+    /// The verdict.
+    pub verdict: Verdict,
+    /// Two standard errors of the difference, percent of the base (interval samples of both).
+    pub noise_percent: Option<f64>,
+    /// Whether the change is larger than that noise estimate.
+    pub beyond_noise: Option<bool>,
+}
+
+/// A whole comparison.
+#[derive(Debug, Clone, Serialize)]
+pub struct Comparison {
+    /// The base input's name.
+    pub base: String,
+    /// The new input's name.
+    pub new: String,
+    /// The test kind compared.
+    pub test: String,
+    /// Relative threshold, percent.
+    pub threshold_percent: f64,
+    /// Loss threshold, percentage points.
+    pub loss_threshold_points: f64,
+    /// Spec differences (compared anyway with --force).
+    pub differences: Vec<String>,
+    /// The metrics.
+    pub rows: Vec<Row>,
+    /// Rows worse than their threshold.
+    pub worse: usize,
+}
+
+/// A metric before judging: values and interval samples.
+struct Raw {
+    metric: String,
+    unit: &'static str,
+    better: Better,
+    scale: Scale,
+    base: f64,
+    new: f64,
+    samples: Option<(Vec<f64>, Vec<f64>)>,
+}
+
+/// Mean and coefficient of variation of samples (None under two samples or a zero mean).
+fn spread(v: &[f64]) -> Option<(f64, f64, usize)> {
+    if v.len() < 2 {
+        return None;
+    }
+    let n = v.len() as f64;
+    let mean = v.iter().sum::<f64>() / n;
+    if mean == 0.0 {
+        return None;
+    }
+    let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    Some((mean, var.sqrt() / mean.abs(), v.len()))
+}
+
+/// Two standard errors of the difference of two means, relative (a fraction).
+pub fn noise(base: &[f64], new: &[f64]) -> Option<f64> {
+    let (_, cb, nb) = spread(base)?;
+    let (_, cn, nn) = spread(new)?;
+    Some(2.0 * (cb * cb / nb as f64 + cn * cn / nn as f64).sqrt())
+}
+
+/// The verdict for a change; thresholds are fractions (relative) or units (absolute).
+pub fn verdict(better: Better, scale: Scale, base: f64, new: f64, threshold: f64) -> Verdict {
+    let change = match scale {
+        Scale::Absolute => new - base,
+        Scale::Relative if base != 0.0 => (new - base) / base.abs(),
+        // From zero: any rise of a lower-is-better metric is worse, any of a higher one better.
+        Scale::Relative if new == 0.0 => 0.0,
+        Scale::Relative => f64::INFINITY * new.signum(),
+    };
+    let signed = match better {
+        Better::Higher => change,
+        Better::Lower => -change,
+    };
+    if signed < -threshold {
+        Verdict::Worse
+    } else if signed > threshold {
+        Verdict::Better
+    } else {
+        Verdict::Within
+    }
+}
+
+fn interval_series(
+    r: &RunResult,
+    f: &dyn Fn(&hakaru_model::IntervalRecord) -> Option<f64>,
+) -> Vec<f64> {
+    r.intervals
+        .iter()
+        .filter(|rec| !rec.omitted && rec.end - rec.start > 0.5 * r.spec.interval().secs_f64())
+        .filter_map(f)
+        .collect()
+}
+
+fn run_metrics(b: &RunResult, n: &RunResult) -> Vec<Raw> {
+    let mut v = Vec::new();
+    let both = |f: &dyn Fn(&RunResult) -> Option<f64>| Some((f(b)?, f(n)?));
+    let mut push = |metric: String,
+                    unit: &'static str,
+                    better: Better,
+                    scale: Scale,
+                    vals: Option<(f64, f64)>,
+                    samples: Option<(Vec<f64>, Vec<f64>)>| {
+        if let Some((base, new)) = vals {
+            v.push(Raw {
+                metric,
+                unit,
+                better,
+                scale,
+                base,
+                new,
+                samples,
+            });
+        }
+    };
+    match &b.spec {
+        TestSpec::Latency(_) => {
+            type Pick = fn(&hakaru_model::LatencyStats) -> f64;
+            let picks: [(&str, Pick); 5] = [
+                ("RTT p50", |s| s.p50_us),
+                ("RTT p90", |s| s.p90_us),
+                ("RTT p99", |s| s.p99_us),
+                ("RTT p99.9", |s| s.p999_us),
+                ("RTT mean", |s| s.mean_us),
+            ];
+            for (name, f) in picks {
+                let samples = (name == "RTT p50").then(|| {
+                    let s = |r: &RunResult| {
+                        interval_series(r, &|rec| Some(rec.latency.as_ref()?.rtt.p50_us))
+                    };
+                    (s(b), s(n))
+                });
+                push(
+                    name.into(),
+                    "us",
+                    Better::Lower,
+                    Scale::Relative,
+                    both(&|r| Some(f(&r.latency.as_ref()?.rtt))),
+                    samples,
+                );
+            }
+            let s = |r: &RunResult| {
+                interval_series(r, &|rec| {
+                    let l = rec.latency.as_ref()?;
+                    Some(l.replies as f64 / (rec.end - rec.start).max(1e-9))
+                })
+            };
+            push(
+                "transactions/s".into(),
+                "1/s",
+                Better::Higher,
+                Scale::Relative,
+                both(&|r| Some(r.latency.as_ref()?.transactions_per_second)),
+                Some((s(b), s(n))),
+            );
+        }
+        TestSpec::Connect(_) => {
+            let s = |r: &RunResult| {
+                interval_series(r, &|rec| Some(rec.connect.as_ref()?.connections_per_second))
+            };
+            push(
+                "connections/s".into(),
+                "1/s",
+                Better::Higher,
+                Scale::Relative,
+                both(&|r| Some(r.connect.as_ref()?.connections_per_second)),
+                Some((s(b), s(n))),
+            );
+            push(
+                "connect time p50".into(),
+                "us",
+                Better::Lower,
+                Scale::Relative,
+                both(&|r| Some(r.connect.as_ref()?.connect_time.p50_us)),
+                None,
+            );
+            push(
+                "connect time p99".into(),
+                "us",
+                Better::Lower,
+                Scale::Relative,
+                both(&|r| Some(r.connect.as_ref()?.connect_time.p99_us)),
+                None,
+            );
+        }
+        _ => {
+            for dir in [FlowDir::Up, FlowDir::Down] {
+                let tot = |r: &RunResult| r.totals.iter().find(|t| t.dir == dir).cloned();
+                let (Some(_), Some(_)) = (tot(b), tot(n)) else {
+                    continue;
+                };
+                let d = match dir {
+                    FlowDir::Up => "client -> server",
+                    FlowDir::Down => "server -> client",
+                };
+                let rate_s = |r: &RunResult| {
+                    interval_series(r, &|rec| {
+                        Some(rec.sums.iter().find(|s| s.dir == dir)?.receiver_bps?.0)
+                    })
+                };
+                push(
+                    format!("{d} received"),
+                    "bit/s",
+                    Better::Higher,
+                    Scale::Relative,
+                    both(&|r| Some(tot(r)?.receiver.bits_per_second.0)),
+                    Some((rate_s(b), rate_s(n))),
+                );
+                if tot(b).and_then(|t| t.udp).is_some() {
+                    let pps_s = |r: &RunResult| {
+                        interval_series(r, &|rec| {
+                            let u = rec.sums.iter().find(|s| s.dir == dir)?.udp?;
+                            Some(u.datagrams as f64 / (rec.end - rec.start).max(1e-9))
+                        })
+                    };
+                    push(
+                        format!("{d} packets received"),
+                        "pkt/s",
+                        Better::Higher,
+                        Scale::Relative,
+                        both(&|r| Some(tot(r)?.udp?.received_pps)),
+                        Some((pps_s(b), pps_s(n))),
+                    );
+                    push(
+                        format!("{d} loss"),
+                        "%",
+                        Better::Lower,
+                        Scale::Absolute,
+                        both(&|r| Some(tot(r)?.udp?.lost_percent)),
+                        None,
+                    );
+                    push(
+                        format!("{d} jitter"),
+                        "ms",
+                        Better::Lower,
+                        Scale::Relative,
+                        both(&|r| tot(r)?.udp?.jitter_ms),
+                        None,
+                    );
+                } else {
+                    push(
+                        format!("{d} retransmits"),
+                        "count",
+                        Better::Lower,
+                        Scale::Relative,
+                        both(&|r| Some(tot(r)?.retransmits as f64)),
+                        None,
+                    );
+                }
+            }
+            for (end, pick) in [("client", true), ("server", false)] {
+                push(
+                    format!("{end} bytes per CPU-second"),
+                    "B/CPU-s",
+                    Better::Higher,
+                    Scale::Relative,
+                    both(&|r| {
+                        if pick {
+                            r.client.bytes_per_cpu_second
+                        } else {
+                            r.server_end.bytes_per_cpu_second
+                        }
+                    }),
+                    None,
+                );
+            }
+        }
+    }
+    v
+}
+
+fn test_name(c: &Content) -> String {
+    match c {
+        Content::Run(r) => crate::csv::test_name(&r.spec).to_string(),
+        Content::Quick(_) => "quick".into(),
+        Content::Plan(_) => "plan".into(),
+    }
+}
+
+/// The spec fields that differ, as "name: base vs new".
+fn spec_differences(b: &Content, n: &Content) -> Vec<String> {
+    let (Content::Run(b), Content::Run(n)) = (b, n) else {
+        return Vec::new();
+    };
+    let (Ok(serde_json::Value::Object(bs)), Ok(serde_json::Value::Object(ns))) =
+        (serde_json::to_value(&b.spec), serde_json::to_value(&n.spec))
+    else {
+        return Vec::new();
+    };
+    let flat = |m: &serde_json::Map<String, serde_json::Value>| {
+        // Specs are {"kind": {fields}} or flat objects; compare the innermost fields.
+        let inner = if m.len() == 1 {
+            m.values().next().and_then(|v| v.as_object()).cloned()
+        } else {
+            None
+        };
+        inner.unwrap_or_else(|| m.clone())
+    };
+    let (bs, ns) = (flat(&bs), flat(&ns));
+    let mut keys: Vec<&String> = bs.keys().chain(ns.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .filter(|k| bs.get(*k) != ns.get(*k))
+        .map(|k| {
+            let show =
+                |v: Option<&serde_json::Value>| v.map_or("(none)".to_string(), |v| v.to_string());
+            format!("{k}: {} vs {}", show(bs.get(k)), show(ns.get(k)))
+        })
+        .collect()
+}
+
+/// Compares two results. Different kinds are refused; different specs are refused unless
+/// `force` (then listed). Thresholds: `threshold` a fraction, `loss_points` percentage points.
+pub fn compare(
+    base: &Input,
+    new: &Input,
+    threshold: f64,
+    loss_points: f64,
+    force: bool,
+) -> Result<Comparison, String> {
+    let (tb, tn) = (test_name(&base.content), test_name(&new.content));
+    if tb != tn {
+        return Err(format!(
+            "{} is a {tb} result and {} a {tn} result: compare results of one kind",
+            base.label, new.label
+        ));
+    }
+    let differences = spec_differences(&base.content, &new.content);
+    if !differences.is_empty() && !force {
+        return Err(format!(
+            "the two {tb} tests were not run the same way ({}); --force compares them anyway",
+            differences.join("; ")
+        ));
+    }
+    let raws = match (&base.content, &new.content) {
+        (Content::Run(b), Content::Run(n)) => run_metrics(b, n),
+        (Content::Quick(b), Content::Quick(n)) => {
+            let mut v = Vec::new();
+            for (lb, ln) in b.lines.iter().zip(&n.lines) {
+                if lb.what != ln.what || lb.error.is_some() || ln.error.is_some() {
+                    continue;
+                }
+                let (unit, better) = match lb.unit.as_str() {
+                    "us" => ("us", Better::Lower),
+                    "datagrams/s" => ("pkt/s", Better::Higher),
+                    _ => ("bit/s", Better::Higher),
+                };
+                v.push(Raw {
+                    metric: lb.what.clone(),
+                    unit,
+                    better,
+                    scale: Scale::Relative,
+                    base: lb.value,
+                    new: ln.value,
+                    samples: None,
+                });
+            }
+            v
+        }
+        _ => {
+            return Err(
+                "compare takes test results (tcp, udp, pps, latency, connect) and quick results; plan results are compared per run: write each run with -o".into(),
+            )
+        }
+    };
+    if raws.is_empty() {
+        return Err(format!(
+            "{} and {} share no headline metric to compare",
+            base.label, new.label
+        ));
+    }
+    let rows: Vec<Row> = raws
+        .into_iter()
+        .map(|m| {
+            let t = match m.scale {
+                Scale::Relative => threshold,
+                Scale::Absolute => loss_points,
+            };
+            let noise_frac = m.samples.as_ref().and_then(|(a, b)| noise(a, b));
+            let change_percent = (m.base != 0.0).then(|| (m.new - m.base) / m.base.abs() * 100.0);
+            Row {
+                verdict: verdict(m.better, m.scale, m.base, m.new, t),
+                beyond_noise: noise_frac
+                    .zip(change_percent)
+                    .map(|(nf, c)| c.abs() > nf * 100.0),
+                noise_percent: noise_frac.map(|f| f * 100.0),
+                change: m.new - m.base,
+                change_percent,
+                metric: m.metric,
+                unit: m.unit.to_string(),
+                better: m.better,
+                scale: m.scale,
+                base: m.base,
+                new: m.new,
+            }
+        })
+        .collect();
+    let worse = rows.iter().filter(|r| r.verdict == Verdict::Worse).count();
+    Ok(Comparison {
+        base: base.label.clone(),
+        new: new.label.clone(),
+        test: tb,
+        threshold_percent: threshold * 100.0,
+        loss_threshold_points: loss_points,
+        differences,
+        rows,
+        worse,
+    })
+}
+
+fn value(v: f64, unit: &str) -> String {
+    match unit {
+        "bit/s" => BitRate(v).to_string(),
+        "B/CPU-s" => format!("{}/CPU-s", Bytes(v.max(0.0) as u64)),
+        "pkt/s" | "1/s" => format!("{v:.0}{}", if unit == "pkt/s" { " pkt/s" } else { "/s" }),
+        "us" => format!("{v:.1} us"),
+        "ms" => format!("{v:.3} ms"),
+        "%" => format!("{v:.3} %"),
+        _ => format!("{v:.0}"),
+    }
+}
+
+fn change_words(r: &Row) -> String {
+    match (r.scale, r.change_percent) {
+        (Scale::Absolute, _) => format!("{:+.3} pp", r.change),
+        (_, Some(p)) => format!("{p:+.1} %"),
+        (_, None) if r.change == 0.0 => "0".into(),
+        (_, None) => "from 0".into(),
+    }
+}
+
+fn verdict_words(r: &Row) -> String {
+    let v = match r.verdict {
+        Verdict::Better => "better",
+        Verdict::Worse => "WORSE",
+        Verdict::Within => "within threshold",
+    };
+    match r.beyond_noise {
+        Some(true) if r.verdict != Verdict::Within => format!("{v} (beyond noise)"),
+        Some(false) if r.verdict != Verdict::Within => format!("{v} (within noise)"),
+        _ => v.to_string(),
+    }
+}
+
+/// A text table.
+pub fn text(c: &Comparison) -> String {
+    let mut s = format!(
+        "compare {}: base {} -> new {} (threshold {:.1} %, loss {:.2} pp)\n",
+        c.test, c.base, c.new, c.threshold_percent, c.loss_threshold_points
+    );
+    for d in &c.differences {
+        let _ = writeln!(s, "  differs (--force): {d}");
+    }
+    let _ = writeln!(
+        s,
+        "{:<34} {:>14} {:>14} {:>10}  verdict",
+        "metric", "base", "new", "change"
+    );
+    for r in &c.rows {
+        let _ = writeln!(
+            s,
+            "{:<34} {:>14} {:>14} {:>10}  {}",
+            r.metric,
+            value(r.base, &r.unit),
+            value(r.new, &r.unit),
+            change_words(r),
+            verdict_words(r)
+        );
+    }
+    let _ = writeln!(
+        s,
+        "{}: {} of {} metrics worse than the threshold",
+        if c.worse > 0 { "FAIL" } else { "ok" },
+        c.worse,
+        c.rows.len()
+    );
+    s
+}
+
+/// A Markdown table (for pull-request comments).
+pub fn markdown(c: &Comparison) -> String {
+    let mut s = format!(
+        "**hakaru compare {}**: `{}` → `{}` (threshold {:.1} %, loss {:.2} pp)\n\n",
+        c.test, c.base, c.new, c.threshold_percent, c.loss_threshold_points
+    );
+    for d in &c.differences {
+        let _ = writeln!(s, "- differs (--force): {d}");
+    }
+    if !c.differences.is_empty() {
+        s.push('\n');
+    }
+    s.push_str("| metric | base | new | change | verdict |\n|---|---:|---:|---:|---|\n");
+    for r in &c.rows {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} |",
+            r.metric,
+            value(r.base, &r.unit),
+            value(r.new, &r.unit),
+            change_words(r),
+            verdict_words(r)
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\n{} of {} metrics worse than the threshold.",
+        c.worse,
+        c.rows.len()
+    );
+    s
+}
+
+/// One JSON document.
+pub fn json(c: &Comparison) -> String {
+    let mut s =
+        serde_json::to_string_pretty(c).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+    s.push('\n');
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdicts_follow_direction_and_threshold() {
+        use Better::*;
+        use Scale::*;
+        // 5 % threshold on a rate.
+        assert_eq!(verdict(Higher, Relative, 100.0, 94.0, 0.05), Verdict::Worse);
+        assert_eq!(
+            verdict(Higher, Relative, 100.0, 96.0, 0.05),
+            Verdict::Within
+        );
+        assert_eq!(
+            verdict(Higher, Relative, 100.0, 106.0, 0.05),
+            Verdict::Better
+        );
+        // Latency: lower is better.
+        assert_eq!(verdict(Lower, Relative, 100.0, 106.0, 0.05), Verdict::Worse);
+        assert_eq!(verdict(Lower, Relative, 100.0, 90.0, 0.05), Verdict::Better);
+        // Loss in percentage points.
+        assert_eq!(verdict(Lower, Absolute, 0.0, 0.05, 0.1), Verdict::Within);
+        assert_eq!(verdict(Lower, Absolute, 0.0, 0.5, 0.1), Verdict::Worse);
+        // From zero.
+        assert_eq!(verdict(Lower, Relative, 0.0, 3.0, 0.05), Verdict::Worse);
+        assert_eq!(verdict(Lower, Relative, 0.0, 0.0, 0.05), Verdict::Within);
+    }
+
+    #[test]
+    fn noise_is_two_standard_errors_of_the_difference() {
+        // Constant samples: no noise.
+        assert_eq!(noise(&[5.0, 5.0, 5.0], &[5.0, 5.0]), Some(0.0));
+        // cv 0.1 each with 4 samples: 2 * sqrt(0.01/4 + 0.01/4) = 0.1414...
+        let a = [0.9, 1.1, 0.9, 1.1];
+        let cv = spread(&a).unwrap().1;
+        let n = noise(&a, &a).unwrap();
+        assert!((n - 2.0 * (2.0 * cv * cv / 4.0).sqrt()).abs() < 1e-12);
+        assert_eq!(noise(&[1.0], &a), None);
+    }
+}
