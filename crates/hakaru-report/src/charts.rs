@@ -31,6 +31,18 @@ impl Stroke {
             Stroke::Dashed | Stroke::Medium => 2,
         }
     }
+
+    /// Each kind of series line has its own opacity, so a reader of the SVG can tell series
+    /// lines from grid lines (opaque or faint) and legend samples (opaque): thin 0.85,
+    /// thick 0.95, dashed 0.9, medium 0.8.
+    pub fn opacity(self) -> f64 {
+        match self {
+            Stroke::Thin => 0.85,
+            Stroke::Thick => 0.95,
+            Stroke::Dashed => 0.9,
+            Stroke::Medium => 0.8,
+        }
+    }
 }
 
 /// One line of a chart.
@@ -250,7 +262,7 @@ where
             *decimated = true;
         }
         let col = color(s.color);
-        let style = ShapeStyle::from(&col).stroke_width(s.stroke.width());
+        let style = ShapeStyle::from(&col.mix(s.stroke.opacity())).stroke_width(s.stroke.width());
         let anno = if s.stroke == Stroke::Dashed {
             c.draw_series(DashedLineSeries::new(pts, 6, 4, style))
                 .map_err(|e| e.to_string())?

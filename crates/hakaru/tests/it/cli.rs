@@ -116,6 +116,13 @@ fn exit_codes_over_every_subcommand() {
         (&["plan", "run", "/nonexistent/plan.toml"], "plan.toml"),
         (&["schema", "nosuchkind"], "nosuchkind"),
         (&["completions", "tcsh"], "tcsh"),
+        (&["report", "/nonexistent/r.json"], "cannot read"),
+        (
+            &["compare", "/nonexistent/a.json", "/nonexistent/b.json"],
+            "cannot read",
+        ),
+        (&["compare", "a", "b", "--threshold", "lots"], "--threshold"),
+        (&["tcp", "--format", "xml"], "xml"),
         (
             &["tcp", "127.0.0.1:5201", "-p", "5202"],
             "give the port once",

@@ -18,6 +18,7 @@ mod netns_plan;
 mod netns_udp;
 mod nic;
 mod plan;
+mod report;
 mod schema;
 mod sink;
 mod sockperf;
