@@ -7,7 +7,6 @@
 //! maximum of each column are kept, so peaks and dips survive) and the figure says so.
 
 use plotters::coord::ranged1d::Ranged;
-use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 /// How a series is drawn.
@@ -75,6 +74,8 @@ pub struct Chart {
     pub y_scale: f64,
     /// Logarithmic x axis (latency CDFs).
     pub log_x: bool,
+    /// Logarithmic y axis (round trips over time, where the max dwarfs the median).
+    pub log_y: bool,
     /// The lines.
     pub series: Vec<Series>,
 }
@@ -98,6 +99,8 @@ pub struct Figure {
     pub y_scale: f64,
     /// Logarithmic x axis.
     pub log_x: bool,
+    /// Logarithmic y axis.
+    pub log_y: bool,
     /// True when some series had more points than pixel columns and were decimated.
     pub decimated: bool,
 }
@@ -168,11 +171,15 @@ pub fn decimate(points: &[(f64, f64)], columns: usize, x_range: (f64, f64)) -> V
 fn ranges(chart: &Chart) -> ((f64, f64), (f64, f64)) {
     let pts = chart.series.iter().flat_map(|s| s.points.iter());
     let (mut x0, mut x1, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, 0.0f64);
+    let mut y_min_pos = f64::INFINITY;
     for &(x, y) in pts {
         if x.is_finite() && y.is_finite() {
             x0 = x0.min(x);
             x1 = x1.max(x);
             y1 = y1.max(y);
+            if y > 0.0 {
+                y_min_pos = y_min_pos.min(y);
+            }
         }
     }
     if !x0.is_finite() {
@@ -188,6 +195,15 @@ fn ranges(chart: &Chart) -> ((f64, f64), (f64, f64)) {
         x1 = x0 + 1.0;
     }
     // Headroom above the highest line for the legend (time charts).
+    if chart.log_y {
+        let lo = if y_min_pos.is_finite() {
+            y_min_pos * 0.8
+        } else {
+            1.0
+        };
+        let hi = (y1 * 3.0).max(lo * 10.0);
+        return ((x0, x1), (lo, hi));
+    }
     let y1 = match (y1 > 0.0, chart.log_x) {
         (false, _) => 1.0,
         (true, true) => y1 * 1.05,
@@ -211,17 +227,27 @@ pub fn render(chart: &Chart) -> Result<Figure, String> {
             .margin(12)
             .x_label_area_size(40)
             .y_label_area_size(70);
-        let y = yr.0..yr.1;
-        pixels = if chart.log_x {
-            let mut c = builder
-                .build_cartesian_2d((xr.0..xr.1).log_scale(), y)
-                .map_err(|e| e.to_string())?;
-            draw(&mut c, chart, xr, &mut decimated)?
-        } else {
-            let mut c = builder
-                .build_cartesian_2d(xr.0..xr.1, y)
-                .map_err(|e| e.to_string())?;
-            draw(&mut c, chart, xr, &mut decimated)?
+        let (x, y) = (xr.0..xr.1, yr.0..yr.1);
+        let err = |e: plotters::drawing::DrawingAreaErrorKind<_>| e.to_string();
+        pixels = match (chart.log_x, chart.log_y) {
+            (true, false) => {
+                let mut c = builder.build_cartesian_2d(x.log_scale(), y).map_err(err)?;
+                draw(&mut c, chart, xr, &mut decimated)?
+            }
+            (false, true) => {
+                let mut c = builder.build_cartesian_2d(x, y.log_scale()).map_err(err)?;
+                draw(&mut c, chart, xr, &mut decimated)?
+            }
+            (true, true) => {
+                let mut c = builder
+                    .build_cartesian_2d(x.log_scale(), y.log_scale())
+                    .map_err(err)?;
+                draw(&mut c, chart, xr, &mut decimated)?
+            }
+            (false, false) => {
+                let mut c = builder.build_cartesian_2d(x, y).map_err(err)?;
+                draw(&mut c, chart, xr, &mut decimated)?
+            }
         };
         root.present().map_err(|e| e.to_string())?;
     }
@@ -234,18 +260,20 @@ pub fn render(chart: &Chart) -> Result<Figure, String> {
         pixels,
         y_scale: chart.y_scale,
         log_x: chart.log_x,
+        log_y: chart.log_y,
         decimated,
     })
 }
 
-fn draw<'a, X>(
-    c: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, RangedCoordf64>>,
+fn draw<'a, X, Y>(
+    c: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, Y>>,
     chart: &Chart,
     xr: (f64, f64),
     decimated: &mut bool,
 ) -> Result<(i32, i32, i32, i32), String>
 where
     X: Ranged<ValueType = f64> + plotters::coord::ranged1d::ValueFormatter<f64>,
+    Y: Ranged<ValueType = f64> + plotters::coord::ranged1d::ValueFormatter<f64>,
 {
     c.configure_mesh()
         .x_desc(&chart.x_desc)
@@ -339,6 +367,7 @@ mod tests {
             y_desc: "Gbit/s".into(),
             y_scale: 1e9,
             log_x: false,
+            log_y: false,
             series: vec![Series {
                 name: "sum".into(),
                 points: vec![(1.0, 2.0), (2.0, 4.0)],

@@ -286,6 +286,7 @@ fn bulk_charts(p: &str, r: &RunResult) -> Vec<Chart> {
             y_desc: String::new(),
             y_scale: 1.0,
             log_x: false,
+            log_y: false,
             series,
         };
         scale_rates(
@@ -370,6 +371,7 @@ fn single(id: String, title: String, y: &str, name: &str, points: Vec<(f64, f64)
         y_desc: y.into(),
         y_scale: 1.0,
         log_x: false,
+        log_y: false,
         series: vec![Series {
             name: name.into(),
             points,
@@ -414,11 +416,12 @@ fn latency_charts(p: &str, r: &RunResult) -> Vec<Chart> {
     };
     out.push(Chart {
         id: format!("{p}-rtt"),
-        title: "round trip per interval: p50, p99 and max".into(),
+        title: "round trip per interval: p50, p99 and max (log axis)".into(),
         x_desc: "time (s)".into(),
-        y_desc: "round trip (us)".into(),
+        y_desc: "round trip (us, log)".into(),
         y_scale: 1.0,
         log_x: false,
+        log_y: true,
         series: vec![
             series("p50", pick(|s| s.p50_us), Stroke::Thick, 0),
             series("p99", pick(|s| s.p99_us), Stroke::Medium, 1),
@@ -460,6 +463,7 @@ fn latency_charts(p: &str, r: &RunResult) -> Vec<Chart> {
         y_desc: "requests at or below (%)".into(),
         y_scale: 1.0,
         log_x: true,
+        log_y: false,
         series: cdf,
     });
     if !l.histogram.is_empty() {
@@ -476,6 +480,7 @@ fn latency_charts(p: &str, r: &RunResult) -> Vec<Chart> {
             y_desc: "round trips".into(),
             y_scale: 1.0,
             log_x: true,
+            log_y: false,
             series: vec![series("count", pts, Stroke::Thick, 0)],
         });
     }
@@ -516,6 +521,7 @@ fn connect_charts(p: &str, r: &RunResult) -> Vec<Chart> {
             y_desc: "connections at or below (%)".into(),
             y_scale: 1.0,
             log_x: true,
+            log_y: false,
             series: vec![
                 Series {
                     name: "connect".into(),
@@ -664,6 +670,7 @@ pub fn plan_charts(p: &str, plan: &PlanResult) -> Vec<Chart> {
                 y_desc: String::new(),
                 y_scale: 1.0,
                 log_x: false,
+                log_y: false,
                 series,
             };
             scale_rates(
@@ -710,6 +717,7 @@ fn overlay_charts(inputs: &[Input]) -> Vec<Chart> {
             y_desc: "requests at or below (%)".into(),
             y_scale: 1.0,
             log_x: true,
+            log_y: false,
             series: runs
                 .iter()
                 .enumerate()
@@ -731,6 +739,7 @@ fn overlay_charts(inputs: &[Input]) -> Vec<Chart> {
             y_desc: "connections/s".into(),
             y_scale: 1.0,
             log_x: false,
+            log_y: false,
             series: runs
                 .iter()
                 .enumerate()
@@ -788,6 +797,7 @@ fn overlay_charts(inputs: &[Input]) -> Vec<Chart> {
                     y_desc: String::new(),
                     y_scale: 1.0,
                     log_x: false,
+                    log_y: false,
                     series,
                 };
                 scale_rates(
@@ -844,7 +854,7 @@ fn figure_html(f: &Figure) -> String {
         ""
     };
     format!(
-        "<figure id=\"{}\" data-x-range=\"{} {}\" data-y-range=\"{} {}\" data-y-scale=\"{}\" data-pixels=\"{l} {r} {t} {b}\" data-log-x=\"{}\"><figcaption title=\"{}\">{note}</figcaption>\n{}\n</figure>\n",
+        "<figure id=\"{}\" data-x-range=\"{} {}\" data-y-range=\"{} {}\" data-y-scale=\"{}\" data-pixels=\"{l} {r} {t} {b}\" data-log-x=\"{}\" data-log-y=\"{}\"><figcaption title=\"{}\">{note}</figcaption>\n{}\n</figure>\n",
         esc(&f.id),
         f.x_range.0,
         f.x_range.1,
@@ -852,6 +862,7 @@ fn figure_html(f: &Figure) -> String {
         f.y_range.1,
         f.y_scale,
         f.log_x,
+        f.log_y,
         esc(&f.title),
         f.svg
     )
