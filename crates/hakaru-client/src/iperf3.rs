@@ -138,6 +138,8 @@ fn params_for(spec: &TestSpec) -> Result<Params, ClientError> {
             p.tos = t.tos.map(u32::from);
             p.congestion = t.congestion.clone();
             p.zerocopy = t.zerocopy;
+            // iperf3 paces its TCP senders to `bandwidth` per stream, as -b does here.
+            p.bandwidth = t.rate.map(|r| r.0 as u64);
         }
         TestSpec::Udp(u) => {
             p.window = u.window.map(|w| w.0);

@@ -152,7 +152,10 @@ impl SideConfig {
             base: Some(CounterBase::take(iface.as_deref(), spec.udp().is_some())),
             iface,
             payload: Payload::Letters,
-            pace_bps: None,
+            pace_bps: match spec {
+                TestSpec::Tcp(t) => t.rate.map(|r| r.0.round() as u64).filter(|&b| b > 0),
+                _ => None,
+            },
             half_close: true,
             window_at_peer_end: false,
             shares_host: false,
@@ -192,6 +195,11 @@ struct Shared {
     zc: Option<sys::ZeroCopySource>,
     /// Set when the peer has stopped sending: receivers finish once nothing is left to read.
     drain: std::sync::atomic::AtomicBool,
+    /// Paced senders: true when the kernel paces every sending socket too.
+    kernel_paced: bool,
+    /// Most bytes per write: the configured length, or for paced senders about 10 ms of the
+    /// rate, so a flow never runs a whole large write ahead of its schedule.
+    write_cap: usize,
 }
 
 impl std::ops::Deref for Shared {
@@ -234,7 +242,15 @@ impl SideRun {
         };
         let mut streams = Vec::with_capacity(flows.len());
         let mut meta = Vec::with_capacity(flows.len());
+        let mut kernel_paced = cfg.pace_bps.is_some();
         for f in flows {
+            if let (Some(bps), Role::Sender) = (cfg.pace_bps, f.role) {
+                // The kernel spreads each flow's segments over time (no bursts of a whole
+                // write); the sender's own schedule keeps the payload average exact. The
+                // kernel's cap leaves room for headers so it never undercuts the payload rate.
+                let bytes = (bps as f64 / 8.0 * KERNEL_PACING_HEADROOM).ceil() as u64;
+                kernel_paced &= sys::set_max_pacing_rate(f.stream.as_raw_fd(), bytes).is_ok();
+            }
             f.stream
                 .set_nonblocking(true)
                 .map_err(|source| SideError::Socket { flow: f.id, source })?;
@@ -262,6 +278,8 @@ impl SideRun {
             pattern,
             zc,
             drain: std::sync::atomic::AtomicBool::new(false),
+            kernel_paced,
+            write_cap: cfg_write_cap(&core.cfg),
         });
         let probe: TcpProbe = {
             let s = Arc::clone(&shared);
@@ -365,6 +383,18 @@ impl SideRun {
         }
         if s.cfg.zerocopy {
             report.send_mode = "sendfile".into();
+        }
+        if let Some(bps) = s.cfg.pace_bps {
+            report.send_mode = format!(
+                "{}, paced to {} per flow by {}",
+                report.send_mode,
+                hakaru_model::BitRate(bps as f64),
+                if s.kernel_paced {
+                    "the kernel (SO_MAX_PACING_RATE) and the sender"
+                } else {
+                    "the sender alone (the kernel would not pace these sockets)"
+                }
+            );
         }
         if s.cfg.discard && sys::DISCARD_SUPPORTED {
             report.recv_mode = "discard".into();
@@ -528,11 +558,24 @@ fn worker(s: &Shared, mine: Vec<usize>, pin: Option<usize>) {
     }
 }
 
+/// The kernel's pacing cap over the payload rate: room for TCP/IP headers (52 bytes on 1448)
+/// and a little more, so the kernel smooths the flow while the sender's schedule sets its rate.
+const KERNEL_PACING_HEADROOM: f64 = 1.06;
+
+/// Bytes per write for a side: `length`, or about 10 ms of a paced rate (at least 1448 bytes,
+/// one full segment).
+fn cfg_write_cap(cfg: &SideConfig) -> usize {
+    match cfg.pace_bps.filter(|&b| b > 0) {
+        Some(bps) => ((bps / 8 / 100) as usize).clamp(1448, cfg.length.max(1448)),
+        None => cfg.length,
+    }
+}
+
 /// When a paced sender that has sent `sent` bytes may send again; `None` if it may now (or
 /// is not paced). A flow may run one write ahead of its schedule.
 fn paced_until(s: &Shared, sent: u64, now: Instant) -> Option<Instant> {
     let bps = s.cfg.pace_bps.filter(|&b| b > 0)? as f64;
-    let due_s = sent.saturating_sub(s.cfg.length as u64) as f64 * 8.0 / bps;
+    let due_s = sent.saturating_sub(s.write_cap as u64) as f64 * 8.0 / bps;
     let at = s.start + Duration::from_secs_f64(due_s);
     (at > now).then_some(at)
 }
@@ -556,7 +599,7 @@ fn classify(r: io::Result<usize>, role: Role) -> Step {
 }
 
 fn send_step(s: &Shared, i: usize, remaining: Option<u64>) -> Step {
-    let len = remaining.map_or(s.cfg.length, |r| (r.min(s.cfg.length as u64)) as usize);
+    let len = remaining.map_or(s.write_cap, |r| (r.min(s.write_cap as u64)) as usize);
     let stream = &s.streams[i];
     let r = match &s.zc {
         Some(src) => sys::send_zerocopy(stream.as_raw_fd(), src, len),

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::units::{Bytes, Dur};
+use crate::units::{BitRate, Bytes, Dur};
 
 /// Most flows one test may ask for.
 pub const MAX_FLOWS: u32 = 1024;
@@ -128,7 +128,14 @@ pub struct TcpSpec {
     pub server_affinity: Vec<usize>,
     /// Seconds a flow may make no progress before it fails (a peer that stopped reading).
     pub stall_timeout: Dur,
+    /// Each flow's send rate, payload bits per second (`-b`): senders pace to it. Absent:
+    /// as fast as the path allows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<BitRate>,
 }
+
+/// Highest paced TCP rate per flow (`-b`): 400 Gbit/s.
+pub const MAX_TCP_RATE: f64 = 400e9;
 
 /// A spec that violates a limit; the message names the flag.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -153,6 +160,7 @@ impl Default for TcpSpec {
             zerocopy: false,
             server_affinity: Vec::new(),
             stall_timeout: Dur::from_secs(10),
+            rate: None,
         }
     }
 }
@@ -165,6 +173,13 @@ impl TcpSpec {
                 "-P/--parallel must be between 1 and {MAX_FLOWS}, got {}",
                 self.flows
             )));
+        }
+        if let Some(r) = self.rate {
+            if !(r.0.is_finite() && r.0 >= 8.0 && r.0 <= MAX_TCP_RATE) {
+                return Err(SpecError(format!(
+                    "-b/--bitrate must be between 8 bit/s and 400 Gbit/s per flow, got {r}"
+                )));
+            }
         }
         if self.length.0 < MIN_TCP_LENGTH || self.length.0 > MAX_TCP_LENGTH {
             return Err(SpecError(format!(

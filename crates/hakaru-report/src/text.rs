@@ -110,6 +110,9 @@ fn tcp_header(spec: &TcpSpec, server: &str, embedded: bool) -> String {
         spec.flows,
         Bytes(spec.length.0),
     );
+    if let Some(r) = spec.rate {
+        let _ = write!(s, ", paced to {r} per flow");
+    }
     if !spec.omit.is_zero() {
         let _ = write!(s, ", first {} omitted", spec.omit);
     }

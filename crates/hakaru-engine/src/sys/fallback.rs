@@ -70,6 +70,11 @@ pub fn set_busy_poll(_fd: RawFd, _usecs: u32) -> io::Result<()> {
     Err(unsupported("SO_BUSY_POLL (--busy-poll)"))
 }
 
+/// SO_MAX_PACING_RATE: unsupported here (senders pace in the application alone).
+pub fn set_max_pacing_rate(_fd: RawFd, _bytes_per_second: u64) -> io::Result<()> {
+    Err(unsupported("SO_MAX_PACING_RATE"))
+}
+
 /// Thread pinning: unsupported here.
 pub fn pin_current_thread(_cpu: usize) -> io::Result<()> {
     Err(unsupported("pinning a thread to a CPU (-A)"))

@@ -484,6 +484,40 @@ pub fn set_busy_poll(fd: RawFd, usecs: u32) -> io::Result<()> {
     }
 }
 
+/// Sets SO_MAX_PACING_RATE: the kernel paces the socket's sends to `bytes_per_second` (TCP
+/// paces internally without the fq qdisc since Linux 4.13). Rates above 4 GB/s are passed as
+/// 64 bits, which kernels since 4.20 take.
+pub fn set_max_pacing_rate(fd: RawFd, bytes_per_second: u64) -> io::Result<()> {
+    let r = if let Ok(v) = u32::try_from(bytes_per_second) {
+        // SAFETY: v is a valid u32 that outlives the call; the fd is borrowed.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_MAX_PACING_RATE,
+                (&v as *const u32).cast(),
+                std::mem::size_of::<u32>() as libc::socklen_t,
+            )
+        }
+    } else {
+        // SAFETY: as above, with a u64.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_MAX_PACING_RATE,
+                (&bytes_per_second as *const u64).cast(),
+                std::mem::size_of::<u64>() as libc::socklen_t,
+            )
+        }
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Pins the calling thread to CPU `cpu`.
 pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
     let addressable = 8 * mem::size_of::<libc::cpu_set_t>();

@@ -32,6 +32,7 @@
 //!   [`std::io::ErrorKind::Unsupported`].
 //! - [`online_cpus`]: always at least 1.
 //! - [`set_busy_poll`]: SO_BUSY_POLL in microseconds (--busy-poll); `Unsupported` elsewhere.
+//! - [`set_max_pacing_rate`]: SO_MAX_PACING_RATE in bytes per second (tcp -b); `Unsupported` elsewhere.
 //! - [`bind_address_no_port`]: a socket later bound to an address with port 0 gets its local
 //!   port at connect time, unique per 4-tuple, instead of at bind time, unique per address.
 //!   Unsupported: [`std::io::ErrorKind::Unsupported`] (the caller binds as usual).
@@ -111,8 +112,9 @@ pub use poll::{tighten_timer_slack, wait_fd, Interest, PollSet};
 pub use linux::{
     accept_nonblocking, available_congestion, bind_address_no_port, cpu_snapshot, environment,
     interface_for_addr, is_virtual_interface, local_port_range, nic_snapshot, nic_snapshot_all,
-    online_cpus, pin_current_thread, recv_discard, send_zerocopy, set_busy_poll, tcp_defer_accept,
-    tcp_info, tcp_peer_window, tcp_send_queue, ZeroCopySource, DISCARD_SUPPORTED,
+    online_cpus, pin_current_thread, recv_discard, send_zerocopy, set_busy_poll,
+    set_max_pacing_rate, tcp_defer_accept, tcp_info, tcp_peer_window, tcp_send_queue,
+    ZeroCopySource, DISCARD_SUPPORTED,
 };
 
 #[cfg(target_os = "linux")]
@@ -125,8 +127,9 @@ pub use linux_udp::{
 pub use fallback::{
     accept_nonblocking, available_congestion, bind_address_no_port, cpu_snapshot, environment,
     interface_for_addr, is_virtual_interface, local_port_range, nic_snapshot, nic_snapshot_all,
-    online_cpus, pin_current_thread, recv_discard, send_zerocopy, set_busy_poll, tcp_defer_accept,
-    tcp_info, tcp_peer_window, tcp_send_queue, ZeroCopySource, DISCARD_SUPPORTED,
+    online_cpus, pin_current_thread, recv_discard, send_zerocopy, set_busy_poll,
+    set_max_pacing_rate, tcp_defer_accept, tcp_info, tcp_peer_window, tcp_send_queue,
+    ZeroCopySource, DISCARD_SUPPORTED,
 };
 
 #[cfg(not(target_os = "linux"))]
@@ -205,6 +208,7 @@ mod tests {
         same!(pin_current_thread: fn(usize) -> io::Result<()>);
         same!(online_cpus: fn() -> usize);
         same!(set_busy_poll: fn(RawFd, u32) -> io::Result<()>);
+        same!(set_max_pacing_rate: fn(RawFd, u64) -> io::Result<()>);
         same!(local_port_range: fn() -> Option<(u16, u16)>);
         same!(bind_address_no_port: fn(RawFd) -> io::Result<()>);
         same!(tcp_defer_accept: fn(RawFd, u32) -> io::Result<()>);

@@ -271,11 +271,6 @@ fn client_form(args: &[String]) -> Result<Rewrite, HabitError> {
                 flags.push("-M".into());
                 flags.push(value(name, inline, &mut it)?);
             }
-            "-b" | "--bitrate" if !udp => {
-                return Err(HabitError(
-                    "-b without -u: hakaru tcp has no paced rate yet; drop -b for a TCP test, or add -u for UDP at that rate".into(),
-                ));
-            }
             n if SAME_WITH_VALUE.contains(&n) => {
                 flags.push(n.into());
                 flags.push(value(name, inline, &mut it)?);
@@ -384,6 +379,8 @@ mod tests {
         );
         assert_eq!(native("-c h --set-mss 1000 -4"), "hakaru tcp h -M 1000 -4");
         assert_eq!(native("-c h --version6"), "hakaru tcp h -6");
+        // -b without -u paces TCP, as iperf3's does.
+        assert_eq!(native("-c h -b 50M -P 4"), "hakaru tcp h -b 50M -P 4");
         // Unknown flags pass through for the subcommand's own parser to name.
         assert_eq!(native("-c h --frobnicate"), "hakaru tcp h --frobnicate");
     }
@@ -391,7 +388,6 @@ mod tests {
     #[test]
     fn client_form_errors_name_the_problem() {
         assert!(rw("-c").unwrap_err().0.contains("-c needs"));
-        assert!(rw("-c h -b 10M").unwrap_err().0.contains("-b without -u"));
         assert!(rw("-c h -F f").unwrap_err().0.contains("source --stdin"));
         assert!(rw("-c h -s").unwrap_err().0.contains("-s and -c"));
         assert!(rw("-c h --connect-timeout 1s")

@@ -1,6 +1,6 @@
 //! `hakaru tcp`: TCP bulk-transfer throughput.
 
-use hakaru_model::{Bytes, TcpSpec, TestSpec};
+use hakaru_model::{BitRate, Bytes, TcpSpec, TestSpec};
 
 use super::common::{Iperf3Peer, Shape, Target};
 
@@ -32,6 +32,10 @@ pub struct Args {
     /// Senders use sendfile from an in-memory file instead of copying (labelled in the output).
     #[arg(short = 'Z', long)]
     zerocopy: bool,
+    /// Pace each flow to this payload rate (50M, 2.5G): the kernel paces the socket
+    /// (SO_MAX_PACING_RATE) and the sender keeps to the rate on average; the output says which.
+    #[arg(short = 'b', long, value_name = "RATE")]
+    bitrate: Option<BitRate>,
 }
 
 impl Args {
@@ -55,6 +59,7 @@ impl Args {
             zerocopy: self.zerocopy,
             server_affinity: sh.server_affinity(),
             stall_timeout: sh.stall_timeout,
+            rate: self.bitrate.filter(|b| b.0 > 0.0),
         };
         spec.validate()
             .map_err(|e| super::common::UsageError(e.0))?;

@@ -128,7 +128,7 @@ fn exit_codes_over_every_subcommand() {
             "give the port once",
         ),
         (&["tcp", "[::1"], "']'"),
-        (&["-c", "127.0.0.1", "-b", "10M"], "-b without -u"),
+        (&["tcp", "-b", "0.5"], "-b/--bitrate"),
         (&["-s", "-D"], "-D"),
     ];
     for (args, needle) in cases {

@@ -13,6 +13,7 @@ mod netns;
 mod netns_bridge;
 mod netns_latency;
 mod netns_link;
+mod netns_pacing;
 mod netns_partition;
 mod netns_plan;
 mod netns_udp;
