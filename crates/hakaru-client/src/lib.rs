@@ -5,6 +5,7 @@
 //! assembles the [`RunResult`] from both ends' final reports.
 
 mod connect;
+pub mod find_max;
 mod iperf3;
 mod latency;
 mod sockperf;

@@ -7,6 +7,7 @@
 //! [`SCHEMA_VERSION`].
 
 pub mod assemble;
+pub mod capacity;
 pub mod config;
 pub mod connect;
 pub mod latency;

@@ -23,6 +23,11 @@ struct ErrorData<'a> {
     message: &'a str,
 }
 
+/// One event of any kind in the JSON Lines envelope (`--find-max` trials, for example).
+pub fn event<T: Serialize>(kind: &str, data: &T) -> String {
+    line(kind, data)
+}
+
 /// One `{"type": kind, "data": data}` line, newline included.
 pub(crate) fn line<T: Serialize>(kind: &str, data: T) -> String {
     let mut s = serde_json::to_string(&Envelope { kind, data })

@@ -1,6 +1,7 @@
 //! hakaru-report: renderers. Each output format is one module over the model's types;
 //! each returns text and never prints.
 
+pub mod capacity_text;
 pub mod charts;
 pub mod compare;
 pub mod connect_text;

@@ -109,6 +109,22 @@ impl OutputFiles {
         )
     }
 
+    /// The same for a `--find-max` result (JSON only: a report draws test results).
+    pub fn write_find_max(&self, r: &hakaru_model::capacity::FindMaxResult) -> anyhow::Result<()> {
+        if self.report.is_some() {
+            return Err(UsageError(
+                "--report draws test results; write the search with -o FILE instead".into(),
+            )
+            .into());
+        }
+        if let Some(path) = &self.output {
+            let text = serde_json::to_string_pretty(r).unwrap_or_default() + "\n";
+            write_whole(path, text.as_bytes())
+                .with_context(|| format!("-o/--output {}", path.display()))?;
+        }
+        Ok(())
+    }
+
     /// The same for a `quick` result.
     pub fn write_quick(&self, q: &hakaru_model::QuickResult) -> anyhow::Result<()> {
         self.write_content(

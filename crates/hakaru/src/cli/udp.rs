@@ -2,8 +2,8 @@
 //! one spec type, two sets of defaults.
 
 use hakaru_model::{
-    BitRate, Bytes, TestSpec, UdpMode, UdpRate, UdpSpec, DEFAULT_PPS_LENGTH, DEFAULT_UDP_LENGTH_V4,
-    DEFAULT_UDP_LENGTH_V6, MAX_BATCH,
+    BitRate, Bytes, Dur, TestSpec, UdpMode, UdpRate, UdpSpec, DEFAULT_PPS_LENGTH,
+    DEFAULT_UDP_LENGTH_V4, DEFAULT_UDP_LENGTH_V6, MAX_BATCH,
 };
 
 use super::common::{Iperf3Peer, Shape, Target};
@@ -27,6 +27,36 @@ pub struct Common {
     /// Most datagrams per send or receive system call (1 to 64).
     #[arg(long, value_name = "N", default_value_t = MAX_BATCH)]
     batch: u32,
+    #[command(flatten)]
+    search: SearchFlags,
+}
+
+/// `--find-max` and its knobs.
+#[derive(Debug, clap::Args)]
+pub struct SearchFlags {
+    /// Find the highest send rate whose loss stays within --loss: a ramp (doubling) to the
+    /// first miss, then a binary search to --precision, the best rate repeated to confirm it;
+    /// each trial is a test of its own with a warm-up (-O, default 0.5 s). At most 44 trials.
+    #[arg(long, conflicts_with_all = ["time", "bytes", "blocks", "iperf3", "sync_start"])]
+    find_max: bool,
+    /// --find-max: most loss a rate may have, percent (0.1%, 0.5).
+    #[arg(long, value_name = "PERCENT", default_value = "0.1%", value_parser = parse_loss, requires = "find_max")]
+    loss: f64,
+    /// --find-max: measured time of each trial.
+    #[arg(long, value_name = "TIME", default_value = "2", requires = "find_max")]
+    trial: Dur,
+    /// --find-max: stop when the best rate and the first miss are this close (1%).
+    #[arg(long, value_name = "PERCENT", default_value = "1%", value_parser = parse_loss, requires = "find_max")]
+    precision: f64,
+}
+
+/// A percentage such as `0.1%` or `0.1` (both 0.1 %), from 0 to 100.
+fn parse_loss(s: &str) -> Result<f64, String> {
+    let t = s.trim().trim_end_matches('%').trim();
+    match t.parse::<f64>() {
+        Ok(v) if v.is_finite() && (0.0..=100.0).contains(&v) => Ok(v),
+        _ => Err(format!("'{s}' is not a percentage from 0 to 100")),
+    }
 }
 
 impl Common {
@@ -104,6 +134,10 @@ pub fn run_udp(mut a: UdpArgs) -> anyhow::Result<()> {
         UdpRate::Bits(a.bitrate)
     };
     let spec = a.common.spec(UdpMode::Bandwidth, length, rate)?;
+    if a.common.search.find_max {
+        // Payload bit/s per flow: from 10 Mbit/s up to 100 Gbit/s.
+        return run_find_max(&a.common, spec, 10e6, 100e9);
+    }
     a.common.target.run(TestSpec::Udp(spec))
 }
 
@@ -115,5 +149,78 @@ pub fn run_pps(mut a: PpsArgs) -> anyhow::Result<()> {
         _ => UdpRate::Unlimited,
     };
     let spec = a.common.spec(UdpMode::Pps, a.length, rate)?;
+    if a.common.search.find_max {
+        // Datagrams per second per flow: from 10000 up to 100 million.
+        return run_find_max(&a.common, spec, 1e4, 1e8);
+    }
     a.common.target.run(TestSpec::Udp(spec))
+}
+
+/// `--find-max`: runs the search and prints each trial and the result.
+fn run_find_max(c: &Common, spec: UdpSpec, start: f64, ceiling: f64) -> anyhow::Result<()> {
+    use crate::output::{out, Format};
+    use hakaru_report::capacity_text;
+    let format = c.target.format();
+    if matches!(format, Format::Csv | Format::CsvSummary | Format::Iperf3Json) {
+        return Err(super::common::UsageError(
+            "--find-max prints text, json or json-stream".into(),
+        )
+        .into());
+    }
+    let sh = &c.shape;
+    let fm = hakaru_client::find_max::FindMax {
+        loss_percent: c.search.loss,
+        precision: (c.search.precision / 100.0).max(0.001),
+        trial: c.search.trial.0,
+        warmup: if sh.omit.is_zero() {
+            std::time::Duration::from_millis(500)
+        } else {
+            sh.omit.0
+        },
+        start,
+        ceiling,
+    };
+    if fm.trial.is_zero() {
+        return Err(super::common::UsageError("--trial must be more than 0".into()).into());
+    }
+    let test = TestSpec::Udp(spec.clone());
+    let ep = c.target.endpoint(&test)?;
+    let opts = c.target.options(&ep, test);
+    let stop = super::common::stop_flag()?;
+    let kind = match spec.mode {
+        UdpMode::Pps => "pps",
+        UdpMode::Bandwidth => "udp",
+    };
+    let unit = if spec.mode == UdpMode::Pps { "datagrams/s" } else { "bit/s" };
+    let view = c.target.view.view();
+    if format == Format::Text {
+        out(&view.fit(capacity_text::header(
+            kind,
+            &format!("{}:{}", ep.host(), opts.port),
+            spec.flows,
+            fm.loss_percent,
+            fm.trial.as_secs_f64(),
+            fm.warmup.as_secs_f64(),
+        )));
+    }
+    let mut progress = crate::output::Progress::new(format != Format::JsonStream);
+    let mut on_trial = |t: &hakaru_model::capacity::Trial| match format {
+        Format::Text => progress.suspend(|| out(&capacity_text::trial_line(t, unit))),
+        Format::JsonStream => out(&hakaru_report::jsonl::event("trial", t)),
+        _ => {}
+    };
+    progress.step(format!("{kind} --find-max"));
+    progress.started(None);
+    let r = hakaru_client::find_max::find_max(&opts, &spec, &fm, &mut on_trial, stop);
+    progress.finish();
+    match format {
+        Format::Text => out(&view.fit(capacity_text::summary(&r))),
+        Format::JsonStream => out(&hakaru_report::jsonl::event("end", &r)),
+        _ => out(&(serde_json::to_string_pretty(&r)? + "\n")),
+    }
+    c.target.files.write_find_max(&r)?;
+    if let Some(e) = r.trials.iter().find_map(|t| t.error.clone()) {
+        anyhow::bail!("a trial failed: {e}");
+    }
+    Ok(())
 }

@@ -1,0 +1,380 @@
+//! Capacity search (`udp --find-max`, `pps --find-max`): the highest send rate whose loss
+//! stays within a target, found by a ramp and a binary search over short trials.
+//!
+//! The search itself is pure ([`Search`]): it proposes the next rate from the trials so far,
+//! so its bounds and its narrowing are unit-tested without a network.
+
+use serde::{Deserialize, Serialize};
+
+use crate::FlowDir;
+
+/// How many trials a search may run at most: the ramp (doubling from the start rate to the
+/// ceiling: at most [`MAX_RAMP`]), the floor (at most [`MAX_FLOOR`]), the bisection (until the
+/// bracket is narrower than the precision: at most [`MAX_BISECT`]) and the confirmations of
+/// the edge (at most [`MAX_CONFIRM`]).
+pub const MAX_TRIALS: usize = MAX_RAMP + MAX_FLOOR + MAX_BISECT + MAX_CONFIRM;
+/// Doubling steps: from the start rate, 2^20 times it at most.
+pub const MAX_RAMP: usize = 21;
+/// Steps down by 10x when the start rate already misses the target.
+pub const MAX_FLOOR: usize = 3;
+/// Bisection steps.
+pub const MAX_BISECT: usize = 16;
+/// Repeats of the best rate (a pass near the edge must pass twice).
+pub const MAX_CONFIRM: usize = 4;
+
+/// Which stage of the search a trial belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Doubling the rate until the first miss.
+    Ramp,
+    /// Dividing by ten when the start rate already missed.
+    Floor,
+    /// Halving the bracket between the best pass and the first miss.
+    Search,
+    /// Repeating the best rate to confirm it.
+    Confirm,
+}
+
+/// One trial of a search.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Trial {
+    /// Trial number, from 1.
+    pub index: u32,
+    /// Stage of the search.
+    pub phase: Phase,
+    /// Rate asked of each flow (payload bits per second for udp, datagrams per second for pps).
+    pub asked_per_flow: f64,
+    /// Rate asked of all flows of a direction together.
+    pub asked: f64,
+    /// Payload bits per second sent, all flows of the judged direction(s).
+    pub sent_bps: f64,
+    /// Datagrams per second sent.
+    pub sent_pps: f64,
+    /// Payload bits per second received (the headline of the trial).
+    pub received_bps: f64,
+    /// Datagrams per second received.
+    pub received_pps: f64,
+    /// Loss, percent of the datagrams (the worst direction with --bidir).
+    pub loss_percent: f64,
+    /// Jitter, milliseconds (the worst direction).
+    pub jitter_ms: Option<f64>,
+    /// Loss within the target.
+    pub met: bool,
+    /// The senders sent less than 99 % of the asked rate: the sender, not the path, was the
+    /// limit of this trial.
+    pub sender_limited: bool,
+    /// Busy CPU share of the sending end's machine, percent.
+    pub sender_cpu_percent: Option<f64>,
+    /// The bracket after this trial: highest rate that met the target so far (per flow).
+    pub best_so_far: Option<f64>,
+    /// ...and lowest rate that missed it.
+    pub miss_so_far: Option<f64>,
+    /// The trial's test failed: its error (the search stops).
+    pub error: Option<String>,
+}
+
+/// The result of `--find-max`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct FindMaxResult {
+    /// [`crate::SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// `"find_max"`.
+    pub test: String,
+    /// `"udp"` (rates in payload bits per second) or `"pps"` (datagrams per second).
+    pub kind: String,
+    /// Unit of the rates: `"bit/s"` or `"datagrams/s"`.
+    pub unit: String,
+    /// The server.
+    pub server: String,
+    /// Flows per direction.
+    pub flows: u32,
+    /// Directions judged.
+    pub directions: Vec<FlowDir>,
+    /// UDP payload bytes per datagram.
+    pub length: u64,
+    /// Loss target, percent.
+    pub loss_target_percent: f64,
+    /// Precision: the search stops when the bracket is narrower than this share of the best.
+    pub precision_percent: f64,
+    /// Seconds measured per trial (after its warm-up).
+    pub trial_seconds: f64,
+    /// Warm-up per trial, seconds, not counted.
+    pub warmup_seconds: f64,
+    /// Highest rate per flow that met the target (confirmed), if any.
+    pub best_per_flow: Option<f64>,
+    /// ...all flows of a direction together.
+    pub best: Option<f64>,
+    /// The trial that gave it.
+    pub best_trial: Option<u32>,
+    /// Lowest rate per flow that missed the target, if any.
+    pub first_miss_per_flow: Option<f64>,
+    /// The trial that missed there.
+    pub first_miss_trial: Option<u32>,
+    /// Why the search ended, in words.
+    pub outcome: String,
+    /// True when the sender could not reach the asked rate (the limit is the sender).
+    pub sender_limited: bool,
+    /// Every trial in order.
+    pub trials: Vec<Trial>,
+    /// The search was interrupted.
+    pub interrupted: bool,
+}
+
+/// What a finished trial tells the search.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Outcome {
+    /// Loss within the target.
+    pub met: bool,
+    /// The sender fell short of the asked rate.
+    pub sender_limited: bool,
+}
+
+/// The search state: proposes rates, takes outcomes.
+#[derive(Debug, Clone)]
+pub struct Search {
+    start: f64,
+    ceiling: f64,
+    precision: f64,
+    phase: Phase,
+    best: Option<f64>,
+    miss: Option<f64>,
+    confirmed: Option<f64>,
+    trials: usize,
+    ramp: usize,
+    floor: usize,
+    bisect: usize,
+    confirm: usize,
+    done: Option<String>,
+    sender_limited: bool,
+}
+
+impl Search {
+    /// A search from `start` (per flow) that never asks more than `ceiling`, ending when the
+    /// bracket is narrower than `precision` (a fraction) of the best rate.
+    pub fn new(start: f64, ceiling: f64, precision: f64) -> Search {
+        Search {
+            start,
+            ceiling: ceiling.max(start),
+            precision: precision.max(1e-4),
+            phase: Phase::Ramp,
+            best: None,
+            miss: None,
+            confirmed: None,
+            trials: 0,
+            ramp: 0,
+            floor: 0,
+            bisect: 0,
+            confirm: 0,
+            done: None,
+            sender_limited: false,
+        }
+    }
+
+    /// The next trial (phase, rate per flow), or `None` when the search is over.
+    pub fn next(&self) -> Option<(Phase, f64)> {
+        if self.done.is_some() || self.trials >= MAX_TRIALS {
+            return None;
+        }
+        let rate = match self.phase {
+            Phase::Ramp => match self.best {
+                None => self.start,
+                Some(b) => (b * 2.0).min(self.ceiling),
+            },
+            Phase::Floor => self.miss.unwrap_or(self.start) / 10.0,
+            Phase::Search => {
+                let (lo, hi) = (self.best?, self.miss?);
+                (lo + hi) / 2.0
+            }
+            Phase::Confirm => self.best?,
+        };
+        Some((self.phase, rate))
+    }
+
+    /// Records the outcome of the trial [`Search::next`] proposed. A trial whose sender fell
+    /// short of the asked rate ends the search: the path was not offered that rate, so its
+    /// loss says nothing about the path; the best clean pass so far stands (unconfirmed).
+    pub fn record(&mut self, rate: f64, o: Outcome) {
+        self.trials += 1;
+        if o.sender_limited {
+            self.sender_limited = true;
+            self.confirmed = self.best;
+            self.done = Some(match self.best {
+                Some(_) => "the sender could not reach the asked rate: the limit is the sender, not the path (the best rate below it met the target)".into(),
+                None => "the sender could not reach even the first rate asked: the limit is the sender, not the path".into(),
+            });
+            return;
+        }
+        match self.phase {
+            Phase::Ramp => {
+                self.ramp += 1;
+                if o.met {
+                    self.best = Some(rate);
+                    if rate >= self.ceiling || self.ramp >= MAX_RAMP {
+                        self.phase = Phase::Confirm;
+                    }
+                } else {
+                    self.miss = Some(rate);
+                    self.phase = if self.best.is_some() {
+                        Phase::Search
+                    } else {
+                        Phase::Floor
+                    };
+                }
+            }
+            Phase::Floor => {
+                self.floor += 1;
+                if o.met {
+                    self.best = Some(rate);
+                    self.phase = Phase::Search;
+                } else {
+                    self.miss = Some(rate);
+                    if self.floor >= MAX_FLOOR {
+                        self.done = Some(format!(
+                            "no rate met the target: even the lowest tried missed it ({} trials down by 10x from the start rate)",
+                            self.floor
+                        ));
+                    }
+                }
+            }
+            Phase::Search => {
+                self.bisect += 1;
+                if o.met {
+                    self.best = Some(rate);
+                } else {
+                    self.miss = Some(rate);
+                }
+                if self.narrow() || self.bisect >= MAX_BISECT {
+                    self.phase = Phase::Confirm;
+                }
+            }
+            Phase::Confirm => {
+                self.confirm += 1;
+                if o.met {
+                    self.confirmed = self.best;
+                } else {
+                    // The edge did not hold: it becomes the miss, and the search goes on below.
+                    self.miss = Some(rate);
+                    self.best = None;
+                    self.phase = Phase::Floor;
+                    self.floor = 0;
+                    if self.confirm >= MAX_CONFIRM {
+                        self.done = Some("the rate at the edge passed and missed by turns; no rate held twice".into());
+                    }
+                }
+            }
+        }
+        self.maybe_done();
+    }
+
+    fn narrow(&self) -> bool {
+        match (self.best, self.miss) {
+            (Some(lo), Some(hi)) => (hi - lo) <= self.precision * lo,
+            _ => false,
+        }
+    }
+
+    fn maybe_done(&mut self) {
+        if self.done.is_some() {
+            return;
+        }
+        if self.confirmed.is_some() {
+            self.done = Some(if self.miss.is_none() {
+                "the highest rate tried met the target (the ceiling)".into()
+            } else {
+                "found: the best rate and the first miss are within the precision".into()
+            });
+        } else if self.trials >= MAX_TRIALS {
+            self.done = Some(format!("stopped after {MAX_TRIALS} trials"));
+        }
+    }
+
+    /// Highest rate per flow that met the target and held on a repeat.
+    pub fn best(&self) -> Option<f64> {
+        self.confirmed
+    }
+
+    /// Lowest rate per flow that missed.
+    pub fn miss(&self) -> Option<f64> {
+        self.miss
+    }
+
+    /// Current bracket: (best pass so far, lowest miss so far).
+    pub fn bracket(&self) -> (Option<f64>, Option<f64>) {
+        (self.best, self.miss)
+    }
+
+    /// Why the search ended (empty while it runs).
+    pub fn outcome(&self) -> &str {
+        self.done.as_deref().unwrap_or("")
+    }
+
+    /// The sender was the limit.
+    pub fn sender_limited(&self) -> bool {
+        self.sender_limited
+    }
+
+    /// Stops the search with a reason (a failed trial, an interrupt).
+    pub fn stop(&mut self, why: String) {
+        self.done = Some(why);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs a search against a path that carries up to `cap` and a sender that reaches `tx`.
+    fn simulate(cap: f64, tx: f64, precision: f64) -> (Search, Vec<(Phase, f64)>) {
+        let mut s = Search::new(10.0, 1e6, precision);
+        let mut seen = Vec::new();
+        while let Some((phase, rate)) = s.next() {
+            seen.push((phase, rate));
+            let sent = rate.min(tx);
+            s.record(
+                rate,
+                Outcome {
+                    met: sent <= cap,
+                    sender_limited: sent < rate * 0.99,
+                },
+            );
+        }
+        (s, seen)
+    }
+
+    #[test]
+    fn finds_the_edge_within_the_precision_and_the_bound() {
+        for cap in [15.0, 80.0, 300.0, 777.7, 12_345.0] {
+            let (s, seen) = simulate(cap, f64::INFINITY, 0.01);
+            let best = s.best().expect("a best rate");
+            assert!(best <= cap && best >= cap * 0.99, "cap {cap}: best {best}");
+            assert!(s.miss().unwrap() > cap);
+            assert!(seen.len() <= MAX_TRIALS, "{}", seen.len());
+            // Bisection narrows monotonically.
+            let searched: Vec<f64> = seen
+                .iter()
+                .filter(|(p, _)| *p == Phase::Search)
+                .map(|t| t.1)
+                .collect();
+            assert!(!searched.is_empty());
+        }
+    }
+
+    #[test]
+    fn a_path_that_loses_at_every_rate_has_no_best() {
+        let (s, seen) = simulate(0.001, f64::INFINITY, 0.01);
+        assert_eq!(s.best(), None);
+        assert!(s.outcome().contains("no rate met the target"), "{}", s.outcome());
+        assert_eq!(seen.len(), 1 + MAX_FLOOR);
+    }
+
+    #[test]
+    fn a_slow_sender_ends_the_search_and_says_so() {
+        let (s, seen) = simulate(1e9, 100.0, 0.01);
+        assert!(s.sender_limited());
+        assert!(s.outcome().contains("the limit is the sender"), "{}", s.outcome());
+        // 10, 20, 40, 80 passed; 160 could not be sent: the search stops there.
+        assert_eq!(s.best(), Some(80.0));
+        assert_eq!(seen.len(), 5);
+    }
+}
