@@ -9,8 +9,7 @@ use std::time::Duration;
 use hakaru_engine::Observer;
 use hakaru_model::capacity::{FindMaxResult, Outcome, Search, Trial};
 use hakaru_model::{
-    Amount, Direction, Dur, FlowDir, RunResult, TestSpec, UdpMode, UdpRate, UdpSpec,
-    SCHEMA_VERSION,
+    Amount, Direction, Dur, FlowDir, RunResult, TestSpec, UdpMode, UdpRate, UdpSpec, SCHEMA_VERSION,
 };
 
 use crate::{run_test, ClientOptions};
@@ -139,7 +138,14 @@ pub fn find_max(
         trials: Vec::new(),
         interrupted: false,
     };
-    let mut search = Search::new(fm.start, fm.ceiling, fm.precision);
+    // Below this rate a trial carries too few datagrams to measure the loss target.
+    let per_flow_pps = hakaru_model::capacity::min_datagrams(fm.loss_percent)
+        / (fm.trial.as_secs_f64().max(1e-3) * f64::from(u.flows.max(1)));
+    let floor = match u.mode {
+        UdpMode::Pps => per_flow_pps,
+        UdpMode::Bandwidth => per_flow_pps * u.length.0 as f64 * 8.0,
+    };
+    let mut search = Search::new(fm.start, fm.ceiling, fm.precision).with_floor(floor);
     let mut index = 0u32;
     while let Some((phase, rate)) = search.next() {
         if stop.load(Ordering::Acquire) {

@@ -121,6 +121,15 @@ pub struct FindMaxResult {
     pub interrupted: bool,
 }
 
+/// Datagrams a trial must carry so that a loss target of `loss_percent` is measurable: ten
+/// losses' worth at the target (2000 for 0.5 %), at least 1000, at most 100 000.
+pub fn min_datagrams(loss_percent: f64) -> f64 {
+    if loss_percent <= 0.0 {
+        return 1000.0;
+    }
+    (10.0 / (loss_percent / 100.0)).clamp(1000.0, 100_000.0)
+}
+
 /// What a finished trial tells the search.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Outcome {
@@ -134,6 +143,7 @@ pub struct Outcome {
 #[derive(Debug, Clone)]
 pub struct Search {
     start: f64,
+    floor_rate: f64,
     ceiling: f64,
     precision: f64,
     phase: Phase,
@@ -155,6 +165,7 @@ impl Search {
     pub fn new(start: f64, ceiling: f64, precision: f64) -> Search {
         Search {
             start,
+            floor_rate: 0.0,
             ceiling: ceiling.max(start),
             precision: precision.max(1e-4),
             phase: Phase::Ramp,
@@ -171,6 +182,13 @@ impl Search {
         }
     }
 
+    /// The lowest rate the search may try: below it a trial carries too few datagrams to
+    /// measure the loss target (see [`min_datagrams`]).
+    pub fn with_floor(mut self, floor: f64) -> Search {
+        self.floor_rate = floor.max(0.0);
+        self
+    }
+
     /// The next trial (phase, rate per flow), or `None` when the search is over.
     pub fn next(&self) -> Option<(Phase, f64)> {
         if self.done.is_some() || self.trials >= MAX_TRIALS {
@@ -181,7 +199,7 @@ impl Search {
                 None => self.start,
                 Some(b) => (b * 2.0).min(self.ceiling),
             },
-            Phase::Floor => self.miss.unwrap_or(self.start) / 10.0,
+            Phase::Floor => (self.miss.unwrap_or(self.start) / 10.0).max(self.floor_rate),
             Phase::Search => {
                 let (lo, hi) = (self.best?, self.miss?);
                 (lo + hi) / 2.0
@@ -229,11 +247,10 @@ impl Search {
                     self.phase = Phase::Search;
                 } else {
                     self.miss = Some(rate);
-                    if self.floor >= MAX_FLOOR {
-                        self.done = Some(format!(
-                            "no rate met the target: even the lowest tried missed it ({} trials down by 10x from the start rate)",
-                            self.floor
-                        ));
+                    if self.floor >= MAX_FLOOR || rate <= self.floor_rate * 1.0001 {
+                        self.done = Some(
+                            "no rate met the target: even the lowest rate tried missed it (lower rates carry too few datagrams per trial to measure the target)".into(),
+                        );
                     }
                 }
             }
@@ -250,6 +267,12 @@ impl Search {
             }
             Phase::Confirm => {
                 self.confirm += 1;
+                if !o.met && rate <= self.floor_rate * 1.0001 {
+                    self.miss = Some(rate);
+                    self.best = None;
+                    self.done = Some("no rate met the target twice: the lowest measurable rate passed and then missed".into());
+                    return;
+                }
                 if o.met {
                     self.confirmed = self.best;
                 } else {
@@ -259,7 +282,10 @@ impl Search {
                     self.phase = Phase::Floor;
                     self.floor = 0;
                     if self.confirm >= MAX_CONFIRM {
-                        self.done = Some("the rate at the edge passed and missed by turns; no rate held twice".into());
+                        self.done = Some(
+                            "the rate at the edge passed and missed by turns; no rate held twice"
+                                .into(),
+                        );
                     }
                 }
             }
@@ -364,15 +390,40 @@ mod tests {
     fn a_path_that_loses_at_every_rate_has_no_best() {
         let (s, seen) = simulate(0.001, f64::INFINITY, 0.01);
         assert_eq!(s.best(), None);
-        assert!(s.outcome().contains("no rate met the target"), "{}", s.outcome());
+        assert!(
+            s.outcome().contains("no rate met the target"),
+            "{}",
+            s.outcome()
+        );
         assert_eq!(seen.len(), 1 + MAX_FLOOR);
+        // With a floor the search stops there instead of going lower.
+        let mut s = Search::new(10.0, 1e6, 0.01).with_floor(4.0);
+        let mut rates = Vec::new();
+        while let Some((_, r)) = s.next() {
+            rates.push(r);
+            s.record(
+                r,
+                Outcome {
+                    met: false,
+                    sender_limited: false,
+                },
+            );
+        }
+        assert_eq!(rates, vec![10.0, 4.0]);
+        assert!(s.outcome().contains("no rate met the target"));
+        assert_eq!(min_datagrams(0.5), 2000.0);
+        assert_eq!(min_datagrams(0.001), 100_000.0);
     }
 
     #[test]
     fn a_slow_sender_ends_the_search_and_says_so() {
         let (s, seen) = simulate(1e9, 100.0, 0.01);
         assert!(s.sender_limited());
-        assert!(s.outcome().contains("the limit is the sender"), "{}", s.outcome());
+        assert!(
+            s.outcome().contains("the limit is the sender"),
+            "{}",
+            s.outcome()
+        );
         // 10, 20, 40, 80 passed; 160 could not be sent: the search stops there.
         assert_eq!(s.best(), Some(80.0));
         assert_eq!(seen.len(), 5);

@@ -33,7 +33,11 @@ pub fn trial_line(t: &Trial, unit: &str) -> String {
         Phase::Confirm => "confirm",
     };
     if let Some(e) = &t.error {
-        return format!("{:<5} {phase:<7} {:>13}  FAILED: {e}\n", t.index, rate(t.asked, unit));
+        return format!(
+            "{:<5} {phase:<7} {:>13}  FAILED: {e}\n",
+            t.index,
+            rate(t.asked, unit)
+        );
     }
     let (sent, received) = if unit == "bit/s" {
         (t.sent_bps, t.received_bps)
@@ -80,7 +84,10 @@ pub fn summary(r: &FindMaxResult) -> String {
                 rate(b, unit),
                 per_flow(pf)
             );
-            if let Some(t) = r.best_trial.and_then(|i| r.trials.iter().find(|t| t.index == i)) {
+            if let Some(t) = r
+                .best_trial
+                .and_then(|i| r.trials.iter().find(|t| t.index == i))
+            {
                 let _ = write!(
                     s,
                     ", received {} with {:.3} % lost (trial {})",

@@ -25,3 +25,10 @@ pub fn run_result_schema_text() -> String {
 pub fn plan_result_schema_text() -> String {
     pretty(&schemars::schema_for!(hakaru_model::plan::PlanResult))
 }
+
+/// The JSON Schema of a `--find-max` result (docs/schema/find-max.schema.json).
+pub fn find_max_schema_text() -> String {
+    pretty(&schemars::schema_for!(
+        hakaru_model::capacity::FindMaxResult
+    ))
+}

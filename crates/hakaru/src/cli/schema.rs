@@ -12,6 +12,8 @@ pub enum Which {
     Plan,
     /// The result of `hakaru plan run` (docs/schema/plan-result.schema.json).
     PlanResult,
+    /// The result of `udp --find-max` / `pps --find-max` (docs/schema/find-max.schema.json).
+    FindMax,
 }
 
 /// Options of `hakaru schema`.
@@ -28,6 +30,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         Which::RunResult => hakaru_report::schema::run_result_schema_text(),
         Which::Plan => hakaru_plan::plan_file_schema_text(),
         Which::PlanResult => hakaru_report::schema::plan_result_schema_text(),
+        Which::FindMax => hakaru_report::schema::find_max_schema_text(),
     };
     std::io::stdout().write_all(text.as_bytes())?;
     Ok(())

@@ -96,7 +96,13 @@ pub struct UdpArgs {
     #[command(flatten)]
     common: Common,
     /// Target payload rate per flow (1M, 2.5G); 0 sends as fast as possible.
-    #[arg(short = 'b', long, value_name = "RATE", default_value = "1M")]
+    #[arg(
+        short = 'b',
+        long,
+        value_name = "RATE",
+        default_value = "1M",
+        conflicts_with = "find_max"
+    )]
     bitrate: BitRate,
     /// UDP payload bytes per datagram (16 to 65507); default 1472, or 1452 over IPv6, which
     /// fills a 1500-byte MTU.
@@ -110,10 +116,10 @@ pub struct PpsArgs {
     #[command(flatten)]
     common: Common,
     /// Fixed packet rate per flow, datagrams per second; default: as fast as possible.
-    #[arg(long, value_name = "PPS", conflicts_with = "bitrate")]
+    #[arg(long, value_name = "PPS", conflicts_with_all = ["bitrate", "find_max"])]
     rate: Option<f64>,
     /// Fixed payload rate per flow instead of a packet rate (0 = as fast as possible).
-    #[arg(short = 'b', long, value_name = "RATE")]
+    #[arg(short = 'b', long, value_name = "RATE", conflicts_with = "find_max")]
     bitrate: Option<BitRate>,
     /// UDP payload bytes per datagram (1 to 65507). Under 8 bytes there is no room for a
     /// sequence number: datagrams are counted, not sequenced.
@@ -161,7 +167,10 @@ fn run_find_max(c: &Common, spec: UdpSpec, start: f64, ceiling: f64) -> anyhow::
     use crate::output::{out, Format};
     use hakaru_report::capacity_text;
     let format = c.target.format();
-    if matches!(format, Format::Csv | Format::CsvSummary | Format::Iperf3Json) {
+    if matches!(
+        format,
+        Format::Csv | Format::CsvSummary | Format::Iperf3Json
+    ) {
         return Err(super::common::UsageError(
             "--find-max prints text, json or json-stream".into(),
         )
@@ -191,7 +200,11 @@ fn run_find_max(c: &Common, spec: UdpSpec, start: f64, ceiling: f64) -> anyhow::
         UdpMode::Pps => "pps",
         UdpMode::Bandwidth => "udp",
     };
-    let unit = if spec.mode == UdpMode::Pps { "datagrams/s" } else { "bit/s" };
+    let unit = if spec.mode == UdpMode::Pps {
+        "datagrams/s"
+    } else {
+        "bit/s"
+    };
     let view = c.target.view.view();
     if format == Format::Text {
         out(&view.fit(capacity_text::header(

@@ -11,6 +11,7 @@ mod iperf3_json;
 mod latency;
 mod netns;
 mod netns_bridge;
+mod netns_find_max;
 mod netns_latency;
 mod netns_link;
 mod netns_pacing;

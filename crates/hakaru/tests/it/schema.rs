@@ -120,6 +120,11 @@ fn plan_schemas_are_committed_described_and_match_real_documents() {
             "docs/schema/plan-result.schema.json",
             "PlanResult",
         ),
+        (
+            "find-max",
+            "docs/schema/find-max.schema.json",
+            "FindMaxResult",
+        ),
     ] {
         let committed = std::fs::read_to_string(repo_file(file))
             .unwrap_or_else(|e| panic!("{file} exists: {e}"));
