@@ -189,9 +189,9 @@ pub fn find_max(
     }
     out.outcome = search.outcome().to_string();
     out.sender_limited = search.sender_limited();
-    out.best_per_flow = search.best();
-    out.best = search.best().map(|b| b * f64::from(u.flows));
-    out.best_trial = search.best().and_then(|b| {
+    out.best_per_flow = search.confirmed_best();
+    out.best = search.confirmed_best().map(|b| b * f64::from(u.flows));
+    out.best_trial = search.confirmed_best().and_then(|b| {
         out.trials
             .iter()
             .rev()

@@ -315,8 +315,9 @@ impl Search {
         }
     }
 
-    /// Highest rate per flow that met the target and held on a repeat.
-    pub fn best(&self) -> Option<f64> {
+    /// Highest rate per flow that met the target and held on a repeat (or, when the sender
+    /// was the limit, the best clean pass before it).
+    pub fn confirmed_best(&self) -> Option<f64> {
         self.confirmed
     }
 
@@ -372,7 +373,7 @@ mod tests {
     fn finds_the_edge_within_the_precision_and_the_bound() {
         for cap in [15.0, 80.0, 300.0, 777.7, 12_345.0] {
             let (s, seen) = simulate(cap, f64::INFINITY, 0.01);
-            let best = s.best().expect("a best rate");
+            let best = s.confirmed_best().expect("a best rate");
             assert!(best <= cap && best >= cap * 0.99, "cap {cap}: best {best}");
             assert!(s.miss().unwrap() > cap);
             assert!(seen.len() <= MAX_TRIALS, "{}", seen.len());
@@ -389,7 +390,7 @@ mod tests {
     #[test]
     fn a_path_that_loses_at_every_rate_has_no_best() {
         let (s, seen) = simulate(0.001, f64::INFINITY, 0.01);
-        assert_eq!(s.best(), None);
+        assert_eq!(s.confirmed_best(), None);
         assert!(
             s.outcome().contains("no rate met the target"),
             "{}",
@@ -425,7 +426,7 @@ mod tests {
             s.outcome()
         );
         // 10, 20, 40, 80 passed; 160 could not be sent: the search stops there.
-        assert_eq!(s.best(), Some(80.0));
+        assert_eq!(s.confirmed_best(), Some(80.0));
         assert_eq!(seen.len(), 5);
     }
 }
