@@ -303,7 +303,7 @@ pub(crate) fn run(
                     quota: quota.flatten(),
                 });
             }
-            let mut ucfg = UdpConfig::from_spec(u);
+            let mut ucfg = UdpConfig::from_spec(u, hakaru_model::FlowDir::Up);
             ucfg.framing = Framing::Iperf3 { seq64: false };
             wait_running(&mut ctl, &addr)?;
             Running::Udp(UdpRun::start(

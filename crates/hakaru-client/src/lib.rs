@@ -548,7 +548,7 @@ pub fn run_test(
             let flows = udp::open_flows(opts, u, server_addr, &token)?;
             let mut cfg = SideConfig::for_spec(End::Client, &spec, opts.affinity.clone(), iface);
             cfg.shares_host = same_host;
-            let ucfg = UdpConfig::from_spec(u);
+            let ucfg = UdpConfig::from_spec(u, hakaru_model::FlowDir::Up);
             wait_gate(opts)?;
             conn.send(&Message::FlowsReady).map_err(&ctl_err)?;
             wait_start(&mut conn, &ctl_err)?;

@@ -153,7 +153,14 @@ impl SideConfig {
             iface,
             payload: Payload::Letters,
             pace_bps: match spec {
-                TestSpec::Tcp(t) => t.rate.map(|r| r.0.round() as u64).filter(|&b| b > 0),
+                // The client's senders carry the up direction, the server's the down one.
+                TestSpec::Tcp(t) => t
+                    .rate_for(match end {
+                        End::Client => hakaru_model::FlowDir::Up,
+                        End::Server => hakaru_model::FlowDir::Down,
+                    })
+                    .map(|r| r.0.round() as u64)
+                    .filter(|&b| b > 0),
                 _ => None,
             },
             half_close: true,

@@ -77,10 +77,11 @@ pub struct UdpConfig {
 }
 
 impl UdpConfig {
-    /// The UDP settings both ends take from the spec.
-    pub fn from_spec(spec: &UdpSpec) -> UdpConfig {
+    /// The UDP settings an end whose senders carry direction `sending` takes from the spec
+    /// (the client's send up, the server's down).
+    pub fn from_spec(spec: &UdpSpec, sending: hakaru_model::FlowDir) -> UdpConfig {
         UdpConfig {
-            rate: spec.rate,
+            rate: spec.rate_for(sending),
             gso: spec.gso,
             gro: spec.gro,
             batch: spec.batch as usize,

@@ -269,7 +269,7 @@ fn counts_buffers(n: &crate::NicUsage, flows: &[FlowResult], sends: FlowDir) -> 
 /// A paced UDP direction's asked rate against what its senders sent.
 fn rate_target(u: &crate::UdpSpec, t: &DirectionTotal) -> Option<crate::RateTarget> {
     let flows = f64::from(t.flows);
-    let (asked, achieved, unit) = match u.rate {
+    let (asked, achieved, unit) = match u.rate_for(t.dir) {
         crate::UdpRate::Bits(b) if b.0 > 0.0 => (b.0 * flows, t.sender.bits_per_second.0, "bit/s"),
         crate::UdpRate::Packets(p) if p > 0.0 => (
             p * flows,

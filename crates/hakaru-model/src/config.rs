@@ -132,6 +132,10 @@ pub struct TcpSpec {
     /// as fast as the path allows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate: Option<BitRate>,
+    /// The server -> client rate per flow when it differs from `rate`, which is then the
+    /// client -> server rate (`--bitrate-down`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_down: Option<BitRate>,
 }
 
 /// Highest paced TCP rate per flow (`-b`): 400 Gbit/s.
@@ -161,11 +165,20 @@ impl Default for TcpSpec {
             server_affinity: Vec::new(),
             stall_timeout: Dur::from_secs(10),
             rate: None,
+            rate_down: None,
         }
     }
 }
 
 impl TcpSpec {
+    /// The paced rate per flow of the senders of direction `dir`, if any.
+    pub fn rate_for(&self, dir: crate::FlowDir) -> Option<BitRate> {
+        match dir {
+            crate::FlowDir::Up => self.rate,
+            crate::FlowDir::Down => self.rate_down.or(self.rate),
+        }
+    }
+
     /// Checks every limit; used by the client on flags and by the server on requests.
     pub fn validate(&self) -> Result<(), SpecError> {
         if self.flows == 0 || self.flows > MAX_FLOWS {
@@ -174,7 +187,7 @@ impl TcpSpec {
                 self.flows
             )));
         }
-        if let Some(r) = self.rate {
+        for r in self.rate.into_iter().chain(self.rate_down) {
             if !(r.0.is_finite() && r.0 >= 8.0 && r.0 <= MAX_TCP_RATE) {
                 return Err(SpecError(format!(
                     "-b/--bitrate must be between 8 bit/s and 400 Gbit/s per flow, got {r}"

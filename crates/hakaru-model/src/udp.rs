@@ -96,6 +96,10 @@ pub struct UdpSpec {
     pub server_affinity: Vec<usize>,
     /// Seconds a sender may be unable to send before its flow fails.
     pub stall_timeout: Dur,
+    /// The server -> client rate per flow when it differs from `rate`, which is then the
+    /// client -> server rate (`--bitrate-down`, `--rate-down`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_down: Option<UdpRate>,
 }
 
 impl Default for UdpSpec {
@@ -116,11 +120,20 @@ impl Default for UdpSpec {
             batch: MAX_BATCH,
             server_affinity: Vec::new(),
             stall_timeout: Dur::from_secs(10),
+            rate_down: None,
         }
     }
 }
 
 impl UdpSpec {
+    /// The rate per flow of the senders of direction `dir`.
+    pub fn rate_for(&self, dir: crate::FlowDir) -> UdpRate {
+        match dir {
+            crate::FlowDir::Up => self.rate,
+            crate::FlowDir::Down => self.rate_down.unwrap_or(self.rate),
+        }
+    }
+
     /// Checks every limit; used by the client on flags and by the server on requests.
     pub fn validate(&self) -> Result<(), SpecError> {
         let min = match self.mode {
@@ -133,19 +146,21 @@ impl UdpSpec {
                 self.length.0
             )));
         }
-        match self.rate {
-            UdpRate::Bits(b) if !(b.0.is_finite() && b.0 >= 0.0 && b.0 <= 1e13) => {
-                return Err(SpecError(format!(
-                    "-b/--bitrate must be between 0 and 10T, got {}",
-                    b.0
-                )))
+        for rate in std::iter::once(self.rate).chain(self.rate_down) {
+            match rate {
+                UdpRate::Bits(b) if !(b.0.is_finite() && b.0 >= 0.0 && b.0 <= 1e13) => {
+                    return Err(SpecError(format!(
+                        "-b/--bitrate must be between 0 and 10T, got {}",
+                        b.0
+                    )))
+                }
+                UdpRate::Packets(p) if !(p.is_finite() && p > 0.0 && p <= 1e9) => {
+                    return Err(SpecError(format!(
+                        "--rate must be between 1 and 1000000000 datagrams per second, got {p}"
+                    )))
+                }
+                _ => {}
             }
-            UdpRate::Packets(p) if !(p.is_finite() && p > 0.0 && p <= 1e9) => {
-                return Err(SpecError(format!(
-                    "--rate must be between 1 and 1000000000 datagrams per second, got {p}"
-                )))
-            }
-            _ => {}
         }
         if self.batch == 0 || self.batch > MAX_BATCH {
             return Err(SpecError(format!(

@@ -110,8 +110,19 @@ fn tcp_header(spec: &TcpSpec, server: &str, embedded: bool) -> String {
         spec.flows,
         Bytes(spec.length.0),
     );
-    if let Some(r) = spec.rate {
-        let _ = write!(s, ", paced to {r} per flow");
+    match (spec.direction, spec.rate, spec.rate_for(FlowDir::Down)) {
+        (Direction::Bidir, up, Some(down)) if up != Some(down) => {
+            let up = up.map_or_else(|| "unpaced".to_string(), |u| format!("paced to {u}"));
+            let _ = write!(s, ", {up} per flow up, paced to {down} down");
+        }
+        (Direction::Reverse, _, Some(down)) => {
+            let _ = write!(s, ", paced to {down} per flow");
+        }
+        (Direction::Reverse, _, None) => {}
+        (_, Some(r), _) => {
+            let _ = write!(s, ", paced to {r} per flow");
+        }
+        _ => {}
     }
     if !spec.omit.is_zero() {
         let _ = write!(s, ", first {} omitted", spec.omit);

@@ -21,11 +21,18 @@ pub fn header(spec: &UdpSpec, server: &str, embedded: bool) -> String {
         Amount::Bytes(b) => format!("{} total per direction", Bytes(b.0)),
         Amount::Blocks(k) => format!("{k} datagrams per direction"),
     };
-    let rate = match spec.rate {
+    let words = |r: UdpRate| match r {
         UdpRate::Unlimited => "as fast as possible".to_string(),
         UdpRate::Bits(b) if b.0 <= 0.0 => "as fast as possible".to_string(),
         UdpRate::Bits(b) => format!("{b} per flow"),
         UdpRate::Packets(p) => format!("{p:.0} datagrams/s per flow"),
+    };
+    let rate = match (spec.direction, spec.rate_down) {
+        (hakaru_model::Direction::Bidir, Some(d)) => {
+            format!("{} up, {} down", words(spec.rate), words(d))
+        }
+        (hakaru_model::Direction::Reverse, _) => words(spec.rate_for(FlowDir::Down)),
+        _ => words(spec.rate),
     };
     let what = match spec.mode {
         UdpMode::Pps => "packet rate",
@@ -151,7 +158,7 @@ pub fn held_back_lines(rec: &IntervalRecord, spec: &UdpSpec) -> String {
     }
     for d in &rec.sums {
         let flows = rec.flows.iter().filter(|f| f.dir == d.dir).count() as f64;
-        let (asked, sent, unit) = match spec.rate {
+        let (asked, sent, unit) = match spec.rate_for(d.dir) {
             UdpRate::Bits(b) if b.0 > 0.0 => (b.0 * flows, d.sender_bps.map(|b| b.0), "bit/s"),
             UdpRate::Packets(p) if p > 0.0 => (
                 p * flows,

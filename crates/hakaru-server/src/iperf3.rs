@@ -352,7 +352,7 @@ impl Session<'_> {
             let TestSpec::Udp(u) = &plan.spec else {
                 return Err(Fail::Quiet("internal error".into()));
             };
-            let mut ucfg = UdpConfig::from_spec(u);
+            let mut ucfg = UdpConfig::from_spec(u, hakaru_model::FlowDir::Down);
             ucfg.framing = Framing::Iperf3 {
                 seq64: p.udp_counters_64bit,
             };

@@ -259,7 +259,7 @@ fn admit(ctx: &Ctx, spec: &TestSpec) -> Result<(), String> {
         ));
     }
     if let TestSpec::Udp(u) = spec {
-        let rate = match u.rate {
+        let rate = match u.rate_for(hakaru_model::FlowDir::Down) {
             hakaru_model::UdpRate::Unlimited => None,
             hakaru_model::UdpRate::Bits(b) => (b.0 > 0.0).then_some(b.0),
             hakaru_model::UdpRate::Packets(p) => (p > 0.0).then_some(p * u.length.0 as f64 * 8.0),
@@ -416,7 +416,7 @@ fn run_test(
             let mut cfg =
                 SideConfig::for_spec(End::Server, spec, udp.server_affinity.clone(), iface);
             cfg.shares_host = test.same_host;
-            let ucfg = UdpConfig::from_spec(udp);
+            let ucfg = UdpConfig::from_spec(udp, hakaru_model::FlowDir::Down);
             conn.send(&Message::Start)
                 .map_err(|e| Abort::Quiet(e.to_string()))?;
             let w = Arc::clone(&writer);

@@ -36,6 +36,12 @@ pub struct Args {
     /// (SO_MAX_PACING_RATE) and the sender keeps to the rate on average; the output says which.
     #[arg(short = 'b', long, value_name = "RATE")]
     bitrate: Option<BitRate>,
+    /// Pace the client -> server flows to this rate instead of -b (with --bidir).
+    #[arg(long, value_name = "RATE")]
+    bitrate_up: Option<BitRate>,
+    /// Pace the server -> client flows to this rate instead of -b (with --bidir or -R).
+    #[arg(long, value_name = "RATE")]
+    bitrate_down: Option<BitRate>,
 }
 
 impl Args {
@@ -59,7 +65,8 @@ impl Args {
             zerocopy: self.zerocopy,
             server_affinity: sh.server_affinity(),
             stall_timeout: sh.stall_timeout,
-            rate: self.bitrate.filter(|b| b.0 > 0.0),
+            rate: self.bitrate_up.or(self.bitrate).filter(|b| b.0 > 0.0),
+            rate_down: self.bitrate_down.filter(|b| b.0 > 0.0),
         };
         spec.validate()
             .map_err(|e| super::common::UsageError(e.0))?;

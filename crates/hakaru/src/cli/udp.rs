@@ -60,7 +60,13 @@ fn parse_loss(s: &str) -> Result<f64, String> {
 }
 
 impl Common {
-    fn spec(&mut self, mode: UdpMode, length: Bytes, rate: UdpRate) -> anyhow::Result<UdpSpec> {
+    fn spec(
+        &mut self,
+        mode: UdpMode,
+        length: Bytes,
+        rate: UdpRate,
+        rate_down: Option<UdpRate>,
+    ) -> anyhow::Result<UdpSpec> {
         self.target.iperf3 = self.peer.iperf3;
         self.target.check(match mode {
             UdpMode::Bandwidth => "udp",
@@ -83,6 +89,7 @@ impl Common {
             batch: self.batch,
             server_affinity: sh.server_affinity(),
             stall_timeout: sh.stall_timeout,
+            rate_down,
         };
         spec.validate()
             .map_err(|e| super::common::UsageError(e.0))?;
@@ -104,6 +111,12 @@ pub struct UdpArgs {
         conflicts_with = "find_max"
     )]
     bitrate: BitRate,
+    /// Client -> server rate per flow instead of -b (with --bidir).
+    #[arg(long, value_name = "RATE", conflicts_with = "find_max")]
+    bitrate_up: Option<BitRate>,
+    /// Server -> client rate per flow instead of -b (with --bidir or -R).
+    #[arg(long, value_name = "RATE", conflicts_with = "find_max")]
+    bitrate_down: Option<BitRate>,
     /// UDP payload bytes per datagram (16 to 65507); default 1472, or 1452 over IPv6, which
     /// fills a 1500-byte MTU.
     #[arg(short, long, value_name = "BYTES")]
@@ -118,6 +131,12 @@ pub struct PpsArgs {
     /// Fixed packet rate per flow, datagrams per second; default: as fast as possible.
     #[arg(long, value_name = "PPS", conflicts_with_all = ["bitrate", "find_max"])]
     rate: Option<f64>,
+    /// Client -> server packet rate per flow instead of --rate (with --bidir).
+    #[arg(long, value_name = "PPS", conflicts_with_all = ["bitrate", "find_max"])]
+    rate_up: Option<f64>,
+    /// Server -> client packet rate per flow instead of --rate (with --bidir or -R).
+    #[arg(long, value_name = "PPS", conflicts_with_all = ["bitrate", "find_max"])]
+    rate_down: Option<f64>,
     /// Fixed payload rate per flow instead of a packet rate (0 = as fast as possible).
     #[arg(short = 'b', long, value_name = "RATE", conflicts_with = "find_max")]
     bitrate: Option<BitRate>,
@@ -134,12 +153,16 @@ pub fn run_udp(mut a: UdpArgs) -> anyhow::Result<()> {
     } else {
         DEFAULT_UDP_LENGTH_V4
     }));
-    let rate = if a.bitrate.0 <= 0.0 {
-        UdpRate::Unlimited
-    } else {
-        UdpRate::Bits(a.bitrate)
+    let bits = |b: BitRate| {
+        if b.0 <= 0.0 {
+            UdpRate::Unlimited
+        } else {
+            UdpRate::Bits(b)
+        }
     };
-    let spec = a.common.spec(UdpMode::Bandwidth, length, rate)?;
+    let rate = bits(a.bitrate_up.unwrap_or(a.bitrate));
+    let rate_down = a.bitrate_down.map(bits);
+    let spec = a.common.spec(UdpMode::Bandwidth, length, rate, rate_down)?;
     if a.common.search.find_max {
         // Payload bit/s per flow: from 10 Mbit/s up to 100 Gbit/s.
         return run_find_max(&a.common, spec, 10e6, 100e9);
@@ -149,12 +172,13 @@ pub fn run_udp(mut a: UdpArgs) -> anyhow::Result<()> {
 
 /// Runs `hakaru pps`.
 pub fn run_pps(mut a: PpsArgs) -> anyhow::Result<()> {
-    let rate = match (a.rate, a.bitrate) {
+    let rate = match (a.rate_up.or(a.rate), a.bitrate) {
         (Some(p), _) => UdpRate::Packets(p),
         (None, Some(b)) if b.0 > 0.0 => UdpRate::Bits(b),
         _ => UdpRate::Unlimited,
     };
-    let spec = a.common.spec(UdpMode::Pps, a.length, rate)?;
+    let rate_down = a.rate_down.map(UdpRate::Packets);
+    let spec = a.common.spec(UdpMode::Pps, a.length, rate, rate_down)?;
     if a.common.search.find_max {
         // Datagrams per second per flow: from 10000 up to 100 million.
         return run_find_max(&a.common, spec, 1e4, 1e8);

@@ -370,3 +370,58 @@ fn pps_with_256_flows_reports_and_counts_every_flow() {
         }
     }
 }
+
+/// `--bitrate-up/--bitrate-down` (udp, tcp) and `--rate-down` (pps): each direction runs at its
+/// own rate, and the rate targets name the rate asked of that direction.
+#[test]
+fn each_direction_at_its_own_rate() {
+    let within = |got: f64, want: f64| (got / want - 1.0).abs() <= 0.05;
+    let r = ok_json(&[
+        "udp",
+        "--bidir",
+        "--bitrate-up",
+        "20M",
+        "--bitrate-down",
+        "5M",
+        "-t",
+        "2",
+        "--json",
+    ]);
+    for (dir, want) in [("up", 20e6), ("down", 5e6)] {
+        let t = r["totals"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["dir"] == dir)
+            .expect("direction");
+        let got = f(&t["receiver"]["bits_per_second"]);
+        assert!(within(got, want), "udp {dir}: {got} vs {want}");
+        assert_eq!(f(&t["rate_target"]["asked"]), want, "{dir}");
+    }
+    let r = ok_json(&[
+        "tcp",
+        "--bidir",
+        "--bitrate-up",
+        "40M",
+        "--bitrate-down",
+        "10M",
+        "-t",
+        "2",
+        "--json",
+    ]);
+    for (dir, want) in [("up", 40e6), ("down", 10e6)] {
+        let t = r["totals"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["dir"] == dir)
+            .expect("direction");
+        let got = f(&t["receiver"]["bits_per_second"]);
+        assert!(within(got, want), "tcp {dir}: {got} vs {want}");
+    }
+    let r = ok_json(&["pps", "-R", "--rate-down", "5000", "-t", "1", "--json"]);
+    let got = f(&r["totals"][0]["udp"]["received_pps"]);
+    assert!(within(got, 5000.0), "pps down: {got}");
+    // A down rate without a down direction is still checked like any rate.
+    fails_with(&["udp", "--bitrate-down", "99T"], 2, &["-b/--bitrate"]);
+}
