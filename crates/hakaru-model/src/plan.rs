@@ -94,6 +94,13 @@ pub struct StepResult {
     pub runs: Vec<PlanRun>,
     /// What went wrong in this step, naming the host.
     pub errors: Vec<String>,
+    /// A `find_max` step: this step is one trial of the search (`trial`); the last trial also
+    /// carries the search's result (`find_max`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trial: Option<crate::capacity::Trial>,
+    /// The search's result, on the step that ran its last trial.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub find_max: Option<crate::capacity::FindMaxResult>,
 }
 
 /// The synchronised start of a step.

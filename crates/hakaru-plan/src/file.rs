@@ -162,6 +162,14 @@ pub struct StepSpec {
     pub rate: Option<Sweep>,
     /// `-w`: socket buffer size (sweepable).
     pub window: Option<Sweep>,
+    /// `--bitrate-up`: client -> server rate per flow instead of `bitrate` (udp, tcp).
+    pub bitrate_up: Option<Scalar>,
+    /// `--bitrate-down`: server -> client rate per flow instead of `bitrate` (udp, tcp).
+    pub bitrate_down: Option<Scalar>,
+    /// `--rate-up`: client -> server datagrams per second per flow instead of `rate` (pps).
+    pub rate_up: Option<Scalar>,
+    /// `--rate-down`: server -> client datagrams per second per flow instead of `rate` (pps).
+    pub rate_down: Option<Scalar>,
     /// `-R`: the receivers send.
     pub reverse: Option<bool>,
     /// `--bidir`: both directions at once.
@@ -195,6 +203,36 @@ pub struct StepSpec {
     /// Longest the step may run once started, seconds or with a unit (default: the test's
     /// time and warm-up plus 60 s; set it for `bytes` steps that may run long).
     pub timeout: Option<Scalar>,
+    /// udp, pps: search for the highest rate per flow whose loss, at the receivers together,
+    /// stays within the target; every sender steps its rate at once, trial by trial
+    /// (`find_max = { loss = 0.5, trial = 2, precision = 1 }`). `omit` is each trial's warm-up
+    /// (default 0.5 s); `time`, `bytes` and the rate keys are the search's to set.
+    pub find_max: Option<FindMaxKeys>,
+}
+
+/// The settings of a `find_max` step.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FindMaxKeys {
+    /// Most loss a rate may have, percent (default 0.1).
+    pub loss: Option<f64>,
+    /// Measured time of each trial (default 2 s).
+    pub trial: Option<Scalar>,
+    /// Stop when the best rate and the first miss are this close, percent (default 1).
+    pub precision: Option<f64>,
+}
+
+/// A `find_max` step's settings, resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FindMaxSettings {
+    /// Loss target, percent.
+    pub loss: f64,
+    /// Measured time per trial.
+    pub trial: std::time::Duration,
+    /// Warm-up per trial.
+    pub warmup: std::time::Duration,
+    /// Precision, a fraction.
+    pub precision: f64,
 }
 
 /// A step ready to run: sweeps and repeats expanded, flags built.
@@ -222,6 +260,8 @@ pub struct Step {
     pub expected: Option<std::time::Duration>,
     /// Limit once started, from `timeout`.
     pub timeout: Option<std::time::Duration>,
+    /// A `find_max` step: the search's settings (each trial adds its rate and time flags).
+    pub find_max: Option<FindMaxSettings>,
 }
 
 /// Why a plan cannot be read.
@@ -382,6 +422,46 @@ pub fn check(plan: &PlanFile) -> Vec<Problem> {
         if s.time.is_some() && s.bytes.is_some() {
             fatal(format!("{at}: time and bytes exclude each other"));
         }
+        if let Some(fm) = &s.find_max {
+            if !matches!(s.kind, Kind::Udp | Kind::Pps) {
+                fatal(format!("{at}: find_max searches udp and pps steps"));
+            }
+            let set: Vec<&str> = [
+                ("time", s.time.is_some()),
+                ("bytes", s.bytes.is_some()),
+                ("bitrate", s.bitrate.is_some()),
+                ("rate", s.rate.is_some()),
+                ("bitrate_up", s.bitrate_up.is_some()),
+                ("bitrate_down", s.bitrate_down.is_some()),
+                ("rate_up", s.rate_up.is_some()),
+                ("rate_down", s.rate_down.is_some()),
+            ]
+            .iter()
+            .filter(|(_, on)| *on)
+            .map(|(k, _)| *k)
+            .collect();
+            if !set.is_empty() {
+                fatal(format!(
+                    "{at}: find_max sets the rate and the time of each trial; drop {}",
+                    set.join(", ")
+                ));
+            }
+            if fm.loss.is_some_and(|l| !(0.0..=100.0).contains(&l)) {
+                fatal(format!("{at}: find_max.loss must be 0 to 100 (percent)"));
+            }
+            if fm.precision.is_some_and(|p| !(p > 0.0 && p <= 100.0)) {
+                fatal(format!(
+                    "{at}: find_max.precision must be more than 0 and at most 100 (percent)"
+                ));
+            }
+            if let Some(t) = &fm.trial {
+                if parse_secs(&t.to_string()).is_none_or(|d| d.is_zero()) {
+                    fatal(format!(
+                        "{at}: find_max.trial `{t}` is not a time (2, 3s, 500ms)"
+                    ));
+                }
+            }
+        }
         for (key, t) in [
             ("time", &s.time),
             ("omit", &s.omit),
@@ -450,6 +530,13 @@ fn fixed_flags(s: &StepSpec) -> Vec<String> {
     val("-n", s.bytes.as_ref().map(Scalar::to_string));
     val("-O", s.omit.as_ref().map(Scalar::to_string));
     val("-i", s.interval.as_ref().map(Scalar::to_string));
+    val("--bitrate-up", s.bitrate_up.as_ref().map(Scalar::to_string));
+    val(
+        "--bitrate-down",
+        s.bitrate_down.as_ref().map(Scalar::to_string),
+    );
+    val("--rate-up", s.rate_up.as_ref().map(Scalar::to_string));
+    val("--rate-down", s.rate_down.as_ref().map(Scalar::to_string));
     val("-C", s.congestion.clone());
     val("-M", s.mss.map(|m| m.to_string()));
     val("--tos", s.tos.map(|m| m.to_string()));
@@ -512,6 +599,24 @@ pub fn expand(plan: &PlanFile) -> Vec<Step> {
             time.map(|t| t + omit)
         };
         let timeout = s.timeout.as_ref().and_then(|t| parse_secs(&t.to_string()));
+        let find_max = s.find_max.as_ref().map(|fm| FindMaxSettings {
+            loss: fm.loss.unwrap_or(0.1),
+            trial: fm
+                .trial
+                .as_ref()
+                .and_then(|t| parse_secs(&t.to_string()))
+                .unwrap_or(std::time::Duration::from_secs(2)),
+            warmup: if s.omit.is_some() {
+                omit
+            } else {
+                std::time::Duration::from_millis(500)
+            },
+            precision: fm.precision.unwrap_or(1.0) / 100.0,
+        });
+        let expected = match &find_max {
+            Some(f) => Some(f.trial + f.warmup),
+            None => expected,
+        };
         for combo in combos {
             let mut flags = Vec::new();
             let mut sweep = BTreeMap::new();
@@ -542,6 +647,7 @@ pub fn expand(plan: &PlanFile) -> Vec<Step> {
                     flags: flags.clone(),
                     expected,
                     timeout,
+                    find_max: find_max.clone(),
                 });
             }
         }
@@ -620,6 +726,18 @@ reverse = true
         assert_eq!(steps[12].sweep["parallel"], "4");
         assert_eq!(steps[12].index, 13);
         assert_eq!(steps[12].source, 2);
+    }
+
+    #[test]
+    fn per_direction_rates_become_flags() {
+        let p = parse("[hosts.a]\nlocal = true\n[hosts.b]\nlocal = true\n[[step]]\nkind = \"udp\"\nreceivers = [\"a\"]\nsenders = [\"b\"]\nbidir = true\nbitrate_up = \"40M\"\nbitrate_down = \"10M\"\n")
+            .unwrap();
+        let steps = expand(&p);
+        let f = &steps[0].flags;
+        let at = |flag: &str| f.iter().position(|x| x == flag).map(|i| f[i + 1].as_str());
+        assert_eq!(at("--bitrate-up"), Some("40M"), "{f:?}");
+        assert_eq!(at("--bitrate-down"), Some("10M"), "{f:?}");
+        assert!(f.iter().any(|x| x == "--bidir"));
     }
 
     #[test]

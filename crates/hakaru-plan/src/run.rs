@@ -186,10 +186,35 @@ pub fn run(plan: &PlanFile, opts: &Options, obs: &mut dyn PlanObserver) -> PlanR
             .as_ref()
             .and_then(|t| parse_secs(&t.to_string()))
             .unwrap_or(DEFAULT_SETUP);
+        // A search runs many trials, each a step of the result: later steps move up.
+        let mut shift = 0u32;
         for step in &steps {
             if opts.stop.load(Ordering::Acquire) {
                 result.interrupted = true;
                 break;
+            }
+            let shifted;
+            let step = if shift > 0 {
+                shifted = Step {
+                    index: step.index + shift,
+                    ..step.clone()
+                };
+                &shifted
+            } else {
+                step
+            };
+            if let Some(fm) = &step.find_max {
+                let srs = run_search(plan, step, fm, &ready, &mut servers, setup, opts, obs);
+                shift += (srs.len() as u32).saturating_sub(1);
+                for sr in srs {
+                    result.errors.extend(sr.errors.iter().cloned());
+                    result.steps.push(sr);
+                }
+                if opts.stop.load(Ordering::Acquire) {
+                    result.interrupted = true;
+                    break;
+                }
+                continue;
             }
             obs.on_step_start(step, steps.len());
             let sr = run_step(plan, step, &ready, &mut servers, setup, opts, obs);
@@ -578,6 +603,177 @@ fn parse_event(line: &str) -> Option<Ev> {
     })
 }
 
+/// A `find_max` step: every sender steps its rate together, trial by trial, as the search
+/// proposes; each trial is a whole step (set up, synchronised start, merge) judged on the
+/// receivers' aggregates: the worst receiver's loss, and whether any client's senders fell
+/// short of the asked rate. Returns one step result per trial; the last carries the search.
+#[allow(clippy::too_many_arguments)]
+fn run_search(
+    plan: &PlanFile,
+    step: &Step,
+    fm: &crate::file::FindMaxSettings,
+    ready: &BTreeMap<String, Ready>,
+    servers: &mut Servers,
+    setup: Duration,
+    opts: &Options,
+    obs: &mut dyn PlanObserver,
+) -> Vec<StepResult> {
+    use hakaru_model::capacity::{min_datagrams, FindMaxResult, Outcome, Search, Trial};
+    let pps = step.kind == crate::file::Kind::Pps;
+    let flag_value = |flag: &str| {
+        step.flags
+            .iter()
+            .position(|f| f == flag)
+            .and_then(|i| step.flags.get(i + 1))
+            .cloned()
+    };
+    let per_client: u32 = flag_value("-P").and_then(|v| v.parse().ok()).unwrap_or(1);
+    let flows = per_client * (step.senders.len() * step.receivers.len()) as u32;
+    let length: f64 = flag_value("-l")
+        .and_then(|v| v.parse::<hakaru_model::Bytes>().ok())
+        .map_or(if pps { 14.0 } else { 1472.0 }, |b| b.0 as f64);
+    let floor_pps =
+        min_datagrams(fm.loss) / (fm.trial.as_secs_f64().max(1e-3) * f64::from(flows.max(1)));
+    let (start, ceiling, floor, unit) = if pps {
+        (1e4, 1e8, floor_pps, "datagrams/s")
+    } else {
+        (10e6, 100e9, floor_pps * length * 8.0, "bit/s")
+    };
+    let mut search = Search::new(start, ceiling, fm.precision).with_floor(floor);
+    let mut out: Vec<StepResult> = Vec::new();
+    let mut trials: Vec<Trial> = Vec::new();
+    let mut index = step.index;
+    while let Some((phase, rate)) = search.next() {
+        if opts.stop.load(Ordering::Acquire) {
+            search.stop("interrupted".into());
+            break;
+        }
+        let n = trials.len() as u32 + 1;
+        let mut t = step.clone();
+        t.index = index;
+        index += 1;
+        t.name = format!("{}: find-max trial {n}", step.name);
+        t.flags.extend([
+            if pps { "--rate" } else { "-b" }.to_string(),
+            format!("{rate}"),
+            "-t".into(),
+            format!("{}ms", fm.trial.as_millis()),
+        ]);
+        if !t.flags.iter().any(|f| f == "-O") {
+            t.flags
+                .extend(["-O".into(), format!("{}ms", fm.warmup.as_millis())]);
+        }
+        obs.on_step_start(&t, 0);
+        let mut sr = run_step(plan, &t, ready, servers, setup, opts, obs);
+        let mut trial = Trial {
+            index: n,
+            phase,
+            asked_per_flow: rate,
+            asked: rate * f64::from(flows),
+            sent_bps: sr.aggregates.iter().map(|a| a.sent_bps).sum(),
+            sent_pps: sr.aggregates.iter().filter_map(|a| a.sent_pps).sum(),
+            received_bps: sr.aggregates.iter().map(|a| a.received_bps).sum(),
+            received_pps: sr.aggregates.iter().filter_map(|a| a.received_pps).sum(),
+            loss_percent: sr
+                .aggregates
+                .iter()
+                .filter_map(|a| a.lost_percent)
+                .fold(0.0, f64::max),
+            jitter_ms: None,
+            met: false,
+            sender_limited: sr.runs.iter().any(|r| {
+                r.result.as_ref().is_some_and(|res| {
+                    res.totals
+                        .iter()
+                        .any(|d| d.rate_target.as_ref().is_some_and(|rt| rt.missed))
+                })
+            }),
+            sender_cpu_percent: None,
+            best_so_far: None,
+            miss_so_far: None,
+            error: sr.errors.first().cloned(),
+        };
+        trial.met = trial.error.is_none() && trial.loss_percent <= fm.loss;
+        if trial.error.is_some() {
+            search.stop(format!("trial {n} failed"));
+        } else {
+            search.record(
+                rate,
+                Outcome {
+                    met: trial.met,
+                    sender_limited: trial.sender_limited,
+                },
+            );
+        }
+        (trial.best_so_far, trial.miss_so_far) = search.bracket();
+        sr.trial = Some(trial.clone());
+        trials.push(trial);
+        obs.on_step_end(&sr);
+        out.push(sr);
+    }
+    let best = search.confirmed_best();
+    let first_miss = trials
+        .iter()
+        .filter(|t| !t.met && t.error.is_none())
+        .map(|t| t.asked_per_flow)
+        .fold(None, |m: Option<f64>, r| Some(m.map_or(r, |m| m.min(r))));
+    let result = FindMaxResult {
+        schema_version: hakaru_model::SCHEMA_VERSION,
+        test: "find_max".into(),
+        kind: step.kind.name().into(),
+        unit: unit.into(),
+        server: step.receivers.join(", "),
+        flows,
+        directions: Vec::new(),
+        length: length as u64,
+        loss_target_percent: fm.loss,
+        precision_percent: fm.precision * 100.0,
+        trial_seconds: fm.trial.as_secs_f64(),
+        warmup_seconds: fm.warmup.as_secs_f64(),
+        best_per_flow: best,
+        best: best.map(|b| b * f64::from(flows)),
+        best_trial: best.and_then(|b| {
+            trials
+                .iter()
+                .rev()
+                .find(|t| t.met && t.asked_per_flow == b)
+                .map(|t| t.index)
+        }),
+        first_miss_per_flow: first_miss,
+        first_miss_trial: first_miss
+            .and_then(|m| trials.iter().find(|t| !t.met && t.asked_per_flow == m))
+            .map(|t| t.index),
+        outcome: search.outcome().to_string(),
+        sender_limited: search.sender_limited(),
+        interrupted: opts.stop.load(Ordering::Acquire),
+        trials,
+    };
+    obs.on_note(&format!(
+        "step {} ({}): {}",
+        step.index,
+        step.name,
+        search_note(&result)
+    ));
+    if let Some(last) = out.last_mut() {
+        last.find_max = Some(result);
+    }
+    out
+}
+
+/// One line for the plan's live output: the search's best rate and why it ended.
+fn search_note(r: &hakaru_model::capacity::FindMaxResult) -> String {
+    match r.best {
+        Some(b) => format!(
+            "find-max: best {b:.0} {} in total ({:.0} per flow) with at most {} % loss; {}",
+            r.unit,
+            r.best_per_flow.unwrap_or(0.0),
+            r.loss_target_percent,
+            r.outcome
+        ),
+        None => format!("find-max: {}", r.outcome),
+    }
+}
+
 /// Runs one step: set up every client, release them together, collect, merge.
 fn run_step(
     plan: &PlanFile,
@@ -601,6 +797,8 @@ fn run_step(
         timeline: Vec::new(),
         runs: Vec::new(),
         errors: Vec::new(),
+        trial: None,
+        find_max: None,
     };
     let at = format!("step {} ({})", step.index, step.name);
     for e in servers.newly_dead() {

@@ -339,7 +339,7 @@ fn run_metrics(b: &RunResult, n: &RunResult) -> Vec<Raw> {
 
 fn test_name(c: &Content) -> String {
     match c {
-        Content::Run(r) => crate::csv::test_name(&r.spec).to_string(),
+        Content::Run(r) => r.spec.name().to_string(),
         Content::Quick(_) => "quick".into(),
         Content::Plan(_) => "plan".into(),
     }
@@ -511,6 +511,17 @@ fn verdict_words(r: &Row) -> String {
     }
 }
 
+/// A row's cells: metric, base, new, change, verdict.
+fn cells(r: &Row) -> [String; 5] {
+    [
+        r.metric.clone(),
+        value(r.base, &r.unit),
+        value(r.new, &r.unit),
+        change_words(r),
+        verdict_words(r),
+    ]
+}
+
 /// A text table.
 pub fn text(c: &Comparison) -> String {
     let mut s = format!(
@@ -526,15 +537,8 @@ pub fn text(c: &Comparison) -> String {
         "metric", "base", "new", "change"
     );
     for r in &c.rows {
-        let _ = writeln!(
-            s,
-            "{:<34} {:>14} {:>14} {:>10}  {}",
-            r.metric,
-            value(r.base, &r.unit),
-            value(r.new, &r.unit),
-            change_words(r),
-            verdict_words(r)
-        );
+        let [m, b, n, ch, v] = cells(r);
+        let _ = writeln!(s, "{m:<34} {b:>14} {n:>14} {ch:>10}  {v}");
     }
     let _ = writeln!(
         s,
@@ -560,15 +564,7 @@ pub fn markdown(c: &Comparison) -> String {
     }
     s.push_str("| metric | base | new | change | verdict |\n|---|---:|---:|---:|---|\n");
     for r in &c.rows {
-        let _ = writeln!(
-            s,
-            "| {} | {} | {} | {} | {} |",
-            r.metric,
-            value(r.base, &r.unit),
-            value(r.new, &r.unit),
-            change_words(r),
-            verdict_words(r)
-        );
+        let _ = writeln!(s, "| {} |", cells(r).join(" | "));
     }
     let _ = writeln!(
         s,

@@ -121,18 +121,6 @@ fn field(f: &str) -> String {
     }
 }
 
-/// The test's name as the JSON's `test` field has it (`pps` for packet-rate runs).
-pub(crate) fn test_name(spec: &TestSpec) -> &'static str {
-    match spec {
-        TestSpec::Tcp(_) => "tcp",
-        TestSpec::Udp(u) if u.mode == hakaru_model::UdpMode::Pps => "pps",
-        TestSpec::Udp(_) => "udp",
-        TestSpec::Latency(_) => "latency",
-        TestSpec::Connect(_) => "connect",
-        TestSpec::Raw(_) => "raw",
-    }
-}
-
 /// The header row.
 pub fn header() -> String {
     let mut s = COLUMNS.join(",");
@@ -224,7 +212,7 @@ fn sum_row(test: &str, rec: &IntervalRecord, d: &DirectionInterval) -> String {
 /// The rows of one interval: per flow and per direction (bulk tests), or one row (latency,
 /// connect).
 pub fn interval_rows(spec: &TestSpec, rec: &IntervalRecord) -> String {
-    let test = test_name(spec);
+    let test = spec.name();
     let mut s = String::new();
     if let Some(l) = &rec.latency {
         let mut r = Row::new(test, "interval");
@@ -257,7 +245,7 @@ pub fn interval_rows(spec: &TestSpec, rec: &IntervalRecord) -> String {
 
 /// The `total` rows of a finished test: one per direction (bulk), or one (latency, connect).
 pub fn total_rows(r: &RunResult) -> String {
-    let test = test_name(&r.spec);
+    let test = r.spec.name();
     let mut s = String::new();
     let cpu = |row: &mut Row| {
         row.opt(

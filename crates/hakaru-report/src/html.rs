@@ -274,27 +274,18 @@ fn bulk_charts(p: &str, r: &RunResult) -> Vec<Chart> {
                 });
             }
         }
-        let mut c = Chart {
-            id: format!("{p}-rate-{d}"),
-            title: format!(
+        out.push(rate_chart(
+            format!("{p}-rate-{d}"),
+            format!(
                 "{}: {} over time ({} flow(s); receiver per flow thin, sum thick, sender dashed)",
                 dir_words(dir),
                 if pps { "packet rate" } else { "rate" },
                 flow_ids.len()
             ),
-            x_desc: "time (s)".into(),
-            y_desc: String::new(),
-            y_scale: 1.0,
-            log_x: false,
-            log_y: false,
+            "time (s)",
             series,
-        };
-        scale_rates(
-            &mut c,
-            if pps { "pkt/s" } else { "bit/s" },
-            if pps { "packets" } else { "rate" },
-        );
-        out.push(c);
+            pps,
+        ));
         // The second pane: retransmits (TCP) or loss and jitter (UDP).
         if udp {
             let loss: Vec<(f64, f64)> = r
@@ -360,6 +351,26 @@ fn bulk_charts(p: &str, r: &RunResult) -> Vec<Chart> {
         }
     }
     out
+}
+
+/// A time chart of rates (bit/s, or packets/s when `pps`), in the unit its values ask for.
+fn rate_chart(id: String, title: String, x_desc: &str, series: Vec<Series>, pps: bool) -> Chart {
+    let mut c = Chart {
+        id,
+        title,
+        x_desc: x_desc.into(),
+        y_desc: String::new(),
+        y_scale: 1.0,
+        log_x: false,
+        log_y: false,
+        series,
+    };
+    scale_rates(
+        &mut c,
+        if pps { "pkt/s" } else { "bit/s" },
+        if pps { "packets" } else { "rate" },
+    );
+    c
 }
 
 /// A chart with one thick series.
@@ -658,27 +669,18 @@ pub fn plan_charts(p: &str, plan: &PlanResult) -> Vec<Chart> {
                     legend: true,
                 });
             }
-            let mut c = Chart {
-                id: format!("{p}-step{}-{}-{}", step.index, slug(&recv), dir.label()),
-                title: format!(
+            out.push(rate_chart(
+                format!("{p}-step{}-{}-{}", step.index, slug(&recv), dir.label()),
+                format!(
                     "step {} ({}): into {recv}, {}: senders stacked, total, NIC truth",
                     step.index,
                     step.name,
                     dir_words(dir)
                 ),
-                x_desc: "time since the release (s)".into(),
-                y_desc: String::new(),
-                y_scale: 1.0,
-                log_x: false,
-                log_y: false,
+                "time since the release (s)",
                 series,
-            };
-            scale_rates(
-                &mut c,
-                if pps { "pkt/s" } else { "bit/s" },
-                if pps { "packets" } else { "rate" },
-            );
-            out.push(c);
+                pps,
+            ));
         }
     }
     out
@@ -703,7 +705,7 @@ fn overlay_charts(inputs: &[Input]) -> Vec<Chart> {
     if runs.len() < 2 {
         return Vec::new();
     }
-    let kind = |r: &RunResult| crate::csv::test_name(&r.spec);
+    let kind = |r: &RunResult| r.spec.name();
     let k0 = kind(runs[0].1);
     if runs.iter().any(|(_, r)| kind(r) != k0) {
         return Vec::new();
@@ -790,22 +792,13 @@ fn overlay_charts(inputs: &[Input]) -> Vec<Chart> {
                 if series.is_empty() {
                     continue;
                 }
-                let mut c = Chart {
-                    id: format!("overlay-{}", dir.label()),
-                    title: format!("{}: received by each input", dir_words(dir)),
-                    x_desc: "time (s)".into(),
-                    y_desc: String::new(),
-                    y_scale: 1.0,
-                    log_x: false,
-                    log_y: false,
+                out.push(rate_chart(
+                    format!("overlay-{}", dir.label()),
+                    format!("{}: received by each input", dir_words(dir)),
+                    "time (s)",
                     series,
-                };
-                scale_rates(
-                    &mut c,
-                    if pps { "pkt/s" } else { "bit/s" },
-                    if pps { "packets" } else { "rate" },
-                );
-                out.push(c);
+                    pps,
+                ));
             }
         }
     }

@@ -51,8 +51,14 @@ pub fn step_heading(
     receivers: &[String],
     flags: &[String],
 ) -> String {
+    // Search trials are steps the plan did not count in advance (`of` is 0 for them).
+    let of = if of > 0 {
+        format!("/{of}")
+    } else {
+        String::new()
+    };
     format!(
-        "\nstep {index}/{of}: {name}: {} -> {} ({} client(s)) {}\n",
+        "\nstep {index}{of}: {name}: {} -> {} ({} client(s)) {}\n",
         senders.join(", "),
         receivers.join(", "),
         senders.len() * receivers.len(),
@@ -246,6 +252,19 @@ fn run_line(r: &hakaru_model::plan::PlanRun) -> String {
 /// The end of a step: aggregates per receiver, then each run's headline or error.
 pub fn step_summary(s: &StepResult) -> String {
     let mut out = String::new();
+    if let Some(t) = &s.trial {
+        out += &crate::capacity_text::trial_line(
+            t,
+            if s.kind == "pps" {
+                "datagrams/s"
+            } else {
+                "bit/s"
+            },
+        );
+    }
+    if let Some(fm) = &s.find_max {
+        out += &crate::capacity_text::summary(fm);
+    }
     for a in &s.aggregates {
         out += &aggregate_line(a);
     }

@@ -287,18 +287,6 @@ pub fn run_length(spec: &TestSpec) -> Option<std::time::Duration> {
     }
 }
 
-/// The test's name for a status line.
-pub fn kind_name(spec: &TestSpec) -> &'static str {
-    match spec {
-        TestSpec::Tcp(_) => "tcp",
-        TestSpec::Udp(u) if u.mode == hakaru_model::UdpMode::Pps => "pps",
-        TestSpec::Udp(_) => "udp",
-        TestSpec::Latency(_) => "latency",
-        TestSpec::Connect(_) => "connect",
-        TestSpec::Raw(_) => "transfer",
-    }
-}
-
 /// Passes every event on to `inner` and starts the status line's clock at the test's start.
 pub struct WithProgress<'a> {
     pub inner: &'a mut dyn Observer,

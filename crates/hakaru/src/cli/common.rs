@@ -441,7 +441,7 @@ pub fn run_and_print(
     }
     let mut observer = output::observer(format, view);
     let mut progress = output::Progress::new(output::is_quiet(format, view, &opts.spec));
-    progress.step(output::kind_name(&opts.spec).to_string());
+    progress.step(opts.spec.name().to_string());
     let mut wrapped = output::WithProgress {
         inner: observer.as_mut(),
         progress: &progress,

@@ -13,7 +13,7 @@ use hakaru_model::{
 };
 
 use super::common::{stop_flag, Target};
-use crate::output::{kind_name, Format, Progress, WithProgress};
+use crate::output::{Format, Progress, WithProgress};
 
 /// Options of `hakaru quick`.
 #[derive(Debug, clap::Args)]
@@ -185,7 +185,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         if stop.load(Ordering::Acquire) {
             break;
         }
-        progress.step(format!("test {}/{count}: {}", i + 1, kind_name(&spec)));
+        progress.step(format!("test {}/{count}: {}", i + 1, spec.name()));
         let opts = a.target.options(&ep, spec);
         out.embedded_server = opts.embedded;
         let mut watch = WithProgress {

@@ -582,3 +582,59 @@ fn an_exec_prefix_launcher_runs_the_commands() {
     );
     assert!(port_closed(port));
 }
+
+/// A `find_max` step: every sender steps its rate together, trial by trial; each trial is a
+/// step of the result, the last carries the search, and the steps after it move up.
+#[test]
+fn find_max_step_searches_with_every_sender_at_once() {
+    let s = Scratch::new("find-max");
+    let port = free_port();
+    let (o, doc) = local_plan(
+        &s,
+        port,
+        (bin(), bin()),
+        "[[step]]\nname = \"edge\"\nkind = \"pps\"\nreceivers = [\"rx\"]\nsenders = [\"a\", \"b\"]\nparallel = 2\nomit = \"200ms\"\nfind_max = { loss = 0.1, trial = \"500ms\" }\n\n[[step]]\nkind = \"tcp\"\nreceivers = [\"rx\"]\nsenders = [\"a\"]\ntime = \"300ms\"\n",
+        Duration::from_secs(300),
+    );
+    assert!(o.status.success(), "plan failed: {}", stderr(&o));
+    let steps = doc["steps"].as_array().unwrap();
+    let trials: Vec<&Value> = steps.iter().filter(|s| s["trial"].is_object()).collect();
+    assert!(!trials.is_empty() && trials.len() <= 44, "{}", trials.len());
+    assert_eq!(
+        steps.len(),
+        trials.len() + 1,
+        "the tcp step follows the trials"
+    );
+    // Indices stay unique and in order.
+    for (k, st) in steps.iter().enumerate() {
+        assert_eq!(st["index"], k as u64 + 1);
+    }
+    // Both senders ran every trial, at the rate the search asked: rates double on the ramp.
+    let mut last = 0.0;
+    for t in &trials {
+        assert_eq!(t["runs"].as_array().unwrap().len(), 2, "{}", t["name"]);
+        let asked = t["trial"]["asked_per_flow"].as_f64().unwrap();
+        if t["trial"]["phase"] == "ramp" {
+            assert!(last == 0.0 || asked == last * 2.0, "{asked} after {last}");
+            last = asked;
+        }
+        let flags = t["runs"][0]["command"].as_array().unwrap();
+        assert!(flags.iter().any(|f| f == "--rate"), "{flags:?}");
+    }
+    let fm = &trials.last().unwrap()["find_max"];
+    assert_eq!(fm["test"], "find_max");
+    assert_eq!(fm["flows"], 4, "2 flows x 2 senders");
+    assert!(!fm["outcome"].as_str().unwrap().is_empty());
+    assert_eq!(fm["trials"].as_array().unwrap().len(), trials.len());
+    // A search on a tcp step, or with a rate of its own, is refused before anything runs.
+    let o = run(
+        &["plan", "check", s.write("bad.toml", "[hosts.r]\naddress = \"127.0.0.1\"\nlocal = true\n[hosts.s]\nlocal = true\n[[step]]\nkind = \"udp\"\nreceivers = [\"r\"]\nsenders = [\"s\"]\nbitrate = \"1G\"\nfind_max = { loss = 0.5 }\n").to_str().unwrap()],
+        Duration::from_secs(20),
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("find_max sets the rate") && stderr(&o).contains("bitrate"),
+        "{}",
+        stderr(&o)
+    );
+}

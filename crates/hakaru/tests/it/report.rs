@@ -518,3 +518,57 @@ fn chromium_renders_the_report_offline() {
         );
     }
 }
+
+#[test]
+fn plan_results_are_drawn_per_receiver_and_take_per_direction_rates() {
+    let d = Scratch::new("report-plan");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let plan = format!(
+        "[hosts.rx]\naddress = \"127.0.0.1\"\nlocal = true\nport = {port}\n\n[hosts.a]\nlocal = true\n\n[hosts.b]\nlocal = true\n\n[[step]]\nkind = \"udp\"\nreceivers = [\"rx\"]\nsenders = [\"a\", \"b\"]\ntime = 2\ninterval = 0.5\nbidir = true\nbitrate_up = \"20M\"\nbitrate_down = \"5M\"\n"
+    );
+    let file = d.0.join("plan.toml");
+    std::fs::write(&file, plan).unwrap();
+    let out = d.0.join("plan.json");
+    let (o, doc) = super::plan::plan_run(
+        &mut super::common::hakaru(),
+        &file,
+        &out,
+        Duration::from_secs(120),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    // Each sender's run: 20 Mbit/s up, 5 Mbit/s down.
+    let runs = doc["steps"][0]["runs"].as_array().expect("runs");
+    assert_eq!(runs.len(), 2);
+    for r in runs {
+        for t in r["result"]["totals"].as_array().expect("totals") {
+            let want = if t["dir"] == "up" { 20e6 } else { 5e6 };
+            let got = t["receiver"]["bits_per_second"].as_f64().unwrap();
+            assert!((got / want - 1.0).abs() < 0.05, "{}: {got}", t["dir"]);
+        }
+    }
+    let html_path = d.path("plan.html");
+    ok(&["report", out.to_str().unwrap(), "-o", &html_path]);
+    let html = std::fs::read_to_string(&html_path).unwrap();
+    let index = doc["steps"][0]["index"].as_u64().unwrap();
+    let fig = figure(&html, &format!("r1-step{index}-rx-up"));
+    // The total received into rx is drawn thick: two senders at 20 Mbit/s.
+    let totals = fig.lines("thick");
+    assert_eq!(totals.len(), 1, "one total line");
+    let (_, px_y) = fig.pixel();
+    let full: Vec<f64> = totals[0]
+        .iter()
+        .map(|p| p.1)
+        .filter(|v| *v > 30e6)
+        .collect();
+    assert!(!full.is_empty(), "{:?}", totals[0]);
+    for v in full {
+        assert!((v - 40e6).abs() < 0.05 * 40e6 + px_y, "total {v}");
+    }
+    // The senders stacked: one thin line each.
+    assert_eq!(fig.lines("thin").len(), 2);
+    assert!(html.contains(&format!("r1-step{index}-rx-down")));
+}
