@@ -180,6 +180,7 @@ pub(crate) fn run(
         connect: Some(connect),
         latency: None,
         raw: None,
+        http: None,
         server_clock_offset: clock,
         server_on_this_host: same_host,
     };

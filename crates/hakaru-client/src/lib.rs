@@ -530,12 +530,10 @@ pub fn run_test(
             );
         }
         TestSpec::Latency(_) => unreachable!("latency tests returned above"),
-        TestSpec::Raw(_) => {
-            return Err(ClientError::Refused(
-                "sink and source runs are local (hakaru sink, hakaru source), not client tests"
-                    .into(),
-            ))
-        }
+        TestSpec::Raw(_) | TestSpec::Http(_) => return Err(ClientError::Refused(
+            "sink, source and http runs are local (hakaru sink, source, http), not client tests"
+                .into(),
+        )),
         TestSpec::Tcp(tcp) => {
             let flows = open_tcp_flows(opts, tcp, server_addr, &token)?;
             // Counters first: nothing the server sends after `start` escapes them.

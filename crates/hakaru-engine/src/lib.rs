@@ -11,6 +11,7 @@ pub mod control;
 pub mod counters;
 pub mod framing;
 pub mod hist;
+pub mod http;
 pub mod iperf3_control;
 pub mod observer;
 pub mod ping;

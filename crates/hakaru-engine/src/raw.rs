@@ -127,7 +127,16 @@ impl Meter {
                 quota: None,
             })
             .collect();
-        let udp = spec.protocol == RawProtocol::Udp;
+        Meter::with(cfg, meta, spec.protocol == RawProtocol::Udp, on_sample)
+    }
+
+    /// Starts the clock and the ticker now, for flows described by `meta`.
+    pub fn with(
+        cfg: SideConfig,
+        meta: Vec<FlowMeta>,
+        udp: bool,
+        on_sample: SampleFn,
+    ) -> Result<Meter, RawError> {
         let core = Arc::new(Core::new(cfg, meta, Box::new(|| {}), udp));
         let started_unix = unix_now();
         let ticker = spawn_ticker(Arc::clone(&core), on_sample, None).map_err(RawError::Thread)?;

@@ -132,9 +132,7 @@ impl SideConfig {
     ) -> SideConfig {
         let (discard, zerocopy) = match spec {
             TestSpec::Tcp(t) => (t.discard, t.zerocopy),
-            TestSpec::Udp(_) | TestSpec::Latency(_) | TestSpec::Connect(_) | TestSpec::Raw(_) => {
-                (false, false)
-            }
+            _ => (false, false),
         };
         SideConfig {
             end,

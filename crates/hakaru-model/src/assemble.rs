@@ -403,6 +403,7 @@ pub fn assemble(i: Inputs) -> RunResult {
         latency: None,
         connect: None,
         raw: None,
+        http: None,
         server_clock_offset: None,
         server_on_this_host: false,
     }

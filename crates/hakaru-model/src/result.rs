@@ -583,6 +583,9 @@ pub struct RunResult {
     // Defaulted so results written before this field existed still decode.
     #[serde(default)]
     pub raw: Option<crate::raw::RawResult>,
+    /// HTTP transfer figures, for `hakaru http` runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<crate::http::HttpResult>,
     /// The server's wall clock against the client's, for tests against a hakaru server.
     #[serde(default)]
     pub server_clock_offset: Option<ClockOffset>,

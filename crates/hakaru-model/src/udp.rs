@@ -232,6 +232,8 @@ pub enum TestSpec {
     Connect(ConnectSpec),
     /// A raw sink or source (`hakaru sink`, `hakaru source`); never sent to a server.
     Raw(crate::raw::RawSpec),
+    /// HTTP downloads or uploads (`hakaru http`); never sent to a hakaru server.
+    Http(crate::http::HttpSpec),
 }
 
 impl TestSpec {
@@ -244,6 +246,7 @@ impl TestSpec {
             TestSpec::Latency(_) => "latency",
             TestSpec::Connect(_) => "connect",
             TestSpec::Raw(r) => r.role_name(),
+            TestSpec::Http(_) => "http",
         }
     }
 
@@ -255,6 +258,7 @@ impl TestSpec {
             TestSpec::Latency(l) => l.validate(),
             TestSpec::Connect(c) => c.validate(),
             TestSpec::Raw(r) => r.validate(),
+            TestSpec::Http(h) => h.validate(),
         }
     }
 
@@ -264,7 +268,7 @@ impl TestSpec {
             TestSpec::Tcp(t) => t.flow_plan(),
             TestSpec::Udp(u) => u.flow_plan(),
             TestSpec::Latency(l) => l.flow_plan(),
-            TestSpec::Connect(_) | TestSpec::Raw(_) => Vec::new(),
+            TestSpec::Connect(_) | TestSpec::Raw(_) | TestSpec::Http(_) => Vec::new(),
         }
     }
 
@@ -276,6 +280,7 @@ impl TestSpec {
             TestSpec::Latency(l) => l.flows,
             TestSpec::Connect(c) => c.connectors,
             TestSpec::Raw(_) => 1,
+            TestSpec::Http(h) => h.parallel,
         }
     }
 
@@ -286,6 +291,8 @@ impl TestSpec {
             TestSpec::Udp(u) => u.direction,
             TestSpec::Latency(_) => Direction::Forward,
             TestSpec::Connect(_) | TestSpec::Raw(_) => Direction::Forward,
+            TestSpec::Http(h) if h.method == crate::http::HttpMethod::Get => Direction::Reverse,
+            TestSpec::Http(_) => Direction::Forward,
         }
     }
 
@@ -302,6 +309,12 @@ impl TestSpec {
                 // Until the stream ends (EOF, stdin's end, the sender's FIN).
                 (None, None) => Amount::Time(Dur::default()),
             },
+            TestSpec::Http(h) => match (h.bytes, h.duration) {
+                (Some(b), _) => Amount::Bytes(b),
+                (None, Some(t)) => Amount::Time(t),
+                // One pass over the URLs.
+                (None, None) => Amount::Time(Dur::default()),
+            },
         }
     }
 
@@ -313,6 +326,7 @@ impl TestSpec {
             TestSpec::Latency(l) => l.interval,
             TestSpec::Connect(c) => c.interval,
             TestSpec::Raw(r) => r.interval,
+            TestSpec::Http(h) => h.interval,
         }
     }
 
@@ -322,7 +336,7 @@ impl TestSpec {
             TestSpec::Tcp(t) => t.omit,
             TestSpec::Udp(u) => u.omit,
             TestSpec::Latency(l) => l.warmup,
-            TestSpec::Connect(_) | TestSpec::Raw(_) => Dur::default(),
+            TestSpec::Connect(_) | TestSpec::Raw(_) | TestSpec::Http(_) => Dur::default(),
         }
     }
 
@@ -334,6 +348,7 @@ impl TestSpec {
             TestSpec::Latency(l) => l.timeout,
             TestSpec::Connect(c) => c.connect_timeout,
             TestSpec::Raw(r) => r.idle,
+            TestSpec::Http(h) => h.stall_timeout,
         }
     }
 
@@ -345,6 +360,7 @@ impl TestSpec {
             TestSpec::Latency(l) => l.length,
             TestSpec::Connect(c) => c.request,
             TestSpec::Raw(r) => r.length,
+            TestSpec::Http(h) => h.upload.unwrap_or_default(),
         }
     }
 
@@ -355,7 +371,7 @@ impl TestSpec {
             TestSpec::Udp(u) => &u.server_affinity,
             TestSpec::Latency(l) => &l.server_affinity,
             TestSpec::Connect(c) => &c.server_affinity,
-            TestSpec::Raw(_) => &[],
+            TestSpec::Raw(_) | TestSpec::Http(_) => &[],
         }
     }
 
@@ -363,9 +379,7 @@ impl TestSpec {
     pub fn udp(&self) -> Option<&UdpSpec> {
         match self {
             TestSpec::Udp(u) => Some(u),
-            TestSpec::Tcp(_) | TestSpec::Latency(_) | TestSpec::Connect(_) | TestSpec::Raw(_) => {
-                None
-            }
+            _ => None,
         }
     }
 
@@ -373,7 +387,7 @@ impl TestSpec {
     pub fn connect(&self) -> Option<&ConnectSpec> {
         match self {
             TestSpec::Connect(c) => Some(c),
-            TestSpec::Tcp(_) | TestSpec::Udp(_) | TestSpec::Latency(_) | TestSpec::Raw(_) => None,
+            _ => None,
         }
     }
 }

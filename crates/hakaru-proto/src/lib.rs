@@ -6,10 +6,12 @@
 //! header of UDP test datagrams and the hello that opens a UDP flow; [`iperf3`] is iperf3's
 //! control protocol and UDP framing; [`sockperf`] is the stock sockperf's message header and
 //! TCP framing; [`iperf2`] is what a raw sink needs of iperf2 clients; [`auth`] is the
-//! pre-shared key challenge-response of the native protocol.
+//! pre-shared key challenge-response of the native protocol; [`http`] is the HTTP/1.1 that
+//! `hakaru http` and the server's HTTP endpoint speak.
 
 pub mod auth;
 pub mod datagram;
+pub mod http;
 pub mod iperf2;
 pub mod iperf3;
 pub mod native;

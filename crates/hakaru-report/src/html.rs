@@ -133,6 +133,7 @@ pub fn run_charts(p: &str, r: &RunResult) -> Vec<Chart> {
         TestSpec::Latency(_) => latency_charts(p, r),
         TestSpec::Connect(_) => connect_charts(p, r),
         TestSpec::Raw(_) => raw_charts(p, r),
+        TestSpec::Http(_) => bulk_charts(p, r),
     }
 }
 

@@ -7,6 +7,7 @@ pub mod compare;
 pub mod connect_text;
 pub mod csv;
 pub mod html;
+pub mod http_text;
 pub mod iperf3_json;
 pub mod iperf3_text;
 mod iperf3_view;

@@ -7,7 +7,7 @@ use hakaru_model::{
     TcpSpec, TestSpec,
 };
 
-use crate::{connect_text, latency_text, raw_text, udp_text, View};
+use crate::{connect_text, http_text, latency_text, raw_text, udp_text, View};
 
 /// The line that opens a run.
 pub fn header(spec: &TestSpec, server: &str, embedded: bool) -> String {
@@ -17,6 +17,7 @@ pub fn header(spec: &TestSpec, server: &str, embedded: bool) -> String {
         TestSpec::Latency(l) => latency_text::header(l, server, embedded),
         TestSpec::Connect(c) => connect_text::header(c, server, embedded),
         TestSpec::Raw(r) => raw_text::header(r, server),
+        TestSpec::Http(h) => http_text::header(h, embedded),
     }
 }
 
@@ -28,6 +29,7 @@ pub fn interval_heading(spec: &TestSpec, view: &View) -> String {
         TestSpec::Latency(_) => latency_text::interval_heading(),
         TestSpec::Connect(_) => connect_text::interval_heading(),
         TestSpec::Raw(r) => raw_text::interval_heading(r),
+        TestSpec::Http(_) => http_text::interval_heading(),
     }
 }
 
@@ -67,11 +69,13 @@ pub fn summary(r: &RunResult, view: &View) -> String {
         (TestSpec::Latency(_), false) => latency_text::summary(r, view),
         (TestSpec::Connect(_), false) => connect_text::summary(r),
         (TestSpec::Raw(_), false) => raw_text::summary(r),
+        (TestSpec::Http(_), false) => http_text::summary(r, view),
         (TestSpec::Tcp(_), true) => tcp_sums(r) + &tcp_headline(r),
         (TestSpec::Udp(_), true) => udp_text::sums(r, view) + &udp_text::headline(r),
         (TestSpec::Latency(_), true) => latency_text::headline(r),
         (TestSpec::Connect(_), true) => connect_text::headline(r),
         (TestSpec::Raw(_), true) => raw_text::headline(r),
+        (TestSpec::Http(_), true) => http_text::sums(r) + &http_text::headline(r),
     };
     view.fit(s)
 }

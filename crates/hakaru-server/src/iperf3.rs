@@ -661,7 +661,7 @@ fn flip_spec(spec: &mut TestSpec) {
     match spec {
         TestSpec::Tcp(t) => t.direction = flip_dir(t.direction),
         TestSpec::Udp(u) => u.direction = flip_dir(u.direction),
-        TestSpec::Latency(_) | TestSpec::Connect(_) | TestSpec::Raw(_) => {}
+        _ => {}
     }
 }
 

@@ -8,6 +8,7 @@
 
 mod acl;
 mod dispatch;
+pub mod http;
 mod iperf3;
 mod iperf3_output;
 mod limits;
@@ -67,6 +68,9 @@ pub struct ServerConfig {
     pub iperf3_json_output: bool,
     /// Also answer stock sockperf clients (UDP and TCP) on this port; 0 picks a free one.
     pub sockperf_port: Option<u16>,
+    /// Also serve HTTP (`GET /bytes/SIZE`, PUT/POST bodies counted) on this port; 0 picks a
+    /// free one.
+    pub http_port: Option<u16>,
 }
 
 impl Default for ServerConfig {
@@ -84,6 +88,7 @@ impl Default for ServerConfig {
             max_flows: 1024,
             iperf3_json_output: false,
             sockperf_port: None,
+            http_port: None,
         }
     }
 }
@@ -142,6 +147,7 @@ pub struct Server {
     listener: TcpListener,
     udp: UdpSocket,
     sockperf: Option<sockperf::SockperfPort>,
+    http: Option<http::HttpPort>,
     ctx: Arc<Ctx>,
 }
 
@@ -204,10 +210,19 @@ impl Server {
             ),
             None => None,
         };
+        let http = match cfg.http_port {
+            Some(p) => Some(
+                http::HttpPort::bind(bound.ip(), p, cfg.family == Family::V6).map_err(|e| {
+                    io::Error::new(e.kind(), format!("--http-port {p}: {e}{}", in_use_hint(&e)))
+                })?,
+            ),
+            None => None,
+        };
         Ok(Server {
             listener,
             udp,
             sockperf,
+            http,
             ctx: Arc::new(Ctx {
                 admission: limits::Admission::new(cfg.limits),
                 cfg,
@@ -235,6 +250,11 @@ impl Server {
         self.sockperf.as_ref().and_then(|s| s.local_addr().ok())
     }
 
+    /// The address of the HTTP port, when there is one.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http.as_ref().and_then(|h| h.local_addr().ok())
+    }
+
     /// Flag that stops the server when set (wire it to SIGINT/SIGTERM).
     pub fn shutdown_flag(&self) -> Arc<AtomicBool> {
         Arc::clone(&self.ctx.shutdown)
@@ -253,6 +273,11 @@ impl Server {
             Some(sp) => sp.spawn(Arc::clone(&self.ctx))?,
             None => Vec::new(),
         };
+        let http_addr = self.http_addr();
+        let http_thread = match self.http.take() {
+            Some(h) => Some(h.spawn(Arc::clone(&self.ctx))?),
+            None => None,
+        };
         let udp_thread = {
             let ctx = Arc::clone(&self.ctx);
             let sock = self.udp.try_clone()?;
@@ -265,6 +290,9 @@ impl Server {
         // After the line above, which scripts read the control port from.
         if let Some(a) = sockperf_addr {
             tracing::info!("sockperf listening on {a} (UDP and TCP)");
+        }
+        if let Some(a) = http_addr {
+            tracing::info!("http listening on {a} (GET /bytes/SIZE, PUT and POST bodies)");
         }
         while !self.ctx.shutdown.load(Ordering::Acquire) {
             match self.listener.accept() {
@@ -299,6 +327,9 @@ impl Server {
             std::thread::sleep(Duration::from_millis(20));
         }
         let _ = udp_thread.join();
+        if let Some(t) = http_thread {
+            let _ = t.join();
+        }
         for t in sockperf_threads {
             let _ = t.join();
         }
@@ -309,6 +340,7 @@ impl Server {
     pub fn spawn(self) -> io::Result<ServerHandle> {
         let addr = self.local_addr()?;
         let sockperf = self.sockperf_addr();
+        let http = self.http_addr();
         let flag = self.shutdown_flag();
         let thread = std::thread::Builder::new()
             .name("hakaru-server".into())
@@ -316,6 +348,7 @@ impl Server {
         Ok(ServerHandle {
             addr,
             sockperf,
+            http,
             flag,
             thread: Some(thread),
         })
@@ -326,6 +359,7 @@ impl Server {
 pub struct ServerHandle {
     addr: SocketAddr,
     sockperf: Option<SocketAddr>,
+    http: Option<SocketAddr>,
     flag: Arc<AtomicBool>,
     thread: Option<JoinHandle<io::Result<()>>>,
 }
@@ -339,6 +373,11 @@ impl ServerHandle {
     /// Address of the sockperf port, when the server has one.
     pub fn sockperf_addr(&self) -> Option<SocketAddr> {
         self.sockperf
+    }
+
+    /// Address of the HTTP port, when the server has one.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http
     }
 
     /// Stops the server and waits for it.
@@ -379,7 +418,7 @@ pub(crate) fn bind_udp(addr: SocketAddr, family: Family) -> io::Result<UdpSocket
 }
 
 #[cfg(unix)]
-fn wait_readable(l: &TcpListener) {
+pub(crate) fn wait_readable(l: &TcpListener) {
     use std::os::fd::AsRawFd;
     // A short timeout keeps shutdown prompt.
     hakaru_engine::sys::wait_fd(
@@ -390,7 +429,7 @@ fn wait_readable(l: &TcpListener) {
 }
 
 #[cfg(not(unix))]
-fn wait_readable(_l: &TcpListener) {
+pub(crate) fn wait_readable(_l: &TcpListener) {
     std::thread::sleep(Duration::from_millis(20));
 }
 

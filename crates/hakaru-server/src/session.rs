@@ -283,7 +283,7 @@ fn admit(ctx: &Ctx, spec: &TestSpec) -> Result<(), String> {
     }
     if let Some(cc) = match spec {
         TestSpec::Tcp(t) => t.congestion.as_ref(),
-        TestSpec::Udp(_) | TestSpec::Latency(_) | TestSpec::Connect(_) | TestSpec::Raw(_) => None,
+        _ => None,
     } {
         let avail = sys::available_congestion();
         if !avail.is_empty() && !avail.iter().any(|a| a == cc) {
@@ -392,9 +392,10 @@ fn run_test(
             }
             return run_connect(ctx, conn, c, local_ip, iface);
         }
-        TestSpec::Raw(_) => {
+        TestSpec::Raw(_) | TestSpec::Http(_) => {
             return Err(Abort::Tell(
-                "sink and source runs are local to one hakaru; a server does not run them".into(),
+                "sink, source and http runs are local to one hakaru; a server does not run them"
+                    .into(),
             ))
         }
         TestSpec::Tcp(tcp) => {

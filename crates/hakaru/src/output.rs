@@ -52,7 +52,11 @@ impl Observer for TextObserver {
         if let Some(h) = self.heading.take() {
             out(&h);
         }
-        out(&self.view.fit(text::interval_lines(rec, &self.view)));
+        let lines = match spec {
+            TestSpec::Http(_) => hakaru_report::http_text::interval_lines(rec, &self.view),
+            _ => text::interval_lines(rec, &self.view),
+        };
+        out(&self.view.fit(lines));
         out(&self.view.fit(text::interval_warnings(rec, spec)));
     }
 }
@@ -284,6 +288,7 @@ pub fn run_length(spec: &TestSpec) -> Option<std::time::Duration> {
         TestSpec::Latency(l) => Some(l.duration.0 + l.warmup.0),
         TestSpec::Connect(c) => Some(c.duration.0),
         TestSpec::Raw(r) => r.duration.map(|d| d.0),
+        TestSpec::Http(h) => h.duration.map(|d| d.0),
     }
 }
 

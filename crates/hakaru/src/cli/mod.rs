@@ -5,6 +5,7 @@ mod compare;
 mod connect;
 mod docs;
 pub mod habits;
+mod http;
 mod latency;
 mod nic;
 mod plan;
@@ -81,6 +82,10 @@ enum Command {
     /// Send a plain TCP stream or UDP datagrams to any receiver and report it ttcp-style
     /// (replaces ttcp -t, nc HOST PORT < /dev/zero).
     Source(Box<source::Args>),
+    /// HTTP/HTTPS download or upload throughput over one connection or many, with intervals,
+    /// time to first byte and status codes (replaces wget -O /dev/null, curl -o /dev/null).
+    /// Without URL, runs against an in-process endpoint on loopback.
+    Http(Box<http::Args>),
     /// Per-interface packet and byte rates every interval (replaces sar -n DEV 1).
     Nic(nic::Args),
     /// Many machines, one test: run a plan of senders and receivers over ssh, netns or any
@@ -101,7 +106,7 @@ enum Command {
 }
 
 /// The `--format` values each subcommand accepts (subcommands not listed take them all).
-const FORMATS: [(&str, &[&str]); 7] = [
+const FORMATS: [(&str, &[&str]); 8] = [
     (
         "latency",
         &["text", "json", "json-stream", "csv", "csv-summary"],
@@ -111,6 +116,10 @@ const FORMATS: [(&str, &[&str]); 7] = [
         &["text", "json", "json-stream", "csv", "csv-summary"],
     ),
     ("quick", &["text", "json", "json-stream"]),
+    (
+        "http",
+        &["text", "json", "json-stream", "csv", "csv-summary"],
+    ),
     ("sink", &["text", "json", "json-stream"]),
     ("source", &["text", "json", "json-stream"]),
     ("nic", &["text", "json", "json-stream"]),
@@ -174,6 +183,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Sink(a) => sink::run(*a),
         Command::Source(a) => source::run(*a),
         Command::Nic(a) => nic::run(a),
+        Command::Http(a) => http::run(*a),
         Command::Latency(a) => latency::run(*a),
         Command::Quick(a) => quick::run(*a),
         Command::Schema(a) => schema::run(a),

@@ -110,7 +110,8 @@ impl RawOutput {
     }
 }
 
-fn end_result(r: Option<&SideReport>) -> EndResult {
+/// This end's figures; a peer that reports nothing gets an empty end.
+pub(crate) fn end_result(r: Option<&SideReport>) -> EndResult {
     let Some(r) = r else {
         return EndResult {
             cpu: None,
@@ -172,6 +173,7 @@ fn assemble(
         latency: None,
         connect: None,
         raw: Some(o.result),
+        http: None,
         server_clock_offset: None,
         server_on_this_host: false,
     }

@@ -83,6 +83,11 @@ pub struct Args {
     /// client's messages, bytes and replies are logged when it ends.
     #[arg(long, value_name = "PORT")]
     sockperf_port: Option<u16>,
+    /// Also serve HTTP on this port (0 picks a free one): `GET /bytes/SIZE` sends SIZE bytes of
+    /// generated data (Range supported), PUT and POST bodies are counted and discarded; for
+    /// `hakaru http`, wget and curl where no web server is set up. Plain HTTP, no key.
+    #[arg(long, value_name = "PORT")]
+    http_port: Option<u16>,
     /// Print `listening on ADDR` on stdout once serving, and stop when standard input closes:
     /// for launchers (`hakaru plan` over ssh, `ip netns exec`, `kubectl exec -i`), so the
     /// server ends with the connection that started it.
@@ -105,6 +110,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if psk.is_some() {
         if a.iperf3.as_deref() == Some("allow") {
             tracing::warn!("--iperf3 allow: iperf3 clients run tests without the key");
+        }
+        if a.http_port.is_some() {
+            tracing::warn!("--http-port: HTTP clients are served without the key");
         }
         if a.sockperf_port.is_some() {
             tracing::warn!("--sockperf-port: sockperf clients are answered without the key (they cannot authenticate)");
@@ -131,6 +139,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         psk: psk.clone(),
         iperf3_json_output: a.iperf3_server_output == "json",
         sockperf_port: a.sockperf_port,
+        http_port: a.http_port,
     })
     .with_context(|| format!("starting the server on port {}", a.port))?;
     super::common::register_stop(&server.shutdown_flag())?;

@@ -130,6 +130,7 @@ fn exit_codes_over_every_subcommand() {
         (&["tcp", "[::1"], "']'"),
         (&["tcp", "-b", "0.5"], "-b/--bitrate"),
         (&["-s", "-D"], "-D"),
+        (&["http", "-P", "0"], "-P"),
     ];
     for (args, needle) in cases {
         let o = run(args, LIMIT);

@@ -6,6 +6,7 @@ mod connect;
 mod e2e;
 mod faults;
 mod hostile;
+mod http;
 mod iperf3;
 mod iperf3_json;
 mod latency;

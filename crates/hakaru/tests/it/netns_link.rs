@@ -154,10 +154,15 @@ impl Link {
 
     /// Starts `hakaru server` inside the server namespace, bound to the server's address.
     pub fn start_server(&self) -> ServerProc {
+        self.start_server_with(&[])
+    }
+
+    /// The same with further server flags.
+    pub fn start_server_with(&self, extra: &[&str]) -> ServerProc {
         let mut cmd = Command::new("ip");
         cmd.env_remove("RUST_LOG")
             .args(["netns", "exec", &self.server_ns, bin()]);
-        ServerProc::start_with(cmd, &self.server_ip, &[])
+        ServerProc::start_with(cmd, &self.server_ip, extra)
     }
 
     /// Runs hakaru with `args` inside the client namespace and returns its JSON; fails the
