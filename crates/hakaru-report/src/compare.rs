@@ -222,6 +222,39 @@ fn run_metrics(b: &RunResult, n: &RunResult) -> Vec<Raw> {
                 Some((s(b), s(n))),
             );
         }
+        TestSpec::Http(_) => {
+            // Downloads are counted where they arrive, uploads where they leave: the client.
+            let s = |r: &RunResult| {
+                interval_series(r, &|rec| {
+                    let d = rec.sums.first()?;
+                    Some(d.receiver_bps.or(d.sender_bps)?.0)
+                })
+            };
+            push(
+                "goodput".into(),
+                "bit/s",
+                Better::Higher,
+                Scale::Relative,
+                both(&|r| Some(r.http.as_ref()?.bits_per_second.0)),
+                Some((s(b), s(n))),
+            );
+            push(
+                "time to first byte p50".into(),
+                "ms",
+                Better::Lower,
+                Scale::Relative,
+                both(&|r| Some(r.http.as_ref()?.ttfb_ms.as_ref()?.median_ms)),
+                None,
+            );
+            push(
+                "client bytes per CPU-second".into(),
+                "B/CPU-s",
+                Better::Higher,
+                Scale::Relative,
+                both(&|r| r.client.bytes_per_cpu_second),
+                None,
+            );
+        }
         TestSpec::Connect(_) => {
             let s = |r: &RunResult| {
                 interval_series(r, &|rec| Some(rec.connect.as_ref()?.connections_per_second))
@@ -368,7 +401,10 @@ fn spec_differences(b: &Content, n: &Content) -> Vec<String> {
     let mut keys: Vec<&String> = bs.keys().chain(ns.keys()).collect();
     keys.sort();
     keys.dedup();
+    // Two runs against the embedded endpoint differ only in the port it happened to get.
+    let both_embedded = b.embedded_server && n.embedded_server;
     keys.into_iter()
+        .filter(|k| !(both_embedded && matches!(b.spec, TestSpec::Http(_)) && *k == "urls"))
         .filter(|k| bs.get(*k) != ns.get(*k))
         .map(|k| {
             let show =
@@ -428,7 +464,7 @@ pub fn compare(
         }
         _ => {
             return Err(
-                "compare takes test results (tcp, udp, pps, latency, connect) and quick results; plan results are compared per run: write each run with -o".into(),
+                "compare takes test results (tcp, udp, pps, latency, connect, http) and quick results; plan results are compared per run: write each run with -o".into(),
             )
         }
     };

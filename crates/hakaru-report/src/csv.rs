@@ -282,6 +282,25 @@ pub fn total_rows(r: &RunResult) -> String {
         s.push_str(&row.line());
         return s;
     }
+    if let Some(h) = &r.http {
+        let mut row = Row::new(test, "total");
+        let (bytes_col, bps_col) = match h.dir {
+            hakaru_model::FlowDir::Down => ("receiver_bytes", "receiver_bps"),
+            hakaru_model::FlowDir::Up => ("sender_bytes", "sender_bps"),
+        };
+        row.set("start", 0)
+            .set("end", num(h.seconds))
+            .set("dir", h.dir.label())
+            .set("flow", "")
+            .set(bytes_col, h.bytes)
+            .set(bps_col, num(h.bits_per_second.0))
+            .set("transactions", h.completed)
+            .set("failed", h.failed)
+            .set("connections", h.connections.len());
+        cpu(&mut row);
+        s.push_str(&row.line());
+        return s;
+    }
     for t in &r.totals {
         let mut row = Row::new(test, "total");
         row.set("start", 0)

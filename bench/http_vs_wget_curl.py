@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""hakaru http against wget -O /dev/null and curl -o /dev/null, from the same nginx on loopback.
+
+nginx (Debian's) serves one file from a scratch directory on two loopback ports, plain and TLS
+(a test CA made by openssl; every client is given it). Each round runs, back to back: curl,
+wget, hakaru http with one connection, hakaru http -P 4 (the same file on four connections),
+for plain HTTP and then TLS. Rates are each tool's own figure (curl's speed_download, wget's
+closing line, hakaru's goodput); ratios are the medians of the per-round ratios. The table goes
+into docs/BENCHMARKS.md. nginx is stopped by its PID.
+
+Usage: python3 bench/http_vs_wget_curl.py [--rounds 5] [--size 1G]
+"""
+import argparse, json, os, re, shutil, socket, statistics, subprocess, sys, tempfile, time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import stop_process, write_block  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HAKARU = os.path.join(ROOT, "target", "release", "hakaru")
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def certs(d):
+    sh = f"""set -e; cd {d}
+openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=bench-ca 2>/dev/null
+openssl req -newkey rsa:2048 -nodes -keyout key.pem -out cert.csr -subj /CN=localhost 2>/dev/null
+printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\nbasicConstraints=CA:FALSE\\n' > ext.cnf
+openssl x509 -req -in cert.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out cert.pem -days 2 -extfile ext.cnf 2>/dev/null"""
+    subprocess.run(["sh", "-c", sh], check=True)
+
+
+def start_nginx(d, size):
+    os.makedirs(f"{d}/www")
+    with open(f"{d}/www/file.bin", "wb") as f:
+        f.truncate(size)  # sparse: served from the page cache, no disk
+    certs(d)
+    port, tls = free_port(), free_port()
+    conf = f"""daemon off; worker_processes 2; pid {d}/nginx.pid; error_log {d}/error.log;
+events {{ worker_connections 256; }}
+http {{ access_log off; sendfile on; keepalive_requests 100000;
+  client_body_temp_path {d}/b; proxy_temp_path {d}/p; fastcgi_temp_path {d}/f; uwsgi_temp_path {d}/u; scgi_temp_path {d}/s;
+  server {{ listen 127.0.0.1:{port}; root {d}/www; }}
+  server {{ listen 127.0.0.1:{tls} ssl; ssl_certificate {d}/cert.pem; ssl_certificate_key {d}/key.pem; root {d}/www; }}
+}}
+"""
+    open(f"{d}/nginx.conf", "w").write(conf)
+    exe = "/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else "nginx"
+    p = subprocess.Popen([exe, "-c", f"{d}/nginx.conf", "-p", d + "/"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for pt in (port, tls):
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", pt), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+    return p, port, tls
+
+
+def curl(url, ca):
+    o = subprocess.run(["curl", "-s", "--cacert", ca, "-o", "/dev/null", "-w", "%{speed_download}", url],
+                       capture_output=True, text=True, timeout=300, check=True)
+    return float(o.stdout) * 8
+
+
+def wget(url, ca):
+    o = subprocess.run(["wget", f"--ca-certificate={ca}", "-O", "/dev/null", url],
+                       capture_output=True, text=True, timeout=300, check=True)
+    m = re.search(r"\(([\d.]+) ([KMG]?B)/s\) - .* saved", o.stderr)
+    mult = {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30}[m.group(2)]
+    return float(m.group(1)) * mult * 8
+
+
+def hakaru(url, ca, parallel):
+    o = subprocess.run([HAKARU, "http", url, "--cacert", ca, "-P", str(parallel), "-i", "0", "-J"],
+                       capture_output=True, text=True, timeout=300, check=True)
+    return json.loads(o.stdout)["http"]["bits_per_second"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--size", default="1G")
+    ap.add_argument("--write", default=os.path.join(ROOT, "docs", "BENCHMARKS.md"))
+    args = ap.parse_args()
+    size = int(float(args.size[:-1]) * {"M": 1 << 20, "G": 1 << 30}[args.size[-1]])
+    for tool in ("nginx", "curl", "wget", "openssl"):
+        if not shutil.which(tool) and not os.path.exists(f"/usr/sbin/{tool}"):
+            sys.exit(f"{tool} is not installed")
+    subprocess.run(["cargo", "build", "--release", "-q"], cwd=ROOT, check=True)
+    d = tempfile.mkdtemp(prefix="hakaru-http-bench-")
+    p, port, tls = start_nginx(d, size)
+    ca = f"{d}/ca.pem"
+    rows = {}
+    try:
+        for r in range(args.rounds):
+            for scheme, url in (("http", f"http://127.0.0.1:{port}/file.bin"),
+                                ("https", f"https://127.0.0.1:{tls}/file.bin")):
+                got = {"curl": curl(url, ca), "wget": wget(url, ca),
+                       "hakaru": hakaru(url, ca, 1), "hakaru -P 4": hakaru(url, ca, 4)}
+                print(f"round {r + 1} {scheme}: " +
+                      ", ".join(f"{k} {v / 1e9:.2f} Gbit/s" for k, v in got.items()), flush=True)
+                for k, v in got.items():
+                    rows.setdefault((scheme, k), []).append(v)
+                for k in ("hakaru", "hakaru -P 4"):
+                    rows.setdefault((scheme, k + " / curl"), []).append(got[k] / got["curl"])
+                    rows.setdefault((scheme, k + " / wget"), []).append(got[k] / got["wget"])
+    finally:
+        stop_process(p)
+        shutil.rmtree(d, ignore_errors=True)
+    lines = [f"Command: `python3 bench/http_vs_wget_curl.py --rounds {args.rounds} --size {args.size}` "
+             "(nginx on loopback, one file, each tool's own figure; ratios are medians of each round's ratios)", "",
+             "| scheme | curl | wget | hakaru (1 conn) | hakaru -P 4 | hakaru / curl | hakaru / wget | -P 4 / curl |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    med = lambda k: statistics.median(rows[k])
+    for scheme in ("http", "https"):
+        lines.append(
+            f"| {scheme} | {med((scheme, 'curl')) / 1e9:.2f} Gbit/s | {med((scheme, 'wget')) / 1e9:.2f} Gbit/s | "
+            f"{med((scheme, 'hakaru')) / 1e9:.2f} Gbit/s | {med((scheme, 'hakaru -P 4')) / 1e9:.2f} Gbit/s | "
+            f"{med((scheme, 'hakaru / curl')):.2f}x | {med((scheme, 'hakaru / wget')):.2f}x | "
+            f"{med((scheme, 'hakaru -P 4 / curl')):.2f}x |")
+    block = "\n".join(lines) + "\n"
+    print(block)
+    write_block(args.write, "http-vs-wget-curl", block, "## `hakaru http` against wget and curl")
+
+
+if __name__ == "__main__":
+    main()
