@@ -455,12 +455,13 @@ impl Worker {
             if let Some(c) = self.conn.as_mut() {
                 c.used += 1;
             }
-            let t0 = Instant::now();
             self.write_all(sh, &head, false)
                 .map_err(|h| restale(h, reused, &what))?;
             if let Some(n) = upload {
                 self.upload(sh, n).map_err(|h| named(h, &what))?;
             }
+            // Time to first byte runs from the request's last byte.
+            let t0 = Instant::now();
             let resp = match self.read_head(sh, t0, false)? {
                 Some(r) => r,
                 None => {

@@ -266,7 +266,8 @@ pub struct HttpConnection {
     pub connect_ms: Option<TimeStats>,
     /// TLS handshake times.
     pub tls_ms: Option<TimeStats>,
-    /// Time to first byte: from the request's first byte sent to the response's first byte.
+    /// Time to first byte: from the request's last byte sent (head, and body for uploads) to
+    /// the response's first byte.
     pub ttfb_ms: Option<TimeStats>,
     /// Responses by status code.
     pub status: BTreeMap<u16, u64>,
