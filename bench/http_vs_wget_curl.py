@@ -40,6 +40,7 @@ def start_nginx(d, size):
     os.makedirs(f"{d}/www")
     with open(f"{d}/www/file.bin", "wb") as f:
         f.truncate(size)  # sparse: served from the page cache, no disk
+    os.chmod(f"{d}/www/file.bin", 0o644)
     certs(d)
     port, tls = free_port(), free_port()
     conf = f"""daemon off; worker_processes 2; pid {d}/nginx.pid; error_log {d}/error.log;
@@ -65,14 +66,16 @@ http {{ access_log off; sendfile on; keepalive_requests 100000;
 
 
 def curl(url, ca):
-    o = subprocess.run(["curl", "-s", "--cacert", ca, "-o", "/dev/null", "-w", "%{speed_download}", url],
+    o = subprocess.run(["curl", "-s", "-f", "--cacert", ca, "-o", "/dev/null", "-w", "%{speed_download}", url],
                        capture_output=True, text=True, timeout=300, check=True)
     return float(o.stdout) * 8
 
 
 def wget(url, ca):
     o = subprocess.run(["wget", f"--ca-certificate={ca}", "-O", "/dev/null", url],
-                       capture_output=True, text=True, timeout=300, check=True)
+                       capture_output=True, text=True, timeout=300)
+    if o.returncode != 0:
+        sys.exit(f"wget {url} failed ({o.returncode}): {o.stderr[-800:]}")
     m = re.search(r"\(([\d.]+) ([KMG]?B)/s\) - .* saved", o.stderr)
     mult = {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30}[m.group(2)]
     return float(m.group(1)) * mult * 8
@@ -96,6 +99,7 @@ def main():
             sys.exit(f"{tool} is not installed")
     subprocess.run(["cargo", "build", "--release", "-q"], cwd=ROOT, check=True)
     d = tempfile.mkdtemp(prefix="hakaru-http-bench-")
+    os.chmod(d, 0o755)  # nginx's workers run as another user
     p, port, tls = start_nginx(d, size)
     ca = f"{d}/ca.pem"
     rows = {}

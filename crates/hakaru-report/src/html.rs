@@ -133,7 +133,11 @@ pub fn run_charts(p: &str, r: &RunResult) -> Vec<Chart> {
         TestSpec::Latency(_) => latency_charts(p, r),
         TestSpec::Connect(_) => connect_charts(p, r),
         TestSpec::Raw(_) => raw_charts(p, r),
-        TestSpec::Http(_) => bulk_charts(p, r),
+        // Per connection and summed goodput; HTTP has no retransmit or loss pane.
+        TestSpec::Http(_) => bulk_charts(p, r)
+            .into_iter()
+            .filter(|c| c.id.contains("-rate-"))
+            .collect(),
     }
 }
 

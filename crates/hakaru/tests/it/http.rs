@@ -305,10 +305,22 @@ fn a_404_and_a_body_cut_short_are_errors_with_the_figures_kept() {
 #[test]
 fn the_endpoint_serves_hakaru_wget_and_curl_and_survives_bad_requests() {
     // The embedded default: no URL, an in-process endpoint on loopback.
-    let (code, doc, err) = http(&["-n", "10M", "-P", "2"]);
+    let dir = Scratch::new("embedded");
+    let out = dir.path("r.json");
+    let (code, doc, err) = http(&["-n", "10M", "-P", "2", "-i", "0.01", "-o", &out]);
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(h(&doc, "bytes"), 20 << 20);
     assert!(doc["embedded_server"].as_bool().unwrap());
+    // The pictures: one goodput chart (per connection and summed), no empty panes.
+    let html = dir.path("r.html");
+    let o = run(&["report", &out, "-o", &html], Duration::from_secs(30));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("id=\"r1-rate-down\""), "no goodput chart");
+    assert!(
+        !page.contains("id=\"r1-retr-down\""),
+        "a retransmit pane for HTTP"
+    );
     let (code, doc, err) = http(&["-X", "PUT", "--upload", "3M", "-P", "2"]);
     assert_eq!(code, Some(0), "{err}");
     assert_eq!((h(&doc, "bytes"), h(&doc, "completed")), (6 << 20, 2));
