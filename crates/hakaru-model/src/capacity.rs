@@ -149,6 +149,9 @@ pub struct Search {
     phase: Phase,
     best: Option<f64>,
     miss: Option<f64>,
+    /// Every rate that met the target, in order (a failed confirmation falls back on the
+    /// highest of them below it, so the bracket keeps narrowing).
+    passes: Vec<f64>,
     confirmed: Option<f64>,
     trials: usize,
     ramp: usize,
@@ -171,6 +174,7 @@ impl Search {
             phase: Phase::Ramp,
             best: None,
             miss: None,
+            passes: Vec::new(),
             confirmed: None,
             trials: 0,
             ramp: 0,
@@ -183,9 +187,11 @@ impl Search {
     }
 
     /// The lowest rate the search may try: below it a trial carries too few datagrams to
-    /// measure the loss target (see [`min_datagrams`]).
+    /// measure the loss target (see [`min_datagrams`]). The ramp starts at the floor when the
+    /// start rate is below it.
     pub fn with_floor(mut self, floor: f64) -> Search {
         self.floor_rate = floor.max(0.0);
+        self.ceiling = self.ceiling.max(self.floor_rate);
         self
     }
 
@@ -196,7 +202,7 @@ impl Search {
         }
         let rate = match self.phase {
             Phase::Ramp => match self.best {
-                None => self.start,
+                None => self.start.max(self.floor_rate),
                 Some(b) => (b * 2.0).min(self.ceiling),
             },
             Phase::Floor => (self.miss.unwrap_or(self.start) / 10.0).max(self.floor_rate),
@@ -223,9 +229,19 @@ impl Search {
             });
             return;
         }
+        if o.met && self.phase != Phase::Confirm {
+            self.passes.push(rate);
+        }
         match self.phase {
             Phase::Ramp => {
                 self.ramp += 1;
+                if !o.met && self.best.is_none() && rate <= self.floor_rate * 1.0001 {
+                    self.miss = Some(rate);
+                    self.done = Some(
+                        "no rate met the target: even the lowest rate tried missed it (lower rates carry too few datagrams per trial to measure the target)".into(),
+                    );
+                    return;
+                }
                 if o.met {
                     self.best = Some(rate);
                     if rate >= self.ceiling || self.ramp >= MAX_RAMP {
@@ -276,11 +292,22 @@ impl Search {
                 if o.met {
                     self.confirmed = self.best;
                 } else {
-                    // The edge did not hold: it becomes the miss, and the search goes on below.
+                    // The edge did not hold: it becomes the miss, and the search goes on below,
+                    // from the highest pass below it (the bracket narrows from above; it never
+                    // widens to a tenth of the rate while a pass below is known).
                     self.miss = Some(rate);
-                    self.best = None;
-                    self.phase = Phase::Floor;
-                    self.floor = 0;
+                    self.passes.retain(|&p| p < rate);
+                    self.best = self.passes.iter().copied().reduce(f64::max);
+                    if self.best.is_some() {
+                        self.phase = if self.narrow() {
+                            Phase::Confirm
+                        } else {
+                            Phase::Search
+                        };
+                    } else {
+                        self.phase = Phase::Floor;
+                        self.floor = 0;
+                    }
                     if self.confirm >= MAX_CONFIRM {
                         self.done = Some(
                             "the rate at the edge passed and missed by turns; no rate held twice"
@@ -428,5 +455,93 @@ mod tests {
         // 10, 20, 40, 80 passed; 160 could not be sent: the search stops there.
         assert_eq!(s.confirmed_best(), Some(80.0));
         assert_eq!(seen.len(), 5);
+    }
+
+    /// Issue 16a: with a floor above the start rate, the ramp starts at the floor, and no
+    /// trial asks less than it.
+    #[test]
+    fn the_ramp_starts_at_the_floor() {
+        let mut s = Search::new(10.0, 1e6, 0.01).with_floor(170.0);
+        assert_eq!(s.next(), Some((Phase::Ramp, 170.0)));
+        let mut rates = Vec::new();
+        while let Some((_, r)) = s.next() {
+            rates.push(r);
+            s.record(
+                r,
+                Outcome {
+                    met: r <= 1000.0,
+                    sender_limited: false,
+                },
+            );
+        }
+        assert!(rates.iter().all(|&r| r >= 170.0), "{rates:?}");
+        assert!(s.confirmed_best().unwrap() >= 990.0);
+        // A path that loses at the floor itself: one trial, no lower rate tried.
+        let mut s = Search::new(10.0, 1e6, 0.01).with_floor(170.0);
+        let (_, r) = s.next().unwrap();
+        s.record(
+            r,
+            Outcome {
+                met: false,
+                sender_limited: false,
+            },
+        );
+        assert_eq!(s.next(), None);
+        assert!(s.outcome().contains("no rate met the target"));
+        // A floor above the ceiling: the floor is still the first (and only) rate.
+        let s = Search::new(10.0, 100.0, 0.01).with_floor(500.0);
+        assert_eq!(s.next(), Some((Phase::Ramp, 500.0)));
+    }
+
+    /// Issue 16d: a path whose capacity drops during the search (the best rate passes once and
+    /// misses on its repeat). After the ramp every trial lies inside the bracket known so far:
+    /// at or below the lowest miss, at or above the highest pass below that miss.
+    #[test]
+    fn a_failed_confirmation_keeps_narrowing() {
+        for (cap0, cap1, drop_after) in [(130.0, 100.0, 8), (130.0, 50.0, 9), (777.0, 15.0, 10)] {
+            let mut s = Search::new(10.0, 1e6, 0.01);
+            let mut hist: Vec<(Phase, f64, bool)> = Vec::new();
+            let mut confirm_failed = false;
+            while let Some((phase, rate)) = s.next() {
+                if phase != Phase::Ramp {
+                    let hi = hist
+                        .iter()
+                        .filter(|t| !t.2)
+                        .map(|t| t.1)
+                        .reduce(f64::min)
+                        .unwrap_or(f64::INFINITY);
+                    let lo = hist
+                        .iter()
+                        .filter(|t| t.2 && t.1 < hi)
+                        .map(|t| t.1)
+                        .reduce(f64::max)
+                        .unwrap_or(0.0);
+                    assert!(
+                        rate >= lo && rate <= hi,
+                        "cap {cap0}->{cap1}: trial {} at {rate} outside [{lo}, {hi}]: {hist:?}",
+                        hist.len() + 1
+                    );
+                }
+                let cap = if hist.len() < drop_after { cap0 } else { cap1 };
+                let met = rate <= cap;
+                confirm_failed |= phase == Phase::Confirm && !met;
+                hist.push((phase, rate, met));
+                s.record(
+                    rate,
+                    Outcome {
+                        met,
+                        sender_limited: false,
+                    },
+                );
+            }
+            assert!(confirm_failed, "{hist:?}");
+            assert!(hist.len() <= MAX_TRIALS);
+            // A rate the search settles on holds on the path as it now is.
+            if let Some(best) = s.confirmed_best() {
+                assert!(best <= cap1, "{best}: {hist:?}");
+            }
+            // The bracket's top never rose: the last miss is the lowest.
+            assert!(s.miss().unwrap() <= cap0, "{hist:?}");
+        }
     }
 }
