@@ -542,3 +542,36 @@ fn an_iperf3_peer_gets_no_placeholder_env_line() {
     assert!(env[1].contains("server env not reported"), "{text}");
     assert!(!text.contains("(0 CPUs)") && !text.contains(" ?"), "{text}");
 }
+
+/// The --find-max knobs alone are a usage error that names --find-max (they used to be
+/// accepted, and ignored, because their defaults satisfied clap's `requires`).
+#[test]
+fn find_max_knobs_need_find_max() {
+    for args in [
+        &["udp", "127.0.0.1:9", "--loss", "1%"][..],
+        &["udp", "127.0.0.1:9", "--trial", "0.2"],
+        &["pps", "127.0.0.1:9", "--precision", "5%"],
+    ] {
+        let o = run(args, LIMIT);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("--find-max"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+    }
+    // With --find-max they are accepted (and the run fails later, on the absent peer: 1).
+    let o = run(
+        &[
+            "udp",
+            "127.0.0.1:9",
+            "--find-max",
+            "--loss",
+            "1%",
+            "--trial",
+            "0.2",
+        ],
+        LIMIT,
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+}
