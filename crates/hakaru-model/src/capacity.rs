@@ -37,6 +37,11 @@ pub enum Phase {
 }
 
 /// One trial of a search.
+///
+/// Every rate of a trial is per direction: `asked`, `sent_*` and `received_*` are all flows of
+/// one direction together. With `--bidir` (two judged directions) the sent and received
+/// figures are the mean of the two directions, so that they compare with `asked`; loss and
+/// jitter are the worst direction's.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Trial {
     /// Trial number, from 1.
@@ -47,13 +52,15 @@ pub struct Trial {
     pub asked_per_flow: f64,
     /// Rate asked of all flows of a direction together.
     pub asked: f64,
-    /// Payload bits per second sent, all flows of the judged direction(s).
+    /// Payload bits per second sent, all flows of a direction together (with --bidir, the
+    /// mean of the two directions).
     pub sent_bps: f64,
-    /// Datagrams per second sent.
+    /// Datagrams per second sent, per direction like `sent_bps`.
     pub sent_pps: f64,
-    /// Payload bits per second received (the headline of the trial).
+    /// Payload bits per second received (the headline of the trial), per direction like
+    /// `sent_bps`.
     pub received_bps: f64,
-    /// Datagrams per second received.
+    /// Datagrams per second received, per direction like `sent_bps`.
     pub received_pps: f64,
     /// Loss, percent of the datagrams (the worst direction with --bidir).
     pub loss_percent: f64,
@@ -119,6 +126,40 @@ pub struct FindMaxResult {
     pub trials: Vec<Trial>,
     /// The search was interrupted.
     pub interrupted: bool,
+}
+
+/// One judged direction's figures in a trial: all flows of that direction together.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct DirFigures {
+    /// Payload bits per second sent.
+    pub sent_bps: f64,
+    /// Datagrams per second sent.
+    pub sent_pps: f64,
+    /// Payload bits per second received.
+    pub received_bps: f64,
+    /// Datagrams per second received.
+    pub received_pps: f64,
+    /// Loss, percent.
+    pub loss_percent: f64,
+    /// Jitter, milliseconds.
+    pub jitter_ms: Option<f64>,
+}
+
+impl Trial {
+    /// Sets the trial's figures from its judged directions: rates per direction (the mean over
+    /// the directions, as `asked` is per direction), loss and jitter the worst direction's.
+    /// `met` follows from `loss_target`.
+    pub fn set_directions(&mut self, dirs: &[DirFigures], loss_target: f64) {
+        let n = dirs.len().max(1) as f64;
+        let mean = |f: fn(&DirFigures) -> f64| dirs.iter().map(f).sum::<f64>() / n;
+        self.sent_bps = mean(|d| d.sent_bps);
+        self.sent_pps = mean(|d| d.sent_pps);
+        self.received_bps = mean(|d| d.received_bps);
+        self.received_pps = mean(|d| d.received_pps);
+        self.loss_percent = dirs.iter().map(|d| d.loss_percent).fold(0.0, f64::max);
+        self.jitter_ms = dirs.iter().filter_map(|d| d.jitter_ms).reduce(f64::max);
+        self.met = self.loss_percent <= loss_target;
+    }
 }
 
 /// Datagrams a trial must carry so that a loss target of `loss_percent` is measurable: ten
@@ -543,5 +584,57 @@ mod tests {
             // The bracket's top never rose: the last miss is the lowest.
             assert!(s.miss().unwrap() <= cap0, "{hist:?}");
         }
+    }
+
+    /// Issue 16c: with two directions, asked, sent and received are all per direction.
+    #[test]
+    fn bidir_trial_figures_are_per_direction() {
+        let mut t = Trial {
+            index: 1,
+            phase: Phase::Ramp,
+            asked_per_flow: 10_000.0,
+            asked: 40_000.0,
+            sent_bps: 0.0,
+            sent_pps: 0.0,
+            received_bps: 0.0,
+            received_pps: 0.0,
+            loss_percent: 0.0,
+            jitter_ms: None,
+            met: false,
+            sender_limited: false,
+            sender_cpu_percent: None,
+            best_so_far: None,
+            miss_so_far: None,
+            error: None,
+        };
+        let up = DirFigures {
+            sent_bps: 40e6,
+            sent_pps: 39_900.0,
+            received_bps: 39e6,
+            received_pps: 39_800.0,
+            loss_percent: 0.25,
+            jitter_ms: Some(0.1),
+        };
+        let down = DirFigures {
+            sent_pps: 39_842.0,
+            received_pps: 39_842.0,
+            loss_percent: 0.0,
+            jitter_ms: Some(0.3),
+            ..up
+        };
+        t.set_directions(&[up, down], 0.5);
+        assert_eq!(t.sent_pps, (39_900.0 + 39_842.0) / 2.0);
+        assert!(
+            t.sent_pps <= t.asked && t.received_pps <= t.sent_pps,
+            "{t:?}"
+        );
+        assert_eq!(t.received_bps, 39e6);
+        assert_eq!(
+            (t.loss_percent, t.jitter_ms, t.met),
+            (0.25, Some(0.3), true)
+        );
+        // One direction: its own figures.
+        t.set_directions(&[up], 0.1);
+        assert_eq!((t.sent_pps, t.met), (39_900.0, false));
     }
 }
