@@ -575,3 +575,26 @@ fn find_max_knobs_need_find_max() {
     );
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
 }
+
+/// iperf3's `--format m` (the long form of `-f`) is refused like `-f`, with the same advice,
+/// exit 2 (it used to reach clap and fail on "invalid value 'm'").
+#[test]
+fn iperf3_long_format_is_refused_like_f() {
+    let short = run(&["-c", "127.0.0.1", "-f", "m"], LIMIT);
+    assert_eq!(short.status.code(), Some(2), "{}", stderr(&short));
+    for args in [
+        &["-c", "127.0.0.1", "--format", "m"][..],
+        &["-c", "127.0.0.1", "--format=K"],
+    ] {
+        let o = run(args, LIMIT);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        let e = stderr(&o);
+        assert!(e.contains("long form of -f"), "{args:?}: {e}");
+        assert!(
+            e.contains("hakaru picks units itself")
+                && stderr(&short).contains("hakaru picks units itself"),
+            "{e}"
+        );
+        assert!(!e.contains("invalid value"), "{e}");
+    }
+}
