@@ -598,3 +598,23 @@ fn iperf3_long_format_is_refused_like_f() {
         assert!(!e.contains("invalid value"), "{e}");
     }
 }
+
+/// A malformed HOST:PORT is a usage error naming the address forms (it used to be looked up
+/// as a host name and fail with exit 1, "cannot resolve host").
+#[test]
+fn malformed_host_port_is_a_usage_error() {
+    for args in [
+        &["tcp", "127.0.0.1:5201:x"][..],
+        &["udp", "host:1:2"],
+        &["latency", "127.0.0.1:5201:x"],
+    ] {
+        let o = run(args, LIMIT);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        let e = stderr(&o);
+        assert!(
+            e.contains("HOST:PORT") && e.contains("[IPv6]:PORT"),
+            "{args:?}: {e}"
+        );
+        assert!(!e.contains("cannot resolve"), "{e}");
+    }
+}
