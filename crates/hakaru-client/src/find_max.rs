@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hakaru_engine::Observer;
-use hakaru_model::capacity::{FindMaxResult, Outcome, Search, Trial};
+use hakaru_model::capacity::{DirFigures, FindMaxResult, Outcome, Search, Trial};
 use hakaru_model::{
     Amount, Direction, Dur, FlowDir, RunResult, TestSpec, UdpMode, UdpRate, UdpSpec, SCHEMA_VERSION,
 };
@@ -69,20 +69,20 @@ fn blank(index: u32, phase: hakaru_model::capacity::Phase, rate: f64, flows: u32
     }
 }
 
-/// The trial's figures from its result: rates summed over the judged directions, the worst
-/// loss and jitter.
+/// The trial's figures from its result: rates per direction like `asked` (the mean of the
+/// two with --bidir), the worst loss and jitter.
 fn trial_of(mut t: Trial, r: &RunResult, loss_target: f64) -> Trial {
+    let mut dirs = Vec::new();
     for d in &r.totals {
         let Some(u) = d.udp else { continue };
-        t.sent_bps += d.sender.bits_per_second.0;
-        t.received_bps += d.receiver.bits_per_second.0;
-        t.sent_pps += u.sent_pps;
-        t.received_pps += u.received_pps;
-        t.loss_percent = t.loss_percent.max(u.lost_percent);
-        t.jitter_ms = match (t.jitter_ms, u.jitter_ms) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
-        };
+        dirs.push(DirFigures {
+            sent_bps: d.sender.bits_per_second.0,
+            sent_pps: u.sent_pps,
+            received_bps: d.receiver.bits_per_second.0,
+            received_pps: u.received_pps,
+            loss_percent: u.lost_percent,
+            jitter_ms: u.jitter_ms,
+        });
         if d.rate_target.as_ref().is_some_and(|rt| rt.missed) {
             t.sender_limited = true;
             let sender = match d.dir {
@@ -92,7 +92,7 @@ fn trial_of(mut t: Trial, r: &RunResult, loss_target: f64) -> Trial {
             t.sender_cpu_percent = sender.cpu.as_ref().map(|c| c.busy_pct);
         }
     }
-    t.met = t.loss_percent <= loss_target;
+    t.set_directions(&dirs, loss_target);
     t
 }
 

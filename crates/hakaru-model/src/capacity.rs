@@ -37,6 +37,11 @@ pub enum Phase {
 }
 
 /// One trial of a search.
+///
+/// Every rate of a trial is per direction: `asked`, `sent_*` and `received_*` are all flows of
+/// one direction together. With `--bidir` (two judged directions) the sent and received
+/// figures are the mean of the two directions, so that they compare with `asked`; loss and
+/// jitter are the worst direction's.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Trial {
     /// Trial number, from 1.
@@ -47,13 +52,15 @@ pub struct Trial {
     pub asked_per_flow: f64,
     /// Rate asked of all flows of a direction together.
     pub asked: f64,
-    /// Payload bits per second sent, all flows of the judged direction(s).
+    /// Payload bits per second sent, all flows of a direction together (with --bidir, the
+    /// mean of the two directions).
     pub sent_bps: f64,
-    /// Datagrams per second sent.
+    /// Datagrams per second sent, per direction like `sent_bps`.
     pub sent_pps: f64,
-    /// Payload bits per second received (the headline of the trial).
+    /// Payload bits per second received (the headline of the trial), per direction like
+    /// `sent_bps`.
     pub received_bps: f64,
-    /// Datagrams per second received.
+    /// Datagrams per second received, per direction like `sent_bps`.
     pub received_pps: f64,
     /// Loss, percent of the datagrams (the worst direction with --bidir).
     pub loss_percent: f64,
@@ -121,6 +128,40 @@ pub struct FindMaxResult {
     pub interrupted: bool,
 }
 
+/// One judged direction's figures in a trial: all flows of that direction together.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct DirFigures {
+    /// Payload bits per second sent.
+    pub sent_bps: f64,
+    /// Datagrams per second sent.
+    pub sent_pps: f64,
+    /// Payload bits per second received.
+    pub received_bps: f64,
+    /// Datagrams per second received.
+    pub received_pps: f64,
+    /// Loss, percent.
+    pub loss_percent: f64,
+    /// Jitter, milliseconds.
+    pub jitter_ms: Option<f64>,
+}
+
+impl Trial {
+    /// Sets the trial's figures from its judged directions: rates per direction (the mean over
+    /// the directions, as `asked` is per direction), loss and jitter the worst direction's.
+    /// `met` follows from `loss_target`.
+    pub fn set_directions(&mut self, dirs: &[DirFigures], loss_target: f64) {
+        let n = dirs.len().max(1) as f64;
+        let mean = |f: fn(&DirFigures) -> f64| dirs.iter().map(f).sum::<f64>() / n;
+        self.sent_bps = mean(|d| d.sent_bps);
+        self.sent_pps = mean(|d| d.sent_pps);
+        self.received_bps = mean(|d| d.received_bps);
+        self.received_pps = mean(|d| d.received_pps);
+        self.loss_percent = dirs.iter().map(|d| d.loss_percent).fold(0.0, f64::max);
+        self.jitter_ms = dirs.iter().filter_map(|d| d.jitter_ms).reduce(f64::max);
+        self.met = self.loss_percent <= loss_target;
+    }
+}
+
 /// Datagrams a trial must carry so that a loss target of `loss_percent` is measurable: ten
 /// losses' worth at the target (2000 for 0.5 %), at least 1000, at most 100 000.
 pub fn min_datagrams(loss_percent: f64) -> f64 {
@@ -149,6 +190,9 @@ pub struct Search {
     phase: Phase,
     best: Option<f64>,
     miss: Option<f64>,
+    /// Every rate that met the target, in order (a failed confirmation falls back on the
+    /// highest of them below it, so the bracket keeps narrowing).
+    passes: Vec<f64>,
     confirmed: Option<f64>,
     trials: usize,
     ramp: usize,
@@ -171,6 +215,7 @@ impl Search {
             phase: Phase::Ramp,
             best: None,
             miss: None,
+            passes: Vec::new(),
             confirmed: None,
             trials: 0,
             ramp: 0,
@@ -183,9 +228,11 @@ impl Search {
     }
 
     /// The lowest rate the search may try: below it a trial carries too few datagrams to
-    /// measure the loss target (see [`min_datagrams`]).
+    /// measure the loss target (see [`min_datagrams`]). The ramp starts at the floor when the
+    /// start rate is below it.
     pub fn with_floor(mut self, floor: f64) -> Search {
         self.floor_rate = floor.max(0.0);
+        self.ceiling = self.ceiling.max(self.floor_rate);
         self
     }
 
@@ -196,7 +243,7 @@ impl Search {
         }
         let rate = match self.phase {
             Phase::Ramp => match self.best {
-                None => self.start,
+                None => self.start.max(self.floor_rate),
                 Some(b) => (b * 2.0).min(self.ceiling),
             },
             Phase::Floor => (self.miss.unwrap_or(self.start) / 10.0).max(self.floor_rate),
@@ -223,9 +270,19 @@ impl Search {
             });
             return;
         }
+        if o.met && self.phase != Phase::Confirm {
+            self.passes.push(rate);
+        }
         match self.phase {
             Phase::Ramp => {
                 self.ramp += 1;
+                if !o.met && self.best.is_none() && rate <= self.floor_rate * 1.0001 {
+                    self.miss = Some(rate);
+                    self.done = Some(
+                        "no rate met the target: even the lowest rate tried missed it (lower rates carry too few datagrams per trial to measure the target)".into(),
+                    );
+                    return;
+                }
                 if o.met {
                     self.best = Some(rate);
                     if rate >= self.ceiling || self.ramp >= MAX_RAMP {
@@ -276,11 +333,22 @@ impl Search {
                 if o.met {
                     self.confirmed = self.best;
                 } else {
-                    // The edge did not hold: it becomes the miss, and the search goes on below.
+                    // The edge did not hold: it becomes the miss, and the search goes on below,
+                    // from the highest pass below it (the bracket narrows from above; it never
+                    // widens to a tenth of the rate while a pass below is known).
                     self.miss = Some(rate);
-                    self.best = None;
-                    self.phase = Phase::Floor;
-                    self.floor = 0;
+                    self.passes.retain(|&p| p < rate);
+                    self.best = self.passes.iter().copied().reduce(f64::max);
+                    if self.best.is_some() {
+                        self.phase = if self.narrow() {
+                            Phase::Confirm
+                        } else {
+                            Phase::Search
+                        };
+                    } else {
+                        self.phase = Phase::Floor;
+                        self.floor = 0;
+                    }
                     if self.confirm >= MAX_CONFIRM {
                         self.done = Some(
                             "the rate at the edge passed and missed by turns; no rate held twice"
@@ -428,5 +496,145 @@ mod tests {
         // 10, 20, 40, 80 passed; 160 could not be sent: the search stops there.
         assert_eq!(s.confirmed_best(), Some(80.0));
         assert_eq!(seen.len(), 5);
+    }
+
+    /// Issue 16a: with a floor above the start rate, the ramp starts at the floor, and no
+    /// trial asks less than it.
+    #[test]
+    fn the_ramp_starts_at_the_floor() {
+        let mut s = Search::new(10.0, 1e6, 0.01).with_floor(170.0);
+        assert_eq!(s.next(), Some((Phase::Ramp, 170.0)));
+        let mut rates = Vec::new();
+        while let Some((_, r)) = s.next() {
+            rates.push(r);
+            s.record(
+                r,
+                Outcome {
+                    met: r <= 1000.0,
+                    sender_limited: false,
+                },
+            );
+        }
+        assert!(rates.iter().all(|&r| r >= 170.0), "{rates:?}");
+        assert!(s.confirmed_best().unwrap() >= 990.0);
+        // A path that loses at the floor itself: one trial, no lower rate tried.
+        let mut s = Search::new(10.0, 1e6, 0.01).with_floor(170.0);
+        let (_, r) = s.next().unwrap();
+        s.record(
+            r,
+            Outcome {
+                met: false,
+                sender_limited: false,
+            },
+        );
+        assert_eq!(s.next(), None);
+        assert!(s.outcome().contains("no rate met the target"));
+        // A floor above the ceiling: the floor is still the first (and only) rate.
+        let s = Search::new(10.0, 100.0, 0.01).with_floor(500.0);
+        assert_eq!(s.next(), Some((Phase::Ramp, 500.0)));
+    }
+
+    /// Issue 16d: a path whose capacity drops during the search (the best rate passes once and
+    /// misses on its repeat). After the ramp every trial lies inside the bracket known so far:
+    /// at or below the lowest miss, at or above the highest pass below that miss.
+    #[test]
+    fn a_failed_confirmation_keeps_narrowing() {
+        for (cap0, cap1, drop_after) in [(130.0, 100.0, 8), (130.0, 50.0, 9), (777.0, 15.0, 10)] {
+            let mut s = Search::new(10.0, 1e6, 0.01);
+            let mut hist: Vec<(Phase, f64, bool)> = Vec::new();
+            let mut confirm_failed = false;
+            while let Some((phase, rate)) = s.next() {
+                if phase != Phase::Ramp {
+                    let hi = hist
+                        .iter()
+                        .filter(|t| !t.2)
+                        .map(|t| t.1)
+                        .reduce(f64::min)
+                        .unwrap_or(f64::INFINITY);
+                    let lo = hist
+                        .iter()
+                        .filter(|t| t.2 && t.1 < hi)
+                        .map(|t| t.1)
+                        .reduce(f64::max)
+                        .unwrap_or(0.0);
+                    assert!(
+                        rate >= lo && rate <= hi,
+                        "cap {cap0}->{cap1}: trial {} at {rate} outside [{lo}, {hi}]: {hist:?}",
+                        hist.len() + 1
+                    );
+                }
+                let cap = if hist.len() < drop_after { cap0 } else { cap1 };
+                let met = rate <= cap;
+                confirm_failed |= phase == Phase::Confirm && !met;
+                hist.push((phase, rate, met));
+                s.record(
+                    rate,
+                    Outcome {
+                        met,
+                        sender_limited: false,
+                    },
+                );
+            }
+            assert!(confirm_failed, "{hist:?}");
+            assert!(hist.len() <= MAX_TRIALS);
+            // A rate the search settles on holds on the path as it now is.
+            if let Some(best) = s.confirmed_best() {
+                assert!(best <= cap1, "{best}: {hist:?}");
+            }
+            // The bracket's top never rose: the last miss is the lowest.
+            assert!(s.miss().unwrap() <= cap0, "{hist:?}");
+        }
+    }
+
+    /// Issue 16c: with two directions, asked, sent and received are all per direction.
+    #[test]
+    fn bidir_trial_figures_are_per_direction() {
+        let mut t = Trial {
+            index: 1,
+            phase: Phase::Ramp,
+            asked_per_flow: 10_000.0,
+            asked: 40_000.0,
+            sent_bps: 0.0,
+            sent_pps: 0.0,
+            received_bps: 0.0,
+            received_pps: 0.0,
+            loss_percent: 0.0,
+            jitter_ms: None,
+            met: false,
+            sender_limited: false,
+            sender_cpu_percent: None,
+            best_so_far: None,
+            miss_so_far: None,
+            error: None,
+        };
+        let up = DirFigures {
+            sent_bps: 40e6,
+            sent_pps: 39_900.0,
+            received_bps: 39e6,
+            received_pps: 39_800.0,
+            loss_percent: 0.25,
+            jitter_ms: Some(0.1),
+        };
+        let down = DirFigures {
+            sent_pps: 39_842.0,
+            received_pps: 39_842.0,
+            loss_percent: 0.0,
+            jitter_ms: Some(0.3),
+            ..up
+        };
+        t.set_directions(&[up, down], 0.5);
+        assert_eq!(t.sent_pps, (39_900.0 + 39_842.0) / 2.0);
+        assert!(
+            t.sent_pps <= t.asked && t.received_pps <= t.sent_pps,
+            "{t:?}"
+        );
+        assert_eq!(t.received_bps, 39e6);
+        assert_eq!(
+            (t.loss_percent, t.jitter_ms, t.met),
+            (0.25, Some(0.3), true)
+        );
+        // One direction: its own figures.
+        t.set_directions(&[up], 0.1);
+        assert_eq!((t.sent_pps, t.met), (39_900.0, false));
     }
 }

@@ -618,7 +618,9 @@ fn run_search(
     opts: &Options,
     obs: &mut dyn PlanObserver,
 ) -> Vec<StepResult> {
-    use hakaru_model::capacity::{min_datagrams, FindMaxResult, Outcome, Search, Trial};
+    use hakaru_model::capacity::{
+        min_datagrams, DirFigures, FindMaxResult, Outcome, Search, Trial,
+    };
     let pps = step.kind == crate::file::Kind::Pps;
     let flag_value = |flag: &str| {
         step.flags
@@ -670,15 +672,11 @@ fn run_search(
             phase,
             asked_per_flow: rate,
             asked: rate * f64::from(flows),
-            sent_bps: sr.aggregates.iter().map(|a| a.sent_bps).sum(),
-            sent_pps: sr.aggregates.iter().filter_map(|a| a.sent_pps).sum(),
-            received_bps: sr.aggregates.iter().map(|a| a.received_bps).sum(),
-            received_pps: sr.aggregates.iter().filter_map(|a| a.received_pps).sum(),
-            loss_percent: sr
-                .aggregates
-                .iter()
-                .filter_map(|a| a.lost_percent)
-                .fold(0.0, f64::max),
+            sent_bps: 0.0,
+            sent_pps: 0.0,
+            received_bps: 0.0,
+            received_pps: 0.0,
+            loss_percent: 0.0,
             jitter_ms: None,
             met: false,
             sender_limited: sr.runs.iter().any(|r| {
@@ -693,6 +691,23 @@ fn run_search(
             miss_so_far: None,
             error: sr.errors.first().cloned(),
         };
+        // Per direction, like `asked`: each direction's receivers summed, the worst receiver's
+        // loss.
+        let dirs: Vec<DirFigures> = [FlowDir::Up, FlowDir::Down]
+            .into_iter()
+            .filter_map(|dir| {
+                let of: Vec<_> = sr.aggregates.iter().filter(|a| a.dir == dir).collect();
+                (!of.is_empty()).then(|| DirFigures {
+                    sent_bps: of.iter().map(|a| a.sent_bps).sum(),
+                    sent_pps: of.iter().filter_map(|a| a.sent_pps).sum(),
+                    received_bps: of.iter().map(|a| a.received_bps).sum(),
+                    received_pps: of.iter().filter_map(|a| a.received_pps).sum(),
+                    loss_percent: of.iter().filter_map(|a| a.lost_percent).fold(0.0, f64::max),
+                    jitter_ms: None,
+                })
+            })
+            .collect();
+        trial.set_directions(&dirs, fm.loss);
         trial.met = trial.error.is_none() && trial.loss_percent <= fm.loss;
         if trial.error.is_some() {
             search.stop(format!("trial {n} failed"));

@@ -6,7 +6,12 @@
 //! results have interval samples of a metric, the change is also tested against the
 //! interval-to-interval spread: it is "beyond noise" when it exceeds two standard errors of
 //! the difference of the two means (sqrt(cv_b^2/n_b + cv_n^2/n_n), cv the coefficient of
-//! variation of the intervals, n their count).
+//! variation of the intervals, n their count). A change past the threshold but within that
+//! noise gets the verdict "within noise" and does not fail the gate.
+//!
+//! TCP retransmits are compared per GB sent, and only when at least one of the two results
+//! retransmits a material amount ([`RETRANSMITS_FLOOR_PER_GB`]); below that the row is
+//! informational (a handful of retransmits on loopback, 9 -> 10 or 0 -> 1, says nothing).
 
 use std::fmt::Write;
 
@@ -35,7 +40,18 @@ pub enum Verdict {
     Worse,
     /// Within the threshold either way.
     Within,
+    /// Past the threshold, but not beyond the interval-to-interval noise: does not fail.
+    WithinNoise,
+    /// Shown, not judged: both values are below the metric's material floor (retransmits).
+    Informational,
 }
+
+/// Retransmits per GB (10^9 bytes sent) below which a result's retransmits are not material:
+/// 100 per GB is about one segment in 7000 at a 1448-byte MSS.
+pub const RETRANSMITS_FLOOR_PER_GB: f64 = 100.0;
+
+/// Unit of the retransmit rows.
+const RETRANSMITS_UNIT: &str = "retransmits/GB";
 
 /// How a metric's change is measured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -341,10 +357,14 @@ fn run_metrics(b: &RunResult, n: &RunResult) -> Vec<Raw> {
                 } else {
                     push(
                         format!("{d} retransmits"),
-                        "count",
+                        RETRANSMITS_UNIT,
                         Better::Lower,
                         Scale::Relative,
-                        both(&|r| Some(tot(r)?.retransmits as f64)),
+                        both(&|r| {
+                            let t = tot(r)?;
+                            (t.sender.bytes > 0)
+                                .then(|| t.retransmits as f64 / (t.sender.bytes as f64 / 1e9))
+                        }),
                         None,
                     );
                 }
@@ -483,11 +503,19 @@ pub fn compare(
             };
             let noise_frac = m.samples.as_ref().and_then(|(a, b)| noise(a, b));
             let change_percent = (m.base != 0.0).then(|| (m.new - m.base) / m.base.abs() * 100.0);
+            let beyond_noise = noise_frac
+                .zip(change_percent)
+                .map(|(nf, c)| c.abs() > nf * 100.0);
+            let mut v = verdict(m.better, m.scale, m.base, m.new, t);
+            if v != Verdict::Within && beyond_noise == Some(false) {
+                v = Verdict::WithinNoise;
+            }
+            if m.unit == RETRANSMITS_UNIT && m.base.max(m.new) < RETRANSMITS_FLOOR_PER_GB {
+                v = Verdict::Informational;
+            }
             Row {
-                verdict: verdict(m.better, m.scale, m.base, m.new, t),
-                beyond_noise: noise_frac
-                    .zip(change_percent)
-                    .map(|(nf, c)| c.abs() > nf * 100.0),
+                verdict: v,
+                beyond_noise,
                 noise_percent: noise_frac.map(|f| f * 100.0),
                 change: m.new - m.base,
                 change_percent,
@@ -517,6 +545,7 @@ fn value(v: f64, unit: &str) -> String {
     match unit {
         "bit/s" => BitRate(v).to_string(),
         "B/CPU-s" => format!("{}/CPU-s", Bytes(v.max(0.0) as u64)),
+        RETRANSMITS_UNIT => format!("{v:.1}/GB"),
         "pkt/s" | "1/s" => format!("{v:.0}{}", if unit == "pkt/s" { " pkt/s" } else { "/s" }),
         "us" => format!("{v:.1} us"),
         "ms" => format!("{v:.3} ms"),
@@ -539,10 +568,13 @@ fn verdict_words(r: &Row) -> String {
         Verdict::Better => "better",
         Verdict::Worse => "WORSE",
         Verdict::Within => "within threshold",
+        Verdict::WithinNoise => "within noise",
+        Verdict::Informational => "informational",
     };
     match r.beyond_noise {
-        Some(true) if r.verdict != Verdict::Within => format!("{v} (beyond noise)"),
-        Some(false) if r.verdict != Verdict::Within => format!("{v} (within noise)"),
+        Some(true) if matches!(r.verdict, Verdict::Better | Verdict::Worse) => {
+            format!("{v} (beyond noise)")
+        }
         _ => v.to_string(),
     }
 }
@@ -658,5 +690,96 @@ mod tests {
         let n = noise(&a, &a).unwrap();
         assert!((n - 2.0 * (2.0 * cv * cv / 4.0).sqrt()).abs() < 1e-12);
         assert_eq!(noise(&[1.0], &a), None);
+    }
+
+    fn tcp_fixture() -> RunResult {
+        let text = std::fs::read_to_string(format!(
+            "{}/tests/fixtures/hakaru/tcp_p2_omit1.json",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .expect("fixture");
+        serde_json::from_str(&text).expect("fixture parses")
+    }
+
+    fn row<'a>(c: &'a Comparison, metric: &str) -> &'a Row {
+        c.rows.iter().find(|r| r.metric == metric).expect(metric)
+    }
+
+    fn run_pair(b: RunResult, n: RunResult) -> Comparison {
+        compare(
+            &Input::run("base.json".into(), b),
+            &Input::run("new.json".into(), n),
+            0.05,
+            0.1,
+            false,
+        )
+        .unwrap()
+    }
+
+    /// Issue 13g: a few retransmits (9 -> 10, 0 -> 1 over ~31 GB) are informational and do
+    /// not fail the gate; a material rise per GB does.
+    #[test]
+    fn retransmits_are_judged_per_gb_above_a_floor() {
+        let gb = tcp_fixture().totals[0].sender.bytes as f64 / 1e9;
+        let with = |n: u64| {
+            let mut r = tcp_fixture();
+            r.totals[0].retransmits = n;
+            r
+        };
+        for (b, n) in [(9, 10), (0, 1), (10, 9)] {
+            let c = run_pair(with(b), with(n));
+            let r = row(&c, "client -> server retransmits");
+            assert_eq!(r.verdict, Verdict::Informational, "{b} -> {n}: {r:?}");
+            assert_eq!(r.unit, "retransmits/GB");
+            assert!((r.new - n as f64 / gb).abs() < 1e-9);
+            assert_eq!(c.worse, 0, "{b} -> {n}");
+            assert!(text(&c).starts_with("compare tcp") && text(&c).contains("informational"));
+        }
+        // From none to 1000 per GB: material, and worse.
+        let c = run_pair(with(0), with((1000.0 * gb) as u64));
+        assert_eq!(
+            row(&c, "client -> server retransmits").verdict,
+            Verdict::Worse
+        );
+        assert_eq!(c.worse, 1);
+    }
+
+    /// Issue 13g: a change past the threshold that the interval spread cannot tell from noise
+    /// is "within noise" and does not count as worse; the same change with steady intervals
+    /// fails.
+    #[test]
+    fn a_change_within_the_noise_does_not_fail() {
+        // Six counted 1-second intervals, received rates alternating around `mean` by `swing`.
+        let shaped = |mean: f64, swing: f64| {
+            let mut r = tcp_fixture();
+            let template = r.intervals.last().unwrap().clone();
+            r.intervals = (0..6)
+                .map(|k| {
+                    let mut rec = template.clone();
+                    rec.index = k + 1;
+                    rec.start = 1.0 + k as f64;
+                    rec.end = rec.start + 1.0;
+                    rec.omitted = false;
+                    let v = mean * if k % 2 == 0 { 1.0 + swing } else { 1.0 - swing };
+                    rec.sums[0].receiver_bps = Some(BitRate(v));
+                    rec
+                })
+                .collect();
+            r.totals[0].receiver.bits_per_second = BitRate(mean);
+            r
+        };
+        // 10 % lower, intervals swinging +-50 %: noise ~ 2 * sqrt(2 * 0.55^2 / 6) = 64 %.
+        let c = run_pair(shaped(100e9, 0.5), shaped(90e9, 0.5));
+        let r = row(&c, "client -> server received");
+        assert_eq!(r.beyond_noise, Some(false), "{r:?}");
+        assert_eq!(r.verdict, Verdict::WithinNoise, "{r:?}");
+        assert_eq!(c.worse, 0);
+        assert!(text(&c).contains("within noise"));
+        assert!(json(&c).contains("\"within_noise\""));
+        // The same 10 % with steady intervals (+-1 %): beyond noise, worse.
+        let c = run_pair(shaped(100e9, 0.01), shaped(90e9, 0.01));
+        let r = row(&c, "client -> server received");
+        assert_eq!((r.verdict, r.beyond_noise), (Verdict::Worse, Some(true)));
+        assert_eq!(c.worse, 1);
     }
 }

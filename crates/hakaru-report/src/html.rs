@@ -810,8 +810,15 @@ fn overlay_charts(inputs: &[Input]) -> Vec<Chart> {
     out
 }
 
+/// A chart with at least one point to draw. A result without intervals (`quick`, `-i 0`)
+/// has no time series: its time charts would be empty axes, so they are left out and the
+/// section's headline figures stand alone.
+fn has_points(c: &Chart) -> bool {
+    c.series.iter().any(|s| !s.points.is_empty())
+}
+
 /// Every chart of a report, in page order, with the section each belongs to (`None`: the
-/// overlay at the top).
+/// overlay at the top). Charts with nothing to draw are left out.
 pub fn all_charts(inputs: &[Input]) -> Vec<(Option<usize>, Chart)> {
     let mut v: Vec<(Option<usize>, Chart)> = overlay_charts(inputs)
         .into_iter()
@@ -832,6 +839,7 @@ pub fn all_charts(inputs: &[Input]) -> Vec<(Option<usize>, Chart)> {
         };
         v.extend(charts.into_iter().map(|c| (Some(i), c)));
     }
+    v.retain(|(_, c)| has_points(c));
     v
 }
 
@@ -1051,6 +1059,61 @@ mod tests {
         assert!(Input::parse("a.json", "garbage")
             .unwrap_err()
             .contains("not JSON"));
+    }
+
+    fn fixture(name: &str) -> RunResult {
+        let text = std::fs::read_to_string(format!(
+            "{}/tests/fixtures/hakaru/{name}.json",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .expect("fixture");
+        serde_json::from_str(&text).expect("fixture parses")
+    }
+
+    /// Issue 13e: results without intervals (`quick`, `-i 0`) draw no empty time chart; the
+    /// quick section still shows each test's headline.
+    #[test]
+    fn results_without_intervals_draw_no_empty_chart() {
+        let mut runs: Vec<RunResult> = ["tcp_bidir", "udp_reverse"].map(fixture).into();
+        assert!(runs.iter().all(|r| !r.intervals.is_empty()));
+        // With intervals, the rate charts are there.
+        let with = all_charts(&[Input::run("a".into(), runs[0].clone())]);
+        assert!(with.iter().any(|(_, c)| c.id.contains("-rate-")));
+        for r in &mut runs {
+            r.intervals.clear();
+        }
+        let line = |what: &str, headline: &str| hakaru_model::QuickLine {
+            what: what.into(),
+            command: "hakaru tcp HOST".into(),
+            headline: headline.into(),
+            value: 1.0,
+            unit: "bit/s".into(),
+            error: None,
+        };
+        let quick = QuickResult {
+            schema_version: hakaru_model::SCHEMA_VERSION,
+            test: "quick".into(),
+            server: "127.0.0.1".into(),
+            embedded_server: true,
+            lines: vec![
+                line("TCP both ways", "9.41 Gbit/s"),
+                line("UDP reverse", "812 Mbit/s"),
+            ],
+            results: runs.iter().cloned().map(Some).collect(),
+        };
+        let inputs = [
+            Input {
+                label: "quick.json".into(),
+                content: Content::Quick(Box::new(quick)),
+            },
+            Input::run("i0.json".into(), runs[1].clone()),
+        ];
+        for (_, c) in all_charts(&inputs) {
+            assert!(has_points(&c), "empty chart {}", c.id);
+        }
+        let html = report(&inputs).unwrap();
+        assert!(!html.contains("-rate-"), "a time chart without points");
+        assert!(html.contains("9.41 Gbit/s") && html.contains("812 Mbit/s"));
     }
 
     #[test]

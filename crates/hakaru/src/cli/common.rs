@@ -656,7 +656,8 @@ pub fn register_stop(flag: &Arc<AtomicBool>) -> anyhow::Result<()> {
 }
 
 /// Splits HOST, HOST:PORT, [v6] and [v6]:PORT. A bare IPv6 address (more than one colon, no
-/// brackets) is a host without a port.
+/// brackets; a `%zone` allowed) is a host without a port; anything else with more than one
+/// colon (`127.0.0.1:5201:x`, `host:1:2`) is refused, naming the forms.
 pub fn split_host_port(s: &str) -> Result<(String, Option<u16>), String> {
     let bad_port = |p: &str| format!("{s}: port {p:?} is not a number from 1 to 65535");
     let parse_port = |p: &str| match p.parse::<u16>() {
@@ -687,7 +688,16 @@ pub fn split_host_port(s: &str) -> Result<(String, Option<u16>), String> {
             }
             Ok((host.to_string(), Some(parse_port(p)?)))
         }
-        _ => Ok((s.to_string(), None)),
+        _ => {
+            let addr = s.split_once('%').map_or(s, |(a, _)| a);
+            if addr.parse::<std::net::Ipv6Addr>().is_ok() {
+                Ok((s.to_string(), None))
+            } else {
+                Err(format!(
+                    "{s}: not an address of the form HOST, HOST:PORT, [IPv6] or [IPv6]:PORT (more than one ':' is only for an IPv6 address; give it a port as [IPv6]:PORT)"
+                ))
+            }
+        }
     }
 }
 
@@ -725,6 +735,7 @@ mod tests {
         assert_eq!(sp("host:80").unwrap(), ("host".into(), Some(80)));
         assert_eq!(sp("::1").unwrap(), ("::1".into(), None));
         assert_eq!(sp("2001:db8::7").unwrap(), ("2001:db8::7".into(), None));
+        assert_eq!(sp("fe80::1%eth0").unwrap(), ("fe80::1%eth0".into(), None));
         assert_eq!(sp("[::1]").unwrap(), ("::1".into(), None));
         assert_eq!(
             sp("[2001:db8::7]:5201").unwrap(),
@@ -739,9 +750,15 @@ mod tests {
             "[::1]5201",
             "[nothost]:1",
             ":80",
+            "127.0.0.1:5201:x",
+            "host:1:2",
+            "2001:db8::7:5201:x",
         ] {
             assert!(sp(bad).is_err(), "{bad}");
         }
+        assert!(sp("127.0.0.1:5201:x")
+            .unwrap_err()
+            .contains("HOST:PORT, [IPv6] or [IPv6]:PORT"));
         assert!(sp("host:http").unwrap_err().contains("\"http\""));
     }
 

@@ -48,7 +48,6 @@ const SAME_WITH_VALUE: &[&str] = &[
     "--dscp",
     "-b",
     "--bitrate",
-    "--format",
 ];
 
 /// iperf3 flags without a value that pass through unchanged.
@@ -186,6 +185,26 @@ fn unsupported(name: &str) -> Result<(), HabitError> {
     Ok(())
 }
 
+/// `--format`: iperf3's long form of `-f` (a unit letter: k, m, g, t, K, M, G, T) is refused
+/// with -f's advice; any other value is hakaru's own `--format` (text, json, csv, ...) and
+/// passes through.
+fn format_value(
+    inline: Option<&str>,
+    it: &mut std::slice::Iter<'_, String>,
+) -> Result<String, HabitError> {
+    let v = value("--format", inline, it)?;
+    if matches!(v.as_str(), "k" | "m" | "g" | "t" | "K" | "M" | "G" | "T") {
+        let instead = UNSUPPORTED
+            .iter()
+            .find(|(f, _)| *f == "-f")
+            .map_or("", |(_, i)| *i);
+        return Err(HabitError(format!(
+            "iperf3's --format {v} (the long form of -f) has no hakaru counterpart: {instead}; hakaru's --format takes text, json, json-stream, iperf3-json, csv or csv-summary"
+        )));
+    }
+    Ok(v)
+}
+
 fn server_form(args: &[String]) -> Result<Rewrite, HabitError> {
     let mut out = vec![args[0].clone(), "server".to_string()];
     let mut it = args[1..].iter();
@@ -200,6 +219,10 @@ fn server_form(args: &[String]) -> Result<Rewrite, HabitError> {
             }
             "-4" | "--version4" => out.push("-4".into()),
             "-6" | "--version6" => out.push("-6".into()),
+            "--format" => {
+                out.push(name.into());
+                out.push(format_value(inline, &mut it)?);
+            }
             "-J" | "--json" => {
                 return Err(HabitError(
                     "iperf3's -s -J has no hakaru counterpart: the server logs one line per test; ask for JSON on the client (-J there)".into(),
@@ -270,6 +293,10 @@ fn client_form(args: &[String]) -> Result<Rewrite, HabitError> {
             "--set-mss" => {
                 flags.push("-M".into());
                 flags.push(value(name, inline, &mut it)?);
+            }
+            "--format" => {
+                flags.push(name.into());
+                flags.push(format_value(inline, &mut it)?);
             }
             n if SAME_WITH_VALUE.contains(&n) => {
                 flags.push(n.into());
@@ -395,5 +422,20 @@ mod tests {
             .0
             .contains("milliseconds"));
         assert!(rw("-c h -t").unwrap_err().0.contains("-t needs a value"));
+        // iperf3's --format (the long form of -f) is refused like -f, with -f's advice.
+        let f = rw("-c h -f m").unwrap_err().0;
+        for s in ["-c h --format m", "-c h --format=G", "-s --format k"] {
+            let e = rw(s).unwrap_err().0;
+            assert!(
+                e.contains("--format") && e.contains("long form of -f"),
+                "{s}: {e}"
+            );
+            assert!(
+                e.contains("hakaru picks units itself") && f.contains("hakaru picks units itself"),
+                "{e}"
+            );
+        }
+        // hakaru's own --format values still pass through.
+        assert!(native("-c h --format json").contains("--format json"));
     }
 }

@@ -20,6 +20,9 @@ pub struct RawOutput {
     format: Format,
     /// True when stdout carries received data (`sink --stdout`): reports go to stderr.
     to_stderr: bool,
+    /// `--json` over several transfers (`sink --keep`): each result is held, and all are
+    /// printed as one JSON array by [`RawOutput::finish_all`].
+    hold_json: bool,
     intervals: Arc<Mutex<Vec<IntervalRecord>>>,
 }
 
@@ -29,6 +32,7 @@ impl RawOutput {
         RawOutput {
             format,
             to_stderr: data_on_stdout,
+            hold_json: false,
             intervals: Arc::new(Mutex::new(Vec::new())),
         }
     }
@@ -43,6 +47,24 @@ impl RawOutput {
             let mut o = std::io::stdout().lock();
             let _ = o.write_all(s.as_bytes());
             let _ = o.flush();
+        }
+    }
+
+    /// Several transfers to one output (`sink --keep`): with `--json`, hold each result and
+    /// print them together as one JSON array at the end ([`RawOutput::finish_all`]), so that
+    /// stdout is one JSON document. Other formats print as they go.
+    pub fn several(mut self) -> RawOutput {
+        self.hold_json = self.format == Format::Json;
+        self
+    }
+
+    /// After the last transfer: with [`RawOutput::several`] and `--json`, prints every result
+    /// as one JSON array (empty when no transfer came).
+    pub fn finish_all(&self, results: &[RunResult]) {
+        if self.hold_json {
+            let s = serde_json::to_string_pretty(results)
+                .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+            self.emit(&(s + "\n"));
         }
     }
 
@@ -103,6 +125,7 @@ impl RawOutput {
         let s = match self.format {
             Format::Text => raw_text::summary(&r),
             Format::JsonStream => jsonl::end(&r),
+            _ if self.hold_json => String::new(),
             _ => json::render(&r),
         };
         self.emit(&s);

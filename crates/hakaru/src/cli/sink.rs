@@ -48,8 +48,9 @@ pub struct Args {
     /// Seconds between interval reports; 0 turns them off.
     #[arg(short, long, value_name = "TIME", default_value = "1")]
     interval: Dur,
-    /// --json: one JSON document per transfer (docs/json.md); --json-stream: JSON Lines
-    /// events (start, interval, end) as each transfer goes.
+    /// --json: one JSON document (docs/json.md): the transfer's result, or with --keep a JSON
+    /// array of every transfer's result, printed when the sink stops; --json-stream: JSON
+    /// Lines events (start, interval, end) as each transfer goes.
     #[command(flatten)]
     formats: Formats,
 }
@@ -88,11 +89,34 @@ impl TryFrom<&Args> for RawSpec {
 pub fn run(a: Args) -> anyhow::Result<()> {
     let spec = RawSpec::try_from(&a)?;
     let format = a.formats.format();
-    let out = RawOutput::new(format, a.stdout);
-    let stop = stop_flag()?;
+    let mut out = RawOutput::new(format, a.stdout);
+    if a.keep {
+        out = out.several();
+    }
     let addr = SocketAddr::new(a.bind.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)), a.port);
-    let iface = a.bind.and_then(hakaru_engine::sys::interface_for_addr);
     let mut failed = None;
+    let mut results = Vec::new();
+    // The transfers so far are printed even when the sink stops on an error.
+    let served = serve(&a, &spec, &out, addr, &mut failed, &mut results);
+    out.finish_all(&results);
+    served?;
+    match failed {
+        Some(e) => anyhow::bail!("{e}"),
+        None => Ok(()),
+    }
+}
+
+/// Serves transfers (one, or until stopped with --keep), collecting their results.
+fn serve(
+    a: &Args,
+    spec: &RawSpec,
+    out: &RawOutput,
+    addr: SocketAddr,
+    failed: &mut Option<String>,
+    results: &mut Vec<hakaru_model::RunResult>,
+) -> anyhow::Result<()> {
+    let stop = stop_flag()?;
+    let iface = a.bind.and_then(hakaru_engine::sys::interface_for_addr);
     if a.udp {
         let sock =
             UdpSocket::bind(addr).with_context(|| format!("-p/--port: binding UDP {addr}"))?;
@@ -102,11 +126,16 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         // On stderr in every format, so scripts (and tests) can learn a port 0 choice.
         eprintln!("hakaru sink: listening on udp {local}");
         loop {
-            out.start(&spec, &local);
-            let o = raw::udp_sink(&sock, &spec, iface.clone(), out.on_sample(&spec), &stop)?;
+            out.start(spec, &local);
+            let o = raw::udp_sink(&sock, spec, iface.clone(), out.on_sample(spec), &stop)?;
             let interrupted = o.interrupted;
-            let r = out.finish(&spec, &local, o);
-            failed = r.raw.and_then(|r| r.error).or(failed);
+            let r = out.finish(spec, &local, o);
+            *failed = r
+                .raw
+                .as_ref()
+                .and_then(|r| r.error.clone())
+                .or(failed.take());
+            results.push(r);
             if interrupted || !a.keep {
                 break;
             }
@@ -119,24 +148,26 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             .map_or(addr.to_string(), |l| l.to_string());
         eprintln!("hakaru sink: listening on tcp {local}");
         loop {
-            out.start(&spec, &local);
+            out.start(spec, &local);
             let Some((stream, peer)) = raw::accept_one(&listener, &stop)? else {
                 break;
             };
             let iface = iface
                 .clone()
                 .or_else(|| hakaru_engine::sys::interface_for_addr(peer.ip()));
-            let o = raw::tcp_sink(stream, &listener, &spec, iface, out.on_sample(&spec), &stop)?;
+            let o = raw::tcp_sink(stream, &listener, spec, iface, out.on_sample(spec), &stop)?;
             let interrupted = o.interrupted;
-            let r = out.finish(&spec, &local, o);
-            failed = r.raw.and_then(|r| r.error).or(failed);
+            let r = out.finish(spec, &local, o);
+            *failed = r
+                .raw
+                .as_ref()
+                .and_then(|r| r.error.clone())
+                .or(failed.take());
+            results.push(r);
             if interrupted || !a.keep {
                 break;
             }
         }
     }
-    match failed {
-        Some(e) => anyhow::bail!("{e}"),
-        None => Ok(()),
-    }
+    Ok(())
 }

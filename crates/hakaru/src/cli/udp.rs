@@ -39,16 +39,25 @@ pub struct SearchFlags {
     /// each trial is a test of its own with a warm-up (-O, default 0.5 s). At most 44 trials.
     #[arg(long, conflicts_with_all = ["time", "bytes", "blocks", "iperf3", "sync_start"])]
     find_max: bool,
-    /// --find-max: most loss a rate may have, percent (0.1%, 0.5).
-    #[arg(long, value_name = "PERCENT", default_value = "0.1%", value_parser = parse_loss, requires = "find_max")]
-    loss: f64,
-    /// --find-max: measured time of each trial.
-    #[arg(long, value_name = "TIME", default_value = "2", requires = "find_max")]
-    trial: Dur,
-    /// --find-max: stop when the best rate and the first miss are this close (1%).
-    #[arg(long, value_name = "PERCENT", default_value = "1%", value_parser = parse_loss, requires = "find_max")]
-    precision: f64,
+    // No `default_value` on the knobs below: clap's `requires` counts a defaulted flag as
+    // present, so the knobs alone would be accepted. The defaults are applied in `run_find_max`.
+    /// --find-max: most loss a rate may have, percent (0.1%, 0.5) [default: 0.1%].
+    #[arg(long, value_name = "PERCENT", value_parser = parse_loss, requires = "find_max")]
+    loss: Option<f64>,
+    /// --find-max: measured time of each trial [default: 2].
+    #[arg(long, value_name = "TIME", requires = "find_max")]
+    trial: Option<Dur>,
+    /// --find-max: stop when the best rate and the first miss are this close [default: 1%].
+    #[arg(long, value_name = "PERCENT", value_parser = parse_loss, requires = "find_max")]
+    precision: Option<f64>,
 }
+
+/// `--loss` when not given, percent.
+const DEFAULT_LOSS: f64 = 0.1;
+/// `--precision` when not given, percent.
+const DEFAULT_PRECISION: f64 = 1.0;
+/// `--trial` when not given.
+const DEFAULT_TRIAL: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A percentage such as `0.1%` or `0.1` (both 0.1 %), from 0 to 100.
 fn parse_loss(s: &str) -> Result<f64, String> {
@@ -202,9 +211,9 @@ fn run_find_max(c: &Common, spec: UdpSpec, start: f64, ceiling: f64) -> anyhow::
     }
     let sh = &c.shape;
     let fm = hakaru_client::find_max::FindMax {
-        loss_percent: c.search.loss,
-        precision: (c.search.precision / 100.0).max(0.001),
-        trial: c.search.trial.0,
+        loss_percent: c.search.loss.unwrap_or(DEFAULT_LOSS),
+        precision: (c.search.precision.unwrap_or(DEFAULT_PRECISION) / 100.0).max(0.001),
+        trial: c.search.trial.map_or(DEFAULT_TRIAL, |t| t.0),
         warmup: if sh.omit.is_zero() {
             std::time::Duration::from_millis(500)
         } else {

@@ -543,3 +543,79 @@ fn an_iperf3_peer_gets_no_placeholder_env_line() {
     assert!(env[1].contains("server env not reported"), "{text}");
     assert!(!text.contains("(0 CPUs)") && !text.contains(" ?"), "{text}");
 }
+
+/// The --find-max knobs alone are a usage error that names --find-max (they used to be
+/// accepted, and ignored, because their defaults satisfied clap's `requires`).
+#[test]
+fn find_max_knobs_need_find_max() {
+    for args in [
+        &["udp", "127.0.0.1:9", "--loss", "1%"][..],
+        &["udp", "127.0.0.1:9", "--trial", "0.2"],
+        &["pps", "127.0.0.1:9", "--precision", "5%"],
+    ] {
+        let o = run(args, LIMIT);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("--find-max"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+    }
+    // With --find-max they are accepted (and the run fails later, on the absent peer: 1).
+    let o = run(
+        &[
+            "udp",
+            "127.0.0.1:9",
+            "--find-max",
+            "--loss",
+            "1%",
+            "--trial",
+            "0.2",
+        ],
+        LIMIT,
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+}
+
+/// iperf3's `--format m` (the long form of `-f`) is refused like `-f`, with the same advice,
+/// exit 2 (it used to reach clap and fail on "invalid value 'm'").
+#[test]
+fn iperf3_long_format_is_refused_like_f() {
+    let short = run(&["-c", "127.0.0.1", "-f", "m"], LIMIT);
+    assert_eq!(short.status.code(), Some(2), "{}", stderr(&short));
+    for args in [
+        &["-c", "127.0.0.1", "--format", "m"][..],
+        &["-c", "127.0.0.1", "--format=K"],
+    ] {
+        let o = run(args, LIMIT);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        let e = stderr(&o);
+        assert!(e.contains("long form of -f"), "{args:?}: {e}");
+        assert!(
+            e.contains("hakaru picks units itself")
+                && stderr(&short).contains("hakaru picks units itself"),
+            "{e}"
+        );
+        assert!(!e.contains("invalid value"), "{e}");
+    }
+}
+
+/// A malformed HOST:PORT is a usage error naming the address forms (it used to be looked up
+/// as a host name and fail with exit 1, "cannot resolve host").
+#[test]
+fn malformed_host_port_is_a_usage_error() {
+    for args in [
+        &["tcp", "127.0.0.1:5201:x"][..],
+        &["udp", "host:1:2"],
+        &["latency", "127.0.0.1:5201:x"],
+    ] {
+        let o = run(args, LIMIT);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        let e = stderr(&o);
+        assert!(
+            e.contains("HOST:PORT") && e.contains("[IPv6]:PORT"),
+            "{args:?}: {e}"
+        );
+        assert!(!e.contains("cannot resolve"), "{e}");
+    }
+}

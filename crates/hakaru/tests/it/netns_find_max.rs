@@ -136,13 +136,20 @@ fn find_max_on_loopback_stays_within_its_bound() {
     assert_eq!(doc["kind"], "pps");
     let trials = doc["trials"].as_array().unwrap();
     assert!(!trials.is_empty() && trials.len() <= 44, "{}", trials.len());
-    // The ramp doubles from 10000 datagrams/s.
+    // The ramp doubles from 10000 datagrams/s, or from the lowest rate that can measure the
+    // 0.1 % target in 0.3 s if that is higher: 10 000 datagrams / 0.3 s = 33 333/s.
     let ramp: Vec<f64> = trials
         .iter()
         .filter(|t| t["phase"] == "ramp")
         .map(|t| num(t, "/asked_per_flow"))
         .collect();
-    assert_eq!(ramp[0], 10_000.0);
+    assert!((ramp[0] - 10_000.0 / 0.3).abs() < 1.0, "{ramp:?}");
+    assert!(
+        trials
+            .iter()
+            .all(|t| num(t, "/asked_per_flow") >= ramp[0] - 1.0),
+        "no trial below the floor"
+    );
     assert!(ramp.windows(2).all(|w| w[1] == w[0] * 2.0), "{ramp:?}");
     assert!(!doc["outcome"].as_str().unwrap_or_default().is_empty());
     // A best rate, when there is one, met the target in its trial.

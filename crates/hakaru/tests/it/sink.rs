@@ -545,13 +545,17 @@ fn keep_serves_transfers_one_after_another() {
     let pid = sink.child.as_ref().unwrap().id();
     kill(pid, 2);
     let o = sink.wait();
+    // --json is one document: an array of every transfer's result.
     let docs: Vec<serde_json::Value> = serde_json::Deserializer::from_slice(&o.stdout)
         .into_iter()
         .map(|d| d.expect("json document"))
         .collect();
-    assert_eq!(docs.len(), 2, "{}", String::from_utf8_lossy(&o.stdout));
-    assert_eq!(count(&docs[0], "/raw/bytes"), 1000);
-    assert_eq!(count(&docs[1], "/raw/bytes"), 2000);
+    assert_eq!(docs.len(), 1, "{}", String::from_utf8_lossy(&o.stdout));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON document");
+    let all = v.as_array().expect("an array of results");
+    assert_eq!(all.len(), 2, "{v}");
+    assert_eq!(count(&all[0], "/raw/bytes"), 1000);
+    assert_eq!(count(&all[1], "/raw/bytes"), 2000);
 }
 
 /// "[  N] ... Bytes" per-stream figures of an iperf2 client's `-f b` summary (not [SUM]).
