@@ -21,7 +21,7 @@ use crate::side::{Core, FlowMeta};
 use crate::tcp::{Payload, SideConfig};
 
 /// Bytes read or written per call.
-const BUF: usize = 256 << 10;
+const BUF: usize = 1 << 20;
 
 /// What an HTTP run produced.
 #[derive(Debug)]
