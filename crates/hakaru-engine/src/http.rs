@@ -161,6 +161,22 @@ impl Shared<'_> {
     fn over(&self) -> bool {
         self.stop.load(Ordering::Acquire) || self.deadline.is_some_and(|d| Instant::now() >= d)
     }
+
+    /// After a call that timed out: the run's end cuts the request, and so many seconds without
+    /// progress since `since` (`--stall-timeout`) fail it ("the server took/sent nothing").
+    fn still_waiting(&self, since: Instant, verb: &str) -> Result<(), Halt> {
+        if self.over() {
+            return Err(Halt::Cut);
+        }
+        let stall = self.spec.stall_timeout.0;
+        if since.elapsed() > stall {
+            return Err(Halt::Failed(format!(
+                "the server {verb} nothing for {} s (--stall-timeout)",
+                stall.as_secs_f64()
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// One connection's state and figures.
@@ -211,24 +227,7 @@ pub fn run(
         HttpMethod::Get => Role::Receiver,
         _ => Role::Sender,
     };
-    let cfg = SideConfig {
-        end: End::Client,
-        length: BUF,
-        discard: true,
-        zerocopy: false,
-        affinity: Vec::new(),
-        interval: spec.interval.0,
-        omit: Duration::ZERO,
-        duration: spec.duration.map(|d| d.0),
-        stall_timeout: spec.stall_timeout.0,
-        iface,
-        base: None,
-        payload: Payload::Letters,
-        pace_bps: None,
-        half_close: false,
-        window_at_peer_end: false,
-        shares_host: false,
-    };
+    let cfg = client_side(spec, spec.interval.0, spec.duration.map(|d| d.0), iface);
     let meta = (1..=flows as u32)
         .map(|id| FlowMeta {
             id,
@@ -301,6 +300,34 @@ pub fn run(
         interrupted,
         started_unix,
     })
+}
+
+/// The client's side of a run: its flows' counters, ticked every `interval` (0: none), the
+/// measured window `duration` long when timed.
+fn client_side(
+    spec: &HttpSpec,
+    interval: Duration,
+    duration: Option<Duration>,
+    iface: Option<String>,
+) -> SideConfig {
+    SideConfig {
+        end: End::Client,
+        length: BUF,
+        discard: true,
+        zerocopy: false,
+        affinity: Vec::new(),
+        interval,
+        omit: Duration::ZERO,
+        duration,
+        stall_timeout: spec.stall_timeout.0,
+        iface,
+        base: None,
+        payload: Payload::Letters,
+        pace_bps: None,
+        half_close: false,
+        window_at_peer_end: false,
+        shares_host: false,
+    }
 }
 
 /// Adds the report's counted bytes and seconds to each connection and sums them.
@@ -571,7 +598,6 @@ impl Worker {
 
     /// Writes `data`; `count` adds it to the flow's counter (upload bodies).
     fn write_all(&mut self, sh: &Shared, mut data: &[u8], count: bool) -> Result<(), Halt> {
-        let stall = sh.spec.stall_timeout.0;
         let mut last = Instant::now();
         let Some(c) = self.conn.as_mut() else {
             return Err(Halt::Failed("no connection".into()));
@@ -586,17 +612,7 @@ impl Worker {
                     data = &data[n..];
                     last = Instant::now();
                 }
-                Err(e) if retry(&e) => {
-                    if sh.over() {
-                        return Err(Halt::Cut);
-                    }
-                    if last.elapsed() > stall {
-                        return Err(Halt::Failed(format!(
-                            "the server took nothing for {} s (--stall-timeout)",
-                            stall.as_secs_f64()
-                        )));
-                    }
-                }
+                Err(e) if retry(&e) => sh.still_waiting(last, "took")?,
                 Err(e) => return Err(Halt::Failed(format!("sending: {e}"))),
             }
         }
@@ -631,7 +647,6 @@ impl Worker {
 
     /// Reads some bytes into the buffer; `Ok(0)` at the end of the stream.
     fn read_some(&mut self, sh: &Shared) -> Result<usize, Halt> {
-        let stall = sh.spec.stall_timeout.0;
         let since = Instant::now();
         let Some(c) = self.conn.as_mut() else {
             return Ok(0);
@@ -639,17 +654,7 @@ impl Worker {
         loop {
             match c.stream.read(&mut self.buf) {
                 Ok(n) => return Ok(n),
-                Err(e) if retry(&e) => {
-                    if sh.over() {
-                        return Err(Halt::Cut);
-                    }
-                    if since.elapsed() > stall {
-                        return Err(Halt::Failed(format!(
-                            "the server sent nothing for {} s (--stall-timeout)",
-                            stall.as_secs_f64()
-                        )));
-                    }
-                }
+                Err(e) if retry(&e) => sh.still_waiting(since, "sent")?,
                 Err(e) => return Err(Halt::Failed(format!("receiving: {e}"))),
             }
         }
@@ -959,24 +964,7 @@ fn probe_size(
     stop: &AtomicBool,
 ) -> Result<u64, HttpRunError> {
     let setup = |m: String| HttpRunError::Setup(format!("--range: {url}: {m}"));
-    let cfg = SideConfig {
-        end: End::Client,
-        length: BUF,
-        discard: true,
-        zerocopy: false,
-        affinity: Vec::new(),
-        interval: Duration::ZERO,
-        omit: Duration::ZERO,
-        duration: None,
-        stall_timeout: spec.stall_timeout.0,
-        iface: None,
-        base: None,
-        payload: Payload::Letters,
-        pace_bps: None,
-        half_close: false,
-        window_at_peer_end: false,
-        shares_host: false,
-    };
+    let cfg = client_side(spec, Duration::ZERO, None, None);
     let meta = vec![FlowMeta {
         id: 1,
         dir: spec.method.dir(),

@@ -251,6 +251,55 @@ fn has_token(value: &str, token: &str) -> bool {
         .any(|t| t.trim().eq_ignore_ascii_case(token))
 }
 
+/// What every head says about framing and the connection, and the headers one kind of head
+/// reads besides (by lowercase name).
+#[derive(Default)]
+struct Framing {
+    length: Option<u64>,
+    chunked: bool,
+    close: bool,
+    keep: bool,
+}
+
+impl Framing {
+    /// Reads Content-Length, Transfer-Encoding and Connection; hands every other header to
+    /// `other`. Repeated Content-Lengths must agree.
+    fn read(
+        headers: &[httparse::Header<'_>],
+        mut other: impl FnMut(&str, &str),
+    ) -> Result<Framing, HttpError> {
+        let mut f = Framing::default();
+        for h in headers {
+            let v = header_str(h);
+            let name = h.name.to_ascii_lowercase();
+            match name.as_str() {
+                "content-length" => match v.parse::<u64>() {
+                    Ok(n) if f.length.is_none_or(|l| l == n) => f.length = Some(n),
+                    _ => return err(format!("bad Content-Length '{v}'")),
+                },
+                // Chunked must be the last coding applied.
+                "transfer-encoding" => {
+                    f.chunked = v
+                        .rsplit(',')
+                        .next()
+                        .is_some_and(|t| t.trim().eq_ignore_ascii_case("chunked"))
+                }
+                "connection" => {
+                    f.close |= has_token(v, "close");
+                    f.keep |= has_token(v, "keep-alive");
+                }
+                _ => other(&name, v),
+            }
+        }
+        Ok(f)
+    }
+
+    /// The connection may carry another message (HTTP/1.0 only with keep-alive).
+    fn keep_alive(&self, http10: bool) -> bool {
+        !self.close && (!http10 || self.keep)
+    }
+}
+
 /// Parses a response head at the start of `buf`; `Ok(None)` until the whole head is there.
 /// `head_request` tells that the request was HEAD (no body whatever the headers say).
 pub fn parse_response(buf: &[u8], head_request: bool) -> Result<Option<ResponseHead>, HttpError> {
@@ -266,34 +315,17 @@ pub fn parse_response(buf: &[u8], head_request: bool) -> Result<Option<ResponseH
     };
     let status = r.code.unwrap_or(0);
     let http10 = r.version == Some(0);
-    let (mut length, mut chunked, mut close, mut keep) = (None, false, false, false);
     let (mut location, mut content_range) = (None, None);
-    for h in r.headers.iter() {
-        let v = header_str(h);
-        if h.name.eq_ignore_ascii_case("content-length") {
-            match v.parse::<u64>() {
-                Ok(n) if length.is_none_or(|l| l == n) => length = Some(n),
-                _ => return err(format!("bad Content-Length '{v}'")),
-            }
-        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
-            chunked = v
-                .rsplit(',')
-                .next()
-                .is_some_and(|t| t.trim().eq_ignore_ascii_case("chunked"));
-        } else if h.name.eq_ignore_ascii_case("connection") {
-            close |= has_token(v, "close");
-            keep |= has_token(v, "keep-alive");
-        } else if h.name.eq_ignore_ascii_case("location") {
-            location = Some(v.to_string());
-        } else if h.name.eq_ignore_ascii_case("content-range") {
-            content_range = parse_content_range(v);
-        }
-    }
+    let f = Framing::read(r.headers, |name, v| match name {
+        "location" => location = Some(v.to_string()),
+        "content-range" => content_range = parse_content_range(v),
+        _ => {}
+    })?;
     let body = if head_request || status < 200 || status == 204 || status == 304 {
         BodyKind::Empty
-    } else if chunked {
+    } else if f.chunked {
         BodyKind::Chunked
-    } else if let Some(n) = length {
+    } else if let Some(n) = f.length {
         BodyKind::Length(n)
     } else {
         BodyKind::UntilClose
@@ -303,7 +335,7 @@ pub fn parse_response(buf: &[u8], head_request: bool) -> Result<Option<ResponseH
         reason: r.reason.unwrap_or("").to_string(),
         head_len,
         body,
-        keep_alive: !close && (!http10 || keep) && body != BodyKind::UntilClose,
+        keep_alive: f.keep_alive(http10) && body != BodyKind::UntilClose,
         location,
         content_range,
     }))
@@ -462,30 +494,16 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<RequestInfo>, HttpError> {
         Err(e) => return err(format!("malformed request head: {e}")),
     };
     let http10 = r.version == Some(0);
-    let (mut length, mut chunked, mut close, mut keep) = (None, false, false, false);
     let (mut range, mut expect_continue) = (None, false);
-    for h in r.headers.iter() {
-        let v = header_str(h);
-        if h.name.eq_ignore_ascii_case("content-length") {
-            match v.parse::<u64>() {
-                Ok(n) if length.is_none_or(|l| l == n) => length = Some(n),
-                _ => return err(format!("bad Content-Length '{v}'")),
-            }
-        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
-            chunked = has_token(v, "chunked");
-        } else if h.name.eq_ignore_ascii_case("connection") {
-            close |= has_token(v, "close");
-            keep |= has_token(v, "keep-alive");
-        } else if h.name.eq_ignore_ascii_case("range") {
-            range = Some(v.to_string());
-        } else if h.name.eq_ignore_ascii_case("expect") {
-            expect_continue = v.eq_ignore_ascii_case("100-continue");
-        }
-    }
-    if chunked && length.is_some() {
+    let f = Framing::read(r.headers, |name, v| match name {
+        "range" => range = Some(v.to_string()),
+        "expect" => expect_continue = v.eq_ignore_ascii_case("100-continue"),
+        _ => {}
+    })?;
+    if f.chunked && f.length.is_some() {
         return err("both Content-Length and Transfer-Encoding: chunked");
     }
-    let body = match (chunked, length) {
+    let body = match (f.chunked, f.length) {
         (true, _) => BodyKind::Chunked,
         (false, Some(0)) | (false, None) => BodyKind::Empty,
         (false, Some(n)) => BodyKind::Length(n),
@@ -495,7 +513,7 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<RequestInfo>, HttpError> {
         path: r.path.unwrap_or("").to_string(),
         head_len,
         body,
-        keep_alive: !close && (!http10 || keep),
+        keep_alive: f.keep_alive(http10),
         range,
         expect_continue,
     }))

@@ -452,3 +452,55 @@ fn on_a_shaped_veth_hakaru_and_wget_agree() {
         "{ours}"
     );
 }
+
+#[test]
+fn a_silent_server_fails_at_the_stall_timeout_and_the_endpoint_bounds_its_connections() {
+    // A server that accepts and never answers.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let holder = std::thread::spawn(move || {
+        let held = l.accept();
+        std::thread::sleep(Duration::from_secs(3));
+        drop(held);
+    });
+    let o = run(
+        &[
+            "http",
+            &format!("http://127.0.0.1:{port}/x"),
+            "--stall-timeout",
+            "1",
+        ],
+        Duration::from_secs(30),
+    );
+    let _ = holder.join();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("--stall-timeout"), "{}", stderr(&o));
+
+    // The endpoint: 64 connections from one address at once, the 65th is told why (503), and
+    // once they go, a download works again.
+    let hport = free_port();
+    let srv = ServerProc::start(&["--http-port", &hport.to_string()]);
+    assert!(srv
+        .wait_log("http listening", Duration::from_secs(10))
+        .is_some());
+    let idle: Vec<std::net::TcpStream> = (0..64)
+        .map(|_| std::net::TcpStream::connect(("127.0.0.1", hport)).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut extra = std::net::TcpStream::connect(("127.0.0.1", hport)).unwrap();
+    extra
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut answer = String::new();
+    let _ = extra.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(
+        answer.contains("64 connections from one address"),
+        "{answer}"
+    );
+    drop(idle);
+    std::thread::sleep(Duration::from_millis(500));
+    let (code, doc, err) = http(&[&format!("http://127.0.0.1:{hport}/bytes/1M")]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(h(&doc, "bytes"), 1 << 20);
+}
