@@ -12,6 +12,7 @@ pub mod config;
 pub mod connect;
 pub mod http;
 pub mod latency;
+pub mod metrics;
 pub mod nic;
 pub mod plan;
 pub mod raw;

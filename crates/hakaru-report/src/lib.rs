@@ -16,6 +16,7 @@ pub mod jsonl;
 pub mod latency_text;
 pub mod nic;
 pub mod plan_text;
+pub mod prometheus;
 pub mod raw_text;
 pub mod schema;
 pub mod text;

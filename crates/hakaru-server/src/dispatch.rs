@@ -87,8 +87,9 @@ fn handle(ctx: &Ctx, mut stream: TcpStream, peer: SocketAddr, seq: u32, slot: Sl
         }
     };
     match kind {
-        Preamble::Hakaru => {}
+        Preamble::Hakaru => ctx.metrics.connection("hakaru"),
         Preamble::Iperf3Cookie if !ctx.cfg.iperf3 => {
+            ctx.metrics.refused("iperf3_off");
             tracing::warn!(
                 "closed connection from {peer}: an iperf3 client, and iperf3 clients are off (they cannot authenticate; --iperf3 allow turns them on)"
             );
@@ -117,10 +118,12 @@ fn handle(ctx: &Ctx, mut stream: TcpStream, peer: SocketAddr, seq: u32, slot: Sl
                     None => return,
                 }
             }
+            ctx.metrics.connection("iperf3");
             crate::iperf3::accept(ctx, stream, peer, first, seq, slot);
             return;
         }
         Preamble::Unknown => {
+            ctx.metrics.refused("not_a_client");
             tracing::warn!(
                 "rejected connection from {peer}: not a hakaru client (first bytes {:02x?})",
                 &first[..first.len().min(8)]

@@ -143,6 +143,7 @@ fn accept_loop(ctx: &Arc<Ctx>, listener: &TcpListener) {
                         continue;
                     }
                 };
+                ctx.metrics.connection("http");
                 let (ctx2, pattern) = (Arc::clone(ctx), Arc::clone(&pattern));
                 ctx.threads.fetch_add(1, Ordering::AcqRel);
                 let spawned = std::thread::Builder::new()
@@ -223,6 +224,8 @@ fn serve(ctx: &Ctx, mut stream: TcpStream, peer: SocketAddr, pattern: &[u8]) {
             Err(e) => break e,
         }
     };
+    ctx.metrics.bytes("http", "http", "sent", t.sent);
+    ctx.metrics.bytes("http", "http", "received", t.received);
     if t.requests > 0 || matches!(end, End::Said(_)) {
         let why = match &end {
             End::Said(m) => format!(" ({m})"),

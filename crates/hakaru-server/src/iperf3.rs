@@ -248,11 +248,33 @@ impl Session<'_> {
         self.ctl
             .send_state(State::CreateStreams)
             .map_err(quiet("sending CREATE_STREAMS"))?;
-        let (run, samples) = self.open_streams(&plan, &rx)?;
+        let kind = plan.spec.name();
+        self.ctx.metrics.test_started("iperf3", kind);
+        let r = self.streams_and_results(&plan, &rx);
+        self.ctx.metrics.test_finished("iperf3", kind, r.is_ok());
+        r
+    }
+
+    /// Opens the streams, runs the test and exchanges the results.
+    fn streams_and_results(
+        &mut self,
+        plan: &Plan,
+        rx: &mpsc::Receiver<DataConn>,
+    ) -> Result<String, Fail> {
+        let (run, samples) = self.open_streams(plan, rx)?;
         self.ctx.registry.remove(&self.cookie);
         self.ctx.iperf3.end(&self.cookie);
-        let report = self.supervise(&plan, run)?;
-        self.exchange(&plan, &report, samples)
+        let report = self.supervise(plan, run)?;
+        for f in &report.flows {
+            let dir = match f.role {
+                hakaru_model::Role::Receiver => "received",
+                hakaru_model::Role::Sender => "sent",
+            };
+            self.ctx
+                .metrics
+                .bytes("iperf3", plan.spec.name(), dir, f.bytes + f.omitted_bytes);
+        }
+        self.exchange(plan, &report, samples)
     }
 
     /// Collects the data streams, sets them up, sends TEST_START and TEST_RUNNING and starts

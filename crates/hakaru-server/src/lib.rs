@@ -12,6 +12,7 @@ pub mod http;
 mod iperf3;
 mod iperf3_output;
 mod limits;
+mod metrics;
 mod registry;
 mod session;
 mod sockperf;
@@ -71,6 +72,8 @@ pub struct ServerConfig {
     /// Also serve HTTP (`GET /bytes/SIZE`, PUT/POST bodies counted) on this port; 0 picks a
     /// free one.
     pub http_port: Option<u16>,
+    /// Serve Prometheus metrics at `GET /metrics` on this address (`--metrics`).
+    pub metrics: Option<SocketAddr>,
 }
 
 impl Default for ServerConfig {
@@ -89,6 +92,7 @@ impl Default for ServerConfig {
             iperf3_json_output: false,
             sockperf_port: None,
             http_port: None,
+            metrics: None,
         }
     }
 }
@@ -113,12 +117,15 @@ pub(crate) struct Ctx {
     pub denied: AtomicU64,
     /// Last time a refusal was logged (rate-limits refusal lines under a flood).
     pub refusal_log: std::sync::Mutex<(Option<Instant>, u64)>,
+    /// What `--metrics` reports.
+    pub metrics: metrics::Metrics,
 }
 
 impl Ctx {
     /// Logs why a connection was refused: at most one line a second, with how many more
     /// were refused in between, so a flood cannot fill the log.
     pub(crate) fn log_refusal(&self, peer: SocketAddr, why: &str) {
+        self.metrics.refused("limits");
         let Ok(mut g) = self.refusal_log.lock() else {
             return;
         };
@@ -148,6 +155,7 @@ pub struct Server {
     udp: UdpSocket,
     sockperf: Option<sockperf::SockperfPort>,
     http: Option<http::HttpPort>,
+    metrics: Option<TcpListener>,
     ctx: Arc<Ctx>,
 }
 
@@ -218,11 +226,18 @@ impl Server {
             ),
             None => None,
         };
+        let metrics = match cfg.metrics {
+            Some(a) => Some(TcpListener::bind(a).map_err(|e| {
+                io::Error::new(e.kind(), format!("--metrics {a}: {e}{}", in_use_hint(&e)))
+            })?),
+            None => None,
+        };
         Ok(Server {
             listener,
             udp,
             sockperf,
             http,
+            metrics,
             ctx: Arc::new(Ctx {
                 admission: limits::Admission::new(cfg.limits),
                 cfg,
@@ -236,6 +251,7 @@ impl Server {
                 accepted: AtomicU32::new(0),
                 denied: AtomicU64::new(0),
                 refusal_log: std::sync::Mutex::new((None, 0)),
+                metrics: metrics::Metrics::default(),
             }),
         })
     }
@@ -253,6 +269,11 @@ impl Server {
     /// The address of the HTTP port, when there is one.
     pub fn http_addr(&self) -> Option<SocketAddr> {
         self.http.as_ref().and_then(|h| h.local_addr().ok())
+    }
+
+    /// The address `/metrics` is served on, when it is.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().and_then(|l| l.local_addr().ok())
     }
 
     /// Flag that stops the server when set (wire it to SIGINT/SIGTERM).
@@ -278,6 +299,11 @@ impl Server {
             Some(h) => Some(h.spawn(Arc::clone(&self.ctx))?),
             None => None,
         };
+        let metrics_addr = self.metrics_addr();
+        let metrics_thread = match self.metrics.take() {
+            Some(l) => Some(metrics::spawn(Arc::clone(&self.ctx), l)?),
+            None => None,
+        };
         let udp_thread = {
             let ctx = Arc::clone(&self.ctx);
             let sock = self.udp.try_clone()?;
@@ -290,6 +316,9 @@ impl Server {
         // After the line above, which scripts read the control port from.
         if let Some(a) = sockperf_addr {
             tracing::info!("sockperf listening on {a} (UDP and TCP)");
+        }
+        if let Some(a) = metrics_addr {
+            tracing::info!("metrics at http://{a}/metrics");
         }
         if let Some(a) = http_addr {
             tracing::info!("http listening on {a} (GET /bytes/SIZE, PUT and POST bodies)");
@@ -328,6 +357,9 @@ impl Server {
         }
         let _ = udp_thread.join();
         if let Some(t) = http_thread {
+            let _ = t.join();
+        }
+        if let Some(t) = metrics_thread {
             let _ = t.join();
         }
         for t in sockperf_threads {

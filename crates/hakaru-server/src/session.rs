@@ -106,6 +106,7 @@ pub(crate) fn control(ctx: &Ctx, o: Opening) {
     }
     if let (Some(psk), Some(sn)) = (&ctx.cfg.psk, &server_nonce) {
         if !authenticate(&mut conn, psk, sn, client_nonce.as_deref(), peer) {
+            ctx.metrics.refused("auth");
             return;
         }
     }
@@ -131,6 +132,7 @@ pub(crate) fn control(ctx: &Ctx, o: Opening) {
     let _test_slot = match admit(ctx, &spec).and_then(|()| ctx.admission.test(peer.ip())) {
         Ok(s) => s,
         Err(reason) => {
+            ctx.metrics.refused("limits");
             tracing::warn!("refused test from {peer}: {reason}");
             let _ = conn.send(&Message::Refused { reason });
             return;
@@ -170,8 +172,11 @@ pub(crate) fn control(ctx: &Ctx, o: Opening) {
         held,
         same_host,
     };
+    ctx.metrics.test_started("hakaru", spec.name());
     let outcome = run_test(ctx, &mut conn, &spec, &test, local_ip);
     ctx.registry.remove(&token);
+    ctx.metrics
+        .test_finished("hakaru", spec.name(), outcome.is_ok());
     match outcome {
         Ok(summary) => tracing::info!(
             "test {id} from {peer} finished after {:.1} s: {summary}",
@@ -542,6 +547,14 @@ fn run_test(
                 .load(Ordering::Acquire)
                 .saturating_sub(strays_before),
         );
+    }
+    for f in &report.flows {
+        let dir = match f.role {
+            hakaru_model::Role::Receiver => "received",
+            hakaru_model::Role::Sender => "sent",
+        };
+        ctx.metrics
+            .bytes("hakaru", spec.name(), dir, f.bytes + f.omitted_bytes);
     }
     let moved: u64 = report.flows.iter().map(|f| f.bytes).sum();
     let first_error = report.flows.iter().find_map(|f| f.error.clone());

@@ -278,6 +278,7 @@ fn serve_tcp(ctx: &Arc<Ctx>, l: &TcpListener) {
                 continue;
             }
         };
+        ctx.metrics.connection("sockperf");
         ctx.threads.fetch_add(1, Ordering::AcqRel);
         let c = Arc::clone(ctx);
         let spawned = std::thread::Builder::new()

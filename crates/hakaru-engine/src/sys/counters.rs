@@ -891,3 +891,48 @@ veth1a2b:5 6 7 8 0 0 0 0 9 10 11 12 0 0 0 0
         assert_eq!(big.rx_packets, u64::MAX);
     }
 }
+
+/// This process's own use of the machine, for `hakaru server --metrics`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ProcessUsage {
+    /// CPU seconds in user and kernel mode since the process started.
+    pub cpu_seconds: f64,
+    /// Resident memory, bytes.
+    pub rss_bytes: u64,
+    /// Open file descriptors (handles).
+    pub open_fds: u64,
+}
+
+/// CPU seconds (utime + stime, in ticks of `hz`) from the text of `/proc/self/stat`. The
+/// command name in parentheses may hold spaces, so fields are counted after its `)`.
+pub fn parse_proc_self_stat(text: &str, hz: u64) -> Option<f64> {
+    let rest = &text[text.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // After the name: state is field 3 of stat(5), utime 14 and stime 15.
+    let utime: u64 = f.get(11)?.parse().ok()?;
+    let stime: u64 = f.get(12)?.parse().ok()?;
+    (hz > 0).then(|| (utime + stime) as f64 / hz as f64)
+}
+
+/// Resident memory in bytes from the text of `/proc/self/status` (its `VmRSS:` line, kB).
+pub fn parse_vm_rss(text: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+#[cfg(test)]
+mod process_tests {
+    use super::*;
+
+    #[test]
+    fn own_cpu_and_memory_parse() {
+        let stat = "4242 (hakaru (x) y) S 1 4242 4242 0 -1 4194560 2406 0 0 0 150 50 0 0 20 0 9 0";
+        assert_eq!(parse_proc_self_stat(stat, 100), Some(2.0));
+        assert_eq!(parse_proc_self_stat(stat, 0), None);
+        assert_eq!(parse_proc_self_stat("garbage", 100), None);
+        let status = "Name:\thakaru\nVmPeak:\t  9000 kB\nVmRSS:\t    2048 kB\n";
+        assert_eq!(parse_vm_rss(status), Some(2 << 20));
+        assert_eq!(parse_vm_rss("Name: x\n"), None);
+    }
+}

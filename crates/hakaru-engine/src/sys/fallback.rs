@@ -35,6 +35,11 @@ pub fn is_virtual_interface(_iface: &str) -> bool {
     false
 }
 
+/// This process's CPU, memory and descriptors: not available here.
+pub fn process_usage() -> Option<super::ProcessUsage> {
+    None
+}
+
 /// Interface counters: not available here.
 pub fn nic_snapshot(_iface: &str) -> Option<NicSnapshot> {
     None

@@ -224,6 +224,19 @@ pub fn is_virtual_interface(iface: &str) -> bool {
             .exists()
 }
 
+/// This process's CPU time, resident memory and open descriptors, from /proc/self.
+pub fn process_usage() -> Option<super::ProcessUsage> {
+    // SAFETY: sysconf has no memory effects.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let stat = fs::read_to_string("/proc/self/stat").ok()?;
+    let status = fs::read_to_string("/proc/self/status").ok()?;
+    Some(super::ProcessUsage {
+        cpu_seconds: super::parse_proc_self_stat(&stat, u64::try_from(hz).unwrap_or(0))?,
+        rss_bytes: super::parse_vm_rss(&status)?,
+        open_fds: fs::read_dir("/proc/self/fd").ok()?.count() as u64,
+    })
+}
+
 /// Counters of `iface` from `/proc/net/dev`.
 pub fn nic_snapshot(iface: &str) -> Option<NicSnapshot> {
     let text = fs::read_to_string("/proc/net/dev").ok()?;

@@ -31,6 +31,8 @@
 //! - [`pin_current_thread`]: `Err` when the CPU does not exist or may not be used, or
 //!   [`std::io::ErrorKind::Unsupported`].
 //! - [`online_cpus`]: always at least 1.
+//! - [`process_usage`]: this process's CPU seconds, resident memory and open descriptors
+//!   (`server --metrics`). Unsupported: `None`.
 //! - [`set_busy_poll`]: SO_BUSY_POLL in microseconds (--busy-poll); `Unsupported` elsewhere.
 //! - [`set_max_pacing_rate`]: SO_MAX_PACING_RATE in bytes per second (tcp -b); `Unsupported` elsewhere.
 //! - [`bind_address_no_port`]: a socket later bound to an address with port 0 gets its local
@@ -104,7 +106,10 @@ mod fallback;
 pub use counters::{
     cpu_usage, nic_average, nic_usage, parse_proc_net_dev, parse_proc_net_dev_all, parse_proc_stat,
 };
-pub use counters::{parse_proc_net_snmp6_udp, parse_proc_net_snmp_udp};
+pub use counters::{
+    parse_proc_net_snmp6_udp, parse_proc_net_snmp_udp, parse_proc_self_stat, parse_vm_rss,
+    ProcessUsage,
+};
 pub use counters::{CpuSnapshot, NicSnapshot, UdpSnmp};
 pub use poll::{tighten_timer_slack, wait_fd, Interest, PollSet};
 
@@ -112,7 +117,7 @@ pub use poll::{tighten_timer_slack, wait_fd, Interest, PollSet};
 pub use linux::{
     accept_nonblocking, available_congestion, bind_address_no_port, cpu_snapshot, environment,
     interface_for_addr, is_virtual_interface, local_port_range, nic_snapshot, nic_snapshot_all,
-    online_cpus, pin_current_thread, recv_discard, send_zerocopy, set_busy_poll,
+    online_cpus, pin_current_thread, process_usage, recv_discard, send_zerocopy, set_busy_poll,
     set_max_pacing_rate, tcp_defer_accept, tcp_info, tcp_peer_window, tcp_send_queue,
     ZeroCopySource, DISCARD_SUPPORTED,
 };
@@ -127,7 +132,7 @@ pub use linux_udp::{
 pub use fallback::{
     accept_nonblocking, available_congestion, bind_address_no_port, cpu_snapshot, environment,
     interface_for_addr, is_virtual_interface, local_port_range, nic_snapshot, nic_snapshot_all,
-    online_cpus, pin_current_thread, recv_discard, send_zerocopy, set_busy_poll,
+    online_cpus, pin_current_thread, process_usage, recv_discard, send_zerocopy, set_busy_poll,
     set_max_pacing_rate, tcp_defer_accept, tcp_info, tcp_peer_window, tcp_send_queue,
     ZeroCopySource, DISCARD_SUPPORTED,
 };

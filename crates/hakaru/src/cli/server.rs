@@ -88,6 +88,13 @@ pub struct Args {
     /// `hakaru http`, wget and curl where no web server is set up. Plain HTTP, no key.
     #[arg(long, value_name = "PORT")]
     http_port: Option<u16>,
+    /// Serve Prometheus metrics at http://ADDR:PORT/metrics: tests started and finished by
+    /// kind and outcome, payload bytes by kind and direction, clients refused by reason,
+    /// connections by protocol, the interfaces' counters, the process's CPU, memory and
+    /// descriptors. No client addresses in labels. Plain HTTP, no key: bind it where only your
+    /// monitoring reaches (127.0.0.1:9464).
+    #[arg(long, value_name = "ADDR:PORT")]
+    metrics: Option<std::net::SocketAddr>,
     /// Print `listening on ADDR` on stdout once serving, and stop when standard input closes:
     /// for launchers (`hakaru plan` over ssh, `ip netns exec`, `kubectl exec -i`), so the
     /// server ends with the connection that started it.
@@ -140,6 +147,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         iperf3_json_output: a.iperf3_server_output == "json",
         sockperf_port: a.sockperf_port,
         http_port: a.http_port,
+        metrics: a.metrics,
     })
     .with_context(|| format!("starting the server on port {}", a.port))?;
     super::common::register_stop(&server.shutdown_flag())?;

@@ -10,6 +10,7 @@ mod http;
 mod iperf3;
 mod iperf3_json;
 mod latency;
+mod metrics;
 mod netns;
 mod netns_bridge;
 mod netns_find_max;
