@@ -520,7 +520,7 @@ fn worker(s: &Shared, mine: Vec<usize>, pin: Option<usize>) {
                         s.finish_flow(
                             i,
                             Some(format!(
-                                "flow {}: {what} for {:.1} s",
+                                "flow {}: {what} for {:.1} s (--stall-timeout)",
                                 s.meta[i].id,
                                 s.cfg.stall_timeout.as_secs_f64()
                             )),
