@@ -48,8 +48,9 @@ pub struct Args {
     /// Extra request header, 'Name: value' (repeatable).
     #[arg(short = 'H', long = "header", value_name = "HEADER")]
     headers: Vec<String>,
-    /// HTTPS: do not verify the server's certificate.
-    #[arg(short = 'k', long)]
+    /// HTTPS: do not verify the server's certificate (curl's -k; -k is a block count in
+    /// every hakaru command).
+    #[arg(long)]
     insecure: bool,
     /// HTTPS: trust the certificate authorities in this PEM file instead of the system's.
     #[arg(long, value_name = "FILE")]
