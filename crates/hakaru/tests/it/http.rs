@@ -63,7 +63,8 @@ openssl x509 -req -in cert.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out cer
     assert!(o.status.success(), "openssl: {}", stderr(&o));
 }
 
-/// nginx on two loopback ports (plain and TLS), stopped by its PID when dropped.
+/// nginx on two loopback ports (plain and TLS), stopped by its PID when dropped. It runs as
+/// one process (`master_process off`): killing a master by PID would leave its workers behind.
 struct Nginx {
     child: Child,
     port: u16,
@@ -87,7 +88,7 @@ impl Nginx {
         let (port, tls_port) = (free_port(), free_port());
         let d = dir.0.display();
         let conf = format!(
-            "daemon off; worker_processes 1; pid {d}/nginx.pid; error_log {d}/error.log;
+            "daemon off; master_process off; pid {d}/nginx.pid; error_log {d}/error.log;
 events {{ worker_connections 256; }}
 http {{
   access_log off;
