@@ -186,10 +186,14 @@ fn shaped_veth_goodput() {
 
     // Both runs first, then the checks, so a failure in one direction still shows the other's
     // figures.
+    let steal = super::netns_link::StealWatch::start();
     let forward = measure(&link, &server, false);
     report(&forward, false);
     let reverse = measure(&link, &server, true);
     report(&reverse, true);
+    if steal.spoiled("shaped_veth_goodput") {
+        return;
+    }
     check(&forward, false);
     check(&reverse, true);
 }

@@ -286,3 +286,56 @@ pub(super) fn must(args: &[&str]) {
 fn err(o: &Output) -> String {
     stderr(o).trim().to_string()
 }
+
+/// CPU time the hypervisor took from this VM (the `steal` column of /proc/stat) over a
+/// measurement. Shaped-rate checks assume the CPUs that push packets through veth and tbf are
+/// there: when the host steals a large share, the link carries less than its rate for reasons
+/// outside the code under test, and such a run cannot check a rate.
+pub(super) struct StealWatch(Option<(u64, u64)>);
+
+/// Share of CPU time stolen above which a shaped-rate check is not made.
+const STEAL_LIMIT: f64 = 0.05;
+
+fn steal_and_total() -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = text.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal (guest time is inside user already).
+    let total: u64 = v.iter().take(8).sum();
+    Some((*v.get(7)?, total))
+}
+
+impl StealWatch {
+    /// Starts watching now.
+    pub fn start() -> StealWatch {
+        StealWatch(steal_and_total())
+    }
+
+    /// Share of all CPU time stolen since [`StealWatch::start`].
+    pub fn share(&self) -> f64 {
+        match (self.0, steal_and_total()) {
+            (Some((s0, t0)), Some((s1, t1))) if t1 > t0 => {
+                s1.saturating_sub(s0) as f64 / (t1 - t0) as f64
+            }
+            _ => 0.0,
+        }
+    }
+
+    /// True, after printing why, when more than 5 % of the CPU time was stolen.
+    pub fn spoiled(&self, what: &str) -> bool {
+        let share = self.share();
+        let bad = share > STEAL_LIMIT;
+        if bad {
+            eprintln!(
+                "SKIPPED the rate check of {what}: the hypervisor stole {:.1} % of the CPU time during the run (more than {:.0} %)",
+                share * 100.0,
+                STEAL_LIMIT * 100.0
+            );
+        }
+        bad
+    }
+}

@@ -136,6 +136,7 @@ fn eight_into_one_then_one_into_eight_on_shaped_links() {
             aux = aux.join(", ")
         ),
     );
+    let steal = super::netns_link::StealWatch::start();
     let (o, doc) = plan_run(
         &mut Command::new(bin()),
         &file,
@@ -150,6 +151,9 @@ fn eight_into_one_then_one_into_eight_on_shaped_links() {
     assert_eq!(into["flows"], 16);
     let got = into["received_bps"].as_f64().unwrap();
     eprintln!("8 into 1: {got:.0} bit/s, expected {expected:.0}");
+    if steal.spoiled("eight_into_one_then_one_into_eight_on_shaped_links") {
+        return;
+    }
     assert!(
         (got - expected).abs() / expected < 0.02,
         "8 into 1: {got} vs {expected}"
