@@ -214,6 +214,7 @@ fn many_flows_headline_is_the_measured_window() {
     };
     let server = link.start_server();
     let port = server.port_s();
+    let steal = super::netns_link::StealWatch::start();
     let doc = link.client_json(
         &[
             "tcp",
@@ -246,8 +247,9 @@ fn many_flows_headline_is_the_measured_window() {
     // The window is -t, closed when the ticker took its counters (a few ms late at most).
     let window = num(t, "/receiver/seconds");
     assert!((8.0..8.1).contains(&window), "the window is -t: {window} s");
+    let spoiled = steal.spoiled("many_flows_headline_is_the_measured_window");
     assert!(
-        (got / want - 1.0).abs() <= TOLERANCE,
+        spoiled || (got / want - 1.0).abs() <= TOLERANCE,
         "16 flows: {:.2} Mbit/s is not within 2 % of {:.2}",
         got / 1e6,
         want / 1e6
