@@ -47,28 +47,6 @@ fn trial_spec(template: &UdpSpec, fm: &FindMax, rate: f64) -> TestSpec {
     TestSpec::Udp(u)
 }
 
-/// A trial with no figures yet.
-fn blank(index: u32, phase: hakaru_model::capacity::Phase, rate: f64, flows: u32) -> Trial {
-    Trial {
-        index,
-        phase,
-        asked_per_flow: rate,
-        asked: rate * f64::from(flows),
-        sent_bps: 0.0,
-        sent_pps: 0.0,
-        received_bps: 0.0,
-        received_pps: 0.0,
-        loss_percent: 0.0,
-        jitter_ms: None,
-        met: true,
-        sender_limited: false,
-        sender_cpu_percent: None,
-        best_so_far: None,
-        miss_so_far: None,
-        error: None,
-    }
-}
-
 /// The trial's figures from its result: rates per direction like `asked` (the mean of the
 /// two with --bidir), the worst loss and jitter.
 fn trial_of(mut t: Trial, r: &RunResult, loss_target: f64) -> Trial {
@@ -164,7 +142,7 @@ pub fn find_max(
             }
             Ok(r) => {
                 out.server = r.server.clone();
-                let t = trial_of(blank(index, phase, rate, u.flows), &r, fm.loss_percent);
+                let t = trial_of(Trial::new(index, phase, rate, u.flows), &r, fm.loss_percent);
                 search.record(
                     rate,
                     Outcome {
@@ -175,8 +153,7 @@ pub fn find_max(
                 t
             }
             Err(e) => {
-                let mut t = blank(index, phase, rate, u.flows);
-                t.met = false;
+                let mut t = Trial::new(index, phase, rate, u.flows);
                 t.error = Some(e.to_string());
                 search.stop(format!("trial {index} failed: {e}"));
                 t

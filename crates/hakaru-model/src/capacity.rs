@@ -146,6 +146,28 @@ pub struct DirFigures {
 }
 
 impl Trial {
+    /// A trial of `rate` per flow over `flows` flows, with no figures yet (not met).
+    pub fn new(index: u32, phase: Phase, rate: f64, flows: u32) -> Trial {
+        Trial {
+            index,
+            phase,
+            asked_per_flow: rate,
+            asked: rate * f64::from(flows),
+            sent_bps: 0.0,
+            sent_pps: 0.0,
+            received_bps: 0.0,
+            received_pps: 0.0,
+            loss_percent: 0.0,
+            jitter_ms: None,
+            met: false,
+            sender_limited: false,
+            sender_cpu_percent: None,
+            best_so_far: None,
+            miss_so_far: None,
+            error: None,
+        }
+    }
+
     /// Sets the trial's figures from its judged directions: rates per direction (the mean over
     /// the directions, as `asked` is per direction), loss and jitter the worst direction's.
     /// `met` follows from `loss_target`.
@@ -589,24 +611,7 @@ mod tests {
     /// Issue 16c: with two directions, asked, sent and received are all per direction.
     #[test]
     fn bidir_trial_figures_are_per_direction() {
-        let mut t = Trial {
-            index: 1,
-            phase: Phase::Ramp,
-            asked_per_flow: 10_000.0,
-            asked: 40_000.0,
-            sent_bps: 0.0,
-            sent_pps: 0.0,
-            received_bps: 0.0,
-            received_pps: 0.0,
-            loss_percent: 0.0,
-            jitter_ms: None,
-            met: false,
-            sender_limited: false,
-            sender_cpu_percent: None,
-            best_so_far: None,
-            miss_so_far: None,
-            error: None,
-        };
+        let mut t = Trial::new(1, Phase::Ramp, 10_000.0, 4);
         let up = DirFigures {
             sent_bps: 40e6,
             sent_pps: 39_900.0,

@@ -667,30 +667,15 @@ fn run_search(
         }
         obs.on_step_start(&t, 0);
         let mut sr = run_step(plan, &t, ready, servers, setup, opts, obs);
-        let mut trial = Trial {
-            index: n,
-            phase,
-            asked_per_flow: rate,
-            asked: rate * f64::from(flows),
-            sent_bps: 0.0,
-            sent_pps: 0.0,
-            received_bps: 0.0,
-            received_pps: 0.0,
-            loss_percent: 0.0,
-            jitter_ms: None,
-            met: false,
-            sender_limited: sr.runs.iter().any(|r| {
-                r.result.as_ref().is_some_and(|res| {
-                    res.totals
-                        .iter()
-                        .any(|d| d.rate_target.as_ref().is_some_and(|rt| rt.missed))
-                })
-            }),
-            sender_cpu_percent: None,
-            best_so_far: None,
-            miss_so_far: None,
-            error: sr.errors.first().cloned(),
-        };
+        let mut trial = Trial::new(n, phase, rate, flows);
+        trial.sender_limited = sr.runs.iter().any(|r| {
+            r.result.as_ref().is_some_and(|res| {
+                res.totals
+                    .iter()
+                    .any(|d| d.rate_target.as_ref().is_some_and(|rt| rt.missed))
+            })
+        });
+        trial.error = sr.errors.first().cloned();
         // Per direction, like `asked`: each direction's receivers summed, the worst receiver's
         // loss.
         let dirs: Vec<DirFigures> = [FlowDir::Up, FlowDir::Down]

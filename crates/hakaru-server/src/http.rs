@@ -430,6 +430,18 @@ fn answer_error(stream: &mut TcpStream, status: u16, reason: &str, msg: &str) {
     let _ = answer(stream, status, reason, msg, false);
 }
 
+/// After a send that timed out: the server stopping ends the connection quietly, a client
+/// that took nothing for [`STALL`] since `last` ends it with a reason.
+fn still_sending(ctx: &Ctx, last: Instant) -> Result<(), End> {
+    if ctx.shutdown.load(Ordering::Acquire) {
+        return Err(End::Quiet);
+    }
+    if last.elapsed() > STALL {
+        return Err(End::Said(format!("took nothing for {} s", STALL.as_secs())));
+    }
+    Ok(())
+}
+
 fn write_all(ctx: &Ctx, stream: &mut TcpStream, mut data: &[u8]) -> Result<(), End> {
     let mut last = Instant::now();
     while !data.is_empty() {
@@ -439,14 +451,7 @@ fn write_all(ctx: &Ctx, stream: &mut TcpStream, mut data: &[u8]) -> Result<(), E
                 data = &data[n..];
                 last = Instant::now();
             }
-            Err(e) if retry(&e) => {
-                if ctx.shutdown.load(Ordering::Acquire) {
-                    return Err(End::Quiet);
-                }
-                if last.elapsed() > STALL {
-                    return Err(End::Said(format!("took nothing for {} s", STALL.as_secs())));
-                }
-            }
+            Err(e) if retry(&e) => still_sending(ctx, last)?,
             Err(e) => return Err(End::Said(format!("sending: {e}"))),
         }
     }
@@ -475,14 +480,7 @@ fn send_body(
                 t.sent += w as u64;
                 last = Instant::now();
             }
-            Err(e) if retry(&e) => {
-                if ctx.shutdown.load(Ordering::Acquire) {
-                    return Err(End::Quiet);
-                }
-                if last.elapsed() > STALL {
-                    return Err(End::Said(format!("took nothing for {} s", STALL.as_secs())));
-                }
-            }
+            Err(e) if retry(&e) => still_sending(ctx, last)?,
             Err(e)
                 if matches!(
                     e.kind(),
@@ -576,7 +574,8 @@ fn read_body(
     }
 }
 
-fn retry(e: &io::Error) -> bool {
+/// A timed-out or interrupted call, to be made again.
+pub(crate) fn retry(e: &io::Error) -> bool {
     matches!(
         e.kind(),
         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted

@@ -260,13 +260,7 @@ fn answer(ctx: &Ctx, mut s: TcpStream, peer: SocketAddr) {
         match s.read(&mut buf) {
             Ok(0) => return,
             Ok(n) => acc.extend_from_slice(&buf[..n]),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                        | io::ErrorKind::Interrupted
-                ) && Instant::now() < deadline => {}
+            Err(e) if crate::http::retry(&e) && Instant::now() < deadline => {}
             Err(_) => return,
         }
     };
