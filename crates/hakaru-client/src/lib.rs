@@ -8,6 +8,7 @@ mod connect;
 pub mod find_max;
 mod iperf3;
 mod latency;
+pub mod push;
 mod sockperf;
 mod udp;
 

@@ -17,6 +17,12 @@ pub struct PlanFile {
     /// The steps, run in order (`[[step]]`).
     #[serde(rename = "step", default)]
     pub steps: Vec<StepSpec>,
+    /// Save every run of this plan in the results archive (as `plan run --save`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub save: Option<bool>,
+    /// Labels saved with the run (as `--label KEY=VALUE`), added to those on the command line.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
 }
 
 /// Plan-wide settings.

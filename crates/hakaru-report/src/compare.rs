@@ -541,7 +541,7 @@ pub fn compare(
     })
 }
 
-fn value(v: f64, unit: &str) -> String {
+pub(crate) fn value(v: f64, unit: &str) -> String {
     match unit {
         "bit/s" => BitRate(v).to_string(),
         "B/CPU-s" => format!("{}/CPU-s", Bytes(v.max(0.0) as u64)),

@@ -19,7 +19,9 @@ pub mod plan_text;
 pub mod prometheus;
 pub mod raw_text;
 pub mod schema;
+pub mod summary;
 pub mod text;
+pub mod trend;
 pub mod udp_text;
 
 /// How much of a human text report to show. JSON output always carries everything.

@@ -56,6 +56,116 @@ fn value(v: f64) -> String {
     }
 }
 
+/// A finished run's metrics for `--push-gateway`: the headline, when it ran, and for tests
+/// with directions the rates, loss and retransmits of each; for latency the RTT quantiles.
+/// `labels` (the run's `--label` pairs) go on every sample.
+pub fn run_families(
+    s: &crate::summary::Summary,
+    run: Option<&hakaru_model::RunResult>,
+    labels: &[(String, String)],
+) -> Vec<MetricFamily> {
+    let with = |extra: &[(&str, &str)]| -> Vec<(String, String)> {
+        labels
+            .iter()
+            .cloned()
+            .chain(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+            .collect()
+    };
+    let gauge = |name: &str, help: &str| MetricFamily::new(name, help, MetricKind::Gauge);
+    let push = |f: &mut MetricFamily, l: Vec<(String, String)>, v: f64| {
+        if v.is_finite() {
+            f.samples.push(hakaru_model::metrics::MetricSample {
+                labels: l,
+                value: v,
+            });
+        }
+    };
+    let base = [
+        ("kind", s.kind.as_str()),
+        ("peer", s.peer.as_str()),
+        ("direction", s.direction.as_str()),
+    ];
+    let mut headline = gauge(
+        "hakaru_run_headline",
+        "The run's headline figure in the unit its label names.",
+    );
+    if let Some(v) = s.headline {
+        let mut l = base.to_vec();
+        l.push(("unit", s.unit.as_str()));
+        push(&mut headline, with(&l), v);
+    }
+    let mut started = gauge(
+        "hakaru_run_start_timestamp_seconds",
+        "When the run started, Unix seconds.",
+    );
+    if let Some(t) = s.started_at {
+        push(&mut started, with(&base), t);
+    }
+    let mut flows = gauge("hakaru_run_flows", "Flows (connections) per direction.");
+    if let Some(n) = s.flows {
+        push(&mut flows, with(&base), f64::from(n));
+    }
+    let mut fams = vec![headline, started, flows];
+    let Some(r) = run else { return fams };
+    let mut received = gauge(
+        "hakaru_run_received_bits_per_second",
+        "Payload received over the run, per direction, all flows.",
+    );
+    let mut sent = gauge(
+        "hakaru_run_sent_bits_per_second",
+        "Payload sent over the run, per direction, all flows.",
+    );
+    let mut retrans = gauge(
+        "hakaru_run_retransmits",
+        "TCP segments retransmitted during the run, per direction.",
+    );
+    let mut pps = gauge(
+        "hakaru_run_received_datagrams_per_second",
+        "UDP datagrams received per second, per direction.",
+    );
+    let mut loss = gauge(
+        "hakaru_run_loss_ratio",
+        "UDP datagrams lost over datagrams sent, per direction (0 to 1).",
+    );
+    for t in &r.totals {
+        let l = with(&[
+            ("kind", s.kind.as_str()),
+            ("peer", s.peer.as_str()),
+            ("direction", t.dir.label()),
+        ]);
+        push(&mut received, l.clone(), t.receiver.bits_per_second.0);
+        push(&mut sent, l.clone(), t.sender.bits_per_second.0);
+        if let Some(u) = &t.udp {
+            push(&mut pps, l.clone(), u.received_pps);
+            push(&mut loss, l.clone(), u.lost_percent / 100.0);
+        } else if s.kind == "tcp" {
+            push(&mut retrans, l, t.retransmits as f64);
+        }
+    }
+    let mut rtt = gauge(
+        "hakaru_run_rtt_seconds",
+        "Round-trip time quantiles of a latency run.",
+    );
+    if let Some(lat) = &r.latency {
+        let q = &lat.rtt;
+        for (name, us) in [
+            ("0.5", q.p50_us),
+            ("0.9", q.p90_us),
+            ("0.99", q.p99_us),
+            ("0.999", q.p999_us),
+        ] {
+            let l = with(&[
+                ("kind", s.kind.as_str()),
+                ("peer", s.peer.as_str()),
+                ("quantile", name),
+            ]);
+            push(&mut rtt, l, us / 1e6);
+        }
+    }
+    fams.extend([received, sent, retrans, pps, loss, rtt]);
+    fams
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

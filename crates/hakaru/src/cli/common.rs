@@ -98,15 +98,34 @@ pub struct OutputFiles {
     /// Also write an HTML report with charts of the result to FILE (as `hakaru report`).
     #[arg(long, value_name = "FILE")]
     pub report: Option<std::path::PathBuf>,
+    /// The archive and the Pushgateway.
+    #[command(flatten)]
+    pub keep: super::history::Keep,
 }
 
 impl OutputFiles {
-    /// Writes the files asked for; each is written whole or not at all.
+    /// Writes the files asked for (each whole or not at all), then saves and pushes the run.
     pub fn write(&self, r: &hakaru_model::RunResult) -> anyhow::Result<()> {
+        let json = hakaru_report::json::render(r);
         self.write_content(
-            || hakaru_report::json::render(r),
+            || json.clone(),
             || hakaru_report::html::Content::Run(Box::new(r.clone())),
-        )
+        )?;
+        self.keep_run(hakaru_report::summary::of_run(r), Some(r), json)
+    }
+
+    fn keep_run(
+        &self,
+        summary: hakaru_report::summary::Summary,
+        run: Option<&hakaru_model::RunResult>,
+        json: String,
+    ) -> anyhow::Result<()> {
+        self.keep.keep(super::history::Finished {
+            summary,
+            run,
+            json,
+            written_to: self.output.as_deref(),
+        })
     }
 
     /// The same for a `--find-max` result (JSON only: a report draws test results).
@@ -117,20 +136,21 @@ impl OutputFiles {
             )
             .into());
         }
+        let text = serde_json::to_string_pretty(r).unwrap_or_default() + "\n";
         if let Some(path) = &self.output {
-            let text = serde_json::to_string_pretty(r).unwrap_or_default() + "\n";
             write_whole(path, text.as_bytes())
                 .with_context(|| format!("-o/--output {}", path.display()))?;
         }
-        Ok(())
+        self.keep_run(hakaru_report::summary::of_find_max(r), None, text)
     }
 
     /// The same for a `quick` result.
     pub fn write_quick(&self, q: &hakaru_model::QuickResult) -> anyhow::Result<()> {
-        self.write_content(
-            || serde_json::to_string_pretty(q).unwrap_or_default() + "\n",
-            || hakaru_report::html::Content::Quick(Box::new(q.clone())),
-        )
+        let json = serde_json::to_string_pretty(q).unwrap_or_default() + "\n";
+        let content = hakaru_report::html::Content::Quick(Box::new(q.clone()));
+        let summary = hakaru_report::summary::of_content(&content);
+        self.write_content(|| json.clone(), || content)?;
+        self.keep_run(summary, None, json)
     }
 
     fn write_content(

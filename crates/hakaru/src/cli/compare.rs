@@ -22,11 +22,12 @@ pub enum CompareFormat {
 /// Options of `hakaru compare`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The baseline result (`--json` or `-o FILE` of tcp, udp, pps, latency, connect, quick).
-    #[arg(value_name = "BASE.json")]
+    /// The baseline result: a file (`--json` or `-o FILE` of tcp, udp, pps, latency, connect,
+    /// quick, http) or a saved run (`12`, `latest~1`).
+    #[arg(value_name = "BASE")]
     base: PathBuf,
-    /// The result to judge against it.
-    #[arg(value_name = "NEW.json")]
+    /// The result to judge against it (a file, or `latest`, or an id).
+    #[arg(value_name = "NEW")]
     new: PathBuf,
     /// Relative change that counts (rates, packet rates, round trips, efficiency): 5%, 0.5%.
     #[arg(long, value_name = "PERCENT", default_value = "5%", value_parser = parse_percent)]
@@ -43,6 +44,9 @@ pub struct Args {
     /// Same as --format json.
     #[arg(short = 'J', long)]
     json: bool,
+    /// The archive that run references are read from [default: $XDG_DATA_HOME/hakaru/results.db].
+    #[arg(long, value_name = "PATH", env = "HAKARU_DB")]
+    db: Option<PathBuf>,
 }
 
 /// Parses `5%`, `5` (both 5 %) or `0.5%` into a fraction.
@@ -63,7 +67,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         ))
         .into());
     }
-    let inputs = read_inputs(&[a.base.clone(), a.new.clone()])?;
+    let inputs = read_inputs(&[a.base.clone(), a.new.clone()], &a.db)?;
     let c = compare::compare(
         &inputs[0],
         &inputs[1],
@@ -87,7 +91,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             "{} of {} metrics are worse than the threshold in {}",
             c.worse,
             c.rows.len(),
-            a.new.display()
+            inputs[1].label
         );
     }
     Ok(())

@@ -5,6 +5,7 @@ mod compare;
 mod connect;
 mod docs;
 pub mod habits;
+mod history;
 mod http;
 mod latency;
 mod nic;
@@ -97,6 +98,9 @@ enum Command {
     /// Compare two saved results metric by metric with a verdict each; exits 1 when any is
     /// worse than the threshold (a CI gate).
     Compare(compare::Args),
+    /// Saved runs (`--save`): list, trend, show, export, remove and import them; the archive
+    /// is one SQLite file (docs/history.md).
+    History(history::Args),
     /// Print the JSON Schema of `--json` output (or of plan files and plan results).
     Schema(schema::Args),
     /// Print a shell completion script (bash, zsh, fish, powershell, elvish).
@@ -189,6 +193,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Schema(a) => schema::run(a),
         Command::Report(a) => report::run(a),
         Command::Compare(a) => compare::run(a),
+        Command::History(a) => history::run(a),
         Command::Completions(a) => docs::completions(a),
         Command::Man(a) => docs::man(a),
     }

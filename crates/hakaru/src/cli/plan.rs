@@ -60,6 +60,9 @@ struct RunArgs {
     /// Also write the result as one JSON document to this file (whatever the format).
     #[arg(short, long, value_name = "FILE")]
     output: Option<PathBuf>,
+    /// The archive and the Pushgateway (`save = true` and `[labels]` in the plan do the same).
+    #[command(flatten)]
+    keep: super::history::Keep,
 }
 
 #[derive(Debug, clap::Args)]
@@ -222,6 +225,16 @@ fn run_plan(r: RunArgs) -> anyhow::Result<()> {
         (None, _, true) => PlanFormat::JsonStream,
         _ => PlanFormat::Text,
     };
+    // The plan's own save and labels, checked before anything runs.
+    let mut keep = r.keep.clone();
+    keep.save |= plan.save.unwrap_or(false);
+    for (k, v) in &plan.labels {
+        let label = super::history::parse_label(&format!("{k}={v}"))
+            .map_err(|e| UsageError(format!("{}: [labels]: {e}", r.file.display())))?;
+        if !keep.labels.iter().any(|(have, _)| have == k) {
+            keep.labels.push(label);
+        }
+    }
     let stop = stop_flag()?;
     let opts = hakaru_plan::Options {
         plan_path: r.file.display().to_string(),
@@ -236,10 +249,18 @@ fn run_plan(r: RunArgs) -> anyhow::Result<()> {
         PlanFormat::Json => out(&plan_text::json(&result)),
         PlanFormat::JsonStream => out(&plan_text::event("end", &result)),
     }
+    let json = plan_text::json(&result);
     if let Some(path) = &r.output {
-        std::fs::write(path, plan_text::json(&result))
+        std::fs::write(path, &json)
             .with_context(|| format!("writing the result to {}", path.display()))?;
     }
+    let content = hakaru_report::html::Content::Plan(Box::new(result.clone()));
+    keep.keep(super::history::Finished {
+        summary: hakaru_report::summary::of_content(&content),
+        run: None,
+        json,
+        written_to: r.output.as_deref(),
+    })?;
     if !result.errors.is_empty() {
         anyhow::bail!(
             "the plan had {} error(s); the first: {}",

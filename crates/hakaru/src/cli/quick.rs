@@ -226,14 +226,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     progress.finish();
     let mut o = std::io::stdout().lock();
     if text {
-        let mut footer = format!(
-            "server {}{}; each line is one {} test; in brackets its command alone (hakaru CMD HOST ...); --json has every full result\n",
-            out.server,
-            if out.embedded_server { " (embedded loopback server: both ends share this machine)" } else { "" },
-            a.time
-        );
-        footer.push_str(&loopback_loss_note(&out));
-        write!(o, "{}", view.fit(footer))?;
+        write!(o, "{}", view.fit(footer(&out, Some(&a.time.to_string()))))?;
     } else {
         let s = serde_json::to_string_pretty(&out)?;
         writeln!(o, "{s}")?;
@@ -248,6 +241,27 @@ pub fn run(a: Args) -> anyhow::Result<()> {
 }
 
 /// One line of the screen: what, the headline, the command without `hakaru` and `HOST`.
+/// The lines under the results: the server, what each line is, and loopback caveats.
+fn footer(q: &QuickResult, time: Option<&str>) -> String {
+    let mut footer = format!(
+        "server {}{}; each line is one {}test; in brackets its command alone (hakaru CMD HOST ...); --json has every full result\n",
+        q.server,
+        if q.embedded_server { " (embedded loopback server: both ends share this machine)" } else { "" },
+        time.map(|t| format!("{t} ")).unwrap_or_default()
+    );
+    footer.push_str(&loopback_loss_note(q));
+    footer
+}
+
+/// The screen `hakaru quick` printed, from its result (`hakaru history show`).
+pub fn screen(q: &QuickResult, view: &hakaru_report::View) -> String {
+    let mut s = String::new();
+    for l in &q.lines {
+        s.push_str(&view.fit(text_line(l)));
+    }
+    s + &view.fit(footer(q, None))
+}
+
 fn text_line(l: &QuickLine) -> String {
     let cmd = l
         .command

@@ -11,8 +11,9 @@ use super::common::{write_whole, UsageError};
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Result files written by `--json` or `-o FILE` (tcp, udp, pps, latency, connect, quick,
-    /// plan run); several are also overlaid on shared axes.
-    #[arg(value_name = "RESULT.json", required = true)]
+    /// http, plan run), or saved runs (`12`, `latest`, `latest~1`); several are also overlaid
+    /// on shared axes.
+    #[arg(value_name = "RESULT", required = true)]
     inputs: Vec<PathBuf>,
     /// The HTML file to write.
     #[arg(short, long, value_name = "FILE", default_value = "report.html")]
@@ -20,16 +21,27 @@ pub struct Args {
     /// Also write each chart as its own SVG file into this directory (for slides and docs).
     #[arg(long, value_name = "DIR")]
     svg: Option<PathBuf>,
+    /// The archive that run references are read from [default: $XDG_DATA_HOME/hakaru/results.db].
+    #[arg(long, value_name = "PATH", env = "HAKARU_DB")]
+    db: Option<PathBuf>,
 }
 
-/// Reads result files; a file that cannot be read or is not a hakaru result is a usage error
-/// (exit 2) naming the file and the problem.
-pub fn read_inputs(paths: &[PathBuf]) -> anyhow::Result<Vec<Input>> {
+/// Reads result files, or saved runs for arguments that name no file but an archive run
+/// (`12`, `latest`, `latest~1`); a file that cannot be read or is not a hakaru result is a
+/// usage error (exit 2) naming the file and the problem.
+pub fn read_inputs(paths: &[PathBuf], db: &Option<PathBuf>) -> anyhow::Result<Vec<Input>> {
     let mut inputs = Vec::with_capacity(paths.len());
     for p in paths {
-        let label = p.display().to_string();
-        let text = std::fs::read_to_string(p)
-            .map_err(|e| UsageError(format!("{label}: cannot read it: {e}")))?;
+        let arg = p.to_string_lossy();
+        let (label, text) = match super::history::archived_input(&arg, db) {
+            Some(found) if !p.exists() => found?,
+            _ => {
+                let label = p.display().to_string();
+                let text = std::fs::read_to_string(p)
+                    .map_err(|e| UsageError(format!("{label}: cannot read it: {e}")))?;
+                (label, text)
+            }
+        };
         inputs.push(Input::parse(&label, &text).map_err(UsageError)?);
     }
     Ok(inputs)
@@ -37,7 +49,7 @@ pub fn read_inputs(paths: &[PathBuf]) -> anyhow::Result<Vec<Input>> {
 
 /// Writes the report (and the SVG files).
 pub fn run(a: Args) -> anyhow::Result<()> {
-    let inputs = read_inputs(&a.inputs)?;
+    let inputs = read_inputs(&a.inputs, &a.db)?;
     let page = html::report(&inputs).map_err(|e| anyhow::anyhow!("drawing the charts: {e}"))?;
     if let Some(dir) = &a.svg {
         std::fs::create_dir_all(dir)

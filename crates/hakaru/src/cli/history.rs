@@ -1,0 +1,767 @@
+//! The results archive on the command line: `--save`, `--db`, `--label` and `--push-gateway`
+//! on every run, and `hakaru history` to list, show, export, remove, import and trend saved
+//! runs. Archive references (`12`, `latest`, `latest~1`) also work in `compare` and `report`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use hakaru_archive::{Archive, Filter, NewRun, Run};
+use hakaru_model::RunResult;
+use hakaru_report::html::{Content, Input};
+use hakaru_report::summary::{self, headline_text, Summary};
+use hakaru_report::trend::{self, TrendPoint, TrendSeries};
+
+use super::common::{write_whole, Formats, UsageError, ViewFlags};
+use crate::output::{self, out, Format};
+
+/// Keeping a finished run: in the archive, and on a Prometheus Pushgateway.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct Keep {
+    /// Save the result in the results archive (list with `hakaru history`); also HAKARU_SAVE=1.
+    #[arg(
+        long,
+        env = "HAKARU_SAVE",
+        group = "keep",
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub save: bool,
+    /// The archive file [default: $XDG_DATA_HOME/hakaru/results.db].
+    #[arg(long, value_name = "PATH", env = "HAKARU_DB")]
+    pub db: Option<PathBuf>,
+    /// A label saved (and pushed) with the run, repeatable: --label kernel=6.1 --label nic=ena.
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label, requires = "keep")]
+    pub labels: Vec<(String, String)>,
+    /// Push the run's headline metrics to the Prometheus Pushgateway at URL (http://HOST:9091).
+    #[arg(long, value_name = "URL", env = "HAKARU_PUSH_GATEWAY", group = "keep")]
+    pub push_gateway: Option<String>,
+}
+
+/// `key=value` with a Prometheus-style key (letters, digits, `_`; not starting with a digit).
+pub fn parse_label(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s
+        .split_once('=')
+        .ok_or_else(|| format!("'{s}' is not KEY=VALUE"))?;
+    let ok = !k.is_empty()
+        && !k.starts_with(|c: char| c.is_ascii_digit())
+        && !k.starts_with("__")
+        && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !ok {
+        return Err(format!(
+            "label name '{k}' must be letters, digits and _ (not starting with a digit or __)"
+        ));
+    }
+    if ["kind", "peer", "direction", "unit", "quantile", "job"].contains(&k) {
+        return Err(format!("label name '{k}' is one hakaru sets itself"));
+    }
+    Ok((k.to_string(), v.to_string()))
+}
+
+/// The archive file: `--db`/HAKARU_DB, else the XDG default.
+pub fn db_path(db: &Option<PathBuf>) -> PathBuf {
+    db.clone().unwrap_or_else(hakaru_archive::default_path)
+}
+
+/// This process's command line, quoted so it can be pasted back into a shell.
+fn command_line() -> String {
+    // The program as people type it, not the path it was started by.
+    std::iter::once("hakaru".to_string())
+        .chain(std::env::args().skip(1))
+        .map(|a| {
+            if !a.is_empty()
+                && a.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./:=,@%+[]".contains(c))
+            {
+                a
+            } else {
+                format!("'{}'", a.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A finished run, ready to keep.
+pub struct Finished<'a> {
+    /// Its summary (kind, peer, headline...).
+    pub summary: Summary,
+    /// The test result, when the run is one test (for the pushed per-direction metrics).
+    pub run: Option<&'a RunResult>,
+    /// The JSON document (as `-o FILE` writes it).
+    pub json: String,
+    /// Where `-o` already wrote it, if it did.
+    pub written_to: Option<&'a Path>,
+}
+
+impl Keep {
+    /// Saves and pushes as asked. The result has been printed already: a failure here is
+    /// reported with where the result can still be found, and the run exits 1.
+    pub fn keep(&self, f: Finished<'_>) -> anyhow::Result<()> {
+        let mut errors = Vec::new();
+        if self.save {
+            if let Err(e) = self.save(&f) {
+                let kept = match f.written_to {
+                    Some(p) => format!("the result is in {}", p.display()),
+                    None => match fallback(&db_path(&self.db), &f.json) {
+                        Ok(p) => format!("the result was written to {} instead", p.display()),
+                        Err(e2) => format!("and writing it aside failed too ({e2})"),
+                    },
+                };
+                errors.push(format!("--save: {e}; {kept}"));
+            }
+        }
+        if let Some(url) = &self.push_gateway {
+            let fams = hakaru_report::prometheus::run_families(&f.summary, f.run, &self.labels);
+            let body = hakaru_report::prometheus::render(&fams);
+            let mut grouping = vec![("kind".to_string(), f.summary.kind.clone())];
+            grouping.extend(self.labels.iter().cloned());
+            if let Err(e) = hakaru_client::push::push(url, "hakaru", &grouping, &body) {
+                errors.push(e);
+            }
+        }
+        match errors.len() {
+            0 => Ok(()),
+            _ => Err(anyhow::anyhow!(errors.join("; "))),
+        }
+    }
+
+    fn save(&self, f: &Finished<'_>) -> Result<i64, hakaru_archive::Error> {
+        let path = db_path(&self.db);
+        let t = std::time::Instant::now();
+        let mut a = Archive::open(&path)?;
+        let s = &f.summary;
+        let id = a.save(&NewRun {
+            started_at: s.started_at.unwrap_or_else(hakaru_archive::now),
+            command: command_line(),
+            kind: s.kind.clone(),
+            peer: s.peer.clone(),
+            direction: s.direction.clone(),
+            flows: s.flows,
+            headline: s.headline,
+            unit: s.unit.clone(),
+            labels: self.labels.clone(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            result: f.json.clone(),
+        })?;
+        tracing::debug!(
+            "saved run {id} in {:.2} ms",
+            t.elapsed().as_secs_f64() * 1e3
+        );
+        eprintln!("hakaru: saved as run {id} in {}", path.display());
+        Ok(id)
+    }
+}
+
+/// Writes a result that could not be saved beside the archive (or in the temporary directory).
+fn fallback(db: &Path, json: &str) -> std::io::Result<PathBuf> {
+    let name = format!(
+        "unsaved-{}-{}.json",
+        hakaru_archive::now() as u64,
+        std::process::id()
+    );
+    let beside = db
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .map(|d| d.join(&name));
+    if let Some(p) = beside {
+        if write_whole(&p, json.as_bytes()).is_ok() {
+            return Ok(p);
+        }
+    }
+    let p = std::env::temp_dir().join(name);
+    write_whole(&p, json.as_bytes()).map(|_| p)
+}
+
+/// Output formats of `hakaru history`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ListFormat {
+    /// A table.
+    Text,
+    /// One JSON array of runs (without their result documents).
+    Json,
+    /// CSV: a header and one row per run.
+    Csv,
+}
+
+/// Options of `hakaru history`.
+#[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct Args {
+    #[command(subcommand)]
+    command: Option<Sub>,
+    #[command(flatten)]
+    list: ListArgs,
+}
+
+#[derive(Debug, clap::Args)]
+struct Db {
+    /// The archive file [default: $XDG_DATA_HOME/hakaru/results.db].
+    #[arg(long, value_name = "PATH", env = "HAKARU_DB")]
+    db: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+struct ListArgs {
+    /// Only runs of this kind (tcp, udp, pps, latency, connect, http, quick, plan,
+    /// pps-find-max...).
+    #[arg(long)]
+    kind: Option<String>,
+    /// Only runs against this peer (HOST matches HOST:PORT too).
+    #[arg(long, value_name = "HOST")]
+    peer: Option<String>,
+    /// Only runs with this label (repeatable; all must match).
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
+    labels: Vec<(String, String)>,
+    /// Only runs started since then: an age (30m, 12h, 7d, 2w) or a UTC date (2026-11-01).
+    #[arg(long, value_name = "WHEN")]
+    since: Option<String>,
+    /// At most this many runs, the most recent [default: 20 for the list, all for --trend];
+    /// 0 means all.
+    #[arg(long, value_name = "N")]
+    limit: Option<usize>,
+    /// The headline over time, oldest first, one table per kind, direction, flows and peer.
+    #[arg(long)]
+    trend: bool,
+    /// With --trend: also write an HTML page charting it to FILE.
+    #[arg(long, value_name = "FILE", requires = "trend")]
+    report: Option<PathBuf>,
+    /// Output format of the list.
+    #[arg(long, value_enum, default_value = "text")]
+    format: ListFormat,
+    /// Print whole command lines (the table otherwise fits 100 columns).
+    #[arg(long)]
+    wide: bool,
+    #[command(flatten)]
+    db: Db,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Sub {
+    /// Print a saved run as the run printed it (or in another --format).
+    Show(ShowArgs),
+    /// Write a saved run's JSON result to a file (for `report`, `compare` or another machine).
+    Export(ExportArgs),
+    /// Delete saved runs by reference, or every run started before a time.
+    Rm(RmArgs),
+    /// Save result files written earlier with --json or -o into the archive.
+    Import(ImportArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct ShowArgs {
+    /// The run: its id, `latest`, or `latest~N` (N runs before the latest).
+    #[arg(value_name = "ID")]
+    reference: String,
+    #[command(flatten)]
+    formats: Formats,
+    #[command(flatten)]
+    view: ViewFlags,
+    #[command(flatten)]
+    db: Db,
+}
+
+#[derive(Debug, clap::Args)]
+struct ExportArgs {
+    /// The run: its id, `latest`, or `latest~N`.
+    #[arg(value_name = "ID")]
+    reference: String,
+    /// The file to write.
+    #[arg(short, long, value_name = "FILE")]
+    output: PathBuf,
+    #[command(flatten)]
+    db: Db,
+}
+
+#[derive(Debug, clap::Args)]
+struct RmArgs {
+    /// Runs to delete: ids, `latest`, `latest~N`.
+    #[arg(
+        value_name = "ID",
+        required_unless_present = "before",
+        conflicts_with = "before"
+    )]
+    references: Vec<String>,
+    /// Delete every run started before then: an age (30d) or a UTC date (2026-01-01).
+    #[arg(long, value_name = "WHEN")]
+    before: Option<String>,
+    #[command(flatten)]
+    db: Db,
+}
+
+#[derive(Debug, clap::Args)]
+struct ImportArgs {
+    /// Result files (`--json` or `-o FILE` of any run).
+    #[arg(value_name = "RESULT.json", required = true)]
+    files: Vec<PathBuf>,
+    /// A label saved with each imported run (repeatable).
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
+    labels: Vec<(String, String)>,
+    #[command(flatten)]
+    db: Db,
+}
+
+/// Runs `hakaru history ...`.
+pub fn run(a: Args) -> anyhow::Result<()> {
+    match a.command {
+        None => list(a.list),
+        Some(Sub::Show(s)) => show(s),
+        Some(Sub::Export(e)) => export(e),
+        Some(Sub::Rm(r)) => rm(r),
+        Some(Sub::Import(i)) => import(i),
+    }
+}
+
+fn when_arg(flag: &str, s: &str) -> anyhow::Result<f64> {
+    hakaru_archive::parse_when(s, hakaru_archive::now())
+        .map_err(|e| UsageError(format!("{flag} {e}")).into())
+}
+
+/// An archive error: a missing archive or bad reference is the user's to fix (exit 2).
+fn archive_err(e: hakaru_archive::Error) -> anyhow::Error {
+    match e {
+        hakaru_archive::Error::BadRef(_) | hakaru_archive::Error::NoSuchRun(..) => {
+            UsageError(e.to_string()).into()
+        }
+        other => anyhow::Error::new(other),
+    }
+}
+
+fn list(a: ListArgs) -> anyhow::Result<()> {
+    let path = db_path(&a.db.db);
+    let archive = Archive::open_existing(&path).map_err(archive_err)?;
+    let since = a
+        .since
+        .as_deref()
+        .map(|s| when_arg("--since", s))
+        .transpose()?;
+    let limit = match a.limit {
+        Some(0) => None,
+        Some(n) => Some(n),
+        None if a.trend => None,
+        None => Some(20),
+    };
+    let filter = Filter {
+        kind: a.kind.clone(),
+        peer: a.peer.clone(),
+        labels: a.labels.clone(),
+        since,
+        before: None,
+        limit,
+    };
+    let runs = archive.list(&filter).map_err(archive_err)?;
+    if a.trend {
+        let series = trend_series(&runs);
+        if series.is_empty() {
+            eprintln!(
+                "hakaru: no saved runs with a headline match in {}",
+                path.display()
+            );
+        }
+        match a.format {
+            ListFormat::Text => out(&trend::text(&series)),
+            ListFormat::Json => out(&(serde_json::to_string_pretty(&trend_json(&series))? + "\n")),
+            ListFormat::Csv => out(&trend_csv(&series)),
+        }
+        if let Some(file) = &a.report {
+            let page = trend::page("hakaru trend", &series)
+                .map_err(|e| anyhow::anyhow!("drawing the trend: {e}"))?;
+            write_whole(file, page.as_bytes())
+                .with_context(|| format!("--report {}", file.display()))?;
+            eprintln!("hakaru: wrote {}", file.display());
+        }
+        return Ok(());
+    }
+    match a.format {
+        ListFormat::Text => {
+            if runs.is_empty() {
+                eprintln!("hakaru: no saved runs match in {}", path.display());
+            } else {
+                out(&table(&runs, a.wide));
+            }
+        }
+        ListFormat::Json => {
+            let v: Vec<serde_json::Value> = runs.iter().map(run_json).collect();
+            out(&(serde_json::to_string_pretty(&v)? + "\n"));
+        }
+        ListFormat::Csv => out(&runs_csv(&runs)),
+    }
+    Ok(())
+}
+
+fn labels_text(r: &Run) -> String {
+    r.labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The list as a table, newest first; the command is cut to fit 100 columns unless `wide`.
+fn table(runs: &[Run], wide: bool) -> String {
+    let rows: Vec<[String; 8]> = runs
+        .iter()
+        .map(|r| {
+            [
+                r.id.to_string(),
+                trend::when(r.started_at),
+                r.kind.clone(),
+                r.direction.clone(),
+                r.flows.map(|f| f.to_string()).unwrap_or_default(),
+                headline_text(r.headline, &r.unit),
+                labels_text(r),
+                r.command.clone(),
+            ]
+        })
+        .collect();
+    let heads = [
+        "ID",
+        "STARTED (UTC)",
+        "KIND",
+        "DIR",
+        "FLOWS",
+        "HEADLINE",
+        "LABELS",
+        "COMMAND",
+    ];
+    let mut w: Vec<usize> = heads.iter().map(|h| h.len()).collect();
+    for r in &rows {
+        for (i, c) in r.iter().enumerate().take(7) {
+            w[i] = w[i].max(c.chars().count());
+        }
+    }
+    let line = |cells: [&str; 8]| -> String {
+        let mut s = format!(
+            "{:>w0$}  {:<w1$}  {:<w2$}  {:<w3$}  {:>w4$}  {:>w5$}  {:<w6$}  ",
+            cells[0],
+            cells[1],
+            cells[2],
+            cells[3],
+            cells[4],
+            cells[5],
+            cells[6],
+            w0 = w[0],
+            w1 = w[1],
+            w2 = w[2],
+            w3 = w[3],
+            w4 = w[4],
+            w5 = w[5],
+            w6 = w[6],
+        );
+        let room = hakaru_report::View::WIDTH.saturating_sub(s.chars().count());
+        let cmd = cells[7];
+        if wide || cmd.chars().count() <= room {
+            s.push_str(cmd);
+        } else if room > 1 {
+            s.extend(cmd.chars().take(room - 1));
+            s.push('…');
+        }
+        s.trim_end().to_string() + "\n"
+    };
+    let mut out = line(heads);
+    for r in &rows {
+        out += &line([&r[0], &r[1], &r[2], &r[3], &r[4], &r[5], &r[6], &r[7]]);
+    }
+    out
+}
+
+fn run_json(r: &Run) -> serde_json::Value {
+    serde_json::json!({
+        "id": r.id,
+        "started_at": hakaru_model::rfc3339_utc(r.started_at),
+        "started_at_unix": r.started_at,
+        "saved_at_unix": r.saved_at,
+        "kind": r.kind,
+        "peer": r.peer,
+        "direction": r.direction,
+        "flows": r.flows,
+        "headline": r.headline,
+        "unit": r.unit,
+        "labels": r.labels.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
+        "command": r.command,
+        "version": r.version,
+    })
+}
+
+fn csv_cell(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+fn runs_csv(runs: &[Run]) -> String {
+    let mut s = String::from(
+        "id,started_at,kind,peer,direction,flows,headline,unit,labels,command,version\n",
+    );
+    for r in runs {
+        let cells = [
+            r.id.to_string(),
+            hakaru_model::rfc3339_utc(r.started_at),
+            r.kind.clone(),
+            r.peer.clone(),
+            r.direction.clone(),
+            r.flows.map(|f| f.to_string()).unwrap_or_default(),
+            r.headline.map(|v| format!("{v}")).unwrap_or_default(),
+            r.unit.clone(),
+            labels_text(r),
+            r.command.clone(),
+            r.version.clone(),
+        ];
+        s += &cells
+            .iter()
+            .map(|c| csv_cell(c))
+            .collect::<Vec<_>>()
+            .join(",");
+        s.push('\n');
+    }
+    s
+}
+
+/// Groups runs with a headline by what they measured; each series oldest first.
+fn trend_series(runs: &[Run]) -> Vec<TrendSeries> {
+    let mut series: Vec<TrendSeries> = Vec::new();
+    for r in runs.iter().rev() {
+        let Some(v) = r.headline else { continue };
+        let mut name = r.kind.clone();
+        if !r.direction.is_empty() {
+            name += &format!(" {}", r.direction);
+        }
+        if let Some(f) = r.flows {
+            name += &format!(" {f} flow{}", if f == 1 { "" } else { "s" });
+        }
+        name += &format!(" to {}", r.peer);
+        let point = TrendPoint {
+            id: r.id,
+            at: r.started_at,
+            value: v,
+        };
+        match series
+            .iter_mut()
+            .find(|s| s.name == name && s.unit == r.unit)
+        {
+            Some(s) => s.points.push(point),
+            None => series.push(TrendSeries {
+                name,
+                unit: r.unit.clone(),
+                points: vec![point],
+            }),
+        }
+    }
+    for s in &mut series {
+        s.points
+            .sort_by(|a, b| a.at.total_cmp(&b.at).then(a.id.cmp(&b.id)));
+    }
+    series
+}
+
+fn trend_json(series: &[TrendSeries]) -> serde_json::Value {
+    serde_json::Value::Array(
+        series
+            .iter()
+            .map(|s| {
+                serde_json::json!({
+                    "series": s.name,
+                    "unit": s.unit,
+                    "points": s.points.iter().map(|p| serde_json::json!({
+                        "id": p.id,
+                        "started_at": hakaru_model::rfc3339_utc(p.at),
+                        "value": p.value,
+                    })).collect::<Vec<_>>(),
+                })
+            })
+            .collect(),
+    )
+}
+
+fn trend_csv(series: &[TrendSeries]) -> String {
+    let mut s = String::from("series,id,started_at,value,unit\n");
+    for t in series {
+        for p in &t.points {
+            s += &format!(
+                "{},{},{},{},{}\n",
+                csv_cell(&t.name),
+                p.id,
+                hakaru_model::rfc3339_utc(p.at),
+                p.value,
+                csv_cell(&t.unit)
+            );
+        }
+    }
+    s
+}
+
+/// A stored document as the report reader sees it.
+fn stored_content(id: i64, doc: &str) -> anyhow::Result<Parsed> {
+    let v: serde_json::Value = serde_json::from_str(doc)
+        .with_context(|| format!("run {id}: the stored result is not JSON"))?;
+    if v.get("test").and_then(|t| t.as_str()) == Some("find_max") {
+        let r: hakaru_model::capacity::FindMaxResult = serde_json::from_value(v)
+            .with_context(|| format!("run {id}: the stored search does not parse"))?;
+        return Ok(Parsed::FindMax(Box::new(r)));
+    }
+    Input::parse(&format!("run {id}"), doc)
+        .map(|i| Parsed::Content(Box::new(i.content)))
+        .map_err(|e| anyhow::anyhow!(e))
+}
+
+enum Parsed {
+    Content(Box<Content>),
+    FindMax(Box<hakaru_model::capacity::FindMaxResult>),
+}
+
+fn show(a: ShowArgs) -> anyhow::Result<()> {
+    let archive = Archive::open_existing(&db_path(&a.db.db)).map_err(archive_err)?;
+    let id = archive.resolve(&a.reference).map_err(archive_err)?;
+    let (_, doc) = archive.get(id).map_err(archive_err)?;
+    let format = a.formats.format();
+    let view = a.view.view();
+    match stored_content(id, &doc)? {
+        Parsed::Content(c) => match *c {
+            Content::Run(r) => replay(&r, format, view)?,
+            Content::Quick(q) => match format {
+                Format::Text => out(&super::quick::screen(&q, &view)),
+                _ => out(&doc_text(&doc)),
+            },
+            Content::Plan(p) => match format {
+                Format::Text => out(&hakaru_report::plan_text::summary(&p)),
+                _ => out(&doc_text(&doc)),
+            },
+        },
+        Parsed::FindMax(r) => match format {
+            Format::Text => out(&view.fit(hakaru_report::capacity_text::summary(&r))),
+            _ => out(&doc_text(&doc)),
+        },
+    }
+    Ok(())
+}
+
+fn doc_text(doc: &str) -> String {
+    if doc.ends_with('\n') {
+        doc.to_string()
+    } else {
+        format!("{doc}\n")
+    }
+}
+
+/// Prints a test result the way its run printed it: the header, each interval, the sums.
+fn replay(r: &RunResult, format: Format, view: hakaru_report::View) -> anyhow::Result<()> {
+    let mut obs = output::observer(format, view);
+    obs.on_start(&r.spec, &r.server, r.embedded_server);
+    for rec in &r.intervals {
+        obs.on_interval(rec);
+    }
+    output::finish(format, view, r)
+}
+
+fn export(a: ExportArgs) -> anyhow::Result<()> {
+    let archive = Archive::open_existing(&db_path(&a.db.db)).map_err(archive_err)?;
+    let id = archive.resolve(&a.reference).map_err(archive_err)?;
+    let (_, doc) = archive.get(id).map_err(archive_err)?;
+    write_whole(&a.output, doc_text(&doc).as_bytes())
+        .with_context(|| format!("-o/--output {}", a.output.display()))?;
+    eprintln!("hakaru: wrote run {id} to {}", a.output.display());
+    Ok(())
+}
+
+fn rm(a: RmArgs) -> anyhow::Result<()> {
+    let path = db_path(&a.db.db);
+    let mut archive = Archive::open_existing(&path).map_err(archive_err)?;
+    let n = if let Some(b) = &a.before {
+        let t = when_arg("--before", b)?;
+        archive.remove_before(t).map_err(archive_err)?
+    } else {
+        // Resolve every reference first, so `rm latest latest~1` means the two runs it names.
+        let ids = a
+            .references
+            .iter()
+            .map(|r| archive.resolve(r))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(archive_err)?;
+        archive.remove(&ids).map_err(archive_err)?
+    };
+    eprintln!(
+        "hakaru: removed {n} run{} from {}",
+        if n == 1 { "" } else { "s" },
+        path.display()
+    );
+    Ok(())
+}
+
+fn import(a: ImportArgs) -> anyhow::Result<()> {
+    let path = db_path(&a.db.db);
+    let mut archive = Archive::open(&path)?;
+    for file in &a.files {
+        let doc = std::fs::read_to_string(file)
+            .map_err(|e| UsageError(format!("{}: cannot read it: {e}", file.display())))?;
+        let s = match stored_content(0, &doc)
+            .map_err(|e| UsageError(format!("{}: {e}", file.display())))?
+        {
+            Parsed::Content(c) => summary::of_content(&c),
+            Parsed::FindMax(r) => summary::of_find_max(&r),
+        };
+        let id = archive.save(&NewRun {
+            started_at: s.started_at.unwrap_or_else(hakaru_archive::now),
+            command: format!("(imported from {})", file.display()),
+            kind: s.kind.clone(),
+            peer: s.peer.clone(),
+            direction: s.direction.clone(),
+            flows: s.flows,
+            headline: s.headline,
+            unit: s.unit.clone(),
+            labels: a.labels.clone(),
+            version: serde_json::from_str::<serde_json::Value>(&doc)
+                .ok()
+                .and_then(|v| v.get("tool_version")?.as_str().map(str::to_string))
+                .unwrap_or_default(),
+            result: doc,
+        })?;
+        eprintln!("hakaru: saved {} as run {id}", file.display());
+    }
+    Ok(())
+}
+
+/// A `compare`/`report` input that is not a file: an archive reference (`12`, `latest`,
+/// `latest~1`) read from the archive at `db`. `None` when `arg` looks like no reference.
+pub fn archived_input(arg: &str, db: &Option<PathBuf>) -> Option<anyhow::Result<(String, String)>> {
+    let looks = arg == "latest"
+        || arg.strip_prefix("latest~").is_some()
+        || (!arg.is_empty() && arg.chars().all(|c| c.is_ascii_digit()));
+    if !looks {
+        return None;
+    }
+    Some((|| {
+        let archive = Archive::open_existing(&db_path(db)).map_err(archive_err)?;
+        let id = archive.resolve(arg).map_err(archive_err)?;
+        let (run, doc) = archive.get(id).map_err(archive_err)?;
+        Ok((
+            format!("run {id} ({} {})", run.kind, trend::when(run.started_at)),
+            doc,
+        ))
+    })())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_take_prometheus_names() {
+        assert_eq!(
+            parse_label("kernel=6.1-rc"),
+            Ok(("kernel".into(), "6.1-rc".into()))
+        );
+        assert_eq!(parse_label("a_b=x=y"), Ok(("a_b".into(), "x=y".into())));
+        assert_eq!(parse_label("empty="), Ok(("empty".into(), String::new())));
+        for bad in ["novalue", "=v", "1x=v", "a-b=v", "__x=v", "kind=tcp"] {
+            assert!(parse_label(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn csv_cells_are_quoted_when_needed() {
+        assert_eq!(csv_cell("plain"), "plain");
+        assert_eq!(csv_cell("a,b"), "\"a,b\"");
+        assert_eq!(csv_cell("say \"x\""), "\"say \"\"x\"\"\"");
+    }
+}
