@@ -26,7 +26,9 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE runs ADD COLUMN flows INTEGER;
     UPDATE runs SET
         started_at = coalesce(json_extract(result, '$.started_at_unix'), saved_at),
-        direction = coalesce(json_extract(result, '$.spec.direction'), ''),
+        direction = CASE json_extract(result, '$.spec.direction')
+            WHEN 'forward' THEN 'up' WHEN 'reverse' THEN 'down' WHEN 'bidir' THEN 'bidir'
+            ELSE '' END,
         flows = json_extract(result, '$.spec.flows')
         WHERE json_valid(result);
     UPDATE runs SET started_at = saved_at WHERE started_at IS NULL;

@@ -149,7 +149,7 @@ fn a_version_1_database_is_upgraded_with_its_rows() {
         c.execute(
             "INSERT INTO runs (saved_at, kind, peer, headline, unit, version, result) \
              VALUES (500.0, 'tcp', 'h:5201', 9.5e9, 'bit/s', '0.0.9', ?1)",
-            [r#"{"test":"tcp","started_at_unix":490.25,"spec":{"kind":"tcp","flows":8,"direction":"down"}}"#],
+            [r#"{"test":"tcp","started_at_unix":490.25,"spec":{"kind":"tcp","flows":8,"direction":"reverse"}}"#],
         )
         .unwrap();
         c.execute(

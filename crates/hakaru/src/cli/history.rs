@@ -319,21 +319,34 @@ fn when_arg(flag: &str, s: &str) -> anyhow::Result<f64> {
 /// An archive error: a missing archive or bad reference is the user's to fix (exit 2).
 fn archive_err(e: hakaru_archive::Error) -> anyhow::Error {
     match e {
-        hakaru_archive::Error::BadRef(_) | hakaru_archive::Error::NoSuchRun(..) => {
-            UsageError(e.to_string()).into()
-        }
+        hakaru_archive::Error::BadRef(_)
+        | hakaru_archive::Error::NoSuchRun(..)
+        | hakaru_archive::Error::Missing(_) => UsageError(e.to_string()).into(),
         other => anyhow::Error::new(other),
     }
 }
 
 fn list(a: ListArgs) -> anyhow::Result<()> {
-    let path = db_path(&a.db.db);
-    let archive = Archive::open_existing(&path).map_err(archive_err)?;
     let since = a
         .since
         .as_deref()
         .map(|s| when_arg("--since", s))
         .transpose()?;
+    let path = db_path(&a.db.db);
+    let archive = match Archive::open_existing(&path) {
+        Ok(a) => a,
+        // Nothing saved yet is an empty list, not a failure.
+        Err(e @ hakaru_archive::Error::Missing(_)) => {
+            eprintln!("hakaru: {e}");
+            match a.format {
+                ListFormat::Text => {}
+                ListFormat::Json => out("[]\n"),
+                ListFormat::Csv => out(&runs_csv(&[])),
+            }
+            return Ok(());
+        }
+        Err(e) => return Err(archive_err(e)),
+    };
     let limit = match a.limit {
         Some(0) => None,
         Some(n) => Some(n),

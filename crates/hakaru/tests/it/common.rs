@@ -16,6 +16,10 @@ pub fn bin() -> &'static str {
 pub fn hakaru() -> Command {
     let mut c = Command::new(bin());
     c.env_remove("RUST_LOG");
+    // A developer's own archive settings must not reach the tests.
+    for v in ["HAKARU_SAVE", "HAKARU_DB", "HAKARU_PUSH_GATEWAY"] {
+        c.env_remove(v);
+    }
     c
 }
 

@@ -5,6 +5,7 @@ mod common;
 mod connect;
 mod e2e;
 mod faults;
+mod history;
 mod hostile;
 mod http;
 mod iperf3;

@@ -44,7 +44,7 @@ impl Drop for Scratch {
 }
 
 /// A port nothing listens on right now.
-fn free_port() -> u16 {
+pub(super) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -85,7 +85,7 @@ fn port_closed(port: u16) -> bool {
     false
 }
 
-fn local_hosts(port: u16, sender_hakaru: &str, receiver_hakaru: &str) -> String {
+pub(super) fn local_hosts(port: u16, sender_hakaru: &str, receiver_hakaru: &str) -> String {
     format!(
         r#"
 [hosts.rx]
