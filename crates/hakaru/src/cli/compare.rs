@@ -44,9 +44,8 @@ pub struct Args {
     /// Same as --format json.
     #[arg(short = 'J', long)]
     json: bool,
-    /// The archive that run references are read from [default: $XDG_DATA_HOME/hakaru/results.db].
-    #[arg(long, value_name = "PATH", env = "HAKARU_DB")]
-    db: Option<PathBuf>,
+    #[command(flatten)]
+    db: super::history::Db,
 }
 
 /// Parses `5%`, `5` (both 5 %) or `0.5%` into a fraction.
@@ -67,7 +66,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         ))
         .into());
     }
-    let inputs = read_inputs(&[a.base.clone(), a.new.clone()], &a.db)?;
+    let inputs = read_inputs(&[a.base.clone(), a.new.clone()], &a.db.db)?;
     let c = compare::compare(
         &inputs[0],
         &inputs[1],

@@ -193,11 +193,12 @@ pub struct Args {
     list: ListArgs,
 }
 
+/// `--db`: the archive that lists and run references read.
 #[derive(Debug, clap::Args)]
-struct Db {
+pub struct Db {
     /// The archive file [default: $XDG_DATA_HOME/hakaru/results.db].
     #[arg(long, value_name = "PATH", env = "HAKARU_DB")]
-    db: Option<PathBuf>,
+    pub db: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]

@@ -21,9 +21,8 @@ pub struct Args {
     /// Also write each chart as its own SVG file into this directory (for slides and docs).
     #[arg(long, value_name = "DIR")]
     svg: Option<PathBuf>,
-    /// The archive that run references are read from [default: $XDG_DATA_HOME/hakaru/results.db].
-    #[arg(long, value_name = "PATH", env = "HAKARU_DB")]
-    db: Option<PathBuf>,
+    #[command(flatten)]
+    db: super::history::Db,
 }
 
 /// Reads result files, or saved runs for arguments that name no file but an archive run
@@ -49,7 +48,7 @@ pub fn read_inputs(paths: &[PathBuf], db: &Option<PathBuf>) -> anyhow::Result<Ve
 
 /// Writes the report (and the SVG files).
 pub fn run(a: Args) -> anyhow::Result<()> {
-    let inputs = read_inputs(&a.inputs, &a.db)?;
+    let inputs = read_inputs(&a.inputs, &a.db.db)?;
     let page = html::report(&inputs).map_err(|e| anyhow::anyhow!("drawing the charts: {e}"))?;
     if let Some(dir) = &a.svg {
         std::fs::create_dir_all(dir)
