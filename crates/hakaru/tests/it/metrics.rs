@@ -21,7 +21,12 @@ fn free_port() -> u16 {
 
 /// GET `path` from `127.0.0.1:port` with a bare HTTP/1.1 request; returns the whole answer.
 fn get(port: u16, path: &str) -> String {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    try_get(port, path).expect("connect")
+}
+
+/// The same, `Err` while nothing listens yet (a server still starting).
+fn try_get(port: u16, path: &str) -> std::io::Result<String> {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     write!(
         s,
@@ -30,7 +35,7 @@ fn get(port: u16, path: &str) -> String {
     .unwrap();
     let mut out = String::new();
     let _ = s.read_to_string(&mut out);
-    out
+    Ok(out)
 }
 
 /// The value of the sample whose line starts with `series` (name and labels as rendered).
@@ -158,7 +163,8 @@ fn metrics_count_what_the_tests_moved_and_prometheus_scrapes_them() {
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut seen = 0.0;
     while Instant::now() < deadline {
-        let a = get(pport, query);
+        // Prometheus may still be starting: a refused connection is retried.
+        let a = try_get(pport, query).unwrap_or_default();
         if let Some(i) = a.find("\r\n\r\n") {
             if let Ok(v) = serde_json::from_str::<Value>(&a[i + 4..]) {
                 seen = v["data"]["result"][0]["value"][1]
