@@ -65,6 +65,23 @@ http {{ access_log off; sendfile on; keepalive_requests 100000;
     return p, port, tls
 
 
+def cpu_ticks():
+    """(busy, total) jiffies of the whole machine from /proc/stat."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    idle = v[3] + (v[4] if len(v) > 4 else 0)
+    return sum(v) - idle, sum(v)
+
+
+def busy(fn, *a):
+    """Runs fn(*a); returns its figure and the share of all CPUs busy meanwhile (0 to 1):
+    nginx and the client together, on this 2-vCPU machine."""
+    b0, t0 = cpu_ticks()
+    v = fn(*a)
+    b1, t1 = cpu_ticks()
+    return v, (b1 - b0) / max(1, t1 - t0)
+
+
 def curl(url, ca):
     o = subprocess.run(["curl", "-s", "-f", "--cacert", ca, "-o", "/dev/null", "-w", "%{speed_download}", url],
                        capture_output=True, text=True, timeout=300, check=True)
@@ -107,12 +124,15 @@ def main():
         for r in range(args.rounds):
             for scheme, url in (("http", f"http://127.0.0.1:{port}/file.bin"),
                                 ("https", f"https://127.0.0.1:{tls}/file.bin")):
-                got = {"curl": curl(url, ca), "wget": wget(url, ca),
-                       "hakaru": hakaru(url, ca, 1), "hakaru -P 4": hakaru(url, ca, 4)}
+                runs = {"curl": busy(curl, url, ca), "wget": busy(wget, url, ca),
+                        "hakaru": busy(hakaru, url, ca, 1), "hakaru -P 4": busy(hakaru, url, ca, 4)}
+                got = {k: v for k, (v, _) in runs.items()}
                 print(f"round {r + 1} {scheme}: " +
-                      ", ".join(f"{k} {v / 1e9:.2f} Gbit/s" for k, v in got.items()), flush=True)
-                for k, v in got.items():
+                      ", ".join(f"{k} {v / 1e9:.2f} Gbit/s ({c * 100:.0f} % CPU)"
+                                for k, (v, c) in runs.items()), flush=True)
+                for k, (v, c) in runs.items():
                     rows.setdefault((scheme, k), []).append(v)
+                    rows.setdefault((scheme, k + " cpu"), []).append(c)
                 for k in ("hakaru", "hakaru -P 4"):
                     rows.setdefault((scheme, k + " / curl"), []).append(got[k] / got["curl"])
                     rows.setdefault((scheme, k + " / wget"), []).append(got[k] / got["wget"])
@@ -130,6 +150,12 @@ def main():
             f"{med((scheme, 'hakaru')) / 1e9:.2f} Gbit/s | {med((scheme, 'hakaru -P 4')) / 1e9:.2f} Gbit/s | "
             f"{med((scheme, 'hakaru / curl')):.2f}x | {med((scheme, 'hakaru / wget')):.2f}x | "
             f"{med((scheme, 'hakaru -P 4 / curl')):.2f}x |")
+    lines += ["", "Share of the machine's two vCPUs busy during each download (nginx and the client together, "
+              "from /proc/stat; medians):", "",
+              "| scheme | curl | wget | hakaru (1 conn) | hakaru -P 4 |", "|---|---:|---:|---:|---:|"]
+    for scheme in ("http", "https"):
+        lines.append(f"| {scheme} | " + " | ".join(
+            f"{med((scheme, k + ' cpu')) * 100:.0f} %" for k in ("curl", "wget", "hakaru", "hakaru -P 4")) + " |")
     block = "\n".join(lines) + "\n"
     print(block)
     write_block(args.write, "http-vs-wget-curl", block, "## `hakaru http` against wget and curl")
