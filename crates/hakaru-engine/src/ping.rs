@@ -14,8 +14,6 @@
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, UdpSocket};
-#[cfg(unix)]
-use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -26,7 +24,7 @@ use hakaru_proto::datagram::FlowHello;
 
 pub use crate::framing::Framing;
 use crate::hist::LatencyHistogram;
-use crate::sys;
+use crate::sys::{self, AsRawFd, RawFd};
 use crate::tcp::SideConfig;
 
 /// A flow's connected socket.

@@ -7,8 +7,6 @@
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-#[cfg(unix)]
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -21,7 +19,7 @@ use hakaru_model::{
 use hakaru_proto::iperf2::{self, TestHeader};
 
 use crate::side::{spawn_ticker, Core, FlowMeta, TickerOut};
-use crate::sys;
+use crate::sys::{self, AsRawFd};
 use crate::tcp::{Payload, SideConfig};
 
 pub use crate::raw_udp::{udp_sink, udp_source};
@@ -277,14 +275,8 @@ fn accept_until(
     }
 }
 
-#[cfg(unix)]
 fn wait_readable(l: &TcpListener, t: Duration) {
     sys::wait_fd(l.as_raw_fd(), sys::Interest::Read, t);
-}
-
-#[cfg(not(unix))]
-fn wait_readable(_l: &TcpListener, t: Duration) {
-    std::thread::sleep(t.min(Duration::from_millis(10)));
 }
 
 pub(crate) fn is_retry(e: &io::Error) -> bool {

@@ -8,8 +8,6 @@
 
 use std::io;
 use std::net::{Shutdown, TcpStream};
-#[cfg(unix)]
-use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -20,7 +18,7 @@ use hakaru_model::{Amount, End, FlowDir, IntervalSample, Role, SideReport, TcpIn
 use crate::side::{
     spawn_ticker, spawn_workers, Core, CounterBase, DoneFn, FlowMeta, TcpProbe, TickerOut,
 };
-use crate::sys;
+use crate::sys::{self, AsRawFd};
 
 /// One data connection handed to a side, with what it must do.
 #[derive(Debug)]
@@ -638,6 +636,17 @@ fn raw_send(stream: &TcpStream, buf: &[u8]) -> io::Result<usize> {
     }
 }
 
+/// Without Unix send flags: the stream is non-blocking already (set when the flow starts).
+#[cfg(not(unix))]
+fn raw_send(stream: &TcpStream, buf: &[u8]) -> io::Result<usize> {
+    io::Write::write(&mut &*stream, buf)
+}
+
+#[cfg(not(unix))]
+fn raw_recv(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    io::Read::read(&mut &*stream, buf)
+}
+
 #[cfg(unix)]
 fn raw_recv(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
     // SAFETY: buf is valid for writes of buf.len() bytes; the fd is owned by `stream`.
@@ -656,7 +665,6 @@ fn raw_recv(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
     }
 }
 
-#[cfg(unix)]
 fn wait_ready(s: &Shared, active: &[FlowState], timeout: Duration) {
     let mut set = sys::PollSet::new();
     for f in active {

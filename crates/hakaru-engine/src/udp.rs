@@ -15,8 +15,6 @@
 
 use std::io::{self, IoSlice};
 use std::net::UdpSocket;
-#[cfg(unix)]
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -27,7 +25,7 @@ use hakaru_proto::datagram::{FlowHello, Framing, Layout};
 
 use crate::seq::SeqTracker;
 use crate::side::{spawn_ticker, spawn_workers, Core, DoneFn, FlowMeta, TickerOut};
-use crate::sys;
+use crate::sys::{self, AsRawFd};
 use crate::tcp::{SideConfig, SideError};
 
 /// Longest a receiver waits for stragglers after the peer's senders are done.
@@ -824,7 +822,6 @@ fn receiver_complete(
     deadline.is_some_and(|d| now > d + s.cfg.stall_timeout)
 }
 
-#[cfg(unix)]
 fn wait_ready(s: &Shared, flows: &[Flow], timeout: Duration) {
     if timeout.is_zero() {
         return;

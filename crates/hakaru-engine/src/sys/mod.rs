@@ -155,6 +155,25 @@ pub type RawFd = std::os::windows::io::RawSocket;
 #[cfg(not(any(unix, windows)))]
 pub type RawFd = i32;
 
+/// `as_raw_fd()` on every socket type, whatever the OS calls its descriptors: callers write
+/// `use crate::sys::AsRawFd` and pass the result to the functions here.
+#[cfg(unix)]
+pub use std::os::fd::AsRawFd;
+
+/// `as_raw_fd()` on every socket type: on Windows the SOCKET handle.
+#[cfg(windows)]
+pub trait AsRawFd {
+    /// The socket's handle, borrowed.
+    fn as_raw_fd(&self) -> RawFd;
+}
+
+#[cfg(windows)]
+impl<T: std::os::windows::io::AsRawSocket> AsRawFd for T {
+    fn as_raw_fd(&self) -> RawFd {
+        self.as_raw_socket()
+    }
+}
+
 /// The wall clock now, seconds since the Unix epoch (0 if the clock is before it).
 pub fn now_unix() -> f64 {
     std::time::SystemTime::now()

@@ -665,7 +665,7 @@ pub fn stop_flag() -> anyhow::Result<Arc<AtomicBool>> {
 
 /// Sets `flag` on the first SIGINT/SIGTERM; a second one exits at once.
 pub fn register_stop(flag: &Arc<AtomicBool>) -> anyhow::Result<()> {
-    #[cfg(unix)]
+    // On Windows the C runtime raises SIGINT for Ctrl-C and SIGTERM is accepted but never sent.
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register_conditional_shutdown(sig, 130, Arc::clone(flag))
             .context("installing the signal handler")?;
