@@ -199,8 +199,35 @@ pub fn send_batch(fd: RawFd, msgs: &[IoSlice<'_>], wait: bool) -> io::Result<usi
     Ok(sent)
 }
 
-/// Batched UDP send: unsupported without Unix sockets.
-#[cfg(not(unix))]
+/// Windows: one `send` per slice. Windows has no MSG_DONTWAIT, so with `wait == false` each
+/// send is preceded by a zero-time WSAPoll for room, and a full socket gives `WouldBlock`.
+#[cfg(windows)]
+pub fn send_batch(fd: RawFd, msgs: &[IoSlice<'_>], wait: bool) -> io::Result<usize> {
+    use windows_sys::Win32::Networking::WinSock as ws;
+    let mut sent = 0;
+    while let Some(msg) = msgs.get(sent) {
+        let e = if !wait && !win::ready_now(fd, super::Interest::Write) {
+            io::Error::from(io::ErrorKind::WouldBlock)
+        } else {
+            let len = i32::try_from(msg.len()).unwrap_or(i32::MAX);
+            // SAFETY: the pointer and length describe the live, readable slice `msg`.
+            let rc = unsafe { ws::send(fd as ws::SOCKET, msg.as_ptr(), len, 0) };
+            if rc != ws::SOCKET_ERROR {
+                sent += 1;
+                continue;
+            }
+            win::last_error()
+        };
+        if e.kind() == io::ErrorKind::Interrupted {
+            continue;
+        }
+        return if sent > 0 { Ok(sent) } else { Err(e) };
+    }
+    Ok(sent)
+}
+
+/// Batched UDP send: unsupported without Unix or Windows sockets.
+#[cfg(not(any(unix, windows)))]
 pub fn send_batch(_fd: RawFd, _msgs: &[IoSlice<'_>], _wait: bool) -> io::Result<usize> {
     Err(unsupported("batched UDP send"))
 }
@@ -215,6 +242,8 @@ pub struct RecvBatch {
     len: usize,
     /// Messages the last call received: 0 or 1.
     received: usize,
+    /// The last message was longer than the buffer (reported only where the OS says so).
+    truncated: bool,
 }
 
 impl RecvBatch {
@@ -225,6 +254,7 @@ impl RecvBatch {
             buf: vec![0; buf_len.max(1)],
             len: 0,
             received: 0,
+            truncated: false,
         }
     }
 
@@ -252,9 +282,9 @@ impl RecvBatch {
         None
     }
 
-    /// Truncation: plain recv does not report it, so false.
-    pub fn truncated(&self, _i: usize) -> bool {
-        false
+    /// Truncation: Windows reports it (WSAEMSGSIZE); plain recv elsewhere does not, so false.
+    pub fn truncated(&self, i: usize) -> bool {
+        i < self.received && self.truncated
     }
 }
 
@@ -264,6 +294,7 @@ impl RecvBatch {
 pub fn recv_batch(fd: RawFd, batch: &mut RecvBatch, wait: bool) -> io::Result<usize> {
     let flags = if wait { 0 } else { libc::MSG_DONTWAIT };
     batch.received = 0;
+    batch.truncated = false;
     loop {
         // SAFETY: the pointer and length describe the batch's live, writable buffer.
         let rc = unsafe { libc::recv(fd, batch.buf.as_mut_ptr().cast(), batch.buf.len(), flags) };
@@ -280,10 +311,79 @@ pub fn recv_batch(fd: RawFd, batch: &mut RecvBatch, wait: bool) -> io::Result<us
     }
 }
 
-/// Batched UDP receive: unsupported without Unix sockets.
-#[cfg(not(unix))]
+/// Windows: one `recv` into buffer 0. `wait == false` polls first (no MSG_DONTWAIT there).
+/// A datagram longer than the buffer fails the call with WSAEMSGSIZE on Windows, where Unix
+/// truncates silently: it is returned as a truncated message of the buffer's length. The
+/// receive timeout (WSAETIMEDOUT) reads as `WouldBlock`, as on Unix.
+#[cfg(windows)]
+pub fn recv_batch(fd: RawFd, batch: &mut RecvBatch, wait: bool) -> io::Result<usize> {
+    use windows_sys::Win32::Networking::WinSock as ws;
+    batch.received = 0;
+    batch.truncated = false;
+    loop {
+        if !wait && !win::ready_now(fd, super::Interest::Read) {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        let len = i32::try_from(batch.buf.len()).unwrap_or(i32::MAX);
+        // SAFETY: the pointer and length describe the batch's live, writable buffer.
+        let rc = unsafe { ws::recv(fd as ws::SOCKET, batch.buf.as_mut_ptr(), len, 0) };
+        if let Ok(n) = usize::try_from(rc) {
+            batch.len = n.min(batch.buf.len());
+            batch.received = 1;
+            return Ok(1);
+        }
+        let e = win::last_error();
+        if e.raw_os_error() == Some(ws::WSAEMSGSIZE) {
+            batch.len = batch.buf.len();
+            batch.received = 1;
+            batch.truncated = true;
+            return Ok(1);
+        }
+        if e.raw_os_error() == Some(ws::WSAETIMEDOUT) {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Batched UDP receive: unsupported without Unix or Windows sockets.
+#[cfg(not(any(unix, windows)))]
 pub fn recv_batch(_fd: RawFd, _batch: &mut RecvBatch, _wait: bool) -> io::Result<usize> {
     Err(unsupported("batched UDP receive"))
+}
+
+/// Windows socket helpers for the UDP calls above.
+#[cfg(windows)]
+mod win {
+    use std::io;
+
+    use windows_sys::Win32::Networking::WinSock as ws;
+
+    use super::super::{Interest, PollSet, RawFd};
+
+    /// True when `fd` is ready for `interest` right now (a zero-time WSAPoll).
+    pub fn ready_now(fd: RawFd, interest: Interest) -> bool {
+        let mut p = PollSet::new();
+        p.push(fd, interest);
+        p.wait(std::time::Duration::ZERO);
+        p.ready(0)
+    }
+
+    /// The last WinSock error. A UDP socket that got ICMP port unreachable fails its next call
+    /// with WSAECONNRESET; it is reported as `ConnectionRefused`, as Unix reports ECONNREFUSED.
+    pub fn last_error() -> io::Error {
+        // SAFETY: WSAGetLastError only reads this thread's last WinSock error.
+        let code = unsafe { ws::WSAGetLastError() };
+        if code == ws::WSAECONNRESET {
+            return io::Error::new(
+                io::ErrorKind::ConnectionRefused,
+                "the peer's port is closed (ICMP port unreachable)",
+            );
+        }
+        io::Error::from_raw_os_error(code)
+    }
 }
 
 /// System-wide UDP counters: not available here.
@@ -381,6 +481,90 @@ mod tests {
         assert_eq!(
             (env.qdisc, env.mtu, env.software),
             (None, None, String::new())
+        );
+    }
+}
+
+/// The one-message UDP path on real sockets: on Linux (where the fallback is compiled for its
+/// tests) it is the Unix path, under Wine the Windows one.
+#[cfg(all(test, any(unix, windows)))]
+mod udp_tests {
+    use std::io::{self, IoSlice};
+    use std::net::UdpSocket;
+
+    use super::super::AsRawFd;
+    use super::{recv_batch, send_batch, RecvBatch};
+
+    fn pair() -> (UdpSocket, UdpSocket) {
+        let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let b = UdpSocket::bind("127.0.0.1:0").unwrap();
+        a.connect(b.local_addr().unwrap()).unwrap();
+        b.connect(a.local_addr().unwrap()).unwrap();
+        b.set_read_timeout(Some(std::time::Duration::from_millis(200)))
+            .unwrap();
+        (a, b)
+    }
+
+    #[test]
+    fn messages_arrive_one_per_call_and_an_empty_socket_would_block() {
+        let (a, b) = pair();
+        let mut batch = RecvBatch::new(8, 2048);
+        let e = recv_batch(b.as_raw_fd(), &mut batch, false).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock, "{e}");
+        let msgs = [
+            IoSlice::new(b"one"),
+            IoSlice::new(b"two!"),
+            IoSlice::new(b"3"),
+        ];
+        assert_eq!(send_batch(a.as_raw_fd(), &msgs, false).unwrap(), 3);
+        for want in [&b"one"[..], b"two!", b"3"] {
+            assert_eq!(recv_batch(b.as_raw_fd(), &mut batch, true).unwrap(), 1);
+            assert_eq!(batch.data(0), want);
+            assert!(batch.data(1).is_empty());
+            assert!(!batch.truncated(0));
+        }
+        // Waiting on an empty socket ends at its receive timeout as WouldBlock.
+        let e = recv_batch(b.as_raw_fd(), &mut batch, true).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock, "{e}");
+    }
+
+    #[test]
+    fn a_datagram_longer_than_the_buffer_is_cut_to_it() {
+        let (a, b) = pair();
+        let big = vec![7u8; 2000];
+        assert_eq!(
+            send_batch(a.as_raw_fd(), &[IoSlice::new(&big)], true).unwrap(),
+            1
+        );
+        let mut small = RecvBatch::new(1, 64);
+        assert_eq!(recv_batch(b.as_raw_fd(), &mut small, true).unwrap(), 1);
+        assert_eq!(small.data(0), &big[..64]);
+        // Windows says so (WSAEMSGSIZE); plain recv on Unix cannot tell.
+        assert_eq!(small.truncated(0), cfg!(windows));
+        // The socket goes on working after it.
+        a.send(b"after").unwrap();
+        assert_eq!(recv_batch(b.as_raw_fd(), &mut small, true).unwrap(), 1);
+        assert_eq!(small.data(0), b"after");
+    }
+
+    #[test]
+    fn a_closed_peer_port_reads_as_refused() {
+        let (a, b) = pair();
+        drop(b);
+        // ICMP port unreachable comes back on a later call of the sender.
+        let mut refused = false;
+        for _ in 0..50 {
+            match send_batch(a.as_raw_fd(), &[IoSlice::new(b"x")], true) {
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                    refused = true;
+                    break;
+                }
+                _ => std::thread::sleep(std::time::Duration::from_millis(10)),
+            }
+        }
+        assert!(
+            refused,
+            "no ConnectionRefused after sending to a closed port"
         );
     }
 }

@@ -1,9 +1,9 @@
 //! Waiting for sockets: a poll set with readiness, a one-descriptor wait, and tight timer slack.
 //!
 //! Unix uses poll(2) (ppoll(2) on Linux, for a nanosecond timeout: a paced sender sharing a
-//! worker with receivers must wake for its next datagram, not at the next millisecond). Other
-//! targets sleep for a millisecond and report every entry ready, so callers, whose sockets are
-//! non-blocking, simply try them all.
+//! worker with receivers must wake for its next datagram, not at the next millisecond).
+//! Windows uses WSAPoll (millisecond timeouts). Other targets sleep for a millisecond and report
+//! every entry ready, so callers, whose sockets are non-blocking, simply try them all.
 
 use std::time::Duration;
 
@@ -21,12 +21,20 @@ pub enum Interest {
 }
 
 /// Descriptors to wait on together, reusable across waits.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct PollSet {
     #[cfg(unix)]
     fds: Vec<libc::pollfd>,
-    #[cfg(not(unix))]
+    #[cfg(windows)]
+    fds: Vec<windows_sys::Win32::Networking::WinSock::WSAPOLLFD>,
+    #[cfg(not(any(unix, windows)))]
     n: usize,
+}
+
+impl std::fmt::Debug for PollSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PollSet").field("len", &self.len()).finish()
+    }
 }
 
 impl PollSet {
@@ -37,9 +45,9 @@ impl PollSet {
 
     /// Empties the set, keeping its memory.
     pub fn clear(&mut self) {
-        #[cfg(unix)]
+        #[cfg(any(unix, windows))]
         self.fds.clear();
-        #[cfg(not(unix))]
+        #[cfg(not(any(unix, windows)))]
         {
             self.n = 0;
         }
@@ -58,7 +66,25 @@ impl PollSet {
             },
             revents: 0,
         });
-        #[cfg(not(unix))]
+        #[cfg(windows)]
+        {
+            use windows_sys::Win32::Networking::WinSock as ws;
+            self.fds.push(ws::WSAPOLLFD {
+                // WSAPoll ignores INVALID_SOCKET entries and clears their revents.
+                fd: if interest == Interest::Skip {
+                    ws::INVALID_SOCKET
+                } else {
+                    fd as ws::SOCKET
+                },
+                events: match interest {
+                    Interest::Read => ws::POLLRDNORM,
+                    Interest::Write => ws::POLLWRNORM,
+                    Interest::Skip => 0,
+                },
+                revents: 0,
+            });
+        }
+        #[cfg(not(any(unix, windows)))]
         {
             let _ = (fd, interest);
             self.n += 1;
@@ -67,9 +93,9 @@ impl PollSet {
 
     /// Number of entries.
     pub fn len(&self) -> usize {
-        #[cfg(unix)]
+        #[cfg(any(unix, windows))]
         return self.fds.len();
-        #[cfg(not(unix))]
+        #[cfg(not(any(unix, windows)))]
         return self.n;
     }
 
@@ -103,7 +129,49 @@ impl PollSet {
             // SAFETY: fds is a valid array of fds.len() pollfd structures.
             unsafe { libc::poll(self.fds.as_mut_ptr(), self.fds.len() as libc::nfds_t, ms) };
         }
-        #[cfg(not(unix))]
+        #[cfg(windows)]
+        {
+            use windows_sys::Win32::Networking::WinSock as ws;
+            let ms = timeout.as_micros().div_ceil(1000).clamp(0, 1000) as i32;
+            if self.fds.iter().all(|f| f.fd == ws::INVALID_SOCKET) {
+                // WSAPoll refuses a set with nothing to wait on.
+                std::thread::sleep(Duration::from_millis(ms as u64));
+                return;
+            }
+            // Skipped entries are left out of the call: Wine answers them with POLLNVAL at
+            // once, which would turn every wait into a spin.
+            let skips = self.fds.iter().any(|f| f.fd == ws::INVALID_SOCKET);
+            let mut active: Vec<ws::WSAPOLLFD> = if skips {
+                self.fds
+                    .iter()
+                    .filter(|f| f.fd != ws::INVALID_SOCKET)
+                    .map(|f| ws::WSAPOLLFD { ..*f })
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let set = if skips { &mut active } else { &mut self.fds };
+            // SAFETY: set is a valid array of set.len() WSAPOLLFD structures.
+            let rc = unsafe { ws::WSAPoll(set.as_mut_ptr(), set.len() as u32, ms) };
+            if skips {
+                let mut got = active.iter();
+                for f in self.fds.iter_mut() {
+                    f.revents = if f.fd == ws::INVALID_SOCKET {
+                        0
+                    } else {
+                        got.next().map_or(0, |a| a.revents)
+                    };
+                }
+            }
+            if rc == ws::SOCKET_ERROR {
+                // Never spin: an error (a socket closed meanwhile) waits out the time.
+                for f in &mut self.fds {
+                    f.revents = 0;
+                }
+                std::thread::sleep(Duration::from_millis(ms.max(1) as u64));
+            }
+        }
+        #[cfg(not(any(unix, windows)))]
         std::thread::sleep(timeout.min(Duration::from_millis(1)));
     }
 
@@ -111,7 +179,12 @@ impl PollSet {
     pub fn ready(&self, i: usize) -> bool {
         #[cfg(unix)]
         return self.fds.get(i).is_some_and(|f| f.revents != 0);
-        #[cfg(not(unix))]
+        // Skipped entries are never ready (Wine reports POLLNVAL for them).
+        #[cfg(windows)]
+        return self.fds.get(i).is_some_and(|f| {
+            f.revents != 0 && f.fd != windows_sys::Win32::Networking::WinSock::INVALID_SOCKET
+        });
+        #[cfg(not(any(unix, windows)))]
         return i < self.n;
     }
 }
@@ -133,11 +206,11 @@ pub fn tighten_timer_slack() {
     }
 }
 
-#[cfg(all(test, unix))]
+#[cfg(all(test, any(unix, windows)))]
 mod tests {
+    use super::super::AsRawFd;
     use super::*;
     use std::net::UdpSocket;
-    use std::os::fd::AsRawFd;
     use std::time::Instant;
 
     #[test]
