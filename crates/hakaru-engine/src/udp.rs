@@ -255,7 +255,7 @@ impl UdpRun {
         report.udp_paths = Some(UdpPaths {
             send: if has(Role::Sender) {
                 label(p.gso, "gso")
-                    .or(label(p.mmsg_send, "sendmmsg"))
+                    .or(label(p.mmsg_send, sys::BATCH_SEND))
                     .or(label(p.plain_send, "send"))
                     .unwrap_or_else(|| "none".into())
             } else {
@@ -263,7 +263,7 @@ impl UdpRun {
             },
             recv: if has(Role::Receiver) {
                 label(p.gro, "gro")
-                    .or(label(p.mmsg_recv, "recvmmsg"))
+                    .or(label(p.mmsg_recv, sys::BATCH_RECV))
                     .unwrap_or_else(|| "recv".into())
             } else {
                 "none".into()
@@ -540,7 +540,10 @@ fn new_sender(s: &Shared, idx: usize) -> Sender {
             .and_then(|l| sys::udp_set_gso(fd, l))
         {
             Ok(()) => gso = true,
-            Err(e) => s.note_fallback(format!("UDP GSO unavailable ({e}); sending with sendmmsg")),
+            Err(e) => s.note_fallback(format!(
+                "UDP GSO unavailable ({e}); sending with {}",
+                sys::BATCH_SEND
+            )),
         }
     }
     // A sendmmsg batch of large datagrams gains nothing over a few: cap the buffer at 256 KiB
@@ -667,7 +670,10 @@ fn send_step(
             // The device cannot segment (no checksum offload) or refused the size: fall back.
             let _ = sys::udp_set_gso(fd, 0);
             snd.gso = false;
-            s.note_fallback(format!("UDP GSO send failed ({e}); fell back to sendmmsg"));
+            s.note_fallback(format!(
+                "UDP GSO send failed ({e}); fell back to {}",
+                sys::BATCH_SEND
+            ));
             Ok(false)
         }
         Err(e)

@@ -174,6 +174,21 @@ impl<T: std::os::windows::io::AsRawSocket> AsRawFd for T {
     }
 }
 
+/// The system call [`send_batch`] makes, as results name the UDP send path: one call for the
+/// whole batch on Linux, one call per datagram elsewhere.
+#[cfg(target_os = "linux")]
+pub const BATCH_SEND: &str = "sendmmsg";
+/// The system call [`send_batch`] makes: one call per datagram off Linux.
+#[cfg(not(target_os = "linux"))]
+pub const BATCH_SEND: &str = "send";
+
+/// The system call [`recv_batch`] makes, as results name the UDP receive path.
+#[cfg(target_os = "linux")]
+pub const BATCH_RECV: &str = "recvmmsg";
+/// The system call [`recv_batch`] makes: one call per datagram off Linux.
+#[cfg(not(target_os = "linux"))]
+pub const BATCH_RECV: &str = "recv";
+
 /// The wall clock now, seconds since the Unix epoch (0 if the clock is before it).
 pub fn now_unix() -> f64 {
     std::time::SystemTime::now()
