@@ -65,11 +65,36 @@ pub fn apply_tcp_options(
             }),
         )?;
     }
+    // Elsewhere a congestion control cannot be chosen per socket: refused, not ignored.
+    #[cfg(not(target_os = "linux"))]
+    if let Some(cc) = &spec.congestion {
+        wrap(
+            format!("-C/--congestion {cc}"),
+            Err::<(), _>(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!(
+                    "{} has no per-socket congestion control (hakaru sets it on Linux)",
+                    std::env::consts::OS
+                ),
+            )),
+        )?;
+    }
     #[cfg(all(unix, not(target_os = "redox")))]
     if before_connect {
         if let Some(mss) = spec.mss {
             wrap(format!("-M/--mss {mss}"), sock.set_tcp_mss(mss))?;
         }
+    }
+    // Windows can read the MSS but not set it: refused, not ignored.
+    #[cfg(windows)]
+    if let Some(mss) = spec.mss {
+        wrap(
+            format!("-M/--mss {mss}"),
+            Err::<(), _>(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "Windows does not let a program set the TCP maximum segment size",
+            )),
+        )?;
     }
     let _ = before_connect;
     Ok(())
