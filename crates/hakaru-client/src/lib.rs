@@ -323,9 +323,17 @@ pub(crate) fn connect_control(
 /// On loopback, BBR without the fq qdisc paces with kernel timers, and that pacing, not the
 /// path, sets the rate (reference/performance.md §3: 28 against 51 Gbit/s). When the user did
 /// not pick an algorithm, the server is on loopback and the system default is BBR, use cubic
-/// and say so. `-C bbr` keeps BBR.
-fn loopback_congestion(spec: &mut TcpSpec, server: IpAddr) -> Option<String> {
-    if spec.congestion.is_some() || !server.is_loopback() {
+/// and say so. `-C bbr` keeps BBR. Only for a Linux server (one that says it is, or an older
+/// one that does not say): elsewhere no congestion control can be set per socket.
+fn loopback_congestion(
+    spec: &mut TcpSpec,
+    server: IpAddr,
+    server_os: Option<&str>,
+) -> Option<String> {
+    if spec.congestion.is_some()
+        || !server.is_loopback()
+        || server_os.is_some_and(|os| os != "linux")
+    {
         return None;
     }
     let env = sys::environment(None);
@@ -392,11 +400,12 @@ pub fn run_test(
         nonce: Some(client_nonce.clone()),
     }))
     .map_err(ctl_err)?;
-    let (clock, same_host) = match conn.recv(HANDSHAKE_TIMEOUT) {
+    let (clock, same_host, server_os) = match conn.recv(HANDSHAKE_TIMEOUT) {
         Ok(Message::Welcome {
             unix_time,
             host,
             auth,
+            os,
             ..
         }) => {
             let back = sys::now_unix();
@@ -405,7 +414,7 @@ pub fn run_test(
                 round_trip_s: back - hello_at,
             });
             authenticate(&mut conn, opts, &addr_s, &client_nonce, auth.as_deref())?;
-            (clock, host.is_some() && host == host_id)
+            (clock, host.is_some() && host == host_id, os)
         }
         Ok(Message::Error { message }) => return Err(ClientError::Server(message)),
         Ok(other) => {
@@ -440,7 +449,7 @@ pub fn run_test(
     let mut spec = opts.spec.clone();
     let mut notes = Vec::new();
     if let TestSpec::Tcp(tcp) = &mut spec {
-        if let Some(note) = loopback_congestion(tcp, server_addr.ip()) {
+        if let Some(note) = loopback_congestion(tcp, server_addr.ip(), server_os.as_deref()) {
             notes.push(note);
         }
     }

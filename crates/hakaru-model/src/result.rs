@@ -80,20 +80,22 @@ pub struct CpuUsage {
     pub user_s: f64,
     /// CPU-seconds in kernel mode (system).
     pub system_s: f64,
-    /// CPU-seconds in hard interrupts (irq).
-    pub irq_s: f64,
-    /// CPU-seconds in soft interrupts, where most network receive work runs (softirq).
-    pub softirq_s: f64,
-    /// CPU-seconds stolen by the hypervisor (steal).
-    pub steal_s: f64,
-    /// Busy CPU-seconds: user + system + irq + softirq + steal.
+    /// CPU-seconds in hard interrupts (irq); absent where the OS does not split them out
+    /// (Windows, macOS: they are inside system time there).
+    pub irq_s: Option<f64>,
+    /// CPU-seconds in soft interrupts, where most network receive work runs (softirq);
+    /// absent where the OS does not split them out.
+    pub softirq_s: Option<f64>,
+    /// CPU-seconds stolen by the hypervisor (steal); absent where the OS does not tell.
+    pub steal_s: Option<f64>,
+    /// Busy CPU-seconds: user + system + irq + softirq + steal (the parts the OS gives).
     pub busy_s: f64,
     /// user_s as a percentage of all CPUs' time.
     pub user_pct: f64,
     /// system_s as a percentage of all CPUs' time.
     pub system_pct: f64,
-    /// softirq_s as a percentage of all CPUs' time.
-    pub softirq_pct: f64,
+    /// softirq_s as a percentage of all CPUs' time; absent with softirq_s.
+    pub softirq_pct: Option<f64>,
     /// busy_s as a percentage of all CPUs' time.
     pub busy_pct: f64,
 }

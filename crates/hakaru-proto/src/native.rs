@@ -60,6 +60,11 @@ pub enum Message {
         /// answers with `auth` before its test request.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         auth: Option<String>,
+        /// The server's OS (`linux`, `windows`, `macos`). A client asks only a Linux server
+        /// (or one that does not say, which is an older, Linux-only hakaru) to set a
+        /// congestion control the user did not name.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        os: Option<String>,
     },
     /// Client → server, when the welcome asked for it: the client's key proof (crate::auth).
     Auth {

@@ -100,10 +100,7 @@ pub fn summary(r: &RunResult) -> String {
             let _ = writeln!(s, "  <= {:>10.1} us {:>10}  {bar}", b.le_us, b.count);
         }
     }
-    let _ = writeln!(
-        s,
-        "Ends (CPU from /proc/stat covers the whole machine at each end):"
-    );
+    let _ = writeln!(s, "Ends (CPU covers the whole machine at each end):");
     end_lines(&mut s, "client", &r.client);
     end_lines(&mut s, "server", &r.server_end);
     if let Some(cpu) = r.client.cpu.as_ref().filter(|c| c.busy_s > 0.0) {

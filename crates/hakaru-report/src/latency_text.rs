@@ -197,10 +197,7 @@ pub fn summary(r: &RunResult, view: &crate::View) -> String {
             );
         }
     }
-    let _ = writeln!(
-        s,
-        "Ends (CPU from /proc/stat covers the whole machine at each end):"
-    );
+    let _ = writeln!(s, "Ends (CPU covers the whole machine at each end):");
     end_lines(&mut s, "client", &r.client);
     match &r.spec {
         hakaru_model::TestSpec::Latency(l) if l.peer == LatencyPeer::Sockperf => {

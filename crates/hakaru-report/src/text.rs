@@ -219,10 +219,15 @@ fn ms(us: u64) -> String {
 
 pub(crate) fn end_lines(s: &mut String, name: &str, e: &EndResult) {
     if let Some(c) = &e.cpu {
+        // softirq only where the OS splits it out; elsewhere it is inside system time.
+        let softirq = c
+            .softirq_pct
+            .map(|p| format!(", softirq {p:.1}%"))
+            .unwrap_or_default();
         let _ = writeln!(
             s,
-            "  {name:<6} CPU {:5.1}% busy of {} CPUs (user {:.1}%, system {:.1}%, softirq {:.1}%), {:.2} CPU-s",
-            c.busy_pct, c.cpus, c.user_pct, c.system_pct, c.softirq_pct, c.busy_s
+            "  {name:<6} CPU {:5.1}% busy of {} CPUs (user {:.1}%, system {:.1}%{softirq}), {:.2} CPU-s",
+            c.busy_pct, c.cpus, c.user_pct, c.system_pct, c.busy_s
         );
     } else {
         let _ = writeln!(
@@ -464,10 +469,7 @@ fn tcp_summary(r: &RunResult, view: &View) -> String {
             );
         }
     }
-    let _ = writeln!(
-        s,
-        "Ends (CPU from /proc/stat covers the whole machine at each end):"
-    );
+    let _ = writeln!(s, "Ends (CPU covers the whole machine at each end):");
     end_lines(&mut s, "client", &r.client);
     end_lines(&mut s, "server", &r.server_end);
     trailer(&mut s, r);

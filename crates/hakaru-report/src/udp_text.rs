@@ -423,10 +423,7 @@ pub fn summary(r: &RunResult, view: &View) -> String {
             );
         }
     }
-    let _ = writeln!(
-        s,
-        "Ends (CPU from /proc/stat covers the whole machine at each end):"
-    );
+    let _ = writeln!(s, "Ends (CPU covers the whole machine at each end):");
     for (name, e) in [("client", &r.client), ("server", &r.server_end)] {
         end_lines(&mut s, name, e);
         paths_line(&mut s, name, e);

@@ -173,14 +173,17 @@ impl Metrics {
                 )
                 .with(&[], p.rss_bytes as f64),
             );
-            out.push(
-                MetricFamily::new(
-                    "process_open_fds",
-                    "Open file descriptors of the server process.",
-                    Gauge,
-                )
-                .with(&[], p.open_fds as f64),
-            );
+            // Left out, not zero, where the OS does not count them.
+            if let Some(fds) = p.open_fds {
+                out.push(
+                    MetricFamily::new(
+                        "process_open_fds",
+                        "Open file descriptors of the server process.",
+                        Gauge,
+                    )
+                    .with(&[], fds as f64),
+                );
+            }
         }
         let nics = hakaru_engine::sys::nic_snapshot_all();
         type Pick = fn(&hakaru_engine::sys::NicSnapshot) -> u64;

@@ -91,6 +91,7 @@ pub(crate) fn control(ctx: &Ctx, o: Opening) {
         unix_time: Some(sys::now_unix()),
         host,
         auth: server_nonce.clone(),
+        os: Some(std::env::consts::OS.into()),
     });
     if protocol != PROTOCOL_VERSION {
         let why = format!(

@@ -16,9 +16,11 @@ pub struct CpuSnapshot {
     system: u64,
     idle: u64,
     iowait: u64,
-    irq: u64,
-    softirq: u64,
-    steal: u64,
+    /// Hard interrupts, soft interrupts and hypervisor steal: `None` where the OS does not
+    /// split them out (they are then inside `system`, or not known at all).
+    irq: Option<u64>,
+    softirq: Option<u64>,
+    steal: Option<u64>,
     cpus: u32,
     ticks_per_sec: u64,
 }
@@ -31,6 +33,24 @@ impl CpuSnapshot {
             self.ticks_per_sec = hz;
         }
         self
+    }
+
+    /// A snapshot from an OS that gives only user, kernel and idle time (Windows, macOS):
+    /// counters in ticks of `hz`, over `cpus` CPUs. `system` is kernel time without idle.
+    #[cfg_attr(not(windows), allow(dead_code))]
+    pub(crate) fn from_times(user: u64, system: u64, idle: u64, hz: u64, cpus: u32) -> Self {
+        CpuSnapshot {
+            user,
+            nice: 0,
+            system,
+            idle,
+            iowait: 0,
+            irq: None,
+            softirq: None,
+            steal: None,
+            cpus,
+            ticks_per_sec: hz.max(1),
+        }
     }
 }
 
@@ -59,12 +79,13 @@ pub fn parse_proc_stat(text: &str) -> Option<CpuSnapshot> {
         }
     }
     let f = total?;
-    // user nice system idle have existed since 2.4; later columns appeared over time and
-    // count as zero on kernels that lack them.
+    // user nice system idle have existed since 2.4; later columns appeared over time: iowait
+    // counts as zero on kernels that lack it, irq, softirq and steal are then absent.
     if f.len() < 4 {
         return None;
     }
     let at = |i: usize| f.get(i).copied().unwrap_or(0);
+    let col = |i: usize| f.get(i).copied();
     // Columns 8 and 9 (guest, guest_nice) are already included in user and nice.
     Some(CpuSnapshot {
         user: at(0),
@@ -72,9 +93,9 @@ pub fn parse_proc_stat(text: &str) -> Option<CpuSnapshot> {
         system: at(2),
         idle: at(3),
         iowait: at(4),
-        irq: at(5),
-        softirq: at(6),
-        steal: at(7),
+        irq: col(5),
+        softirq: col(6),
+        steal: col(7),
         cpus,
         ticks_per_sec: DEFAULT_TICKS_PER_SEC,
     })
@@ -90,10 +111,18 @@ pub fn cpu_usage(before: &CpuSnapshot, after: &CpuSnapshot, wall_secs: f64) -> C
     let user = sum(&[d(before.user, after.user), d(before.nice, after.nice)]);
     let system = d(before.system, after.system);
     let idle = sum(&[d(before.idle, after.idle), d(before.iowait, after.iowait)]);
-    let irq = d(before.irq, after.irq);
-    let softirq = d(before.softirq, after.softirq);
-    let steal = d(before.steal, after.steal);
-    let busy = sum(&[user, system, irq, softirq, steal]);
+    // A part only one snapshot has is unknown for the interval.
+    let part = |a: Option<u64>, b: Option<u64>| Some(d(a?, b?));
+    let irq = part(before.irq, after.irq);
+    let softirq = part(before.softirq, after.softirq);
+    let steal = part(before.steal, after.steal);
+    let busy = sum(&[
+        user,
+        system,
+        irq.unwrap_or(0),
+        softirq.unwrap_or(0),
+        steal.unwrap_or(0),
+    ]);
     let total = sum(&[busy, idle]);
 
     let hz = after.ticks_per_sec.max(1) as f64;
@@ -110,13 +139,13 @@ pub fn cpu_usage(before: &CpuSnapshot, after: &CpuSnapshot, wall_secs: f64) -> C
         cpus: after.cpus.max(before.cpus),
         user_s: secs(user),
         system_s: secs(system),
-        irq_s: secs(irq),
-        softirq_s: secs(softirq),
-        steal_s: secs(steal),
+        irq_s: irq.map(secs),
+        softirq_s: softirq.map(secs),
+        steal_s: steal.map(secs),
         busy_s: secs(busy),
         user_pct: pct(user),
         system_pct: pct(system),
-        softirq_pct: pct(softirq),
+        softirq_pct: softirq.map(pct),
         busy_pct: pct(busy),
     }
 }
@@ -425,9 +454,9 @@ softirq 123 1 2 3 4 5 6 7 8 9 10
         assert_eq!(s.system, 3084719);
         assert_eq!(s.idle, 46828483);
         assert_eq!(s.iowait, 16683);
-        assert_eq!(s.irq, 0);
-        assert_eq!(s.softirq, 25195);
-        assert_eq!(s.steal, 0);
+        assert_eq!(s.irq, Some(0));
+        assert_eq!(s.softirq, Some(25195));
+        assert_eq!(s.steal, Some(0));
         assert_eq!(s.cpus, 4);
         assert_eq!(s.ticks_per_sec, 100);
     }
@@ -436,7 +465,8 @@ softirq 123 1 2 3 4 5 6 7 8 9 10
     fn proc_stat_accepts_old_kernels_with_four_columns() {
         let s = parse_proc_stat("cpu 1 2 3 4\ncpu0 1 2 3 4\n").expect("parses");
         assert_eq!((s.user, s.nice, s.system, s.idle), (1, 2, 3, 4));
-        assert_eq!((s.iowait, s.irq, s.softirq, s.steal), (0, 0, 0, 0));
+        assert_eq!(s.iowait, 0);
+        assert_eq!((s.irq, s.softirq, s.steal), (None, None, None));
         assert_eq!(s.cpus, 1);
     }
 
@@ -471,9 +501,9 @@ softirq 123 1 2 3 4 5 6 7 8 9 10
             system,
             idle,
             iowait: 0,
-            irq: 0,
-            softirq,
-            steal: 0,
+            irq: Some(0),
+            softirq: Some(softirq),
+            steal: Some(0),
             cpus: 2,
             ticks_per_sec: 100,
         }
@@ -483,8 +513,8 @@ softirq 123 1 2 3 4 5 6 7 8 9 10
     fn cpu_usage_arithmetic() {
         let a = CpuSnapshot {
             nice: 5,
-            irq: 1,
-            steal: 2,
+            irq: Some(1),
+            steal: Some(2),
             iowait: 7,
             ..cpu(100, 50, 1000, 10)
         };
@@ -492,8 +522,8 @@ softirq 123 1 2 3 4 5 6 7 8 9 10
         // idle 100 + iowait 25.
         let b = CpuSnapshot {
             nice: 10,
-            irq: 5,
-            steal: 8,
+            irq: Some(5),
+            steal: Some(8),
             iowait: 32,
             ..cpu(130, 70, 1100, 20)
         };
@@ -502,14 +532,34 @@ softirq 123 1 2 3 4 5 6 7 8 9 10
         assert_eq!(u.cpus, 2);
         assert!((u.user_s - 0.35).abs() < 1e-9);
         assert!((u.system_s - 0.20).abs() < 1e-9);
-        assert!((u.irq_s - 0.04).abs() < 1e-9);
-        assert!((u.softirq_s - 0.10).abs() < 1e-9);
-        assert!((u.steal_s - 0.06).abs() < 1e-9);
+        assert!((u.irq_s.unwrap() - 0.04).abs() < 1e-9);
+        assert!((u.softirq_s.unwrap() - 0.10).abs() < 1e-9);
+        assert!((u.steal_s.unwrap() - 0.06).abs() < 1e-9);
         assert!((u.busy_s - 0.75).abs() < 1e-9);
         assert!((u.user_pct - 17.5).abs() < 1e-9);
         assert!((u.system_pct - 10.0).abs() < 1e-9);
-        assert!((u.softirq_pct - 5.0).abs() < 1e-9);
+        assert!((u.softirq_pct.unwrap() - 5.0).abs() < 1e-9);
         assert!((u.busy_pct - 37.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn parts_an_os_does_not_split_out_are_absent_not_zero() {
+        // Windows and macOS give user, kernel and idle time only.
+        let a = CpuSnapshot::from_times(100, 50, 1000, 100, 2);
+        let b = CpuSnapshot::from_times(130, 70, 1150, 100, 2);
+        let u = cpu_usage(&a, &b, 1.0);
+        assert_eq!(
+            (u.irq_s, u.softirq_s, u.steal_s, u.softirq_pct),
+            (None, None, None, None)
+        );
+        assert!((u.busy_s - 0.50).abs() < 1e-9);
+        assert!((u.busy_pct - 25.0).abs() < 1e-9);
+        // A kernel without the irq, softirq and steal columns: absent too.
+        let old = parse_proc_stat("cpu 1 2 3 4\ncpu0 1 2 3 4\n").unwrap();
+        assert_eq!(cpu_usage(&old, &old, 1.0).softirq_s, None);
+        // A part one snapshot lacks is unknown for the interval.
+        let lin = cpu(100, 50, 1000, 10);
+        assert_eq!(cpu_usage(&a, &lin, 1.0).softirq_s, None);
     }
 
     #[test]
@@ -530,7 +580,7 @@ softirq 123 1 2 3 4 5 6 7 8 9 10
         let zero = cpu(0, 0, 0, 0);
         let max = CpuSnapshot {
             nice: u64::MAX,
-            steal: u64::MAX,
+            steal: Some(u64::MAX),
             ..cpu(u64::MAX, u64::MAX, u64::MAX, u64::MAX)
         };
         let huge = cpu_usage(&zero, &max, 1.0);
@@ -899,8 +949,8 @@ pub struct ProcessUsage {
     pub cpu_seconds: f64,
     /// Resident memory, bytes.
     pub rss_bytes: u64,
-    /// Open file descriptors (handles).
-    pub open_fds: u64,
+    /// Open file descriptors (handles on Windows); `None` where the OS does not tell.
+    pub open_fds: Option<u64>,
 }
 
 /// CPU seconds (utime + stime, in ticks of `hz`) from the text of `/proc/self/stat`. The

@@ -26,6 +26,8 @@ pub fn tcp_info(_fd: RawFd) -> io::Result<TcpInfo> {
 }
 
 /// Machine-wide CPU counters: not available here.
+// Windows answers this natively (windows.rs).
+#[cfg_attr(windows, allow(dead_code))]
 pub fn cpu_snapshot() -> Option<CpuSnapshot> {
     None
 }
@@ -36,21 +38,28 @@ pub fn is_virtual_interface(_iface: &str) -> bool {
 }
 
 /// This process's CPU, memory and descriptors: not available here.
+// Windows answers this natively (windows.rs).
+#[cfg_attr(windows, allow(dead_code))]
 pub fn process_usage() -> Option<super::ProcessUsage> {
     None
 }
 
 /// Interface counters: not available here.
+// Windows answers this natively (windows.rs).
+#[cfg_attr(windows, allow(dead_code))]
 pub fn nic_snapshot(_iface: &str) -> Option<NicSnapshot> {
     None
 }
 
 /// Counters of every interface: not available here.
+// Windows answers this natively (windows.rs).
+#[cfg_attr(windows, allow(dead_code))]
 pub fn nic_snapshot_all() -> Vec<NicSnapshot> {
     Vec::new()
 }
 
 /// Interface of a local address: not known here.
+#[cfg_attr(windows, allow(dead_code))]
 pub fn interface_for_addr(_ip: IpAddr) -> Option<String> {
     None
 }

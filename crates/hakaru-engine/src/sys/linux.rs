@@ -233,7 +233,7 @@ pub fn process_usage() -> Option<super::ProcessUsage> {
     Some(super::ProcessUsage {
         cpu_seconds: super::parse_proc_self_stat(&stat, u64::try_from(hz).unwrap_or(0))?,
         rss_bytes: super::parse_vm_rss(&status)?,
-        open_fds: fs::read_dir("/proc/self/fd").ok()?.count() as u64,
+        open_fds: fs::read_dir("/proc/self/fd").ok().map(|d| d.count() as u64),
     })
 }
 

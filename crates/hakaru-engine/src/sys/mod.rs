@@ -2,7 +2,10 @@
 //!
 //! One backend is compiled per target and re-exported here, so callers write `sys::tcp_info`
 //! and never `cfg` themselves. Linux has the native backend (`linux.rs`); every other OS gets
-//! `fallback.rs`, which compiles everywhere and answers "unsupported" instead of measuring.
+//! `fallback.rs`, which compiles everywhere and answers "unsupported" instead of measuring,
+//! with sockets through Unix calls or WinSock. Windows replaces the fallback's CPU, interface,
+//! process and CPU-count answers with native ones (`windows.rs`); docs/platforms.md lists
+//! what each OS gives.
 //! Linux's UDP fast path lives apart from the rest of its backend, in `linux_udp.rs`.
 //! The CPU, NIC and UDP counter parsers and their delta arithmetic are pure and shared by all.
 //!
@@ -130,11 +133,23 @@ pub use linux_udp::{
 
 #[cfg(not(target_os = "linux"))]
 pub use fallback::{
-    accept_nonblocking, available_congestion, bind_address_no_port, cpu_snapshot, environment,
-    interface_for_addr, is_virtual_interface, local_port_range, nic_snapshot, nic_snapshot_all,
-    online_cpus, pin_current_thread, process_usage, recv_discard, send_zerocopy, set_busy_poll,
-    set_max_pacing_rate, tcp_defer_accept, tcp_info, tcp_peer_window, tcp_send_queue,
-    ZeroCopySource, DISCARD_SUPPORTED,
+    accept_nonblocking, available_congestion, bind_address_no_port, environment,
+    is_virtual_interface, local_port_range, pin_current_thread, recv_discard, send_zerocopy,
+    set_busy_poll, set_max_pacing_rate, tcp_defer_accept, tcp_info, tcp_peer_window,
+    tcp_send_queue, ZeroCopySource, DISCARD_SUPPORTED,
+};
+
+#[cfg(not(any(target_os = "linux", windows)))]
+pub use fallback::{
+    cpu_snapshot, interface_for_addr, nic_snapshot, nic_snapshot_all, online_cpus, process_usage,
+};
+
+#[cfg(windows)]
+mod windows;
+
+#[cfg(windows)]
+pub use windows::{
+    cpu_snapshot, interface_for_addr, nic_snapshot, nic_snapshot_all, online_cpus, process_usage,
 };
 
 #[cfg(not(target_os = "linux"))]

@@ -253,6 +253,7 @@ fn peer_that_stops_reading_is_reported() {
             unix_time: None,
             host: None,
             auth: None,
+            os: None,
         }))
         .unwrap();
         assert!(matches!(
