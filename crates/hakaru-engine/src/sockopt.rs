@@ -138,19 +138,35 @@ pub fn apply_udp_options(sock: &Socket, spec: &UdpSpec, ipv6: bool) -> Result<()
 
 fn set_tos(sock: &Socket, tos: Option<u8>, ipv6: bool) -> Result<(), SockoptError> {
     let Some(tos) = tos else { return Ok(()) };
-    let r = if ipv6 {
-        #[cfg(unix)]
-        {
-            sock.set_tclass_v6(u32::from(tos))
-        }
-        #[cfg(not(unix))]
-        {
-            Err(io::Error::new(io::ErrorKind::Unsupported, "IPV6_TCLASS"))
-        }
-    } else {
-        sock.set_tos_v4(u32::from(tos))
-    };
-    wrap(format!("--tos {tos}"), r)
+    // Windows accepts IP_TOS and then ignores it (marking needs a QoS policy): refused, not
+    // silently dropped.
+    #[cfg(windows)]
+    {
+        let _ = (sock, ipv6);
+        wrap(
+            format!("--tos {tos}"),
+            Err::<(), _>(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "Windows ignores the TOS byte a program sets (DSCP marking needs a QoS policy)",
+            )),
+        )
+    }
+    #[cfg(not(windows))]
+    {
+        let r = if ipv6 {
+            #[cfg(unix)]
+            {
+                sock.set_tclass_v6(u32::from(tos))
+            }
+            #[cfg(not(unix))]
+            {
+                Err(io::Error::new(io::ErrorKind::Unsupported, "IPV6_TCLASS"))
+            }
+        } else {
+            sock.set_tos_v4(u32::from(tos))
+        };
+        wrap(format!("--tos {tos}"), r)
+    }
 }
 
 #[cfg(test)]

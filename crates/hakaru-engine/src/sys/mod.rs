@@ -326,8 +326,14 @@ pub fn raise_fd_limit() -> Option<u64> {
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
             return None;
         }
-        if lim.rlim_cur < lim.rlim_max {
-            lim.rlim_cur = lim.rlim_max;
+        // macOS refuses a soft limit above OPEN_MAX (10240, <sys/syslimits.h>; libc does not
+        // export it), and its hard limit is often unlimited.
+        #[cfg(target_os = "macos")]
+        let want = lim.rlim_max.min(10_240);
+        #[cfg(not(target_os = "macos"))]
+        let want = lim.rlim_max;
+        if lim.rlim_cur < want {
+            lim.rlim_cur = want;
             if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
                 return None;
             }
