@@ -109,7 +109,8 @@ impl PollSet {
         #[cfg(target_os = "linux")]
         {
             let ts = libc::timespec {
-                tv_sec: timeout.as_secs().min(1) as libc::time_t,
+                // `as _`: libc deprecates naming time_t on musl (it becomes 64-bit there).
+                tv_sec: timeout.as_secs().min(1) as _,
                 tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
             };
             // SAFETY: fds is a valid array of fds.len() pollfd structures; ts outlives the
