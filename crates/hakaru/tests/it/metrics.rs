@@ -143,7 +143,7 @@ fn metrics_count_what_the_tests_moved_and_prometheus_scrapes_them() {
     )
     .unwrap();
     let pport = free_port();
-    let mut prom = Command::new("prometheus")
+    let prom = Command::new("prometheus")
         .args([
             &format!("--config.file={}", cfg.display()),
             &format!("--storage.tsdb.path={}", dir.join("data").display()),
@@ -153,6 +153,8 @@ fn metrics_count_what_the_tests_moved_and_prometheus_scrapes_them() {
         .stderr(Stdio::null())
         .spawn()
         .expect("prometheus");
+    // Stopped by its PID however the test ends, a failed assertion included.
+    let prom = Stopped(prom);
     // Another test moves 5 MiB more while Prometheus watches.
     let o = run(
         &["tcp", "127.0.0.1", "-p", &port, "-n", "5M", "--json"],
@@ -178,11 +180,20 @@ fn metrics_count_what_the_tests_moved_and_prometheus_scrapes_them() {
         }
         std::thread::sleep(Duration::from_millis(500));
     }
-    kill(prom.id(), 9);
-    let _ = prom.wait();
+    drop(prom);
     let _ = std::fs::remove_dir_all(&dir);
     assert!(
         seen >= (15 << 20) as f64,
         "Prometheus saw {seen} bytes received, expected at least 15 MiB"
     );
+}
+
+/// A child process killed (by its PID) and reaped when dropped.
+struct Stopped(std::process::Child);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        kill(self.0.id(), 9);
+        let _ = self.0.wait();
+    }
 }
