@@ -16,6 +16,16 @@ def write_block(path, name, block, heading):
         f.write(text)
 
 
+def free_port():
+    """A loopback TCP port nothing listens on right now."""
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
 def stop_process(p, sig=None, wait=10):
     """Stops a child we started, by its PID: `sig` (SIGTERM by default), then SIGKILL if it has
     not exited within `wait` seconds."""

@@ -13,18 +13,10 @@ Usage: python3 bench/http_vs_wget_curl.py [--rounds 5] [--size 1G]
 import argparse, json, os, re, shutil, socket, statistics, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import stop_process, write_block  # noqa: E402
+from benchlib import free_port, stop_process, write_block  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HAKARU = os.path.join(ROOT, "target", "release", "hakaru")
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def certs(d):

@@ -12,18 +12,10 @@ Usage: python3 bench/metrics_scrape.py [--clients 64] [--scrapes 20]
 import argparse, os, re, socket, statistics, subprocess, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import stop_process, write_block  # noqa: E402
+from benchlib import free_port, stop_process, write_block  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HAKARU = os.path.join(ROOT, "target", "release", "hakaru")
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def scrape(port):

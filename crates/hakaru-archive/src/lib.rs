@@ -180,7 +180,12 @@ impl Archive {
             .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
             .map_err(|e| a.err(e))?;
         if !mode.eq_ignore_ascii_case("wal") {
-            note_journal_mode(path, &mode);
+            // WAL needs shared memory beside the file; where it cannot be had (some network
+            // file systems) SQLite stays in its rollback journal: slower, still correct.
+            tracing::warn!(
+                "the archive {} runs in journal mode {mode} (WAL was refused); saving still works",
+                path.display()
+            );
         }
         a.conn
             .execute_batch("PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL;")
@@ -479,15 +484,6 @@ fn classify(path: &Path, e: rusqlite::Error, waited: Duration) -> Error {
         }
     }
     Error::Sql { path, source: e }
-}
-
-/// WAL needs shared memory beside the file; where it cannot be had (some network file
-/// systems) SQLite stays in its rollback journal, which is slower but still correct.
-fn note_journal_mode(path: &Path, mode: &str) {
-    eprintln!(
-        "hakaru: the archive {} runs in journal mode {mode} (WAL was refused); saving still works",
-        path.display()
-    );
 }
 
 /// The present, Unix seconds.

@@ -129,26 +129,43 @@ impl Keep {
         let path = db_path(&self.db);
         let t = std::time::Instant::now();
         let mut a = Archive::open(&path)?;
-        let s = &f.summary;
-        let id = a.save(&NewRun {
-            started_at: s.started_at.unwrap_or_else(hakaru_archive::now),
-            command: command_line(),
-            kind: s.kind.clone(),
-            peer: s.peer.clone(),
-            direction: s.direction.clone(),
-            flows: s.flows,
-            headline: s.headline,
-            unit: s.unit.clone(),
-            labels: self.labels.clone(),
-            version: env!("CARGO_PKG_VERSION").to_string(),
-            result: f.json.clone(),
-        })?;
+        let id = a.save(&new_run(
+            &f.summary,
+            command_line(),
+            self.labels.clone(),
+            env!("CARGO_PKG_VERSION").to_string(),
+            f.json.clone(),
+        ))?;
         tracing::debug!(
             "saved run {id} in {:.2} ms",
             t.elapsed().as_secs_f64() * 1e3
         );
         eprintln!("hakaru: saved as run {id} in {}", path.display());
         Ok(id)
+    }
+}
+
+/// The archive row of a result: its summary's columns, where it came from, and the document.
+/// A result without a start time of its own (`quick`, a search) is timed by its saving.
+fn new_run(
+    s: &Summary,
+    command: String,
+    labels: Vec<(String, String)>,
+    version: String,
+    result: String,
+) -> NewRun {
+    NewRun {
+        started_at: s.started_at.unwrap_or_else(hakaru_archive::now),
+        command,
+        kind: s.kind.clone(),
+        peer: s.peer.clone(),
+        direction: s.direction.clone(),
+        flows: s.flows,
+        headline: s.headline,
+        unit: s.unit.clone(),
+        labels,
+        version,
+        result,
     }
 }
 
@@ -714,22 +731,17 @@ fn import(a: ImportArgs) -> anyhow::Result<()> {
             Parsed::Content(c) => summary::of_content(&c),
             Parsed::FindMax(r) => summary::of_find_max(&r),
         };
-        let id = archive.save(&NewRun {
-            started_at: s.started_at.unwrap_or_else(hakaru_archive::now),
-            command: format!("(imported from {})", file.display()),
-            kind: s.kind.clone(),
-            peer: s.peer.clone(),
-            direction: s.direction.clone(),
-            flows: s.flows,
-            headline: s.headline,
-            unit: s.unit.clone(),
-            labels: a.labels.clone(),
-            version: serde_json::from_str::<serde_json::Value>(&doc)
-                .ok()
-                .and_then(|v| v.get("tool_version")?.as_str().map(str::to_string))
-                .unwrap_or_default(),
-            result: doc,
-        })?;
+        let version = serde_json::from_str::<serde_json::Value>(&doc)
+            .ok()
+            .and_then(|v| v.get("tool_version")?.as_str().map(str::to_string))
+            .unwrap_or_default();
+        let id = archive.save(&new_run(
+            &s,
+            format!("(imported from {})", file.display()),
+            a.labels.clone(),
+            version,
+            doc,
+        ))?;
         eprintln!("hakaru: saved {} as run {id}", file.display());
     }
     Ok(())

@@ -230,6 +230,43 @@ pub fn have(prog: &str) -> bool {
         .any(|d| std::path::Path::new(d).join(prog).exists())
 }
 
+/// A loopback TCP port nothing listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// GET `path` from `127.0.0.1:port` with a bare HTTP/1.1 request; the whole answer, or the
+/// error while nothing listens there yet (a server still starting).
+pub fn http_get(port: u16, path: &str) -> std::io::Result<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
+}
+
+/// Whether the real component `prog` (a Debian package `.ci/run` installs: `package`) is
+/// here. Where it is not: a loud SKIPPED line on a developer's machine, but a failure under
+/// `.ci/run` (HAKARU_TEST_PEERS=required), where a missing peer means a missing install step.
+pub fn peer(prog: &str, package: &str) -> bool {
+    if have(prog) {
+        return true;
+    }
+    if std::env::var("HAKARU_TEST_PEERS").as_deref() == Ok("required") {
+        panic!("{prog} is not installed, and .ci/run requires it (Debian package {package})");
+    }
+    println!("SKIPPED: {prog} is not installed (.ci/run installs the Debian package {package})");
+    false
+}
+
 /// Version line of a peer tool (`iperf3`, `sockperf`, `iperf`, ...), e.g. "3.12".
 pub fn peer_version(tool: &str) -> String {
     let flag = match tool {

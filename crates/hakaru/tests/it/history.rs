@@ -3,15 +3,13 @@
 //! upgraded; a corrupt or locked archive loses nothing; concurrent saves all land; and
 //! `--push-gateway` reaches Debian's Prometheus Pushgateway, started here on loopback.
 
-use std::io::{Read, Write};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::common::{hakaru, have, kill, run_cmd, stderr};
+use super::common::{free_port, hakaru, http_get, kill, peer, run_cmd, stderr};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -382,7 +380,7 @@ fn labels_need_a_place_to_go_and_a_valid_name() {
 #[test]
 fn a_plan_with_save_true_is_saved_with_its_labels() {
     let s = Scratch::new("plan");
-    let port = super::plan::free_port();
+    let port = free_port();
     let plan = s.0.join("plan.toml");
     std::fs::write(
         &plan,
@@ -402,26 +400,6 @@ fn a_plan_with_save_true_is_saved_with_its_labels() {
     assert!(shown.contains("step 1"), "{shown}");
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-fn get(port: u16, path: &str) -> Option<String> {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    Some(out)
-}
-
 /// Debian's Pushgateway on a loopback port, stopped by PID when dropped.
 struct Gateway {
     pid: u32,
@@ -430,8 +408,7 @@ struct Gateway {
 
 impl Gateway {
     fn start() -> Option<Gateway> {
-        if !have("prometheus-pushgateway") {
-            println!("SKIPPED: prometheus-pushgateway is not installed (.ci/run installs it)");
+        if !peer("prometheus-pushgateway", "prometheus-pushgateway") {
             return None;
         }
         let port = free_port();
@@ -448,7 +425,7 @@ impl Gateway {
         std::mem::forget(child);
         let t = Instant::now();
         while t.elapsed() < Duration::from_secs(20) {
-            if get(port, "/-/ready").is_some_and(|r| r.starts_with("HTTP/1.1 200")) {
+            if http_get(port, "/-/ready").is_ok_and(|r| r.starts_with("HTTP/1.1 200")) {
                 return Some(g);
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -491,7 +468,7 @@ fn push_gateway_gets_the_runs_headline() {
     );
     assert!(o.status.success(), "{}", stderr(&o));
     let doc: Value = serde_json::from_slice(&o.stdout).unwrap();
-    let metrics = get(g.port, "/metrics").expect("gateway metrics");
+    let metrics = http_get(g.port, "/metrics").expect("gateway metrics");
     let want = ["job=\"hakaru\"", "kind=\"tcp\"", "site=\"lab/1\""];
     let h = gateway_sample(&metrics, "hakaru_run_headline", &want)
         .unwrap_or_else(|| panic!("no headline pushed:\n{metrics}"));
@@ -509,7 +486,7 @@ fn push_gateway_gets_the_runs_headline() {
     );
     assert!(o.status.success(), "{}", stderr(&o));
     let doc: Value = serde_json::from_slice(&o.stdout).unwrap();
-    let metrics = get(g.port, "/metrics").unwrap();
+    let metrics = http_get(g.port, "/metrics").unwrap();
     let p99 = gateway_sample(
         &metrics,
         "hakaru_run_rtt_seconds",

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::common::{have, json, run, run_cmd, stderr, ServerProc};
+use super::common::{free_port, have, json, run, run_cmd, stderr, ServerProc};
 use super::netns_link::{Link, Shaping};
 
 /// Size of the file nginx serves.
@@ -36,13 +36,6 @@ impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
 }
 
 /// A test CA and a certificate for 127.0.0.1 and localhost signed by it (`ca.pem`,

@@ -572,11 +572,6 @@ fn listening(port: u16) -> bool {
 }
 
 /// A free TCP port on 127.0.0.1 (also free for UDP in practice: nothing else binds it).
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
-
 /// Runs `hakaru KIND 127.0.0.1 --iperf3 --json ARGS` against a stock server; checks that the
 /// server exits 0 and that its receiver figures are the ones hakaru reports.
 fn client_case(kind: &str, args: &[&str], mode: &str, dir: &str) {

@@ -3,39 +3,17 @@
 //! and sees the counters grow by what the tests moved. Without prometheus/promtool those parts
 //! print why and are left out.
 
-use std::io::{Read, Write};
-use std::net::TcpListener;
+use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::common::{have, json, kill, run, stderr, ServerProc};
+use super::common::{free_port, http_get, json, kill, peer, run, stderr, ServerProc};
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-/// GET `path` from `127.0.0.1:port` with a bare HTTP/1.1 request; returns the whole answer.
+/// GET `path` from `127.0.0.1:port`; the whole answer.
 fn get(port: u16, path: &str) -> String {
-    try_get(port, path).expect("connect")
-}
-
-/// The same, `Err` while nothing listens yet (a server still starting).
-fn try_get(port: u16, path: &str) -> std::io::Result<String> {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    Ok(out)
+    http_get(port, path).expect("connect")
 }
 
 /// The value of the sample whose line starts with `series` (name and labels as rendered).
@@ -107,7 +85,7 @@ fn metrics_count_what_the_tests_moved_and_prometheus_scrapes_them() {
     assert!(!body.contains("127.0.0.1"), "no client addresses in labels");
     assert!(get(mport, "/other").starts_with("HTTP/1.1 404"));
 
-    if have("promtool") {
+    if peer("promtool", "prometheus") {
         let mut p = Command::new("promtool")
             .args(["check", "metrics"])
             .stdin(Stdio::piped())
@@ -123,12 +101,9 @@ fn metrics_count_what_the_tests_moved_and_prometheus_scrapes_them() {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-    } else {
-        eprintln!("SKIPPED: promtool is not installed (.ci/run installs prometheus)");
     }
 
-    if !have("prometheus") {
-        eprintln!("SKIPPED: prometheus is not installed (.ci/run installs it)");
+    if !peer("prometheus", "prometheus") {
         return;
     }
     let dir = std::env::temp_dir().join(format!("hakaru-prom-{}", std::process::id()));
@@ -166,7 +141,7 @@ fn metrics_count_what_the_tests_moved_and_prometheus_scrapes_them() {
     let mut seen = 0.0;
     while Instant::now() < deadline {
         // Prometheus may still be starting: a refused connection is retried.
-        let a = try_get(pport, query).unwrap_or_default();
+        let a = http_get(pport, query).unwrap_or_default();
         if let Some(i) = a.find("\r\n\r\n") {
             if let Ok(v) = serde_json::from_str::<Value>(&a[i + 4..]) {
                 seen = v["data"]["result"][0]["value"][1]

@@ -3,14 +3,14 @@
 //! unreachable ssh host, a sender or receiver that dies mid-step, Ctrl-C), each leaving nothing
 //! running.
 
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
 
-use super::common::{bin, hakaru, kill, run, run_cmd, stderr, wait_child};
+use super::common::{bin, free_port, hakaru, kill, run, run_cmd, stderr, wait_child};
 
 /// A scratch directory removed at the end.
 pub(super) struct Scratch(pub PathBuf);
@@ -44,14 +44,6 @@ impl Drop for Scratch {
 }
 
 /// A port nothing listens on right now.
-pub(super) fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Runs `hakaru plan run FILE -o OUT` and returns its output and the written document.
 pub(super) fn plan_run(
     cmd: &mut Command,
