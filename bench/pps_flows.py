@@ -43,15 +43,18 @@ def sh(*cmd, check=True):
     return subprocess.run(cmd, capture_output=True, text=True, check=check)
 
 
+REVERSE = []
+
+
 def hakaru(target, n, secs):
-    out = run([HAKARU, "pps", target, "-p", str(HK_PORT), "-P", str(n), "-t", str(secs), "-i", "0", "--json"],
-              secs + 60)
+    out = run([HAKARU, "pps", target, "-p", str(HK_PORT), "-P", str(n), "-t", str(secs), "-i", "0", "--json"]
+              + REVERSE, secs + 60)
     return json.loads(out)["totals"][0]["udp"]["received_pps"]
 
 
 def iperf3(target, n, secs):
     out = run(["iperf3", "-c", target, "-p", str(IP_PORT), "-u", "-b", "0", "-l", "16", "-P", str(min(n, 128)),
-               "-t", str(secs), "-J"], secs + 60)
+               "-t", str(secs), "-J"] + REVERSE, secs + 60)
     s = json.loads(out)["end"]["sum"]
     return (s["packets"] - s["lost_packets"]) / s["seconds"]
 
@@ -81,11 +84,20 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--time", type=int, default=3)
     ap.add_argument("--path", choices=["loopback", "veth"], default="loopback")
+    ap.add_argument("--reverse", action="store_true",
+                    help="the servers send and the clients receive (-R for both tools)")
+    ap.add_argument("--demux-check", type=int, metavar="N",
+                    help="veth only: instead of the sweep, run hakaru -P 1 with the namespace's "
+                         "net.ipv4.udp_early_demux on and off, and hakaru -P N with it on, in interleaved rounds")
     ap.add_argument("--write")
     a = ap.parse_args()
+    if a.reverse:
+        REVERSE.append("-R")
     flows = [int(x) for x in a.flows.split(",")]
     subprocess.run(["cargo", "build", "--release", "-q", "-p", "hakaru"], cwd=ROOT, check=True)
     prefix, target = [], "127.0.0.1"
+    if a.demux_check and a.path != "veth":
+        ap.error("--demux-check needs --path veth (the sysctl is set in the server's namespace)")
     if a.path == "veth":
         veth_up()
         prefix, target = ["ip", "netns", "exec", NS], NS_IP
@@ -93,6 +105,14 @@ def main():
     ips = subprocess.Popen(prefix + ["iperf3", "-s", "-B", target, "-p", str(IP_PORT)],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(1)
+    if a.demux_check:
+        try:
+            demux_check(a, target)
+        finally:
+            for p in (hs, ips):
+                stop_process(p)
+            veth_down()
+        return
     # res[n] = list of (hakaru -P 1, hakaru -P n, iperf3 -P n), one triple per round.
     res = {n: [] for n in flows}
     try:
@@ -119,8 +139,11 @@ def main():
     where = ("on loopback" if a.path == "loopback" else
              "across a veth pair into a network namespace, segmentation and receive offloads off (one datagram, "
              "one packet)")
+    if a.reverse:
+        where += ", the servers sending and the clients receiving (-R)"
     lines = [
-        f"Command: `python3 bench/pps_flows.py --flows {a.flows} --rounds {a.rounds} --time {a.time} --path {a.path}` "
+        f"Command: `python3 bench/pps_flows.py --flows {a.flows} --rounds {a.rounds} --time {a.time} --path {a.path}"
+        f"{' --reverse' if a.reverse else ''}` "
         f"({time.strftime('%Y-%m-%d')}; kernel {os.uname().release}, {os.cpu_count()} CPUs; iperf3 -u -b 0 -l 16, "
         f"at most -P 128). Receiver-counted datagrams per second {where}. Each round runs hakaru -P 1, "
         "hakaru -P N and iperf3 -P N back to back; rates are medians over rounds, ratios are medians of "
@@ -141,7 +164,45 @@ def main():
     table = "\n".join(lines) + "\n"
     print(table)
     if a.write:
-        write_block(os.path.join(ROOT, a.write), f"pps-flows-{a.path}", table, HEADING)
+        write_block(os.path.join(ROOT, a.write), f"pps-flows-{a.path}{'-reverse' if a.reverse else ''}", table,
+                    HEADING)
+
+
+def demux_check(a, target):
+    """The kernel's UDP early demux matches only the first socket in the local address:port's
+    hash chain (net/ipv4/udp.c, __udp4_lib_demux_lookup), so of N flow sockets on the server's
+    one port only one skips the full socket and route lookups. This measures what that costs:
+    one flow with early demux off against one flow with it on and N flows with it on."""
+    n = a.demux_check
+    knob = ["ip", "netns", "exec", NS, "sysctl", "-q"]
+    rows = []
+    for rnd in range(a.rounds):
+        got = {}
+        cases = [("on", 1, "1"), ("off", 1, "0"), ("many", n, "1")]
+        if rnd % 2:
+            cases.reverse()
+        for key, k, demux in cases:
+            sh(*knob, f"net.ipv4.udp_early_demux={demux}")
+            got[key] = hakaru(target, k, a.time)
+            time.sleep(0.5)
+        sh(*knob, "net.ipv4.udp_early_demux=1")
+        rows.append(got)
+        print(f"round {rnd + 1}: -P 1 demux on {got['on'] / 1e6:.3f}, off {got['off'] / 1e6:.3f}, "
+              f"-P {n} on {got['many'] / 1e6:.3f} Mpps", file=sys.stderr)
+    med = {k: statistics.median(r[k] for r in rows) for k in ("on", "off", "many")}
+    rel = {k: statistics.median(r[k] / r["on"] for r in rows) for k in ("off", "many")}
+    table = (
+        f"Command: `python3 bench/pps_flows.py --path veth --demux-check {n} --rounds {a.rounds} --time {a.time}` "
+        f"({time.strftime('%Y-%m-%d')}; kernel {os.uname().release}, {os.cpu_count()} CPUs). Receiver-counted "
+        "datagrams per second into the namespace; the sysctl is the receiving namespace's.\n\n"
+        "| case | hakaru Mpps (median) | against -P 1 with early demux (median of round ratios) |\n"
+        "|---|---|---|\n"
+        f"| -P 1, net.ipv4.udp_early_demux=1 | {med['on'] / 1e6:.3f} | 1.00x |\n"
+        f"| -P 1, net.ipv4.udp_early_demux=0 | {med['off'] / 1e6:.3f} | {rel['off']:.2f}x |\n"
+        f"| -P {n}, net.ipv4.udp_early_demux=1 | {med['many'] / 1e6:.3f} | {rel['many']:.2f}x |\n")
+    print(table)
+    if a.write:
+        write_block(os.path.join(ROOT, a.write), "pps-flows-demux", table, HEADING)
 
 
 if __name__ == "__main__":

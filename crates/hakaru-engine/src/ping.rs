@@ -620,7 +620,7 @@ fn run_flow(s: &Shared, slot: usize, f: PingFlow) -> FlowOut {
     let end = s.start + s.cfg.warmup + s.cfg.duration;
     let r = match s.cfg.rate {
         Some(rate) => {
-            sys::tighten_timer_slack();
+            sys::fine_timers();
             flow.open_loop(end, rate)
         }
         None => flow.closed_loop(end),

@@ -375,7 +375,7 @@ pub fn udp_source(
     if spec.markers {
         let _ = socket.send(&marker);
     }
-    sys::tighten_timer_slack();
+    sys::fine_timers();
     let mut stdin = spec.stdio.then(io::stdin);
     let meter = Meter::start(spec, iface, 1, on_sample)?;
     let deadline = spec.duration.map(|d| meter.core.start + d.0);

@@ -431,7 +431,7 @@ fn run_flows(s: &Shared, mine: Vec<usize>, pin: Option<usize>, used: &mut Used) 
         }
     }
     if s.ucfg.rate.gap_ns(1).is_some() {
-        sys::tighten_timer_slack();
+        sys::fine_timers();
     }
     let length = s.cfg.length;
     let layout = Layout::for_length(length);

@@ -51,7 +51,7 @@ impl HttpPort {
     pub fn bind(ip: IpAddr, port: u16, only_v6: bool) -> io::Result<HttpPort> {
         let addr = SocketAddr::new(ip, port);
         let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-        sock.set_reuse_address(true)?;
+        hakaru_engine::sys::own_listen_port(&sock)?;
         if addr.is_ipv6() {
             let _ = sock.set_only_v6(only_v6);
         }

@@ -169,7 +169,7 @@ impl Server {
         };
         let addr = SocketAddr::new(ip, cfg.port);
         let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-        sock.set_reuse_address(true)?;
+        hakaru_engine::sys::own_listen_port(&sock)?;
         if addr.is_ipv6() {
             let only_v6 = cfg.family == Family::V6;
             if let Err(e) = sock.set_only_v6(only_v6) {

@@ -120,7 +120,7 @@ impl SockperfPort {
 
 fn bind_tcp(addr: SocketAddr, v6_only: bool) -> io::Result<TcpListener> {
     let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    s.set_reuse_address(true)?;
+    hakaru_engine::sys::own_listen_port(&s)?;
     if addr.is_ipv6() {
         let _ = s.set_only_v6(v6_only);
     }

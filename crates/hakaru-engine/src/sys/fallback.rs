@@ -21,13 +21,14 @@ fn unsupported(what: &str) -> io::Error {
 }
 
 /// TCP_INFO: unsupported here.
+#[cfg_attr(any(windows, target_os = "macos"), allow(dead_code))]
 pub fn tcp_info(_fd: RawFd) -> io::Result<TcpInfo> {
     Err(unsupported("reading TCP_INFO"))
 }
 
 /// Machine-wide CPU counters: not available here.
 // Windows answers this natively (windows.rs).
-#[cfg_attr(windows, allow(dead_code))]
+#[cfg_attr(any(windows, target_os = "macos"), allow(dead_code))]
 pub fn cpu_snapshot() -> Option<CpuSnapshot> {
     None
 }
@@ -39,27 +40,27 @@ pub fn is_virtual_interface(_iface: &str) -> bool {
 
 /// This process's CPU, memory and descriptors: not available here.
 // Windows answers this natively (windows.rs).
-#[cfg_attr(windows, allow(dead_code))]
+#[cfg_attr(any(windows, target_os = "macos"), allow(dead_code))]
 pub fn process_usage() -> Option<super::ProcessUsage> {
     None
 }
 
 /// Interface counters: not available here.
 // Windows answers this natively (windows.rs).
-#[cfg_attr(windows, allow(dead_code))]
+#[cfg_attr(any(windows, target_os = "macos"), allow(dead_code))]
 pub fn nic_snapshot(_iface: &str) -> Option<NicSnapshot> {
     None
 }
 
 /// Counters of every interface: not available here.
 // Windows answers this natively (windows.rs).
-#[cfg_attr(windows, allow(dead_code))]
+#[cfg_attr(any(windows, target_os = "macos"), allow(dead_code))]
 pub fn nic_snapshot_all() -> Vec<NicSnapshot> {
     Vec::new()
 }
 
 /// Interface of a local address: not known here.
-#[cfg_attr(windows, allow(dead_code))]
+#[cfg_attr(any(windows, target_os = "macos"), allow(dead_code))]
 pub fn interface_for_addr(_ip: IpAddr) -> Option<String> {
     None
 }
@@ -365,7 +366,7 @@ pub fn recv_batch(_fd: RawFd, _batch: &mut RecvBatch, _wait: bool) -> io::Result
 
 /// Windows socket helpers for the UDP calls above.
 #[cfg(windows)]
-mod win {
+pub(super) mod win {
     use std::io;
 
     use windows_sys::Win32::Networking::WinSock as ws;
@@ -401,11 +402,13 @@ pub fn udp_snmp() -> Option<UdpSnmp> {
 }
 
 /// Unacknowledged bytes of a TCP socket: unsupported here.
+#[cfg_attr(any(windows, target_os = "macos"), allow(dead_code))]
 pub fn tcp_send_queue(_fd: RawFd) -> io::Result<u64> {
     Err(unsupported("reading the TCP send queue"))
 }
 
 /// The peer's advertised receive window: unsupported here.
+#[cfg_attr(any(windows, target_os = "macos"), allow(dead_code))]
 pub fn tcp_peer_window(_fd: RawFd) -> io::Result<u64> {
     Err(unsupported("reading the peer's TCP window"))
 }

@@ -3,9 +3,10 @@
 //! One backend is compiled per target and re-exported here, so callers write `sys::tcp_info`
 //! and never `cfg` themselves. Linux has the native backend (`linux.rs`); every other OS gets
 //! `fallback.rs`, which compiles everywhere and answers "unsupported" instead of measuring,
-//! with sockets through Unix calls or WinSock. Windows replaces the fallback's CPU, interface,
-//! process and CPU-count answers with native ones (`windows.rs`); docs/platforms.md lists
-//! what each OS gives.
+//! with sockets through Unix calls or WinSock. Windows (`windows.rs`) and macOS (`macos.rs`)
+//! replace the fallback's CPU, interface, process and TCP state answers with native ones, and
+//! share the getifaddrs walk with Linux (`ifaddrs.rs`); docs/platforms.md lists what each OS
+//! gives.
 //! Linux's UDP fast path lives apart from the rest of its backend, in `linux_udp.rs`.
 //! The CPU, NIC and UDP counter parsers and their delta arithmetic are pure and shared by all.
 //!
@@ -16,7 +17,12 @@
 //!
 //! - [`tcp_info`]: `struct tcp_info` and the congestion control name of a TCP socket.
 //!   Unsupported: `Err` of kind [`std::io::ErrorKind::Unsupported`]. Fields the running kernel
-//!   does not report read 0.
+//!   does not report read 0, as do those Windows (SIO_TCP_INFO) and macOS
+//!   (TCP_CONNECTION_INFO) do not have (docs/platforms.md lists them).
+//! - [`tcp_send_queue`], [`tcp_peer_window`]: unacknowledged bytes and the peer's window.
+//!   Unsupported: `Err`.
+//! - [`own_listen_port`], [`fine_timers`]: a listener that keeps its port to itself, and
+//!   fine-grained sleeps for paced senders (per OS, in their own documentation).
 //! - [`cpu_snapshot`], [`cpu_usage`]: machine-wide CPU time, including softirq, where network
 //!   receive work runs. Unsupported: `None` snapshots.
 //! - [`interface_for_addr`], [`nic_snapshot`], [`nic_usage`]: the interface a local address
@@ -135,13 +141,34 @@ pub use linux_udp::{
 pub use fallback::{
     accept_nonblocking, available_congestion, bind_address_no_port, environment,
     is_virtual_interface, local_port_range, pin_current_thread, recv_discard, send_zerocopy,
-    set_busy_poll, set_max_pacing_rate, tcp_defer_accept, tcp_info, tcp_peer_window,
-    tcp_send_queue, ZeroCopySource, DISCARD_SUPPORTED,
+    set_busy_poll, set_max_pacing_rate, tcp_defer_accept, ZeroCopySource, DISCARD_SUPPORTED,
 };
 
-#[cfg(not(any(target_os = "linux", windows)))]
+#[cfg(not(any(target_os = "linux", target_os = "macos", windows)))]
 pub use fallback::{
-    cpu_snapshot, interface_for_addr, nic_snapshot, nic_snapshot_all, online_cpus, process_usage,
+    cpu_snapshot, interface_for_addr, nic_snapshot, nic_snapshot_all, process_usage, tcp_info,
+    tcp_peer_window,
+};
+
+#[cfg(not(any(target_os = "linux", target_os = "macos")))]
+pub use fallback::tcp_send_queue;
+
+#[cfg(not(any(target_os = "linux", windows)))]
+pub use fallback::online_cpus;
+
+#[cfg(unix)]
+mod ifaddrs;
+
+#[cfg(target_os = "macos")]
+mod macos;
+
+#[cfg(target_os = "macos")]
+pub use ifaddrs::interface_for_addr;
+
+#[cfg(target_os = "macos")]
+pub use macos::{
+    cpu_snapshot, nic_snapshot, nic_snapshot_all, process_usage, tcp_info, tcp_peer_window,
+    tcp_send_queue,
 };
 
 #[cfg(windows)]
@@ -150,7 +177,27 @@ mod windows;
 #[cfg(windows)]
 pub use windows::{
     cpu_snapshot, interface_for_addr, nic_snapshot, nic_snapshot_all, online_cpus, process_usage,
+    tcp_info, tcp_peer_window,
 };
+
+/// Makes a listening socket's port its own, before bind: SO_REUSEADDR on Unix (a restarted
+/// server can bind over connections still in TIME_WAIT), SO_EXCLUSIVEADDRUSE on Windows
+/// (where SO_REUSEADDR would let another process bind the same port and take its
+/// connections; Windows lets a listener rebind over TIME_WAIT without it).
+pub fn own_listen_port(sock: &socket2::Socket) -> std::io::Result<()> {
+    #[cfg(windows)]
+    return windows::exclusive_listen_addr(sock.as_raw_fd());
+    #[cfg(not(windows))]
+    sock.set_reuse_address(true)
+}
+
+/// Asks the OS for fine-grained sleeps in paced senders: 1 us timer slack per thread on
+/// Linux, a 1 ms system timer for the process on Windows (timeBeginPeriod); nothing elsewhere.
+pub fn fine_timers() {
+    tighten_timer_slack();
+    #[cfg(windows)]
+    windows::fine_timer();
+}
 
 #[cfg(not(target_os = "linux"))]
 pub use fallback::{

@@ -1,8 +1,11 @@
 //! The Windows backend, for what Windows measures natively: machine CPU time
 //! (GetSystemTimes), interface counters (GetIfTable2), this process's CPU, memory and handles,
-//! and the CPU count across processor groups. Everything else comes from `fallback.rs`
-//! (sockets through WinSock there) and is absent where Windows has no counterpart.
+//! the CPU count across processor groups, TCP state (SIO_TCP_INFO, Windows 10 1703+), exclusive
+//! listening ports and a 1 ms timer for paced senders. Everything else comes from
+//! `fallback.rs` (sockets through WinSock there) and is absent where Windows has no
+//! counterpart.
 
+use std::io;
 use std::net::IpAddr;
 use windows_sys::Win32::Foundation::{FILETIME, HANDLE};
 
@@ -10,14 +13,20 @@ use windows_sys::Win32::NetworkManagement::IpHelper::{
     FreeMibTable, GetIfTable2, GetUnicastIpAddressTable, MIB_IF_ROW2, MIB_IF_TABLE2,
     MIB_UNICASTIPADDRESS_ROW, MIB_UNICASTIPADDRESS_TABLE,
 };
-use windows_sys::Win32::Networking::WinSock::{AF_INET, AF_INET6, AF_UNSPEC};
+use windows_sys::Win32::Networking::WinSock::{
+    setsockopt, TCP_INFO_v0, TCP_INFO_v1, WSAIoctl, AF_INET, AF_INET6, AF_UNSPEC, SIO_TCP_INFO,
+    SOCKET, SOCKET_ERROR, SOL_SOCKET, SO_EXCLUSIVEADDRUSE,
+};
 use windows_sys::Win32::System::ProcessStatus::{K32GetProcessMemoryInfo, PROCESS_MEMORY_COUNTERS};
 use windows_sys::Win32::System::Threading::{
     GetActiveProcessorCount, GetCurrentProcess, GetProcessHandleCount, GetProcessTimes,
     GetSystemTimes, ALL_PROCESSOR_GROUPS,
 };
 
+use hakaru_model::TcpInfo;
+
 use super::counters::{CpuSnapshot, NicSnapshot, ProcessUsage};
+use super::RawFd;
 
 /// FILETIME counts 100 ns units.
 const FILETIME_HZ: u64 = 10_000_000;
@@ -218,9 +227,210 @@ pub fn nic_snapshot(iface: &str) -> Option<NicSnapshot> {
         .find(|n| n.interface == iface)
 }
 
+/// SIO_TCP_INFO version 1 (Windows 10 1703+), else version 0 (1703 too, without the
+/// limited-time split); `Err` where neither is answered (older Windows, Wine).
+fn raw_tcp_info(fd: RawFd) -> io::Result<(TCP_INFO_v0, Option<TCP_INFO_v1>)> {
+    fn ask<T>(fd: RawFd, version: u32) -> io::Result<T> {
+        // SAFETY: an all-zero TCP_INFO_v0/v1 (plain integers and a bool) is valid.
+        let mut out: T = unsafe { std::mem::zeroed() };
+        let mut got = 0u32;
+        // SAFETY: the input is one u32, the output buffer is `out` with its size; no overlap.
+        let rc = unsafe {
+            WSAIoctl(
+                fd as SOCKET,
+                SIO_TCP_INFO,
+                (&version as *const u32).cast(),
+                4,
+                (&mut out as *mut T).cast(),
+                std::mem::size_of::<T>() as u32,
+                &mut got,
+                std::ptr::null_mut(),
+                None,
+            )
+        };
+        if rc == SOCKET_ERROR {
+            return Err(super::fallback::win::last_error());
+        }
+        if (got as usize) < std::mem::size_of::<T>() {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "SIO_TCP_INFO answered short",
+            ));
+        }
+        Ok(out)
+    }
+    match ask::<TCP_INFO_v1>(fd, 1) {
+        Ok(v1) => Ok((v0_of(&v1), Some(v1))),
+        Err(_) => ask::<TCP_INFO_v0>(fd, 0).map(|v0| (v0, None)),
+    }
+}
+
+/// The version-0 prefix of a version-1 answer (the same fields in the same order).
+fn v0_of(v1: &TCP_INFO_v1) -> TCP_INFO_v0 {
+    TCP_INFO_v0 {
+        State: v1.State,
+        Mss: v1.Mss,
+        ConnectionTimeMs: v1.ConnectionTimeMs,
+        TimestampsEnabled: v1.TimestampsEnabled,
+        RttUs: v1.RttUs,
+        MinRttUs: v1.MinRttUs,
+        BytesInFlight: v1.BytesInFlight,
+        Cwnd: v1.Cwnd,
+        SndWnd: v1.SndWnd,
+        RcvWnd: v1.RcvWnd,
+        RcvBuf: v1.RcvBuf,
+        BytesOut: v1.BytesOut,
+        BytesIn: v1.BytesIn,
+        BytesReordered: v1.BytesReordered,
+        BytesRetrans: v1.BytesRetrans,
+        FastRetrans: v1.FastRetrans,
+        DupAcksIn: v1.DupAcksIn,
+        TimeoutEpisodes: v1.TimeoutEpisodes,
+        SynRetrans: v1.SynRetrans,
+    }
+}
+
+/// SIO_TCP_INFO mapped onto [`TcpInfo`]: RTT and minimum RTT, the congestion window (bytes
+/// there, segments here), MSS, bytes retransmitted and acknowledged, and from version 1 the
+/// time sending was limited by the receiver's window, by the send buffer and in all (the three
+/// limits split the sending time). Windows counts retransmission episodes, not segments, and
+/// gives no congestion control name, RTT variance, lost or reordering counts, path MTU, pacing
+/// or delivery rate: those read 0 under the [`crate::sys`] contract (docs/platforms.md).
+pub fn tcp_info(fd: RawFd) -> io::Result<TcpInfo> {
+    let (v0, v1) = raw_tcp_info(fd)?;
+    Ok(map_tcp_info(&v0, v1.as_ref()))
+}
+
+fn map_tcp_info(v0: &TCP_INFO_v0, v1: Option<&TCP_INFO_v1>) -> TcpInfo {
+    let ms = |t: u32| u64::from(t) * 1000;
+    let mut info = TcpInfo {
+        rtt_us: v0.RttUs,
+        min_rtt_us: v0.MinRttUs,
+        snd_cwnd: v0.Cwnd / v0.Mss.max(1),
+        snd_mss: v0.Mss,
+        bytes_retrans: u64::from(v0.BytesRetrans),
+        bytes_acked: v0.BytesOut.saturating_sub(u64::from(v0.BytesInFlight)),
+        ..TcpInfo::default()
+    };
+    if let Some(v1) = v1 {
+        info.rwnd_limited_us = ms(v1.SndLimTimeRwin);
+        info.sndbuf_limited_us = ms(v1.SndLimTimeSnd);
+        info.busy_time_us = ms(v1.SndLimTimeRwin) + ms(v1.SndLimTimeCwnd) + ms(v1.SndLimTimeSnd);
+    }
+    info
+}
+
+/// The peer's advertised receive window, bytes (SndWnd).
+pub fn tcp_peer_window(fd: RawFd) -> io::Result<u64> {
+    Ok(u64::from(raw_tcp_info(fd)?.0.SndWnd))
+}
+
+/// SO_EXCLUSIVEADDRUSE on a listening socket before bind: on Windows SO_REUSEADDR would let
+/// another process bind the same port and take connections meant for this one.
+pub fn exclusive_listen_addr(fd: RawFd) -> io::Result<()> {
+    let on: i32 = 1;
+    // SAFETY: the option value is one i32 read during the call.
+    let rc = unsafe {
+        setsockopt(
+            fd as SOCKET,
+            SOL_SOCKET,
+            SO_EXCLUSIVEADDRUSE,
+            (&on as *const i32).cast(),
+            4,
+        )
+    };
+    if rc == SOCKET_ERROR {
+        return Err(super::fallback::win::last_error());
+    }
+    Ok(())
+}
+
+/// A 1 ms system timer for this process (timeBeginPeriod), so a paced sender's sleeps end
+/// within a millisecond instead of Windows' default 15.6 ms tick. Asked once; Windows drops
+/// it when the process exits.
+pub fn fine_timer() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: a plain request with no pointers.
+        let _ = unsafe { windows_sys::Win32::Media::timeBeginPeriod(1) };
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tcp_info_maps_windows_units() {
+        let v1 = TCP_INFO_v1 {
+            Mss: 1460,
+            RttUs: 250,
+            MinRttUs: 180,
+            BytesInFlight: 4000,
+            Cwnd: 14600,
+            SndWnd: 65535,
+            BytesOut: 1_000_000,
+            BytesRetrans: 2920,
+            SndLimTimeRwin: 3,
+            SndLimTimeCwnd: 5,
+            SndLimTimeSnd: 7,
+            ..TCP_INFO_v1::default()
+        };
+        let i = map_tcp_info(&v0_of(&v1), Some(&v1));
+        assert_eq!((i.rtt_us, i.min_rtt_us, i.snd_mss), (250, 180, 1460));
+        assert_eq!(i.snd_cwnd, 10, "bytes become segments");
+        assert_eq!(i.bytes_retrans, 2920);
+        assert_eq!(i.bytes_acked, 996_000, "sent minus in flight");
+        assert_eq!(i.rwnd_limited_us, 3000);
+        assert_eq!(i.sndbuf_limited_us, 7000);
+        assert_eq!(i.busy_time_us, 15_000);
+        assert_eq!(i.congestion, None);
+        // Version 0 has no limited-time split: those stay unreported.
+        let i0 = map_tcp_info(&v0_of(&v1), None);
+        assert_eq!((i0.busy_time_us, i0.rwnd_limited_us), (0, 0));
+        assert_eq!(i0.snd_cwnd, 10);
+    }
+
+    #[test]
+    fn tcp_info_of_a_connection_is_sane_or_unsupported() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (_s, _) = l.accept().unwrap();
+        use super::super::AsRawFd;
+        // Windows 10 1703+ answers; Wine and older Windows refuse the ioctl.
+        match tcp_info(c.as_raw_fd()) {
+            Ok(i) => {
+                assert!(i.snd_mss > 0 && i.snd_mss <= 65_535, "{i:?}");
+                assert!(i.rtt_us < 10_000_000, "{i:?}");
+            }
+            Err(e) => assert_ne!(e.kind(), io::ErrorKind::WouldBlock, "{e}"),
+        }
+        // A UDP socket is not TCP: never a made-up answer.
+        let u = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        assert!(tcp_info(u.as_raw_fd()).is_err());
+    }
+
+    #[test]
+    fn an_exclusive_listener_keeps_its_port() {
+        use socket2::{Domain, Protocol, Socket, Type};
+        let a = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
+        super::super::own_listen_port(&a).unwrap();
+        a.bind(
+            &"127.0.0.1:0"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
+        )
+        .unwrap();
+        a.listen(8).unwrap();
+        let port = a.local_addr().unwrap().as_socket().unwrap();
+        let b = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
+        b.set_reuse_address(true).unwrap();
+        assert!(
+            b.bind(&port.into()).is_err(),
+            "another socket with SO_REUSEADDR took the listener's port"
+        );
+    }
 
     #[test]
     fn cpu_time_is_read_and_only_grows() {
