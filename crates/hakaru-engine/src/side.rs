@@ -545,8 +545,8 @@ fn ticker(s: &Core, mut on_interval: IntervalFn, tcp_probe: Option<TcpProbe>) ->
                         let cur = snap[i];
                         let tcp = match &tcp_probe {
                             Some(probe) if s.meta[i].role == Role::Sender => probe(i).map(|ti| {
-                                let d = ti.retransmits.saturating_sub(prev_retx[i]);
-                                prev_retx[i] = ti.retransmits;
+                                let d = ti.retransmits.map(|r| r.saturating_sub(prev_retx[i]));
+                                prev_retx[i] = ti.retransmits.unwrap_or(0);
                                 TcpTick {
                                     retransmits: d,
                                     snd_cwnd: ti.snd_cwnd,

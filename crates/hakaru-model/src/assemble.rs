@@ -58,7 +58,7 @@ pub fn merge_interval(
         let sender_bytes = add(|f| f.sender_bytes);
         let retransmits = of_dir
             .iter()
-            .map(|f| f.tcp.map(|t| t.retransmits))
+            .map(|f| f.tcp.and_then(|t| t.retransmits))
             .sum::<Option<u64>>();
         let udp = of_dir
             .iter()
@@ -350,8 +350,8 @@ pub fn assemble(i: Inputs) -> RunResult {
             sender: sum(|f| f.sender),
             retransmits: of
                 .iter()
-                .filter_map(|f| f.tcp_info.as_ref().map(|t| t.retransmits))
-                .sum(),
+                .filter_map(|f| f.tcp_info.as_ref().and_then(|t| t.retransmits))
+                .fold(None, |acc, r| Some(acc.unwrap_or(0) + r)),
             udp: i
                 .spec
                 .udp()

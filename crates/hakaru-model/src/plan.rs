@@ -156,8 +156,8 @@ pub struct ReceiverAggregate {
     pub sent_bytes: u64,
     /// Sum of the runs' sender rates, bits per second.
     pub sent_bps: f64,
-    /// TCP: segments retransmitted, summed.
-    pub retransmits: u64,
+    /// TCP: segments retransmitted, summed over the runs whose OS counts them.
+    pub retransmits: Option<u64>,
     /// UDP: datagrams received, summed.
     pub received_datagrams: Option<u64>,
     /// UDP: sum of the runs' received datagram rates (the packet-rate headline).
@@ -199,7 +199,7 @@ impl ReceiverAggregate {
             received_bps: 0.0,
             sent_bytes: 0,
             sent_bps: 0.0,
-            retransmits: 0,
+            retransmits: None,
             received_datagrams: None,
             received_pps: None,
             sent_datagrams: None,
@@ -357,7 +357,9 @@ fn aggregate_one(runs: &[RunRef<'_>], receiver: &str, dir: FlowDir) -> ReceiverA
             a.received_bps += t.receiver.bits_per_second.0;
             a.sent_bytes += t.sender.bytes;
             a.sent_bps += t.sender.bits_per_second.0;
-            a.retransmits += t.retransmits;
+            if let Some(r) = t.retransmits {
+                *a.retransmits.get_or_insert(0) += r;
+            }
             if let Some(u) = &t.udp {
                 *a.received_datagrams.get_or_insert(0) += u.received_datagrams;
                 *a.received_pps.get_or_insert(0.0) += u.received_pps;

@@ -30,39 +30,47 @@ pub enum Role {
     Receiver,
 }
 
-/// A snapshot of Linux `struct tcp_info` for one socket (times in microseconds).
+/// A snapshot of one socket's TCP state: Linux `struct tcp_info`, Windows SIO_TCP_INFO or macOS
+/// TCP_CONNECTION_INFO (times in microseconds). RTT, cwnd, MSS and bytes retransmitted come
+/// from every OS; the optional figures are absent where the OS does not give them
+/// (docs/platforms.md lists which).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TcpInfo {
     /// Congestion control algorithm in use on the socket (TCP_CONGESTION).
     pub congestion: Option<String>,
-    /// Segments retransmitted over the connection's life (tcpi_total_retrans).
-    pub retransmits: u64,
-    /// Segments currently considered lost (tcpi_lost).
-    pub lost: u32,
-    /// Reordering events seen (tcpi_reord_seen).
-    pub reord_seen: u32,
+    /// Segments retransmitted over the connection's life (tcpi_total_retrans); absent on
+    /// Windows, which counts retransmission episodes, not segments.
+    pub retransmits: Option<u64>,
+    /// Segments currently considered lost (tcpi_lost); Linux only.
+    pub lost: Option<u32>,
+    /// Reordering events seen (tcpi_reord_seen); Linux only.
+    pub reord_seen: Option<u32>,
     /// Smoothed round-trip time, microseconds (tcpi_rtt).
     pub rtt_us: u32,
-    /// Round-trip time variance, microseconds (tcpi_rttvar).
-    pub rttvar_us: u32,
-    /// Minimum round-trip time seen, microseconds (tcpi_min_rtt).
-    pub min_rtt_us: u32,
+    /// Round-trip time variance, microseconds (tcpi_rttvar); absent on Windows.
+    pub rttvar_us: Option<u32>,
+    /// Minimum round-trip time seen, microseconds (tcpi_min_rtt); absent on macOS.
+    pub min_rtt_us: Option<u32>,
     /// Congestion window, in segments (tcpi_snd_cwnd).
     pub snd_cwnd: u32,
     /// Sender maximum segment size, bytes (tcpi_snd_mss).
     pub snd_mss: u32,
-    /// Path MTU, bytes (tcpi_pmtu).
-    pub pmtu: u32,
-    /// Current pacing rate, bits per second (tcpi_pacing_rate x 8).
-    pub pacing_rate_bps: f64,
-    /// Most recent delivery rate estimate, bits per second (tcpi_delivery_rate x 8).
-    pub delivery_rate_bps: f64,
-    /// Time the connection was busy sending, microseconds (tcpi_busy_time).
-    pub busy_time_us: u64,
-    /// Time sending was limited by the receiver's window, microseconds (tcpi_rwnd_limited).
-    pub rwnd_limited_us: u64,
-    /// Time sending was limited by the send buffer, microseconds (tcpi_sndbuf_limited).
-    pub sndbuf_limited_us: u64,
+    /// Path MTU, bytes (tcpi_pmtu); Linux only.
+    pub pmtu: Option<u32>,
+    /// Current pacing rate, bits per second (tcpi_pacing_rate x 8); Linux only, and absent
+    /// when the socket is not paced.
+    pub pacing_rate_bps: Option<f64>,
+    /// Most recent delivery rate estimate, bits per second (tcpi_delivery_rate x 8); Linux
+    /// only.
+    pub delivery_rate_bps: Option<f64>,
+    /// Time the connection was busy sending, microseconds (tcpi_busy_time); absent on macOS.
+    pub busy_time_us: Option<u64>,
+    /// Time sending was limited by the receiver's window, microseconds (tcpi_rwnd_limited);
+    /// absent on macOS.
+    pub rwnd_limited_us: Option<u64>,
+    /// Time sending was limited by the send buffer, microseconds (tcpi_sndbuf_limited);
+    /// absent on macOS.
+    pub sndbuf_limited_us: Option<u64>,
     /// Bytes acknowledged by the peer (tcpi_bytes_acked).
     pub bytes_acked: u64,
     /// Bytes retransmitted (tcpi_bytes_retrans).
@@ -188,8 +196,8 @@ pub struct Environment {
 /// Per-flow per-interval TCP state of a sending socket.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TcpTick {
-    /// Retransmitted segments during the interval.
-    pub retransmits: u64,
+    /// Retransmitted segments during the interval; absent where the OS does not count them.
+    pub retransmits: Option<u64>,
     /// Congestion window at the end of the interval, segments.
     pub snd_cwnd: u32,
     /// Smoothed RTT at the end of the interval, microseconds.
@@ -391,8 +399,9 @@ pub struct DirectionTotal {
     pub receiver: Counted,
     /// Sum over flows at the senders.
     pub sender: Counted,
-    /// Segments retransmitted, summed over the sending sockets.
-    pub retransmits: u64,
+    /// Segments retransmitted, summed over the sending sockets; absent where no sending
+    /// socket's OS counts them.
+    pub retransmits: Option<u64>,
     /// UDP figures summed over the flows, for UDP tests.
     pub udp: Option<UdpCounts>,
     /// Paced UDP tests (`-b`, `--rate`): the senders' asked rate against what they sent.

@@ -696,7 +696,11 @@ pub fn results_from_report(r: &SideReport, tcp: bool) -> Results {
                 ..StreamResult::default()
             };
             if f.role == Role::Sender && tcp {
-                s.retransmits = f.tcp_info.as_ref().map_or(-1, |t| t.retransmits as i64);
+                s.retransmits = f
+                    .tcp_info
+                    .as_ref()
+                    .and_then(|t| t.retransmits)
+                    .map_or(-1, |r| r as i64);
             }
             if let Some(u) = &f.udp {
                 match f.role {
@@ -800,7 +804,7 @@ pub fn report_from_results(
             }
         });
         let tcp_info = (!udp && role == Role::Sender && s.retransmits >= 0).then(|| TcpInfo {
-            retransmits: s.retransmits as u64,
+            retransmits: Some(s.retransmits as u64),
             congestion: res.congestion_used.clone(),
             ..TcpInfo::default()
         });

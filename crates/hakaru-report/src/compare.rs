@@ -362,8 +362,9 @@ fn run_metrics(b: &RunResult, n: &RunResult) -> Vec<Raw> {
                         Scale::Relative,
                         both(&|r| {
                             let t = tot(r)?;
+                            let retr = t.retransmits?;
                             (t.sender.bytes > 0)
-                                .then(|| t.retransmits as f64 / (t.sender.bytes as f64 / 1e9))
+                                .then(|| retr as f64 / (t.sender.bytes as f64 / 1e9))
                         }),
                         None,
                     );
@@ -723,7 +724,7 @@ mod tests {
         let gb = tcp_fixture().totals[0].sender.bytes as f64 / 1e9;
         let with = |n: u64| {
             let mut r = tcp_fixture();
-            r.totals[0].retransmits = n;
+            r.totals[0].retransmits = Some(n);
             r
         };
         for (b, n) in [(9, 10), (0, 1), (10, 9)] {

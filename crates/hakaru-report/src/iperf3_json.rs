@@ -355,8 +355,11 @@ fn interval(v: &View, rec: &IntervalRecord) -> Value {
                 let pmtu = v
                     .flow(f.id)
                     .and_then(|x| x.tcp_info.as_ref())
-                    .map(|t| t.pmtu);
-                m.insert("retransmits".into(), t.retransmits.into());
+                    .and_then(|t| t.pmtu);
+                // iperf3 leaves the key out where the OS counts no retransmits.
+                if let Some(r) = t.retransmits {
+                    m.insert("retransmits".into(), r.into());
+                }
                 m.insert(
                     "snd_cwnd".into(),
                     (u64::from(t.snd_cwnd) * v.mss(f.id).unwrap_or(0)).into(),
@@ -386,8 +389,10 @@ fn interval(v: &View, rec: &IntervalRecord) -> Value {
                 );
             }
         } else if sends && of.iter().any(|f| f.tcp.is_some()) {
-            let retr: u64 = of.iter().filter_map(|f| f.tcp).map(|t| t.retransmits).sum();
-            m.insert("retransmits".into(), retr.into());
+            let retr: Option<u64> = of.iter().filter_map(|f| f.tcp).map(|t| t.retransmits).sum();
+            if let Some(retr) = retr {
+                m.insert("retransmits".into(), retr.into());
+            }
         }
         m.insert("omitted".into(), rec.omitted.into());
         m.insert("sender".into(), sends.into());

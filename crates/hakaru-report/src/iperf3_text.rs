@@ -172,7 +172,7 @@ fn interval_lines(v: &View, rec: &IntervalRecord) -> String {
             s += &line(
                 id(Some(f.id)),
                 local_bytes(f),
-                tcp.map(|t| t.retransmits),
+                tcp.and_then(|t| t.retransmits),
                 tcp.map(|t| u64::from(t.snd_cwnd) * mss_of(f.id)),
                 udp_cols(
                     &f.udp.into_iter().collect::<Vec<_>>(),
@@ -186,7 +186,11 @@ fn interval_lines(v: &View, rec: &IntervalRecord) -> String {
             s += &line(
                 id(None),
                 of.iter().map(|f| local_bytes(f)).sum(),
-                (!tcp.is_empty()).then(|| tcp.iter().map(|t| t.retransmits).sum()),
+                if tcp.is_empty() {
+                    None
+                } else {
+                    tcp.iter().map(|t| t.retransmits).sum()
+                },
                 None,
                 udp_cols(&ticks, of.iter().filter_map(|f| f.sender_datagrams).sum()),
             );

@@ -104,7 +104,7 @@ impl<'a> View<'a> {
     /// Retransmits of a flow after the warm-up: the socket's lifetime count minus what the
     /// omitted intervals saw (iperf3 leaves the warm-up's retransmits out of its summary).
     pub fn retransmits(&self, f: &FlowResult) -> Option<u64> {
-        let life = f.tcp_info.as_ref()?.retransmits;
+        let life = f.tcp_info.as_ref()?.retransmits?;
         let omitted: u64 = self
             .r
             .intervals
@@ -112,7 +112,7 @@ impl<'a> View<'a> {
             .filter(|i| i.omitted)
             .flat_map(|i| i.flows.iter())
             .filter(|fi| fi.id == f.id)
-            .filter_map(|fi| fi.tcp.map(|t| t.retransmits))
+            .filter_map(|fi| fi.tcp.and_then(|t| t.retransmits))
             .sum();
         Some(life.saturating_sub(omitted))
     }

@@ -153,11 +153,13 @@ fn aggregate_line(a: &ReceiverAggregate) -> String {
         );
     } else {
         s += &format!(
-            "{} received, {} sent, {} retransmits",
+            "{} received, {} sent",
             BitRate(a.received_bps),
-            BitRate(a.sent_bps),
-            a.retransmits
+            BitRate(a.sent_bps)
         );
+        if let Some(r) = a.retransmits {
+            s += &format!(", {r} retransmits");
+        }
     }
     s.push('\n');
     if let Some(n) = &a.nic {

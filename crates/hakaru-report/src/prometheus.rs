@@ -138,8 +138,8 @@ pub fn run_families(
         if let Some(u) = &t.udp {
             push(&mut pps, l.clone(), u.received_pps);
             push(&mut loss, l.clone(), u.lost_percent / 100.0);
-        } else if s.kind == "tcp" {
-            push(&mut retrans, l, t.retransmits as f64);
+        } else if let (true, Some(r)) = (s.kind == "tcp", t.retransmits) {
+            push(&mut retrans, l, r as f64);
         }
     }
     let mut rtt = gauge(

@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use hakaru_model::{
     Amount, BitRate, Bytes, Counted, Direction, EndResult, FlowDir, IntervalRecord, RunResult,
-    TcpSpec, TestSpec,
+    TcpInfo, TcpSpec, TestSpec,
 };
 
 use crate::{connect_text, http_text, latency_text, raw_text, udp_text, View};
@@ -168,7 +168,7 @@ fn tcp_interval_lines(rec: &IntervalRecord, view: &View) -> String {
     for f in rec.flows.iter().filter(|f| shown(f.dir)) {
         let (retr, cwnd, rtt) = match f.tcp {
             Some(t) => (
-                t.retransmits.to_string(),
+                t.retransmits.map(|r| r.to_string()).unwrap_or_default(),
                 t.snd_cwnd.to_string(),
                 format!("{}us", t.rtt_us),
             ),
@@ -379,6 +379,44 @@ fn tcp_table_heading(s: &mut String) {
     );
 }
 
+/// One sending socket's final TCP state; figures its OS does not give are left out.
+fn tcp_info_line(id: u32, dir: FlowDir, t: &TcpInfo) -> String {
+    let mut line = format!(
+        "[{id:>3}] {:<4} cc {} rtt {}us",
+        dir.label(),
+        t.congestion.as_deref().unwrap_or("?"),
+        t.rtt_us
+    );
+    let mut part = |text: Option<String>| {
+        if let Some(x) = text {
+            line.push_str(&x);
+        }
+    };
+    part(t.rttvar_us.map(|v| format!(" +/- {v}us")));
+    part(t.min_rtt_us.map(|v| format!(" (min {v}us)")));
+    part(Some(format!(" cwnd {} x {} B", t.snd_cwnd, t.snd_mss)));
+    part(t.retransmits.map(|v| format!(" retrans {v}")));
+    part(t.lost.map(|v| format!(" lost {v}")));
+    part(t.pacing_rate_bps.map(|v| format!(" pacing {}", BitRate(v))));
+    part(
+        t.delivery_rate_bps
+            .map(|v| format!(" delivery {}", BitRate(v))),
+    );
+    let limits = [
+        ("busy", t.busy_time_us),
+        ("rwnd-limited", t.rwnd_limited_us),
+        ("sndbuf-limited", t.sndbuf_limited_us),
+    ];
+    let mut sep = " |";
+    for (name, v) in limits {
+        if let Some(v) = v {
+            line.push_str(&format!("{sep} {name} {}", ms(v)));
+            sep = "";
+        }
+    }
+    line
+}
+
 fn tcp_sum_rows(s: &mut String, r: &RunResult) {
     for t in &r.totals {
         let _ = writeln!(
@@ -388,7 +426,7 @@ fn tcp_sum_rows(s: &mut String, r: &RunResult) {
             span(0.0, t.receiver.seconds),
             counted(&t.receiver),
             counted(&t.sender),
-            t.retransmits,
+            t.retransmits.map(|r| r.to_string()).unwrap_or_default(),
             t.flows
         );
     }
@@ -432,7 +470,8 @@ fn tcp_summary(r: &RunResult, view: &View) -> String {
             counted(&f.sender),
             f.tcp_info
                 .as_ref()
-                .map(|t| t.retransmits.to_string())
+                .and_then(|t| t.retransmits)
+                .map(|r| r.to_string())
                 .unwrap_or_default()
         );
     }
@@ -448,25 +487,7 @@ fn tcp_summary(r: &RunResult, view: &View) -> String {
         let _ = writeln!(s, "TCP_INFO of the sending sockets at the end:");
         for f in with_info {
             let Some(t) = &f.tcp_info else { continue };
-            let _ = writeln!(
-                s,
-                "[{:>3}] {:<4} cc {} rtt {}us +/- {}us (min {}us) cwnd {} x {} B retrans {} lost {} pacing {} delivery {} | busy {} rwnd-limited {} sndbuf-limited {}",
-                f.id,
-                f.dir.label(),
-                t.congestion.as_deref().unwrap_or("?"),
-                t.rtt_us,
-                t.rttvar_us,
-                t.min_rtt_us,
-                t.snd_cwnd,
-                t.snd_mss,
-                t.retransmits,
-                t.lost,
-                BitRate(t.pacing_rate_bps),
-                BitRate(t.delivery_rate_bps),
-                ms(t.busy_time_us),
-                ms(t.rwnd_limited_us),
-                ms(t.sndbuf_limited_us),
-            );
+            let _ = writeln!(s, "{}", tcp_info_line(f.id, f.dir, t));
         }
     }
     let _ = writeln!(s, "Ends (CPU covers the whole machine at each end):");
@@ -522,7 +543,7 @@ mod tests {
                     sender_bytes: Some(1 << 30),
                     sender_bps: Some(BitRate(8.59e9)),
                     tcp: Some(TcpTick {
-                        retransmits: 2,
+                        retransmits: Some(2),
                         snd_cwnd: 40,
                         rtt_us: 55,
                     }),

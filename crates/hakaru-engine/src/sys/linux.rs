@@ -157,28 +157,24 @@ fn raw_tcp_info(fd: RawFd) -> io::Result<RawTcpInfo> {
 fn tcp_info_from(fd: RawFd, raw: &RawTcpInfo) -> io::Result<TcpInfo> {
     // An older kernel writes only the prefix it knows; the zero-initialised tail then reads as
     // zero, which is what TcpInfo reports for a field the kernel does not have.
-    let pacing = if raw.tcpi_pacing_rate == u64::MAX {
-        // ~0 means "not paced", not a rate.
-        0.0
-    } else {
-        raw.tcpi_pacing_rate as f64 * 8.0
-    };
+    // ~0 means "not paced", not a rate.
+    let pacing = (raw.tcpi_pacing_rate != u64::MAX).then(|| raw.tcpi_pacing_rate as f64 * 8.0);
     Ok(TcpInfo {
         congestion: tcp_congestion(fd),
-        retransmits: u64::from(raw.tcpi_total_retrans),
-        lost: raw.tcpi_lost,
-        reord_seen: raw.tcpi_reord_seen,
+        retransmits: Some(u64::from(raw.tcpi_total_retrans)),
+        lost: Some(raw.tcpi_lost),
+        reord_seen: Some(raw.tcpi_reord_seen),
         rtt_us: raw.tcpi_rtt,
-        rttvar_us: raw.tcpi_rttvar,
-        min_rtt_us: raw.tcpi_min_rtt,
+        rttvar_us: Some(raw.tcpi_rttvar),
+        min_rtt_us: Some(raw.tcpi_min_rtt),
         snd_cwnd: raw.tcpi_snd_cwnd,
         snd_mss: raw.tcpi_snd_mss,
-        pmtu: raw.tcpi_pmtu,
+        pmtu: Some(raw.tcpi_pmtu),
         pacing_rate_bps: pacing,
-        delivery_rate_bps: raw.tcpi_delivery_rate as f64 * 8.0,
-        busy_time_us: raw.tcpi_busy_time,
-        rwnd_limited_us: raw.tcpi_rwnd_limited,
-        sndbuf_limited_us: raw.tcpi_sndbuf_limited,
+        delivery_rate_bps: Some(raw.tcpi_delivery_rate as f64 * 8.0),
+        busy_time_us: Some(raw.tcpi_busy_time),
+        rwnd_limited_us: Some(raw.tcpi_rwnd_limited),
+        sndbuf_limited_us: Some(raw.tcpi_sndbuf_limited),
         bytes_acked: raw.tcpi_bytes_acked,
         bytes_retrans: raw.tcpi_bytes_retrans,
     })
@@ -720,11 +716,16 @@ mod tests {
         server.read_exact(&mut got).expect("read");
         let info = tcp_info(client.as_raw_fd()).expect("tcp_info");
         assert!(info.snd_mss > 0, "{info:?}");
-        assert!(info.pmtu > 0, "{info:?}");
+        assert!(info.pmtu.is_some_and(|m| m > 0), "{info:?}");
         assert!(info.snd_cwnd > 0, "{info:?}");
+        // Linux gives every figure; an unpaced socket has no pacing rate.
+        assert!(
+            info.retransmits.is_some() && info.busy_time_us.is_some(),
+            "{info:?}"
+        );
         let cc = info.congestion.expect("congestion");
         assert!(!cc.is_empty() && cc.is_ascii(), "{cc:?}");
-        assert!(info.pacing_rate_bps.is_finite());
+        assert!(info.pacing_rate_bps.is_none_or(f64::is_finite));
     }
 
     #[test]

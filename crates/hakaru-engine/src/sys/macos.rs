@@ -202,8 +202,8 @@ fn connection_info(fd: RawFd) -> io::Result<libc::tcp_connection_info> {
 /// TCP_CONNECTION_INFO mapped onto [`TcpInfo`]: retransmitted segments and bytes, smoothed
 /// RTT and its variance (macOS keeps milliseconds), the congestion window (bytes there,
 /// segments here) and the MSS. macOS gives no congestion control name per socket, no lost or
-/// reordering counts, path MTU, pacing or delivery rate and no limited-time split: those read
-/// 0 under the [`crate::sys`] contract and docs/platforms.md lists them as not given.
+/// reordering counts, path MTU, pacing or delivery rate and no limited-time split: those are
+/// absent (docs/platforms.md).
 pub fn tcp_info(fd: RawFd) -> io::Result<TcpInfo> {
     Ok(map_connection_info(&connection_info(fd)?))
 }
@@ -213,9 +213,9 @@ fn map_connection_info(i: &libc::tcp_connection_info) -> TcpInfo {
     TcpInfo {
         congestion: None,
         // The struct's last field, xnu's tcpi_txretransmitpackets (libc calls it rx...).
-        retransmits: i.tcpi_rxretransmitpackets,
+        retransmits: Some(i.tcpi_rxretransmitpackets),
         rtt_us: i.tcpi_srtt.saturating_mul(1000),
-        rttvar_us: i.tcpi_rttvar.saturating_mul(1000),
+        rttvar_us: Some(i.tcpi_rttvar.saturating_mul(1000)),
         snd_cwnd: i.tcpi_snd_cwnd / mss,
         snd_mss: i.tcpi_maxseg,
         bytes_retrans: i.tcpi_txretransmitbytes,

@@ -17,8 +17,8 @@
 //!
 //! - [`tcp_info`]: `struct tcp_info` and the congestion control name of a TCP socket.
 //!   Unsupported: `Err` of kind [`std::io::ErrorKind::Unsupported`]. Fields the running kernel
-//!   does not report read 0, as do those Windows (SIO_TCP_INFO) and macOS
-//!   (TCP_CONNECTION_INFO) do not have (docs/platforms.md lists them).
+//!   does not report read 0; the optional ones Windows (SIO_TCP_INFO) and macOS
+//!   (TCP_CONNECTION_INFO) do not have are `None` (docs/platforms.md lists them).
 //! - [`tcp_send_queue`], [`tcp_peer_window`]: unacknowledged bytes and the peer's window.
 //!   Unsupported: `Err`.
 //! - [`own_listen_port`], [`fine_timers`]: a listener that keeps its port to itself, and

@@ -295,7 +295,7 @@ fn v0_of(v1: &TCP_INFO_v1) -> TCP_INFO_v0 {
 /// time sending was limited by the receiver's window, by the send buffer and in all (the three
 /// limits split the sending time). Windows counts retransmission episodes, not segments, and
 /// gives no congestion control name, RTT variance, lost or reordering counts, path MTU, pacing
-/// or delivery rate: those read 0 under the [`crate::sys`] contract (docs/platforms.md).
+/// or delivery rate: those are absent (docs/platforms.md).
 pub fn tcp_info(fd: RawFd) -> io::Result<TcpInfo> {
     let (v0, v1) = raw_tcp_info(fd)?;
     Ok(map_tcp_info(&v0, v1.as_ref()))
@@ -305,7 +305,7 @@ fn map_tcp_info(v0: &TCP_INFO_v0, v1: Option<&TCP_INFO_v1>) -> TcpInfo {
     let ms = |t: u32| u64::from(t) * 1000;
     let mut info = TcpInfo {
         rtt_us: v0.RttUs,
-        min_rtt_us: v0.MinRttUs,
+        min_rtt_us: Some(v0.MinRttUs),
         snd_cwnd: v0.Cwnd / v0.Mss.max(1),
         snd_mss: v0.Mss,
         bytes_retrans: u64::from(v0.BytesRetrans),
@@ -313,9 +313,10 @@ fn map_tcp_info(v0: &TCP_INFO_v0, v1: Option<&TCP_INFO_v1>) -> TcpInfo {
         ..TcpInfo::default()
     };
     if let Some(v1) = v1 {
-        info.rwnd_limited_us = ms(v1.SndLimTimeRwin);
-        info.sndbuf_limited_us = ms(v1.SndLimTimeSnd);
-        info.busy_time_us = ms(v1.SndLimTimeRwin) + ms(v1.SndLimTimeCwnd) + ms(v1.SndLimTimeSnd);
+        info.rwnd_limited_us = Some(ms(v1.SndLimTimeRwin));
+        info.sndbuf_limited_us = Some(ms(v1.SndLimTimeSnd));
+        info.busy_time_us =
+            Some(ms(v1.SndLimTimeRwin) + ms(v1.SndLimTimeCwnd) + ms(v1.SndLimTimeSnd));
     }
     info
 }
@@ -377,17 +378,20 @@ mod tests {
             ..TCP_INFO_v1::default()
         };
         let i = map_tcp_info(&v0_of(&v1), Some(&v1));
-        assert_eq!((i.rtt_us, i.min_rtt_us, i.snd_mss), (250, 180, 1460));
+        assert_eq!((i.rtt_us, i.min_rtt_us, i.snd_mss), (250, Some(180), 1460));
         assert_eq!(i.snd_cwnd, 10, "bytes become segments");
         assert_eq!(i.bytes_retrans, 2920);
         assert_eq!(i.bytes_acked, 996_000, "sent minus in flight");
-        assert_eq!(i.rwnd_limited_us, 3000);
-        assert_eq!(i.sndbuf_limited_us, 7000);
-        assert_eq!(i.busy_time_us, 15_000);
+        assert_eq!(i.rwnd_limited_us, Some(3000));
+        assert_eq!(i.sndbuf_limited_us, Some(7000));
+        assert_eq!(i.busy_time_us, Some(15_000));
+        // What Windows does not give is absent, never zero.
         assert_eq!(i.congestion, None);
-        // Version 0 has no limited-time split: those stay unreported.
+        assert_eq!((i.retransmits, i.rttvar_us, i.pmtu), (None, None, None));
+        assert_eq!((i.pacing_rate_bps, i.delivery_rate_bps), (None, None));
+        // Version 0 has no limited-time split: absent too.
         let i0 = map_tcp_info(&v0_of(&v1), None);
-        assert_eq!((i0.busy_time_us, i0.rwnd_limited_us), (0, 0));
+        assert_eq!((i0.busy_time_us, i0.rwnd_limited_us), (None, None));
         assert_eq!(i0.snd_cwnd, 10);
     }
 
