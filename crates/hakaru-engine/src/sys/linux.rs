@@ -158,7 +158,7 @@ fn tcp_info_from(fd: RawFd, raw: &RawTcpInfo) -> io::Result<TcpInfo> {
     // An older kernel writes only the prefix it knows; the zero-initialised tail then reads as
     // zero, which is what TcpInfo reports for a field the kernel does not have.
     // ~0 means "not paced", not a rate.
-    let pacing = (raw.tcpi_pacing_rate != u64::MAX).then(|| raw.tcpi_pacing_rate as f64 * 8.0);
+    let pacing = (raw.tcpi_pacing_rate != u64::MAX).then_some(raw.tcpi_pacing_rate as f64 * 8.0);
     Ok(TcpInfo {
         congestion: tcp_congestion(fd),
         retransmits: Some(u64::from(raw.tcpi_total_retrans)),
