@@ -44,11 +44,12 @@ def sh(*cmd, check=True):
 
 
 REVERSE = []
+HAKARU_EXTRA = []
 
 
 def hakaru(target, n, secs):
     out = run([HAKARU, "pps", target, "-p", str(HK_PORT), "-P", str(n), "-t", str(secs), "-i", "0", "--json"]
-              + REVERSE, secs + 60)
+              + REVERSE + HAKARU_EXTRA, secs + 60)
     return json.loads(out)["totals"][0]["udp"]["received_pps"]
 
 
@@ -89,10 +90,14 @@ def main():
     ap.add_argument("--demux-check", type=int, metavar="N",
                     help="veth only: instead of the sweep, run hakaru -P 1 with the namespace's "
                          "net.ipv4.udp_early_demux on and off, and hakaru -P N with it on, in interleaved rounds")
+    ap.add_argument("--port-per-flow", action="store_true",
+                    help="hakaru's flows each get a server port of their own (--port-per-flow)")
     ap.add_argument("--write")
     a = ap.parse_args()
     if a.reverse:
         REVERSE.append("-R")
+    if a.port_per_flow:
+        HAKARU_EXTRA.append("--port-per-flow")
     flows = [int(x) for x in a.flows.split(",")]
     subprocess.run(["cargo", "build", "--release", "-q", "-p", "hakaru"], cwd=ROOT, check=True)
     prefix, target = [], "127.0.0.1"
@@ -141,9 +146,11 @@ def main():
              "one packet)")
     if a.reverse:
         where += ", the servers sending and the clients receiving (-R)"
+    if a.port_per_flow:
+        where += ", hakaru with --port-per-flow (each flow on a server port of its own)"
     lines = [
         f"Command: `python3 bench/pps_flows.py --flows {a.flows} --rounds {a.rounds} --time {a.time} --path {a.path}"
-        f"{' --reverse' if a.reverse else ''}` "
+        f"{' --reverse' if a.reverse else ''}{' --port-per-flow' if a.port_per_flow else ''}` "
         f"({time.strftime('%Y-%m-%d')}; kernel {os.uname().release}, {os.cpu_count()} CPUs; iperf3 -u -b 0 -l 16, "
         f"at most -P 128). Receiver-counted datagrams per second {where}. Each round runs hakaru -P 1, "
         "hakaru -P N and iperf3 -P N back to back; rates are medians over rounds, ratios are medians of "
@@ -164,8 +171,8 @@ def main():
     table = "\n".join(lines) + "\n"
     print(table)
     if a.write:
-        write_block(os.path.join(ROOT, a.write), f"pps-flows-{a.path}{'-reverse' if a.reverse else ''}", table,
-                    HEADING)
+        name = f"pps-flows-{a.path}{'-reverse' if a.reverse else ''}{'-ppf' if a.port_per_flow else ''}"
+        write_block(os.path.join(ROOT, a.write), name, table, HEADING)
 
 
 def demux_check(a, target):

@@ -1,5 +1,7 @@
 //! The client's half of opening UDP flows: one connected socket per flow (each its own source
-//! port, so each flow is its own 5-tuple), a hello to the server's UDP port, and its ack.
+//! port, so each flow is its own 5-tuple), a hello to the server's UDP port, and its ack. An
+//! ack that names another server port (the flow got a port of its own there: `--port-per-flow`,
+//! or a Windows server) moves the socket's connection to that port.
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
@@ -7,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use hakaru_engine::sockopt::apply_udp_options;
 use hakaru_engine::udp::UdpFlowSocket;
-use hakaru_model::{FlowDir, Role, UdpSpec};
+use hakaru_model::{FlowDir, Role, ServerPorts, UdpSpec};
 use hakaru_proto::datagram::{token_bytes, FlowHello};
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -107,16 +109,29 @@ pub(crate) fn open_flows(
                 match s.recv(&mut buf) {
                     Ok(n) => {
                         heard = true;
-                        if FlowHello::decode(&buf[..n])
-                            == Some(FlowHello::Ack {
-                                flow: plan[i].0 as u16,
-                                token: token_b,
-                            })
-                        {
-                            acked[i] = true;
-                            left -= 1;
-                            break;
+                        let mine = |flow: u16, token: [u8; 16]| {
+                            flow == plan[i].0 as u16 && token == token_b
+                        };
+                        let port = match FlowHello::decode(&buf[..n]) {
+                            Some(FlowHello::Ack { flow, token }) if mine(flow, token) => None,
+                            Some(FlowHello::Moved { flow, token, port })
+                                if mine(flow, token)
+                                    && spec.server_ports != ServerPorts::SharedOnly =>
+                            {
+                                Some(port)
+                            }
+                            _ => continue,
+                        };
+                        if let Some(port) = port {
+                            let to = SocketAddr::new(server.ip(), port);
+                            s.connect(to).map_err(|e| ClientError::Data {
+                                flow: plan[i].0,
+                                reason: format!("following the flow to server port {port}: {e}"),
+                            })?;
                         }
+                        acked[i] = true;
+                        left -= 1;
+                        break;
                     }
                     Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
                         return Err(ClientError::Data {

@@ -123,6 +123,9 @@ pub struct LatencySpec {
     // Defaulted so a request from a client built before this field existed still decodes.
     #[serde(default)]
     pub peer: LatencyPeer,
+    /// UDP: where the server's end of each flow listens (as [`crate::UdpSpec::server_ports`]).
+    #[serde(default = "crate::ServerPorts::absent")]
+    pub server_ports: crate::ServerPorts,
 }
 
 impl Default for LatencySpec {
@@ -140,6 +143,7 @@ impl Default for LatencySpec {
             timeout: Dur::from_secs(1),
             server_affinity: Vec::new(),
             peer: LatencyPeer::Hakaru,
+            server_ports: crate::ServerPorts::default(),
         }
     }
 }
@@ -240,6 +244,7 @@ impl LatencySpec {
             rate: UdpRate::Unlimited,
             gso: false,
             server_affinity: self.server_affinity.clone(),
+            server_ports: self.server_ports,
             ..UdpSpec::default()
         }
     }

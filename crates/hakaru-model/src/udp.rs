@@ -100,6 +100,53 @@ pub struct UdpSpec {
     /// client -> server rate (`--bitrate-down`, `--rate-down`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_down: Option<UdpRate>,
+    /// Where the server's end of each flow listens: the server's one UDP port, or a port of
+    /// its own per flow (`--port-per-flow`, and always on a Windows server).
+    #[serde(default = "ServerPorts::absent")]
+    pub server_ports: ServerPorts,
+}
+
+/// Where the server's end of each UDP flow listens. The client's end always has a port of its
+/// own, so each flow is its own 5-tuple either way.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum ServerPorts {
+    /// Every flow on the server's UDP port; the client cannot follow a flow to another port
+    /// (what a request from a client without this field means).
+    SharedOnly,
+    /// Every flow on the server's UDP port, unless the server needs a port per flow: a
+    /// Windows server does, because Windows does not hand a datagram to the socket connected
+    /// to its sender when several sockets share a port.
+    #[default]
+    Shared,
+    /// A port of its own per flow on the server (`--port-per-flow`). Linux's early demux
+    /// then finds every flow's socket directly, which it does for only one of the sockets
+    /// sharing a port (docs/BENCHMARKS.md); a firewall in front of the server must let the
+    /// server's ephemeral UDP ports through.
+    PerFlow,
+}
+
+impl ServerPorts {
+    /// The meaning of a request that does not carry the field: an older client.
+    pub fn absent() -> ServerPorts {
+        ServerPorts::SharedOnly
+    }
+
+    /// Whether a server on this OS gives each flow a port of its own: `Err` when it must but
+    /// the client cannot follow.
+    pub fn per_flow_on(self, windows_server: bool) -> Result<bool, &'static str> {
+        match (self, windows_server) {
+            (ServerPorts::PerFlow, _) | (ServerPorts::Shared, true) => Ok(true),
+            (ServerPorts::SharedOnly, true) => Err(
+                "this server runs on Windows, where UDP flows cannot share the server's port, \
+                 and the client is too old to follow a flow to a port of its own: use a newer \
+                 hakaru client",
+            ),
+            (_, false) => Ok(false),
+        }
+    }
 }
 
 impl Default for UdpSpec {
@@ -121,6 +168,7 @@ impl Default for UdpSpec {
             server_affinity: Vec::new(),
             stall_timeout: Dur::from_secs(10),
             rate_down: None,
+            server_ports: ServerPorts::default(),
         }
     }
 }
@@ -538,6 +586,30 @@ pub struct UdpPaths {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn server_ports_follow_the_client_and_the_server_os() {
+        // A request from a client without the field: the port is shared, and a Windows server
+        // refuses rather than misdeliver.
+        let mut v = serde_json::to_value(UdpSpec::default()).unwrap();
+        v.as_object_mut().unwrap().remove("server_ports");
+        let old: UdpSpec = serde_json::from_value(v).unwrap();
+        assert_eq!(old.server_ports, ServerPorts::SharedOnly);
+        assert_eq!(old.server_ports.per_flow_on(false), Ok(false));
+        assert!(old
+            .server_ports
+            .per_flow_on(true)
+            .unwrap_err()
+            .contains("Windows"));
+        // A current client shares the port unless the server is Windows or it asked.
+        assert_eq!(UdpSpec::default().server_ports, ServerPorts::Shared);
+        assert_eq!(ServerPorts::Shared.per_flow_on(false), Ok(false));
+        assert_eq!(ServerPorts::Shared.per_flow_on(true), Ok(true));
+        assert_eq!(ServerPorts::PerFlow.per_flow_on(false), Ok(true));
+        assert_eq!(ServerPorts::PerFlow.per_flow_on(true), Ok(true));
+        let v = serde_json::to_value(ServerPorts::PerFlow).unwrap();
+        assert_eq!(v, "per_flow");
+    }
 
     #[test]
     fn pacing_gap_follows_rate() {

@@ -14,7 +14,10 @@
 //!
 //! A UDP flow opens with a hello from the client, `"HKUH"`, version, kind (1 hello, 2 ack),
 //! flow id (u16) and the test's 16-byte token; the server answers from the flow's own socket
-//! with the same bytes and kind 2. A hello starts with `'H'` (0x48), which no data header can.
+//! with the same bytes and kind 2. When the flow gets a server port of its own (kind 3, only to
+//! a client whose spec allows it), the answer comes from the server's UDP port instead and
+//! carries that port in two more bytes; the client connects its socket there. A hello starts
+//! with `'H'` (0x48), which no data header can.
 
 /// Bytes of the header that carries flow and sequence number.
 pub const SEQ_HEADER: usize = hakaru_model::SEQ_HEADER;
@@ -22,6 +25,8 @@ pub const SEQ_HEADER: usize = hakaru_model::SEQ_HEADER;
 pub const FULL_HEADER: usize = 14;
 /// Bytes of a hello or ack.
 pub const HELLO_LEN: usize = 24;
+/// Bytes of a moved ack (an ack and the flow's server port).
+pub const MOVED_LEN: usize = HELLO_LEN + 2;
 /// First bytes of a hello or ack.
 pub const HELLO_MAGIC: [u8; 4] = *b"HKUH";
 /// Version of the datagram formats.
@@ -203,35 +208,54 @@ pub enum FlowHello {
         /// The test's token.
         token: [u8; 16],
     },
+    /// Server: the flow is connected on a server port of its own, `port`; sent from the
+    /// server's UDP port (where the hello went).
+    Moved {
+        /// Flow id.
+        flow: u16,
+        /// The test's token.
+        token: [u8; 16],
+        /// The server's port for the flow.
+        port: u16,
+    },
 }
 
 impl FlowHello {
-    /// Encodes the hello or ack.
-    pub fn encode(&self) -> [u8; HELLO_LEN] {
-        let (kind, flow, token) = match *self {
-            FlowHello::Hello { flow, token } => (1u8, flow, token),
-            FlowHello::Ack { flow, token } => (2u8, flow, token),
+    /// Encodes the hello or ack ([`HELLO_LEN`] bytes, [`MOVED_LEN`] for a moved ack).
+    pub fn encode(&self) -> Vec<u8> {
+        let (kind, flow, token, port) = match *self {
+            FlowHello::Hello { flow, token } => (1u8, flow, token, None),
+            FlowHello::Ack { flow, token } => (2u8, flow, token, None),
+            FlowHello::Moved { flow, token, port } => (3u8, flow, token, Some(port)),
         };
-        let mut out = [0u8; HELLO_LEN];
-        out[..4].copy_from_slice(&HELLO_MAGIC);
-        out[4] = DATAGRAM_VERSION;
-        out[5] = kind;
-        out[6..8].copy_from_slice(&flow.to_be_bytes());
-        out[8..24].copy_from_slice(&token);
+        let mut out = Vec::with_capacity(MOVED_LEN);
+        out.extend_from_slice(&HELLO_MAGIC);
+        out.push(DATAGRAM_VERSION);
+        out.push(kind);
+        out.extend_from_slice(&flow.to_be_bytes());
+        out.extend_from_slice(&token);
+        if let Some(port) = port {
+            out.extend_from_slice(&port.to_be_bytes());
+        }
         out
     }
 
-    /// Decodes a hello or ack; `None` for anything else (wrong size, magic, version or kind).
+    /// Decodes a hello or ack; `None` for anything else (wrong size, magic, version or kind,
+    /// or a moved ack naming port 0).
     pub fn decode(buf: &[u8]) -> Option<FlowHello> {
-        if buf.len() != HELLO_LEN || buf[..4] != HELLO_MAGIC || buf[4] != DATAGRAM_VERSION {
+        if buf.len() < HELLO_LEN || buf[..4] != HELLO_MAGIC || buf[4] != DATAGRAM_VERSION {
             return None;
         }
         let flow = u16::from_be_bytes([buf[6], buf[7]]);
         let mut token = [0u8; 16];
         token.copy_from_slice(&buf[8..24]);
-        match buf[5] {
-            1 => Some(FlowHello::Hello { flow, token }),
-            2 => Some(FlowHello::Ack { flow, token }),
+        match (buf[5], buf.len()) {
+            (1, HELLO_LEN) => Some(FlowHello::Hello { flow, token }),
+            (2, HELLO_LEN) => Some(FlowHello::Ack { flow, token }),
+            (3, MOVED_LEN) => match u16::from_be_bytes([buf[24], buf[25]]) {
+                0 => None,
+                port => Some(FlowHello::Moved { flow, token, port }),
+            },
             _ => None,
         }
     }
@@ -330,21 +354,48 @@ mod tests {
         for h in [
             FlowHello::Hello { flow: 3, token },
             FlowHello::Ack { flow: 9, token },
+            FlowHello::Moved {
+                flow: 4,
+                token,
+                port: 40_001,
+            },
         ] {
             let b = h.encode();
+            let want = if matches!(h, FlowHello::Moved { .. }) {
+                MOVED_LEN
+            } else {
+                HELLO_LEN
+            };
+            assert_eq!(b.len(), want);
             assert_eq!(FlowHello::decode(&b), Some(h));
             // A hello is never mistaken for data.
             assert_eq!(read_header(&b), None);
             for cut in 0..b.len() {
                 assert_eq!(FlowHello::decode(&b[..cut]), None);
             }
-            let mut bad = b;
+            let mut bad = b.clone();
             bad[5] = 7;
             assert_eq!(FlowHello::decode(&bad), None);
-            let mut bad = b;
+            let mut bad = b.clone();
             bad[4] = 2;
             assert_eq!(FlowHello::decode(&bad), None);
+            // A byte too many is not a hello, and a moved ack is not an ack.
+            let mut long = b.clone();
+            long.push(0);
+            assert_eq!(FlowHello::decode(&long), None);
         }
+        let moved = FlowHello::Moved {
+            flow: 1,
+            token,
+            port: 9,
+        }
+        .encode();
+        let mut as_ack = moved.clone();
+        as_ack[5] = 2;
+        assert_eq!(FlowHello::decode(&as_ack), None);
+        let mut port0 = moved;
+        port0[24..26].copy_from_slice(&[0, 0]);
+        assert_eq!(FlowHello::decode(&port0), None);
         assert_eq!(token_bytes("xyz"), None);
         assert_eq!(token_bytes("0011223344556677889900aabbccddzz"), None);
     }

@@ -870,7 +870,7 @@ pub(crate) fn plan(p: &Params, limits: &crate::ServerConfig) -> Result<Plan, Fai
 /// A socket on the server's port connected to a UDP stream's client socket (the reply and
 /// the data must come from the port the client connected its socket to).
 fn open_udp_stream(ctx: &Ctx, spec: &UdpSpec, to: SocketAddr) -> std::io::Result<UdpSocket> {
-    crate::session::open_udp_flow_with(ctx, to, |sock, v6| {
+    crate::session::open_udp_flow_with(ctx, to, false, |sock, v6| {
         apply_udp_options(sock, spec, v6).map_err(|e| std::io::Error::other(e.to_string()))
     })
 }

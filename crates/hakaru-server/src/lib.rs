@@ -107,6 +107,9 @@ pub(crate) struct Ctx {
     pub threads: AtomicUsize,
     /// Address of the UDP port (same address and port number as the TCP listener).
     pub udp_addr: SocketAddr,
+    /// The UDP port's socket, for answering a verified hello with the port its flow moved to
+    /// (nothing else is ever sent from it).
+    pub udp_port: UdpSocket,
     /// Datagrams on the UDP port that belonged to no test.
     pub strays: AtomicU64,
     /// iperf3 tests opening their data streams.
@@ -232,6 +235,7 @@ impl Server {
             })?),
             None => None,
         };
+        let udp_port = udp.try_clone()?;
         Ok(Server {
             listener,
             udp,
@@ -246,6 +250,7 @@ impl Server {
                 next_test: AtomicU64::new(1),
                 threads: AtomicUsize::new(0),
                 udp_addr: bound,
+                udp_port,
                 strays: AtomicU64::new(0),
                 iperf3: iperf3::Creating::default(),
                 accepted: AtomicU32::new(0),

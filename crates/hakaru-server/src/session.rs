@@ -786,24 +786,37 @@ fn collect_tcp(
     Ok(flows)
 }
 
-/// Opens the server's socket for one UDP flow: on the server's UDP port, connected to the
-/// client's socket for the flow.
-fn open_udp_flow(ctx: &Ctx, spec: &UdpSpec, to: SocketAddr) -> std::io::Result<UdpSocket> {
-    open_udp_flow_with(ctx, to, |sock, v6| {
+/// Opens the server's socket for one UDP flow, connected to the client's socket for the flow:
+/// on the server's UDP port, or with `own_port` on a port of its own.
+fn open_udp_flow(
+    ctx: &Ctx,
+    spec: &UdpSpec,
+    to: SocketAddr,
+    own_port: bool,
+) -> std::io::Result<UdpSocket> {
+    open_udp_flow_with(ctx, to, own_port, |sock, v6| {
         apply_udp_options(sock, spec, v6).map_err(|e| std::io::Error::other(e.to_string()))
     })
 }
 
-/// Opens a socket on the server's UDP port connected to `to`, with socket options applied by
-/// `options` (given the socket and whether the path is IPv6) before it is bound.
+/// Opens a socket connected to `to` on the server's UDP port (sharing it) or, with
+/// `own_port`, on a free port of the same address, with socket options applied by `options`
+/// (given the socket and whether the path is IPv6) before it is bound.
 pub(crate) fn open_udp_flow_with(
     ctx: &Ctx,
     to: SocketAddr,
+    own_port: bool,
     options: impl FnOnce(&Socket, bool) -> std::io::Result<()>,
 ) -> std::io::Result<UdpSocket> {
-    let local = ctx.udp_addr;
+    let local = if own_port {
+        SocketAddr::new(ctx.udp_addr.ip(), 0)
+    } else {
+        ctx.udp_addr
+    };
     let sock = Socket::new(Domain::for_address(local), Type::DGRAM, Some(Protocol::UDP))?;
-    sock.set_reuse_address(true)?;
+    if !own_port {
+        sock.set_reuse_address(true)?;
+    }
     if local.is_ipv6() {
         let _ = sock.set_only_v6(false);
     }
@@ -820,7 +833,8 @@ pub(crate) fn open_udp_flow_with(
     Ok(sock.into())
 }
 
-/// Waits for every UDP flow's hello, answers each from the flow's own socket, then waits for
+/// Waits for every UDP flow's hello, answers each from the flow's own socket (or, for a flow
+/// on a server port of its own, from the server's UDP port, naming that port), then waits for
 /// the client to confirm it heard every answer (re-answering hellos that cross a lost ack).
 fn collect_udp(
     ctx: &Ctx,
@@ -836,12 +850,34 @@ fn collect_udp(
     let mut deadline = Instant::now() + DATA_TIMEOUT;
     let mut held_long = false;
     let mut arrived = 0;
-    let ack = |flow: u32| {
-        FlowHello::Ack {
-            flow: flow as u16,
-            token: token_b,
+    let own_ports = spec
+        .server_ports
+        .per_flow_on(cfg!(windows))
+        .map_err(|e| Abort::Tell(e.to_string()))?;
+    // A flow sharing the port answers from its own socket (on that port); a flow on a port of
+    // its own answers from the server's port, where the client's socket is still connected.
+    let ack = |flow: u32, s: &UdpSocket, to: SocketAddr| {
+        let f = flow as u16;
+        let sent = if own_ports {
+            let port = s.local_addr().map(|a| a.port()).unwrap_or(0);
+            let moved = FlowHello::Moved {
+                flow: f,
+                token: token_b,
+                port,
+            };
+            ctx.udp_port.send_to(&moved.encode(), to)
+        } else {
+            s.send(
+                &FlowHello::Ack {
+                    flow: f,
+                    token: token_b,
+                }
+                .encode(),
+            )
+        };
+        if let Err(e) = sent {
+            tracing::debug!("test {id}: answering the hello of UDP flow {flow}: {e}");
         }
-        .encode()
     };
     let mut ready = false;
     let mut buf = [0u8; 64];
@@ -895,17 +931,16 @@ fn collect_udp(
             match c {
                 DataConn::Udp(flow, from) => match socks.get_mut(flow as usize) {
                     Some(slot @ None) => {
-                        let s = open_udp_flow(ctx, spec, from).map_err(|e| {
+                        let s = open_udp_flow(ctx, spec, from, own_ports).map_err(|e| {
                             Abort::Tell(format!("on the server: opening UDP flow {flow}: {e}"))
                         })?;
-                        let _ = s.send(&ack(flow));
+                        ack(flow, &s, from);
                         *slot = Some(s);
                         arrived += 1;
                     }
-                    // A repeated hello that reached the port before the flow's socket existed.
-                    Some(Some(s)) => {
-                        let _ = s.send(&ack(flow));
-                    }
+                    // A repeated hello that reached the port before the flow's socket existed,
+                    // or any repeated hello of a flow on a port of its own.
+                    Some(Some(s)) => ack(flow, s, from),
                     None => {
                         tracing::warn!("test {id}: ignored a UDP hello for unknown flow {flow}")
                     }
@@ -918,13 +953,15 @@ fn collect_udp(
         }
         // Hellos repeated after the flow's socket was connected land on that socket; the
         // client repeats every 100 ms, so looking every 50 ms is enough.
-        if last_drain.elapsed() >= Duration::from_millis(50) {
+        if !own_ports && last_drain.elapsed() >= Duration::from_millis(50) {
             last_drain = Instant::now();
             for (flow, s) in socks.iter().enumerate() {
                 let Some(s) = s else { continue };
                 while let Ok(n) = s.recv(&mut buf) {
                     if matches!(FlowHello::decode(&buf[..n]), Some(FlowHello::Hello { .. })) {
-                        let _ = s.send(&ack(flow as u32));
+                        if let Ok(to) = s.peer_addr() {
+                            ack(flow as u32, s, to);
+                        }
                     }
                 }
             }

@@ -3,7 +3,10 @@
 //! A flow's hello carries the test's secret token and must come from the test's client
 //! address. The session then opens a socket on this same port connected to the sender, so the
 //! kernel delivers the flow's datagrams to that socket and only strays reach this one. Strays
-//! are counted and dropped; nothing is ever sent from here, so the port cannot reflect traffic.
+//! are counted and dropped. This loop never sends, so the port cannot reflect traffic. The one
+//! datagram ever sent from the port is a session's answer to a hello that carried its test's
+//! token from its test's client, naming the port the flow moved to (`--port-per-flow`, and
+//! every flow on a Windows server).
 
 use std::net::UdpSocket;
 use std::sync::atomic::Ordering;
@@ -72,7 +75,9 @@ pub(crate) fn run(ctx: Arc<Ctx>, sock: UdpSocket) {
                     }
                 }
             }
-            Some(FlowHello::Ack { .. }) => "an acknowledgement (servers do not take those)",
+            Some(FlowHello::Ack { .. } | FlowHello::Moved { .. }) => {
+                "an acknowledgement (servers do not take those)"
+            }
             None => "a datagram that is not part of any test",
         };
         let count = ctx.strays.fetch_add(1, Ordering::AcqRel) + 1;

@@ -109,6 +109,7 @@ impl Args {
             } else {
                 LatencyPeer::Hakaru
             },
+            server_ports: hakaru_model::ServerPorts::Shared,
         };
         spec.validate()
             .map_err(|e| super::common::UsageError(e.0))?;

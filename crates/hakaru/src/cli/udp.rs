@@ -2,7 +2,7 @@
 //! one spec type, two sets of defaults.
 
 use hakaru_model::{
-    BitRate, Bytes, Dur, TestSpec, UdpMode, UdpRate, UdpSpec, DEFAULT_PPS_LENGTH,
+    BitRate, Bytes, Dur, ServerPorts, TestSpec, UdpMode, UdpRate, UdpSpec, DEFAULT_PPS_LENGTH,
     DEFAULT_UDP_LENGTH_V4, DEFAULT_UDP_LENGTH_V6, MAX_BATCH,
 };
 
@@ -27,6 +27,12 @@ pub struct Common {
     /// Most datagrams per send or receive system call (1 to 64).
     #[arg(long, value_name = "N", default_value_t = MAX_BATCH)]
     batch: u32,
+    /// Give each flow a UDP port of its own on the server instead of sharing the server's
+    /// port (iperf3's way). Linux then finds every flow's socket without a full lookup, which
+    /// it does for only one of the sockets sharing a port; a firewall in front of the server
+    /// must pass its ephemeral UDP ports. A Windows server always does this.
+    #[arg(long)]
+    port_per_flow: bool,
     #[command(flatten)]
     search: SearchFlags,
 }
@@ -99,6 +105,11 @@ impl Common {
             server_affinity: sh.server_affinity(),
             stall_timeout: sh.stall_timeout,
             rate_down,
+            server_ports: if self.port_per_flow {
+                ServerPorts::PerFlow
+            } else {
+                ServerPorts::Shared
+            },
         };
         spec.validate()
             .map_err(|e| super::common::UsageError(e.0))?;

@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::common::{json, run, stderr, ServerProc};
+use std::process::{Command, Stdio};
+
+use super::common::{hakaru, json, run, stderr, wait_child, ServerProc};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -308,7 +310,11 @@ fn three_clients_into_one_server_each_get_their_own_results() {
 fn pps_with_256_flows_reports_and_counts_every_flow() {
     let server = ServerProc::start(&[]);
     let port = server.port_s();
-    for extra in [&[][..], &["--bidir"][..]] {
+    for extra in [
+        &[][..],
+        &["--bidir"][..],
+        &["--bidir", "--port-per-flow"][..],
+    ] {
         let mut args = vec![
             "pps",
             "127.0.0.1",
@@ -424,4 +430,68 @@ fn each_direction_at_its_own_rate() {
     assert!(within(got, 5000.0), "pps down: {got}");
     // A down rate without a down direction is still checked like any rate.
     fails_with(&["udp", "--bitrate-down", "99T"], 2, &["-b/--bitrate"]);
+}
+
+/// UDP sockets whose local address is `local` right now (`ss`).
+fn sockets_on(local: &str) -> usize {
+    let o = Command::new("ss")
+        .args(["-Huan"])
+        .output()
+        .expect("ss runs");
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter(|l| l.split_whitespace().nth(3) == Some(local))
+        .count()
+}
+
+/// `--port-per-flow`: the server's end of every flow leaves the server's UDP port for a port of
+/// its own (only the port's own socket stays on it), and every flow still carries data both
+/// ways; without it the flows' sockets share the port, as iperf3's do.
+#[test]
+fn port_per_flow_moves_each_flow_off_the_server_port() {
+    let server = ServerProc::start(&[]);
+    let port = server.port_s();
+    let local = format!("127.0.0.1:{port}");
+    for (flag, expect) in [(None, 1 + 8), (Some("--port-per-flow"), 1)] {
+        let mut cmd = hakaru();
+        cmd.args([
+            "udp",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-P",
+            "4",
+            "--bidir",
+            "-t",
+            "3",
+        ])
+        .args(["-b", "5M", "--json"])
+        .args(flag)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        let child = cmd.spawn().expect("client starts");
+        // The most sockets seen on the server's port while the test runs.
+        let mut most = 0;
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_millis(2500) {
+            most = most.max(sockets_on(&local));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let o = wait_child(child, Duration::from_secs(30));
+        assert!(o.status.success(), "{flag:?}: {}", stderr(&o));
+        let r = json(&o);
+        assert_eq!(most, expect, "{flag:?}: sockets on the server's port");
+        let flows = r["flows"].as_array().unwrap();
+        assert_eq!(flows.len(), 8, "{flag:?}");
+        for f in flows {
+            assert!(
+                u(&f["udp"]["received_datagrams"]) > 0,
+                "{flag:?}: flow {} {} received nothing",
+                f["id"],
+                f["dir"]
+            );
+        }
+        let asked = if flag.is_some() { "per_flow" } else { "shared" };
+        assert_eq!(r["spec"]["server_ports"], asked, "{flag:?}");
+    }
 }
