@@ -64,7 +64,7 @@ pub(crate) fn run(
             flows
         }
         LatencyTransport::Udp => {
-            let f = udp::open_flows(s.opts, &spec.as_udp(), s.server_addr, s.token)?;
+            let (f, _) = udp::open_flows(s.opts, &spec.as_udp(), s.server_addr, s.token)?;
             crate::wait_gate(s.opts)?;
             s.conn.send(&Message::FlowsReady).map_err(ctl_err)?;
             f.into_iter()

@@ -553,7 +553,17 @@ pub fn run_test(
             Running::Tcp(SideRun::start(cfg, flows, on_interval, on_done)?)
         }
         TestSpec::Udp(u) => {
-            let flows = udp::open_flows(opts, u, server_addr, &token)?;
+            let (flows, moved) = udp::open_flows(opts, u, server_addr, &token)?;
+            if moved {
+                notes.push(format!(
+                    "each flow has a UDP port of its own on the server ({})",
+                    if u.server_ports == hakaru_model::ServerPorts::PerFlow {
+                        "--port-per-flow"
+                    } else {
+                        "the server runs on Windows, which needs it"
+                    }
+                ));
+            }
             let mut cfg = SideConfig::for_spec(End::Client, &spec, opts.affinity.clone(), iface);
             cfg.shares_host = same_host;
             let ucfg = UdpConfig::from_spec(u, hakaru_model::FlowDir::Up);

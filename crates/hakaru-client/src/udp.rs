@@ -52,13 +52,14 @@ pub(crate) fn open_socket(
     Ok(sock)
 }
 
-/// Opens every flow of the test and waits until the server has acknowledged each one.
+/// Opens every flow of the test and waits until the server has acknowledged each one. The
+/// flag is true when the server moved the flows to ports of their own.
 pub(crate) fn open_flows(
     opts: &ClientOptions,
     spec: &UdpSpec,
     server: SocketAddr,
     token: &str,
-) -> Result<Vec<UdpFlowSocket>, ClientError> {
+) -> Result<(Vec<UdpFlowSocket>, bool), ClientError> {
     let token_b = token_bytes(token).ok_or_else(|| {
         ClientError::Server(format!("the server sent a malformed test token '{token}'"))
     })?;
@@ -75,6 +76,7 @@ pub(crate) fn open_flows(
         .encode()
     };
     let mut acked = vec![false; plan.len()];
+    let mut moved = false;
     let mut left = plan.len();
     let deadline = Instant::now() + HELLO_TIMEOUT;
     let mut next_send = Instant::now();
@@ -123,6 +125,7 @@ pub(crate) fn open_flows(
                             _ => continue,
                         };
                         if let Some(port) = port {
+                            moved = true;
                             let to = SocketAddr::new(server.ip(), port);
                             s.connect(to).map_err(|e| ClientError::Data {
                                 flow: plan[i].0,
@@ -151,7 +154,7 @@ pub(crate) fn open_flows(
         }
     }
     let mut up_i = 0u32;
-    Ok(plan
+    let flows = plan
         .iter()
         .zip(socks)
         .map(|((fid, dir), socket)| {
@@ -170,5 +173,6 @@ pub(crate) fn open_flows(
                 quota,
             }
         })
-        .collect())
+        .collect();
+    Ok((flows, moved))
 }

@@ -493,5 +493,12 @@ fn port_per_flow_moves_each_flow_off_the_server_port() {
         }
         let asked = if flag.is_some() { "per_flow" } else { "shared" };
         assert_eq!(r["spec"]["server_ports"], asked, "{flag:?}");
+        // The result says when the flows moved, and why.
+        let said = r["notes"].as_array().unwrap().iter().any(|n| {
+            n.as_str()
+                .unwrap()
+                .contains("a UDP port of its own on the server (--port-per-flow)")
+        });
+        assert_eq!(said, flag.is_some(), "{flag:?}: notes {}", r["notes"]);
     }
 }
