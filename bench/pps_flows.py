@@ -2,7 +2,10 @@
 """Packet rate with many flows: hakaru pps -P N against hakaru pps -P 1 and iperf3 -u -b 0 -l 16 -P N.
 
 Usage: python3 bench/pps_flows.py [--flows 1,2,8,64,256] [--rounds 5] [--time 3]
-                                  [--path loopback|veth] [--write docs/BENCHMARKS.md]
+                                  [--path loopback|veth] [--reverse] [--port-per-flow]
+                                  [--write docs/BENCHMARKS.md]
+       python3 bench/pps_flows.py --path veth --demux-check N [--rounds 8] [--time 2]
+       python3 bench/pps_flows.py --path veth --profile N [--time 2]   (needs perf)
 
 This VM's speed changes in phases of ten to twenty seconds (the same run gives 0.8 or 1.6 Mpps),
 so every comparison is made between runs next to each other: each round runs, for every N, the
@@ -20,7 +23,7 @@ carries the server's receiver figures) over end.sum.seconds. iperf3 takes at mos
 its 256-flow case runs 128 flows (said in the table). The issue's goal: at most 10 % below
 hakaru -P 1 at every N, and at least 4x iperf3.
 """
-import argparse, json, os, statistics, subprocess, sys, time
+import argparse, json, os, re, statistics, subprocess, sys, tempfile, time
 
 from benchlib import stop_process, write_block
 
@@ -90,6 +93,9 @@ def main():
     ap.add_argument("--demux-check", type=int, metavar="N",
                     help="veth only: instead of the sweep, run hakaru -P 1 with the namespace's "
                          "net.ipv4.udp_early_demux on and off, and hakaru -P N with it on, in interleaved rounds")
+    ap.add_argument("--profile", type=int, metavar="N",
+                    help="veth only: instead of the sweep, perf record -a one hakaru run each of -P 1, -P N and "
+                         "-P N --port-per-flow, and tabulate where the samples went")
     ap.add_argument("--port-per-flow", action="store_true",
                     help="hakaru's flows each get a server port of their own (--port-per-flow)")
     ap.add_argument("--write")
@@ -101,8 +107,8 @@ def main():
     flows = [int(x) for x in a.flows.split(",")]
     subprocess.run(["cargo", "build", "--release", "-q", "-p", "hakaru"], cwd=ROOT, check=True)
     prefix, target = [], "127.0.0.1"
-    if a.demux_check and a.path != "veth":
-        ap.error("--demux-check needs --path veth (the sysctl is set in the server's namespace)")
+    if (a.demux_check or a.profile) and a.path != "veth":
+        ap.error("--demux-check and --profile need --path veth")
     if a.path == "veth":
         veth_up()
         prefix, target = ["ip", "netns", "exec", NS], NS_IP
@@ -110,9 +116,9 @@ def main():
     ips = subprocess.Popen(prefix + ["iperf3", "-s", "-B", target, "-p", str(IP_PORT)],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(1)
-    if a.demux_check:
+    if a.demux_check or a.profile:
         try:
-            demux_check(a, target)
+            (demux_check if a.demux_check else profile)(a, target)
         finally:
             for p in (hs, ips):
                 stop_process(p)
@@ -210,6 +216,56 @@ def demux_check(a, target):
     print(table)
     if a.write:
         write_block(os.path.join(ROOT, a.write), "pps-flows-demux", table, HEADING)
+
+
+# The lookups a datagram pays when early demux does not find its socket.
+FULL_LOOKUP = ("fib_table_lookup", "__udp4_lib_lookup", "fib_lookup_good_nhc", "fib_validate_source")
+
+
+def perf_shares(data, key):
+    """Percent of all samples per binary (`dso`) or per symbol, from perf report."""
+    out = subprocess.run(["perf", "report", "-i", data, "--stdio", "--no-children", "--sort", key],
+                         capture_output=True, text=True, check=True).stdout
+    pat = r"^\s*([\d.]+)%\s+(\S+)$" if key == "dso" else r"^\s*([\d.]+)%\s+\[.\]\s+(\S+)"
+    shares = {}
+    for line in out.splitlines():
+        m = re.match(pat, line.rstrip())
+        if m:
+            shares[m.group(2)] = shares.get(m.group(2), 0.0) + float(m.group(1))
+    return shares
+
+
+def profile(a, target):
+    """Where the samples of both ends go (perf record -a, both CPUs): the kernel against hakaru
+    and libc, and the full socket and route lookups that early demux saves, for one flow, N
+    flows on the server's shared port and N flows with a server port each."""
+    n = a.profile
+    cases = [("-P 1", 1, []), (f"-P {n}", n, []), (f"-P {n} --port-per-flow", n, ["--port-per-flow"])]
+    lines = [
+        f"Command: `python3 bench/pps_flows.py --path veth --profile {n} --time {a.time}` "
+        f"({time.strftime('%Y-%m-%d')}; kernel {os.uname().release}, {os.cpu_count()} CPUs). One "
+        f"`perf record -a` over each `hakaru pps 10.77.0.2 ... -t {a.time}` into the namespace, both ends; "
+        "percent of all samples.",
+        "",
+        "| case | kernel | hakaru binary | libc | full socket and route lookups | udp_v4_early_demux |",
+        "|---|---|---|---|---|---|",
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, k, extra in cases:
+            data = os.path.join(tmp, "perf.data")
+            subprocess.run(["perf", "record", "-q", "-a", "-o", data, "--", HAKARU, "pps", target, "-p",
+                            str(HK_PORT), "-P", str(k), "-t", str(a.time), "-i", "0", "--json"] + extra,
+                           capture_output=True, timeout=a.time + 120, check=True)
+            dso, sym = perf_shares(data, "dso"), perf_shares(data, "symbol")
+            lookups = sum(sym.get(x, 0.0) for x in FULL_LOOKUP)
+            lines.append(f"| {label} | {dso.get('[kernel.kallsyms]', 0.0):.1f} % | {dso.get('hakaru', 0.0):.1f} % | "
+                         f"{dso.get('libc.so.6', 0.0):.1f} % | {lookups:.2f} % | "
+                         f"{sym.get('udp_v4_early_demux', 0.0):.2f} % |")
+            print(lines[-1], file=sys.stderr)
+    table = "\n".join(lines) + "\n"
+    print(table)
+    if a.write:
+        write_block(os.path.join(ROOT, a.write), "pps-flows-profile", table, HEADING)
 
 
 if __name__ == "__main__":

@@ -186,10 +186,9 @@ fn flow_row(test: &str, rec: &IntervalRecord, f: &FlowInterval) -> String {
         f.sender_datagrams,
     );
     if let Some(t) = f.tcp {
-        if let Some(retr) = t.retransmits {
-            r.set("retransmits", retr);
-        }
-        r.set("cwnd", t.snd_cwnd).set("rtt_us", t.rtt_us);
+        r.opt("retransmits", t.retransmits)
+            .set("cwnd", t.snd_cwnd)
+            .set("rtt_us", t.rtt_us);
     }
     r.line()
 }
@@ -312,8 +311,8 @@ pub fn total_rows(r: &RunResult) -> String {
             .set("receiver_bps", num(t.receiver.bits_per_second.0))
             .set("sender_bytes", t.sender.bytes)
             .set("sender_bps", num(t.sender.bits_per_second.0));
-        if let (TestSpec::Tcp(_), Some(retr)) = (&r.spec, t.retransmits) {
-            row.set("retransmits", retr);
+        if matches!(r.spec, TestSpec::Tcp(_)) {
+            row.opt("retransmits", t.retransmits);
         }
         if let Some(u) = &t.udp {
             row.set("datagrams", u.received_datagrams)

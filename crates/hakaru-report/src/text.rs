@@ -168,7 +168,7 @@ fn tcp_interval_lines(rec: &IntervalRecord, view: &View) -> String {
     for f in rec.flows.iter().filter(|f| shown(f.dir)) {
         let (retr, cwnd, rtt) = match f.tcp {
             Some(t) => (
-                t.retransmits.map(|r| r.to_string()).unwrap_or_default(),
+                blank_if_none(t.retransmits),
                 t.snd_cwnd.to_string(),
                 format!("{}us", t.rtt_us),
             ),
@@ -199,7 +199,7 @@ fn tcp_interval_lines(rec: &IntervalRecord, view: &View) -> String {
             span(rec.start, rec.end),
             pair(d.receiver_bytes, d.receiver_bps),
             pair(d.sender_bytes, d.sender_bps),
-            d.retransmits.map(|r| r.to_string()).unwrap_or_default()
+            blank_if_none(d.retransmits)
         );
     }
     s
@@ -379,6 +379,11 @@ fn tcp_table_heading(s: &mut String) {
     );
 }
 
+/// A count, or nothing where the OS gives none (a blank table cell).
+fn blank_if_none(v: Option<u64>) -> String {
+    v.map(|v| v.to_string()).unwrap_or_default()
+}
+
 /// One sending socket's final TCP state; figures its OS does not give are left out.
 fn tcp_info_line(id: u32, dir: FlowDir, t: &TcpInfo) -> String {
     let mut line = format!(
@@ -387,21 +392,25 @@ fn tcp_info_line(id: u32, dir: FlowDir, t: &TcpInfo) -> String {
         t.congestion.as_deref().unwrap_or("?"),
         t.rtt_us
     );
-    let mut part = |text: Option<String>| {
-        if let Some(x) = text {
-            line.push_str(&x);
-        }
-    };
-    part(t.rttvar_us.map(|v| format!(" +/- {v}us")));
-    part(t.min_rtt_us.map(|v| format!(" (min {v}us)")));
-    part(Some(format!(" cwnd {} x {} B", t.snd_cwnd, t.snd_mss)));
-    part(t.retransmits.map(|v| format!(" retrans {v}")));
-    part(t.lost.map(|v| format!(" lost {v}")));
-    part(t.pacing_rate_bps.map(|v| format!(" pacing {}", BitRate(v))));
-    part(
-        t.delivery_rate_bps
-            .map(|v| format!(" delivery {}", BitRate(v))),
-    );
+    if let Some(v) = t.rttvar_us {
+        let _ = write!(line, " +/- {v}us");
+    }
+    if let Some(v) = t.min_rtt_us {
+        let _ = write!(line, " (min {v}us)");
+    }
+    let _ = write!(line, " cwnd {} x {} B", t.snd_cwnd, t.snd_mss);
+    if let Some(v) = t.retransmits {
+        let _ = write!(line, " retrans {v}");
+    }
+    if let Some(v) = t.lost {
+        let _ = write!(line, " lost {v}");
+    }
+    if let Some(v) = t.pacing_rate_bps {
+        let _ = write!(line, " pacing {}", BitRate(v));
+    }
+    if let Some(v) = t.delivery_rate_bps {
+        let _ = write!(line, " delivery {}", BitRate(v));
+    }
     let limits = [
         ("busy", t.busy_time_us),
         ("rwnd-limited", t.rwnd_limited_us),
@@ -410,7 +419,7 @@ fn tcp_info_line(id: u32, dir: FlowDir, t: &TcpInfo) -> String {
     let mut sep = " |";
     for (name, v) in limits {
         if let Some(v) = v {
-            line.push_str(&format!("{sep} {name} {}", ms(v)));
+            let _ = write!(line, "{sep} {name} {}", ms(v));
             sep = "";
         }
     }
@@ -426,7 +435,7 @@ fn tcp_sum_rows(s: &mut String, r: &RunResult) {
             span(0.0, t.receiver.seconds),
             counted(&t.receiver),
             counted(&t.sender),
-            t.retransmits.map(|r| r.to_string()).unwrap_or_default(),
+            blank_if_none(t.retransmits),
             t.flows
         );
     }
@@ -468,11 +477,7 @@ fn tcp_summary(r: &RunResult, view: &View) -> String {
             span(0.0, f.receiver.seconds),
             counted(&f.receiver),
             counted(&f.sender),
-            f.tcp_info
-                .as_ref()
-                .and_then(|t| t.retransmits)
-                .map(|r| r.to_string())
-                .unwrap_or_default()
+            blank_if_none(f.tcp_info.as_ref().and_then(|t| t.retransmits))
         );
     }
     tcp_sum_rows(&mut s, r);

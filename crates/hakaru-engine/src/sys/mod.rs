@@ -156,7 +156,7 @@ pub use fallback::tcp_send_queue;
 #[cfg(not(any(target_os = "linux", windows)))]
 pub use fallback::online_cpus;
 
-#[cfg(unix)]
+#[cfg(any(target_os = "linux", target_os = "macos"))]
 mod ifaddrs;
 
 #[cfg(target_os = "macos")]

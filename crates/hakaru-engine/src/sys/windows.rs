@@ -227,12 +227,18 @@ pub fn nic_snapshot(iface: &str) -> Option<NicSnapshot> {
         .find(|n| n.interface == iface)
 }
 
+/// One SIO_TCP_INFO answer: version 1 carries version 0's fields, under the same names, and
+/// the limited-time split.
+enum RawTcpInfo {
+    V0(TCP_INFO_v0),
+    V1(TCP_INFO_v1),
+}
+
 /// SIO_TCP_INFO version 1 (Windows 10 1703+), else version 0 (1703 too, without the
 /// limited-time split); `Err` where neither is answered (older Windows, Wine).
-fn raw_tcp_info(fd: RawFd) -> io::Result<(TCP_INFO_v0, Option<TCP_INFO_v1>)> {
-    fn ask<T>(fd: RawFd, version: u32) -> io::Result<T> {
-        // SAFETY: an all-zero TCP_INFO_v0/v1 (plain integers and a bool) is valid.
-        let mut out: T = unsafe { std::mem::zeroed() };
+fn raw_tcp_info(fd: RawFd) -> io::Result<RawTcpInfo> {
+    fn ask<T: Default>(fd: RawFd, version: u32) -> io::Result<T> {
+        let mut out = T::default();
         let mut got = 0u32;
         // SAFETY: the input is one u32, the output buffer is `out` with its size; no overlap.
         let rc = unsafe {
@@ -259,35 +265,9 @@ fn raw_tcp_info(fd: RawFd) -> io::Result<(TCP_INFO_v0, Option<TCP_INFO_v1>)> {
         }
         Ok(out)
     }
-    match ask::<TCP_INFO_v1>(fd, 1) {
-        Ok(v1) => Ok((v0_of(&v1), Some(v1))),
-        Err(_) => ask::<TCP_INFO_v0>(fd, 0).map(|v0| (v0, None)),
-    }
-}
-
-/// The version-0 prefix of a version-1 answer (the same fields in the same order).
-fn v0_of(v1: &TCP_INFO_v1) -> TCP_INFO_v0 {
-    TCP_INFO_v0 {
-        State: v1.State,
-        Mss: v1.Mss,
-        ConnectionTimeMs: v1.ConnectionTimeMs,
-        TimestampsEnabled: v1.TimestampsEnabled,
-        RttUs: v1.RttUs,
-        MinRttUs: v1.MinRttUs,
-        BytesInFlight: v1.BytesInFlight,
-        Cwnd: v1.Cwnd,
-        SndWnd: v1.SndWnd,
-        RcvWnd: v1.RcvWnd,
-        RcvBuf: v1.RcvBuf,
-        BytesOut: v1.BytesOut,
-        BytesIn: v1.BytesIn,
-        BytesReordered: v1.BytesReordered,
-        BytesRetrans: v1.BytesRetrans,
-        FastRetrans: v1.FastRetrans,
-        DupAcksIn: v1.DupAcksIn,
-        TimeoutEpisodes: v1.TimeoutEpisodes,
-        SynRetrans: v1.SynRetrans,
-    }
+    ask(fd, 1)
+        .map(RawTcpInfo::V1)
+        .or_else(|_| ask(fd, 0).map(RawTcpInfo::V0))
 }
 
 /// SIO_TCP_INFO mapped onto [`TcpInfo`]: RTT and minimum RTT, the congestion window (bytes
@@ -297,33 +277,42 @@ fn v0_of(v1: &TCP_INFO_v1) -> TCP_INFO_v0 {
 /// gives no congestion control name, RTT variance, lost or reordering counts, path MTU, pacing
 /// or delivery rate: those are absent (docs/platforms.md).
 pub fn tcp_info(fd: RawFd) -> io::Result<TcpInfo> {
-    let (v0, v1) = raw_tcp_info(fd)?;
-    Ok(map_tcp_info(&v0, v1.as_ref()))
+    Ok(map_tcp_info(&raw_tcp_info(fd)?))
 }
 
-fn map_tcp_info(v0: &TCP_INFO_v0, v1: Option<&TCP_INFO_v1>) -> TcpInfo {
-    let ms = |t: u32| u64::from(t) * 1000;
-    let mut info = TcpInfo {
-        rtt_us: v0.RttUs,
-        min_rtt_us: Some(v0.MinRttUs),
-        snd_cwnd: v0.Cwnd / v0.Mss.max(1),
-        snd_mss: v0.Mss,
-        bytes_retrans: u64::from(v0.BytesRetrans),
-        bytes_acked: v0.BytesOut.saturating_sub(u64::from(v0.BytesInFlight)),
-        ..TcpInfo::default()
-    };
-    if let Some(v1) = v1 {
-        info.rwnd_limited_us = Some(ms(v1.SndLimTimeRwin));
-        info.sndbuf_limited_us = Some(ms(v1.SndLimTimeSnd));
-        info.busy_time_us =
-            Some(ms(v1.SndLimTimeRwin) + ms(v1.SndLimTimeCwnd) + ms(v1.SndLimTimeSnd));
+fn map_tcp_info(raw: &RawTcpInfo) -> TcpInfo {
+    // The fields both versions have, read by name from either.
+    macro_rules! common {
+        ($v:expr) => {
+            TcpInfo {
+                rtt_us: $v.RttUs,
+                min_rtt_us: Some($v.MinRttUs),
+                snd_cwnd: $v.Cwnd / $v.Mss.max(1),
+                snd_mss: $v.Mss,
+                bytes_retrans: u64::from($v.BytesRetrans),
+                bytes_acked: $v.BytesOut.saturating_sub(u64::from($v.BytesInFlight)),
+                ..TcpInfo::default()
+            }
+        };
     }
-    info
+    let ms = |t: u32| u64::from(t) * 1000;
+    match raw {
+        RawTcpInfo::V0(v) => common!(v),
+        RawTcpInfo::V1(v) => TcpInfo {
+            rwnd_limited_us: Some(ms(v.SndLimTimeRwin)),
+            sndbuf_limited_us: Some(ms(v.SndLimTimeSnd)),
+            busy_time_us: Some(ms(v.SndLimTimeRwin) + ms(v.SndLimTimeCwnd) + ms(v.SndLimTimeSnd)),
+            ..common!(v)
+        },
+    }
 }
 
 /// The peer's advertised receive window, bytes (SndWnd).
 pub fn tcp_peer_window(fd: RawFd) -> io::Result<u64> {
-    Ok(u64::from(raw_tcp_info(fd)?.0.SndWnd))
+    Ok(u64::from(match raw_tcp_info(fd)? {
+        RawTcpInfo::V0(v) => v.SndWnd,
+        RawTcpInfo::V1(v) => v.SndWnd,
+    }))
 }
 
 /// SO_EXCLUSIVEADDRUSE on a listening socket before bind: on Windows SO_REUSEADDR would let
@@ -377,7 +366,7 @@ mod tests {
             SndLimTimeSnd: 7,
             ..TCP_INFO_v1::default()
         };
-        let i = map_tcp_info(&v0_of(&v1), Some(&v1));
+        let i = map_tcp_info(&RawTcpInfo::V1(v1));
         assert_eq!((i.rtt_us, i.min_rtt_us, i.snd_mss), (250, Some(180), 1460));
         assert_eq!(i.snd_cwnd, 10, "bytes become segments");
         assert_eq!(i.bytes_retrans, 2920);
@@ -390,7 +379,18 @@ mod tests {
         assert_eq!((i.retransmits, i.rttvar_us, i.pmtu), (None, None, None));
         assert_eq!((i.pacing_rate_bps, i.delivery_rate_bps), (None, None));
         // Version 0 has no limited-time split: absent too.
-        let i0 = map_tcp_info(&v0_of(&v1), None);
+        let v0 = TCP_INFO_v0 {
+            Mss: v1.Mss,
+            RttUs: v1.RttUs,
+            MinRttUs: v1.MinRttUs,
+            BytesInFlight: v1.BytesInFlight,
+            Cwnd: v1.Cwnd,
+            SndWnd: v1.SndWnd,
+            BytesOut: v1.BytesOut,
+            BytesRetrans: v1.BytesRetrans,
+            ..TCP_INFO_v0::default()
+        };
+        let i0 = map_tcp_info(&RawTcpInfo::V0(v0));
         assert_eq!((i0.busy_time_us, i0.rwnd_limited_us), (None, None));
         assert_eq!(i0.snd_cwnd, 10);
     }
