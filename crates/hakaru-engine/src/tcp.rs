@@ -565,12 +565,17 @@ fn worker(s: &Shared, mine: Vec<usize>, pin: Option<usize>) {
 /// and a little more, so the kernel smooths the flow while the sender's schedule sets its rate.
 const KERNEL_PACING_HEADROOM: f64 = 1.06;
 
-/// Bytes per write for a side: `length`, or about 10 ms of a paced rate (at least 1448 bytes,
-/// one full segment).
+/// Bytes per write for a side: `length`, or for a paced sender about 10 ms of its rate (at
+/// least one full segment, 1448 bytes), never more than `length`: the payload pattern is
+/// `length` bytes, and a write of `-l 100` stays 100 bytes however slow the pace.
 fn cfg_write_cap(cfg: &SideConfig) -> usize {
+    let length = cfg.length.max(1);
     match cfg.pace_bps.filter(|&b| b > 0) {
-        Some(bps) => ((bps / 8 / 100) as usize).clamp(1448, cfg.length.max(1448)),
-        None => cfg.length,
+        Some(bps) => usize::try_from(bps / 8 / 100)
+            .unwrap_or(usize::MAX)
+            .max(1448)
+            .min(length),
+        None => length,
     }
 }
 
@@ -606,7 +611,8 @@ fn send_step(s: &Shared, i: usize, remaining: Option<u64>) -> Step {
     let stream = &s.streams[i];
     let r = match &s.zc {
         Some(src) => sys::send_zerocopy(stream.as_raw_fd(), src, len),
-        None => raw_send(stream, &s.pattern[..len]),
+        // write_cap never exceeds the pattern (cfg_write_cap); min() keeps that a non-panic.
+        None => raw_send(stream, &s.pattern[..len.min(s.pattern.len())]),
     };
     classify(r, Role::Sender)
 }
@@ -718,5 +724,44 @@ fn describe_io(id: u32, role: Role, e: &io::Error) -> String {
         format!("flow {id}: {verb}: {e}")
     } else {
         format!("flow {id}: {verb}: {what}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(length: usize, pace_bps: Option<u64>) -> SideConfig {
+        SideConfig {
+            end: End::Server,
+            length,
+            discard: false,
+            zerocopy: false,
+            affinity: Vec::new(),
+            interval: Duration::ZERO,
+            omit: Duration::ZERO,
+            duration: None,
+            stall_timeout: Duration::from_secs(10),
+            iface: None,
+            base: None,
+            payload: Payload::Letters,
+            pace_bps,
+            half_close: true,
+            window_at_peer_end: false,
+            shares_host: false,
+        }
+    }
+
+    #[test]
+    fn a_paced_write_never_exceeds_the_length() {
+        // -l 100 -b 1M: 10 ms of the rate is 1250 bytes, one segment 1448; the pattern is 100.
+        assert_eq!(cfg_write_cap(&cfg(100, Some(1_000_000))), 100);
+        assert_eq!(cfg_write_cap(&cfg(1, Some(1))), 1);
+        assert_eq!(cfg_write_cap(&cfg(128 << 10, Some(1_000_000))), 1448);
+        assert_eq!(cfg_write_cap(&cfg(128 << 10, Some(1_000_000_000))), 128 << 10);
+        assert_eq!(cfg_write_cap(&cfg(128 << 10, Some(80_000_000))), 100_000);
+        assert_eq!(cfg_write_cap(&cfg(128 << 10, Some(u64::MAX))), 128 << 10);
+        assert_eq!(cfg_write_cap(&cfg(100, None)), 100);
+        assert_eq!(cfg_write_cap(&cfg(0, None)), 1);
     }
 }

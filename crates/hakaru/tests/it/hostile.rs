@@ -15,7 +15,7 @@ use super::common::{json, read_msg, rss_kib, run, stderr, threads_of, ServerProc
 const LIMIT: Duration = Duration::from_secs(60);
 
 /// A TCP connection to the server from the loopback address `src` (any of 127.0.0.0/8).
-fn connect_from(src: &str, port: u16) -> TcpStream {
+pub(crate) fn connect_from(src: &str, port: u16) -> TcpStream {
     let s = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
     let local: SocketAddr = format!("{src}:0").parse().unwrap();
     s.bind(&local.into()).unwrap();
@@ -26,12 +26,12 @@ fn connect_from(src: &str, port: u16) -> TcpStream {
 }
 
 /// What the server says on a raw connection within `wait`: its first control message.
-fn first_message(c: &mut TcpStream, wait: Duration) -> Option<Message> {
+pub(crate) fn first_message(c: &mut TcpStream, wait: Duration) -> Option<Message> {
     read_msg(c, &mut Decoder::new(), wait)
 }
 
 /// Runs hakaru with `args`, which must fail (exit 1) with `needle` in its error.
-fn fails(args: &[&str], needle: &str) -> String {
+pub(crate) fn fails(args: &[&str], needle: &str) -> String {
     let o = run(args, LIMIT);
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
@@ -43,7 +43,7 @@ fn fails(args: &[&str], needle: &str) -> String {
 }
 
 /// A one-megabyte TCP test against the server, from `src` when given.
-fn legit(s: &ServerProc, src: Option<&str>, extra: &[&str]) -> serde_json::Value {
+pub(crate) fn legit(s: &ServerProc, src: Option<&str>, extra: &[&str]) -> serde_json::Value {
     let port = s.port_s();
     let mut args = vec!["tcp", "127.0.0.1", "-p", &port, "-n", "1M", "--json"];
     if let Some(b) = src {
@@ -61,12 +61,12 @@ fn legit(s: &ServerProc, src: Option<&str>, extra: &[&str]) -> serde_json::Value
     v
 }
 
-fn fds_of(pid: u32) -> usize {
+pub(crate) fn fds_of(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
 }
 
 /// Waits up to 5 s for the server's threads and descriptors to come back to `base`.
-fn back_to_baseline(s: &ServerProc, base: (usize, usize)) {
+pub(crate) fn back_to_baseline(s: &ServerProc, base: (usize, usize)) {
     let pid = s.child.id();
     let deadline = Instant::now() + Duration::from_secs(5);
     let mut now = (threads_of(pid), fds_of(pid));

@@ -6,6 +6,7 @@ mod connect;
 mod e2e;
 mod faults;
 mod history;
+mod hardening;
 mod hostile;
 mod http;
 mod iperf3;
