@@ -758,7 +758,10 @@ mod tests {
         assert_eq!(cfg_write_cap(&cfg(100, Some(1_000_000))), 100);
         assert_eq!(cfg_write_cap(&cfg(1, Some(1))), 1);
         assert_eq!(cfg_write_cap(&cfg(128 << 10, Some(1_000_000))), 1448);
-        assert_eq!(cfg_write_cap(&cfg(128 << 10, Some(1_000_000_000))), 128 << 10);
+        assert_eq!(
+            cfg_write_cap(&cfg(128 << 10, Some(1_000_000_000))),
+            128 << 10
+        );
         assert_eq!(cfg_write_cap(&cfg(128 << 10, Some(80_000_000))), 100_000);
         assert_eq!(cfg_write_cap(&cfg(128 << 10, Some(u64::MAX))), 128 << 10);
         assert_eq!(cfg_write_cap(&cfg(100, None)), 100);

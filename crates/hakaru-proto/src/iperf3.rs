@@ -138,6 +138,9 @@ pub mod errno {
     pub const IEUDPBLOCKSIZE: i32 = 20;
     /// Bad TOS.
     pub const IEBADTOS: i32 = 21;
+    /// The total rate asked for is over the server's limit (iperf3's
+    /// `--server-bitrate-limit`; hakaru's `--max-rate`).
+    pub const IETOTALRATE: i32 = 27;
     /// Unknown protocol.
     pub const IEPROTOCOL: i32 = 102;
     /// Could not receive the parameters.

@@ -10,7 +10,7 @@ use hakaru_proto::preamble::{classify, Preamble};
 use hakaru_proto::{Decoder, Message};
 
 use crate::limits::Slot;
-use crate::registry::DataConn;
+use crate::registry::{DataConn, Undelivered};
 use crate::{session, Ctx};
 
 /// How long a new connection has to say what it is.
@@ -179,12 +179,20 @@ fn handle(ctx: &Ctx, mut stream: TcpStream, peer: SocketAddr, seq: u32, slot: Sl
                 tracing::warn!("data connection from {peer} sent data before the test started");
             }
             let _ = stream.set_read_timeout(None);
-            if ctx
-                .registry
-                .deliver(&token, peer.ip(), DataConn::Tcp(flow, stream))
-                .is_err()
+            if let Err((why, DataConn::Tcp(_, mut stream))) =
+                ctx.registry
+                    .deliver(&token, peer.ip(), DataConn::Tcp(flow, stream))
             {
-                tracing::warn!("closed data connection from {peer}: no test with that token");
+                let why = match why {
+                    Undelivered::UnknownToken => {
+                        "a data connection for no test collecting its data connections (unknown or retired token)".to_string()
+                    }
+                    Undelivered::WrongPeer(_) => "a data connection from an address that is not the test's client".to_string(),
+                    Undelivered::Full(n) => format!("a data connection beyond its test's {n} flow(s)"),
+                };
+                ctx.log_refusal_as(peer, "data_path", &why);
+                let _ = stream.set_nonblocking(true);
+                let _ = std::io::Write::write_all(&mut stream, &error_frame(&why));
             }
         }
         other => reject(

@@ -145,6 +145,7 @@ pub(crate) fn accept(
         cookie,
         handshake: Some(handshake),
         test_slot: None,
+        memory: None,
     };
     let outcome = s.run();
     ctx.registry.remove(&s.cookie);
@@ -199,6 +200,8 @@ struct Session<'a> {
     handshake: Option<Slot>,
     /// Taken once the parameters are valid.
     test_slot: Option<Slot>,
+    /// The test's buffer memory, reserved with its slot.
+    memory: Option<crate::budget::Reservation>,
 }
 
 impl Session<'_> {
@@ -216,9 +219,20 @@ impl Session<'_> {
         let params =
             Params::from_json(&v).map_err(|e| Fail::Tell(errno::IERECVPARAMS, e.to_string()))?;
         let plan = plan(&params, &self.ctx.cfg)?;
-        match self.ctx.admission.test(self.peer.ip()) {
-            Ok(slot) => {
+        let cpus = sys::online_cpus();
+        let memory = self.ctx.memory.reserve(
+            &self.ctx.cfg.budgets,
+            crate::budget::server_memory(&plan.spec, cpus),
+        );
+        match memory.and_then(|m| {
+            Ok((
+                self.ctx.admission.test(self.peer.ip(), plan.flows.len())?,
+                m,
+            ))
+        }) {
+            Ok((slot, memory)) => {
                 self.test_slot = Some(slot);
+                self.memory = Some(memory);
                 self.handshake = None;
             }
             Err(why) => {
@@ -239,9 +253,17 @@ impl Session<'_> {
             amount_words(&params)
         );
         let (tx, rx) = mpsc::channel();
-        self.ctx
+        if !self
+            .ctx
             .registry
-            .insert(self.cookie.clone(), self.peer.ip(), tx);
+            .insert(self.cookie.clone(), self.peer.ip(), plan.flows.len(), tx)
+        {
+            // Another session holds this cookie: a stock client never reuses one.
+            let _ = self.ctl.send_state(State::AccessDenied);
+            return Err(Fail::Quiet(
+                "refused: its cookie belongs to another running test".into(),
+            ));
+        }
         self.ctx
             .iperf3
             .begin(self.peer.ip(), &self.cookie, plan.udp);
@@ -857,6 +879,17 @@ pub(crate) fn plan(p: &Params, limits: &crate::ServerConfig) -> Result<Plan, Fai
         if let Err(why) = crate::check_send_rate(max_rate, server_sends, rate, u.flows) {
             return tell(errno::IEUDPBLOCKSIZE, why);
         }
+    } else {
+        // TCP: -b paces each stream; without it the server sends as fast as it can.
+        let server_sends = p.reverse || p.bidirectional;
+        let rate = p.bandwidth.filter(|&b| b > 0).map(|b| b as f64);
+        if let Err(why) = crate::check_send_rate(max_rate, server_sends, rate, p.parallel) {
+            return tell(errno::IETOTALRATE, why);
+        }
+    }
+    let need = crate::budget::server_memory(&spec, sys::online_cpus());
+    if let Err(why) = crate::budget::check_test_memory(&limits.budgets, need) {
+        return tell(errno::IEBLOCKSIZE, why);
     }
     let flows = spec.flow_plan();
     Ok(Plan {

@@ -7,6 +7,7 @@
 //! one test's failure never touches another.
 
 mod acl;
+mod budget;
 mod dispatch;
 pub mod http;
 mod iperf3;
@@ -28,6 +29,7 @@ use std::time::{Duration, Instant};
 use socket2::{Domain, Protocol, Socket, Type};
 
 pub use acl::Acl;
+pub use budget::{server_memory, Budgets};
 pub use limits::Limits;
 pub use registry::Registry;
 pub use sockperf::{SockperfCounts, UDP_CLIENT_IDLE as SOCKPERF_UDP_CLIENT_IDLE};
@@ -74,6 +76,8 @@ pub struct ServerConfig {
     pub http_port: Option<u16>,
     /// Serve Prometheus metrics at `GET /metrics` on this address (`--metrics`).
     pub metrics: Option<SocketAddr>,
+    /// Memory and busy-polling budgets (docs/security.md).
+    pub budgets: Budgets,
 }
 
 impl Default for ServerConfig {
@@ -93,6 +97,7 @@ impl Default for ServerConfig {
             sockperf_port: None,
             http_port: None,
             metrics: None,
+            budgets: Budgets::default(),
         }
     }
 }
@@ -122,13 +127,20 @@ pub(crate) struct Ctx {
     pub refusal_log: std::sync::Mutex<(Option<Instant>, u64)>,
     /// What `--metrics` reports.
     pub metrics: metrics::Metrics,
+    /// Buffer memory reserved by running tests (`--max-memory`).
+    pub memory: budget::MemoryPool,
 }
 
 impl Ctx {
     /// Logs why a connection was refused: at most one line a second, with how many more
     /// were refused in between, so a flood cannot fill the log.
     pub(crate) fn log_refusal(&self, peer: SocketAddr, why: &str) {
-        self.metrics.refused("limits");
+        self.log_refusal_as(peer, "limits", why);
+    }
+
+    /// [`Ctx::log_refusal`], counted in the metrics under `reason`.
+    pub(crate) fn log_refusal_as(&self, peer: SocketAddr, reason: &str, why: &str) {
+        self.metrics.refused(reason);
         let Ok(mut g) = self.refusal_log.lock() else {
             return;
         };
@@ -257,6 +269,7 @@ impl Server {
                 denied: AtomicU64::new(0),
                 refusal_log: std::sync::Mutex::new((None, 0)),
                 metrics: metrics::Metrics::default(),
+                memory: budget::MemoryPool::default(),
             }),
         })
     }

@@ -1,33 +1,42 @@
 //! Admission: how many connections may still be handshaking and how many tests may run, per
-//! source address and in total. One lock guards both counts so a check and its increment are
-//! one step; the slots are guards that give themselves back however a thread ends.
+//! client and in total. One lock guards every count so a check and its increment are one
+//! step; the slots are guards that give themselves back however a thread ends.
+//!
+//! A client is a source address, or with `--client-prefix-v6`/`--client-prefix-v4` a network
+//! of them: IPv6 counts by /64 by default, since one host usually holds a whole /64 and could
+//! otherwise take a fresh address for every connection.
 //!
 //! A connection holds a handshake slot from accept until it becomes something the server
 //! knows: a data connection delivered to its test, or a control connection whose test was
-//! admitted (then it holds a test slot instead). So idle connections from one address, hellos
+//! admitted (then it holds a test slot instead). So idle connections from one client, hellos
 //! that never ask for a test and iperf3 cookies without parameters all count against that
-//! address's handshake limit, and none of them takes a test slot.
+//! client's handshake limit, and none of them takes a test slot.
+//!
+//! An admitted test's data connections arrive in a burst, each handshaking until its first
+//! frame is read, so a client with tests running may have as many more connections
+//! handshaking as those tests have data paths (its allowance), and the server-wide total
+//! grows by the allowances of the tests running: data connections count in the total, and a
+//! client can only ever open what its tests asked for.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::{Arc, Mutex};
-
-/// Extra handshake slots of an address with a test running: its data connections (up to
-/// 1024 flows each way) arrive in a burst and each is handshaking until its first frame is
-/// read, so they must not be refused by the limits meant for strangers.
-pub const DATA_ALLOWANCE: usize = 2048;
 
 /// The limits and their defaults (docs/security.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// Connections still handshaking, from one address.
+    /// Connections still handshaking, from one client.
     pub pending_per_client: usize,
-    /// Connections still handshaking, in total.
+    /// Connections still handshaking, in total (besides running tests' allowances).
     pub pending: usize,
-    /// Tests running, from one address.
+    /// Tests running, from one client.
     pub tests_per_client: usize,
     /// Tests running, in total (`--max-tests`).
     pub tests: usize,
+    /// IPv4 sources in one network of this length are one client (`--client-prefix-v4`).
+    pub prefix_v4: u8,
+    /// IPv6 sources in one network of this length are one client (`--client-prefix-v6`).
+    pub prefix_v6: u8,
 }
 
 impl Default for Limits {
@@ -37,6 +46,64 @@ impl Default for Limits {
             pending: 512,
             tests_per_client: 4,
             tests: 64,
+            prefix_v4: 32,
+            prefix_v6: 64,
+        }
+    }
+}
+
+impl Limits {
+    /// The client `ip` belongs to: its network under the prefix lengths (IPv4-mapped IPv6
+    /// addresses as IPv4).
+    pub fn client_of(&self, ip: IpAddr) -> Client {
+        match ip.to_canonical() {
+            IpAddr::V4(v4) => {
+                let len = self.prefix_v4.min(32);
+                let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
+                Client {
+                    net: IpAddr::V4(Ipv4Addr::from(u32::from(v4) & mask)),
+                    len,
+                    full: 32,
+                }
+            }
+            IpAddr::V6(v6) => {
+                let len = self.prefix_v6.min(128);
+                let mask = u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0);
+                Client {
+                    net: IpAddr::V6(Ipv6Addr::from(u128::from(v6) & mask)),
+                    len,
+                    full: 128,
+                }
+            }
+        }
+    }
+}
+
+/// A client as the limits count it: an address, or a network of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Client {
+    net: IpAddr,
+    len: u8,
+    full: u8,
+}
+
+impl Client {
+    /// "one address", or "one /64 network", for refusals.
+    fn one(&self) -> String {
+        if self.len == self.full {
+            "one address".into()
+        } else {
+            format!("one /{} network", self.len)
+        }
+    }
+}
+
+impl std::fmt::Display for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.len == self.full {
+            write!(f, "{}", self.net)
+        } else {
+            write!(f, "{}/{}", self.net, self.len)
         }
     }
 }
@@ -45,13 +112,17 @@ impl Default for Limits {
 struct Counts {
     pending: usize,
     tests: usize,
+    /// Data paths of this client's running tests.
+    allowance: usize,
 }
 
 #[derive(Debug, Default)]
 struct State {
-    by_source: HashMap<IpAddr, Counts>,
+    by_client: HashMap<Client, Counts>,
     pending: usize,
     tests: usize,
+    /// Data paths of every running test.
+    allowance: usize,
 }
 
 /// Slots handed out under [`Limits`].
@@ -67,17 +138,16 @@ pub(crate) struct Admission {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Pending,
-    Test,
+    /// A running test with this many data paths.
+    Test(usize),
 }
 
 /// A slot; gives itself back when dropped.
 #[derive(Debug)]
 pub(crate) struct Slot {
     state: Arc<Mutex<State>>,
-    ip: IpAddr,
+    client: Client,
     kind: Kind,
-    /// Counted in the server-wide total (data connections of a running test are not).
-    in_total: bool,
 }
 
 impl Drop for Slot {
@@ -85,18 +155,23 @@ impl Drop for Slot {
         let Ok(mut st) = self.state.lock() else {
             return;
         };
-        let entry = st.by_source.entry(self.ip).or_default();
+        let entry = st.by_client.entry(self.client).or_default();
         match self.kind {
             Kind::Pending => entry.pending = entry.pending.saturating_sub(1),
-            Kind::Test => entry.tests = entry.tests.saturating_sub(1),
+            Kind::Test(paths) => {
+                entry.tests = entry.tests.saturating_sub(1);
+                entry.allowance = entry.allowance.saturating_sub(paths);
+            }
         }
         if entry.pending == 0 && entry.tests == 0 {
-            st.by_source.remove(&self.ip);
+            st.by_client.remove(&self.client);
         }
         match self.kind {
-            Kind::Pending if self.in_total => st.pending = st.pending.saturating_sub(1),
-            Kind::Pending => {}
-            Kind::Test => st.tests = st.tests.saturating_sub(1),
+            Kind::Pending => st.pending = st.pending.saturating_sub(1),
+            Kind::Test(paths) => {
+                st.tests = st.tests.saturating_sub(1);
+                st.allowance = st.allowance.saturating_sub(paths);
+            }
         }
     }
 }
@@ -136,9 +211,10 @@ impl Admission {
         self.take(ip, Kind::Pending)
     }
 
-    /// A test slot for a test from `ip`, or the limit it would break, in words.
-    pub(crate) fn test(&self, ip: IpAddr) -> Result<Slot, String> {
-        self.take(ip, Kind::Test)
+    /// A test slot for a test from `ip` that opens `paths` data connections or UDP flows, or
+    /// the limit it would break, in words.
+    pub(crate) fn test(&self, ip: IpAddr, paths: usize) -> Result<Slot, String> {
+        self.take(ip, Kind::Test(paths))
     }
 
     /// Tests running now.
@@ -147,46 +223,50 @@ impl Admission {
     }
 
     fn take(&self, ip: IpAddr, kind: Kind) -> Result<Slot, String> {
-        let ip = ip.to_canonical();
+        let l = self.limits;
+        let client = l.client_of(ip);
         let mut st = self
             .state
             .lock()
             .map_err(|_| "internal error: admission state poisoned".to_string())?;
-        let mine = st.by_source.get(&ip).copied().unwrap_or_default();
-        let l = self.limits;
-        let mut in_total = true;
+        let mine = st.by_client.get(&client).copied().unwrap_or_default();
+        let one = client.one();
         match kind {
             Kind::Pending => {
                 let (what, per_flag, total_flag) = self.pending_words;
-                // An address with an admitted test is opening its data connections.
-                let known = mine.tests > 0;
-                let per_client = if known {
-                    l.pending_per_client + DATA_ALLOWANCE
-                } else {
-                    l.pending_per_client
-                };
+                let per_client = l.pending_per_client + mine.allowance;
                 if mine.pending >= per_client {
+                    return Err(if mine.allowance > 0 {
+                        format!(
+                            "the server allows {} {what} from {one} with tests running ({} plus their {} data path(s)); {client} has {} ({per_flag})",
+                            per_client, l.pending_per_client, mine.allowance, mine.pending
+                        )
+                    } else {
+                        format!(
+                            "the server allows {} {what} from {one}; {client} has {} ({per_flag})",
+                            per_client, mine.pending
+                        )
+                    });
+                }
+                // A client with tests running may use the room its tests' data paths add.
+                let total = if mine.allowance > 0 {
+                    l.pending + st.allowance
+                } else {
+                    l.pending
+                };
+                if st.pending >= total {
                     return Err(format!(
-                        "the server allows {} {what} from one address; {ip} has {} ({per_flag})",
-                        per_client, mine.pending
+                        "the server allows {total} {what}; {} are open ({total_flag})",
+                        st.pending
                     ));
                 }
-                if !known && st.pending >= l.pending {
-                    return Err(format!(
-                        "the server allows {} {what}; {} are open ({total_flag})",
-                        l.pending, st.pending
-                    ));
-                }
-                in_total = !known;
-                if in_total {
-                    st.pending += 1;
-                }
-                st.by_source.entry(ip).or_default().pending += 1;
+                st.pending += 1;
+                st.by_client.entry(client).or_default().pending += 1;
             }
-            Kind::Test => {
+            Kind::Test(paths) => {
                 if mine.tests >= l.tests_per_client {
                     return Err(format!(
-                        "the server allows {} tests from one address; {} are running from {ip} (--max-tests-per-client)",
+                        "the server allows {} tests from {one}; {} are running from {client} (--max-tests-per-client)",
                         l.tests_per_client, mine.tests
                     ));
                 }
@@ -197,14 +277,16 @@ impl Admission {
                     ));
                 }
                 st.tests += 1;
-                st.by_source.entry(ip).or_default().tests += 1;
+                st.allowance += paths;
+                let e = st.by_client.entry(client).or_default();
+                e.tests += 1;
+                e.allowance += paths;
             }
         }
         Ok(Slot {
             state: Arc::clone(&self.state),
-            ip,
+            client,
             kind,
-            in_total,
         })
     }
 }
@@ -247,37 +329,103 @@ mod tests {
             tests: 2,
             ..Limits::default()
         });
-        let t1 = a.test(ip("10.0.0.1")).unwrap();
-        let e = a.test(ip("10.0.0.1")).unwrap_err();
+        let t1 = a.test(ip("10.0.0.1"), 1).unwrap();
+        let e = a.test(ip("10.0.0.1"), 1).unwrap_err();
         assert!(
             e.contains("allows 1 tests from one address; 1 are running from 10.0.0.1"),
             "{e}"
         );
-        let _t2 = a.test(ip("10.0.0.2")).unwrap();
+        let _t2 = a.test(ip("10.0.0.2"), 1).unwrap();
         assert_eq!(a.tests_running(), 2);
-        let e = a.test(ip("10.0.0.3")).unwrap_err();
+        let e = a.test(ip("10.0.0.3"), 1).unwrap_err();
         assert!(e.contains("busy: 2 tests running, its limit is 2"), "{e}");
         drop(t1);
         assert_eq!(a.tests_running(), 1);
-        assert!(a.test(ip("10.0.0.1")).is_ok());
+        assert!(a.test(ip("10.0.0.1"), 1).is_ok());
     }
 
     #[test]
-    fn an_address_with_a_test_may_open_its_data_connections() {
+    fn a_client_with_a_test_may_open_its_data_connections_and_no_more() {
         let a = Admission::new(Limits {
             pending_per_client: 2,
             pending: 2,
             ..Limits::default()
         });
-        let _t = a.test(ip("10.0.0.1")).unwrap();
-        let held: Vec<Slot> = (0..100)
+        let t = a.test(ip("10.0.0.1"), 100).unwrap();
+        let held: Vec<Slot> = (0..102)
             .map(|_| a.pending(ip("10.0.0.1")).unwrap())
             .collect();
-        assert_eq!(held.len(), 100);
-        // Strangers still meet both limits.
-        let _s = a.pending(ip("10.0.0.2")).unwrap();
-        let _s2 = a.pending(ip("10.0.0.2")).unwrap();
+        assert_eq!(held.len(), 102);
+        // Its own 2 plus its test's 100 data paths, and not one more.
+        let e = a.pending(ip("10.0.0.1")).unwrap_err();
+        assert!(
+            e.contains("(2 plus their 100 data path(s)); 10.0.0.1 has 102"),
+            "{e}"
+        );
+        // They count in the total: strangers find it full until they go.
+        let e = a.pending(ip("10.0.0.2")).unwrap_err();
+        assert!(
+            e.contains("the server allows 2 connections still handshaking; 102 are open"),
+            "{e}"
+        );
+        drop(held);
+        let s1 = a.pending(ip("10.0.0.2")).unwrap();
+        let s2 = a.pending(ip("10.0.0.2")).unwrap();
         assert!(a.pending(ip("10.0.0.2")).is_err());
+        drop((s1, s2));
+        // The allowance ends with the test: back to its own 2.
+        drop(t);
+        assert_eq!(a.state.lock().unwrap().allowance, 0);
+        let _own = (
+            a.pending(ip("10.0.0.1")).unwrap(),
+            a.pending(ip("10.0.0.1")).unwrap(),
+        );
+        assert!(a.pending(ip("10.0.0.1")).is_err());
+    }
+
+    #[test]
+    fn ipv6_counts_by_64_and_ipv4_by_address_by_default() {
+        let a = Admission::new(Limits {
+            pending_per_client: 2,
+            tests_per_client: 1,
+            ..Limits::default()
+        });
+        let _s1 = a.pending(ip("2001:db8:1:2::1")).unwrap();
+        let _s2 = a.pending(ip("2001:db8:1:2:ffff::9")).unwrap();
+        let e = a.pending(ip("2001:db8:1:2::3")).unwrap_err();
+        assert!(
+            e.contains("from one /64 network; 2001:db8:1:2::/64 has 2 (--max-pending-per-client)"),
+            "{e}"
+        );
+        assert!(a.pending(ip("2001:db8:1:3::1")).is_ok());
+        let _t = a.test(ip("2001:db8:1:2::a"), 1).unwrap();
+        let e = a.test(ip("2001:db8:1:2::b"), 1).unwrap_err();
+        assert!(
+            e.contains("tests from one /64 network; 1 are running from 2001:db8:1:2::/64"),
+            "{e}"
+        );
+        let _v4 = a.pending(ip("10.0.0.1")).unwrap();
+        assert!(a.pending(ip("10.0.0.2")).is_ok(), "IPv4 counts by address");
+        // Other prefixes: /128 counts every IPv6 address, /24 a whole IPv4 network.
+        let l = Limits {
+            prefix_v4: 24,
+            prefix_v6: 128,
+            ..Limits::default()
+        };
+        assert_eq!(l.client_of(ip("10.1.2.3")), l.client_of(ip("10.1.2.200")));
+        assert_eq!(l.client_of(ip("10.1.2.3")).to_string(), "10.1.2.0/24");
+        assert_ne!(l.client_of(ip("::1")), l.client_of(ip("::2")));
+        assert_eq!(
+            l.client_of(ip("::ffff:10.1.2.3")).to_string(),
+            "10.1.2.0/24"
+        );
+        let z = Limits {
+            prefix_v4: 0,
+            prefix_v6: 0,
+            ..Limits::default()
+        };
+        assert_eq!(z.client_of(ip("1.2.3.4")).to_string(), "0.0.0.0/0");
+        assert_eq!(z.client_of(ip("ff::1")).to_string(), "::/0");
     }
 
     #[test]
@@ -289,6 +437,6 @@ mod tests {
         let s = a.pending(ip("::ffff:10.0.0.1")).unwrap();
         assert!(a.pending(ip("10.0.0.1")).is_err());
         drop(s);
-        assert!(a.state.lock().unwrap().by_source.is_empty());
+        assert!(a.state.lock().unwrap().by_client.is_empty());
     }
 }

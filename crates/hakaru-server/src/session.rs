@@ -130,7 +130,11 @@ pub(crate) fn control(ctx: &Ctx, o: Opening) {
         }
     };
     // The test slot frees itself however we leave; the handshake slot goes once it is taken.
-    let _test_slot = match admit(ctx, &spec).and_then(|()| ctx.admission.test(peer.ip())) {
+    let paths = spec.flow_plan().len();
+    // The test slot and the memory reservation free themselves however we leave.
+    let _test_slot = match admit(ctx, &spec)
+        .and_then(|memory| Ok((ctx.admission.test(peer.ip(), paths)?, memory)))
+    {
         Ok(s) => s,
         Err(reason) => {
             ctx.metrics.refused("limits");
@@ -143,9 +147,14 @@ pub(crate) fn control(ctx: &Ctx, o: Opening) {
     // An admitted client may send its final report, which can be large.
     conn.set_max_frame(hakaru_proto::native::MAX_FRAME);
     let id = ctx.next_test.fetch_add(1, Ordering::Relaxed);
-    let token = new_token();
     let (tx, rx) = mpsc::channel();
-    ctx.registry.insert(token.clone(), peer.ip(), tx);
+    let Some(token) = new_token().filter(|t| ctx.registry.insert(t.clone(), peer.ip(), paths, tx))
+    else {
+        let reason = "the server cannot make a test token: the OS gave it no randomness (getrandom failed); it runs no tests until it can".to_string();
+        tracing::error!("refused test from {peer}: {reason}");
+        let _ = conn.send(&Message::Refused { reason });
+        return;
+    };
     let started = Instant::now();
     match spec.connect() {
         Some(c) => tracing::info!(
@@ -246,8 +255,9 @@ fn asked_duration(spec: &TestSpec) -> Option<Duration> {
     }
 }
 
-/// Checks what the spec's own validation cannot: this host's limits and capabilities.
-fn admit(ctx: &Ctx, spec: &TestSpec) -> Result<(), String> {
+/// Checks what the spec's own validation cannot: this host's limits, budgets and
+/// capabilities. The test's memory is reserved when it fits.
+fn admit(ctx: &Ctx, spec: &TestSpec) -> Result<crate::budget::Reservation, String> {
     spec.validate().map_err(|e| e.0)?;
     if let TestSpec::Raw(_) = spec {
         return Err(
@@ -264,17 +274,8 @@ fn admit(ctx: &Ctx, spec: &TestSpec) -> Result<(), String> {
             ctx.cfg.max_flows
         ));
     }
-    if let TestSpec::Udp(u) = spec {
-        let rate = match u.rate_for(hakaru_model::FlowDir::Down) {
-            hakaru_model::UdpRate::Unlimited => None,
-            hakaru_model::UdpRate::Bits(b) => (b.0 > 0.0).then_some(b.0),
-            hakaru_model::UdpRate::Packets(p) => (p > 0.0).then_some(p * u.length.0 as f64 * 8.0),
-        };
-        let server_sends = matches!(
-            u.direction,
-            hakaru_model::Direction::Reverse | hakaru_model::Direction::Bidir
-        );
-        crate::check_send_rate(ctx.cfg.max_rate, server_sends, rate, u.flows)?;
+    if let Some((rate, flows)) = crate::budget::server_send_rate(spec) {
+        crate::check_send_rate(ctx.cfg.max_rate, true, rate, flows)?;
     }
     if let Some(max) = ctx.cfg.max_duration {
         if let Some(asked) = asked_duration(spec) {
@@ -305,21 +306,17 @@ fn admit(ctx: &Ctx, spec: &TestSpec) -> Result<(), String> {
             "--server-affinity: CPU {bad} does not exist on the server (it has {cpus})"
         ));
     }
-    Ok(())
+    crate::budget::check_busy_poll(&ctx.cfg.budgets, spec, cpus)?;
+    ctx.memory
+        .reserve(&ctx.cfg.budgets, crate::budget::server_memory(spec, cpus))
 }
 
-fn new_token() -> String {
+/// A test's token: 16 bytes from the OS. `None` without OS randomness: a token guessed from
+/// the clock would let anyone who can guess the time join a test, so the server refuses tests.
+fn new_token() -> Option<String> {
     let mut b = [0u8; 16];
-    if getrandom::fill(&mut b).is_err() {
-        // No OS randomness: fall back to the clock; tokens only need to be unguessable-ish
-        // on such hosts and unique per test.
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        b.copy_from_slice(&t.to_le_bytes());
-    }
-    b.iter().map(|x| format!("{x:02x}")).collect()
+    getrandom::fill(&mut b).ok()?;
+    Some(b.iter().map(|x| format!("{x:02x}")).collect())
 }
 
 /// A test the server took on: its number, its token, where its data paths arrive, and
@@ -372,7 +369,7 @@ fn run_test(
     test: &Admitted<'_>,
     local_ip: Option<IpAddr>,
 ) -> Result<String, Abort> {
-    let (id, token, rx) = (test.id, test.token, test.rx);
+    let (id, token) = (test.id, test.token);
     conn.send(&Message::Accepted {
         test_id: id,
         token: token.to_string(),
@@ -405,7 +402,7 @@ fn run_test(
             ))
         }
         TestSpec::Tcp(tcp) => {
-            let flows = collect_tcp(ctx, conn, tcp, id, rx)?;
+            let flows = collect_tcp(ctx, conn, tcp, test)?;
             if test.held {
                 wait_go(ctx, conn)?;
             }
@@ -445,7 +442,7 @@ fn run_test(
         }
         TestSpec::Latency(lat) => {
             let flows: Vec<PingFlow> = match lat.transport {
-                LatencyTransport::Tcp => collect_tcp(ctx, conn, &lat.as_tcp(), id, rx)?
+                LatencyTransport::Tcp => collect_tcp(ctx, conn, &lat.as_tcp(), test)?
                     .into_iter()
                     .map(|f| PingFlow {
                         id: f.id,
@@ -718,9 +715,9 @@ fn collect_tcp(
     ctx: &Ctx,
     conn: &mut ControlConn,
     spec: &TcpSpec,
-    id: u64,
-    rx: &mpsc::Receiver<DataConn>,
+    test: &Admitted<'_>,
 ) -> Result<Vec<FlowSocket>, Abort> {
+    let (id, rx) = (test.id, test.rx);
     let plan = spec.flow_plan();
     let mut socks: Vec<Option<TcpStream>> = (0..plan.len()).map(|_| None).collect();
     let deadline = Instant::now() + DATA_TIMEOUT;
@@ -757,6 +754,8 @@ fn collect_tcp(
             }
         }
     }
+    // Every path is here: the token admits nothing more.
+    ctx.registry.remove(test.token);
     let mut flows = Vec::with_capacity(plan.len());
     let mut down_index = 0u32;
     for ((fid, dir), s) in plan.iter().zip(socks) {
@@ -987,6 +986,8 @@ fn collect_udp(
             None => {}
         }
     }
+    // Every flow said hello and the client heard every answer: the token admits nothing more.
+    ctx.registry.remove(token);
     let mut flows = Vec::with_capacity(plan.len());
     let mut down_index = 0u32;
     for ((fid, dir), s) in plan.iter().zip(socks) {

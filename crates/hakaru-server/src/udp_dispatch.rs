@@ -73,6 +73,7 @@ pub(crate) fn run(ctx: Arc<Ctx>, sock: UdpSocket) {
                     Err((Undelivered::WrongPeer(_), _)) => {
                         "a hello from an address that is not the test's client"
                     }
+                    Err((Undelivered::Full(_), _)) => "a hello beyond its test's flows",
                 }
             }
             Some(FlowHello::Ack { .. } | FlowHello::Moved { .. }) => {

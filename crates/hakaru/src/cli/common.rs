@@ -333,6 +333,8 @@ impl Target {
                     port: 0,
                     // With a key, the embedded server asks for it too.
                     psk: self.psk()?,
+                    // The user's own test on loopback: no budgets but the CPU count.
+                    budgets: hakaru_server::Budgets::local(),
                     ..ServerConfig::default()
                 })
                 .context("starting the embedded loopback server")?

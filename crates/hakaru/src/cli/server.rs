@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use anyhow::Context;
 use hakaru_model::Dur;
-use hakaru_server::{Acl, Family, Limits, Server, ServerConfig, DEFAULT_PORT};
+use hakaru_server::{Acl, Budgets, Family, Limits, Server, ServerConfig, DEFAULT_PORT};
 
 /// Checks one --allow/--deny value (so a bad one is a usage error, exit 2).
 fn parse_net(s: &str) -> Result<String, String> {
@@ -44,15 +44,36 @@ pub struct Args {
     /// one address cannot lock everyone else out.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=65536))]
     max_pending_per_client: u32,
-    /// Longest test the server runs, warm-up included (600, 1h). Longer time-based tests are
-    /// refused up front; byte and block counts are stopped there. Default: no limit.
-    #[arg(long, value_name = "TIME")]
-    max_duration: Option<Dur>,
-    /// Most payload rate the server sends in one UDP test (-R, --bidir), all flows together
-    /// (1G, 500M); a test asking for more, or for an unlimited rate, is refused with the
-    /// figures. Default: no limit.
+    /// Longest test the server runs, warm-up included (600, 1h; 0 for no limit). Longer
+    /// time-based tests are refused up front; byte and block counts are stopped there.
+    #[arg(long, value_name = "TIME", default_value = "1h")]
+    max_duration: Dur,
+    /// Most payload rate the server sends in one test (tcp, udp and pps with -R or --bidir,
+    /// and iperf3 clients' -R), all flows together (1G, 500M); a test asking for more, or for
+    /// an unlimited rate, is refused with the figures. Default: no limit.
     #[arg(long, value_name = "RATE")]
     max_rate: Option<hakaru_model::BitRate>,
+    /// Most buffer memory one test may take on the server (its -l, -w and flows: about
+    /// (CPUs + 1) x -l for TCP); larger tests are refused with the figure. 0 for no limit.
+    #[arg(long, value_name = "SIZE", default_value = "256M")]
+    max_test_memory: hakaru_model::Bytes,
+    /// Most buffer memory all running tests may take together; a test that would go over is
+    /// refused as busy. 0 for no limit.
+    #[arg(long, value_name = "SIZE", default_value = "1G")]
+    max_memory: hakaru_model::Bytes,
+    /// Let latency clients ask the server to busy-poll (`--spin`, `--busy-poll`): each
+    /// spinning flow holds a CPU, so it is off unless allowed, and never more spinning
+    /// flows than CPUs.
+    #[arg(long)]
+    allow_busy_poll: bool,
+    /// IPv4 clients in one network of this prefix length count as one client for the
+    /// per-client limits (32: each address).
+    #[arg(long, value_name = "BITS", default_value_t = 32, value_parser = clap::value_parser!(u8).range(0..=32))]
+    client_prefix_v4: u8,
+    /// IPv6 clients in one network of this prefix length count as one client for the
+    /// per-client limits (64: a host usually holds a whole /64; 128: each address).
+    #[arg(long, value_name = "BITS", default_value_t = 64, value_parser = clap::value_parser!(u8).range(0..=128))]
+    client_prefix_v6: u8,
     /// Most flows per direction in one test (connectors, for `connect`).
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=1024))]
     max_flows: u32,
@@ -134,9 +155,16 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             tests_per_client: a.max_tests_per_client as usize,
             pending: a.max_pending as usize,
             pending_per_client: a.max_pending_per_client as usize,
+            prefix_v4: a.client_prefix_v4,
+            prefix_v6: a.client_prefix_v6,
         },
         acl: Acl::parse(&a.allow, &a.deny).map_err(anyhow::Error::msg)?,
-        max_duration: a.max_duration.map(|d| d.0),
+        max_duration: Some(a.max_duration.0).filter(|d| !d.is_zero()),
+        budgets: Budgets {
+            test_memory: Some(a.max_test_memory.0).filter(|&b| b > 0),
+            total_memory: Some(a.max_memory.0).filter(|&b| b > 0),
+            busy_poll: a.allow_busy_poll,
+        },
         max_rate: a.max_rate.map(|r| r.0),
         max_flows: a.max_flows,
         iperf3: match a.iperf3.as_deref() {

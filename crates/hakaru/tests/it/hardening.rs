@@ -1,9 +1,16 @@
 //! Issue 29, "a server safe to expose, round two": one test per hole, each against the real
 //! binary, each checking that a legitimate client still completes.
 
+use std::io::Write;
+use std::net::TcpStream;
 use std::time::Duration;
 
-use super::common::{json, peer, run, run_cmd, stderr, ServerProc};
+use hakaru_model::{Amount, Dur, TcpSpec, TestSpec};
+use hakaru_proto::native::opening;
+use hakaru_proto::{Decoder, Message, PROTOCOL_VERSION};
+
+use super::common::{json, peer, read_msg, run, run_cmd, stderr, threads_of, ServerProc};
+use super::hostile::{back_to_baseline, connect_from, fails, fds_of, legit};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -15,7 +22,17 @@ fn a_paced_sender_with_short_writes_works_both_ways() {
     let port = s.port_s();
     for dir in [None, Some("-R"), Some("--bidir")] {
         let mut args = vec![
-            "tcp", "127.0.0.1", "-p", &port, "-t", "1", "-b", "1M", "-l", "100", "--json",
+            "tcp",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-t",
+            "1",
+            "-b",
+            "1M",
+            "-l",
+            "100",
+            "--json",
         ];
         args.extend(dir);
         let o = run(&args, LIMIT);
@@ -47,12 +64,290 @@ fn a_stock_iperf3_client_gets_short_paced_writes_from_the_server() {
     let port = s.port_s();
     let o = run_cmd(
         std::process::Command::new("iperf3").args([
-            "-c", "127.0.0.1", "-p", &port, "-R", "-b", "1M", "-l", "100", "-t", "2", "-J",
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-R",
+            "-b",
+            "1M",
+            "-l",
+            "100",
+            "-t",
+            "2",
+            "-J",
         ]),
         LIMIT,
     );
     assert!(o.status.success(), "iperf3 -R -b 1M -l 100: {}", stderr(&o));
     let v = json(&o);
     let bytes = v["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
-    assert!((150_000..=400_000).contains(&bytes), "{bytes} bytes in 2 s at 1 Mbit/s");
+    assert!(
+        (150_000..=400_000).contains(&bytes),
+        "{bytes} bytes in 2 s at 1 Mbit/s"
+    );
+}
+
+/// A control session opened by hand: hello, welcome, test request, accepted.
+struct RawTest {
+    ctl: TcpStream,
+    dec: Decoder,
+    token: String,
+}
+
+impl RawTest {
+    fn start(port: u16, spec: TestSpec) -> RawTest {
+        let mut ctl = connect_from("127.0.0.1", port);
+        let mut dec = Decoder::new();
+        ctl.write_all(&opening(&Message::Hello {
+            protocol: PROTOCOL_VERSION,
+            software: "hardening test".into(),
+            host: None,
+            nonce: None,
+        }))
+        .unwrap();
+        assert!(matches!(
+            read_msg(&mut ctl, &mut dec, Duration::from_secs(5)),
+            Some(Message::Welcome { .. })
+        ));
+        ctl.write_all(
+            &Message::TestRequest {
+                test: Box::new(spec),
+                held_start: false,
+            }
+            .encode(),
+        )
+        .unwrap();
+        let token = match read_msg(&mut ctl, &mut dec, Duration::from_secs(5)) {
+            Some(Message::Accepted { token, .. }) => token,
+            other => panic!("expected accepted, got {other:?}"),
+        };
+        RawTest { ctl, dec, token }
+    }
+
+    /// A data connection from `src` carrying this test's token for `flow`.
+    fn data(&self, src: &str, port: u16, flow: u32) -> TcpStream {
+        let mut c = connect_from(src, port);
+        c.write_all(&opening(&Message::DataHello {
+            token: self.token.clone(),
+            flow,
+        }))
+        .unwrap();
+        c
+    }
+}
+
+/// What the server said on a data connection it refused: its error, or None if it kept it.
+fn refusal(c: &mut TcpStream) -> Option<String> {
+    match read_msg(c, &mut Decoder::new(), Duration::from_secs(3)) {
+        Some(Message::Error { message }) => Some(message),
+        _ => None,
+    }
+}
+
+/// One test's token joined 1,500 extra connections to the test, held until it ended. Now a
+/// token admits only its test's flows, only from its client's address, and only until every
+/// flow has arrived.
+#[test]
+fn a_token_admits_only_its_flows_from_its_client_while_they_arrive() {
+    let s = ServerProc::start(&[]);
+    let pid = s.child.id();
+    legit(&s, None, &[]);
+    let base = (threads_of(pid), fds_of(pid));
+    let spec = TestSpec::Tcp(TcpSpec {
+        flows: 2,
+        amount: Amount::Time(Dur(Duration::from_secs(4))),
+        ..TcpSpec::default()
+    });
+    let mut t = RawTest::start(s.port, spec);
+    // From another address the token is no use, even while the test collects its flows.
+    let mut stranger = t.data("127.0.0.9", s.port, 0);
+    let why = refusal(&mut stranger).expect("the stranger's data connection was kept");
+    assert!(why.contains("not the test's client"), "{why}");
+    // The test's own two flows are taken, and the test starts.
+    let _f0 = t.data("127.0.0.1", s.port, 0);
+    let _f1 = t.data("127.0.0.1", s.port, 1);
+    match read_msg(&mut t.ctl, &mut t.dec, Duration::from_secs(5)) {
+        Some(Message::Start) => {}
+        other => panic!("expected start, got {other:?}"),
+    }
+    // Every later connection with the token is refused at once and closed, not queued.
+    let mut refused = 0;
+    for i in 0..300 {
+        let mut c = t.data("127.0.0.1", s.port, i % 2);
+        if let Some(why) = refusal(&mut c) {
+            assert!(why.contains("unknown or retired token"), "{why}");
+            refused += 1;
+        }
+    }
+    assert_eq!(refused, 300, "every extra data connection is refused");
+    let fds = fds_of(pid);
+    assert!(
+        fds < base.1 + 40,
+        "the server holds {fds} descriptors during a 2-flow test (baseline {})",
+        base.1
+    );
+    drop(t);
+    drop(_f0);
+    drop(_f1);
+    back_to_baseline(&s, base);
+    legit(&s, None, &[]);
+}
+
+#[test]
+fn budgets_the_server_sets_are_named_in_refusals() {
+    let s = ServerProc::start(&["--max-test-memory", "64M", "--max-rate", "50M"]);
+    let port = s.port_s();
+    // -l 48M: a pattern and a read buffer per worker, 96 MiB.
+    let e = fails(
+        &["tcp", "127.0.0.1", "-p", &port, "-t", "1", "-l", "48M"],
+        "--max-test-memory",
+    );
+    assert!(e.contains("allows 64 MiB a test"), "{e}");
+    // TCP sent by the server is capped like UDP: unpaced, or paced over the cap.
+    fails(
+        &["tcp", "127.0.0.1", "-p", &port, "-t", "1", "-R"],
+        "--max-rate",
+    );
+    let e = fails(
+        &[
+            "tcp",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-t",
+            "1",
+            "--bidir",
+            "-P",
+            "2",
+            "-b",
+            "30M",
+        ],
+        "--max-rate",
+    );
+    assert!(e.contains("2 flow(s)"), "{e}");
+    // Busy-polling is the server's to allow.
+    let e = fails(
+        &["latency", "127.0.0.1", "-p", &port, "-t", "1", "--spin"],
+        "--allow-busy-poll",
+    );
+    assert!(e.contains("--spin"), "{e}");
+    // Within every budget: runs.
+    let o = run(
+        &[
+            "tcp",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-t",
+            "1",
+            "-R",
+            "-b",
+            "40M",
+            "--json",
+        ],
+        LIMIT,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    // Many flows spinning on a server that allows it: never more than its CPUs.
+    let busy = ServerProc::start(&["--allow-busy-poll"]);
+    let e = fails(
+        &[
+            "latency",
+            "127.0.0.1",
+            "-p",
+            &busy.port_s(),
+            "-t",
+            "1",
+            "--spin",
+            "-P",
+            "256",
+        ],
+        "spins at most one flow per CPU",
+    );
+    assert!(e.contains("256 flows"), "{e}");
+    let o = run(
+        &[
+            "latency",
+            "127.0.0.1",
+            "-p",
+            &busy.port_s(),
+            "-t",
+            "1",
+            "--spin",
+            "--json",
+        ],
+        LIMIT,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    // And a test longer than the server's default hour is refused up front.
+    fails(
+        &["tcp", "127.0.0.1", "-p", &port, "-t", "2h"],
+        "--max-duration",
+    );
+}
+
+/// Eight `tcp -l 64M --bidir` took the server to 320 MB; the total budget turns the ones
+/// that do not fit away as busy, and the first ones run.
+#[test]
+fn memory_in_total_is_budgeted_across_tests() {
+    let s = ServerProc::start(&["--max-test-memory", "200M", "--max-memory", "250M"]);
+    let port = s.port_s();
+    let spawn = || {
+        super::common::hakaru()
+            .args([
+                "tcp",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-t",
+                "3",
+                "-l",
+                "48M",
+                "--bidir",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    // 48M x 3 (a pattern, two workers' buffers on 2 CPUs, or more on more): 144+ MiB each.
+    let first = spawn();
+    assert!(
+        s.wait_log("test 1 from", Duration::from_secs(10)).is_some(),
+        "the first test did not start"
+    );
+    let second = spawn();
+    let out = super::common::wait_child(second, LIMIT);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("--max-memory") && err.contains("busy"),
+        "{err}"
+    );
+    let out = super::common::wait_child(first, LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // The first test's reservation came back with it.
+    let out = super::common::wait_child(spawn(), LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
+fn a_stock_iperf3_client_meets_the_memory_and_rate_budgets() {
+    if !peer("iperf3", "iperf3") {
+        return;
+    }
+    let s = ServerProc::start(&["--max-test-memory", "16M", "--max-rate", "10M"]);
+    let port = s.port_s();
+    let iperf3 = |args: &[&str]| {
+        let mut a = vec!["-c", "127.0.0.1", "-p", &port, "-t", "1"];
+        a.extend(args);
+        run_cmd(std::process::Command::new("iperf3").args(&a), LIMIT)
+    };
+    let o = iperf3(&["-P", "16", "-w", "1M"]);
+    assert!(!o.status.success(), "16 streams with 1 MiB windows ran");
+    let o = iperf3(&["-R"]);
+    assert!(!o.status.success(), "an unpaced -R ran past --max-rate");
+    let o = iperf3(&["-R", "-b", "5M"]);
+    assert!(o.status.success(), "{}", stderr(&o));
 }
