@@ -351,3 +351,151 @@ fn a_stock_iperf3_client_meets_the_memory_and_rate_budgets() {
     let o = iperf3(&["-R", "-b", "5M"]);
     assert!(o.status.success(), "{}", stderr(&o));
 }
+
+/// Holds 64 idle connections to [SERVER]:PORT, one from each of 64 addresses of the /64
+/// SRC::/64, for HOLD seconds; prints how many the server refused by name and how many it
+/// kept waiting for a hello.
+const IDLE_FROM_A_64: &str = r#"
+import socket, sys, time
+server, port, src, hold = sys.argv[1], int(sys.argv[2]), sys.argv[3], float(sys.argv[4])
+conns = []
+for i in range(64):
+    s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    s.bind((src + "%x" % (0x100 + i), 0))
+    s.settimeout(5)
+    s.connect((server, port))
+    conns.append(s)
+refused = kept = 0
+for s in conns:
+    s.settimeout(1)
+    try:
+        data = s.recv(4096)
+    except socket.timeout:
+        data = None
+    if data and b"one /64 network" in data:
+        refused += 1
+    elif data is None:
+        kept += 1
+print("refused", refused, "kept", kept, flush=True)
+time.sleep(hold)
+"#;
+
+/// An IPv6 client holds a /64: counted by address, its 64 addresses had 64 x 8 handshake
+/// slots. By /64 they share one client's 8, and a client of another /64 is not held up.
+#[test]
+fn an_ipv6_64_is_one_client() {
+    use super::netns_link::{Link, Shaping};
+    if !peer("python3", "python3") {
+        return;
+    }
+    let Some(link) = Link::setup(&[], Shaping::NONE) else {
+        return;
+    };
+    let (cns, sns) = (link.client_ns.clone(), link.server_ns.clone());
+    let ip = |ns: &str, args: &[&str]| {
+        let mut a = vec!["-n", ns];
+        a.extend(args);
+        let o = run_cmd(std::process::Command::new("ip").args(&a), LIMIT);
+        assert!(o.status.success(), "ip {a:?}: {}", stderr(&o));
+    };
+    // The server at 2001:db8:5::1; the client owns 2001:db8:9::/64 and 2001:db8:a::/64 whole
+    // (local routes on lo deliver every address in them); the server reaches both
+    // through the client's one configured address, so neighbour discovery needs no more.
+    ip(
+        &sns,
+        &[
+            "-6",
+            "addr",
+            "add",
+            "2001:db8:5::1/64",
+            "dev",
+            &link.server_dev,
+            "nodad",
+        ],
+    );
+    ip(
+        &cns,
+        &[
+            "-6",
+            "addr",
+            "add",
+            "2001:db8:5::2/64",
+            "dev",
+            &link.client_dev,
+            "nodad",
+        ],
+    );
+    for net in ["2001:db8:9::/64", "2001:db8:a::/64"] {
+        ip(&cns, &["-6", "route", "add", "local", net, "dev", "lo"]);
+        ip(
+            &sns,
+            &[
+                "-6",
+                "route",
+                "add",
+                net,
+                "via",
+                "2001:db8:5::2",
+                "dev",
+                &link.server_dev,
+            ],
+        );
+    }
+    // IPv6 binds only configured addresses unless non-local binds are allowed (this
+    // namespace's setting alone).
+    let o = link.in_client(&["sysctl", "-qw", "net.ipv6.ip_nonlocal_bind=1"], LIMIT);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut cmd = std::process::Command::new("ip");
+    cmd.env_remove("RUST_LOG")
+        .args(["netns", "exec", &sns, super::common::bin()]);
+    let s = ServerProc::start_with(cmd, "2001:db8:5::1", &[]);
+    let port = s.port_s();
+    let idle = std::process::Command::new("ip")
+        .args(["netns", "exec", &cns, "python3", "-c", IDLE_FROM_A_64])
+        .args(["2001:db8:5::1", &port, "2001:db8:9::", "6"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    // Another address of the same /64: its limit is used up, and the refusal says whose.
+    let same = link.in_client(
+        &[
+            super::common::bin(),
+            "tcp",
+            "2001:db8:5::1",
+            "-p",
+            &port,
+            "-n",
+            "1M",
+            "-B",
+            "2001:db8:9::1",
+        ],
+        LIMIT,
+    );
+    let err = stderr(&same);
+    assert_eq!(same.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("from one /64 network; 2001:db8:9::/64 has 8 (--max-pending-per-client)"),
+        "{err}"
+    );
+    // Another /64 runs its test meanwhile.
+    let other = link.client_json(
+        &[
+            "tcp",
+            "2001:db8:5::1",
+            "-p",
+            &port,
+            "-n",
+            "1M",
+            "-B",
+            "2001:db8:a::1",
+            "--json",
+        ],
+        LIMIT,
+    );
+    assert_eq!(other["totals"][0]["receiver"]["bytes"], 1 << 20);
+    let out = super::common::wait_child(idle, LIMIT);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(said.trim(), "refused 56 kept 8", "{}", stderr(&out));
+}
