@@ -101,16 +101,19 @@ pub(crate) fn pass_gate(
 }
 
 /// Proves this client holds the server's key and checks that the server holds it too; a key
-/// on one side only is an error either way (authentication is mutual).
+/// on one side only is an error either way (authentication is mutual). With a key, what the
+/// server told about itself after the proofs, with the client's clock when it sent its proof
+/// and when the answer came (`None` without a key, or from a server that said it in its
+/// welcome).
 fn authenticate(
     conn: &mut ControlConn,
     opts: &ClientOptions,
     addr: &str,
     client_nonce: &str,
     server_nonce: Option<&str>,
-) -> Result<(), ClientError> {
+) -> Result<Option<(hakaru_proto::ServerInfo, f64, f64)>, ClientError> {
     let (psk, sn) = match (&opts.psk, server_nonce) {
-        (None, None) => return Ok(()),
+        (None, None) => return Ok(None),
         (None, Some(_)) => {
             return Err(ClientError::Auth(format!(
                 "{addr} requires a pre-shared key: give it with --psk-file FILE or HAKARU_PSK"
@@ -123,6 +126,7 @@ fn authenticate(
         }
         (Some(k), Some(sn)) => (k, sn),
     };
+    let sent_at = sys::now_unix();
     let ctl = |source| ClientError::Control {
         addr: addr.to_string(),
         source,
@@ -133,7 +137,9 @@ fn authenticate(
     .map_err(ctl)?;
     // The server takes a second to say no.
     match conn.recv(HANDSHAKE_TIMEOUT + Duration::from_secs(2)) {
-        Ok(Message::AuthOk { proof }) if psk.verify_server(client_nonce, sn, &proof) => Ok(()),
+        Ok(Message::AuthOk { proof, server }) if psk.verify_server(client_nonce, sn, &proof) => {
+            Ok(server.map(|i| (i, sent_at, sys::now_unix())))
+        }
         Ok(Message::AuthOk { .. }) => Err(ClientError::Auth(format!(
             "{addr} accepted our proof but could not prove it holds the same key"
         ))),
@@ -409,11 +415,16 @@ pub fn run_test(
             ..
         }) => {
             let back = sys::now_unix();
+            // A server with a key tells who it is only after the key proofs.
+            let (unix_time, host, os, asked, back) =
+                match authenticate(&mut conn, opts, &addr_s, &client_nonce, auth.as_deref())? {
+                    Some((i, asked, answered)) => (i.unix_time, i.host, i.os, asked, answered),
+                    None => (unix_time, host, os, hello_at, back),
+                };
             let clock = unix_time.map(|t| hakaru_model::ClockOffset {
-                offset_s: t - (hello_at + back) / 2.0,
-                round_trip_s: back - hello_at,
+                offset_s: t - (asked + back) / 2.0,
+                round_trip_s: back - asked,
             });
-            authenticate(&mut conn, opts, &addr_s, &client_nonce, auth.as_deref())?;
             (clock, host.is_some() && host == host_id, os)
         }
         Ok(Message::Error { message }) => return Err(ClientError::Server(message)),

@@ -18,4 +18,6 @@ pub mod native;
 pub mod preamble;
 pub mod sockperf;
 
-pub use native::{Decoder, Message, ProtoError, TestKind, MAGIC, MAX_FRAME, PROTOCOL_VERSION};
+pub use native::{
+    Decoder, Message, ProtoError, ServerInfo, TestKind, MAGIC, MAX_FRAME, PROTOCOL_VERSION,
+};

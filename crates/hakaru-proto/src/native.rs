@@ -21,6 +21,23 @@ pub const MAX_FRAME: usize = 8 << 20;
 /// more than this per connection.
 pub const MAX_FIRST_FRAMES: usize = 64 << 10;
 
+/// What a server says about itself: in its welcome without a key, after the key proof with
+/// one (a stranger learns neither its version, its OS, its clock nor its boot id).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServerInfo {
+    /// Server software and version.
+    pub software: String,
+    /// The server's wall clock when it sent this (see `welcome`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unix_time: Option<f64>,
+    /// The server's kernel boot id (see `welcome`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// The server's OS (see `welcome`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub os: Option<String>,
+}
+
 /// The test a client asks for (the model's [`TestSpec`], tagged by `kind`).
 pub type TestKind = TestSpec;
 
@@ -75,6 +92,10 @@ pub enum Message {
     AuthOk {
         /// HMAC-SHA256 proof, hex.
         proof: String,
+        /// What a server with a key leaves out of its welcome, told only to a client that
+        /// proved it holds the key (older servers send none, and put it in the welcome).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        server: Option<ServerInfo>,
     },
     /// Client → server: run this test.
     TestRequest {
@@ -309,6 +330,16 @@ mod tests {
             },
             Message::AuthOk {
                 proof: "ef".repeat(32),
+                server: None,
+            },
+            Message::AuthOk {
+                proof: "ef".repeat(32),
+                server: Some(ServerInfo {
+                    software: "hakaru 0.1.0".into(),
+                    unix_time: Some(1.5e9),
+                    host: Some("b00t".into()),
+                    os: Some("linux".into()),
+                }),
             },
             Message::Hello {
                 protocol: 1,

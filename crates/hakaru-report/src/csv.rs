@@ -112,12 +112,25 @@ fn num(v: f64) -> String {
     }
 }
 
-/// RFC 4180 quoting where a field needs it.
-fn field(f: &str) -> String {
+/// One CSV cell: RFC 4180 quoting where it needs it, and text a spreadsheet would run as a
+/// formula (a cell starting with `=`, `+`, `@`, a tab or a carriage return, or `-` when it is
+/// not a number) is neutralised with a leading `'`, as OWASP's CSV injection advice says: a
+/// host name or label comes from whoever ran the test.
+pub fn field(f: &str) -> String {
+    let formula = match f.as_bytes().first() {
+        Some(b'=' | b'+' | b'@' | b'\t' | b'\r') => true,
+        Some(b'-') => f.parse::<f64>().is_err(),
+        _ => false,
+    };
+    let f = if formula {
+        std::borrow::Cow::Owned(format!("'{f}"))
+    } else {
+        std::borrow::Cow::Borrowed(f)
+    };
     if f.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", f.replace('"', "\"\""))
     } else {
-        f.to_string()
+        f.into_owned()
     }
 }
 
@@ -345,6 +358,14 @@ mod tests {
         assert_eq!(field("up"), "up");
         assert_eq!(field("a,b"), "\"a,b\"");
         assert_eq!(field("say \"hi\""), "\"say \"\"hi\"\"\"");
+        // Formulas a spreadsheet would run are text again; negative numbers stay numbers.
+        assert_eq!(field("=HYPERLINK(\"x\")"), "\"'=HYPERLINK(\"\"x\"\")\"");
+        assert_eq!(field("+1+2"), "'+1+2");
+        assert_eq!(field("@SUM(A1)"), "'@SUM(A1)");
+        assert_eq!(field("-2+3"), "'-2+3");
+        assert_eq!(field("\tx"), "'\tx");
+        assert_eq!(field("-0.25"), "-0.25");
+        assert_eq!(field("a=b"), "a=b");
         assert_eq!(num(12.0), "12");
         assert_eq!(num(0.25), "0.25");
         assert_eq!(num(1.0 / 3.0), "0.333333");

@@ -76,9 +76,9 @@ fn handle(ctx: &Ctx, mut stream: TcpStream, peer: SocketAddr, seq: u32, slot: Sl
         }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() || ctx.shutdown.load(Ordering::Acquire) {
-            tracing::info!(
-                "closed connection from {peer}: it sent nothing recognisable within 10 s"
-            );
+            ctx.log.info("silent", || {
+                format!("closed connection from {peer}: it sent nothing recognisable within 10 s")
+            });
             return;
         }
         match read_some(&mut stream, &mut buf, left.min(Duration::from_millis(500))) {
@@ -90,9 +90,9 @@ fn handle(ctx: &Ctx, mut stream: TcpStream, peer: SocketAddr, seq: u32, slot: Sl
         Preamble::Hakaru => ctx.metrics.connection("hakaru"),
         Preamble::Iperf3Cookie if !ctx.cfg.iperf3 => {
             ctx.metrics.refused("iperf3_off");
-            tracing::warn!(
+            ctx.log.warn("iperf3_off", || format!(
                 "closed connection from {peer}: an iperf3 client, and iperf3 clients are off (they cannot authenticate; --iperf3 allow turns them on)"
-            );
+            ));
             // A stock client reads this as "the server is busy", its only refusal.
             let _ = std::io::Write::write_all(
                 &mut stream,
@@ -104,9 +104,11 @@ fn handle(ctx: &Ctx, mut stream: TcpStream, peer: SocketAddr, seq: u32, slot: Sl
             while first.len() < hakaru_proto::iperf3::COOKIE_LEN {
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() || ctx.shutdown.load(Ordering::Acquire) {
-                    tracing::info!(
-                        "closed connection from {peer}: no complete iperf3 cookie within 10 s"
-                    );
+                    ctx.log.info("silent", || {
+                        format!(
+                            "closed connection from {peer}: no complete iperf3 cookie within 10 s"
+                        )
+                    });
                     return;
                 }
                 match read_some(
@@ -124,10 +126,12 @@ fn handle(ctx: &Ctx, mut stream: TcpStream, peer: SocketAddr, seq: u32, slot: Sl
         }
         Preamble::Unknown => {
             ctx.metrics.refused("not_a_client");
-            tracing::warn!(
-                "rejected connection from {peer}: not a hakaru client (first bytes {:02x?})",
-                &first[..first.len().min(8)]
-            );
+            ctx.log.warn("not_a_client", || {
+                format!(
+                    "rejected connection from {peer}: not a hakaru client (first bytes {:02x?})",
+                    &first[..first.len().min(8)]
+                )
+            });
             return;
         }
     }
@@ -139,13 +143,15 @@ fn handle(ctx: &Ctx, mut stream: TcpStream, peer: SocketAddr, seq: u32, slot: Sl
             Ok(Some(m)) => break m,
             Ok(None) => {}
             Err(e) => {
-                reject(&mut stream, peer, &e.to_string());
+                reject(ctx, &mut stream, peer, &e.to_string());
                 return;
             }
         }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            tracing::info!("closed connection from {peer}: no complete hello within 10 s");
+            ctx.log.info("silent", || {
+                format!("closed connection from {peer}: no complete hello within 10 s")
+            });
             return;
         }
         match read_some(&mut stream, &mut buf, left) {
@@ -196,6 +202,7 @@ fn handle(ctx: &Ctx, mut stream: TcpStream, peer: SocketAddr, seq: u32, slot: Sl
             }
         }
         other => reject(
+            ctx,
             &mut stream,
             peer,
             &format!("expected hello or data_hello first, got {}", other.name()),
@@ -221,9 +228,11 @@ fn read_some(stream: &mut TcpStream, buf: &mut [u8], wait: Duration) -> Option<u
     }
 }
 
-fn reject(stream: &mut TcpStream, peer: SocketAddr, why: &str) {
+fn reject(ctx: &Ctx, stream: &mut TcpStream, peer: SocketAddr, why: &str) {
     use std::io::Write;
-    tracing::warn!("rejected connection from {peer}: {why}");
+    ctx.log.warn("rejected", || {
+        format!("rejected connection from {peer}: {why}")
+    });
     let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
     let _ = stream.write_all(&error_frame(why));
 }

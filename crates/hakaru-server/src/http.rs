@@ -270,8 +270,24 @@ fn read_head(
             Ok(0) if acc.is_empty() => return Ok(None),
             Ok(0) => return Err(End::Said("closed inside a request head".into())),
             Ok(n) => {
-                started.get_or_insert_with(Instant::now);
+                let since = *started.get_or_insert_with(Instant::now);
                 acc.extend_from_slice(&buf[..n]);
+                // An absolute deadline for the whole head: a peer that trickles a byte at a
+                // time never lets a read time out.
+                if since.elapsed() > HEAD_TIMEOUT
+                    && !matches!(wire::parse_request(acc), Ok(Some(_)))
+                {
+                    answer_error(
+                        stream,
+                        408,
+                        "Request Timeout",
+                        "no whole request head in time",
+                    );
+                    return Err(End::Said(format!(
+                        "no whole request head within {} s",
+                        HEAD_TIMEOUT.as_secs()
+                    )));
+                }
             }
             Err(e) if retry(&e) => {
                 if ctx.shutdown.load(Ordering::Acquire) {

@@ -14,6 +14,7 @@ mod iperf3;
 mod iperf3_output;
 mod limits;
 mod metrics;
+mod ratelog;
 mod registry;
 mod session;
 mod sockperf;
@@ -123,8 +124,8 @@ pub(crate) struct Ctx {
     pub accepted: AtomicU32,
     /// Connections and datagrams turned away by the access list.
     pub denied: AtomicU64,
-    /// Last time a refusal was logged (rate-limits refusal lines under a flood).
-    pub refusal_log: std::sync::Mutex<(Option<Instant>, u64)>,
+    /// Lines about strangers (refusals, strays, garbage), one a second per kind.
+    pub log: ratelog::RateLog,
     /// What `--metrics` reports.
     pub metrics: metrics::Metrics,
     /// Buffer memory reserved by running tests (`--max-memory`).
@@ -141,26 +142,9 @@ impl Ctx {
     /// [`Ctx::log_refusal`], counted in the metrics under `reason`.
     pub(crate) fn log_refusal_as(&self, peer: SocketAddr, reason: &str, why: &str) {
         self.metrics.refused(reason);
-        let Ok(mut g) = self.refusal_log.lock() else {
-            return;
-        };
-        let now = Instant::now();
-        if g.0
-            .is_some_and(|t| now.duration_since(t) < Duration::from_secs(1))
-        {
-            g.1 += 1;
-            return;
-        }
-        let more = std::mem::take(&mut g.1);
-        g.0 = Some(now);
-        drop(g);
-        if more > 0 {
-            tracing::warn!(
-                "refused connection from {peer}: {why} ({more} more refused in the last second)"
-            );
-        } else {
-            tracing::warn!("refused connection from {peer}: {why}");
-        }
+        self.log.warn("refused", || {
+            format!("refused connection from {peer}: {why}")
+        });
     }
 }
 
@@ -267,7 +251,7 @@ impl Server {
                 iperf3: iperf3::Creating::default(),
                 accepted: AtomicU32::new(0),
                 denied: AtomicU64::new(0),
-                refusal_log: std::sync::Mutex::new((None, 0)),
+                log: ratelog::RateLog::default(),
                 metrics: metrics::Metrics::default(),
                 memory: budget::MemoryPool::default(),
             }),

@@ -220,18 +220,48 @@ impl Metrics {
     }
 }
 
-/// Serves `/metrics` on `addr` from a thread until the server stops.
+/// Scrapes answered at once, and from one address: a scraper that stalls holds one of these
+/// for at most [`SCRAPE_DEADLINE`], and the others are answered meanwhile.
+const SCRAPES: usize = 8;
+const SCRAPES_PER_CLIENT: usize = 2;
+/// The whole exchange (request head in, answer out) of one scrape.
+const SCRAPE_DEADLINE: Duration = Duration::from_secs(5);
+
+/// Serves `/metrics` on `addr` until the server stops: an accept thread and a thread per
+/// scrape, at most [`SCRAPES`] at once ([`SCRAPES_PER_CLIENT`] from one address); past that
+/// a scraper is told 503 at once.
 pub(crate) fn spawn(ctx: Arc<Ctx>, listener: TcpListener) -> io::Result<JoinHandle<()>> {
     listener.set_nonblocking(true)?;
+    let slots =
+        crate::limits::Admission::for_connections("metrics scrapes", SCRAPES_PER_CLIENT, SCRAPES);
     std::thread::Builder::new()
         .name("hakaru-metrics".into())
         .spawn(move || {
             while !ctx.shutdown.load(Ordering::Acquire) {
                 match listener.accept() {
-                    Ok((s, peer)) => {
-                        if ctx.cfg.acl.permits(peer.ip()) {
-                            let _ = s.set_nonblocking(false);
-                            answer(&ctx, s, peer);
+                    Ok((mut s, peer)) => {
+                        if !ctx.cfg.acl.permits(peer.ip()) {
+                            continue;
+                        }
+                        let slot = match slots.pending(peer.ip()) {
+                            Ok(slot) => slot,
+                            Err(why) => {
+                                let _ = s.set_nonblocking(true);
+                                let _ = s.write_all(&busy(&why));
+                                continue;
+                            }
+                        };
+                        let _ = s.set_nonblocking(false);
+                        let c = Arc::clone(&ctx);
+                        let spawned = std::thread::Builder::new()
+                            .name("hakaru-scrape".into())
+                            .stack_size(256 << 10)
+                            .spawn(move || {
+                                let _slot = slot;
+                                answer(&c, s, peer);
+                            });
+                        if let Err(e) = spawned {
+                            tracing::warn!("metrics: no thread for a scrape from {peer}: {e}");
                         }
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -243,12 +273,25 @@ pub(crate) fn spawn(ctx: Arc<Ctx>, listener: TcpListener) -> io::Result<JoinHand
         })
 }
 
-/// One request, one answer, then close: scrapers open a connection per scrape or keep it, and
-/// closing keeps this a single thread that no client can hold.
+/// A 503 answer naming the limit.
+fn busy(why: &str) -> Vec<u8> {
+    let body = format!("{why}\n");
+    let mut out = wire::response_head(
+        503,
+        "Service Unavailable",
+        body.len() as u64,
+        &[("Content-Type", "text/plain".to_string())],
+        false,
+    );
+    out.extend_from_slice(body.as_bytes());
+    out
+}
+
+/// One request, one answer, then close, all within [`SCRAPE_DEADLINE`].
 fn answer(ctx: &Ctx, mut s: TcpStream, peer: SocketAddr) {
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + SCRAPE_DEADLINE;
     let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
-    let _ = s.set_write_timeout(Some(Duration::from_secs(5)));
+    let _ = s.set_write_timeout(Some(SCRAPE_DEADLINE));
     let mut acc = Vec::new();
     let mut buf = [0u8; 4096];
     let req = loop {
@@ -260,10 +303,15 @@ fn answer(ctx: &Ctx, mut s: TcpStream, peer: SocketAddr) {
                 return;
             }
         }
+        // Checked on every pass, not only on a timed-out read: a trickling peer never has one.
+        if Instant::now() >= deadline {
+            tracing::debug!("metrics: no whole request from {peer} within 5 s");
+            return;
+        }
         match s.read(&mut buf) {
             Ok(0) => return,
             Ok(n) => acc.extend_from_slice(&buf[..n]),
-            Err(e) if crate::http::retry(&e) && Instant::now() < deadline => {}
+            Err(e) if crate::http::retry(&e) => {}
             Err(_) => return,
         }
     };

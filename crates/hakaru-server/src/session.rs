@@ -85,13 +85,34 @@ pub(crate) fn control(ctx: &Ctx, o: Opening) {
         },
         None => None,
     };
-    let welcome = hakaru_proto::native::opening(&Message::Welcome {
-        protocol: PROTOCOL_VERSION,
+    let info = || hakaru_proto::ServerInfo {
         software: format!("hakaru {}", env!("CARGO_PKG_VERSION")),
         unix_time: Some(sys::now_unix()),
-        host,
-        auth: server_nonce.clone(),
+        host: host.clone(),
         os: Some(std::env::consts::OS.into()),
+    };
+    // With a key, a stranger learns that this is a hakaru server that wants one, and no more:
+    // version, clock, OS and boot id follow the key proof.
+    let welcome = hakaru_proto::native::opening(&match &server_nonce {
+        Some(nonce) => Message::Welcome {
+            protocol: PROTOCOL_VERSION,
+            software: "hakaru".into(),
+            unix_time: None,
+            host: None,
+            auth: Some(nonce.clone()),
+            os: None,
+        },
+        None => {
+            let i = info();
+            Message::Welcome {
+                protocol: PROTOCOL_VERSION,
+                software: i.software,
+                unix_time: i.unix_time,
+                host: i.host,
+                auth: None,
+                os: i.os,
+            }
+        }
     });
     if protocol != PROTOCOL_VERSION {
         let why = format!(
@@ -106,7 +127,15 @@ pub(crate) fn control(ctx: &Ctx, o: Opening) {
         return;
     }
     if let (Some(psk), Some(sn)) = (&ctx.cfg.psk, &server_nonce) {
-        if !authenticate(&mut conn, psk, sn, client_nonce.as_deref(), peer) {
+        if !authenticate(
+            ctx,
+            &mut conn,
+            psk,
+            sn,
+            client_nonce.as_deref(),
+            peer,
+            info(),
+        ) {
             ctx.metrics.refused("auth");
             return;
         }
@@ -215,18 +244,27 @@ const AUTH_FAIL_DELAY: Duration = Duration::from_secs(1);
 /// Checks the client's key proof and sends the server's. False (after telling the client
 /// and logging one line) when the client does not hold the key.
 fn authenticate(
+    ctx: &Ctx,
     conn: &mut ControlConn,
     psk: &hakaru_proto::auth::Psk,
     server_nonce: &str,
     client_nonce: Option<&str>,
     peer: SocketAddr,
+    mut info: hakaru_proto::ServerInfo,
 ) -> bool {
     let why = match (client_nonce, conn.recv(REQUEST_TIMEOUT)) {
         (Some(cn), Ok(Message::Auth { proof }))
             if hakaru_proto::auth::is_nonce(cn) && psk.verify_client(server_nonce, cn, &proof) =>
         {
             let proof = psk.server_proof(cn, server_nonce);
-            return conn.send(&Message::AuthOk { proof }).is_ok();
+            // The clock as the answer leaves: the client times the exchange around it.
+            info.unix_time = Some(sys::now_unix());
+            return conn
+                .send(&Message::AuthOk {
+                    proof,
+                    server: Some(info),
+                })
+                .is_ok();
         }
         (_, Ok(Message::Auth { .. })) => "wrong key".to_string(),
         (_, Ok(Message::TestRequest { .. })) => {
@@ -234,11 +272,13 @@ fn authenticate(
         }
         (_, Ok(other)) => format!("expected auth, got {}", other.name()),
         (_, Err(e)) => {
-            tracing::warn!("authentication of {peer} failed: {e}");
+            ctx.log
+                .warn("auth", || format!("authentication of {peer} failed: {e}"));
             return false;
         }
     };
-    tracing::warn!("authentication of {peer} failed: {why}");
+    ctx.log
+        .warn("auth", || format!("authentication of {peer} failed: {why}"));
     std::thread::sleep(AUTH_FAIL_DELAY);
     let _ = conn.send(&Message::Error {
         message: "authentication failed: the server requires a pre-shared key, and the client did not prove it holds it (--psk-file or HAKARU_PSK)".into(),

@@ -18,9 +18,6 @@ use hakaru_proto::datagram::{token_hex, FlowHello};
 use crate::registry::{DataConn, Undelivered};
 use crate::Ctx;
 
-/// Strays logged individually before the log goes quiet (they are still counted).
-const LOGGED_STRAYS: u64 = 10;
-
 /// Serves the UDP port until shutdown.
 pub(crate) fn run(ctx: Arc<Ctx>, sock: UdpSocket) {
     let _ = sock.set_read_timeout(Some(Duration::from_millis(200)));
@@ -81,12 +78,9 @@ pub(crate) fn run(ctx: Arc<Ctx>, sock: UdpSocket) {
             }
             None => "a datagram that is not part of any test",
         };
-        let count = ctx.strays.fetch_add(1, Ordering::AcqRel) + 1;
-        if count <= LOGGED_STRAYS {
-            tracing::info!("udp port: ignored {why} from {from} ({n} bytes)");
-            if count == LOGGED_STRAYS {
-                tracing::info!("udp port: further stray datagrams are counted, not logged");
-            }
-        }
+        ctx.strays.fetch_add(1, Ordering::AcqRel);
+        ctx.log.info("stray", || {
+            format!("udp port: ignored {why} from {from} ({n} bytes)")
+        });
     }
 }

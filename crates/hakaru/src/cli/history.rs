@@ -514,11 +514,7 @@ fn run_json(r: &Run) -> serde_json::Value {
 }
 
 fn csv_cell(s: &str) -> String {
-    if s.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
-    }
+    hakaru_report::csv::field(s)
 }
 
 fn runs_csv(runs: &[Run]) -> String {
@@ -789,5 +785,6 @@ mod tests {
         assert_eq!(csv_cell("plain"), "plain");
         assert_eq!(csv_cell("a,b"), "\"a,b\"");
         assert_eq!(csv_cell("say \"x\""), "\"say \"\"x\"\"\"");
+        assert_eq!(csv_cell("=cmd|x"), "'=cmd|x");
     }
 }

@@ -499,3 +499,149 @@ fn an_ipv6_64_is_one_client() {
     let said = String::from_utf8_lossy(&out.stdout);
     assert_eq!(said.trim(), "refused 56 kept 8", "{}", stderr(&out));
 }
+
+/// Opens a connection to 127.0.0.1:`port` and sends `head` one byte every 150 ms (faster than
+/// any read timeout) from a thread; returns the thread, which yields what the server answered
+/// and when the server ended the connection, measured from the first byte.
+fn trickle(port: u16, head: &'static [u8]) -> std::thread::JoinHandle<(String, Duration)> {
+    std::thread::spawn(move || {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let t0 = std::time::Instant::now();
+        for b in head.iter().cycle() {
+            if s.write_all(&[*b]).is_err() || t0.elapsed() > Duration::from_secs(40) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(150));
+        }
+        let mut out = Vec::new();
+        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let _ = std::io::Read::read_to_end(&mut s, &mut out);
+        (String::from_utf8_lossy(&out).into_owned(), t0.elapsed())
+    })
+}
+
+/// One byte every 150 ms held a slot of the HTTP port for hours and the metrics port's only
+/// thread for as long: both now cut the head at an absolute deadline, and metrics answers
+/// other scrapers meanwhile.
+#[test]
+fn slow_heads_are_cut_at_the_deadline() {
+    let (hport, mport) = (super::common::free_port(), super::common::free_port());
+    let maddr = format!("127.0.0.1:{mport}");
+    let s = ServerProc::start(&["--http-port", &hport.to_string(), "--metrics", &maddr]);
+    assert!(s
+        .wait_log("http listening", Duration::from_secs(10))
+        .is_some());
+    // A head that never ends: "GET /bytes/1 HTTP/1.1\r\nX: aaaa..." (the header line cycles).
+    let http = trickle(hport, b"GET /bytes/1 HTTP/1.1\r\nX-Slow: aaaaaaaaaaaaaaaa");
+    let metrics = trickle(mport, b"GET /metrics HTTP/1.1\r\nX-Slow: aaaaaaaaaaaaaaaa");
+    // Meanwhile a scrape is answered at once.
+    std::thread::sleep(Duration::from_secs(1));
+    let t0 = std::time::Instant::now();
+    let body = super::common::http_get(mport, "/metrics").unwrap();
+    assert!(body.contains("hakaru_tests_running"), "{body}");
+    assert!(
+        t0.elapsed() < Duration::from_secs(3),
+        "the scrape waited for the slow one"
+    );
+    let (_, took) = metrics.join().unwrap();
+    assert!(
+        took < Duration::from_secs(8),
+        "metrics held a slow head for {took:?}"
+    );
+    let (said, took) = http.join().unwrap();
+    assert!(
+        took < Duration::from_secs(14),
+        "http held a slow head for {took:?}"
+    );
+    assert!(said.starts_with("HTTP/1.1 408"), "{said}");
+}
+
+/// A scraper cannot take every metrics thread: past two at once from one address it is told
+/// 503 by name.
+#[test]
+fn metrics_scrapes_are_bounded_per_address() {
+    let mport = super::common::free_port();
+    let maddr = format!("127.0.0.1:{mport}");
+    let _s = ServerProc::start(&["--metrics", &maddr]);
+    let mut held = Vec::new();
+    for _ in 0..40 {
+        match TcpStream::connect(("127.0.0.1", mport)) {
+            Ok(c) => {
+                held.push(c);
+                break;
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+    held.push(TcpStream::connect(("127.0.0.1", mport)).unwrap());
+    std::thread::sleep(Duration::from_millis(300));
+    // The third is told at once, before it says anything.
+    let mut third = TcpStream::connect(("127.0.0.1", mport)).unwrap();
+    third.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let mut answer = String::new();
+    let _ = std::io::Read::read_to_string(&mut third, &mut answer);
+    assert!(
+        answer.starts_with("HTTP/1.1 503") && answer.contains("metrics scrapes"),
+        "{answer}"
+    );
+    drop(held);
+    std::thread::sleep(Duration::from_millis(300));
+    let answer = super::common::http_get(mport, "/metrics").unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
+
+/// Before the key proof a stranger learned the server's exact version, OS, clock and boot
+/// id; with a key the welcome now says only that this is a hakaru server that wants one, and
+/// a client with the key still gets the clock and the same-host check.
+#[test]
+fn a_keyed_welcome_reveals_nothing_before_the_proof() {
+    let dir = std::env::temp_dir().join(format!("hakaru-welcome-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = dir.join("key");
+    std::fs::write(&key, "a key long enough to be accepted\n").unwrap();
+    let key_s = key.to_str().unwrap();
+    let s = ServerProc::start(&["--psk-file", key_s]);
+    let mut c = connect_from("127.0.0.5", s.port);
+    c.write_all(&opening(&Message::Hello {
+        protocol: PROTOCOL_VERSION,
+        software: "stranger".into(),
+        host: Some("guess".into()),
+        nonce: None,
+    }))
+    .unwrap();
+    match read_msg(&mut c, &mut Decoder::new(), Duration::from_secs(5)) {
+        Some(Message::Welcome {
+            software,
+            unix_time,
+            host,
+            auth,
+            os,
+            ..
+        }) => {
+            assert_eq!(software, "hakaru");
+            assert_eq!((unix_time, host, os), (None, None, None));
+            assert!(auth.is_some(), "a keyed server asks for the proof");
+        }
+        other => panic!("expected a welcome, got {other:?}"),
+    }
+    let port = s.port_s();
+    let o = run(
+        &[
+            "udp",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-t",
+            "1",
+            "--psk-file",
+            key_s,
+            "--json",
+        ],
+        LIMIT,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json(&o);
+    assert!(v["server_clock_offset"]["offset_s"].is_number(), "{v}");
+    assert_eq!(v["server_on_this_host"], true, "{v}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
