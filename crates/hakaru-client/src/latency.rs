@@ -183,19 +183,22 @@ pub(crate) fn run(
     }
     let outcome = pinger.wait();
     let wall = started.elapsed().as_secs_f64();
+    if let Some(e) = &outcome.error {
+        // A TCP flow got no reply within --timeout: the path is as good as down, so say why
+        // and stop here rather than wait for a report that may never cross it.
+        let _ = s.conn.send(&Message::Error { message: e.clone() });
+        return Err(ClientError::Flow(e.clone()));
+    }
     // The measurement is over: stop the echo and take the server's report (unless it came
     // already, the echo having seen this end's flows close).
     let remote = match remote {
         Some(r) => r,
-        None => wait_report(s.conn, &gone, ctl_err)?,
+        None => wait_report(s.conn, silence, &gone, ctl_err)?,
     };
     let local = ping::bare_report(&cfg, wall, "ping");
     let _ = s.conn.send(&Message::Finished {
         report: Box::new(local.clone()),
     });
-    if let Some(e) = &outcome.error {
-        return Err(ClientError::Flow(e.clone()));
-    }
     let full_log = match &s.opts.full_log {
         Some(path) => {
             write_full_log(path, &outcome)
@@ -214,14 +217,17 @@ pub(crate) fn run(
     })
 }
 
-/// Tells the server's echo to stop and waits for its report.
+/// Tells the server's echo to stop and waits for its report: at most [`RESULTS_TIMEOUT`],
+/// and no longer than `silence` without a word (the server sends keepalives meanwhile).
 fn wait_report(
     conn: &mut ControlConn,
+    silence: Duration,
     gone: &dyn Fn(String) -> ClientError,
     ctl_err: impl Fn(ControlError) -> ClientError,
 ) -> Result<SideReport, ClientError> {
     conn.send(&Message::Stop).map_err(ctl_err)?;
     let deadline = Instant::now() + RESULTS_TIMEOUT;
+    let mut heard = Instant::now();
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -230,10 +236,17 @@ fn wait_report(
                 RESULTS_TIMEOUT.as_secs()
             )));
         }
-        match conn.poll(left) {
+        if heard.elapsed() > silence {
+            return Err(gone(format!(
+                "sent nothing for {:.0} s (--timeout): the path or the server is down",
+                silence.as_secs_f64()
+            )));
+        }
+        match conn.poll(left.min(Duration::from_millis(200))) {
             Ok(Some(Message::Finished { report })) => return Ok(*report),
             Ok(Some(Message::Error { message })) => return Err(ClientError::Server(message)),
-            Ok(_) => {}
+            Ok(Some(_)) => heard = Instant::now(),
+            Ok(None) => {}
             Err(e) => return Err(gone(format!("failed while sending results: {e}"))),
         }
     }

@@ -577,7 +577,9 @@ fn metrics_scrapes_are_bounded_per_address() {
     std::thread::sleep(Duration::from_millis(300));
     // The third is told at once, before it says anything.
     let mut third = TcpStream::connect(("127.0.0.1", mport)).unwrap();
-    third.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    third
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
     let mut answer = String::new();
     let _ = std::io::Read::read_to_string(&mut third, &mut answer);
     assert!(
