@@ -72,6 +72,9 @@ pub struct ServerConfig {
     pub iperf3_json_output: bool,
     /// Also answer stock sockperf clients (UDP and TCP) on this port; 0 picks a free one.
     pub sockperf_port: Option<u16>,
+    /// Most sockperf UDP replies per second to one source address; `None`: one reply per
+    /// message that asks, as `sockperf sr` does.
+    pub sockperf_reply_rate: Option<u32>,
     /// Also serve HTTP (`GET /bytes/SIZE`, PUT/POST bodies counted) on this port; 0 picks a
     /// free one.
     pub http_port: Option<u16>,
@@ -96,6 +99,7 @@ impl Default for ServerConfig {
             max_flows: 1024,
             iperf3_json_output: false,
             sockperf_port: None,
+            sockperf_reply_rate: None,
             http_port: None,
             metrics: None,
             budgets: Budgets::default(),

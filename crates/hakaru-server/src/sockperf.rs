@@ -51,6 +51,8 @@ pub struct SockperfCounts {
     pub ignored: u64,
     /// Input that is not a sockperf message (short, bad length field).
     pub malformed: u64,
+    /// Replies withheld: the source address was over `--sockperf-reply-rate`.
+    pub withheld: u64,
 }
 
 impl SockperfCounts {
@@ -61,6 +63,7 @@ impl SockperfCounts {
         self.replies += o.replies;
         self.ignored += o.ignored;
         self.malformed += o.malformed;
+        self.withheld += o.withheld;
     }
 }
 
@@ -71,7 +74,11 @@ impl std::fmt::Display for SockperfCounts {
             f,
             "messages={} bytes={} replies={} ignored={} malformed={}",
             self.messages, self.bytes, self.replies, self.ignored, self.malformed
-        )
+        )?;
+        if self.withheld > 0 {
+            write!(f, " withheld={}", self.withheld)?;
+        }
+        Ok(())
     }
 }
 
@@ -152,11 +159,13 @@ fn serve_udp(ctx: &Ctx, sock: &UdpSocket) {
     let _ = sock.set_read_timeout(Some(TICK));
     let mut buf = vec![0u8; 65_536];
     let mut clients: HashMap<SocketAddr, UdpClient> = HashMap::new();
+    let mut budgets = ReplyBudgets::new(ctx.cfg.sockperf_reply_rate);
     let mut total = SockperfCounts::default();
     let mut last_sweep = Instant::now();
     while !ctx.shutdown.load(Ordering::Acquire) {
         if last_sweep.elapsed() >= TICK {
             sweep(&mut clients, &mut total, UDP_CLIENT_IDLE);
+            budgets.sweep();
             last_sweep = Instant::now();
         }
         let (n, from) = match sock.recv_from(&mut buf) {
@@ -206,7 +215,9 @@ fn serve_udp(ctx: &Ctx, sock: &UdpSocket) {
                 v => {
                     c.counts.messages += 1;
                     c.counts.bytes += n as u64;
-                    if v == Verdict::Reply {
+                    if v == Verdict::Reply && !budgets.take(from.ip()) {
+                        c.counts.withheld += 1;
+                    } else if v == Verdict::Reply {
                         make_reply(msg);
                         match sock.send_to(msg, from) {
                             Ok(_) => c.counts.replies += 1,
@@ -219,6 +230,58 @@ fn serve_udp(ctx: &Ctx, sock: &UdpSocket) {
     }
     sweep(&mut clients, &mut total, Duration::ZERO);
     tracing::info!("sockperf UDP total: {total}");
+}
+
+/// Replies per source address (`--sockperf-reply-rate`): a token bucket of one second's
+/// replies per address, so a spoofed source cannot turn the port into a reflector of more than
+/// that rate at its victim. `None`: every message asking for a reply gets one, as from
+/// `sockperf sr` (one reply per message, the same size: no amplification).
+struct ReplyBudgets {
+    rate: Option<u32>,
+    buckets: HashMap<std::net::IpAddr, (f64, Instant)>,
+}
+
+impl ReplyBudgets {
+    fn new(rate: Option<u32>) -> ReplyBudgets {
+        ReplyBudgets {
+            rate,
+            buckets: HashMap::new(),
+        }
+    }
+
+    /// Takes one reply from `ip`'s budget; false when it has none left.
+    fn take(&mut self, ip: std::net::IpAddr) -> bool {
+        let Some(rate) = self.rate.map(f64::from) else {
+            return true;
+        };
+        let now = Instant::now();
+        if !self.buckets.contains_key(&ip) && self.buckets.len() >= MAX_UDP_CLIENTS {
+            // Full of sources: the oldest one forgets its bucket (and starts full again).
+            if let Some(k) = self
+                .buckets
+                .iter()
+                .min_by_key(|(_, v)| v.1)
+                .map(|(k, _)| *k)
+            {
+                self.buckets.remove(&k);
+            }
+        }
+        let (tokens, last) = self.buckets.entry(ip).or_insert((rate, now));
+        *tokens = (*tokens + now.duration_since(*last).as_secs_f64() * rate).min(rate);
+        *last = now;
+        if *tokens >= 1.0 {
+            *tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Forgets sources quiet for a second (their buckets would be full again).
+    fn sweep(&mut self) {
+        self.buckets
+            .retain(|_, v| v.1.elapsed() < Duration::from_secs(1));
+    }
 }
 
 fn oldest_idle(clients: &HashMap<SocketAddr, UdpClient>) -> Duration {
@@ -404,10 +467,15 @@ mod tests {
     use hakaru_proto::sockperf::Header;
 
     fn server() -> (crate::ServerHandle, SocketAddr) {
+        server_with(None)
+    }
+
+    fn server_with(reply_rate: Option<u32>) -> (crate::ServerHandle, SocketAddr) {
         let s = Server::bind(ServerConfig {
             bind: Some("127.0.0.1".parse().unwrap()),
             port: 0,
             sockperf_port: Some(0),
+            sockperf_reply_rate: reply_rate,
             ..ServerConfig::default()
         })
         .unwrap();
@@ -485,6 +553,32 @@ mod tests {
     }
 
     #[test]
+    fn replies_to_one_source_stay_within_its_budget() {
+        let (_h, addr) = server_with(Some(20));
+        let c = UdpSocket::bind("127.0.0.1:0").unwrap();
+        c.set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        // 200 requests at once: a second's budget (20) is answered, the rest withheld.
+        for seq in 0..200u64 {
+            c.send_to(&msg(seq, 0x3, 64), addr).unwrap();
+        }
+        let mut buf = [0u8; 128];
+        let mut replies = 0;
+        while c.recv(&mut buf).is_ok() {
+            replies += 1;
+        }
+        assert!((20..=32).contains(&replies), "{replies} replies");
+        // The budget refills with time.
+        std::thread::sleep(Duration::from_millis(300));
+        c.send_to(&msg(500, 0x3, 64), addr).unwrap();
+        assert!(c.recv(&mut buf).is_ok());
+        let mut b = ReplyBudgets::new(Some(2));
+        let ip = "10.0.0.1".parse().unwrap();
+        assert!(b.take(ip) && b.take(ip) && !b.take(ip));
+        assert!(ReplyBudgets::new(None).take(ip));
+    }
+
+    #[test]
     fn counts_display_as_key_values() {
         let mut c = SockperfCounts {
             messages: 2,
@@ -492,6 +586,7 @@ mod tests {
             replies: 1,
             ignored: 0,
             malformed: 3,
+            withheld: 0,
         };
         c.add(&c.clone());
         assert_eq!(

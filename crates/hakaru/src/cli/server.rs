@@ -104,6 +104,11 @@ pub struct Args {
     /// client's messages, bytes and replies are logged when it ends.
     #[arg(long, value_name = "PORT")]
     sockperf_port: Option<u16>,
+    /// Most sockperf UDP replies per second to one source address. The sockperf port, like
+    /// `sockperf sr`, answers any source (one reply per message, never larger), so a forged
+    /// source address gets replies; this caps what it can get. Default: no limit.
+    #[arg(long, value_name = "N", requires = "sockperf_port", value_parser = clap::value_parser!(u32).range(1..))]
+    sockperf_reply_rate: Option<u32>,
     /// Also serve HTTP on this port (0 picks a free one): `GET /bytes/SIZE` sends SIZE bytes of
     /// generated data (Range supported), PUT and POST bodies are counted and discarded; for
     /// `hakaru http`, wget and curl where no web server is set up. Plain HTTP, no key.
@@ -174,6 +179,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         psk: psk.clone(),
         iperf3_json_output: a.iperf3_server_output == "json",
         sockperf_port: a.sockperf_port,
+        sockperf_reply_rate: a.sockperf_reply_rate,
         http_port: a.http_port,
         metrics: a.metrics,
     })
