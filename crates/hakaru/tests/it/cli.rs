@@ -5,7 +5,7 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::common::{hakaru, have, json, kill, listening_port, log_lines, run, stderr, ServerProc};
+use super::common::{hakaru, json, kill, listening_port, log_lines, peer, run, stderr, ServerProc};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -386,7 +386,7 @@ fn completions_and_man_pages() {
             "{shell}"
         );
     }
-    if have("bash") {
+    if peer("bash", "bash") {
         let dir = std::env::temp_dir().join(format!("hakaru-compl-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let f = dir.join("hakaru.bash");
@@ -452,8 +452,7 @@ impl Drop for Tmux {
 
 #[test]
 fn quick_shows_progress_on_a_terminal_and_leaves_none() {
-    if !have("tmux") {
-        eprintln!("skip: tmux not installed");
+    if !peer("tmux", "tmux") {
         return;
     }
     let mut tmux = Tmux {

@@ -58,12 +58,16 @@ fn libc_sigkill() -> i32 {
     9
 }
 
-/// Sends a signal to a PID.
+/// Sends a signal to a PID (with kill(1), Debian's procps, which .ci/run installs).
 pub fn kill(pid: u32, sig: i32) {
-    let _ = Command::new("kill")
+    let sent = Command::new("kill")
         .arg(format!("-{sig}"))
         .arg(pid.to_string())
         .status();
+    // Not a panic: this runs in Drop, also while a failed test unwinds.
+    if let Err(e) = sent {
+        eprintln!("cannot run `kill -{sig} {pid}`: {e}");
+    }
 }
 
 /// Parses stdout as one JSON document.
@@ -204,7 +208,8 @@ impl ServerProc {
 
 impl Drop for ServerProc {
     fn drop(&mut self) {
-        kill(self.child.id(), 9);
+        // SIGKILL without kill(1): the wait below must not hang when that is missing.
+        let _ = self.child.kill();
         let _ = self.child.wait();
     }
 }
@@ -253,18 +258,85 @@ pub fn http_get(port: u16, path: &str) -> std::io::Result<String> {
     Ok(out)
 }
 
+/// What a missing peer does to its test: `HAKARU_TEST_PEERS=required` (set by `.ci/run` as
+/// root, where every peer is installed) makes it a failure; otherwise the test is skipped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerMode {
+    /// A missing peer skips the test, saying so.
+    Optional,
+    /// A missing peer fails the test: it means a missing install step.
+    Required,
+}
+
+impl PeerMode {
+    /// The mode `HAKARU_TEST_PEERS` asks for.
+    pub fn from_env() -> PeerMode {
+        match std::env::var("HAKARU_TEST_PEERS").as_deref() {
+            Ok("required") => PeerMode::Required,
+            _ => PeerMode::Optional,
+        }
+    }
+}
+
+/// The CI script, whose install list every peer must be on.
+const CI_RUN: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../.ci/run"));
+
 /// Whether the real component `prog` (a Debian package `.ci/run` installs: `package`) is
 /// here. Where it is not: a loud SKIPPED line on a developer's machine, but a failure under
 /// `.ci/run` (HAKARU_TEST_PEERS=required), where a missing peer means a missing install step.
+/// Every test that runs an external program checks it through here first.
 pub fn peer(prog: &str, package: &str) -> bool {
+    peer_with(PeerMode::from_env(), prog, package)
+}
+
+/// [`peer`] with the mode given rather than read from the environment.
+pub fn peer_with(mode: PeerMode, prog: &str, package: &str) -> bool {
+    // A peer .ci/run does not install would skip (or fail) there for good: name the fix.
+    assert!(
+        CI_RUN.contains(&format!("need+=({package})"))
+            || CI_RUN.starts_with(&format!("#!/usr/bin/env {package}\n")),
+        "{prog}: .ci/run does not install the Debian package {package}; add it there"
+    );
     if have(prog) {
         return true;
     }
-    if std::env::var("HAKARU_TEST_PEERS").as_deref() == Ok("required") {
+    if mode == PeerMode::Required {
         panic!("{prog} is not installed, and .ci/run requires it (Debian package {package})");
     }
     println!("SKIPPED: {prog} is not installed (.ci/run installs the Debian package {package})");
     false
+}
+
+#[test]
+fn a_missing_peer_fails_when_peers_are_required() {
+    let missing = "hakaru-no-such-peer-program";
+    assert!(!have(missing));
+    assert!(!peer_with(PeerMode::Optional, missing, "iperf3"));
+    let got = std::panic::catch_unwind(|| peer_with(PeerMode::Required, missing, "iperf3"));
+    let msg = got.expect_err("a missing peer must fail the test when required");
+    let msg = msg
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .unwrap_or_default();
+    assert!(
+        msg.contains(missing) && msg.contains("Debian package iperf3"),
+        "{msg}"
+    );
+    // A peer that is here passes in either mode, whatever PATH holds: the binary under test,
+    // by its full path (the package only has to be one .ci/run provides).
+    assert!(peer_with(PeerMode::Required, bin(), "bash"));
+    assert!(peer_with(PeerMode::Optional, bin(), "bash"));
+}
+
+#[test]
+fn a_peer_that_ci_does_not_install_is_a_test_bug() {
+    let got = std::panic::catch_unwind(|| {
+        peer_with(PeerMode::Optional, "bash", "hakaru-no-such-package")
+    });
+    assert!(
+        got.is_err(),
+        "a package .ci/run does not install must be refused"
+    );
 }
 
 /// Version line of a peer tool (`iperf3`, `sockperf`, `iperf`, ...), e.g. "3.12".

@@ -403,8 +403,7 @@ fn a_pre_shared_key_is_checked_both_ways() {
 
 #[test]
 fn with_a_key_stock_iperf3_clients_are_off_unless_allowed() {
-    if !super::common::have("iperf3") {
-        eprintln!("skipped: iperf3 not installed");
+    if !super::common::peer("iperf3", "iperf3") {
         return;
     }
     let key = std::env::temp_dir().join(format!("hakaru-psk-i3-{}", std::process::id()));
@@ -477,8 +476,7 @@ fn the_servers_send_rate_is_capped_for_reverse_udp() {
 
 #[test]
 fn idle_sockperf_connections_do_not_block_stock_sockperf() {
-    if !super::common::have("sockperf") {
-        eprintln!("skipped: sockperf not installed");
+    if !super::common::peer("sockperf", "sockperf") {
         return;
     }
     let s = ServerProc::start(&["--sockperf-port", "0"]);

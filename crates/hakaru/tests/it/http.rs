@@ -1,7 +1,8 @@
 //! `hakaru http` against a real nginx (Debian's, started here on a loopback port with a
 //! generated config: a plain server, a TLS server with a test CA's certificate), against
 //! hakaru's own endpoint (with wget and curl as its clients too), and on a tbf-shaped veth
-//! beside wget. Without nginx or openssl the nginx tests print why and pass without running.
+//! beside wget. Without nginx or openssl the nginx tests print why and pass without running,
+//! except under HAKARU_TEST_PEERS=required (`.ci/run`), where they fail (`common::peer`).
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
@@ -11,7 +12,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::common::{free_port, have, json, run, run_cmd, stderr, ServerProc};
+use super::common::{free_port, json, peer, run, run_cmd, stderr, ServerProc};
 use super::netns_link::{Link, Shaping};
 
 /// Size of the file nginx serves.
@@ -66,13 +67,11 @@ struct Nginx {
 }
 
 impl Nginx {
-    /// Starts nginx, or prints why it cannot and returns `None`.
+    /// Starts nginx, or (nginx or openssl missing) prints why it cannot and returns `None`;
+    /// under HAKARU_TEST_PEERS=required a missing one fails the test instead.
     fn start(tag: &str) -> Option<Nginx> {
-        for tool in ["nginx", "openssl"] {
-            if !have(tool) {
-                eprintln!("SKIPPED: {tool} is not installed (.ci/run installs it)");
-                return None;
-            }
+        if !peer("nginx", "nginx-light") || !peer("openssl", "openssl") {
+            return None;
         }
         let dir = Scratch::new(tag);
         let data: Vec<u8> = (0..SIZE).map(|i| (i * 7 % 251) as u8).collect();
@@ -335,7 +334,7 @@ fn the_endpoint_serves_hakaru_wget_and_curl_and_survives_bad_requests() {
     let mut answer = String::new();
     let _ = s.read_to_string(&mut answer);
     assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
-    if have("curl") {
+    if peer("curl", "curl") {
         let o = run_cmd(
             Command::new("curl").args([
                 "-s",
@@ -373,7 +372,7 @@ fn the_endpoint_serves_hakaru_wget_and_curl_and_survives_bad_requests() {
         );
         assert_eq!(String::from_utf8_lossy(&o.stdout), "404");
     }
-    if have("wget") {
+    if peer("wget", "wget") {
         let o = run_cmd(
             Command::new("wget").args(["-O", "/dev/null", &format!("{base}/bytes/2M")]),
             Duration::from_secs(30),
@@ -407,7 +406,7 @@ fn wget_bps(err: &str) -> Option<f64> {
 #[test]
 fn on_a_shaped_veth_hakaru_and_wget_agree() {
     let Some(link) = Link::setup(
-        &["wget"],
+        &[("wget", "wget")],
         Shaping {
             client: None,
             server: Some("100mbit"),

@@ -13,14 +13,6 @@ use crate::common::*;
 
 const LIMIT: Duration = Duration::from_secs(40);
 
-fn have_iperf3() -> bool {
-    if have("iperf3") {
-        return true;
-    }
-    eprintln!("skip: iperf3 is not installed (apt-get install iperf3)");
-    false
-}
-
 /// Runs a stock iperf3 client against `port` with `-J` and returns its exit status and JSON.
 fn stock_client(port: u16, args: &[&str]) -> (Output, Value) {
     let p = port.to_string();
@@ -92,7 +84,7 @@ fn sum_bytes(v: &Value, key: &str) -> u64 {
 /// A TCP case against hakaru's server: the client's receiver figure is the server's count,
 /// and the two ends agree within 1 %.
 fn tcp_case(args: &[&str], mode: &str, dir: &str) {
-    if !have_iperf3() {
+    if !peer("iperf3", "iperf3") {
         return;
     }
     let srv = ServerProc::start(&[]);
@@ -214,7 +206,7 @@ fn iperf3_tcp_omit_and_socket_options() {
 
 #[test]
 fn iperf3_tcp_pacing_in_reverse_is_the_servers() {
-    if !have_iperf3() {
+    if !peer("iperf3", "iperf3") {
         return;
     }
     let srv = ServerProc::start(&[]);
@@ -258,7 +250,7 @@ fn udp_case(args: &[&str], mode: &str, dir: &str) -> Value {
 
 #[test]
 fn iperf3_udp_forward() {
-    if have_iperf3() {
+    if peer("iperf3", "iperf3") {
         let v = udp_case(
             &["-u", "-b", "20M", "-t", "2"],
             "UDP -b 20M",
@@ -270,7 +262,7 @@ fn iperf3_udp_forward() {
 
 #[test]
 fn iperf3_udp_reverse_64bit() {
-    if have_iperf3() {
+    if peer("iperf3", "iperf3") {
         udp_case(
             &["-u", "-b", "20M", "-t", "2", "-R", "--udp-counters-64bit"],
             "UDP -R --udp-counters-64bit",
@@ -281,7 +273,7 @@ fn iperf3_udp_reverse_64bit() {
 
 #[test]
 fn iperf3_udp_bidir_and_parallel() {
-    if have_iperf3() {
+    if peer("iperf3", "iperf3") {
         udp_case(
             &["-u", "-b", "10M", "-t", "2", "--bidir", "-P", "2"],
             "UDP -P 2 --bidir",
@@ -299,7 +291,7 @@ fn iperf3_udp_bidir_and_parallel() {
 
 #[test]
 fn iperf3_get_server_output_text_and_json() {
-    if !have_iperf3() {
+    if !peer("iperf3", "iperf3") {
         return;
     }
     let srv = ServerProc::start(&[]);
@@ -334,7 +326,7 @@ fn spawn_stock(port: u16, args: &[&str]) -> Child {
 
 #[test]
 fn iperf3_killed_client_and_busy_limit() {
-    if !have_iperf3() {
+    if !peer("iperf3", "iperf3") {
         return;
     }
     let mut srv = ServerProc::start(&["--max-tests", "1"]);
@@ -371,7 +363,7 @@ fn iperf3_killed_client_and_busy_limit() {
 
 #[test]
 fn iperf3_clients_on_two_addresses_at_once() {
-    if !have_iperf3() {
+    if !peer("iperf3", "iperf3") {
         return;
     }
     let srv = ServerProc::start_with(hakaru(), "0.0.0.0", &[]);
@@ -441,7 +433,7 @@ fn framed(v: &Value) -> Vec<u8> {
 
 #[test]
 fn iperf3_wrong_cookie_and_garbage_are_refused_and_the_server_serves_on() {
-    if !have_iperf3() {
+    if !peer("iperf3", "iperf3") {
         return;
     }
     let mut srv = ServerProc::start(&[]);
@@ -575,7 +567,7 @@ fn listening(port: u16) -> bool {
 /// Runs `hakaru KIND 127.0.0.1 --iperf3 --json ARGS` against a stock server; checks that the
 /// server exits 0 and that its receiver figures are the ones hakaru reports.
 fn client_case(kind: &str, args: &[&str], mode: &str, dir: &str) {
-    if !have_iperf3() {
+    if !peer("iperf3", "iperf3") {
         return;
     }
     let srv = StockServer::start();
@@ -666,7 +658,7 @@ fn hakaru_client_udp_against_stock_server() {
 
 #[test]
 fn hakaru_client_reports_a_busy_stock_server() {
-    if !have_iperf3() {
+    if !peer("iperf3", "iperf3") {
         return;
     }
     let srv = StockServer::start();
@@ -747,7 +739,7 @@ fn iperf3_flag_only_for_tests_an_iperf3_server_has() {
 
 #[test]
 fn iperf3_client_interrupted_with_sigint() {
-    if !have_iperf3() {
+    if !peer("iperf3", "iperf3") {
         return;
     }
     let mut srv = ServerProc::start(&[]);
@@ -782,7 +774,7 @@ fn iperf3_client_interrupted_with_sigint() {
 /// not from the first to the last datagram, which would inflate the rate.
 #[test]
 fn low_rate_udp_receiver_seconds_match_a_stock_server() {
-    if !have_iperf3() {
+    if !peer("iperf3", "iperf3") {
         return;
     }
     let srv = ServerProc::start(&[]);

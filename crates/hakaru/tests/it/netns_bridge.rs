@@ -38,8 +38,9 @@ pub(super) struct Bridge {
 
 impl Bridge {
     /// Builds the bridge, or prints why this machine cannot and returns `None` (the test then
-    /// passes without running). `tools` are the programs the test needs besides `ip`.
-    pub fn setup(n: usize, tools: &[&str]) -> Option<Bridge> {
+    /// passes without running). `tools` are the programs the test needs besides `ip`, each
+    /// with the Debian package `.ci/run` installs it from.
+    pub fn setup(n: usize, tools: &[(&str, &str)]) -> Option<Bridge> {
         netns_setup(tools, || Bridge::create(n))
     }
 

@@ -56,7 +56,7 @@ fn assert_narrows(doc: &Value) {
 #[test]
 fn find_max_lands_on_the_shaped_rate() {
     for (tc, bps) in [("80mbit", 80e6), ("300mbit", 300e6)] {
-        let Some(b) = Bridge::setup(2, &["tc"]) else {
+        let Some(b) = Bridge::setup(2, &[("tc", "iproute2")]) else {
             return;
         };
         b.shape_to(0, tc);
@@ -98,7 +98,7 @@ fn find_max_lands_on_the_shaped_rate() {
 
 #[test]
 fn find_max_says_when_no_rate_meets_the_target() {
-    let Some(link) = Link::setup(&["nft"], Shaping::NONE) else {
+    let Some(link) = Link::setup(&[("nft", "nftables")], Shaping::NONE) else {
         return;
     };
     link.segment_client_gso();

@@ -1,6 +1,7 @@
 //! Latency over a veth path between two namespaces, side by side with sockperf: the same path,
-//! the same server (`sockperf sr`), the same 14-byte UDP ping-pong, so the medians must agree. Needs root and sockperf; skips
-//! with a printed reason otherwise (CI installs sockperf).
+//! the same server (`sockperf sr`), the same 14-byte UDP ping-pong, so the medians must agree.
+//! Needs root and sockperf; skips with a printed reason otherwise (CI installs sockperf, and
+//! under HAKARU_TEST_PEERS=required a missing one fails the test).
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -45,7 +46,7 @@ fn sockperf_p50(text: &str) -> Option<f64> {
 
 #[test]
 fn udp_median_rtt_agrees_with_sockperf() {
-    let Some(link) = Link::setup(&["sockperf"], Shaping::NONE) else {
+    let Some(link) = Link::setup(&[("sockperf", "sockperf")], Shaping::NONE) else {
         return;
     };
     let server = link.start_server();

@@ -3,7 +3,8 @@
 //!
 //! Traffic goes only to the 198.18.0.0/15 (RFC 2544 benchmarking) addresses of the namespaces a
 //! test creates. Needs root and `ip` (plus whatever else a test names, e.g. `tc`, `nft`);
-//! without them [`Link::setup`] prints why and the test passes without running.
+//! without them [`Link::setup`] prints why and the test passes without running (a missing
+//! program fails it under HAKARU_TEST_PEERS=required: `common::peer`).
 
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -12,7 +13,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::common::{bin, have, is_root, json, run_cmd, stderr, ServerProc};
+use super::common::{bin, is_root, json, peer, run_cmd, stderr, ServerProc};
 
 /// Held by every live [`Link`]: namespace tests run one at a time, so that two of them never
 /// share the CPUs (their figures are timing-sensitive) and no test sees another's traffic.
@@ -72,10 +73,14 @@ pub(super) struct Link {
 
 impl Link {
     /// Builds the link, or prints why this machine cannot and returns `None` (the test then
-    /// passes without running). `tools` are the programs the test needs besides `ip`.
-    pub fn setup(tools: &[&str], shaping: Shaping) -> Option<Link> {
-        let tc = shaping.client.or(shaping.server).map(|_| "tc");
-        let needed: Vec<&str> = tc.into_iter().chain(tools.iter().copied()).collect();
+    /// passes without running). `tools` are the programs the test needs besides `ip`, each
+    /// with the Debian package `.ci/run` installs it from.
+    pub fn setup(tools: &[(&str, &str)], shaping: Shaping) -> Option<Link> {
+        let tc = shaping
+            .client
+            .or(shaping.server)
+            .map(|_| ("tc", "iproute2"));
+        let needed: Vec<(&str, &str)> = tc.into_iter().chain(tools.iter().copied()).collect();
         netns_setup(&needed, || Link::create(shaping))
     }
 
@@ -243,17 +248,22 @@ impl Drop for Link {
 }
 
 /// Builds a namespace setup with `create`, or prints why this machine cannot and returns
-/// `None` (the test then passes without running): namespaces need root, `ip` and `tools`.
+/// `None` (the test then passes without running): namespaces need root, `ip` and `tools`
+/// (program, Debian package). A missing program is a [`peer`]: under
+/// HAKARU_TEST_PEERS=required it fails the test instead.
 pub(super) fn netns_setup<T>(
-    tools: &[&str],
+    tools: &[(&str, &str)],
     create: impl FnOnce() -> Result<T, String>,
 ) -> Option<T> {
     if !is_root() {
         eprintln!("skipped: network namespaces need root");
         return None;
     }
-    if let Some(p) = ["ip"].iter().chain(tools).find(|p| !have(p)) {
-        eprintln!("skipped: `{p}` is not installed");
+    if ![("ip", "iproute2")]
+        .iter()
+        .chain(tools)
+        .all(|(prog, package)| peer(prog, package))
+    {
         return None;
     }
     match create() {

@@ -140,7 +140,7 @@ fn udp_loss_matches_nftables_drop() {
     const LEN: u64 = 1000;
     /// Drop probability, per mille as nftables draws it.
     const PER_MILLE: u64 = 20;
-    let Some(link) = Link::setup(&["nft"], Shaping::NONE) else {
+    let Some(link) = Link::setup(&[("nft", "nftables")], Shaping::NONE) else {
         return;
     };
     // Each datagram must reach the rule on its own: a GSO batch crossing the veth whole would

@@ -311,8 +311,7 @@ fn missing_and_other_version_hakaru_are_named_before_any_traffic() {
 #[test]
 fn an_unreachable_ssh_host_is_named() {
     let s = Scratch::new("ssh");
-    if !super::common::have("ssh") {
-        eprintln!("skipped: ssh is not installed");
+    if !super::common::peer("ssh", "openssh-client") {
         return;
     }
     let closed = free_port();

@@ -10,7 +10,7 @@ use std::time::Duration;
 use hakaru_proto::iperf2::{ServerReport, TestHeader, UdpHeader};
 
 use crate::common::{
-    compat_pass, count, hakaru, have, json, kill, listening_port, log_lines, run, run_cmd,
+    compat_pass, count, hakaru, json, kill, listening_port, log_lines, peer, run, run_cmd,
     stderr as err_of, wait_child,
 };
 
@@ -311,8 +311,7 @@ fn source_to_a_plain_rust_listener() {
 
 #[test]
 fn nc_into_sink() {
-    if !have("nc") {
-        eprintln!("skip: nc (netcat-openbsd) not installed");
+    if !peer("nc", "netcat-openbsd") {
         return;
     }
     let sink = Sink::start(&["--json"]);
@@ -349,8 +348,7 @@ fn iperf_bytes(out: &str) -> u64 {
 
 #[test]
 fn iperf2_tcp_client_against_sink() {
-    if !have("iperf") {
-        eprintln!("skip: iperf (iperf2) not installed");
+    if !peer("iperf", "iperf") {
         return;
     }
     // Default, -X (waits for our ack), --compat (no header), a byte count with 8K writes.
@@ -388,8 +386,7 @@ fn iperf2_tcp_client_against_sink() {
 
 #[test]
 fn iperf2_reverse_is_refused_by_name() {
-    if !have("iperf") {
-        eprintln!("skip: iperf (iperf2) not installed");
+    if !peer("iperf", "iperf") {
         return;
     }
     let sink = Sink::start(&["--iperf2"]);
@@ -409,8 +406,7 @@ fn iperf2_reverse_is_refused_by_name() {
 
 #[test]
 fn iperf2_udp_client_gets_a_server_report() {
-    if !have("iperf") {
-        eprintln!("skip: iperf (iperf2) not installed");
+    if !peer("iperf", "iperf") {
         return;
     }
     for (mode, extra) in [
@@ -575,8 +571,7 @@ fn iperf_stream_bytes(out: &str) -> Vec<u64> {
 
 #[test]
 fn iperf2_parallel_tcp_streams_are_one_transfer() {
-    if !have("iperf") {
-        eprintln!("skip: iperf (iperf2) not installed");
+    if !peer("iperf", "iperf") {
         return;
     }
     let sink = Sink::start(&["--iperf2", "--json"]);
@@ -630,8 +625,7 @@ fn iperf2_parallel_tcp_streams_are_one_transfer() {
 
 #[test]
 fn iperf2_parallel_udp_senders_each_get_a_server_report() {
-    if !have("iperf") {
-        eprintln!("skip: iperf (iperf2) not installed");
+    if !peer("iperf", "iperf") {
         return;
     }
     let sink = Sink::start(&["-u", "--iperf2", "--json"]);

@@ -9,16 +9,13 @@ use std::net::{TcpListener, TcpStream, UdpSocket};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use super::common::{compat_pass, have, json, kill, run, run_cmd, stderr, ServerProc};
+use super::common::{compat_pass, json, kill, peer, run, run_cmd, stderr, ServerProc};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
+/// True when the test cannot run: sockperf is missing (a failure under HAKARU_TEST_PEERS=required).
 fn skip() -> bool {
-    if !have("sockperf") {
-        eprintln!("skip: sockperf is not installed");
-        return true;
-    }
-    false
+    !peer("sockperf", "sockperf")
 }
 
 /// A hakaru server with a sockperf port; returns it and that port.
