@@ -417,10 +417,13 @@ pub(crate) fn run(
     ctl.send_json(&results_from_report(&local, !udp).to_json())
         .map_err(ctl_err(&addr))?;
     let theirs = ctl
-        .recv_json("results", wire::MAX_RESULTS_JSON, STEP_TIMEOUT)
-        .map_err(ctl_err(&addr))?;
-    let theirs = Results::from_json(&theirs)
-        .map_err(|e| ClientError::Server(format!("iperf3 server's results: {e}")))?;
+        .recv_results(wire::MAX_RESULTS_JSON, STEP_TIMEOUT)
+        .map_err(|e| match e {
+            Iperf3CtlError::Proto(p) => {
+                ClientError::Server(format!("iperf3 server's results: {p}"))
+            }
+            other => ctl_err(&addr)(other),
+        })?;
     let remote = report_from_results(
         End::Server,
         &theirs,

@@ -5,7 +5,7 @@ use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use hakaru_proto::iperf3::{encode_json, Inbox, Iperf3Error, State};
+use hakaru_proto::iperf3::{encode_json, Inbox, Iperf3Error, Results, State};
 use serde_json::Value;
 
 /// Why an iperf3 control read or write failed.
@@ -128,16 +128,16 @@ impl Iperf3Ctl {
         }
     }
 
-    /// The next framed JSON document of at most `max` bytes.
-    pub fn recv_json(
+    /// The next framed document of at most `max` bytes, as `take` takes it from the inbox; a
+    /// larger announced length is an error as soon as the length has arrived.
+    fn recv_framed<T>(
         &mut self,
-        what: &'static str,
-        max: usize,
         wait: Duration,
-    ) -> Result<Value, Iperf3CtlError> {
+        mut take: impl FnMut(&mut Inbox) -> Result<Option<T>, Iperf3Error>,
+    ) -> Result<T, Iperf3CtlError> {
         let deadline = Instant::now() + wait;
         loop {
-            if let Some(v) = self.inbox.take_json(what, max)? {
+            if let Some(v) = take(&mut self.inbox)? {
                 return Ok(v);
             }
             let left = deadline.saturating_duration_since(Instant::now());
@@ -146,5 +146,20 @@ impl Iperf3Ctl {
             }
             self.fill(left)?;
         }
+    }
+
+    /// The next framed JSON document of at most `max` bytes.
+    pub fn recv_json(
+        &mut self,
+        what: &'static str,
+        max: usize,
+        wait: Duration,
+    ) -> Result<Value, Iperf3CtlError> {
+        self.recv_framed(wait, |inbox| inbox.take_json(what, max))
+    }
+
+    /// The next framed results document of at most `max` bytes, read into [`Results`].
+    pub fn recv_results(&mut self, max: usize, wait: Duration) -> Result<Results, Iperf3CtlError> {
+        self.recv_framed(wait, |inbox| inbox.take_results(max))
     }
 }

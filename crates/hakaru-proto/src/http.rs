@@ -131,9 +131,12 @@ impl fmt::Display for Url {
     }
 }
 
+/// `s` without `prefix`, compared ignoring ASCII case. Compared as bytes: `s` may hold
+/// multi-byte characters where the prefix would end (a server's `Location`), and slicing a
+/// `&str` there would panic. A match means the prefix's last byte ends a character in `s`.
 fn strip_prefix_ci<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
-    (s.len() >= prefix.len() && s[..prefix.len()].eq_ignore_ascii_case(prefix))
-        .then(|| &s[prefix.len()..])
+    let n = prefix.len();
+    (s.len() >= n && s.as_bytes()[..n].eq_ignore_ascii_case(prefix.as_bytes())).then(|| &s[n..])
 }
 
 fn parse_port(url: &str, p: &str) -> Result<u16, HttpError> {
@@ -641,6 +644,29 @@ mod tests {
             base.join("http://g:81/p").unwrap().to_string(),
             "http://g:81/p"
         );
+    }
+
+    #[test]
+    fn a_location_with_a_character_across_the_scheme_length_does_not_panic() {
+        // 'é' takes bytes 6 and 7: "http://" is 7 bytes long, and slicing there panicked.
+        let base = Url::parse("http://h/dir/file").unwrap();
+        assert_eq!(
+            base.join("abcdeféx").unwrap().to_string(),
+            "http://h/dir/abcdeféx"
+        );
+        // Byte 8 ("https://"), and a redirect straight to such a URL.
+        assert_eq!(base.join("/abcdeféx").unwrap().path, "/abcdeféx");
+        assert!(base.join("abcdefgé").is_ok());
+        assert!(Url::parse("abcdeféx").is_err());
+        assert!(Url::parse("http:/é/h").is_err());
+        let r = parse_response(
+            "HTTP/1.1 302 Found\r\nLocation: abcdeféx\r\nContent-Length: 0\r\n\r\n".as_bytes(),
+            false,
+        )
+        .unwrap()
+        .unwrap();
+        let loc = r.location.unwrap();
+        assert_eq!(base.join(&loc).unwrap().path, "/dir/abcdeféx");
     }
 
     #[test]

@@ -12,8 +12,14 @@ use serde_json::{json, Map, Value};
 pub const COOKIE_LEN: usize = 37;
 /// Largest parameter document a client may send (iperf3 3.18 and later refuse more).
 pub const MAX_PARAMS_JSON: usize = 8 * 1024;
-/// Largest results document accepted (server output can make it large).
-pub const MAX_RESULTS_JSON: usize = 64 * 1024 * 1024;
+/// Largest results document accepted, by the server from a client and by hakaru's client from
+/// a stock server. A document is the CPU figures and one line per stream, 130 bytes for a
+/// 3.12 TCP stream to about 320 with every figure at its widest: at most some 80 KiB for 128
+/// streams each way. Only a server asked for its output (`--get-server-output`) adds more,
+/// its text or JSON output of the test (3.12 with 128 streams: 15 KiB of text or 35 KiB of
+/// JSON per second of test). Clients never send that, and hakaru's client never asks for it,
+/// so neither end needs more than this.
+pub const MAX_RESULTS_JSON: usize = 1 << 20;
 /// Datagram a client sends to open a UDP stream (3.12 and later).
 pub const UDP_CONNECT: [u8; 4] = *b"9876";
 /// Datagram a client sent to open a UDP stream up to 3.11 (123456789, little-endian host).
@@ -102,9 +108,11 @@ pub enum Iperf3Error {
     /// The cookie is not 36 base32 characters and a NUL.
     #[error("not an iperf3 cookie (expected 36 base32 characters and a NUL)")]
     BadCookie,
-    /// A JSON document longer than allowed.
-    #[error("iperf3 JSON of {len} bytes is over the limit of {max}")]
+    /// A JSON document longer than allowed (refused on its length, before it is read).
+    #[error("iperf3 {what} of {len} bytes refused: over the limit of {}", limit_words(*.max))]
     TooLong {
+        /// Which document.
+        what: &'static str,
         /// Announced length.
         len: usize,
         /// Limit.
@@ -118,6 +126,15 @@ pub enum Iperf3Error {
         /// What was wrong.
         why: String,
     },
+}
+
+/// A byte limit in words: `1 MiB (1048576 bytes)`.
+fn limit_words(max: usize) -> String {
+    match max {
+        m if m >= 1 << 20 && m % (1 << 20) == 0 => format!("{} MiB ({m} bytes)", m >> 20),
+        m if m >= 1 << 10 && m % (1 << 10) == 0 => format!("{} KiB ({m} bytes)", m >> 10),
+        m => format!("{m} bytes"),
+    }
 }
 
 /// iperf3 `i_errno` codes this crate sends or names.
@@ -266,30 +283,47 @@ impl Inbox {
         self.take_exact(1).map(|b| State::from_byte(b[0]))
     }
 
-    /// Takes one framed JSON document once all of it is here; an announced length over `max`
-    /// is an error at once (the peer is not sending what it should).
-    pub fn take_json(
+    /// Takes one framed document once all of it is here, read by `parse` where it lies; an
+    /// announced length over `max` is an error at once, before any of it is buffered (the
+    /// peer is not sending what it should).
+    pub fn take_framed<T>(
         &mut self,
         what: &'static str,
         max: usize,
-    ) -> Result<Option<Value>, Iperf3Error> {
+        parse: impl FnOnce(&[u8]) -> Result<T, Iperf3Error>,
+    ) -> Result<Option<T>, Iperf3Error> {
         if self.buf.len() < 4 {
             return Ok(None);
         }
         let len = u32::from_be_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]) as usize;
         if len > max {
-            return Err(Iperf3Error::TooLong { len, max });
+            return Err(Iperf3Error::TooLong { what, len, max });
         }
         if self.buf.len() < 4 + len {
             return Ok(None);
         }
-        let body: Vec<u8> = self.buf.drain(..4 + len).skip(4).collect();
-        serde_json::from_slice(&body)
-            .map(Some)
-            .map_err(|e| Iperf3Error::Json {
+        let doc = parse(&self.buf[4..4 + len]);
+        self.buf.drain(..4 + len);
+        doc.map(Some)
+    }
+
+    /// Takes one framed JSON document (see [`Inbox::take_framed`]) as a JSON value.
+    pub fn take_json(
+        &mut self,
+        what: &'static str,
+        max: usize,
+    ) -> Result<Option<Value>, Iperf3Error> {
+        self.take_framed(what, max, |b| {
+            serde_json::from_slice(b).map_err(|e| Iperf3Error::Json {
                 what,
                 why: e.to_string(),
             })
+        })
+    }
+
+    /// Takes one framed results document (see [`Inbox::take_framed`]) as [`Results`].
+    pub fn take_results(&mut self, max: usize) -> Result<Option<Results>, Iperf3Error> {
+        self.take_framed("results", max, Results::parse)
     }
 }
 
@@ -361,18 +395,7 @@ pub struct Params {
 
 /// An integer from iperf3 JSON: 3.12 and 3.13 print negative numbers as unsigned 64-bit.
 pub fn int_of(v: &Value) -> Option<i64> {
-    if let Some(i) = v.as_i64() {
-        return Some(i);
-    }
-    if let Some(u) = v.as_u64() {
-        return Some(u as i64);
-    }
-    let f = v.as_f64()?;
-    if f >= 9.223_372_036_854_776e18 {
-        // The u64 rendering of a small negative number, rounded through a double.
-        return Some((f - 18_446_744_073_709_551_616.0) as i64);
-    }
-    f.is_finite().then_some(f as i64)
+    wire::Num::of(v).int()
 }
 
 fn bad(what: &'static str, why: impl Into<String>) -> Iperf3Error {
@@ -574,58 +597,36 @@ pub struct Results {
 }
 
 impl Results {
-    /// Reads a results document, tolerating 3.12's unsigned negatives.
-    pub fn from_json(v: &Value) -> Result<Results, Iperf3Error> {
+    /// Reads a results document from its bytes into typed fields, tolerating 3.12's unsigned
+    /// negatives. Only what hakaru uses is kept: unknown keys, and the server output a stock
+    /// server adds when asked for it, are skipped without being built. A syntax error, a
+    /// document that is not an object, missing or non-numeric figures, and streams that are
+    /// not objects are errors.
+    pub fn parse(json: &[u8]) -> Result<Results, Iperf3Error> {
         const W: &str = "results";
-        let o = v.as_object().ok_or_else(|| bad(W, "not a JSON object"))?;
-        let f = |o: &Map<String, Value>, k: &str| -> Result<f64, Iperf3Error> {
-            o.get(k)
-                .and_then(Value::as_f64)
-                .ok_or_else(|| bad(W, format!("\"{k}\" missing or not a number")))
-        };
-        let i = |o: &Map<String, Value>, k: &str| -> Result<i64, Iperf3Error> {
-            o.get(k)
-                .and_then(int_of)
-                .ok_or_else(|| bad(W, format!("\"{k}\" missing or not a number")))
-        };
+        let doc: wire::Object<wire::Results> =
+            serde_json::from_slice(json).map_err(|e| bad(W, e.to_string()))?;
+        let o = doc.0.ok_or_else(|| bad(W, "not a JSON object"))?;
         let streams = o
-            .get("streams")
-            .and_then(Value::as_array)
+            .streams
+            .0
             .ok_or_else(|| bad(W, "\"streams\" missing or not an array"))?
-            .iter()
-            .map(|s| {
-                let s = s
-                    .as_object()
-                    .ok_or_else(|| bad(W, "a stream is not an object"))?;
-                Ok(StreamResult {
-                    id: i(s, "id")?,
-                    bytes: i(s, "bytes")?.max(0) as u64,
-                    retransmits: i(s, "retransmits")?,
-                    jitter: f(s, "jitter")?,
-                    errors: i(s, "errors")?,
-                    packets: i(s, "packets")?,
-                    omitted_errors: s.get("omitted_errors").and_then(int_of),
-                    omitted_packets: s.get("omitted_packets").and_then(int_of),
-                    start_time: s.get("start_time").and_then(Value::as_f64).unwrap_or(0.0),
-                    end_time: s.get("end_time").and_then(Value::as_f64).unwrap_or(0.0),
-                })
-            })
-            .collect::<Result<Vec<_>, Iperf3Error>>()?;
+            .map_err(|why| bad(W, why))?;
+        let need = |n: Option<f64>, k: &str| {
+            n.ok_or_else(|| bad(W, format!("\"{k}\" missing or not a number")))
+        };
         Ok(Results {
-            cpu_util_total: f(o, "cpu_util_total")?,
-            cpu_util_user: f(o, "cpu_util_user")?,
-            cpu_util_system: f(o, "cpu_util_system")?,
-            sender_has_retransmits: i(o, "sender_has_retransmits")?,
-            congestion_used: o
-                .get("congestion_used")
-                .and_then(Value::as_str)
-                .map(str::to_string),
+            cpu_util_total: need(o.cpu_util_total.f64(), "cpu_util_total")?,
+            cpu_util_user: need(o.cpu_util_user.f64(), "cpu_util_user")?,
+            cpu_util_system: need(o.cpu_util_system.f64(), "cpu_util_system")?,
+            sender_has_retransmits: o
+                .sender_has_retransmits
+                .int()
+                .ok_or_else(|| bad(W, "\"sender_has_retransmits\" missing or not a number"))?,
+            congestion_used: o.congestion_used.0,
             streams,
-            server_output_text: o
-                .get("server_output_text")
-                .and_then(Value::as_str)
-                .map(str::to_string),
-            server_output_json: o.get("server_output_json").cloned(),
+            server_output_text: None,
+            server_output_json: None,
         })
     }
 
@@ -846,6 +847,288 @@ pub fn report_from_results(
     })
 }
 
+/// The results document as serde reads it: only the keys hakaru uses, each judged by the
+/// reader rather than by serde, so a key of the wrong type gives the same words as a missing
+/// one, and nothing else is ever built (serde skips unknown keys and values of a wrong type).
+mod wire {
+    use std::fmt;
+    use std::marker::PhantomData;
+
+    use serde::de::value::MapAccessDeserializer;
+    use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+    use serde_json::Value;
+
+    use super::StreamResult;
+
+    /// A JSON number as read, or why there is none.
+    #[derive(Debug, Clone, Copy, Default, PartialEq)]
+    pub(super) enum Num {
+        /// The key is missing.
+        #[default]
+        Missing,
+        /// A negative integer.
+        Int(i64),
+        /// A non-negative integer.
+        UInt(u64),
+        /// A number with a fraction or an exponent, or out of 64-bit range.
+        Float(f64),
+        /// Something else (null, a string, an array, an object, a boolean).
+        Other,
+    }
+
+    impl Num {
+        /// The number in a JSON value.
+        pub(super) fn of(v: &Value) -> Num {
+            match v {
+                Value::Number(n) => match (n.as_u64(), n.as_i64(), n.as_f64()) {
+                    (Some(u), _, _) => Num::UInt(u),
+                    (_, Some(i), _) => Num::Int(i),
+                    (_, _, Some(f)) => Num::Float(f),
+                    _ => Num::Other,
+                },
+                _ => Num::Other,
+            }
+        }
+
+        /// As a float, any number.
+        pub(super) fn f64(self) -> Option<f64> {
+            match self {
+                Num::Int(i) => Some(i as f64),
+                Num::UInt(u) => Some(u as f64),
+                Num::Float(f) => Some(f),
+                Num::Missing | Num::Other => None,
+            }
+        }
+
+        /// As an integer; a u64 over `i64::MAX` is 3.12's rendering of a negative one.
+        pub(super) fn int(self) -> Option<i64> {
+            match self {
+                Num::Int(i) => Some(i),
+                Num::UInt(u) => Some(u as i64),
+                // The u64 rendering of a small negative number, rounded through a double.
+                Num::Float(f) if f >= 9.223_372_036_854_776e18 => {
+                    Some((f - 18_446_744_073_709_551_616.0) as i64)
+                }
+                Num::Float(f) => f.is_finite().then_some(f as i64),
+                Num::Missing | Num::Other => None,
+            }
+        }
+    }
+
+    /// A value read from any JSON type: what it takes through its own methods, the rest
+    /// skipped without being built and read as [`Lenient::other`].
+    trait Lenient<'de>: Sized {
+        /// What a JSON value this type does not take reads as.
+        fn other() -> Self;
+
+        fn num(_: Num) -> Self {
+            Self::other()
+        }
+
+        fn text(_: &str) -> Self {
+            Self::other()
+        }
+
+        fn seq<A: SeqAccess<'de>>(mut seq: A) -> Result<Self, A::Error> {
+            while seq.next_element::<IgnoredAny>()?.is_some() {}
+            Ok(Self::other())
+        }
+
+        fn map<A: MapAccess<'de>>(mut map: A) -> Result<Self, A::Error> {
+            while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+            Ok(Self::other())
+        }
+    }
+
+    struct LenientVisitor<T>(PhantomData<T>);
+
+    impl<'de, T: Lenient<'de>> Visitor<'de> for LenientVisitor<T> {
+        type Value = T;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("any JSON value")
+        }
+
+        fn visit_bool<E: de::Error>(self, _: bool) -> Result<T, E> {
+            Ok(T::other())
+        }
+
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<T, E> {
+            Ok(T::num(if v < 0 {
+                Num::Int(v)
+            } else {
+                Num::UInt(v as u64)
+            }))
+        }
+
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<T, E> {
+            Ok(T::num(Num::UInt(v)))
+        }
+
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<T, E> {
+            Ok(T::num(Num::Float(v)))
+        }
+
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<T, E> {
+            Ok(T::text(v))
+        }
+
+        fn visit_unit<E: de::Error>(self) -> Result<T, E> {
+            Ok(T::other())
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<T, A::Error> {
+            T::seq(seq)
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+            T::map(map)
+        }
+    }
+
+    /// Implements `Deserialize` through [`Lenient`].
+    macro_rules! lenient_deserialize {
+        ($($ty:ident $(<$t:ident>)?),*) => {$(
+            impl<'de $(, $t: Deserialize<'de>)?> Deserialize<'de> for $ty $(<$t>)? {
+                fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                    d.deserialize_any(LenientVisitor(PhantomData))
+                }
+            }
+        )*};
+    }
+
+    lenient_deserialize!(Num, Text, Object<T>, Streams);
+
+    impl Lenient<'_> for Num {
+        fn other() -> Num {
+            Num::Other
+        }
+
+        fn num(n: Num) -> Num {
+            n
+        }
+    }
+
+    /// A string, or `None` for anything else.
+    #[derive(Debug, Default)]
+    pub(super) struct Text(pub(super) Option<String>);
+
+    impl Lenient<'_> for Text {
+        fn other() -> Text {
+            Text(None)
+        }
+
+        fn text(s: &str) -> Text {
+            Text(Some(s.to_string()))
+        }
+    }
+
+    /// A JSON object read as `T`, or `None` for anything else (serde would otherwise take an
+    /// array for a struct, field by field).
+    #[derive(Debug)]
+    pub(super) struct Object<T>(pub(super) Option<T>);
+
+    impl<'de, T: Deserialize<'de>> Lenient<'de> for Object<T> {
+        fn other() -> Object<T> {
+            Object(None)
+        }
+
+        fn map<A: MapAccess<'de>>(map: A) -> Result<Object<T>, A::Error> {
+            T::deserialize(MapAccessDeserializer::new(map)).map(|t| Object(Some(t)))
+        }
+    }
+
+    /// The top level of a results document.
+    #[derive(Debug, serde::Deserialize)]
+    pub(super) struct Results {
+        #[serde(default)]
+        pub(super) cpu_util_total: Num,
+        #[serde(default)]
+        pub(super) cpu_util_user: Num,
+        #[serde(default)]
+        pub(super) cpu_util_system: Num,
+        #[serde(default)]
+        pub(super) sender_has_retransmits: Num,
+        #[serde(default)]
+        pub(super) congestion_used: Text,
+        #[serde(default)]
+        pub(super) streams: Streams,
+    }
+
+    /// One stream's line.
+    #[derive(Debug, serde::Deserialize)]
+    struct Stream {
+        #[serde(default)]
+        id: Num,
+        #[serde(default)]
+        bytes: Num,
+        #[serde(default)]
+        retransmits: Num,
+        #[serde(default)]
+        jitter: Num,
+        #[serde(default)]
+        errors: Num,
+        #[serde(default)]
+        packets: Num,
+        #[serde(default)]
+        omitted_errors: Num,
+        #[serde(default)]
+        omitted_packets: Num,
+        #[serde(default)]
+        start_time: Num,
+        #[serde(default)]
+        end_time: Num,
+    }
+
+    impl Stream {
+        /// The line checked: the figures every iperf3 writes must be numbers.
+        fn checked(self) -> Result<StreamResult, String> {
+            let missing = |k: &str| format!("\"{k}\" missing or not a number");
+            let int = |n: Num, k: &str| n.int().ok_or_else(|| missing(k));
+            Ok(StreamResult {
+                id: int(self.id, "id")?,
+                bytes: int(self.bytes, "bytes")?.max(0) as u64,
+                retransmits: int(self.retransmits, "retransmits")?,
+                jitter: self.jitter.f64().ok_or_else(|| missing("jitter"))?,
+                errors: int(self.errors, "errors")?,
+                packets: int(self.packets, "packets")?,
+                omitted_errors: self.omitted_errors.int(),
+                omitted_packets: self.omitted_packets.int(),
+                start_time: self.start_time.f64().unwrap_or(0.0),
+                end_time: self.end_time.f64().unwrap_or(0.0),
+            })
+        }
+    }
+
+    /// The `streams` array: `None` when missing or not an array; otherwise the lines, or the
+    /// first bad line's words (the lines after it are skipped, not kept).
+    #[derive(Debug, Default)]
+    pub(super) struct Streams(pub(super) Option<Result<Vec<StreamResult>, String>>);
+
+    impl<'de> Lenient<'de> for Streams {
+        fn other() -> Streams {
+            Streams(None)
+        }
+
+        fn seq<A: SeqAccess<'de>>(mut seq: A) -> Result<Streams, A::Error> {
+            let mut lines = Vec::new();
+            while let Some(Object(s)) = seq.next_element::<Object<Stream>>()? {
+                match s
+                    .ok_or_else(|| "a stream is not an object".to_string())
+                    .and_then(Stream::checked)
+                {
+                    Ok(line) => lines.push(line),
+                    Err(why) => {
+                        while seq.next_element::<IgnoredAny>()?.is_some() {}
+                        return Ok(Streams(Some(Err(why))));
+                    }
+                }
+            }
+            Ok(Streams(Some(Ok(lines))))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -905,6 +1188,7 @@ mod tests {
         assert_eq!(
             inbox.take_json("x", 100),
             Err(Iperf3Error::TooLong {
+                what: "x",
                 len: 65536,
                 max: 100
             })
@@ -998,19 +1282,222 @@ mod tests {
 
     #[test]
     fn results_with_312_unsigned_negatives() {
-        let v: Value = serde_json::from_str(
-            r#"{"cpu_util_total":1.5,"cpu_util_user":0.5,"cpu_util_system":1.0,"sender_has_retransmits":18446744073709551615,"streams":[{"id":1,"bytes":1000,"retransmits":18446744073709551615,"jitter":0,"errors":0,"packets":0,"start_time":0,"end_time":2.0}]}"#,
+        let r = Results::parse(
+            br#"{"cpu_util_total":1.5,"cpu_util_user":0.5,"cpu_util_system":1.0,"sender_has_retransmits":18446744073709551615,"streams":[{"id":1,"bytes":1000,"retransmits":18446744073709551615,"jitter":0,"errors":0,"packets":0,"start_time":0,"end_time":2.0}]}"#,
         )
         .unwrap();
-        let r = Results::from_json(&v).unwrap();
         assert_eq!(r.sender_has_retransmits, -1);
         assert_eq!(r.streams[0].retransmits, -1);
         assert_eq!(r.streams[0].bytes, 1000);
         assert_eq!(r.streams[0].omitted_packets, None);
-        let back = Results::from_json(&r.to_json()).unwrap();
+        let back = Results::parse(r.to_json().to_string().as_bytes()).unwrap();
         assert_eq!(back.streams[0].omitted_packets, Some(0));
         assert_eq!(back.sender_has_retransmits, -1);
-        assert!(Results::from_json(&json!({"streams": []})).is_err());
+        assert!(Results::parse(br#"{"streams": []}"#).is_err());
+    }
+
+    /// The results parser before the typed one: a `Value` tree read key by key. Kept as the
+    /// reference the typed parse must agree with.
+    fn results_from_value(v: &Value) -> Result<Results, Iperf3Error> {
+        const W: &str = "results";
+        let o = v.as_object().ok_or_else(|| bad(W, "not a JSON object"))?;
+        let f = |o: &Map<String, Value>, k: &str| -> Result<f64, Iperf3Error> {
+            o.get(k)
+                .and_then(Value::as_f64)
+                .ok_or_else(|| bad(W, format!("\"{k}\" missing or not a number")))
+        };
+        let i = |o: &Map<String, Value>, k: &str| -> Result<i64, Iperf3Error> {
+            o.get(k)
+                .and_then(int_of)
+                .ok_or_else(|| bad(W, format!("\"{k}\" missing or not a number")))
+        };
+        let streams = o
+            .get("streams")
+            .and_then(Value::as_array)
+            .ok_or_else(|| bad(W, "\"streams\" missing or not an array"))?
+            .iter()
+            .map(|s| {
+                let s = s
+                    .as_object()
+                    .ok_or_else(|| bad(W, "a stream is not an object"))?;
+                Ok(StreamResult {
+                    id: i(s, "id")?,
+                    bytes: i(s, "bytes")?.max(0) as u64,
+                    retransmits: i(s, "retransmits")?,
+                    jitter: f(s, "jitter")?,
+                    errors: i(s, "errors")?,
+                    packets: i(s, "packets")?,
+                    omitted_errors: s.get("omitted_errors").and_then(int_of),
+                    omitted_packets: s.get("omitted_packets").and_then(int_of),
+                    start_time: s.get("start_time").and_then(Value::as_f64).unwrap_or(0.0),
+                    end_time: s.get("end_time").and_then(Value::as_f64).unwrap_or(0.0),
+                })
+            })
+            .collect::<Result<Vec<_>, Iperf3Error>>()?;
+        Ok(Results {
+            cpu_util_total: f(o, "cpu_util_total")?,
+            cpu_util_user: f(o, "cpu_util_user")?,
+            cpu_util_system: f(o, "cpu_util_system")?,
+            sender_has_retransmits: i(o, "sender_has_retransmits")?,
+            congestion_used: o
+                .get("congestion_used")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            streams,
+            // Read before, but never used: the typed parse leaves them out.
+            server_output_text: None,
+            server_output_json: None,
+        })
+    }
+
+    /// Both parsers on one document: the same figures, or both an error with the same words.
+    fn same_as_before(doc: &str) -> Result<Results, Iperf3Error> {
+        let typed = Results::parse(doc.as_bytes());
+        let before = serde_json::from_str::<Value>(doc)
+            .map_err(|e| bad("results", e.to_string()))
+            .and_then(|v| results_from_value(&v));
+        assert_eq!(typed, before, "{doc}");
+        typed
+    }
+
+    /// Results documents a stock iperf3 3.12 client sent hakaru's server
+    /// (fuzz/corpus/iperf3_control/capture-00 and -03: TCP with BBR, and UDP with two streams).
+    const CAPTURED_TCP: &str = r#"{"cpu_util_total":47.076204980123023,"cpu_util_user":0.52619607998259521,"cpu_util_system":46.550107790589585,"sender_has_retransmits":1,"congestion_used":"bbr","streams":[{"id":1,"bytes":1988362240,"retransmits":8,"jitter":0,"errors":0,"packets":0,"start_time":0,"end_time":1.000161}]}"#;
+    const CAPTURED_UDP: &str = r#"{"cpu_util_total":4.2902259228355062,"cpu_util_user":1.1858335157996067,"cpu_util_system":3.1041951461998689,"sender_has_retransmits":0,"streams":[{"id":1,"bytes":655360,"retransmits":18446744073709551615,"jitter":0,"errors":0,"packets":20,"start_time":0,"end_time":1.000107},{"id":3,"bytes":655360,"retransmits":18446744073709551615,"jitter":0,"errors":0,"packets":20,"start_time":0,"end_time":1.000109}]}"#;
+
+    #[test]
+    fn typed_results_of_real_iperf3_documents_match_the_value_parse() {
+        let r = same_as_before(CAPTURED_TCP).unwrap();
+        assert_eq!(r.cpu_util_total, 47.076_204_980_123_02);
+        assert_eq!(r.cpu_util_system, 46.550_107_790_589_585);
+        assert_eq!(r.sender_has_retransmits, 1);
+        assert_eq!(r.congestion_used.as_deref(), Some("bbr"));
+        assert_eq!(r.streams.len(), 1);
+        let s = &r.streams[0];
+        assert_eq!((s.id, s.bytes, s.retransmits), (1, 1_988_362_240, 8));
+        assert_eq!((s.end_time, s.omitted_packets), (1.000161, None));
+        let r = same_as_before(CAPTURED_UDP).unwrap();
+        assert_eq!(r.congestion_used, None);
+        assert_eq!(
+            r.streams
+                .iter()
+                .map(|s| (s.id, s.bytes, s.retransmits, s.packets))
+                .collect::<Vec<_>>(),
+            [(1, 655_360, -1, 20), (3, 655_360, -1, 20)]
+        );
+        // The report built from it is the one built before.
+        let plan = [(0, FlowDir::Up), (1, FlowDir::Up)];
+        let rep = report_from_results(End::Client, &r, &plan, |_| true, true, "iperf3").unwrap();
+        assert_eq!(rep.flows[1].udp.as_ref().unwrap().datagrams, 20);
+        // What hakaru's server sends (3.14+ keys, server output), read back.
+        let mut mine = r.clone();
+        mine.streams[0].omitted_packets = Some(3);
+        mine.server_output_text = Some("Server listening on 5201\n".repeat(100));
+        mine.server_output_json = Some(json!({"start": {"connected": [{"socket": 5}]}}));
+        let back = same_as_before(&mine.to_json().to_string()).unwrap();
+        assert_eq!(back.streams[0].omitted_packets, Some(3));
+        assert_eq!(back.streams[1].omitted_packets, Some(0));
+        assert_eq!(back.streams[1].end_time, 1.000109);
+        assert_eq!(back.server_output_text, None);
+    }
+
+    #[test]
+    fn typed_results_refuse_what_the_value_parse_refused() {
+        for doc in [
+            "",
+            "[1,2,3,4,5,6]",
+            "null",
+            r#"{"cpu_util_total":1"#,
+            r#"{"cpu_util_total":1,"cpu_util_user":1,"cpu_util_system":1,"sender_has_retransmits":1}"#,
+            r#"{"cpu_util_total":1,"cpu_util_user":1,"cpu_util_system":1,"sender_has_retransmits":1,"streams":{}}"#,
+            r#"{"cpu_util_total":1,"cpu_util_user":1,"cpu_util_system":1,"sender_has_retransmits":1,"streams":[[1]]}"#,
+            r#"{"cpu_util_total":1,"cpu_util_user":1,"cpu_util_system":1,"sender_has_retransmits":1,"streams":[{"id":1}]}"#,
+            r#"{"cpu_util_total":1,"cpu_util_user":1,"cpu_util_system":1,"sender_has_retransmits":1,"streams":[{"id":"1","bytes":1,"retransmits":1,"jitter":0,"errors":0,"packets":0}]}"#,
+            r#"{"cpu_util_total":"1","cpu_util_user":1,"cpu_util_system":1,"sender_has_retransmits":1,"streams":[]}"#,
+            r#"{"cpu_util_total":null,"cpu_util_user":1,"cpu_util_system":1,"sender_has_retransmits":1,"streams":[]}"#,
+            r#"{"cpu_util_total":1,"cpu_util_user":1,"cpu_util_system":1,"sender_has_retransmits":1.5e300,"streams":[{"id":1,"bytes":1,"retransmits":1,"jitter":[],"errors":0,"packets":0}]}"#,
+            r#"{"cpu_util_total":1,"cpu_util_user":1,"cpu_util_system":1,"sender_has_retransmits":1,"streams":[]} x"#,
+        ] {
+            assert!(same_as_before(doc).is_err(), "{doc}");
+        }
+        // Wrong types where a figure is optional, unknown keys, floats for integers, huge
+        // numbers: read as before.
+        for doc in [
+            r#"{"cpu_util_total":1,"cpu_util_user":-1,"cpu_util_system":1e3,"sender_has_retransmits":-1,"congestion_used":7,"gso":[{"a":[]}],"streams":[]}"#,
+            r#"{"cpu_util_total":1,"cpu_util_user":1,"cpu_util_system":1,"sender_has_retransmits":1.8446744073709552e19,"streams":[{"id":1.9,"bytes":-5,"retransmits":1e30,"jitter":-0.5,"errors":-1,"packets":1e19,"omitted_errors":"x","omitted_packets":null,"start_time":"0","end_time":{"a":1},"extra":[1,{"b":2}]}]}"#,
+            r#"{"streams":[],"cpu_util_total":0,"cpu_util_user":0,"cpu_util_system":0,"sender_has_retransmits":9223372036854775808}"#,
+        ] {
+            assert!(same_as_before(doc).is_ok(), "{doc}");
+        }
+    }
+
+    #[test]
+    fn a_results_message_at_the_limit_is_read_and_one_byte_over_is_refused() {
+        // A real document padded with spaces to exactly the limit.
+        let mut doc = CAPTURED_TCP.as_bytes().to_vec();
+        doc.resize(MAX_RESULTS_JSON, b' ');
+        let mut inbox = Inbox::new();
+        inbox.feed(&(doc.len() as u32).to_be_bytes());
+        inbox.feed(&doc[..doc.len() / 2]);
+        assert_eq!(inbox.take_results(MAX_RESULTS_JSON), Ok(None));
+        inbox.feed(&doc[doc.len() / 2..]);
+        inbox.feed(&[State::IperfDone.byte()]);
+        let r = inbox.take_results(MAX_RESULTS_JSON).unwrap().unwrap();
+        assert_eq!(r.streams[0].bytes, 1_988_362_240);
+        assert_eq!(inbox.take_state(), Some(State::IperfDone));
+        // One byte more is refused on the length alone: nothing of the body is here.
+        let mut inbox = Inbox::new();
+        inbox.feed(&(MAX_RESULTS_JSON as u32 + 1).to_be_bytes());
+        let e = inbox.take_results(MAX_RESULTS_JSON).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "iperf3 results of 1048577 bytes refused: over the limit of 1 MiB (1048576 bytes)"
+        );
+        // 64 MiB, as a client could declare before the limit was lowered.
+        let mut inbox = Inbox::new();
+        inbox.feed(&(64u32 << 20).to_be_bytes());
+        let e = inbox
+            .take_results(MAX_RESULTS_JSON)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("67108864 bytes") && e.contains("1 MiB"), "{e}");
+        // The parameters' limit in the same words.
+        let mut inbox = Inbox::new();
+        inbox.feed(&(MAX_PARAMS_JSON as u32 + 1).to_be_bytes());
+        let e = inbox.take_json("parameters", MAX_PARAMS_JSON).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "iperf3 parameters of 8193 bytes refused: over the limit of 8 KiB (8192 bytes)"
+        );
+    }
+
+    #[test]
+    fn results_of_128_streams_each_way_fit_the_limit_many_times_over() {
+        // The largest figures each key can hold, 256 streams: what a stock server sends
+        // hakaru's client (which never asks for the server's output) at worst.
+        let line = StreamResult {
+            id: 258,
+            bytes: u64::MAX,
+            retransmits: i64::MIN,
+            jitter: -1.234_567_890_123_456_7e-300,
+            errors: i64::MIN,
+            packets: i64::MIN,
+            omitted_errors: Some(i64::MIN),
+            omitted_packets: Some(i64::MIN),
+            start_time: -1.234_567_890_123_456_7e-300,
+            end_time: -1.234_567_890_123_456_7e-300,
+        };
+        let r = Results {
+            cpu_util_total: -1.234_567_890_123_456_7e-300,
+            cpu_util_user: -1.234_567_890_123_456_7e-300,
+            cpu_util_system: -1.234_567_890_123_456_7e-300,
+            sender_has_retransmits: 1,
+            congestion_used: Some("x".repeat(16)),
+            streams: vec![line; 256],
+            ..Results::default()
+        };
+        let n = r.to_json().to_string().len();
+        assert!(n * 10 < MAX_RESULTS_JSON, "{n} bytes");
     }
 
     #[test]

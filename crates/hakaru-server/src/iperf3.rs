@@ -30,7 +30,7 @@ use hakaru_model::{
 };
 use hakaru_proto::datagram::Framing;
 use hakaru_proto::iperf3::{
-    self as wire, errno, report_from_results, results_from_report, Params, Protocol, Results, State,
+    self as wire, errno, report_from_results, results_from_report, Params, Protocol, State,
 };
 use socket2::SockRef;
 
@@ -573,12 +573,13 @@ impl Session<'_> {
         self.ctl
             .send_state(State::ExchangeResults)
             .map_err(quiet("sending EXCHANGE_RESULTS"))?;
-        let v = self
+        let theirs = self
             .ctl
-            .recv_json("results", wire::MAX_RESULTS_JSON, RESULTS_TIMEOUT)
-            .map_err(quiet("reading the client's results"))?;
-        let theirs =
-            Results::from_json(&v).map_err(|e| Fail::Tell(errno::IERECVRESULTS, e.to_string()))?;
+            .recv_results(wire::MAX_RESULTS_JSON, RESULTS_TIMEOUT)
+            .map_err(|e| match e {
+                Iperf3CtlError::Proto(p) => Fail::Tell(errno::IERECVRESULTS, p.to_string()),
+                other => Fail::Quiet(format!("reading the client's results: {other}")),
+            })?;
         let client_sends = |dir: FlowDir| dir == FlowDir::Up;
         let client = report_from_results(
             End::Client,

@@ -534,3 +534,80 @@ fn idle_sockperf_connections_do_not_block_stock_sockperf() {
         .is_some());
     drop(idle);
 }
+
+/// Reads one state byte from an iperf3 control connection.
+fn iperf3_state(c: &mut TcpStream) -> i8 {
+    let mut b = [0u8; 1];
+    c.read_exact(&mut b).expect("a state byte");
+    b[0] as i8
+}
+
+#[test]
+fn a_declared_64_mib_iperf3_results_message_is_refused_on_its_length() {
+    let mut s = ServerProc::start(&[]);
+    let pid = s.child.id();
+    let cookie = b"resultsresultsresultsresultsresults2\0";
+    // An iperf3 client as far as the results exchange: a one-second TCP test, one stream.
+    let mut ctl = connect_from("127.0.0.1", s.port);
+    ctl.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    ctl.write_all(cookie).unwrap();
+    assert_eq!(iperf3_state(&mut ctl), 9, "PARAM_EXCHANGE expected");
+    let params = br#"{"tcp":true,"omit":0,"time":1,"num":0,"blockcount":0,"parallel":1,"len":131072,"pacing_timer":1000,"client_version":"3.12"}"#;
+    ctl.write_all(&(params.len() as u32).to_be_bytes()).unwrap();
+    ctl.write_all(params).unwrap();
+    assert_eq!(iperf3_state(&mut ctl), 10, "CREATE_STREAMS expected");
+    let mut data = connect_from("127.0.0.1", s.port);
+    data.write_all(cookie).unwrap();
+    assert_eq!(iperf3_state(&mut ctl), 1, "TEST_START expected");
+    assert_eq!(iperf3_state(&mut ctl), 2, "TEST_RUNNING expected");
+    data.write_all(&vec![b'x'; 1 << 20]).unwrap();
+    drop(data);
+    ctl.write_all(&[4]).unwrap(); // TEST_END
+    assert_eq!(iperf3_state(&mut ctl), 13, "EXCHANGE_RESULTS expected");
+    let before = rss_kib(pid);
+    // 64 MiB declared, and as much of it sent as the server takes.
+    ctl.set_write_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let _ = ctl.write_all(&(64u32 << 20).to_be_bytes());
+    let mut sent = 0usize;
+    let block = vec![b' '; 1 << 20];
+    while sent < 64 << 20 && ctl.write_all(&block).is_ok() {
+        sent += block.len();
+    }
+    eprintln!(
+        "{} KiB of the 64 MiB sent before the server closed",
+        sent >> 10
+    );
+    assert!(sent < 64 << 20, "the server read the whole 64 MiB");
+    // SERVER_ERROR with IERECVRESULTS, if it arrived before the reset.
+    let mut answer = [0u8; 9];
+    if ctl.read_exact(&mut answer).is_ok() {
+        assert_eq!(answer[0] as i8, -2, "SERVER_ERROR expected");
+        assert_eq!(i32::from_be_bytes(answer[1..5].try_into().unwrap()), 117);
+    }
+    let line = s
+        .wait_log("results of 67108864 bytes refused", Duration::from_secs(10))
+        .expect("the refusal in the server's log");
+    assert!(line.contains("over the limit of 1 MiB"), "{line}");
+    let rss = rss_kib(pid);
+    eprintln!("server RSS {before} KiB before the results, {rss} KiB after");
+    assert!(rss < 64 * 1024, "server RSS {rss} KiB");
+    assert!(s.alive());
+    // The server serves the next test, hakaru's own and a stock iperf3 client's.
+    legit(&s, None, &[]);
+    if super::common::have("iperf3") {
+        let o = super::common::run_cmd(
+            std::process::Command::new("iperf3").args([
+                "-c",
+                "127.0.0.1",
+                "-p",
+                &s.port_s(),
+                "-t",
+                "1",
+            ]),
+            LIMIT,
+        );
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    assert!(s.wait_log("panicked", Duration::from_millis(200)).is_none());
+}
