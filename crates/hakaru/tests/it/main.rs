@@ -5,6 +5,7 @@ mod common;
 mod connect;
 mod e2e;
 mod faults;
+mod golden;
 mod hardening;
 mod history;
 mod hostile;
