@@ -630,3 +630,80 @@ fn find_max_step_searches_with_every_sender_at_once() {
         stderr(&o)
     );
 }
+
+/// `--psk-file -`: the server and a `--sync-start` client take the key from the first line of
+/// standard input, and the rest of it still works: the client's `go`, the server's lifeline.
+#[test]
+fn psk_file_dash_reads_the_key_line_and_leaves_the_rest_of_stdin() {
+    use std::io::{BufRead, BufReader, Write};
+    let key = "plan-key-0123456789abcdef0123456789abcdef";
+    let mut server = hakaru()
+        .args([
+            "server",
+            "-B",
+            "127.0.0.1",
+            "-p",
+            "0",
+            "--exit-on-stdin-eof",
+            "--psk-file",
+            "-",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lifeline = server.stdin.take().unwrap();
+    writeln!(lifeline, "{key}").unwrap();
+    let mut line = String::new();
+    BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let port = line
+        .trim()
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse::<u16>().ok())
+        .unwrap_or_else(|| panic!("no `listening on` line: {line:?}"));
+    let client = |input: &str, hold: bool| {
+        let mut c = hakaru()
+            .args(["tcp", "127.0.0.1", "-p", &port.to_string(), "-t", "0.5"])
+            .args(["--json-stream", "--sync-start", "--psk-file", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = c.stdin.take().unwrap();
+        stdin.write_all(input.as_bytes()).unwrap();
+        // Held open until the client is done: its end would stop the test.
+        let stdin = hold.then_some(stdin);
+        let o = wait_child(c, Duration::from_secs(30));
+        drop(stdin);
+        o
+    };
+    // The key and `go` in one write: the key line is taken, `go` is left for the gate.
+    let o = client(&format!("{key}\ngo\n"), true);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("\"type\":\"released\"") && out.contains("\"type\":\"end\""),
+        "{out}"
+    );
+    // Another key is refused by the server.
+    let o = client("another-key-0123456789abcdef0123456789\ngo\n", true);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("authentication failed"),
+        "{}",
+        stderr(&o)
+    );
+    // No key line at all: a usage error naming standard input.
+    let o = client("", false);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--psk-file -"), "{}", stderr(&o));
+    // The server's lifeline still reads what follows its key: closing it stops the server.
+    drop(lifeline);
+    let o = wait_child(server, Duration::from_secs(20));
+    assert!(o.status.success(), "{}", stderr(&o));
+}
