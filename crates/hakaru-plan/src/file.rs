@@ -63,7 +63,8 @@ pub struct HostSpec {
     /// Path of hakaru there.
     pub hakaru: Option<String>,
     /// Copy the coordinator's own binary there over the launcher before the run (ssh and exec
-    /// hosts; needs `sh` and a writable /tmp there).
+    /// hosts), into a directory only the remote user may write, where it runs only once its
+    /// SHA-256 is checked there (needs `sh` and `sha256sum` or `shasum`).
     pub push: Option<bool>,
     /// Server port when this host is a receiver (default: `defaults.port`, else 5201).
     pub port: Option<u16>,

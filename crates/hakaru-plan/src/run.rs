@@ -16,7 +16,7 @@ use hakaru_model::plan::{
 use hakaru_model::{rfc3339_utc, FlowDir, IntervalRecord, RunResult};
 
 use crate::file::{parse_secs, PlanFile, Step};
-use crate::launch::{last_line, probe_version, push, push_path, Launcher};
+use crate::launch::{last_line, probe_version, push, Image, Launcher};
 
 /// Default server port on receivers.
 pub const DEFAULT_PORT: u16 = 5201;
@@ -259,9 +259,9 @@ fn prepare_hosts(
         let same = Launcher::of(spec, &default_ssh).same_machine();
         plan.binary_of(spec, same, "").is_none()
     });
-    let binary: Option<Arc<Vec<u8>>> = if needs_push {
+    let image: Option<Arc<Image>> = if needs_push {
         match std::fs::read(&opts.self_binary) {
-            Ok(b) => Some(Arc::new(b)),
+            Ok(b) => Some(Arc::new(Image::new(b))),
             Err(e) => {
                 result.errors.push(format!(
                     "push: cannot read this hakaru binary ({}): {e}",
@@ -281,10 +281,9 @@ fn prepare_hosts(
             let launcher = Launcher::of(&spec, &default_ssh);
             let at = plan.binary_of(&spec, launcher.same_machine(), &self_path);
             let pushed = at.is_none();
-            let hakaru = at.unwrap_or_else(|| {
-                push_path(binary.as_deref().map_or(&[][..], |b| &b[..]))
-            });
-            let binary = binary.clone();
+            let image = image.clone();
+            // Until the push names the verified file, the name it will have.
+            let hakaru = at.unwrap_or_else(|| image.as_deref().map_or(String::new(), Image::file_name));
             let name = name.clone();
             let want = opts.version.clone();
             std::thread::spawn(move || {
@@ -292,17 +291,24 @@ fn prepare_hosts(
                     name: name.clone(),
                     address: spec.address.clone(),
                     launcher: launcher.describe(),
-                    hakaru: hakaru.clone(),
+                    hakaru,
                     version: None,
                     pushed,
                     server: None,
                 };
+                let mut notes = Vec::new();
                 let outcome = (|| {
                     if pushed {
-                        let b = binary.as_deref().map_or(&[][..], |b| &b[..]);
-                        push(&name, &launcher, b, &hakaru, PUSH_LIMIT)?;
+                        let Some(image) = image.as_deref() else {
+                            return Err(format!("host `{name}`: nothing to push"));
+                        };
+                        // Only a file the far host verified is ever run.
+                        let p = push(&name, &launcher, image, PUSH_LIMIT)?;
+                        notes = p.notes;
+                        host.hakaru = p.path;
                     }
-                    let v = probe_version(&name, &launcher, &hakaru, PROBE_LIMIT)?;
+                    let hakaru = &host.hakaru;
+                    let v = probe_version(&name, &launcher, hakaru, PROBE_LIMIT)?;
                     host.version = Some(v.clone());
                     if v != want {
                         return Err(format!(
@@ -311,14 +317,18 @@ fn prepare_hosts(
                     }
                     Ok(())
                 })();
-                (host, Ready { launcher, hakaru }, outcome)
+                let hakaru = host.hakaru.clone();
+                (host, Ready { launcher, hakaru }, outcome, notes)
             })
         })
         .collect();
     let mut ready = BTreeMap::new();
     for h in handles {
         match h.join() {
-            Ok((host, r, outcome)) => {
+            Ok((host, r, outcome, notes)) => {
+                for n in &notes {
+                    obs.on_note(n);
+                }
                 obs.on_host(&host);
                 if let Err(e) = outcome {
                     result.errors.push(e);

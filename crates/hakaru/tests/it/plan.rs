@@ -707,3 +707,98 @@ fn psk_file_dash_reads_the_key_line_and_leaves_the_rest_of_stdin() {
     let o = wait_child(server, Duration::from_secs(20));
     assert!(o.status.success(), "{}", stderr(&o));
 }
+
+/// The FNV-1a digest the old push named its file by (`/tmp/hakaru-VERSION-FNV`).
+fn old_push_path(binary: &[u8]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in binary {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("/tmp/hakaru-{}-{h:016x}", env!("CARGO_PKG_VERSION"))
+}
+
+/// Removes a planted file at the end, however the test ends.
+struct Planted(String);
+
+impl Drop for Planted {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// An executable that records that it ran (creates `marker`), then behaves as hakaru: a
+/// plan that ran it would work, so only the marker tells.
+fn impostor(path: &str, marker: &Path) {
+    std::fs::write(
+        path,
+        format!(
+            "#!/bin/sh\ntouch {}\nexec {} \"$@\"\n",
+            marker.display(),
+            bin()
+        ),
+    )
+    .unwrap();
+    let _ = Command::new("chmod").arg("700").arg(path).status();
+}
+
+/// `push = true` through an exec launcher on this machine (its cache directory in the
+/// scratch directory): an executable planted at the old predictable /tmp path is never run,
+/// and one planted under the new name, with the right owner and mode but another digest, is
+/// replaced (named as a digest mismatch) and never run; a verified push is reused.
+#[test]
+fn push_runs_only_a_binary_it_verified_there() {
+    let s = Scratch::new("push-verify");
+    let port = free_port();
+    let cache = s.0.join("cache");
+    let marker = s.0.join("impostor-ran");
+    let me = std::fs::read(bin()).unwrap();
+    let old = Planted(old_push_path(&me));
+    impostor(&old.0, &marker);
+    let env = format!("\"env\", \"XDG_CACHE_HOME={}\"", cache.display());
+    let file = s.write(
+        "plan.toml",
+        &format!(
+            "[defaults]\npush = true\n\n[hosts.rx]\naddress = \"127.0.0.1\"\nexec = [{env}]\nport = {port}\n\n[hosts.tx]\naddress = \"127.0.0.1\"\nexec = [{env}]\n\n[[step]]\nkind = \"tcp\"\nreceivers = [\"rx\"]\nsenders = [\"tx\"]\ntime = \"300ms\"\n"
+        ),
+    );
+    let out = s.0.join("out.json");
+    let (o, doc) = plan_run(&mut hakaru(), &file, &out, Duration::from_secs(90));
+    assert!(o.status.success(), "{}\n{}", stderr(&o), doc["errors"]);
+    let pushed = doc["hosts"][0]["hakaru"].as_str().unwrap().to_string();
+    let dir = format!("{}/hakaru/", cache.display());
+    let name = pushed
+        .strip_prefix(&dir)
+        .unwrap_or_else(|| panic!("{pushed}"));
+    let digest = name
+        .strip_prefix(&format!("hakaru-{}-", env!("CARGO_PKG_VERSION")))
+        .unwrap();
+    assert!(
+        digest.len() == 64 && digest.bytes().all(|b| b.is_ascii_hexdigit()),
+        "named by SHA-256: {name}"
+    );
+    for h in doc["hosts"].as_array().unwrap() {
+        assert_eq!(h["pushed"], true);
+        assert_eq!(h["hakaru"], pushed.as_str());
+    }
+    assert_eq!(std::fs::read(&pushed).unwrap(), me);
+    assert!(doc["steps"][0]["runs"][0]["result"].is_object());
+    assert!(!marker.exists(), "the file planted at {} ran", old.0);
+    // Another file under the verified name, owned by this user, mode 0700: replaced.
+    impostor(&pushed, &marker);
+    let (o, doc) = plan_run(&mut hakaru(), &file, &out, Duration::from_secs(90));
+    assert!(o.status.success(), "{}\n{}", stderr(&o), doc["errors"]);
+    assert!(
+        stderr(&o).contains("digest mismatch") && stderr(&o).contains(digest),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!marker.exists(), "the file planted at {pushed} ran");
+    assert_eq!(std::fs::read(&pushed).unwrap(), me);
+    // A verified copy is reused: nothing replaced.
+    let (o, doc) = plan_run(&mut hakaru(), &file, &out, Duration::from_secs(90));
+    assert!(o.status.success(), "{}\n{}", stderr(&o), doc["errors"]);
+    assert!(!stderr(&o).contains("replaced"), "{}", stderr(&o));
+    assert!(!marker.exists());
+    assert!(port_closed(port));
+}
