@@ -319,7 +319,7 @@ fn an_unreachable_ssh_host_is_named() {
     let file = s.write(
         "plan.toml",
         &format!(
-            "[hosts.rx]\naddress = \"127.0.0.1\"\nlocal = true\n[hosts.far]\nssh = \"root@127.0.0.1\"\nssh_options = [\"-p\", \"{closed}\", \"-o\", \"ConnectTimeout=5\"]\n[[step]]\nkind = \"tcp\"\nreceivers = [\"rx\"]\nsenders = [\"far\"]\n"
+            "[hosts.rx]\naddress = \"127.0.0.1\"\nlocal = true\n[hosts.far]\nssh = \"root@127.0.0.1\"\naddress = \"127.0.0.1\"\nssh_options = [\"-p\", \"{closed}\", \"-o\", \"ConnectTimeout=5\"]\n[[step]]\nkind = \"tcp\"\nreceivers = [\"rx\"]\nsenders = [\"far\"]\n"
         ),
     );
     let (o, doc) = plan_run(
@@ -546,7 +546,7 @@ fn an_exec_prefix_launcher_runs_the_commands() {
     let file = s.write(
         "plan.toml",
         &format!(
-            "[hosts.rx]\naddress = \"127.0.0.1\"\nexec = [\"env\", \"HAKARU_PLAN_TEST=rx\"]\nhakaru = \"{b}\"\nport = {port}\n\n[hosts.tx]\nexec = [\"env\", \"HAKARU_PLAN_TEST=tx\"]\nhakaru = \"{b}\"\n\n[[step]]\nkind = \"latency\"\nreceivers = [\"rx\"]\nsenders = [\"tx\"]\ntime = \"300ms\"\n",
+            "[hosts.rx]\naddress = \"127.0.0.1\"\nexec = [\"env\", \"HAKARU_PLAN_TEST=rx\"]\nhakaru = \"{b}\"\nport = {port}\n\n[hosts.tx]\naddress = \"127.0.0.1\"\nexec = [\"env\", \"HAKARU_PLAN_TEST=tx\"]\nhakaru = \"{b}\"\n\n[[step]]\nkind = \"latency\"\nreceivers = [\"rx\"]\nsenders = [\"tx\"]\ntime = \"300ms\"\n",
             b = bin()
         ),
     );
@@ -800,5 +800,81 @@ fn push_runs_only_a_binary_it_verified_there() {
     assert!(o.status.success(), "{}\n{}", stderr(&o), doc["errors"]);
     assert!(!stderr(&o).contains("replaced"), "{}", stderr(&o));
     assert!(!marker.exists());
+    assert!(port_closed(port));
+}
+
+/// The run's key reaches the plan's server and clients on the first line of their standard
+/// input only: the command lines and environments the launcher gives them do not hold it, every
+/// process got the same key, and the plan runs with it end to end.
+#[test]
+fn the_run_key_is_given_on_stdin_never_on_a_command_line() {
+    let s = Scratch::new("key");
+    let port = free_port();
+    let seen = s.0.join("seen");
+    std::fs::create_dir_all(&seen).unwrap();
+    // Records its argv and environment; with `--psk-file -`, also the key line, which it then
+    // passes on ahead of the rest of its stdin (through a FIFO, so hakaru is its own process
+    // and its output ends when it exits).
+    let wrapper = s.script(
+        "hakaru-seen",
+        &format!(
+            "#!/bin/sh\nd={d}\nn=$$\nprintf '%s\\n' \"$@\" > $d/argv.$n\nenv > $d/env.$n\ncase \" $* \" in *\" --psk-file - \"*)\n  IFS= read -r key\n  printf '%s\\n' \"$key\" > $d/key.$n\n  mkfifo $d/fifo.$n\n  exec 3<&0\n  {{ printf '%s\\n' \"$key\"; exec cat <&3; }} > $d/fifo.$n &\n  exec {real} \"$@\" < $d/fifo.$n ;;\nesac\nexec {real} \"$@\"\n",
+            d = seen.display(),
+            real = bin()
+        ),
+    );
+    let (o, doc) = local_plan(
+        &s,
+        port,
+        (&wrapper, &wrapper),
+        "[[step]]\nkind = \"udp\"\nreceivers = [\"rx\"]\nsenders = [\"a\"]\ntime = \"500ms\"\n\n[[step]]\nkind = \"latency\"\nreceivers = [\"rx\"]\nsenders = [\"a\"]\ntime = \"300ms\"\n",
+        Duration::from_secs(90),
+    );
+    assert!(o.status.success(), "{}\n{}", stderr(&o), doc["errors"]);
+    for st in doc["steps"].as_array().unwrap() {
+        assert!(st["runs"][0]["result"].is_object(), "{st}");
+    }
+    let read = |prefix: &str| -> Vec<(String, String)> {
+        let mut v: Vec<(String, String)> = std::fs::read_dir(&seen)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .filter(|n| n.starts_with(prefix))
+            .map(|n| {
+                let t = std::fs::read_to_string(seen.join(&n)).unwrap();
+                (n, t)
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let keys = read("key.");
+    // The server and the two clients (the version probe gets no key).
+    assert_eq!(keys.len(), 3, "{keys:?}");
+    let key = keys[0].1.trim().to_string();
+    assert!(
+        key.len() == 64 && key.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{key:?}"
+    );
+    assert!(keys.iter().all(|(_, k)| k.trim() == key), "{keys:?}");
+    let argvs = read("argv.");
+    let server = argvs
+        .iter()
+        .find(|(_, a)| a.starts_with("server\n"))
+        .expect("the server's command line");
+    let words: Vec<&str> = server.1.lines().collect();
+    for pair in [
+        ["-B", "127.0.0.1"],
+        ["--psk-file", "-"],
+        ["--allow", "127.0.0.1"],
+        ["--exit-on-stdin-eof", "--psk-file"],
+    ] {
+        assert!(words.windows(2).any(|w| w == pair), "{words:?}");
+    }
+    assert!(words.contains(&"--max-duration"), "{words:?}");
+    for (n, t) in argvs.iter().chain(read("env.").iter()) {
+        assert!(!t.contains(&key), "{n} holds the key:\n{t}");
+    }
+    let text = std::fs::read_to_string(s.0.join("out.json")).unwrap();
+    assert!(!text.contains(&key), "the result holds the key");
     assert!(port_closed(port));
 }
