@@ -32,7 +32,7 @@ use hakaru_proto::{native::opening, Message, PROTOCOL_VERSION};
 use socket2::{Domain, Protocol, Socket, Type};
 
 pub use hakaru_model::Family;
-pub use hakaru_proto::auth::Psk;
+pub use hakaru_proto::auth::{Psk, MAX_KEY_LEN as MAX_PSK_LEN};
 pub use sockperf::NO_SERVER_REPORT as SOCKPERF_NOTE;
 
 /// Where to run a test and how.

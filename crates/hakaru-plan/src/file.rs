@@ -47,7 +47,9 @@ pub struct Defaults {
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HostSpec {
-    /// Address the other hosts test against (needed when the host is a receiver).
+    /// Address the other hosts test against (needed when the host is a receiver), and the
+    /// one its connections come from (needed for an ssh or exec sender: a plan's servers
+    /// accept only their senders' addresses).
     pub address: Option<String>,
     /// Reach it with the system `ssh` binary (`user@host`, or a Host of ~/.ssh/config).
     pub ssh: Option<String>,
@@ -63,7 +65,8 @@ pub struct HostSpec {
     /// Path of hakaru there.
     pub hakaru: Option<String>,
     /// Copy the coordinator's own binary there over the launcher before the run (ssh and exec
-    /// hosts; needs `sh` and a writable /tmp there).
+    /// hosts), into a directory only the remote user may write, where it runs only once its
+    /// SHA-256 is checked there (needs `sh` and `sha256sum` or `shasum`).
     pub push: Option<bool>,
     /// Server port when this host is a receiver (default: `defaults.port`, else 5201).
     pub port: Option<u16>,
@@ -408,6 +411,17 @@ pub fn check(plan: &PlanFile) -> Vec<Problem> {
                     Some(spec) if role == "receiver" && spec.address.is_none() => fatal(format!(
                         "{at}: receiver `{h}` has no address for the senders to test against"
                     )),
+                    // A plan's server accepts only its senders' addresses; those of local and
+                    // netns senders are looked up on this machine.
+                    Some(spec)
+                        if role == "sender"
+                            && spec.address.is_none()
+                            && (spec.ssh.is_some() || spec.exec.is_some()) =>
+                    {
+                        fatal(format!(
+                            "{at}: sender `{h}` has no address: the plan's servers accept only its senders, so set its address (the one its connections come from, as the receivers see it)"
+                        ))
+                    }
                     Some(_) => {}
                 }
             }
@@ -683,11 +697,13 @@ netns = "dut"
 
 [hosts.a]
 ssh = "root@10.0.0.2"
+address = "10.0.0.2"
 ssh_options = ["-i", "/tmp/key"]
 push = true
 
 [hosts.b]
 exec = ["kubectl", "exec", "-i", "pod-b", "--"]
+address = "10.0.0.3"
 
 [[step]]
 kind = "pps"
@@ -789,6 +805,14 @@ reverse = true
         ));
         assert!(
             f.iter().any(|m| m.contains("receiver `s` has no address")),
+            "{f:?}"
+        );
+        let f = fatal(&format!(
+            "{base}[hosts.far]\nssh = \"far\"\n[hosts.pod]\nexec = [\"kubectl\", \"exec\", \"-i\", \"p\", \"--\"]\n[[step]]\nkind = \"tcp\"\nreceivers = [\"r\"]\nsenders = [\"s\", \"far\", \"pod\"]\n"
+        ));
+        assert_eq!(f.len(), 2, "{f:?}");
+        assert!(
+            f[0].contains("sender `far` has no address") && f[1].contains("sender `pod`"),
             "{f:?}"
         );
         let f = fatal("[hosts.r]\naddress = \"1.1.1.1\"\nnetns = \"r\"\nlocal = true\n");

@@ -2,8 +2,9 @@
 //! each step's clients with a held start and releases them together, merges what they report,
 //! and stops everything it started however the run ends.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{IpAddr, ToSocketAddrs, UdpSocket};
 use std::process::{Child, ChildStdin, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -16,13 +17,17 @@ use hakaru_model::plan::{
 use hakaru_model::{rfc3339_utc, FlowDir, IntervalRecord, RunResult};
 
 use crate::file::{parse_secs, PlanFile, Step};
-use crate::launch::{last_line, probe_version, push, push_path, Launcher};
+use crate::launch::{last_line, probe_version, push, run_bounded, Image, Launcher};
 
 /// Default server port on receivers.
 pub const DEFAULT_PORT: u16 = 5201;
 const PROBE_LIMIT: Duration = Duration::from_secs(30);
 const PUSH_LIMIT: Duration = Duration::from_secs(120);
 const SERVER_START_LIMIT: Duration = Duration::from_secs(20);
+/// Longest a route lookup (`ip route get`) in a sender's namespace may take.
+const ROUTE_LIMIT: Duration = Duration::from_secs(10);
+/// Longest step a bytes step without a `timeout` may run (as in `run_step`).
+const UNBOUNDED_STEP: Duration = Duration::from_secs(3600);
 const DEFAULT_SETUP: Duration = Duration::from_secs(60);
 /// Time past a step's expected end before its clients are told to stop.
 const STEP_MARGIN: Duration = Duration::from_secs(60);
@@ -58,6 +63,9 @@ pub fn invalid_commands(steps: &[Step], validate: &Validate) -> Vec<String> {
         .filter_map(|step| {
             let mut argv = vec![step.kind.name().to_string(), "192.0.2.1".into()];
             argv.extend(step.flags.iter().cloned());
+            // The key is the plan's: a client of a server the plan started reads it from its
+            // standard input, so a --psk-file of the step's own is refused here.
+            argv.extend(["--psk-file".to_string(), "-".to_string()]);
             validate(&argv).err().map(|e| {
                 format!(
                     "step {} ({}): the options make an invalid `hakaru {}` command: {e}",
@@ -159,33 +167,79 @@ pub fn run(plan: &PlanFile, opts: &Options, obs: &mut dyn PlanObserver) -> PlanR
     if !result.errors.is_empty() {
         return result;
     }
-    let mut servers = Servers::default();
+    let setup = plan
+        .defaults
+        .setup_timeout
+        .as_ref()
+        .and_then(|t| parse_secs(&t.to_string()))
+        .unwrap_or(DEFAULT_SETUP);
+    let key = match run_key() {
+        Ok(k) => k,
+        Err(e) => {
+            result.errors.push(e);
+            return result;
+        }
+    };
+    let mut servers = Servers {
+        procs: Vec::new(),
+        key,
+        keyed: BTreeSet::new(),
+    };
     for name in used
         .iter()
         .filter(|h| steps.iter().any(|s| s.receivers.contains(h)))
     {
         let port = port_of(plan, name);
-        match start_server(name, &ready[name], port) {
-            Ok(Some(srv)) => {
-                set_server(&mut result, name, "started");
-                servers.0.push(srv);
+        let allow = match sources_of(plan, &steps, name, &ready) {
+            Ok(a) => a,
+            Err(e) => {
+                result.errors.extend(e);
+                continue;
             }
-            Ok(None) => {
+        };
+        let address = plan.hosts[name].address.clone().unwrap_or_default();
+        let bind = address.parse::<IpAddr>().ok();
+        if bind.is_none() {
+            obs.on_note(&format!(
+                "receiver `{name}`: its address `{address}` is not an IP address, so its server listens on every address (still only for the plan's senders, and with the run's key)"
+            ));
+        }
+        let server = ServerSpec {
+            port,
+            bind,
+            allow,
+            max_duration: server_cap(&steps, name, setup),
+        };
+        let mut started = start_server(name, &ready[name], &server, &servers.key);
+        if let (Ok(Started::NotHere(why)), Some(ip)) = (&started, bind) {
+            obs.on_note(&format!(
+                "receiver `{name}`: {ip} is not one of its own addresses ({why}; NAT?), so its server listens on every address (still only for the plan's senders, and with the run's key)"
+            ));
+            let every = ServerSpec {
+                bind: None,
+                ..server
+            };
+            started = start_server(name, &ready[name], &every, &servers.key);
+        }
+        match started {
+            Ok(Started::Running(srv)) => {
+                set_server(&mut result, name, "started");
+                servers.keyed.insert(name.clone());
+                servers.procs.push(srv);
+            }
+            Ok(Started::InUse) => {
                 set_server(&mut result, name, "reused");
                 obs.on_note(&format!(
-                    "receiver `{name}`: port {port} is already in use there; using the server that listens on it (not stopped at the end)"
+                    "receiver `{name}`: port {port} is already in use there; using the server that listens on it (not stopped at the end; the plan's clients give it no key)"
                 ));
             }
+            Ok(Started::NotHere(why)) => result.errors.push(format!(
+                "receiver `{name}`: its hakaru server did not start: {why}"
+            )),
             Err(e) => result.errors.push(e),
         }
     }
     if result.errors.is_empty() {
-        let setup = plan
-            .defaults
-            .setup_timeout
-            .as_ref()
-            .and_then(|t| parse_secs(&t.to_string()))
-            .unwrap_or(DEFAULT_SETUP);
         // A search runs many trials, each a step of the result: later steps move up.
         let mut shift = 0u32;
         for step in &steps {
@@ -245,6 +299,182 @@ fn port_of(plan: &PlanFile, host: &str) -> u16 {
         .unwrap_or(DEFAULT_PORT)
 }
 
+/// The run's key: 32 bytes from the OS, as hex (64 characters). Every server the plan starts
+/// and every client of those servers reads it from the first line of its standard input
+/// (`--psk-file -`); it is on no command line and in no environment.
+fn run_key() -> Result<String, String> {
+    let mut b = [0u8; 32];
+    getrandom::fill(&mut b).map_err(|e| format!("cannot draw the run's key from the OS: {e}"))?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+/// Longest a step runs once released before its clients are told to stop: `timeout`, else
+/// the test's time and warm-up plus a margin, else (a `bytes` step) an hour.
+fn step_limit(step: &Step) -> Duration {
+    step.timeout
+        .unwrap_or_else(|| step.expected.map_or(UNBOUNDED_STEP, |e| e + STEP_MARGIN))
+}
+
+/// `--max-duration` of a receiver's server: the longest of its steps (the coordinator's own
+/// limit for it, or the test's time if longer) plus the set-up time (a held UDP test counts
+/// from its set-up on the server).
+fn server_cap(steps: &[Step], receiver: &str, setup: Duration) -> Duration {
+    steps
+        .iter()
+        .filter(|s| s.receivers.iter().any(|r| r == receiver))
+        .map(|s| step_limit(s).max(s.expected.unwrap_or_default()))
+        .max()
+        .unwrap_or(UNBOUNDED_STEP)
+        + setup
+}
+
+/// The addresses the plan's clients of `receiver` connect from: for each sender of a step
+/// with that receiver, the source address of the route to the receiver (local and netns
+/// senders: looked up on this machine, `ip route get` in the namespace), else its `address`
+/// (an IP, or a name resolved here). One message per sender whose address is unknown.
+fn sources_of(
+    plan: &PlanFile,
+    steps: &[Step],
+    receiver: &str,
+    ready: &BTreeMap<String, Ready>,
+) -> Result<Vec<IpAddr>, Vec<String>> {
+    let port = port_of(plan, receiver);
+    let raddr = plan.hosts[receiver].address.clone().unwrap_or_default();
+    let targets: Vec<IpAddr> = match raddr.parse::<IpAddr>() {
+        Ok(ip) => vec![ip],
+        Err(_) => (raddr.as_str(), port)
+            .to_socket_addrs()
+            .map(|a| a.map(|a| a.ip()).collect())
+            .unwrap_or_default(),
+    };
+    let mut senders: Vec<&String> = Vec::new();
+    for s in steps
+        .iter()
+        .filter(|s| s.receivers.iter().any(|r| r == receiver))
+    {
+        for h in &s.senders {
+            if !senders.contains(&h) {
+                senders.push(h);
+            }
+        }
+    }
+    let mut out = BTreeSet::new();
+    let mut errors = Vec::new();
+    for s in senders {
+        let routed: Vec<IpAddr> = match &ready[s].launcher {
+            Launcher::Local => targets
+                .iter()
+                .filter_map(|t| local_source(*t, port))
+                .collect(),
+            Launcher::Netns(_) => targets
+                .iter()
+                .filter_map(|t| netns_source(&ready[s].launcher, *t))
+                .collect(),
+            _ => Vec::new(),
+        };
+        if !routed.is_empty() {
+            out.extend(routed);
+            continue;
+        }
+        match plan.hosts[s].address.as_deref().map(str::trim) {
+            Some(a) => match a.parse::<IpAddr>() {
+                Ok(ip) => {
+                    out.insert(ip);
+                }
+                Err(_) => match (a, 0).to_socket_addrs() {
+                    Ok(addrs) => out.extend(addrs.map(|a| a.ip())),
+                    Err(e) => errors.push(format!(
+                        "receiver `{receiver}`: cannot resolve the address `{a}` of sender `{s}` here ({e}); its server accepts only the plan's senders: give an IP address"
+                    )),
+                },
+            },
+            None => errors.push(format!(
+                "receiver `{receiver}`: cannot tell which address sender `{s}` connects from; its server accepts only the plan's senders: set the sender's address (as the receivers see its connections)"
+            )),
+        }
+    }
+    if errors.is_empty() {
+        Ok(out.into_iter().collect())
+    } else {
+        Err(errors)
+    }
+}
+
+/// This machine's source address towards `target` (a route lookup: nothing is sent).
+fn local_source(target: IpAddr, port: u16) -> Option<IpAddr> {
+    let any: IpAddr = if target.is_ipv4() {
+        std::net::Ipv4Addr::UNSPECIFIED.into()
+    } else {
+        std::net::Ipv6Addr::UNSPECIFIED.into()
+    };
+    let s = UdpSocket::bind((any, 0)).ok()?;
+    s.connect((target, port.max(1))).ok()?;
+    let ip = s.local_addr().ok()?.ip();
+    (!ip.is_unspecified()).then_some(ip)
+}
+
+/// The source address towards `target` in a network namespace (`ip route get`).
+fn netns_source(launcher: &Launcher, target: IpAddr) -> Option<IpAddr> {
+    let cmd = launcher.command(&[
+        "ip".to_string(),
+        "route".to_string(),
+        "get".to_string(),
+        target.to_string(),
+    ]);
+    let o = run_bounded(cmd, None, ROUTE_LIMIT).ok()?;
+    if o.code != Some(0) {
+        return None;
+    }
+    route_src(&o.stdout)
+}
+
+/// The `src` of an `ip route get` answer.
+fn route_src(text: &str) -> Option<IpAddr> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    words
+        .windows(2)
+        .find(|w| w[0] == "src")
+        .and_then(|w| w[1].parse().ok())
+}
+
+/// How a plan's server runs on a receiver.
+#[derive(Debug, Clone, PartialEq)]
+struct ServerSpec {
+    port: u16,
+    /// `-B`: the receiver's address (None: every address).
+    bind: Option<IpAddr>,
+    /// `--allow` each: the addresses the plan's senders connect from.
+    allow: Vec<IpAddr>,
+    /// `--max-duration`.
+    max_duration: Duration,
+}
+
+/// The server's command line: bound to the receiver's address, open only to the plan's
+/// senders, with a cap on a test's length, and the key from the first line of standard input.
+fn server_argv(hakaru: &str, spec: &ServerSpec) -> Vec<String> {
+    let mut argv = vec![hakaru.to_string(), "server".into()];
+    if let Some(ip) = spec.bind {
+        argv.extend(["-B".into(), ip.to_string()]);
+    }
+    argv.extend([
+        "-p".into(),
+        spec.port.to_string(),
+        "--exit-on-stdin-eof".into(),
+        "--psk-file".into(),
+        "-".into(),
+        "--max-duration".into(),
+        spec.max_duration.as_secs_f64().ceil().to_string(),
+        // Several sender hosts may share an address (local and exec launchers); the plan
+        // decides how many tests this server runs, not the per-address default.
+        "--max-tests-per-client".into(),
+        "4096".into(),
+    ]);
+    for ip in &spec.allow {
+        argv.extend(["--allow".into(), ip.to_string()]);
+    }
+    argv
+}
+
 /// Version checks (and pushes) on every used host, in parallel.
 fn prepare_hosts(
     plan: &PlanFile,
@@ -259,9 +489,9 @@ fn prepare_hosts(
         let same = Launcher::of(spec, &default_ssh).same_machine();
         plan.binary_of(spec, same, "").is_none()
     });
-    let binary: Option<Arc<Vec<u8>>> = if needs_push {
+    let image: Option<Arc<Image>> = if needs_push {
         match std::fs::read(&opts.self_binary) {
-            Ok(b) => Some(Arc::new(b)),
+            Ok(b) => Some(Arc::new(Image::new(b))),
             Err(e) => {
                 result.errors.push(format!(
                     "push: cannot read this hakaru binary ({}): {e}",
@@ -281,10 +511,9 @@ fn prepare_hosts(
             let launcher = Launcher::of(&spec, &default_ssh);
             let at = plan.binary_of(&spec, launcher.same_machine(), &self_path);
             let pushed = at.is_none();
-            let hakaru = at.unwrap_or_else(|| {
-                push_path(binary.as_deref().map_or(&[][..], |b| &b[..]))
-            });
-            let binary = binary.clone();
+            let image = image.clone();
+            // Until the push names the verified file, the name it will have.
+            let hakaru = at.unwrap_or_else(|| image.as_deref().map_or(String::new(), Image::file_name));
             let name = name.clone();
             let want = opts.version.clone();
             std::thread::spawn(move || {
@@ -292,17 +521,24 @@ fn prepare_hosts(
                     name: name.clone(),
                     address: spec.address.clone(),
                     launcher: launcher.describe(),
-                    hakaru: hakaru.clone(),
+                    hakaru,
                     version: None,
                     pushed,
                     server: None,
                 };
+                let mut notes = Vec::new();
                 let outcome = (|| {
                     if pushed {
-                        let b = binary.as_deref().map_or(&[][..], |b| &b[..]);
-                        push(&name, &launcher, b, &hakaru, PUSH_LIMIT)?;
+                        let Some(image) = image.as_deref() else {
+                            return Err(format!("host `{name}`: nothing to push"));
+                        };
+                        // Only a file the far host verified is ever run.
+                        let p = push(&name, &launcher, image, PUSH_LIMIT)?;
+                        notes = p.notes;
+                        host.hakaru = p.path;
                     }
-                    let v = probe_version(&name, &launcher, &hakaru, PROBE_LIMIT)?;
+                    let hakaru = &host.hakaru;
+                    let v = probe_version(&name, &launcher, hakaru, PROBE_LIMIT)?;
                     host.version = Some(v.clone());
                     if v != want {
                         return Err(format!(
@@ -311,14 +547,18 @@ fn prepare_hosts(
                     }
                     Ok(())
                 })();
-                (host, Ready { launcher, hakaru }, outcome)
+                let hakaru = host.hakaru.clone();
+                (host, Ready { launcher, hakaru }, outcome, notes)
             })
         })
         .collect();
     let mut ready = BTreeMap::new();
     for h in handles {
         match h.join() {
-            Ok((host, r, outcome)) => {
+            Ok((host, r, outcome, notes)) => {
+                for n in &notes {
+                    obs.on_note(n);
+                }
                 obs.on_host(&host);
                 if let Err(e) = outcome {
                     result.errors.push(e);
@@ -344,14 +584,20 @@ struct ServerProc {
     reported: bool,
 }
 
-#[derive(Default)]
-struct Servers(Vec<ServerProc>);
+/// The servers the plan started, and the run's key they hold.
+struct Servers {
+    procs: Vec<ServerProc>,
+    /// The run's key (hex); never on a command line.
+    key: String,
+    /// Receivers whose server the plan started with the key (not a reused one).
+    keyed: BTreeSet<String>,
+}
 
 impl Servers {
     /// Receivers whose server has exited since the last call, with why.
     fn newly_dead(&mut self) -> Vec<String> {
         let mut out = Vec::new();
-        for s in &mut self.0 {
+        for s in &mut self.procs {
             if s.reported {
                 continue;
             }
@@ -372,11 +618,11 @@ impl Servers {
 
     /// Closes every lifeline, waits for the servers to go, kills what does not.
     fn stop_all(&mut self, errors: &mut Vec<String>) {
-        for s in &mut self.0 {
+        for s in &mut self.procs {
             s.stdin.take();
         }
         let deadline = Instant::now() + GRACE;
-        for s in &mut self.0 {
+        for s in &mut self.procs {
             loop {
                 match s.child.try_wait() {
                     Ok(Some(_)) | Err(_) => break,
@@ -399,7 +645,7 @@ impl Servers {
 
 impl Drop for Servers {
     fn drop(&mut self) {
-        for s in &mut self.0 {
+        for s in &mut self.procs {
             s.stdin.take();
             if matches!(s.child.try_wait(), Ok(None)) {
                 let _ = s.child.kill();
@@ -431,21 +677,32 @@ fn spawn_piped(
     Ok((child, stderr))
 }
 
-/// Starts `hakaru server` on a receiver. `Ok(None)`: the port is taken there, and the server
-/// already on it is used.
-fn start_server(host: &str, r: &Ready, port: u16) -> Result<Option<ServerProc>, String> {
-    let argv = vec![
-        r.hakaru.clone(),
-        "server".into(),
-        "-p".into(),
-        port.to_string(),
-        "--exit-on-stdin-eof".into(),
-        // Several sender hosts may share an address (local and exec launchers); the plan
-        // decides how many tests this server runs, not the per-address default.
-        "--max-tests-per-client".into(),
-        "4096".into(),
-    ];
+/// How starting a plan's server went.
+enum Started {
+    /// Listening.
+    Running(ServerProc),
+    /// The port is taken there: the server already on it is used.
+    InUse,
+    /// The bind address is not one of the receiver's own (the server's error).
+    NotHere(String),
+}
+
+/// Starts `hakaru server` on a receiver as `spec` says, and gives it the run's key on the
+/// first line of its standard input (the rest of which is its lifeline).
+fn start_server(host: &str, r: &Ready, spec: &ServerSpec, key: &str) -> Result<Started, String> {
+    let argv = server_argv(&r.hakaru, spec);
     let (mut child, stderr) = spawn_piped(r, &argv, &format!("receiver `{host}`"))?;
+    let mut stdin = child.stdin.take();
+    if let Some(s) = stdin.as_mut() {
+        // A server that exits at once (port in use) may close its end first: what it printed
+        // says why, below.
+        if s.write_all(format!("{key}\n").as_bytes())
+            .and_then(|()| s.flush())
+            .is_err()
+        {
+            stdin = None;
+        }
+    }
     let (tx, rx) = mpsc::channel();
     if let Some(out) = child.stdout.take() {
         std::thread::spawn(move || {
@@ -458,11 +715,10 @@ fn start_server(host: &str, r: &Ready, port: u16) -> Result<Option<ServerProc>, 
         });
     }
     let deadline = Instant::now() + SERVER_START_LIMIT;
-    let stdin = child.stdin.take();
     loop {
         match rx.recv_timeout(Duration::from_millis(50)) {
             Ok(l) if l.starts_with("listening on") => {
-                return Ok(Some(ServerProc {
+                return Ok(Started::Running(ServerProc {
                     host: host.into(),
                     child,
                     stdin,
@@ -477,7 +733,10 @@ fn start_server(host: &str, r: &Ready, port: u16) -> Result<Option<ServerProc>, 
                 std::thread::sleep(Duration::from_millis(50));
                 let why = stderr.lock().map(|s| s.clone()).unwrap_or_default();
                 if why.contains("in use") {
-                    return Ok(None);
+                    return Ok(Started::InUse);
+                }
+                if why.contains("assign requested address") && spec.bind.is_some() {
+                    return Ok(Started::NotHere(last_line(&why)));
                 }
                 return Err(format!(
                     "receiver `{host}`: its hakaru server did not start: {}",
@@ -547,9 +806,26 @@ fn spawn_client(
     receiver: &str,
     r: &Ready,
     argv: Vec<String>,
+    key: Option<&str>,
     tx: &mpsc::Sender<(usize, Ev)>,
 ) -> Result<Client, String> {
     let (mut child, stderr) = spawn_piped(r, &argv, &format!("sender `{sender}`"))?;
+    let mut stdin = child.stdin.take();
+    if let (Some(k), Some(s)) = (key, stdin.as_mut()) {
+        // Written before anything else; a client that is already gone says why on stderr.
+        if s.write_all(
+            format!(
+                "{k}
+"
+            )
+            .as_bytes(),
+        )
+        .and_then(|()| s.flush())
+        .is_err()
+        {
+            stdin = None;
+        }
+    }
     if let Some(out) = child.stdout.take() {
         let tx = tx.clone();
         std::thread::spawn(move || {
@@ -568,7 +844,7 @@ fn spawn_client(
         sender: sender.into(),
         receiver: receiver.into(),
         command: argv,
-        stdin: child.stdin.take(),
+        stdin,
         child,
         stderr,
         ready: false,
@@ -579,6 +855,31 @@ fn spawn_client(
         eof: false,
         last_index: None,
     })
+}
+
+/// A client's command line: `HAKARU KIND ADDRESS -p PORT FLAGS --json-stream --sync-start`,
+/// and `--psk-file -` when its receiver's server holds the run's key (given on stdin).
+fn client_argv(
+    plan: &PlanFile,
+    step: &Step,
+    hakaru: &str,
+    receiver: &str,
+    keyed: bool,
+) -> Vec<String> {
+    let mut argv = vec![
+        hakaru.to_string(),
+        step.kind.name().into(),
+        plan.hosts[receiver].address.clone().unwrap_or_default(),
+        "-p".into(),
+        port_of(plan, receiver).to_string(),
+    ];
+    argv.extend(step.flags.iter().cloned());
+    argv.push("--json-stream".into());
+    argv.push("--sync-start".into());
+    if keyed {
+        argv.extend(["--psk-file".into(), "-".into()]);
+    }
+    argv
 }
 
 /// One line of a client's `--json-stream` output.
@@ -812,18 +1113,10 @@ fn run_step(
     let t0 = Instant::now();
     for s in &step.senders {
         for r in &step.receivers {
-            let addr = plan.hosts[r].address.clone().unwrap_or_default();
-            let mut argv = vec![
-                ready[s].hakaru.clone(),
-                step.kind.name().into(),
-                addr,
-                "-p".into(),
-                port_of(plan, r).to_string(),
-            ];
-            argv.extend(step.flags.iter().cloned());
-            argv.push("--json-stream".into());
-            argv.push("--sync-start".into());
-            match spawn_client(clients.len(), s, r, &ready[s], argv, &tx) {
+            // A server the plan started asks for the run's key: the first line of stdin.
+            let key = servers.keyed.contains(r).then_some(servers.key.as_str());
+            let argv = client_argv(plan, step, &ready[s].hakaru, r, key.is_some());
+            match spawn_client(clients.len(), s, r, &ready[s], argv, key, &tx) {
                 Ok(c) => clients.push(c),
                 Err(e) => sr.errors.push(format!("{at}: {e}")),
             }
@@ -878,10 +1171,7 @@ fn run_step(
             c.say("go");
         }
         let write_ms = w0.elapsed().as_secs_f64() * 1000.0;
-        let limit = step.timeout.unwrap_or_else(|| {
-            step.expected
-                .map_or(Duration::from_secs(3600), |e| e + STEP_MARGIN)
-        });
+        let limit = step_limit(step);
         let started = Instant::now();
         let mut stopped_at: Option<Instant> = None;
         let mut released_reported = false;
@@ -1094,5 +1384,180 @@ fn finish_clients(clients: &mut [Client], rx: &mpsc::Receiver<(usize, Ev)>) {
     // Readers may still hold the last events of clients that just exited.
     while let Ok((i, ev)) = rx.recv_timeout(Duration::from_millis(20)) {
         handle(&mut clients[i], ev, None);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan() -> PlanFile {
+        crate::file::parse(
+            r#"
+[hosts.rx]
+address = "10.0.0.1"
+ssh = "root@rx"
+[hosts.other]
+address = "10.0.0.9"
+ssh = "root@other"
+[hosts.tx]
+address = "10.0.0.2"
+ssh = "root@tx"
+[hosts.pod]
+address = "10.0.0.3"
+exec = ["kubectl", "exec", "-i", "pod", "--"]
+
+[[step]]
+kind = "tcp"
+receivers = ["rx"]
+senders = ["tx", "pod"]
+time = 5
+omit = 1
+
+[[step]]
+kind = "udp"
+receivers = ["other"]
+senders = ["tx"]
+bytes = "1G"
+
+[[step]]
+kind = "pps"
+receivers = ["rx"]
+senders = ["tx"]
+time = 30
+timeout = 10
+"#,
+        )
+        .unwrap()
+    }
+
+    fn ready(plan: &PlanFile) -> BTreeMap<String, Ready> {
+        plan.hosts
+            .iter()
+            .map(|(n, h)| {
+                (
+                    n.clone(),
+                    Ready {
+                        launcher: Launcher::of(h, &[]),
+                        hakaru: "/h/hakaru".into(),
+                    },
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_key_is_on_no_command_line_and_goes_to_stdin() {
+        let key = run_key().unwrap();
+        assert_eq!(key.len(), 64);
+        assert!(key.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_ne!(key, run_key().unwrap(), "a key of its own for every run");
+        let plan = plan();
+        let steps = crate::file::expand(&plan);
+        let ready = ready(&plan);
+        let allow = sources_of(&plan, &steps, "rx", &ready).unwrap();
+        let spec = ServerSpec {
+            port: 5201,
+            bind: Some("10.0.0.1".parse().unwrap()),
+            allow,
+            max_duration: server_cap(&steps, "rx", DEFAULT_SETUP),
+        };
+        let server = server_argv("/h/hakaru", &spec);
+        let client = client_argv(&plan, &steps[0], "/h/hakaru", "rx", true);
+        for (argv, kind) in [(&server, "server"), (&client, "tcp")] {
+            assert_eq!(argv[1], kind);
+            let at = argv.iter().position(|a| a == "--psk-file").unwrap();
+            assert_eq!(argv[at + 1], "-", "{argv:?}");
+            // Every launcher's full command line, and the environment it is given.
+            for l in [
+                Launcher::Local,
+                Launcher::Netns("n".into()),
+                Launcher::of(&plan.hosts["tx"], &["-i".into(), "k".into()]),
+                Launcher::of(&plan.hosts["pod"], &[]),
+            ] {
+                let full = l.argv(argv);
+                assert!(!full.iter().any(|w| w.contains(&key)), "{full:?}");
+                let cmd = l.command(argv);
+                assert!(
+                    !cmd.get_envs()
+                        .any(|(_, v)| v.is_some_and(|v| v.to_string_lossy().contains(&key))),
+                    "{cmd:?}"
+                );
+            }
+        }
+        // A client of a server the plan did not start (reused) gets no key.
+        let plain = client_argv(&plan, &steps[0], "/h/hakaru", "rx", false);
+        assert!(!plain.iter().any(|a| a == "--psk-file"), "{plain:?}");
+        assert_eq!(
+            plain[..5],
+            ["/h/hakaru", "tcp", "10.0.0.1", "-p", "5201"].map(String::from)[..]
+        );
+    }
+
+    #[test]
+    fn servers_bind_the_receiver_allow_its_senders_and_cap_a_test() {
+        let plan = plan();
+        let steps = crate::file::expand(&plan);
+        let ready = ready(&plan);
+        // rx: both senders of step 1 and the one of step 3; other: only tx.
+        let rx = sources_of(&plan, &steps, "rx", &ready).unwrap();
+        assert_eq!(
+            rx,
+            ["10.0.0.2", "10.0.0.3"].map(|a| a.parse::<IpAddr>().unwrap())
+        );
+        let other = sources_of(&plan, &steps, "other", &ready).unwrap();
+        assert_eq!(other, ["10.0.0.2".parse::<IpAddr>().unwrap()]);
+        // The longest step of rx: tcp, 5 + 1 s with the 60 s margin, plus 60 s of set-up.
+        let cap = server_cap(&steps, "rx", Duration::from_secs(60));
+        assert_eq!(cap, Duration::from_secs(126));
+        // The pps step alone: 30 s asked, longer than its timeout, plus set-up.
+        assert_eq!(
+            server_cap(&steps[2..], "rx", Duration::from_secs(60)),
+            Duration::from_secs(90)
+        );
+        // A bytes step without a timeout: an hour.
+        assert_eq!(
+            server_cap(&steps, "other", Duration::from_secs(60)),
+            Duration::from_secs(3660)
+        );
+        let argv = server_argv(
+            "/h/hakaru",
+            &ServerSpec {
+                port: 5300,
+                bind: Some("10.0.0.1".parse().unwrap()),
+                allow: rx,
+                max_duration: cap,
+            },
+        );
+        assert_eq!(
+            argv.join(" "),
+            "/h/hakaru server -B 10.0.0.1 -p 5300 --exit-on-stdin-eof --psk-file - --max-duration 126 --max-tests-per-client 4096 --allow 10.0.0.2 --allow 10.0.0.3"
+        );
+        // A sender with no address that is not on this machine cannot be placed.
+        let mut p = plan.clone();
+        p.hosts.get_mut("pod").unwrap().address = None;
+        let e = sources_of(&p, &steps, "rx", &ready).unwrap_err();
+        assert_eq!(e.len(), 1);
+        assert!(e[0].contains("sender `pod`"), "{e:?}");
+    }
+
+    #[test]
+    fn local_senders_are_placed_by_their_route() {
+        let p = crate::file::parse(
+            "[hosts.rx]\naddress = \"127.0.0.1\"\nlocal = true\n[hosts.a]\nlocal = true\n[[step]]\nkind = \"tcp\"\nreceivers = [\"rx\"]\nsenders = [\"a\"]\n",
+        )
+        .unwrap();
+        let steps = crate::file::expand(&p);
+        let got = sources_of(&p, &steps, "rx", &ready(&p)).unwrap();
+        assert_eq!(got, ["127.0.0.1".parse::<IpAddr>().unwrap()]);
+        assert_eq!(
+            route_src("10.0.0.1 dev eth0 src 10.0.0.2 uid 0 \n    cache \n"),
+            Some("10.0.0.2".parse().unwrap())
+        );
+        assert_eq!(
+            route_src("local 127.0.0.1 dev lo src 127.0.0.1 uid 0"),
+            Some("127.0.0.1".parse().unwrap())
+        );
+        assert_eq!(route_src("unreachable"), None);
     }
 }

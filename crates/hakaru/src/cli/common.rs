@@ -25,7 +25,9 @@ pub struct Target {
     #[arg(short = 'B', long = "bind", value_name = "ADDR")]
     pub bind: Option<IpAddr>,
     /// Pre-shared key for a server started with one (the file's text, trimmed; at least 16
-    /// bytes). HAKARU_PSK holds the key itself when this is not given.
+    /// bytes). `-` reads the key from the first line of standard input (the rest stays for
+    /// --sync-start), so it is on no command line and in no environment. HAKARU_PSK holds
+    /// the key itself when this is not given.
     #[arg(long, value_name = "FILE")]
     pub psk_file: Option<std::path::PathBuf>,
     /// IPv4 only.
@@ -723,11 +725,18 @@ pub fn split_host_port(s: &str) -> Result<(String, Option<u16>), String> {
     }
 }
 
-/// Reads a pre-shared key: from `file` when given, else from HAKARU_PSK; `None` when neither.
+/// Reads a pre-shared key: from `file` when given (`-`: the first line of standard input),
+/// else from HAKARU_PSK; `None` when neither.
 pub fn load_psk(file: Option<&std::path::Path>) -> anyhow::Result<Option<hakaru_client::Psk>> {
     // A key that cannot be read or is too short is a usage error (exit 2).
     let usage = |m: String| anyhow::Error::from(UsageError(m));
     if let Some(f) = file {
+        if f.as_os_str() == "-" {
+            let text = stdin_key().map_err(usage)?;
+            let k = hakaru_client::Psk::from_text(&text, "--psk-file - (standard input)")
+                .map_err(usage)?;
+            return Ok(Some(k));
+        }
         let text = std::fs::read_to_string(f)
             .map_err(|e| usage(format!("--psk-file {}: cannot read it: {e}", f.display())))?;
         let k = hakaru_client::Psk::from_text(&text, &format!("--psk-file {}", f.display()))
@@ -741,6 +750,38 @@ pub fn load_psk(file: Option<&std::path::Path>) -> anyhow::Result<Option<hakaru_
         Err(std::env::VarError::NotPresent) => Ok(None),
         Err(std::env::VarError::NotUnicode(_)) => Err(usage("HAKARU_PSK is not UTF-8 text".into())),
     }
+}
+
+/// `--psk-file -`: the first line of standard input, read once per process (the key is asked
+/// for more than once) and before anything else reads standard input.
+fn stdin_key() -> Result<String, String> {
+    static KEY: std::sync::OnceLock<Result<String, String>> = std::sync::OnceLock::new();
+    KEY.get_or_init(|| read_key_line(&mut std::io::stdin().lock()))
+        .clone()
+}
+
+/// Reads one line (the key) from `r` and nothing past it: `r` is standard input's one shared
+/// buffer, so the lines after the key stay there for whoever reads standard input next (the
+/// server's lifeline, `--sync-start`'s `go` and `stop`).
+fn read_key_line(r: &mut impl std::io::BufRead) -> Result<String, String> {
+    use std::io::{BufRead, Read};
+    // A longer line is not a key: stop there rather than read without end.
+    let limit = hakaru_client::MAX_PSK_LEN as u64 + 2;
+    let mut line = String::new();
+    let n = r
+        .take(limit)
+        .read_line(&mut line)
+        .map_err(|e| format!("--psk-file -: cannot read standard input: {e}"))?;
+    if n == 0 {
+        return Err("--psk-file -: standard input ended before a line with the key".to_string());
+    }
+    if !line.ends_with('\n') && n as u64 == limit {
+        return Err(format!(
+            "--psk-file -: the first line of standard input is longer than {} bytes; it is not a key",
+            hakaru_client::MAX_PSK_LEN
+        ));
+    }
+    Ok(line)
 }
 
 #[cfg(test)]
@@ -785,6 +826,38 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn psk_file_dash_takes_the_first_line_and_leaves_the_rest() {
+        use std::io::BufRead;
+        let key = "0123456789abcdef0123456789abcdef";
+        let mut input = std::io::Cursor::new(format!("{key}\ngo\nstop\n").into_bytes());
+        let line = read_key_line(&mut input).unwrap();
+        assert_eq!(line, format!("{key}\n"));
+        let psk = hakaru_client::Psk::from_text(&line, "t").unwrap();
+        assert_eq!(
+            psk.client_proof("a", "b"),
+            hakaru_client::Psk::from_text(key, "t")
+                .unwrap()
+                .client_proof("a", "b")
+        );
+        // What follows the key is left for the next reader, line by line.
+        let rest: Vec<String> = input.lines().map(Result::unwrap).collect();
+        assert_eq!(rest, ["go", "stop"]);
+        // Through a small buffer too: the key may arrive in pieces, the rest stays.
+        let mut small = std::io::BufReader::with_capacity(
+            4,
+            std::io::Cursor::new(format!("{key}\ngo\n").into_bytes()),
+        );
+        assert_eq!(read_key_line(&mut small).unwrap().trim(), key);
+        assert_eq!(small.lines().next().unwrap().unwrap(), "go");
+        // No line, or no end of line within a key's length, is not a key.
+        let e = read_key_line(&mut std::io::Cursor::new(Vec::new())).unwrap_err();
+        assert!(e.contains("ended before"), "{e}");
+        let long = "k".repeat(hakaru_client::MAX_PSK_LEN + 10);
+        let e = read_key_line(&mut std::io::Cursor::new(long.into_bytes())).unwrap_err();
+        assert!(e.contains("longer than"), "{e}");
+    }
 
     #[test]
     fn cpu_lists() {

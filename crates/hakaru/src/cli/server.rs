@@ -85,8 +85,10 @@ pub struct Args {
     #[arg(long, value_name = "CIDR", value_parser = parse_net)]
     deny: Vec<String>,
     /// Require every hakaru client to prove it holds this pre-shared key (the file's text,
-    /// trimmed; at least 16 bytes); HAKARU_PSK holds the key itself when this is not given.
-    /// Mutual HMAC-SHA256 challenge-response: the key never crosses the wire. Traffic is not
+    /// trimmed; at least 16 bytes); `-` reads it from the first line of standard input (the
+    /// rest stays for --exit-on-stdin-eof), so it is on no command line and in no
+    /// environment; HAKARU_PSK holds the key itself when this is not given. Mutual
+    /// HMAC-SHA256 challenge-response: the key never crosses the wire. Traffic is not
     /// encrypted.
     #[arg(long, value_name = "FILE")]
     psk_file: Option<std::path::PathBuf>,

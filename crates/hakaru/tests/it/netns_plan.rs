@@ -282,8 +282,8 @@ fn a_plan_through_real_sshd_with_the_binary_pushed() {
     let file = s.write(
         "plan.toml",
         &format!(
-            "[defaults]\npush = true\nssh_options = {ssh_opts}\n\n[hosts.rx]\naddress = \"{}\"\nssh = \"root@{}\"\n\n[hosts.tx]\nssh = \"root@{}\"\n\n[[step]]\nkind = \"tcp\"\nreceivers = [\"rx\"]\nsenders = [\"tx\"]\nparallel = 2\ntime = 2\n\n[[step]]\nkind = \"pps\"\nreceivers = [\"rx\"]\nsenders = [\"tx\"]\nparallel = 4\ntime = 1\nreverse = true\n",
-            rx.ip, rx.ip, tx.ip
+            "[defaults]\npush = true\nssh_options = {ssh_opts}\n\n[hosts.rx]\naddress = \"{}\"\nssh = \"root@{}\"\n\n[hosts.tx]\naddress = \"{}\"\nssh = \"root@{}\"\n\n[[step]]\nkind = \"tcp\"\nreceivers = [\"rx\"]\nsenders = [\"tx\"]\nparallel = 2\ntime = 2\n\n[[step]]\nkind = \"pps\"\nreceivers = [\"rx\"]\nsenders = [\"tx\"]\nparallel = 4\ntime = 1\nreverse = true\n",
+            rx.ip, rx.ip, tx.ip, tx.ip
         ),
     );
     let mut cmd = Command::new("ip");
@@ -336,4 +336,125 @@ fn a_plan_through_real_sshd_with_the_binary_pushed() {
         assert!(progs.iter().any(|p| p == "sshd"), "sshd is gone: {progs:?}");
     }
     drop(daemons);
+}
+
+/// The server a plan starts in a namespace listens on the receiver's address only, takes
+/// tests only with the run's key, and only from the plan's senders: while the plan runs, a
+/// client in the sender's namespace without the key is refused by authentication, one in
+/// another namespace is closed on before a byte is read, and the receiver's own loopback
+/// finds nothing listening. The plan itself runs to its end.
+#[test]
+fn a_plans_server_refuses_addresses_that_are_not_its_senders() {
+    let Some(b) = Bridge::setup(3, &[]) else {
+        return;
+    };
+    let s = Scratch::new("netns-acl");
+    let (rx, tx, stranger) = (&b.members[0], &b.members[1], &b.members[2]);
+    let file = s.write(
+        "plan.toml",
+        &format!(
+            "{}\n[[step]]\nkind = \"udp\"\nreceivers = [\"rx\"]\nsenders = [\"tx\"]\nbitrate = \"10M\"\ntime = 8\n",
+            hosts_toml(&b, &["rx", "tx"])
+        ),
+    );
+    let out = s.0.join("out.json");
+    let plan = Command::new(bin())
+        .args(["plan", "run"])
+        .arg(&file)
+        .arg("-o")
+        .arg(&out)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let probe = |ns: &str, addr: &str| {
+        run_cmd(
+            Command::new("ip").args([
+                "netns",
+                "exec",
+                ns,
+                bin(),
+                "tcp",
+                addr,
+                "-t",
+                "1",
+                "--connect-timeout",
+                "3",
+            ]),
+            Duration::from_secs(30),
+        )
+    };
+    // From the sender's address, without the key: the server is there and asks for it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let o = probe(&tx.ns, &rx.ip);
+        if stderr(&o).contains("authentication failed") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the plan's server never asked for its key: {}",
+            stderr(&o)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // From any other address: closed before a byte is read, not asked for a key.
+    let o = probe(&stranger.ns, &rx.ip);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(
+        e.contains("closed the connection without a greeting") && !e.contains("authentication"),
+        "{e}"
+    );
+    // Bound to the receiver's address: nothing on its loopback.
+    let o = probe(&rx.ns, "127.0.0.1");
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).to_lowercase().contains("refused"),
+        "{}",
+        stderr(&o)
+    );
+    // The server's command line, as the kernel has it.
+    let pids = run_cmd(
+        Command::new("ip").args(["netns", "pids", &rx.ns]),
+        Duration::from_secs(10),
+    );
+    let cmdlines: Vec<Vec<String>> = String::from_utf8_lossy(&pids.stdout)
+        .split_whitespace()
+        .filter_map(|p| std::fs::read(format!("/proc/{p}/cmdline")).ok())
+        .map(|c| {
+            c.split(|b| *b == 0)
+                .map(|w| String::from_utf8_lossy(w).to_string())
+                .collect()
+        })
+        .collect();
+    let server = cmdlines
+        .iter()
+        .find(|c| c.iter().any(|w| w == "server"))
+        .unwrap_or_else(|| panic!("no server in {}: {cmdlines:?}", rx.ns));
+    for pair in [
+        ["-B", rx.ip.as_str()],
+        ["--allow", tx.ip.as_str()],
+        ["--psk-file", "-"],
+    ] {
+        assert!(
+            server
+                .windows(2)
+                .any(|w| w[0] == pair[0] && w[1] == pair[1]),
+            "{server:?}"
+        );
+    }
+    assert_eq!(
+        server.iter().filter(|w| *w == "--allow").count(),
+        1,
+        "{server:?}"
+    );
+    assert!(server.iter().any(|w| w == "--max-duration"), "{server:?}");
+    let o = super::common::wait_child(plan, Duration::from_secs(120));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let a = agg(&doc["steps"][0], "rx");
+    assert!(a["received_datagrams"].as_u64().unwrap() > 0, "{a}");
+    no_hakaru_left(&b);
 }

@@ -318,7 +318,7 @@ fn an_unreachable_ssh_host_is_named() {
     let file = s.write(
         "plan.toml",
         &format!(
-            "[hosts.rx]\naddress = \"127.0.0.1\"\nlocal = true\n[hosts.far]\nssh = \"root@127.0.0.1\"\nssh_options = [\"-p\", \"{closed}\", \"-o\", \"ConnectTimeout=5\"]\n[[step]]\nkind = \"tcp\"\nreceivers = [\"rx\"]\nsenders = [\"far\"]\n"
+            "[hosts.rx]\naddress = \"127.0.0.1\"\nlocal = true\n[hosts.far]\nssh = \"root@127.0.0.1\"\naddress = \"127.0.0.1\"\nssh_options = [\"-p\", \"{closed}\", \"-o\", \"ConnectTimeout=5\"]\n[[step]]\nkind = \"tcp\"\nreceivers = [\"rx\"]\nsenders = [\"far\"]\n"
         ),
     );
     let (o, doc) = plan_run(
@@ -545,7 +545,7 @@ fn an_exec_prefix_launcher_runs_the_commands() {
     let file = s.write(
         "plan.toml",
         &format!(
-            "[hosts.rx]\naddress = \"127.0.0.1\"\nexec = [\"env\", \"HAKARU_PLAN_TEST=rx\"]\nhakaru = \"{b}\"\nport = {port}\n\n[hosts.tx]\nexec = [\"env\", \"HAKARU_PLAN_TEST=tx\"]\nhakaru = \"{b}\"\n\n[[step]]\nkind = \"latency\"\nreceivers = [\"rx\"]\nsenders = [\"tx\"]\ntime = \"300ms\"\n",
+            "[hosts.rx]\naddress = \"127.0.0.1\"\nexec = [\"env\", \"HAKARU_PLAN_TEST=rx\"]\nhakaru = \"{b}\"\nport = {port}\n\n[hosts.tx]\naddress = \"127.0.0.1\"\nexec = [\"env\", \"HAKARU_PLAN_TEST=tx\"]\nhakaru = \"{b}\"\n\n[[step]]\nkind = \"latency\"\nreceivers = [\"rx\"]\nsenders = [\"tx\"]\ntime = \"300ms\"\n",
             b = bin()
         ),
     );
@@ -628,4 +628,252 @@ fn find_max_step_searches_with_every_sender_at_once() {
         "{}",
         stderr(&o)
     );
+}
+
+/// `--psk-file -`: the server and a `--sync-start` client take the key from the first line of
+/// standard input, and the rest of it still works: the client's `go`, the server's lifeline.
+#[test]
+fn psk_file_dash_reads_the_key_line_and_leaves_the_rest_of_stdin() {
+    use std::io::{BufRead, BufReader, Write};
+    let key = "plan-key-0123456789abcdef0123456789abcdef";
+    let mut server = hakaru()
+        .args([
+            "server",
+            "-B",
+            "127.0.0.1",
+            "-p",
+            "0",
+            "--exit-on-stdin-eof",
+            "--psk-file",
+            "-",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lifeline = server.stdin.take().unwrap();
+    writeln!(lifeline, "{key}").unwrap();
+    let mut line = String::new();
+    BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let port = line
+        .trim()
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse::<u16>().ok())
+        .unwrap_or_else(|| panic!("no `listening on` line: {line:?}"));
+    let client = |input: &str, hold: bool| {
+        let mut c = hakaru()
+            .args(["tcp", "127.0.0.1", "-p", &port.to_string(), "-t", "0.5"])
+            .args(["--json-stream", "--sync-start", "--psk-file", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = c.stdin.take().unwrap();
+        stdin.write_all(input.as_bytes()).unwrap();
+        // Held open until the client is done: its end would stop the test.
+        let stdin = hold.then_some(stdin);
+        let o = wait_child(c, Duration::from_secs(30));
+        drop(stdin);
+        o
+    };
+    // The key and `go` in one write: the key line is taken, `go` is left for the gate.
+    let o = client(&format!("{key}\ngo\n"), true);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("\"type\":\"released\"") && out.contains("\"type\":\"end\""),
+        "{out}"
+    );
+    // Another key is refused by the server.
+    let o = client("another-key-0123456789abcdef0123456789\ngo\n", true);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("authentication failed"),
+        "{}",
+        stderr(&o)
+    );
+    // No key line at all: a usage error naming standard input.
+    let o = client("", false);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--psk-file -"), "{}", stderr(&o));
+    // The server's lifeline still reads what follows its key: closing it stops the server.
+    drop(lifeline);
+    let o = wait_child(server, Duration::from_secs(20));
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+/// The FNV-1a digest the old push named its file by (`/tmp/hakaru-VERSION-FNV`).
+fn old_push_path(binary: &[u8]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in binary {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("/tmp/hakaru-{}-{h:016x}", env!("CARGO_PKG_VERSION"))
+}
+
+/// Removes a planted file at the end, however the test ends.
+struct Planted(String);
+
+impl Drop for Planted {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// An executable that records that it ran (creates `marker`), then behaves as hakaru: a
+/// plan that ran it would work, so only the marker tells.
+fn impostor(path: &str, marker: &Path) {
+    std::fs::write(
+        path,
+        format!(
+            "#!/bin/sh\ntouch {}\nexec {} \"$@\"\n",
+            marker.display(),
+            bin()
+        ),
+    )
+    .unwrap();
+    let _ = Command::new("chmod").arg("700").arg(path).status();
+}
+
+/// `push = true` through an exec launcher on this machine (its cache directory in the
+/// scratch directory): an executable planted at the old predictable /tmp path is never run,
+/// and one planted under the new name, with the right owner and mode but another digest, is
+/// replaced (named as a digest mismatch) and never run; a verified push is reused.
+#[test]
+fn push_runs_only_a_binary_it_verified_there() {
+    let s = Scratch::new("push-verify");
+    let port = free_port();
+    let cache = s.0.join("cache");
+    let marker = s.0.join("impostor-ran");
+    let me = std::fs::read(bin()).unwrap();
+    let old = Planted(old_push_path(&me));
+    impostor(&old.0, &marker);
+    let env = format!("\"env\", \"XDG_CACHE_HOME={}\"", cache.display());
+    let file = s.write(
+        "plan.toml",
+        &format!(
+            "[defaults]\npush = true\n\n[hosts.rx]\naddress = \"127.0.0.1\"\nexec = [{env}]\nport = {port}\n\n[hosts.tx]\naddress = \"127.0.0.1\"\nexec = [{env}]\n\n[[step]]\nkind = \"tcp\"\nreceivers = [\"rx\"]\nsenders = [\"tx\"]\ntime = \"300ms\"\n"
+        ),
+    );
+    let out = s.0.join("out.json");
+    let (o, doc) = plan_run(&mut hakaru(), &file, &out, Duration::from_secs(90));
+    assert!(o.status.success(), "{}\n{}", stderr(&o), doc["errors"]);
+    let pushed = doc["hosts"][0]["hakaru"].as_str().unwrap().to_string();
+    let dir = format!("{}/hakaru/", cache.display());
+    let name = pushed
+        .strip_prefix(&dir)
+        .unwrap_or_else(|| panic!("{pushed}"));
+    let digest = name
+        .strip_prefix(&format!("hakaru-{}-", env!("CARGO_PKG_VERSION")))
+        .unwrap();
+    assert!(
+        digest.len() == 64 && digest.bytes().all(|b| b.is_ascii_hexdigit()),
+        "named by SHA-256: {name}"
+    );
+    for h in doc["hosts"].as_array().unwrap() {
+        assert_eq!(h["pushed"], true);
+        assert_eq!(h["hakaru"], pushed.as_str());
+    }
+    assert_eq!(std::fs::read(&pushed).unwrap(), me);
+    assert!(doc["steps"][0]["runs"][0]["result"].is_object());
+    assert!(!marker.exists(), "the file planted at {} ran", old.0);
+    // Another file under the verified name, owned by this user, mode 0700: replaced.
+    impostor(&pushed, &marker);
+    let (o, doc) = plan_run(&mut hakaru(), &file, &out, Duration::from_secs(90));
+    assert!(o.status.success(), "{}\n{}", stderr(&o), doc["errors"]);
+    assert!(
+        stderr(&o).contains("digest mismatch") && stderr(&o).contains(digest),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!marker.exists(), "the file planted at {pushed} ran");
+    assert_eq!(std::fs::read(&pushed).unwrap(), me);
+    // A verified copy is reused: nothing replaced.
+    let (o, doc) = plan_run(&mut hakaru(), &file, &out, Duration::from_secs(90));
+    assert!(o.status.success(), "{}\n{}", stderr(&o), doc["errors"]);
+    assert!(!stderr(&o).contains("replaced"), "{}", stderr(&o));
+    assert!(!marker.exists());
+    assert!(port_closed(port));
+}
+
+/// The run's key reaches the plan's server and clients on the first line of their standard
+/// input only: the command lines and environments the launcher gives them do not hold it, every
+/// process got the same key, and the plan runs with it end to end.
+#[test]
+fn the_run_key_is_given_on_stdin_never_on_a_command_line() {
+    let s = Scratch::new("key");
+    let port = free_port();
+    let seen = s.0.join("seen");
+    std::fs::create_dir_all(&seen).unwrap();
+    // Records its argv and environment; with `--psk-file -`, also the key line, which it then
+    // passes on ahead of the rest of its stdin (through a FIFO, so hakaru is its own process
+    // and its output ends when it exits).
+    let wrapper = s.script(
+        "hakaru-seen",
+        &format!(
+            "#!/bin/sh\nd={d}\nn=$$\nprintf '%s\\n' \"$@\" > $d/argv.$n\nenv > $d/env.$n\ncase \" $* \" in *\" --psk-file - \"*)\n  IFS= read -r key\n  printf '%s\\n' \"$key\" > $d/key.$n\n  mkfifo $d/fifo.$n\n  exec 3<&0\n  {{ printf '%s\\n' \"$key\"; exec cat <&3; }} > $d/fifo.$n &\n  exec {real} \"$@\" < $d/fifo.$n ;;\nesac\nexec {real} \"$@\"\n",
+            d = seen.display(),
+            real = bin()
+        ),
+    );
+    let (o, doc) = local_plan(
+        &s,
+        port,
+        (&wrapper, &wrapper),
+        "[[step]]\nkind = \"udp\"\nreceivers = [\"rx\"]\nsenders = [\"a\"]\ntime = \"500ms\"\n\n[[step]]\nkind = \"latency\"\nreceivers = [\"rx\"]\nsenders = [\"a\"]\ntime = \"300ms\"\n",
+        Duration::from_secs(90),
+    );
+    assert!(o.status.success(), "{}\n{}", stderr(&o), doc["errors"]);
+    for st in doc["steps"].as_array().unwrap() {
+        assert!(st["runs"][0]["result"].is_object(), "{st}");
+    }
+    let read = |prefix: &str| -> Vec<(String, String)> {
+        let mut v: Vec<(String, String)> = std::fs::read_dir(&seen)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .filter(|n| n.starts_with(prefix))
+            .map(|n| {
+                let t = std::fs::read_to_string(seen.join(&n)).unwrap();
+                (n, t)
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let keys = read("key.");
+    // The server and the two clients (the version probe gets no key).
+    assert_eq!(keys.len(), 3, "{keys:?}");
+    let key = keys[0].1.trim().to_string();
+    assert!(
+        key.len() == 64 && key.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{key:?}"
+    );
+    assert!(keys.iter().all(|(_, k)| k.trim() == key), "{keys:?}");
+    let argvs = read("argv.");
+    let server = argvs
+        .iter()
+        .find(|(_, a)| a.starts_with("server\n"))
+        .expect("the server's command line");
+    let words: Vec<&str> = server.1.lines().collect();
+    for pair in [
+        ["-B", "127.0.0.1"],
+        ["--psk-file", "-"],
+        ["--allow", "127.0.0.1"],
+        ["--exit-on-stdin-eof", "--psk-file"],
+    ] {
+        assert!(words.windows(2).any(|w| w == pair), "{words:?}");
+    }
+    assert!(words.contains(&"--max-duration"), "{words:?}");
+    for (n, t) in argvs.iter().chain(read("env.").iter()) {
+        assert!(!t.contains(&key), "{n} holds the key:\n{t}");
+    }
+    let text = std::fs::read_to_string(s.0.join("out.json")).unwrap();
+    assert!(!text.contains(&key), "the result holds the key");
+    assert!(port_closed(port));
 }
