@@ -410,12 +410,8 @@ fn transaction(cfg: &ConnectConfig, request: &[u8], buf: &mut [u8]) -> Result<(u
     .map_err(socket_failure)?;
     prepare(&sock, cfg)?;
     let c0 = Instant::now();
-    // Linux bounds a blocking connect by SO_SNDTIMEO (set in `prepare`): one system call, the
-    // thing measured. Windows does not, so there the connect waits at most the timeout itself.
-    #[cfg(not(windows))]
-    let r = sock.connect(&cfg.addr.into());
-    #[cfg(windows)]
-    let r = sock.connect_timeout(&cfg.addr.into(), cfg.timeout);
+    // Bounded by SO_SNDTIMEO (set in `prepare`) where the OS honours it: one system call.
+    let r = sys::connect_bounded(&sock, &cfg.addr.into(), cfg.timeout);
     if let Err(e) = r {
         return Err(connect_failure(e, cfg));
     }
@@ -470,11 +466,7 @@ fn prepare(sock: &Socket, cfg: &ConnectConfig) -> Result<(), Failure> {
     if let Some(ip) = cfg.bind {
         // Take the port at connect time, unique per 4-tuple, not at bind time, where every
         // port in TIME_WAIT would be off limits.
-        #[cfg(unix)]
-        {
-            use std::os::fd::AsRawFd;
-            let _ = sys::bind_address_no_port(sock.as_raw_fd());
-        }
+        let _ = sys::bind_address_no_port(sys::AsRawFd::as_raw_fd(sock));
         if let Err(e) = sock.bind(&SocketAddr::new(ip, 0).into()) {
             return Err(match e.kind() {
                 io::ErrorKind::AddrInUse | io::ErrorKind::AddrNotAvailable => Failure::NoPorts(e),
@@ -486,8 +478,7 @@ fn prepare(sock: &Socket, cfg: &ConnectConfig) -> Result<(), Failure> {
 }
 
 fn socket_failure(e: io::Error) -> Failure {
-    #[cfg(unix)]
-    if matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE)) {
+    if sys::is_out_of_descriptors(&e) {
         return Failure::Fatal(format!(
             "cannot open a socket: {e}; raise the open-file limit (ulimit -n) or use fewer -P connectors"
         ));
@@ -496,8 +487,7 @@ fn socket_failure(e: io::Error) -> Failure {
 }
 
 fn timed_out(e: &io::Error) -> bool {
-    #[cfg(unix)]
-    if e.raw_os_error() == Some(libc::EINPROGRESS) {
+    if sys::is_connect_cut_short(e) {
         // A blocking connect cut short by SO_SNDTIMEO.
         return true;
     }

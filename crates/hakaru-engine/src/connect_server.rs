@@ -138,11 +138,7 @@ fn listeners(ip: IpAddr, n: usize) -> io::Result<(u16, Vec<TcpListener>)> {
     // The kernel caps this at net.core.somaxconn.
     sock.listen(4096)?;
     sock.set_nonblocking(true)?;
-    #[cfg(unix)]
-    {
-        use std::os::fd::AsRawFd;
-        let _ = sys::tcp_defer_accept(sock.as_raw_fd(), 1);
-    }
+    let _ = sys::tcp_defer_accept(sys::AsRawFd::as_raw_fd(&sock), 1);
     let first: TcpListener = sock.into();
     let port = first.local_addr()?.port();
     let mut out = Vec::with_capacity(n);
@@ -332,14 +328,8 @@ fn turn(
     Turn::Wait
 }
 
-#[cfg(unix)]
-fn raw<T: std::os::fd::AsRawFd>(s: &T) -> sys::RawFd {
+fn raw<T: sys::AsRawFd>(s: &T) -> sys::RawFd {
     s.as_raw_fd()
-}
-
-#[cfg(windows)]
-fn raw<T: std::os::windows::io::AsRawSocket>(s: &T) -> sys::RawFd {
-    s.as_raw_socket()
 }
 
 /// Fills `set` with the listener (index 0, when `accepting`) and each connection (index

@@ -16,7 +16,6 @@ pub mod iperf3_control;
 pub mod observer;
 pub mod ping;
 pub mod raw;
-mod raw_udp;
 pub mod running;
 pub mod seq;
 pub mod side;

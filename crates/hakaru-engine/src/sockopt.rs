@@ -51,7 +51,7 @@ pub fn apply_tcp_options(
         wrap(
             format!("-C/--congestion {cc}"),
             sock.set_tcp_congestion(cc.as_bytes()).map_err(|e| {
-                if e.raw_os_error() == Some(libc::ENOENT) {
+                if crate::sys::is_not_found(&e) {
                     io::Error::new(
                         io::ErrorKind::NotFound,
                         format!(

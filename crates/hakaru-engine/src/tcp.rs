@@ -13,11 +13,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use hakaru_model::{Amount, End, FlowDir, IntervalSample, Role, SideReport, TcpInfo, TestSpec};
+use hakaru_model::{FlowDir, IntervalSample, Role, SideReport, TcpInfo};
 
-use crate::side::{
-    spawn_ticker, spawn_workers, Core, CounterBase, DoneFn, FlowMeta, TcpProbe, TickerOut,
-};
+use crate::side::{spawn_ticker, spawn_workers, Core, DoneFn, FlowMeta, TcpProbe, TickerOut};
+pub use crate::side::{Payload, SideConfig};
 use crate::sys::{self, AsRawFd};
 
 /// One data connection handed to a side, with what it must do.
@@ -33,137 +32,6 @@ pub struct FlowSocket {
     pub stream: TcpStream,
     /// Exact bytes to send (senders in -n/-k tests); `None` sends until the deadline.
     pub quota: Option<u64>,
-}
-
-/// How one end runs its flows.
-#[derive(Debug, Clone)]
-pub struct SideConfig {
-    /// Which end this is.
-    pub end: End,
-    /// Bytes per write and per read.
-    pub length: usize,
-    /// Receive with MSG_TRUNC (no copy).
-    pub discard: bool,
-    /// Send with sendfile from an in-memory file (no copy).
-    pub zerocopy: bool,
-    /// CPUs to pin workers to, round robin; empty for none.
-    pub affinity: Vec<usize>,
-    /// Interval between samples; zero for none.
-    pub interval: Duration,
-    /// Warm-up not counted in the totals.
-    pub omit: Duration,
-    /// Sending time after the warm-up; `None` when every sender has a quota.
-    pub duration: Option<Duration>,
-    /// A flow that moves nothing for this long fails.
-    pub stall_timeout: Duration,
-    /// Interface whose counters to report.
-    pub iface: Option<String>,
-    /// Counters taken before the peer was told to start; `None` takes them when the side starts.
-    pub base: Option<crate::side::CounterBase>,
-    /// What senders write.
-    pub payload: Payload,
-    /// TCP senders: most bits per second per flow; `None` sends as fast as the path allows.
-    pub pace_bps: Option<u64>,
-    /// A sender that is done shuts its write side (the peer reads to the end of the stream);
-    /// false for peers that end the test over their control connection (iperf3).
-    pub half_close: bool,
-    /// The peer's end of the test (iperf3's TEST_END) closes the measured window of a timed
-    /// test: receivers count what arrives later apart from the headline, as `iperf3 -s` stops
-    /// counting there. False for `-n`/`-k` transfers, which are counted whole.
-    pub window_at_peer_end: bool,
-    /// Both ends run on this kernel (loopback, network namespaces): the peer's workers use
-    /// the same CPUs, so this side starts workers for half of them (at least one). Set for
-    /// UDP only: two UDP flows on a 2-CPU machine ran four busy threads, and the senders'
-    /// share of the CPUs overran the receivers, which dropped the surplus after the kernel
-    /// had paid for it; TCP's flow control keeps four threads in step, and halving them cost
-    /// TCP -P 4 on loopback a third of its rate (docs/BENCHMARKS.md, packet rate with many
-    /// flows).
-    pub shares_host: bool,
-}
-
-/// The bytes senders write. Receivers never look at them; peers' users sometimes do (iperf3's
-/// `--repeating-payload`, or a compressing link that would flatter a repeating pattern).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Payload {
-    /// The letters a to z, repeated (hakaru's default).
-    #[default]
-    Letters,
-    /// The digits 0 to 9, repeated (iperf3 `--repeating-payload`).
-    Digits,
-    /// Pseudo-random bytes, made once per side (iperf3's default).
-    Random,
-}
-
-impl Payload {
-    /// `len` bytes of this payload.
-    pub fn fill(self, len: usize) -> Vec<u8> {
-        match self {
-            Payload::Letters => (0..len).map(|i| b'a' + (i % 26) as u8).collect(),
-            Payload::Digits => (0..len).map(|i| b'0' + (i % 10) as u8).collect(),
-            Payload::Random => {
-                // xorshift64*, seeded from the clock: incompressible, not secret.
-                let mut x = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0x9e37_79b9_7f4a_7c15, |d| d.as_nanos() as u64)
-                    | 1;
-                (0..len)
-                    .map(|_| {
-                        x ^= x >> 12;
-                        x ^= x << 25;
-                        x ^= x >> 27;
-                        (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 56) as u8
-                    })
-                    .collect()
-            }
-        }
-    }
-}
-
-impl SideConfig {
-    /// The configuration of one end of `spec`, with its counters taken now: call it before
-    /// the peer is told to start.
-    pub fn for_spec(
-        end: End,
-        spec: &TestSpec,
-        affinity: Vec<usize>,
-        iface: Option<String>,
-    ) -> SideConfig {
-        let (discard, zerocopy) = match spec {
-            TestSpec::Tcp(t) => (t.discard, t.zerocopy),
-            _ => (false, false),
-        };
-        SideConfig {
-            end,
-            length: spec.length().0 as usize,
-            discard,
-            zerocopy,
-            affinity,
-            interval: spec.interval().0,
-            omit: spec.omit().0,
-            duration: match spec.amount() {
-                Amount::Time(t) => Some(t.0),
-                _ => None,
-            },
-            stall_timeout: spec.stall_timeout().0,
-            base: Some(CounterBase::take(iface.as_deref(), spec.udp().is_some())),
-            iface,
-            payload: Payload::Letters,
-            pace_bps: match spec {
-                // The client's senders carry the up direction, the server's the down one.
-                TestSpec::Tcp(t) => t
-                    .rate_for(match end {
-                        End::Client => hakaru_model::FlowDir::Up,
-                        End::Server => hakaru_model::FlowDir::Down,
-                    })
-                    .map(|r| r.0.round() as u64)
-                    .filter(|&b| b > 0),
-                _ => None,
-            },
-            half_close: true,
-            window_at_peer_end: false,
-            shares_host: false,
-        }
-    }
 }
 
 /// Errors starting a side.
@@ -612,7 +480,7 @@ fn send_step(s: &Shared, i: usize, remaining: Option<u64>) -> Step {
     let r = match &s.zc {
         Some(src) => sys::send_zerocopy(stream.as_raw_fd(), src, len),
         // write_cap never exceeds the pattern (cfg_write_cap); min() keeps that a non-panic.
-        None => raw_send(stream, &s.pattern[..len.min(s.pattern.len())]),
+        None => sys::stream_send(stream, &s.pattern[..len.min(s.pattern.len())]),
     };
     classify(r, Role::Sender)
 }
@@ -622,53 +490,9 @@ fn recv_step(s: &Shared, i: usize, buf: &mut [u8]) -> Step {
     let r = if s.cfg.discard && sys::DISCARD_SUPPORTED {
         sys::recv_discard(stream.as_raw_fd(), s.cfg.length)
     } else {
-        raw_recv(stream, buf)
+        sys::stream_recv(stream, buf)
     };
     classify(r, Role::Receiver)
-}
-
-#[cfg(unix)]
-fn raw_send(stream: &TcpStream, buf: &[u8]) -> io::Result<usize> {
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    let flags = libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT;
-    #[cfg(not(any(target_os = "linux", target_os = "android")))]
-    let flags = libc::MSG_DONTWAIT;
-    // SAFETY: buf is valid for buf.len() bytes; the fd is owned by `stream`.
-    let n = unsafe { libc::send(stream.as_raw_fd(), buf.as_ptr().cast(), buf.len(), flags) };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
-}
-
-/// Without Unix send flags: the stream is non-blocking already (set when the flow starts).
-#[cfg(not(unix))]
-fn raw_send(stream: &TcpStream, buf: &[u8]) -> io::Result<usize> {
-    io::Write::write(&mut &*stream, buf)
-}
-
-#[cfg(not(unix))]
-fn raw_recv(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
-    io::Read::read(&mut &*stream, buf)
-}
-
-#[cfg(unix)]
-fn raw_recv(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
-    // SAFETY: buf is valid for writes of buf.len() bytes; the fd is owned by `stream`.
-    let n = unsafe {
-        libc::recv(
-            stream.as_raw_fd(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            libc::MSG_DONTWAIT,
-        )
-    };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
 }
 
 fn wait_ready(s: &Shared, active: &[FlowState], timeout: Duration) {
@@ -733,7 +557,7 @@ mod tests {
 
     fn cfg(length: usize, pace_bps: Option<u64>) -> SideConfig {
         SideConfig {
-            end: End::Server,
+            end: hakaru_model::End::Server,
             length,
             discard: false,
             zerocopy: false,

@@ -104,6 +104,7 @@
 
 mod counters;
 mod poll;
+mod portable;
 
 #[cfg(target_os = "linux")]
 mod linux;
@@ -125,6 +126,10 @@ pub use counters::{
 };
 pub use counters::{CpuSnapshot, NicSnapshot, UdpSnmp};
 pub use poll::{tighten_timer_slack, wait_fd, Interest, PollSet};
+pub use portable::{
+    connect_bounded, is_connect_cut_short, is_gso_refused, is_not_found, is_out_of_buffers,
+    is_out_of_descriptors, stream_recv, stream_send,
+};
 
 #[cfg(target_os = "linux")]
 pub use linux::{

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use hakaru_model::{Iperf2Info, RawProtocol, RawResult, RawRole, RawSpec};
 use hakaru_proto::iperf2::{self, ServerReport, TestHeader, UdpAccount, UdpHeader};
 
-use crate::raw::{
+use super::{
     counts_from, io_err, iperf2_info, iperf2_streams, is_retry, next_block, source_done,
     stream_results, unix_now, Meter, RawError, RawOutcome, SampleFn, TICK,
 };
@@ -345,16 +345,6 @@ fn sum_info(parts: &[Iperf2Info]) -> Iperf2Info {
     info
 }
 
-#[cfg(unix)]
-fn out_of_buffers(e: &io::Error) -> bool {
-    e.raw_os_error() == Some(libc::ENOBUFS)
-}
-
-#[cfg(not(unix))]
-fn out_of_buffers(_e: &io::Error) -> bool {
-    false
-}
-
 /// Sends datagrams of `-l` bytes on a connected socket: `-n` of them, for `-t`, or stdin cut
 /// into datagrams; paced to `-b` when given, with ttcp's markers around them unless turned off.
 pub fn udp_source(
@@ -414,7 +404,7 @@ pub fn udp_source(
                     meter.core.counters[0].add_sent(w as u64, 1, sent + 1, meter.now_ns());
                     break;
                 }
-                Err(e) if is_retry(&e) || out_of_buffers(&e) => {
+                Err(e) if is_retry(&e) || sys::is_out_of_buffers(&e) => {
                     if stop.load(Ordering::Acquire) {
                         interrupted = true;
                         break 'outer;

@@ -22,7 +22,9 @@ use crate::side::{spawn_ticker, Core, FlowMeta, TickerOut};
 use crate::sys::{self, AsRawFd};
 use crate::tcp::{Payload, SideConfig};
 
-pub use crate::raw_udp::{udp_sink, udp_source};
+mod udp;
+
+pub use udp::{udp_sink, udp_source};
 
 /// Receives each interval sample.
 pub type SampleFn = Box<dyn FnMut(IntervalSample) + Send>;

@@ -1,0 +1,185 @@
+//! Small calls every OS makes differently, behind one name each: non-blocking stream sends
+//! and receives, a connect bounded by a timeout, and the OS errors callers tell apart.
+
+use std::io;
+use std::net::TcpStream;
+use std::time::Duration;
+
+use socket2::{SockAddr, Socket};
+
+/// Sends on a non-blocking stream without raising SIGPIPE: `send(MSG_DONTWAIT |
+/// MSG_NOSIGNAL)` on Linux, `MSG_DONTWAIT` on other Unixes (where the runtime ignores SIGPIPE),
+/// a plain write elsewhere (the stream is non-blocking already).
+pub fn stream_send(stream: &TcpStream, buf: &[u8]) -> io::Result<usize> {
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsRawFd;
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        let flags = libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT;
+        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        let flags = libc::MSG_DONTWAIT;
+        // SAFETY: buf is valid for buf.len() bytes; the fd is owned by `stream`.
+        let n = unsafe { libc::send(stream.as_raw_fd(), buf.as_ptr().cast(), buf.len(), flags) };
+        if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        io::Write::write(&mut &*stream, buf)
+    }
+}
+
+/// Receives from a stream without blocking (`recv(MSG_DONTWAIT)` on Unix, a plain read of a
+/// non-blocking stream elsewhere).
+pub fn stream_recv(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: buf is valid for writes of buf.len() bytes; the fd is owned by `stream`.
+        let n = unsafe {
+            libc::recv(
+                stream.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        io::Read::read(&mut &*stream, buf)
+    }
+}
+
+/// Connects a blocking socket, waiting at most `timeout`. Unix bounds a blocking connect by
+/// SO_SNDTIMEO (which the caller sets): one system call, the thing a connection-rate test
+/// measures. Windows does not, so there the connect waits at most the timeout itself.
+pub fn connect_bounded(sock: &Socket, addr: &SockAddr, timeout: Duration) -> io::Result<()> {
+    #[cfg(not(windows))]
+    {
+        let _ = timeout;
+        sock.connect(addr)
+    }
+    #[cfg(windows)]
+    {
+        sock.connect_timeout(addr, timeout)
+    }
+}
+
+/// The process or the system is out of file descriptors (EMFILE, ENFILE).
+pub fn is_out_of_descriptors(e: &io::Error) -> bool {
+    #[cfg(unix)]
+    {
+        matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = e;
+        false
+    }
+}
+
+/// A blocking connect cut short by its send timeout (EINPROGRESS on Unix).
+pub fn is_connect_cut_short(e: &io::Error) -> bool {
+    #[cfg(unix)]
+    {
+        e.raw_os_error() == Some(libc::EINPROGRESS)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = e;
+        false
+    }
+}
+
+/// The kernel had no buffer for a datagram (ENOBUFS): the sender outran its own queue.
+pub fn is_out_of_buffers(e: &io::Error) -> bool {
+    #[cfg(unix)]
+    {
+        e.raw_os_error() == Some(libc::ENOBUFS)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = e;
+        false
+    }
+}
+
+/// A UDP GSO send the device or path refused (EIO, EINVAL): send without segmentation.
+pub fn is_gso_refused(e: &io::Error) -> bool {
+    #[cfg(unix)]
+    {
+        matches!(e.raw_os_error(), Some(code) if code == libc::EIO || code == libc::EINVAL)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = e;
+        false
+    }
+}
+
+/// No such entry (ENOENT): e.g. a congestion control the kernel does not have.
+pub fn is_not_found(e: &io::Error) -> bool {
+    #[cfg(unix)]
+    {
+        e.raw_os_error() == Some(libc::ENOENT)
+    }
+    #[cfg(not(unix))]
+    {
+        e.kind() == io::ErrorKind::NotFound
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_are_told_apart_by_their_os_codes() {
+        #[cfg(unix)]
+        {
+            let e = |c| io::Error::from_raw_os_error(c);
+            assert!(is_out_of_descriptors(&e(libc::EMFILE)));
+            assert!(is_out_of_descriptors(&e(libc::ENFILE)));
+            assert!(is_connect_cut_short(&e(libc::EINPROGRESS)));
+            assert!(is_out_of_buffers(&e(libc::ENOBUFS)));
+            assert!(is_gso_refused(&e(libc::EIO)) && is_gso_refused(&e(libc::EINVAL)));
+            assert!(is_not_found(&e(libc::ENOENT)));
+            assert!(!is_out_of_buffers(&e(libc::EMFILE)));
+        }
+        let other = io::Error::other("x");
+        assert!(!is_out_of_descriptors(&other) && !is_gso_refused(&other));
+    }
+
+    #[test]
+    fn stream_calls_move_bytes_without_blocking() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        a.set_nonblocking(true).unwrap();
+        b.set_nonblocking(true).unwrap();
+        let mut buf = [0u8; 8];
+        let e = stream_recv(&b, &mut buf).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+        assert_eq!(stream_send(&a, b"hakaru").unwrap(), 6);
+        let mut got = 0;
+        for _ in 0..100 {
+            match stream_recv(&b, &mut buf[got..]) {
+                Ok(n) => got += n,
+                Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            }
+            if got == 6 {
+                break;
+            }
+        }
+        assert_eq!(&buf[..got], b"hakaru");
+    }
+}
