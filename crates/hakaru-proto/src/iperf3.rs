@@ -720,7 +720,10 @@ pub fn results_from_report(r: &SideReport, tcp: bool) -> Results {
                     }
                     Role::Receiver => {
                         // iperf3's receiver reports the highest sequence number seen.
-                        let counted = (u.datagrams + u.lost).saturating_sub(u.duplicates);
+                        let counted = u
+                            .datagrams
+                            .saturating_add(u.lost)
+                            .saturating_sub(u.duplicates);
                         s.packets = u.next_seq as i64;
                         s.omitted_packets = Some(u.next_seq.saturating_sub(counted) as i64);
                         s.errors = u.lost as i64;
@@ -1517,6 +1520,21 @@ mod tests {
         };
         let n = r.to_json().to_string().len();
         assert!(n * 10 < MAX_RESULTS_JSON, "{n} bytes");
+    }
+
+    /// An iperf3 client with 64-bit counters that sends sequence number 2^64 - 1 twice leaves
+    /// the server's receiver with `lost` near 2^64 and a duplicate: `datagrams + lost`
+    /// overflowed when the server built its results.
+    #[test]
+    fn results_of_a_receiver_that_saw_the_largest_sequence_number() {
+        let r = same_as_before(CAPTURED_UDP).unwrap();
+        let plan = [(0, FlowDir::Up)];
+        let mut rep =
+            report_from_results(End::Server, &r, &plan, |_| false, true, "hakaru").unwrap();
+        let u = rep.flows[0].udp.as_mut().unwrap();
+        (u.datagrams, u.lost, u.duplicates, u.next_seq) = (2, u64::MAX - 1, 1, u64::MAX);
+        let s = &results_from_report(&rep, false).streams[0];
+        assert_eq!((s.packets, s.omitted_packets), (-1, Some(1)));
     }
 
     #[test]
