@@ -2,6 +2,7 @@
 //!
 //! Every read has a deadline, so a silent or stuck peer turns into an error instead of a
 //! hang; writes have a timeout for the same reason.
+#![cfg_attr(not(test), deny(clippy::indexing_slicing))]
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
@@ -114,7 +115,7 @@ impl ControlConn {
                 .set_read_timeout(Some(left.max(Duration::from_millis(1))))?;
             match self.stream.read(&mut self.buf) {
                 Ok(0) => return Err(ControlError::Closed),
-                Ok(n) => self.decoder.feed(&self.buf[..n]),
+                Ok(n) => self.decoder.feed(self.buf.get(..n).unwrap_or_default()),
                 Err(e)
                     if matches!(
                         e.kind(),

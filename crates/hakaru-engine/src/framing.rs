@@ -1,6 +1,7 @@
 //! How the pinger frames its requests: hakaru's datagram header for a hakaru server, or
 //! sockperf's message header for a stock `sockperf sr`. One pinger serves both; only the
 //! bytes of the header differ.
+#![cfg_attr(not(test), deny(clippy::indexing_slicing))]
 
 use hakaru_proto::datagram::{read_header, write_header};
 use hakaru_proto::sockperf::{self, Header};

@@ -5,6 +5,7 @@
 //! Heads are parsed by `hakaru_proto::http` (httparse); TLS is rustls. The body loop is
 //! written here because it is the measured hot path: bodies are read into one 256 KiB buffer
 //! per connection and only counted, never copied or decoded beyond chunk framing.
+#![cfg_attr(not(test), deny(clippy::indexing_slicing))]
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -107,8 +108,11 @@ impl Read for TlsSock {
             self.len = self.tcp.read(&mut self.buf)?;
             self.at = 0;
         }
-        let n = (self.len - self.at).min(b.len());
-        b[..n].copy_from_slice(&self.buf[self.at..self.at + n]);
+        let have = self.buf.get(self.at..self.len).unwrap_or_default();
+        let n = have.len().min(b.len());
+        if let (Some(to), Some(from)) = (b.get_mut(..n), have.get(..n)) {
+            to.copy_from_slice(from);
+        }
         self.at += n;
         Ok(n)
     }
@@ -211,8 +215,11 @@ pub fn run(
     } else {
         None
     };
+    let Some(first_url) = urls.first() else {
+        return Err(HttpRunError::Setup("no URL to fetch".into()));
+    };
     let ranges = if spec.range {
-        let size = probe_size(spec, &urls[0], tls.clone(), stop)?;
+        let size = probe_size(spec, first_url, tls.clone(), stop)?;
         wire::split_ranges(size, spec.parallel)
     } else {
         Vec::new()
@@ -254,7 +261,11 @@ pub fn run(
             .map(|i| {
                 let shared = &shared;
                 let items: Vec<(Url, Option<ByteRange>)> = if spec.range {
-                    vec![(urls[0].clone(), Some(ranges[i]))]
+                    ranges
+                        .get(i)
+                        .map(|&r| (first_url.clone(), Some(r)))
+                        .into_iter()
+                        .collect()
                 } else {
                     spec.urls_of(i as u32)
                         .into_iter()
@@ -397,7 +408,9 @@ impl Worker {
             if sh.over() || self.budget == Some(0) {
                 break;
             }
-            let (url, range) = &items[k % items.len()];
+            let Some((url, range)) = items.get(k % items.len()) else {
+                break;
+            };
             let mut halt = self.request(sh, url.clone(), *range);
             if let Err(Halt::Stale(_)) = halt {
                 self.conn = None;
@@ -606,10 +619,10 @@ impl Worker {
             match c.stream.write(data) {
                 Ok(0) => return Err(Halt::Failed("the connection closed while sending".into())),
                 Ok(n) => {
-                    if count {
-                        sh.core.counters[self.i].add(n as u64, sh.core.now_ns());
+                    if let Some(counter) = sh.core.counters.get(self.i).filter(|_| count) {
+                        counter.add(n as u64, sh.core.now_ns());
                     }
-                    data = &data[n..];
+                    data = data.get(n..).unwrap_or_default();
                     last = Instant::now();
                 }
                 Err(e) if retry(&e) => sh.still_waiting(last, "took")?,
@@ -636,7 +649,10 @@ impl Worker {
             if sh.over() {
                 return Err(Halt::Cut);
             }
-            self.write_all(sh, &sh.payload[..k], true)?;
+            let Some(chunk) = sh.payload.get(..k) else {
+                return Err(Halt::Failed("no payload to send".into()));
+            };
+            self.write_all(sh, chunk, true)?;
             left -= k as u64;
             if let Some(b) = self.budget.as_mut() {
                 *b -= k as u64;
@@ -706,7 +722,7 @@ impl Worker {
                 first = true;
                 self.ttfb_ms.push(sent.elapsed().as_secs_f64() * 1e3);
             }
-            acc.extend_from_slice(&self.buf[..n]);
+            acc.extend_from_slice(self.buf.get(..n).unwrap_or_default());
         }
     }
 
@@ -728,7 +744,7 @@ impl Worker {
             let (used, done) = self.account(sh, &mut state, &pending, count)?;
             if done {
                 if let Some(c) = self.conn.as_mut() {
-                    c.pending = pending[used..].to_vec();
+                    c.pending = pending.get(used..).unwrap_or_default().to_vec();
                 }
                 return Ok(());
             }
@@ -751,9 +767,9 @@ impl Worker {
                 };
             }
             let data = std::mem::take(&mut self.buf);
-            let r = self.account(sh, &mut state, &data[..n], count);
+            let r = self.account(sh, &mut state, data.get(..n).unwrap_or_default(), count);
             let leftover = match &r {
-                Ok((used, true)) if *used < n => data[*used..n].to_vec(),
+                Ok((used, true)) if *used < n => data.get(*used..n).unwrap_or_default().to_vec(),
                 _ => Vec::new(),
             };
             self.buf = data;
@@ -789,7 +805,9 @@ impl Worker {
         };
         if count && payload > 0 {
             let take = self.budget.map_or(payload, |b| b.min(payload));
-            sh.core.counters[self.i].add(take, sh.core.now_ns());
+            if let Some(counter) = sh.core.counters.get(self.i) {
+                counter.add(take, sh.core.now_ns());
+            }
             if let Some(b) = self.budget.as_mut() {
                 *b -= take;
                 // A body that ends with the budget is a completed request.

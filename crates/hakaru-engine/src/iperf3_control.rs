@@ -1,5 +1,6 @@
 //! Blocking transport for an iperf3 control connection: state bytes and framed JSON over a
 //! socket, every read with a deadline (the codec is `hakaru_proto::iperf3`).
+#![cfg_attr(not(test), deny(clippy::indexing_slicing))]
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
@@ -71,7 +72,7 @@ impl Iperf3Ctl {
         match self.stream.read(&mut buf) {
             Ok(0) => Err(Iperf3CtlError::Closed),
             Ok(n) => {
-                self.inbox.feed(&buf[..n]);
+                self.inbox.feed(buf.get(..n).unwrap_or_default());
                 Ok(true)
             }
             Err(e)

@@ -4,6 +4,7 @@
 //! of them arrives later it is counted out of order and no longer lost. A bitmap of the last
 //! [`WINDOW`] sequence numbers tells a late datagram from a duplicate; a datagram older than
 //! that is counted out of order (it cannot be checked for duplication).
+#![cfg_attr(not(test), deny(clippy::indexing_slicing))]
 
 /// Sequence numbers behind the highest one that are remembered for duplicate detection.
 pub const WINDOW: u64 = 1 << 16;
@@ -60,12 +61,14 @@ impl SeqTracker {
 
     fn mark(&mut self, seq: u64) {
         let (w, m) = Self::bit(seq);
-        self.seen[w] |= m;
+        if let Some(word) = self.seen.get_mut(w) {
+            *word |= m;
+        }
     }
 
     fn is_marked(&self, seq: u64) -> bool {
         let (w, m) = Self::bit(seq);
-        self.seen[w] & m != 0
+        self.seen.get(w).is_some_and(|word| word & m != 0)
     }
 
     fn clear_range(&mut self, from: u64, to: u64) {
@@ -76,11 +79,15 @@ impl SeqTracker {
         let mut s = from;
         while s < to {
             if s.is_multiple_of(64) && to - s >= 64 {
-                self.seen[((s / 64) as usize) % WORDS] = 0;
+                if let Some(word) = self.seen.get_mut(((s / 64) as usize) % WORDS) {
+                    *word = 0;
+                }
                 s += 64;
             } else {
                 let (w, m) = Self::bit(s);
-                self.seen[w] &= !m;
+                if let Some(word) = self.seen.get_mut(w) {
+                    *word &= !m;
+                }
                 s += 1;
             }
         }
@@ -94,7 +101,7 @@ impl SeqTracker {
         let next = self.counts.next_seq;
         if seq >= next {
             self.counts.lost += seq - next;
-            self.counts.next_seq = seq + 1;
+            self.counts.next_seq = seq.saturating_add(1);
             self.clear_range(next, seq);
             self.mark(seq);
         } else if next - seq > WINDOW {
@@ -110,7 +117,7 @@ impl SeqTracker {
         if let Some(t) = transit_ns {
             if let Some(prev) = self.last_transit {
                 // RFC 3550 §6.4.1: J += (|D| - J) / 16.
-                let d = (t - prev).unsigned_abs() as f64;
+                let d = t.abs_diff(prev) as f64;
                 self.jitter += (d - self.jitter) / 16.0;
             }
             self.last_transit = Some(t);
@@ -170,6 +177,18 @@ mod tests {
     fn first_datagram_lost_counts() {
         let c = run(&[1, 2]);
         assert_eq!(c.lost, 1);
+    }
+
+    /// Neither a sequence number at the top of the range nor transits at both ends of i64
+    /// overflow (`seq + 1` and `t - prev` did).
+    #[test]
+    fn extreme_sequence_numbers_and_transits_do_not_overflow() {
+        let mut t = SeqTracker::new();
+        t.on_datagram(u64::MAX, Some(i64::MAX));
+        t.on_datagram(0, Some(i64::MIN));
+        let c = t.counts();
+        assert_eq!((c.received, c.next_seq, c.out_of_order), (2, u64::MAX, 1));
+        assert_eq!(c.jitter_ns, Some(u64::MAX as f64 / 16.0));
     }
 
     #[test]

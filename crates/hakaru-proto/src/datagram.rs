@@ -69,24 +69,25 @@ pub struct DataHeader {
     pub sent_ns: Option<u64>,
 }
 
-fn put48(buf: &mut [u8], v: u64) {
-    buf[..6].copy_from_slice(&(v & MAX48).to_be_bytes()[2..]);
+fn put48(buf: &mut [u8; 6], v: u64) {
+    let [_, _, low @ ..] = (v & MAX48).to_be_bytes();
+    *buf = low;
 }
 
-fn get48(buf: &[u8]) -> u64 {
-    let mut b = [0u8; 8];
-    b[2..].copy_from_slice(&buf[..6]);
-    u64::from_be_bytes(b)
+fn get48(buf: &[u8; 6]) -> u64 {
+    let [a, b, c, d, e, f] = *buf;
+    u64::from_be_bytes([0, 0, a, b, c, d, e, f])
 }
 
 /// Writes the header that fits `buf` (see [`Layout`]); the rest of `buf` is left alone.
 #[inline]
 pub fn write_header(buf: &mut [u8], flow: u16, seq: u64, sent_ns: u64) {
-    if buf.len() >= SEQ_HEADER {
-        buf[..2].copy_from_slice(&flow.to_be_bytes());
-        put48(&mut buf[2..8], seq);
-        if buf.len() >= FULL_HEADER {
-            put48(&mut buf[8..14], sent_ns);
+    if let Some((head, rest)) = buf.split_first_chunk_mut::<SEQ_HEADER>() {
+        let [f0, f1, seq_bytes @ ..] = head;
+        [*f0, *f1] = flow.to_be_bytes();
+        put48(seq_bytes, seq);
+        if let Some(sent) = rest.first_chunk_mut::<{ FULL_HEADER - SEQ_HEADER }>() {
+            put48(sent, sent_ns);
         }
     }
 }
@@ -94,13 +95,17 @@ pub fn write_header(buf: &mut [u8], flow: u16, seq: u64, sent_ns: u64) {
 /// Reads the header of a test datagram; `None` when it is too short to have one or is a hello.
 #[inline]
 pub fn read_header(buf: &[u8]) -> Option<DataHeader> {
-    if buf.len() < SEQ_HEADER || buf[0] == HELLO_MAGIC[0] {
+    let (head, rest) = buf.split_first_chunk::<SEQ_HEADER>()?;
+    let [f0, f1, seq @ ..] = head;
+    if *f0 == HELLO_MAGIC[0] {
         return None;
     }
     Some(DataHeader {
-        flow: u16::from_be_bytes([buf[0], buf[1]]),
-        seq: get48(&buf[2..8]),
-        sent_ns: (buf.len() >= FULL_HEADER).then(|| get48(&buf[8..14])),
+        flow: u16::from_be_bytes([*f0, *f1]),
+        seq: get48(seq),
+        sent_ns: rest
+            .first_chunk::<{ FULL_HEADER - SEQ_HEADER }>()
+            .map(get48),
     })
 }
 
@@ -141,13 +146,21 @@ impl Framing {
                 }
                 let sec = (sent_ns / 1_000_000_000) as u32;
                 let usec = ((sent_ns % 1_000_000_000) / 1000) as u32;
-                buf[..4].copy_from_slice(&sec.to_be_bytes());
-                buf[4..8].copy_from_slice(&usec.to_be_bytes());
+                let Some((sec_b, rest)) = buf.split_first_chunk_mut::<4>() else {
+                    return;
+                };
+                let Some((usec_b, rest)) = rest.split_first_chunk_mut::<4>() else {
+                    return;
+                };
+                *sec_b = sec.to_be_bytes();
+                *usec_b = usec.to_be_bytes();
                 // iperf3 numbers datagrams from 1.
                 if seq64 {
-                    buf[8..16].copy_from_slice(&(seq + 1).to_be_bytes());
-                } else {
-                    buf[8..12].copy_from_slice(&((seq + 1) as u32).to_be_bytes());
+                    if let Some(s) = rest.first_chunk_mut::<8>() {
+                        *s = (seq + 1).to_be_bytes();
+                    }
+                } else if let Some(s) = rest.first_chunk_mut::<4>() {
+                    *s = ((seq + 1) as u32).to_be_bytes();
                 }
             }
         }
@@ -168,14 +181,14 @@ impl Framing {
                 if buf.len() < need {
                     return None;
                 }
-                let sec = u64::from(u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]));
-                let usec = u64::from(u32::from_be_bytes([buf[4], buf[5], buf[6], buf[7]]));
+                let (sec, rest) = buf.split_first_chunk::<4>()?;
+                let (usec, rest) = rest.split_first_chunk::<4>()?;
+                let sec = u64::from(u32::from_be_bytes(*sec));
+                let usec = u64::from(u32::from_be_bytes(*usec));
                 let seq = if seq64 {
-                    u64::from_be_bytes([
-                        buf[8], buf[9], buf[10], buf[11], buf[12], buf[13], buf[14], buf[15],
-                    ])
+                    u64::from_be_bytes(*rest.first_chunk::<8>()?)
                 } else {
-                    u64::from(u32::from_be_bytes([buf[8], buf[9], buf[10], buf[11]]))
+                    u64::from(u32::from_be_bytes(*rest.first_chunk::<4>()?))
                 };
                 // Sequence 0 never comes from a stock sender; usec over a second is garbage.
                 if seq == 0 || usec >= 1_000_000 {
@@ -243,16 +256,19 @@ impl FlowHello {
     /// Decodes a hello or ack; `None` for anything else (wrong size, magic, version or kind,
     /// or a moved ack naming port 0).
     pub fn decode(buf: &[u8]) -> Option<FlowHello> {
-        if buf.len() < HELLO_LEN || buf[..4] != HELLO_MAGIC || buf[4] != DATAGRAM_VERSION {
+        let (head, rest) = buf.split_first_chunk::<8>()?;
+        let [m0, m1, m2, m3, version, kind, f0, f1] = *head;
+        if [m0, m1, m2, m3] != HELLO_MAGIC || version != DATAGRAM_VERSION {
             return None;
         }
-        let flow = u16::from_be_bytes([buf[6], buf[7]]);
-        let mut token = [0u8; 16];
-        token.copy_from_slice(&buf[8..24]);
-        match (buf[5], buf.len()) {
-            (1, HELLO_LEN) => Some(FlowHello::Hello { flow, token }),
-            (2, HELLO_LEN) => Some(FlowHello::Ack { flow, token }),
-            (3, MOVED_LEN) => match u16::from_be_bytes([buf[24], buf[25]]) {
+        let flow = u16::from_be_bytes([f0, f1]);
+        let (token, rest) = rest.split_first_chunk::<16>()?;
+        let token = *token;
+        // A hello and an ack end with the token, a moved ack with the port after it.
+        match (kind, rest) {
+            (1, []) => Some(FlowHello::Hello { flow, token }),
+            (2, []) => Some(FlowHello::Ack { flow, token }),
+            (3, &[p0, p1]) => match u16::from_be_bytes([p0, p1]) {
                 0 => None,
                 port => Some(FlowHello::Moved { flow, token, port }),
             },
@@ -269,8 +285,11 @@ pub fn token_bytes(hex: &str) -> Option<[u8; 16]> {
     }
     let nib = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
     let mut out = [0u8; 16];
-    for (i, o) in out.iter_mut().enumerate() {
-        *o = nib(b[2 * i])? << 4 | nib(b[2 * i + 1])?;
+    for (o, pair) in out.iter_mut().zip(b.chunks_exact(2)) {
+        let &[hi, lo] = pair else {
+            return None;
+        };
+        *o = nib(hi)? << 4 | nib(lo)?;
     }
     Some(out)
 }

@@ -135,8 +135,11 @@ impl fmt::Display for Url {
 /// multi-byte characters where the prefix would end (a server's `Location`), and slicing a
 /// `&str` there would panic. A match means the prefix's last byte ends a character in `s`.
 fn strip_prefix_ci<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
-    let n = prefix.len();
-    (s.len() >= n && s.as_bytes()[..n].eq_ignore_ascii_case(prefix.as_bytes())).then(|| &s[n..])
+    let head = s.as_bytes().get(..prefix.len())?;
+    if !head.eq_ignore_ascii_case(prefix.as_bytes()) {
+        return None;
+    }
+    s.get(prefix.len()..)
 }
 
 fn parse_port(url: &str, p: &str) -> Result<u16, HttpError> {
@@ -171,10 +174,13 @@ impl ByteRange {
 /// smaller than `parts`).
 pub fn split_ranges(size: u64, parts: u32) -> Vec<ByteRange> {
     let parts = u64::from(parts.max(1)).min(size);
+    // In 128 bits: `size` may be as large as a server claims. `size * i / parts` is below
+    // `size`, so it fits back in 64.
+    let at = |i: u64| (u128::from(size) * u128::from(i) / u128::from(parts)) as u64;
     (0..parts)
         .map(|i| ByteRange {
-            first: size * i / parts,
-            last: size * (i + 1) / parts - 1,
+            first: at(i),
+            last: at(i + 1) - 1,
         })
         .collect()
 }
@@ -394,11 +400,10 @@ impl ChunkedDecoder {
     /// Feeds the next bytes of the body.
     pub fn feed(&mut self, buf: &[u8]) -> Result<ChunkStep, HttpError> {
         let (mut i, mut payload) = (0usize, 0u64);
-        while i < buf.len() {
+        while let Some(&b) = buf.get(i) {
             match self.state {
                 ChunkState::Done => break,
                 ChunkState::Size => {
-                    let b = buf[i];
                     i += 1;
                     if b == b'\n' {
                         let size = self.size_line()?;
@@ -426,7 +431,7 @@ impl ChunkedDecoder {
                 }
                 ChunkState::DataEnd(seen) => {
                     let want = if seen == 0 { b'\r' } else { b'\n' };
-                    if buf[i] != want {
+                    if b != want {
                         return err("chunk data not followed by CRLF");
                     }
                     i += 1;
@@ -437,7 +442,6 @@ impl ChunkedDecoder {
                     };
                 }
                 ChunkState::Trailer(len) => {
-                    let b = buf[i];
                     i += 1;
                     self.state = match b {
                         b'\n' if len == 0 => ChunkState::Done,
@@ -832,5 +836,24 @@ mod tests {
             assert_eq!(w[0].last + 1, w[1].first);
         }
         assert_eq!(split_ranges(2, 8).len(), 2);
+    }
+
+    /// The size comes from a server's `Content-Range: bytes 0-0/SIZE`; `size * (i + 1)`
+    /// overflowed (a panic in debug builds, wrong ranges in release) for a size near 2^64.
+    #[test]
+    fn ranges_split_the_largest_size_a_server_can_claim() {
+        let r = split_ranges(u64::MAX, 4);
+        assert_eq!(r.len(), 4);
+        assert_eq!((r[0].first, r[3].last), (0, u64::MAX - 1));
+        for w in r.windows(2) {
+            assert_eq!(w[0].last + 1, w[1].first);
+        }
+        assert_eq!(
+            split_ranges(u64::MAX, 1),
+            [ByteRange {
+                first: 0,
+                last: u64::MAX - 1
+            }]
+        );
     }
 }

@@ -46,8 +46,15 @@ pub const VERSION_U: u32 = 0x0002_0001;
 pub const VERSION_L: u32 = 0x0008_0003;
 
 fn be32(b: &[u8], off: usize) -> Option<u32> {
-    b.get(off..off + 4)
-        .map(|s| u32::from_be_bytes([s[0], s[1], s[2], s[3]]))
+    let word = b.get(off..)?.first_chunk::<4>()?;
+    Some(u32::from_be_bytes(*word))
+}
+
+/// Writes `v` big-endian at `off`; nothing when `b` has no room for it there.
+fn put_be32(b: &mut [u8], off: usize, v: u32) {
+    if let Some(word) = b.get_mut(off..).and_then(|t| t.first_chunk_mut::<4>()) {
+        *word = v.to_be_bytes();
+    }
 }
 
 /// The fixed part of a UDP datagram: sequence id and the sender's wall-clock timestamp.
@@ -87,13 +94,17 @@ impl UdpHeader {
         })
     }
 
-    /// Encodes the header into the first 16 bytes of `b` (id2 always written).
+    /// Encodes the header into the first 16 bytes of `b` (id2 always written); a shorter `b`
+    /// is left alone.
     pub fn encode(&self, b: &mut [u8]) {
+        if b.len() < UDP_HEADER {
+            return;
+        }
         let s = self.seq as u64;
-        b[0..4].copy_from_slice(&(s as u32).to_be_bytes());
-        b[4..8].copy_from_slice(&self.tv_sec.to_be_bytes());
-        b[8..12].copy_from_slice(&self.tv_usec.to_be_bytes());
-        b[12..16].copy_from_slice(&((s >> 32) as u32).to_be_bytes());
+        put_be32(b, 0, s as u32);
+        put_be32(b, 4, self.tv_sec);
+        put_be32(b, 8, self.tv_usec);
+        put_be32(b, 12, (s >> 32) as u32);
     }
 
     /// True for the end-of-test datagram.
@@ -223,8 +234,8 @@ impl TestHeader {
 pub fn encode_ack() -> [u8; ACK_LEN] {
     let mut b = [0u8; ACK_LEN];
     let words = [2u32, ACK_LEN as u32, 0, VERSION_U, VERSION_L, 0, 0];
-    for (i, w) in words.iter().enumerate() {
-        b[i * 4..i * 4 + 4].copy_from_slice(&w.to_be_bytes());
+    for (word, w) in b.chunks_exact_mut(4).zip(words) {
+        word.copy_from_slice(&w.to_be_bytes());
     }
     b
 }
@@ -258,7 +269,7 @@ impl ServerReport {
     /// (no latency extension), 64-bit counts split into low and high words.
     pub fn encode(&self) -> [u8; SERVER_REPORT] {
         let mut b = [0u8; SERVER_REPORT];
-        let mut put = |off: usize, v: u32| b[off..off + 4].copy_from_slice(&v.to_be_bytes());
+        let mut put = |off: usize, v: u32| put_be32(&mut b, off, v);
         let (ss, sus) = split_secs(self.seconds);
         let (js, jus) = split_secs(self.jitter);
         put(16, FLAG_VERSION1 | FLAG_SEQNO64B);
@@ -398,6 +409,18 @@ mod tests {
         b[12..16].copy_from_slice(&[0; 4]);
         assert_eq!(UdpHeader::decode(&b, false).unwrap().seq, -182);
         assert!(UdpHeader::decode(&b, false).unwrap().is_fin());
+    }
+
+    #[test]
+    fn a_buffer_too_short_for_a_header_is_left_alone() {
+        let h = UdpHeader {
+            seq: 1,
+            tv_sec: 2,
+            tv_usec: 3,
+        };
+        let mut b = [0xaau8; UDP_HEADER - 1];
+        h.encode(&mut b);
+        assert_eq!(b, [0xaa; UDP_HEADER - 1]);
     }
 
     #[test]

@@ -210,20 +210,22 @@ pub fn error_text(i_errno: i32) -> String {
 
 /// Makes a cookie from 36 random bytes (the caller supplies randomness).
 pub fn make_cookie(random: &[u8; 36]) -> [u8; COOKIE_LEN] {
-    const ALPHABET: &[u8; 32] = b"abcdefghijklmnopqrstuvwxyz234567";
     let mut c = [0u8; COOKIE_LEN];
     for (o, r) in c.iter_mut().zip(random) {
-        *o = ALPHABET[(*r % 32) as usize];
+        // The RFC 4648 base32 alphabet, lowercase: a to z, then 2 to 7.
+        *o = match r % 32 {
+            v @ 0..26 => b'a' + v,
+            v => b'2' + (v - 26),
+        };
     }
     c
 }
 
 /// Reads a cookie: 36 characters of the base32 alphabet, then a NUL.
 pub fn parse_cookie(buf: &[u8]) -> Result<String, Iperf3Error> {
-    if buf.len() < COOKIE_LEN || buf[COOKIE_LEN - 1] != 0 {
+    let Some((0, body)) = buf.get(..COOKIE_LEN).and_then(<[u8]>::split_last) else {
         return Err(Iperf3Error::BadCookie);
-    }
-    let body = &buf[..COOKIE_LEN - 1];
+    };
     if !body
         .iter()
         .all(|&b| b.is_ascii_lowercase() || (b'2'..=b'7').contains(&b))
@@ -280,7 +282,9 @@ impl Inbox {
 
     /// Takes one state byte if one is here.
     pub fn take_state(&mut self) -> Option<State> {
-        self.take_exact(1).map(|b| State::from_byte(b[0]))
+        self.take_exact(1)
+            .and_then(|b| b.first().copied())
+            .map(State::from_byte)
     }
 
     /// Takes one framed document once all of it is here, read by `parse` where it lies; an
@@ -292,17 +296,17 @@ impl Inbox {
         max: usize,
         parse: impl FnOnce(&[u8]) -> Result<T, Iperf3Error>,
     ) -> Result<Option<T>, Iperf3Error> {
-        if self.buf.len() < 4 {
+        let Some((len, rest)) = self.buf.split_first_chunk::<4>() else {
             return Ok(None);
-        }
-        let len = u32::from_be_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]) as usize;
+        };
+        let len = u32::from_be_bytes(*len) as usize;
         if len > max {
             return Err(Iperf3Error::TooLong { what, len, max });
         }
-        if self.buf.len() < 4 + len {
+        let Some(body) = rest.get(..len) else {
             return Ok(None);
-        }
-        let doc = parse(&self.buf[4..4 + len]);
+        };
+        let doc = parse(body);
         self.buf.drain(..4 + len);
         doc.map(Some)
     }
@@ -716,7 +720,10 @@ pub fn results_from_report(r: &SideReport, tcp: bool) -> Results {
                     }
                     Role::Receiver => {
                         // iperf3's receiver reports the highest sequence number seen.
-                        let counted = (u.datagrams + u.lost).saturating_sub(u.duplicates);
+                        let counted = u
+                            .datagrams
+                            .saturating_add(u.lost)
+                            .saturating_sub(u.duplicates);
                         s.packets = u.next_seq as i64;
                         s.omitted_packets = Some(u.next_seq.saturating_sub(counted) as i64);
                         s.errors = u.lost as i64;
@@ -1150,6 +1157,21 @@ mod tests {
         assert_eq!(c[36], 0);
         let s = parse_cookie(&c).unwrap();
         assert_eq!(s.len(), 36);
+        // Each random byte picks a letter of the base32 alphabet by its value modulo 32.
+        let mut r = [0u8; 36];
+        for (i, b) in r.iter_mut().enumerate() {
+            *b = (i as u8).wrapping_mul(97);
+        }
+        let want: Vec<u8> = r
+            .iter()
+            .map(|b| b"abcdefghijklmnopqrstuvwxyz234567"[usize::from(b % 32)])
+            .chain([0])
+            .collect();
+        assert_eq!(make_cookie(&r).to_vec(), want);
+        assert_eq!(&make_cookie(&[31; 36])[..2], b"77");
+        // A cookie one byte short, or without its NUL, is refused.
+        assert_eq!(parse_cookie(&c[..36]), Err(Iperf3Error::BadCookie));
+        assert_eq!(parse_cookie(b""), Err(Iperf3Error::BadCookie));
         assert_eq!(
             parse_cookie(b"oxg63pysxsbdr2y7icmoceumwoldlei6heyr\0").unwrap(),
             "oxg63pysxsbdr2y7icmoceumwoldlei6heyr"
@@ -1498,6 +1520,21 @@ mod tests {
         };
         let n = r.to_json().to_string().len();
         assert!(n * 10 < MAX_RESULTS_JSON, "{n} bytes");
+    }
+
+    /// An iperf3 client with 64-bit counters that sends sequence number 2^64 - 1 twice leaves
+    /// the server's receiver with `lost` near 2^64 and a duplicate: `datagrams + lost`
+    /// overflowed when the server built its results.
+    #[test]
+    fn results_of_a_receiver_that_saw_the_largest_sequence_number() {
+        let r = same_as_before(CAPTURED_UDP).unwrap();
+        let plan = [(0, FlowDir::Up)];
+        let mut rep =
+            report_from_results(End::Server, &r, &plan, |_| false, true, "hakaru").unwrap();
+        let u = rep.flows[0].udp.as_mut().unwrap();
+        (u.datagrams, u.lost, u.duplicates, u.next_seq) = (2, u64::MAX - 1, 1, u64::MAX);
+        let s = &results_from_report(&rep, false).streams[0];
+        assert_eq!((s.packets, s.omitted_packets), (-1, Some(1)));
     }
 
     #[test]

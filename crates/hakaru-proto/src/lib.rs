@@ -8,6 +8,11 @@
 //! TCP framing; [`iperf2`] is what a raw sink needs of iperf2 clients; [`auth`] is the
 //! pre-shared key challenge-response of the native protocol; [`http`] is the HTTP/1.1 that
 //! `hakaru http` and the server's HTTP endpoint speak.
+//!
+//! Every decoder here reads bytes a peer chose, so no indexing or slicing that could panic is
+//! allowed outside tests: reads go through `get`, `first_chunk`, `split_first_chunk` and the
+//! like, which turn a short input into an error or `None`.
+#![cfg_attr(not(test), deny(clippy::indexing_slicing))]
 
 pub mod auth;
 pub mod datagram;

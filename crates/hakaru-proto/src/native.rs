@@ -272,27 +272,27 @@ impl Decoder {
     /// Returns the next complete message, `Ok(None)` if more bytes are needed.
     pub fn next_message(&mut self) -> Result<Option<Message>, ProtoError> {
         if self.need_magic {
-            let n = self.buf.len().min(4);
-            if self.buf[..n] != MAGIC[..n] {
-                return Err(ProtoError::BadMagic(self.buf[..n].to_vec()));
+            let got = self.buf.get(..4).unwrap_or(&self.buf);
+            if !MAGIC.starts_with(got) {
+                return Err(ProtoError::BadMagic(got.to_vec()));
             }
-            if n < 4 {
+            if got.len() < 4 {
                 return Ok(None);
             }
             self.buf.drain(..4);
             self.need_magic = false;
         }
-        if self.buf.len() < 4 {
+        let Some((len, rest)) = self.buf.split_first_chunk::<4>() else {
             return Ok(None);
-        }
-        let len = u32::from_be_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]) as usize;
+        };
+        let len = u32::from_be_bytes(*len) as usize;
         if len > self.max {
             return Err(ProtoError::Oversized { len, max: self.max });
         }
-        if self.buf.len() < 4 + len {
+        let Some(body) = rest.get(..len) else {
             return Ok(None);
-        }
-        let msg = serde_json::from_slice::<Message>(&self.buf[4..4 + len])
+        };
+        let msg = serde_json::from_slice::<Message>(body)
             .map_err(|e| ProtoError::Malformed(e.to_string()));
         self.buf.drain(..4 + len);
         msg.map(Some)

@@ -18,16 +18,16 @@ pub const PREAMBLE_LEN: usize = 4;
 
 /// Classifies the first bytes of a connection; `None` if more bytes are needed.
 pub fn classify(first: &[u8]) -> Option<Preamble> {
-    if first.len() < PREAMBLE_LEN {
+    let Some(head) = first.first_chunk::<PREAMBLE_LEN>() else {
         // Decide early when the bytes already rule hakaru out.
         if !first.is_empty() && !MAGIC.starts_with(first) && !first.iter().all(|&b| is_base32(b)) {
             return Some(Preamble::Unknown);
         }
         return None;
-    }
-    if first[..4] == MAGIC {
+    };
+    if *head == MAGIC {
         Some(Preamble::Hakaru)
-    } else if first[..4].iter().all(|&b| is_base32(b)) {
+    } else if head.iter().all(|&b| is_base32(b)) {
         Some(Preamble::Iperf3Cookie)
     } else {
         Some(Preamble::Unknown)

@@ -77,18 +77,19 @@ impl Header {
         }
     }
 
-    /// Writes the header into the first 14 bytes of `buf` (which must be at least that long).
+    /// Writes the header into the first 14 bytes of `buf`; a shorter `buf` is left alone.
     pub fn write(&self, buf: &mut [u8]) {
-        buf[..8].copy_from_slice(&self.seq.to_be_bytes());
-        buf[8..10].copy_from_slice(&self.flags.to_be_bytes());
-        buf[10..14].copy_from_slice(&self.length.to_be_bytes());
+        if let Some(head) = buf.first_chunk_mut::<HEADER_LEN>() {
+            *head = self.to_bytes();
+        }
     }
 
     /// The 14 header bytes.
     pub fn to_bytes(&self) -> [u8; HEADER_LEN] {
-        let mut b = [0u8; HEADER_LEN];
-        self.write(&mut b);
-        b
+        let [s0, s1, s2, s3, s4, s5, s6, s7] = self.seq.to_be_bytes();
+        let [f0, f1] = self.flags.to_be_bytes();
+        let [l0, l1, l2, l3] = self.length.to_be_bytes();
+        [s0, s1, s2, s3, s4, s5, s6, s7, f0, f1, l0, l1, l2, l3]
     }
 
     /// Sent by a client.
@@ -109,13 +110,15 @@ impl Header {
 
 /// Reads the header at the start of `buf` and checks its length field against `max`.
 pub fn parse(buf: &[u8], max: usize) -> Result<Header, SockperfError> {
-    if buf.len() < HEADER_LEN {
+    let Some(&[s0, s1, s2, s3, s4, s5, s6, s7, f0, f1, l0, l1, l2, l3]) =
+        buf.first_chunk::<HEADER_LEN>()
+    else {
         return Err(SockperfError::Short { got: buf.len() });
-    }
+    };
     let h = Header {
-        seq: u64::from_be_bytes(buf[..8].try_into().unwrap_or_default()),
-        flags: u16::from_be_bytes([buf[8], buf[9]]),
-        length: u32::from_be_bytes(buf[10..14].try_into().unwrap_or_default()),
+        seq: u64::from_be_bytes([s0, s1, s2, s3, s4, s5, s6, s7]),
+        flags: u16::from_be_bytes([f0, f1]),
+        length: u32::from_be_bytes([l0, l1, l2, l3]),
     };
     if (h.length as usize) < HEADER_LEN || h.length as usize > max {
         return Err(SockperfError::BadLength {
@@ -164,9 +167,10 @@ pub fn verdict(h: &Header) -> Verdict {
 /// everything else (sequence, other flags, length, payload) stays, which is exactly what a
 /// stock sockperf client checks.
 pub fn make_reply(msg: &mut [u8]) {
-    if msg.len() >= HEADER_LEN {
-        let flags = u16::from_be_bytes([msg[8], msg[9]]) & !FLAG_CLIENT;
-        msg[8..10].copy_from_slice(&flags.to_be_bytes());
+    if let Some([_, _, _, _, _, _, _, _, f0, f1, _, _, _, _]) = msg.first_chunk_mut::<HEADER_LEN>()
+    {
+        let flags = u16::from_be_bytes([*f0, *f1]) & !FLAG_CLIENT;
+        [*f0, *f1] = flags.to_be_bytes();
     }
 }
 
@@ -231,7 +235,7 @@ impl Reassembler {
             let doubled = (self.buf.len() * 2).min(self.max + 4096);
             self.buf.resize(want.max(doubled), 0);
         }
-        &mut self.buf[self.end..]
+        self.buf.get_mut(self.end..).unwrap_or_default()
     }
 
     /// `n` bytes were read into the slice [`spare`](Self::spare) returned.
@@ -243,16 +247,18 @@ impl Reassembler {
     pub fn extend(&mut self, mut data: &[u8]) {
         while !data.is_empty() {
             let room = self.spare();
-            let n = room.len().min(data.len());
-            room[..n].copy_from_slice(&data[..n]);
-            self.filled(n);
-            data = &data[n..];
+            let (now, later) = data.split_at(room.len().min(data.len()));
+            if let Some(dst) = room.get_mut(..now.len()) {
+                dst.copy_from_slice(now);
+            }
+            self.filled(now.len());
+            data = later;
         }
     }
 
     /// The length of the message at the front, once its header has arrived and is valid.
     fn pending_length(&self) -> Option<usize> {
-        parse(&self.buf[self.start..self.end], self.max)
+        parse(self.pending_bytes(), self.max)
             .ok()
             .map(|h| h.length as usize)
     }
@@ -261,7 +267,7 @@ impl Reassembler {
         if self.pending() < HEADER_LEN {
             return Ok(None);
         }
-        let h = parse(&self.buf[self.start..self.end], self.max)?;
+        let h = parse(self.pending_bytes(), self.max)?;
         let len = h.length as usize;
         if self.pending() < len {
             return Ok(None);
@@ -274,7 +280,12 @@ impl Reassembler {
     /// The next complete message, mutable so it can be turned into its reply in place; valid
     /// until the next call. `Ok(None)` when more bytes are needed.
     pub fn next_message(&mut self) -> Result<Option<&mut [u8]>, SockperfError> {
-        Ok(self.next_range()?.map(|r| &mut self.buf[r]))
+        Ok(self.next_range()?.and_then(|r| self.buf.get_mut(r)))
+    }
+
+    /// The bytes received but not yet taken (`start <= end <= buf.len()` always holds).
+    fn pending_bytes(&self) -> &[u8] {
+        self.buf.get(self.start..self.end).unwrap_or_default()
     }
 }
 
@@ -310,6 +321,15 @@ mod tests {
             r.buf.len()
         );
         assert!(room >= 4096);
+    }
+
+    #[test]
+    fn a_buffer_too_short_for_a_header_is_left_alone() {
+        let mut b = [0xaau8; HEADER_LEN - 1];
+        Header::request(1, 32).write(&mut b);
+        assert_eq!(b, [0xaa; HEADER_LEN - 1]);
+        make_reply(&mut b);
+        assert_eq!(b, [0xaa; HEADER_LEN - 1]);
     }
 
     #[test]

@@ -1,4 +1,5 @@
 //! First contact: read a new connection's first bytes and hand it to the right handler.
+#![cfg_attr(not(test), deny(clippy::indexing_slicing))]
 
 use std::io::Read;
 use std::net::{SocketAddr, TcpStream};
@@ -82,7 +83,7 @@ fn handle(ctx: &Ctx, mut stream: TcpStream, peer: SocketAddr, seq: u32, slot: Sl
             return;
         }
         match read_some(&mut stream, &mut buf, left.min(Duration::from_millis(500))) {
-            Some(n) => first.extend_from_slice(&buf[..n]),
+            Some(n) => first.extend_from_slice(buf.get(..n).unwrap_or_default()),
             None => return,
         }
     };
@@ -113,10 +114,11 @@ fn handle(ctx: &Ctx, mut stream: TcpStream, peer: SocketAddr, seq: u32, slot: Sl
                 }
                 match read_some(
                     &mut stream,
-                    &mut buf[..hakaru_proto::iperf3::COOKIE_LEN - first.len()],
+                    buf.get_mut(..hakaru_proto::iperf3::COOKIE_LEN - first.len())
+                        .unwrap_or_default(),
                     left,
                 ) {
-                    Some(n) => first.extend_from_slice(&buf[..n]),
+                    Some(n) => first.extend_from_slice(buf.get(..n).unwrap_or_default()),
                     None => return,
                 }
             }
@@ -129,7 +131,7 @@ fn handle(ctx: &Ctx, mut stream: TcpStream, peer: SocketAddr, seq: u32, slot: Sl
             ctx.log.warn("not_a_client", || {
                 format!(
                     "rejected connection from {peer}: not a hakaru client (first bytes {:02x?})",
-                    &first[..first.len().min(8)]
+                    first.get(..8).unwrap_or(&first)
                 )
             });
             return;
@@ -155,7 +157,7 @@ fn handle(ctx: &Ctx, mut stream: TcpStream, peer: SocketAddr, seq: u32, slot: Sl
             return;
         }
         match read_some(&mut stream, &mut buf, left) {
-            Some(n) => dec.feed(&buf[..n]),
+            Some(n) => dec.feed(buf.get(..n).unwrap_or_default()),
             None => return,
         }
     };

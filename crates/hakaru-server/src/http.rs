@@ -6,6 +6,7 @@
 //! One thread per connection, bounded per address and in total; a head must arrive within
 //! [`HEAD_TIMEOUT`] and a kept-alive connection is closed after [`IDLE_TIMEOUT`] without a
 //! request, so idle or slow peers cannot hold threads for long.
+#![cfg_attr(not(test), deny(clippy::indexing_slicing))]
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -188,7 +189,9 @@ fn pattern() -> Vec<u8> {
 /// `n` bytes of the period-[`PERIOD`] letter sequence.
 fn generated(n: usize) -> impl Iterator<Item = u8> {
     const L: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789\n";
-    (0..n).map(|i| L[(i % PERIOD) % L.len()])
+    std::iter::repeat_with(|| L.iter().copied().cycle().take(PERIOD))
+        .flatten()
+        .take(n)
 }
 
 /// What one connection did, for its log line.
@@ -271,7 +274,7 @@ fn read_head(
             Ok(0) => return Err(End::Said("closed inside a request head".into())),
             Ok(n) => {
                 let since = *started.get_or_insert_with(Instant::now);
-                acc.extend_from_slice(&buf[..n]);
+                acc.extend_from_slice(buf.get(..n).unwrap_or_default());
                 // An absolute deadline for the whole head: a peer that trickles a byte at a
                 // time never lets a read time out.
                 if since.elapsed() > HEAD_TIMEOUT
@@ -433,7 +436,7 @@ fn answer(
     while !rest.is_empty() {
         match stream.write(rest) {
             Ok(0) => return Err(End::Quiet),
-            Ok(n) => rest = &rest[n..],
+            Ok(n) => rest = rest.get(n..).unwrap_or_default(),
             Err(e) if retry(&e) && Instant::now() < until => {}
             Err(_) => return Err(End::Quiet),
         }
@@ -464,7 +467,7 @@ fn write_all(ctx: &Ctx, stream: &mut TcpStream, mut data: &[u8]) -> Result<(), E
         match stream.write(data) {
             Ok(0) => return Err(End::Said("closed while we sent".into())),
             Ok(n) => {
-                data = &data[n..];
+                data = data.get(n..).unwrap_or_default();
                 last = Instant::now();
             }
             Err(e) if retry(&e) => still_sending(ctx, last)?,
@@ -489,7 +492,7 @@ fn send_body(
     while off < end {
         let at = (off % PERIOD as u64) as usize;
         let n = ((end - off).min(CHUNK as u64)) as usize;
-        match stream.write(&pattern[at..at + n]) {
+        match stream.write(pattern.get(at..at + n).unwrap_or_default()) {
             Ok(0) => return Err(End::Said("closed while we sent".into())),
             Ok(w) => {
                 off += w as u64;
@@ -563,9 +566,9 @@ fn read_body(
             }
             Ok(n) => {
                 last = Instant::now();
-                let (used, done) = take(&buf[..n], &mut got, &mut left)?;
+                let (used, done) = take(buf.get(..n).unwrap_or_default(), &mut got, &mut left)?;
                 if done {
-                    acc.extend_from_slice(&buf[used..n]);
+                    acc.extend_from_slice(buf.get(used..n).unwrap_or_default());
                     t.received += got;
                     return Ok(got);
                 }

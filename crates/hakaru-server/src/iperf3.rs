@@ -11,6 +11,7 @@
 //! Data moves through the same engine as hakaru's own tests (`SideRun`, `UdpRun`), with
 //! iperf3's UDP framing and payload, and the results exchange turns reports into iperf3's
 //! JSON and back (`hakaru_proto::iperf3`).
+#![cfg_attr(not(test), deny(clippy::indexing_slicing))]
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
@@ -129,7 +130,7 @@ pub(crate) fn accept(
         deny(&mut stream);
         return;
     }
-    let mut ctl = Iperf3Ctl::new(stream, &first[wire::COOKIE_LEN.min(first.len())..]);
+    let mut ctl = Iperf3Ctl::new(stream, first.get(wire::COOKIE_LEN..).unwrap_or_default());
     if ctx.shutdown.load(Ordering::Acquire) {
         tracing::warn!("iperf3: refused a test from {peer}: the server is shutting down");
         let _ = ctl.send_state(State::AccessDenied);

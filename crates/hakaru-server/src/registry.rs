@@ -4,6 +4,7 @@
 //! control connection (TCP and UDP alike), at most as many as the test has flows (a UDP hello
 //! repeated from the same socket is the same path), and only while the test collects them:
 //! the session retires the token as soon as every path has arrived.
+#![cfg_attr(not(test), deny(clippy::indexing_slicing))]
 
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr, TcpStream};

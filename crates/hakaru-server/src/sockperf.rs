@@ -6,6 +6,7 @@
 //! [`UDP_CLIENT_IDLE`]. TCP gets a thread per connection and a summary when it closes.
 //! Malformed input is counted and ignored (UDP) or ends that one connection (TCP, where the
 //! framing is lost); nothing a client sends can stop the port serving the others.
+#![cfg_attr(not(test), deny(clippy::indexing_slicing))]
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -202,7 +203,7 @@ fn serve_udp(ctx: &Ctx, sock: &UdpSocket) {
             }
         });
         c.last = Instant::now();
-        let msg = &mut buf[..n];
+        let msg = buf.get_mut(..n).unwrap_or_default();
         match parse_datagram(msg, sp::MAX_UDP_MESSAGE) {
             Err(e) => {
                 c.counts.malformed += 1;

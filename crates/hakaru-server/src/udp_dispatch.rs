@@ -7,6 +7,7 @@
 //! datagram ever sent from the port is a session's answer to a hello that carried its test's
 //! token from its test's client, naming the port the flow moved to (`--port-per-flow`, and
 //! every flow on a Windows server).
+#![cfg_attr(not(test), deny(clippy::indexing_slicing))]
 
 use std::net::UdpSocket;
 use std::sync::atomic::Ordering;
@@ -58,7 +59,7 @@ pub(crate) fn run(ctx: Arc<Ctx>, sock: UdpSocket) {
                 }
             }
         }
-        let why = match FlowHello::decode(&buf[..n]) {
+        let why = match FlowHello::decode(buf.get(..n).unwrap_or_default()) {
             Some(FlowHello::Hello { flow, token }) => {
                 match ctx.registry.deliver(
                     &token_hex(&token),
