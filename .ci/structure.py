@@ -27,8 +27,8 @@ FN = re.compile(r"\s*(pub(\([^)]*\))?\s+)?(async\s+)?(const\s+)?(unsafe\s+)?fn\s
 
 def production(path):
     text = open(path, encoding="utf-8", errors="replace").read()
-    cut = text.find("#[cfg(test)]\nmod tests")
-    return text if cut < 0 else text[:cut]
+    m = re.search(r"#\[cfg\((all\()?test\b[^\n]*\]\nmod tests", text)
+    return text if m is None else text[:m.start()]
 
 
 def sources():

@@ -448,7 +448,8 @@ pub fn push(
     ))
 }
 
-#[cfg(test)]
+// The launchers run `sh` and the push checks Unix owners and modes: Unix only.
+#[cfg(all(test, unix))]
 mod tests {
     use super::*;
 
