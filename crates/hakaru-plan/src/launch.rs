@@ -104,6 +104,7 @@ impl Launcher {
         let full = self.argv(argv);
         let mut c = Command::new(&full[0]);
         c.args(&full[1..]);
+        // os-layer: std sets a process group on Unix only; the plan crate has no sys layer.
         #[cfg(unix)]
         {
             use std::os::unix::process::CommandExt;

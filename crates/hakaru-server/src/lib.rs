@@ -455,20 +455,16 @@ pub(crate) fn bind_udp(addr: SocketAddr, family: Family) -> io::Result<UdpSocket
     Ok(sock.into())
 }
 
-#[cfg(unix)]
+/// Waits until a listener has a connection to accept, at most 200 ms (a short timeout keeps
+/// shutdown prompt).
 pub(crate) fn wait_readable(l: &TcpListener) {
-    use std::os::fd::AsRawFd;
-    // A short timeout keeps shutdown prompt.
-    hakaru_engine::sys::wait_fd(
-        l.as_raw_fd(),
-        hakaru_engine::sys::Interest::Read,
-        Duration::from_millis(200),
-    );
+    wait_readable_for(l, Duration::from_millis(200));
 }
 
-#[cfg(not(unix))]
-pub(crate) fn wait_readable(_l: &TcpListener) {
-    std::thread::sleep(Duration::from_millis(20));
+/// Waits until a listener has a connection to accept, at most `timeout`.
+pub(crate) fn wait_readable_for(l: &TcpListener, timeout: Duration) {
+    use hakaru_engine::sys::{self, AsRawFd};
+    sys::wait_fd(l.as_raw_fd(), sys::Interest::Read, timeout);
 }
 
 /// Checks the rate a UDP test asks the server to send against `--max-rate` (bits per second of

@@ -891,7 +891,7 @@ fn collect_udp(
     let mut arrived = 0;
     let own_ports = spec
         .server_ports
-        .per_flow_on(cfg!(windows))
+        .per_flow_on(!sys::UDP_SHARED_PORT_DEMUX)
         .map_err(|e| Abort::Tell(e.to_string()))?;
     // A flow sharing the port answers from its own socket (on that port); a flow on a port of
     // its own answers from the server's port, where the client's socket is still connected.

@@ -450,15 +450,8 @@ fn serve_conn(ctx: &Ctx, mut s: TcpStream, peer: SocketAddr) -> SockperfCounts {
     counts
 }
 
-#[cfg(unix)]
 fn wait_readable(l: &TcpListener) {
-    use std::os::fd::AsRawFd;
-    hakaru_engine::sys::wait_fd(l.as_raw_fd(), hakaru_engine::sys::Interest::Read, TICK);
-}
-
-#[cfg(not(unix))]
-fn wait_readable(_l: &TcpListener) {
-    std::thread::sleep(Duration::from_millis(20));
+    crate::wait_readable_for(l, TICK);
 }
 
 #[cfg(test)]

@@ -74,6 +74,11 @@ pub fn connect_bounded(sock: &Socket, addr: &SockAddr, timeout: Duration) -> io:
     }
 }
 
+/// Whether the kernel hands a datagram to the socket connected to its sender when several
+/// sockets share a UDP port. Linux (and every Unix here) does; Windows does not, so a Windows
+/// server gives each UDP flow a port of its own.
+pub const UDP_SHARED_PORT_DEMUX: bool = cfg!(not(windows));
+
 /// The process or the system is out of file descriptors (EMFILE, ENFILE).
 pub fn is_out_of_descriptors(e: &io::Error) -> bool {
     #[cfg(unix)]
