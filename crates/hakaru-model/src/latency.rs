@@ -349,20 +349,3 @@ pub struct QuickLine {
     /// Why this test failed, if it did (the others still run).
     pub error: Option<String>,
 }
-
-/// `hakaru quick --json`: every test's headline and its whole result.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct QuickResult {
-    /// Version of the result format (the same as `RunResult`'s).
-    pub schema_version: u32,
-    /// Always `quick`.
-    pub test: String,
-    /// Server address.
-    pub server: String,
-    /// True when the server ran in-process on loopback.
-    pub embedded_server: bool,
-    /// One line per test, in the order they ran.
-    pub lines: Vec<QuickLine>,
-    /// Each test's full result, in the same order (absent for a test that failed).
-    pub results: Vec<Option<crate::result::RunResult>>,
-}

@@ -17,6 +17,7 @@ pub mod nic;
 pub mod plan;
 pub mod raw;
 pub mod result;
+pub mod spec;
 pub mod udp;
 pub mod units;
 
@@ -28,5 +29,6 @@ pub use latency::*;
 pub use nic::*;
 pub use raw::*;
 pub use result::*;
+pub use spec::*;
 pub use udp::*;
 pub use units::*;

@@ -4,7 +4,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::FlowDir;
 use crate::connect::{ConnectInterval, ConnectResult, ConnectServerCounts};
-use crate::udp::{TestSpec, UdpCounts, UdpFlowSide, UdpKernelCounters, UdpPaths, UdpTick};
+use crate::spec::TestSpec;
+use crate::udp::{UdpCounts, UdpFlowSide, UdpKernelCounters, UdpPaths, UdpTick};
 use crate::units::BitRate;
 
 /// Version of the JSON result format; bumped on any incompatible change.
@@ -627,6 +628,23 @@ pub fn rfc3339_utc(unix: f64) -> String {
     let mo = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(mo <= 2);
     format!("{y:04}-{mo:02}-{d:02}T{h:02}:{m:02}:{s:02}.{ms:03}Z")
+}
+
+/// `hakaru quick --json`: every test's headline and its whole result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct QuickResult {
+    /// Version of the result format (the same as `RunResult`'s).
+    pub schema_version: u32,
+    /// Always `quick`.
+    pub test: String,
+    /// Server address.
+    pub server: String,
+    /// True when the server ran in-process on loopback.
+    pub embedded_server: bool,
+    /// One line per test, in the order they ran.
+    pub lines: Vec<crate::latency::QuickLine>,
+    /// Each test's full result, in the same order (absent for a test that failed).
+    pub results: Vec<Option<RunResult>>,
 }
 
 #[cfg(test)]
