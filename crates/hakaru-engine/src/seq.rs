@@ -117,6 +117,7 @@ impl SeqTracker {
         if let Some(t) = transit_ns {
             if let Some(prev) = self.last_transit {
                 // RFC 3550 §6.4.1: J += (|D| - J) / 16.
+                // abs_diff: transit times at the ends of i64 must not overflow.
                 let d = t.abs_diff(prev) as f64;
                 self.jitter += (d - self.jitter) / 16.0;
             }
@@ -253,6 +254,14 @@ mod tests {
         }
         let j = t.counts().jitter_ns.unwrap();
         assert!((j - 1_000_000.0).abs() < 1.0, "{j}");
+    }
+
+    #[test]
+    fn transit_times_at_the_ends_of_i64_do_not_overflow() {
+        let mut t = SeqTracker::new();
+        t.on_datagram(0, Some(i64::MIN));
+        t.on_datagram(1, Some(i64::MAX));
+        assert_eq!(t.counts().jitter_ns, Some(u64::MAX as f64 / 16.0));
     }
 
     #[test]

@@ -77,6 +77,14 @@ impl Url {
         if host.is_empty() {
             return err(format!("URL '{s}': no host"));
         }
+        // Brackets belong around an IPv6 address only; control characters and spaces belong
+        // in no host (the Host header is made of it).
+        if host
+            .chars()
+            .any(|c| c == '[' || c == ']' || c.is_control() || c.is_whitespace())
+        {
+            return err(format!("URL '{s}': '{host}' is not a host name or address"));
+        }
         Ok(Url {
             tls,
             host,
@@ -627,6 +635,12 @@ mod tests {
             "http://[::1/",
             "http://u:p@h/",
             "h/x",
+            // Found by the http fuzz target: printed, these did not parse back.
+            "https://\0[::1]:84/",
+            "http://a[b/",
+            "http://[[::1]/",
+            "http://h h/",
+            "http://h\t/",
         ] {
             assert!(Url::parse(bad).is_err(), "{bad}");
         }

@@ -406,7 +406,7 @@ fn one_request(
 }
 
 /// `/bytes/SIZE`: `None` for any other path, `Some(Err)` for a SIZE that does not parse.
-fn bytes_size(path: &str) -> Option<Result<u64, String>> {
+pub(crate) fn bytes_size(path: &str) -> Option<Result<u64, String>> {
     let s = path.strip_prefix("/bytes/")?;
     Some(match s.parse::<Bytes>() {
         Ok(b) if b.0 <= MAX_SIZE => Ok(b.0),

@@ -509,26 +509,210 @@ mod tests {
         let e = check_send_rate(Some(1e9), true, None, 1).unwrap_err();
         assert!(e.contains("unlimited"), "{e}");
     }
+
+    #[test]
+    fn the_fuzz_entry_points_run_a_real_session() {
+        use super::fuzzing::{http_request, iperf3_session};
+        // A stock 3.12 client's results (fuzz/corpus/iperf3_control/capture-00).
+        let doc = br#"{"cpu_util_total":47.0,"cpu_util_user":0.5,"cpu_util_system":46.5,"sender_has_retransmits":1,"congestion_used":"bbr","streams":[{"id":1,"bytes":1988362240,"retransmits":8,"jitter":0,"errors":0,"packets":0,"start_time":0,"end_time":1.000161}]}"#;
+        let mut framed = (doc.len() as u32).to_be_bytes().to_vec();
+        framed.extend_from_slice(doc);
+        for setup in [[0, 0], [0b1000, 0], [0b1_1000, 0]] {
+            let v = iperf3_session(setup, &[&[4], &framed[..9], &framed[9..], &[16]])
+                .unwrap_or_else(|| panic!("{setup:?}"));
+            assert_eq!(v["streams"][0]["id"], 1);
+            assert_eq!(v.get("server_output_text").is_some(), setup[0] == 0b1000);
+            assert_eq!(v.get("server_output_json").is_some(), setup[0] == 0b1_1000);
+        }
+        // Two streams asked for, one in the results: iperf3's IESTREAMID.
+        assert!(iperf3_session([0, 1], &[&[4], &framed]).is_none());
+        // A state other than TEST_END during the test ends it.
+        assert!(iperf3_session([0, 0], &[&[12], &framed]).is_none());
+        http_request(b"GET /bytes/1M?x HTTP/1.1\r\nRange: bytes=10-19\r\n\r\n");
+        http_request(b"HEAD /bytes/1K HTTP/1.0\r\n\r\n");
+    }
 }
 
 /// Entry points for the fuzz targets in `fuzz/`; not an API.
 #[doc(hidden)]
 pub mod fuzzing {
+    use std::net::SocketAddr;
     use std::time::Duration;
+
+    use hakaru_model::{End, Environment, FlowDir, FlowSide, Role, SideReport, UdpFlowSide};
+    use hakaru_proto::http::{self as http_wire, BodyKind, RangeAnswer};
+    use hakaru_proto::iperf3::{Inbox, Params, Protocol, State, MAX_RESULTS_JSON};
+    use serde_json::Value;
+
+    fn limits() -> crate::ServerConfig {
+        crate::ServerConfig {
+            max_duration: Some(Duration::from_secs(3600)),
+            max_rate: Some(1e9),
+            ..crate::ServerConfig::default()
+        }
+    }
 
     /// Checks an iperf3 parameter document as the server does, up to the test it would run;
     /// true when the server would run it.
-    pub fn iperf3_params(v: &serde_json::Value) -> bool {
-        match hakaru_proto::iperf3::Params::from_json(v) {
-            Ok(p) => {
-                let limits = crate::ServerConfig {
-                    max_duration: Some(Duration::from_secs(3600)),
-                    max_rate: Some(1e9),
-                    ..crate::ServerConfig::default()
-                };
-                crate::iperf3::plan(&p, &limits).is_ok()
-            }
+    pub fn iperf3_params(v: &Value) -> bool {
+        match Params::from_json(v) {
+            Ok(p) => crate::iperf3::plan(&p, &limits()).is_ok(),
             Err(_) => false,
+        }
+    }
+
+    /// What an iperf3 session reads once its test runs, as `reads` deliver the bytes: state
+    /// bytes until TEST_END (anything else ends the session), the client's results (framed,
+    /// at most [`MAX_RESULTS_JSON`]), what the server makes of them (the client's side as a
+    /// report, this end's results with the server output the client asked for), then
+    /// IPERF_DONE. `setup` picks the test: its first byte's bits are UDP, `-R`, `--bidir`,
+    /// `--get-server-output`, JSON server output and 64-bit UDP counters; the second is
+    /// `-P` (1 to 128). Returns the server's results document when it got that far.
+    pub fn iperf3_session(setup: [u8; 2], reads: &[&[u8]]) -> Option<Value> {
+        let bit = |n: u8| setup[0] & (1 << n) != 0;
+        let udp = bit(0);
+        let params = Params {
+            protocol: Some(if udp { Protocol::Udp } else { Protocol::Tcp }),
+            time: 1.0,
+            parallel: 1 + u32::from(setup[1] % 128),
+            reverse: bit(1),
+            bidirectional: bit(2),
+            get_server_output: bit(3),
+            udp_counters_64bit: bit(5),
+            bandwidth: Some(1_000_000),
+            client_version: Some("3.12".into()),
+            ..Params::default()
+        };
+        let plan = crate::iperf3::plan(&params, &limits()).ok()?;
+        // This end's report of the test: what the engine would have counted.
+        let flows = plan
+            .flows
+            .iter()
+            .map(|&(id, dir)| {
+                let role = if dir == FlowDir::Down {
+                    Role::Sender
+                } else {
+                    Role::Receiver
+                };
+                FlowSide {
+                    id,
+                    dir,
+                    role,
+                    bytes: 1_000_000,
+                    omitted_bytes: 0,
+                    late_bytes: 0,
+                    late_seconds: 0.0,
+                    calls: 10,
+                    seconds: 1.0,
+                    tcp_info: None,
+                    udp: udp.then(|| UdpFlowSide {
+                        datagrams: 1000,
+                        omitted_datagrams: 0,
+                        next_seq: 1000,
+                        lost: 0,
+                        out_of_order: 0,
+                        duplicates: 0,
+                        jitter_ms: (role == Role::Receiver).then_some(0.1),
+                        ignored: 0,
+                        socket_drops: None,
+                    }),
+                    error: None,
+                }
+            })
+            .collect();
+        let report = SideReport {
+            end: End::Server,
+            flows,
+            cpu: None,
+            nic: None,
+            env: Environment::default(),
+            send_mode: "copy".into(),
+            recv_mode: "copy".into(),
+            udp_paths: None,
+            udp_kernel: None,
+            stray_datagrams: None,
+            connect: None,
+            window_start_unix: None,
+            window_end_unix: None,
+        };
+        let peer: SocketAddr = "192.0.2.1:40000".parse().ok()?;
+        let mut inbox = Inbox::new();
+        let mut ended = false;
+        let mut answer = None;
+        for read in reads {
+            inbox.feed(read);
+            while !ended {
+                match inbox.take_state() {
+                    None => break,
+                    Some(State::TestEnd) => ended = true,
+                    Some(_) => return None,
+                }
+            }
+            if ended && answer.is_none() {
+                match inbox.take_results(MAX_RESULTS_JSON) {
+                    Ok(None) => continue,
+                    Err(_) => return None,
+                    Ok(Some(theirs)) => {
+                        let mine = crate::iperf3::answer_results(
+                            &plan,
+                            &report,
+                            &theirs,
+                            &[],
+                            peer,
+                            "192.0.2.2:5201".into(),
+                            bit(4),
+                        )
+                        .ok()?;
+                        answer = Some(mine.to_json());
+                    }
+                }
+            }
+            if answer.is_some() {
+                let _ = inbox.take_state();
+            }
+        }
+        answer
+    }
+
+    /// A request head as the HTTP endpoint reads and answers it: `GET /bytes/SIZE` with its
+    /// range, or a body's framing. Panics if the answer's head does not say what was meant
+    /// (its length and range read back as sent).
+    pub fn http_request(buf: &[u8]) {
+        let Ok(Some(req)) = http_wire::parse_request(buf) else {
+            return;
+        };
+        assert!(req.head_len <= buf.len());
+        let path = req.path.split('?').next().unwrap_or("");
+        let Some(Ok(size)) = crate::http::bytes_size(path) else {
+            return;
+        };
+        let (status, range) = match http_wire::answer_range(req.range.as_deref(), size) {
+            RangeAnswer::Whole => (200, None),
+            RangeAnswer::Part(r) => {
+                assert!(r.first <= r.last && r.last < size, "{r:?} of {size}");
+                (206, Some(r))
+            }
+            RangeAnswer::Unsatisfiable => return,
+        };
+        let len = range.map_or(size, |r| r.len());
+        let headers: Vec<(&str, String)> = range
+            .map(|r| {
+                (
+                    "Content-Range",
+                    format!("bytes {}-{}/{size}", r.first, r.last),
+                )
+            })
+            .into_iter()
+            .collect();
+        let head = http_wire::response_head(status, "X", len, &headers, req.keep_alive);
+        let back = http_wire::parse_response(&head, false)
+            .expect("the endpoint's own head parses")
+            .expect("the endpoint's own head is whole");
+        assert_eq!(back.status, status);
+        assert_eq!(back.head_len, head.len());
+        assert_eq!(back.body, BodyKind::Length(len));
+        if let Some(r) = range {
+            assert_eq!(back.content_range, Some((r, Some(size))));
         }
     }
 }
