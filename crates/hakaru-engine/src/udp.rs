@@ -660,10 +660,7 @@ fn send_step(
             }
             Ok(true)
         }
-        Err(e)
-            if snd.gso
-                && matches!(e.raw_os_error(), Some(code) if code == libc::EIO || code == libc::EINVAL) =>
-        {
+        Err(e) if snd.gso && sys::is_gso_refused(&e) => {
             // The device cannot segment (no checksum offload) or refused the size: fall back.
             let _ = sys::udp_set_gso(fd, 0);
             snd.gso = false;
@@ -677,7 +674,7 @@ fn send_step(
             if matches!(
                 e.kind(),
                 io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-            ) || e.raw_os_error() == Some(libc::ENOBUFS) =>
+            ) || sys::is_out_of_buffers(&e) =>
         {
             let since = *snd.blocked_since.get_or_insert(now);
             if now.duration_since(since) > s.cfg.stall_timeout {
