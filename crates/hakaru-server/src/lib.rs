@@ -463,8 +463,7 @@ pub(crate) fn wait_readable(l: &TcpListener) {
 
 /// Waits until a listener has a connection to accept, at most `timeout`.
 pub(crate) fn wait_readable_for(l: &TcpListener, timeout: Duration) {
-    use hakaru_engine::sys::{self, AsRawFd};
-    sys::wait_fd(l.as_raw_fd(), sys::Interest::Read, timeout);
+    hakaru_engine::sys::wait_listener(l, timeout);
 }
 
 /// Checks the rate a UDP test asks the server to send against `--max-rate` (bits per second of

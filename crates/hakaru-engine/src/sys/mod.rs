@@ -128,7 +128,7 @@ pub use counters::{CpuSnapshot, NicSnapshot, UdpSnmp};
 pub use poll::{tighten_timer_slack, wait_fd, Interest, PollSet};
 pub use portable::{
     connect_bounded, is_connect_cut_short, is_gso_refused, is_not_found, is_out_of_buffers,
-    is_out_of_descriptors, stream_recv, stream_send, UDP_SHARED_PORT_DEMUX,
+    is_out_of_descriptors, stream_recv, stream_send, wait_listener, UDP_SHARED_PORT_DEMUX,
 };
 
 #[cfg(target_os = "linux")]

@@ -74,6 +74,21 @@ pub fn connect_bounded(sock: &Socket, addr: &SockAddr, timeout: Duration) -> io:
     }
 }
 
+/// Waits until a listener has a connection to accept, at most `timeout`: poll on Unix; a
+/// 20 ms sleep elsewhere (the accept loop tries its non-blocking accept either way).
+pub fn wait_listener(l: &std::net::TcpListener, timeout: Duration) {
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsRawFd;
+        super::wait_fd(l.as_raw_fd(), super::Interest::Read, timeout);
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = l;
+        std::thread::sleep(timeout.min(Duration::from_millis(20)));
+    }
+}
+
 /// Whether the kernel hands a datagram to the socket connected to its sender when several
 /// sockets share a UDP port. Linux (and every Unix here) does; Windows does not, so a Windows
 /// server gives each UDP flow a port of its own.
