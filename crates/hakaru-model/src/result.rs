@@ -538,8 +538,8 @@ pub struct EndResult {
 }
 
 /// How far the server's wall clock was from the client's, estimated from the control
-/// connection's handshake (the server's time in its welcome against the middle of the
-/// client's round trip, as NTP does).
+/// connection's handshake (the server's time in its welcome, or in its `auth_ok` when it has
+/// a key, against the middle of the client's round trip, as NTP does).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ClockOffset {
     /// Server clock minus client clock, seconds.
