@@ -1,0 +1,1 @@
+//! The native client session (hakaru's own protocol), as a machine.

@@ -1,0 +1,26 @@
+//! hakaru's control sessions as sans-IO state machines (after quinn-proto's `Connection`).
+//!
+//! A machine owns the protocol logic of one control session, and nothing else: no socket, no
+//! thread, no clock. Its driver (hakaru-server, hakaru-client) does the I/O and turns what
+//! happens into calls, all with the time of the event, `now`:
+//!
+//! - `handle(input, now)`: a decoded control message, the peer closing, a data path arriving,
+//!   the data plane's report, an answer the machine asked the driver for;
+//! - `handle_timeout(now)` once `now` has reached `timeout()`, the machine's next deadline;
+//! - `poll_output()`, after each of those, until it gives `None`: the actions to carry out in
+//!   order (send this message, start or stop the data plane, end the session).
+//!
+//! Because time is an argument, unit tests drive a machine on virtual time: a test makes one
+//! `Instant` and adds durations to it, so a ten-second timeout takes no time to test.
+//!
+//! Conventions every machine here keeps:
+//! - a machine never panics on any input, in any state; what the peer sends that does not fit
+//!   the state ends the session with a message that names the state and what arrived;
+//! - after the machine has given its final output (the session's end) it ignores all input;
+//! - the machine decides what is said on the wire; the driver decides how (the socket, the
+//!   framing in hakaru-proto).
+
+#![deny(clippy::indexing_slicing)]
+
+pub mod client;
+pub mod server;

@@ -1,0 +1,1 @@
+//! The native server session (hakaru's own protocol), as a machine.
