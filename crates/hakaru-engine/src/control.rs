@@ -27,15 +27,7 @@ pub enum ControlError {
     Io(#[from] io::Error),
 }
 
-/// How often each end of a control connection sends a keepalive during a test.
-pub const KEEPALIVE_EVERY: Duration = Duration::from_secs(2);
-
-/// How long a peer may say nothing on the control connection before the path counts as down:
-/// the test's stall timeout, but never less than two keepalive periods and a second, so a live
-/// peer is never taken for a dead one.
-pub fn silence_limit(stall_timeout: Duration) -> Duration {
-    stall_timeout.max(KEEPALIVE_EVERY * 2 + Duration::from_secs(1))
-}
+pub use hakaru_proto::native::{silence_limit, KEEPALIVE_EVERY};
 
 /// A control connection.
 #[derive(Debug)]

@@ -8,6 +8,8 @@
 #[cfg(test)]
 use hakaru_model::TcpSpec;
 use hakaru_model::{IntervalSample, SideReport, TestSpec};
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
 
 /// First bytes of every hakaru connection, in both directions.
@@ -20,6 +22,16 @@ pub const MAX_FRAME: usize = 8 << 20;
 /// test_request are a few hundred bytes, so an unadmitted peer cannot make the server buffer
 /// more than this per connection.
 pub const MAX_FIRST_FRAMES: usize = 64 << 10;
+
+/// How often each end of a control connection sends a keepalive during a test.
+pub const KEEPALIVE_EVERY: Duration = Duration::from_secs(2);
+
+/// How long a peer may say nothing on the control connection before the path counts as down:
+/// the test's stall timeout, but never less than two keepalive periods and a second, so a live
+/// peer is never taken for a dead one.
+pub fn silence_limit(stall_timeout: Duration) -> Duration {
+    stall_timeout.max(KEEPALIVE_EVERY * 2 + Duration::from_secs(1))
+}
 
 /// What a server says about itself: in its welcome without a key, after the key proof with
 /// one (a stranger learns neither its version, its OS, its clock nor its boot id).

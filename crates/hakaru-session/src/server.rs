@@ -1,1 +1,0 @@
-//! The native server session (hakaru's own protocol), as a machine.
