@@ -66,15 +66,24 @@ impl Iperf3Ctl {
 
     /// Reads once, waiting at most `wait`. `Ok(false)` on a timeout.
     fn fill(&mut self, wait: Duration) -> Result<bool, Iperf3CtlError> {
+        match self.read_raw(wait)? {
+            Some(b) => {
+                self.inbox.feed(&b);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Reads what has arrived, waiting at most `wait`; `None` when nothing did. For a driver
+    /// whose session machine keeps its own inbox (bytes already in this one stay there).
+    pub fn read_raw(&mut self, wait: Duration) -> Result<Option<Vec<u8>>, Iperf3CtlError> {
         let mut buf = [0u8; 16 * 1024];
         self.stream
             .set_read_timeout(Some(wait.max(Duration::from_millis(1))))?;
         match self.stream.read(&mut buf) {
             Ok(0) => Err(Iperf3CtlError::Closed),
-            Ok(n) => {
-                self.inbox.feed(buf.get(..n).unwrap_or_default());
-                Ok(true)
-            }
+            Ok(n) => Ok(Some(buf.get(..n).unwrap_or_default().to_vec())),
             Err(e)
                 if matches!(
                     e.kind(),
@@ -83,7 +92,7 @@ impl Iperf3Ctl {
                         | io::ErrorKind::Interrupted
                 ) =>
             {
-                Ok(false)
+                Ok(None)
             }
             Err(e) if e.kind() == io::ErrorKind::ConnectionReset => Err(Iperf3CtlError::Closed),
             Err(e) => Err(e.into()),

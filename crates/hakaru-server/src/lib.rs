@@ -555,7 +555,7 @@ pub mod fuzzing {
     /// true when the server would run it.
     pub fn iperf3_params(v: &Value) -> bool {
         match Params::from_json(v) {
-            Ok(p) => crate::iperf3::plan(&p, &limits()).is_ok(),
+            Ok(p) => crate::iperf3::check(&p, &limits()).is_ok(),
             Err(_) => false,
         }
     }
@@ -582,7 +582,7 @@ pub mod fuzzing {
             client_version: Some("3.12".into()),
             ..Params::default()
         };
-        let plan = crate::iperf3::plan(&params, &limits()).ok()?;
+        let plan = crate::iperf3::check(&params, &limits()).ok()?;
         // This end's report of the test: what the engine would have counted.
         let flows = plan
             .flows

@@ -23,4 +23,5 @@
 #![deny(clippy::indexing_slicing)]
 
 pub mod client;
+pub mod iperf3;
 pub mod server;

@@ -1,0 +1,202 @@
+//! A stock client's parameters checked against iperf3's rules and the server's limits, and
+//! turned into a hakaru test.
+
+use std::time::Duration;
+
+use hakaru_engine::sys;
+use hakaru_model::{Amount, BitRate, Bytes, Direction, Dur, TcpSpec, TestSpec, UdpRate, UdpSpec};
+use hakaru_proto::iperf3::{errno, Params, Protocol};
+
+use super::{Fail, Plan};
+
+/// The amount of a test in words, for the log.
+pub(super) fn amount_words(p: &Params) -> String {
+    if p.time > 0.0 {
+        format!("{} s", p.time)
+    } else if p.num > 0 {
+        format!("{} bytes", p.num)
+    } else {
+        format!("{} blocks", p.blockcount)
+    }
+}
+
+/// Checks the parameters as iperf3 3.18+ does and turns them into a hakaru test spec.
+pub(crate) fn check(p: &Params, limits: &crate::ServerConfig) -> Result<Plan, Fail> {
+    let (max_duration, max_rate) = (limits.max_duration, limits.max_rate);
+    let tell = |code: i32, why: String| Err(Fail::Tell(code, why));
+    if p.authtoken.is_some() {
+        return tell(
+            errno::IEAUTHTEST,
+            "the client sent credentials; hakaru does not support iperf3 authentication".into(),
+        );
+    }
+    let udp = match p.protocol {
+        Some(Protocol::Tcp) => false,
+        Some(Protocol::Udp) => true,
+        Some(Protocol::Sctp) => return tell(errno::IEPROTOCOL, "SCTP is not supported".into()),
+        None => return tell(errno::IEPROTOCOL, "the parameters name no protocol".into()),
+    };
+    if !(1..=128).contains(&p.parallel) {
+        return tell(errno::IENUMSTREAMS, format!("-P {} (1 to 128)", p.parallel));
+    }
+    if p.parallel > limits.max_flows {
+        return tell(
+            errno::IENUMSTREAMS,
+            format!(
+                "-P {}: the server allows {} (--max-flows)",
+                p.parallel, limits.max_flows
+            ),
+        );
+    }
+    // Params::from_json refuses negative and non-finite numbers; checked again here because
+    // these become Durations, which panic on them.
+    if !(p.time.is_finite() && p.omit.is_finite() && p.time >= 0.0 && p.omit >= 0.0) {
+        return tell(
+            errno::IEDURATION,
+            format!("-t {} -O {}: not a duration", p.time, p.omit),
+        );
+    }
+    if p.time > 86_400.0 {
+        return tell(errno::IEDURATION, format!("-t {} (at most 86400)", p.time));
+    }
+    if p.omit > 600.0 {
+        return tell(errno::IEOMIT, format!("-O {} (at most 600)", p.omit));
+    }
+    if let Some(max) = max_duration {
+        if p.time + p.omit > max.as_secs_f64() {
+            return tell(
+                errno::IEDURATION,
+                format!(
+                    "-t {} -O {}: the server runs tests of at most {:.0} s (--max-duration)",
+                    p.time,
+                    p.omit,
+                    max.as_secs_f64()
+                ),
+            );
+        }
+    }
+    if p.window.is_some_and(|w| w > 512 << 20) {
+        return tell(errno::IEBUFSIZE, format!("-w {:?}", p.window));
+    }
+    if p.mss.is_some_and(|m| m > 9216) {
+        return tell(errno::IEMSS, format!("-M {:?} (at most 9216)", p.mss));
+    }
+    if p.tos.is_some_and(|t| t > 255) {
+        return tell(errno::IEBADTOS, format!("-S {:?}", p.tos));
+    }
+    if p.time == 0.0 && p.num == 0 && p.blockcount == 0 {
+        return tell(
+            errno::IEDURATION,
+            "no -t, -n or -k: the test would never end".into(),
+        );
+    }
+    let length = match (udp, p.len) {
+        (false, None | Some(0)) => 128 * 1024,
+        (false, Some(l)) if l > 1 << 20 => {
+            return tell(errno::IEBLOCKSIZE, format!("-l {l} (at most 1048576)"))
+        }
+        (true, None | Some(0)) => 1460,
+        (true, Some(l)) => {
+            let min = if p.udp_counters_64bit { 16 } else { 12 };
+            if !(min..=65_507).contains(&l) {
+                return tell(
+                    errno::IEUDPBLOCKSIZE,
+                    format!("-l {l} ({min} to 65507 for UDP)"),
+                );
+            }
+            l
+        }
+        (false, Some(l)) => l,
+    };
+    if let Some(cc) = &p.congestion {
+        let avail = sys::available_congestion();
+        if !avail.is_empty() && !avail.iter().any(|a| a == cc) {
+            return tell(
+                errno::IESETCONGESTION,
+                format!(
+                    "-C {cc}: not available here (available: {})",
+                    avail.join(" ")
+                ),
+            );
+        }
+    }
+    let direction = if p.bidirectional {
+        Direction::Bidir
+    } else if p.reverse {
+        Direction::Reverse
+    } else {
+        Direction::Forward
+    };
+    let amount = if p.time > 0.0 {
+        Amount::Time(Dur(
+            Duration::try_from_secs_f64(p.time).unwrap_or(Duration::from_secs(86_400))
+        ))
+    } else if p.num > 0 {
+        Amount::Bytes(Bytes(p.num))
+    } else {
+        Amount::Blocks(p.blockcount)
+    };
+    let omit = Dur(Duration::try_from_secs_f64(p.omit).unwrap_or_default());
+    let window = p.window.map(Bytes);
+    let tos = p.tos.map(|t| t as u8);
+    let spec = if udp {
+        TestSpec::Udp(UdpSpec {
+            flows: p.parallel,
+            direction,
+            amount,
+            omit,
+            length: Bytes(length),
+            rate: match p.bandwidth {
+                Some(0) => UdpRate::Unlimited,
+                Some(b) => UdpRate::Bits(BitRate(b as f64)),
+                None => UdpRate::Bits(BitRate(1_048_576.0)),
+            },
+            window,
+            tos,
+            ..UdpSpec::default()
+        })
+    } else {
+        TestSpec::Tcp(TcpSpec {
+            flows: p.parallel,
+            direction,
+            amount,
+            omit,
+            length: Bytes(length),
+            window,
+            mss: p.mss,
+            congestion: p.congestion.clone(),
+            nodelay: p.nodelay,
+            tos,
+            zerocopy: p.zerocopy,
+            ..TcpSpec::default()
+        })
+    };
+    if let TestSpec::Udp(u) = &spec {
+        let rate = match u.rate {
+            UdpRate::Bits(b) if b.0 > 0.0 => Some(b.0),
+            _ => None,
+        };
+        let server_sends = p.reverse || p.bidirectional;
+        if let Err(why) = crate::check_send_rate(max_rate, server_sends, rate, u.flows) {
+            return tell(errno::IEUDPBLOCKSIZE, why);
+        }
+    } else {
+        // TCP: -b paces each stream; without it the server sends as fast as it can.
+        let server_sends = p.reverse || p.bidirectional;
+        let rate = p.bandwidth.filter(|&b| b > 0).map(|b| b as f64);
+        if let Err(why) = crate::check_send_rate(max_rate, server_sends, rate, p.parallel) {
+            return tell(errno::IETOTALRATE, why);
+        }
+    }
+    let need = crate::budget::server_memory(&spec, sys::online_cpus());
+    if let Err(why) = crate::budget::check_test_memory(&limits.budgets, need) {
+        return tell(errno::IEBLOCKSIZE, why);
+    }
+    let flows = spec.flow_plan();
+    Ok(Plan {
+        params: p.clone(),
+        spec,
+        udp,
+        flows,
+    })
+}

@@ -1,0 +1,117 @@
+//! The results exchange's server side: the client's results read against the plan, this end's
+//! document made, with the server output the client asked for.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use hakaru_model::{Direction, End, FlowDir, IntervalSample, TestSpec};
+use hakaru_proto::iperf3::{self as wire, errno, report_from_results, results_from_report};
+
+use super::{Fail, Plan};
+
+/// What the server makes of a client's results: the client's side as a report (every stream
+/// of the plan must be there), and this end's results document with the output the client
+/// asked for, as iperf3's text or (`json_output`) `-J` document.
+pub(crate) fn answer_results(
+    plan: &Plan,
+    report: &hakaru_model::SideReport,
+    theirs: &wire::Results,
+    samples: &[IntervalSample],
+    peer: SocketAddr,
+    local: String,
+    json_output: bool,
+) -> Result<wire::Results, Fail> {
+    let client_sends = |dir: FlowDir| dir == FlowDir::Up;
+    let client = report_from_results(
+        End::Client,
+        theirs,
+        &plan.flows,
+        client_sends,
+        plan.udp,
+        &format!(
+            "iperf3 {}",
+            plan.params.client_version.as_deref().unwrap_or("")
+        ),
+    )
+    .map_err(|e| Fail::Tell(errno::IESTREAMID, e.to_string()))?;
+    let mut mine = results_from_report(report, !plan.udp);
+    if plan.params.get_server_output {
+        let result = server_run(plan, report, &client, samples, peer, local);
+        if json_output {
+            mine.server_output_json = Some(crate::iperf3_output::json(&result));
+        } else {
+            mine.server_output_text = Some(crate::iperf3_output::text(&result));
+        }
+    }
+    Ok(mine)
+}
+
+/// The run as a [`hakaru_model::RunResult`] seen from the server (`local` is its address on
+/// the control connection), for the server output the client asked for.
+fn server_run(
+    plan: &Plan,
+    report: &hakaru_model::SideReport,
+    client: &hakaru_model::SideReport,
+    samples: &[IntervalSample],
+    peer: SocketAddr,
+    local: String,
+) -> hakaru_model::RunResult {
+    let dirs: BTreeMap<u32, FlowDir> = plan.flows.iter().copied().collect();
+    // The server's own samples, seen from the server: it is the local end here.
+    let intervals = samples
+        .iter()
+        .map(|s| {
+            let flipped: BTreeMap<u32, FlowDir> =
+                dirs.iter().map(|(&id, &d)| (id, flip(d))).collect();
+            hakaru_model::merge_interval(Some(s), None, &flipped)
+        })
+        .collect();
+    let mut spec = plan.spec.clone();
+    flip_spec(&mut spec);
+    let mut mine = report.clone();
+    let mut theirs = client.clone();
+    for f in mine.flows.iter_mut().chain(theirs.flows.iter_mut()) {
+        f.dir = flip(f.dir);
+    }
+    let started_unix = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+        - report.flows.first().map_or(0.0, |f| f.seconds);
+    hakaru_model::assemble(hakaru_model::AssembleInputs {
+        ipv6: peer.ip().to_canonical().is_ipv6(),
+        spec,
+        server: peer.to_string(),
+        embedded: false,
+        local_address: local,
+        remote_address: peer.to_string(),
+        started_unix,
+        intervals,
+        local: mine,
+        remote: theirs,
+        interrupted: false,
+        notes: vec![format!("iperf3 test from {peer}")],
+    })
+}
+
+/// Directions seen from the other end.
+fn flip(d: FlowDir) -> FlowDir {
+    match d {
+        FlowDir::Up => FlowDir::Down,
+        FlowDir::Down => FlowDir::Up,
+    }
+}
+
+fn flip_spec(spec: &mut TestSpec) {
+    let flip_dir = |d: Direction| match d {
+        Direction::Forward => Direction::Reverse,
+        Direction::Reverse => Direction::Forward,
+        Direction::Bidir => Direction::Bidir,
+    };
+    match spec {
+        TestSpec::Tcp(t) => t.direction = flip_dir(t.direction),
+        TestSpec::Udp(u) => u.direction = flip_dir(u.direction),
+        _ => {}
+    }
+}

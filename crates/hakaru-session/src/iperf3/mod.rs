@@ -1,0 +1,5 @@
+//! iperf3's control sessions (stock iperf3 3.x clients and servers), as machines.
+
+pub mod server;
+#[cfg(test)]
+mod server_tests;
