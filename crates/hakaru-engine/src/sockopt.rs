@@ -46,57 +46,18 @@ pub fn apply_tcp_options(
         wrap("-N/--no-delay", sock.set_tcp_nodelay(true))?;
     }
     set_tos(sock, spec.tos, ipv6)?;
-    #[cfg(target_os = "linux")]
     if let Some(cc) = &spec.congestion {
         wrap(
             format!("-C/--congestion {cc}"),
-            sock.set_tcp_congestion(cc.as_bytes()).map_err(|e| {
-                if crate::sys::is_not_found(&e) {
-                    io::Error::new(
-                        io::ErrorKind::NotFound,
-                        format!(
-                            "congestion control '{cc}' is not available on this host (available: {})",
-                            crate::sys::available_congestion().join(" ")
-                        ),
-                    )
-                } else {
-                    e
-                }
-            }),
+            crate::sys::set_congestion(sock, cc),
         )?;
     }
-    // Elsewhere a congestion control cannot be chosen per socket: refused, not ignored.
-    #[cfg(not(target_os = "linux"))]
-    if let Some(cc) = &spec.congestion {
-        wrap(
-            format!("-C/--congestion {cc}"),
-            Err::<(), _>(io::Error::new(
-                io::ErrorKind::Unsupported,
-                format!(
-                    "{} has no per-socket congestion control (hakaru sets it on Linux)",
-                    std::env::consts::OS
-                ),
-            )),
-        )?;
-    }
-    #[cfg(all(unix, not(target_os = "redox")))]
-    if before_connect {
-        if let Some(mss) = spec.mss {
-            wrap(format!("-M/--mss {mss}"), sock.set_tcp_mss(mss))?;
-        }
-    }
-    // Windows can read the MSS but not set it: refused, not ignored.
-    #[cfg(windows)]
     if let Some(mss) = spec.mss {
         wrap(
             format!("-M/--mss {mss}"),
-            Err::<(), _>(io::Error::new(
-                io::ErrorKind::Unsupported,
-                "Windows does not let a program set the TCP maximum segment size",
-            )),
+            crate::sys::set_mss(sock, mss, before_connect),
         )?;
     }
-    let _ = before_connect;
     Ok(())
 }
 
@@ -138,35 +99,7 @@ pub fn apply_udp_options(sock: &Socket, spec: &UdpSpec, ipv6: bool) -> Result<()
 
 fn set_tos(sock: &Socket, tos: Option<u8>, ipv6: bool) -> Result<(), SockoptError> {
     let Some(tos) = tos else { return Ok(()) };
-    // Windows accepts IP_TOS and then ignores it (marking needs a QoS policy): refused, not
-    // silently dropped.
-    #[cfg(windows)]
-    {
-        let _ = (sock, ipv6);
-        wrap(
-            format!("--tos {tos}"),
-            Err::<(), _>(io::Error::new(
-                io::ErrorKind::Unsupported,
-                "Windows ignores the TOS byte a program sets (DSCP marking needs a QoS policy)",
-            )),
-        )
-    }
-    #[cfg(not(windows))]
-    {
-        let r = if ipv6 {
-            #[cfg(unix)]
-            {
-                sock.set_tclass_v6(u32::from(tos))
-            }
-            #[cfg(not(unix))]
-            {
-                Err(io::Error::new(io::ErrorKind::Unsupported, "IPV6_TCLASS"))
-            }
-        } else {
-            sock.set_tos_v4(u32::from(tos))
-        };
-        wrap(format!("--tos {tos}"), r)
-    }
+    wrap(format!("--tos {tos}"), crate::sys::set_tos(sock, tos, ipv6))
 }
 
 #[cfg(test)]

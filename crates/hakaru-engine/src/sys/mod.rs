@@ -105,6 +105,7 @@
 mod counters;
 mod poll;
 mod portable;
+mod sockopts;
 
 #[cfg(target_os = "linux")]
 mod linux;
@@ -130,6 +131,7 @@ pub use portable::{
     connect_bounded, is_connect_cut_short, is_gso_refused, is_not_found, is_out_of_buffers,
     is_out_of_descriptors, stream_recv, stream_send, wait_listener, UDP_SHARED_PORT_DEMUX,
 };
+pub use sockopts::{set_congestion, set_mss, set_tos};
 
 #[cfg(target_os = "linux")]
 pub use linux::{

@@ -1,0 +1,95 @@
+//! Per-socket options whose support differs by OS: the congestion control, the MSS and the
+//! TOS byte. Where an OS cannot set one, the call fails with `Unsupported` and says why: a
+//! test is refused, never run without the option the user asked for.
+
+use std::io;
+
+use socket2::Socket;
+
+/// Sets the socket's TCP congestion control (Linux only).
+pub fn set_congestion(sock: &Socket, cc: &str) -> io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        sock.set_tcp_congestion(cc.as_bytes()).map_err(|e| {
+            if super::is_not_found(&e) {
+                io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!(
+                        "congestion control '{cc}' is not available on this host (available: {})",
+                        super::available_congestion().join(" ")
+                    ),
+                )
+            } else {
+                e
+            }
+        })
+    }
+    // Elsewhere a congestion control cannot be chosen per socket.
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (sock, cc);
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!(
+                "{} has no per-socket congestion control (hakaru sets it on Linux)",
+                std::env::consts::OS
+            ),
+        ))
+    }
+}
+
+/// Sets the TCP maximum segment size; only before the handshake has any effect, so on an
+/// accepted socket (`before_connect` false) it is a no-op where the OS can set it at all.
+pub fn set_mss(sock: &Socket, mss: u32, before_connect: bool) -> io::Result<()> {
+    #[cfg(all(unix, not(target_os = "redox")))]
+    {
+        if before_connect {
+            sock.set_tcp_mss(mss)?;
+        }
+        Ok(())
+    }
+    // Windows can read the MSS but not set it.
+    #[cfg(windows)]
+    {
+        let _ = (sock, mss, before_connect);
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "Windows does not let a program set the TCP maximum segment size",
+        ))
+    }
+    #[cfg(not(any(all(unix, not(target_os = "redox")), windows)))]
+    {
+        let _ = (sock, mss, before_connect);
+        Ok(())
+    }
+}
+
+/// Sets the TOS byte (IPv4) or traffic class (IPv6).
+pub fn set_tos(sock: &Socket, tos: u8, ipv6: bool) -> io::Result<()> {
+    // Windows accepts IP_TOS and then ignores it (marking needs a QoS policy): refused, not
+    // silently dropped.
+    #[cfg(windows)]
+    {
+        let _ = (sock, tos, ipv6);
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "Windows ignores the TOS byte a program sets (DSCP marking needs a QoS policy)",
+        ))
+    }
+    #[cfg(unix)]
+    {
+        if ipv6 {
+            sock.set_tclass_v6(u32::from(tos))
+        } else {
+            sock.set_tos_v4(u32::from(tos))
+        }
+    }
+    #[cfg(not(any(unix, windows)))]
+    {
+        if ipv6 {
+            Err(io::Error::new(io::ErrorKind::Unsupported, "IPV6_TCLASS"))
+        } else {
+            sock.set_tos_v4(u32::from(tos))
+        }
+    }
+}
