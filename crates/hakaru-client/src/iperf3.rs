@@ -24,13 +24,12 @@ use hakaru_model::{
 use hakaru_proto::datagram::Framing;
 use hakaru_proto::iperf3::{
     self as wire, error_text, report_from_results, results_from_report, Params, Protocol, Results,
-    State,
 };
 
 use crate::{connect_one, ClientError, ClientOptions};
 use hakaru_model::{assemble, merge_interval};
 
-const STEP_TIMEOUT: Duration = Duration::from_secs(30);
+use hakaru_session::iperf3::client::{self as machine, STEP_TIMEOUT};
 const UDP_REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest the client waits for its sent data to be acknowledged before TEST_END.
 const LAND_TIMEOUT: Duration = Duration::from_secs(1);
@@ -39,64 +38,6 @@ const LAND_STEADY: Duration = Duration::from_millis(100);
 /// After TEST_END, how long TCP receivers wait for the server to close before taking what
 /// has arrived.
 const DRAIN_AFTER: Duration = Duration::from_secs(2);
-
-fn ctl_err(addr: &str) -> impl Fn(Iperf3CtlError) -> ClientError + '_ {
-    move |e| match e {
-        Iperf3CtlError::Closed => ClientError::ServerGone {
-            addr: addr.to_string(),
-            what: "closed the control connection (is it an iperf3 server?)".into(),
-        },
-        other => ClientError::ServerGone {
-            addr: addr.to_string(),
-            what: other.to_string(),
-        },
-    }
-}
-
-/// What a state other than the expected one means, as an error.
-fn unexpected(ctl: &mut Iperf3Ctl, st: State, waiting_for: &str, addr: &str) -> ClientError {
-    match st {
-        State::AccessDenied => ClientError::Refused(format!(
-            "the iperf3 server at {addr} is busy running a test; try again later"
-        )),
-        State::ServerError => {
-            let words = ctl.recv_exact(4, Duration::from_secs(2)).ok();
-            let code = words
-                .map(|w| i32::from_be_bytes([w[0], w[1], w[2], w[3]]))
-                .unwrap_or(0);
-            // errno follows in most versions; it adds nothing the code does not say.
-            let _ = ctl.recv_exact(4, Duration::from_millis(200));
-            ClientError::Server(format!("iperf3 server error: {}", error_text(code)))
-        }
-        State::ServerTerminate => ClientError::ServerGone {
-            addr: addr.to_string(),
-            what: "terminated the test (SERVER_TERMINATE)".into(),
-        },
-        other => ClientError::Server(format!(
-            "iperf3 server sent state {other:?} while {waiting_for}"
-        )),
-    }
-}
-
-fn expect(
-    ctl: &mut Iperf3Ctl,
-    want: State,
-    waiting_for: &str,
-    addr: &str,
-) -> Result<(), ClientError> {
-    let st = ctl.recv_state(STEP_TIMEOUT).map_err(ctl_err(addr))?;
-    if st == want {
-        Ok(())
-    } else {
-        Err(unexpected(ctl, st, waiting_for, addr))
-    }
-}
-
-/// TEST_START, then TEST_RUNNING: data may flow.
-fn wait_running(ctl: &mut Iperf3Ctl, addr: &str) -> Result<(), ClientError> {
-    expect(ctl, State::TestStart, "waiting for TEST_START", addr)?;
-    expect(ctl, State::TestRunning, "waiting for TEST_RUNNING", addr)
-}
 
 /// The parameters that ask a stock server for `spec`.
 fn params_for(spec: &TestSpec) -> Result<Params, ClientError> {
@@ -194,7 +135,8 @@ fn open_udp_stream(
     }
 }
 
-/// Runs `opts.spec` against a stock iperf3 server.
+/// Runs `opts.spec` against a stock iperf3 server: the driver of
+/// `hakaru_session::iperf3::client`.
 pub(crate) fn run(
     opts: &ClientOptions,
     observer: &mut dyn Observer,
@@ -211,170 +153,349 @@ pub(crate) fn run(
         .map(|a| a.to_string())
         .unwrap_or_default();
     let local_ip = stream.local_addr().ok().map(|a| a.ip());
-    let mut ctl = Iperf3Ctl::new(stream, &[]);
     let mut seed = [0u8; 36];
     seed.copy_from_slice(&Payload::Random.fill(36));
     let cookie = wire::make_cookie(&seed);
-    ctl.send(&cookie).map_err(ctl_err(&addr))?;
-    expect(
-        &mut ctl,
-        State::ParamExchange,
-        "waiting for PARAM_EXCHANGE",
-        &addr,
-    )?;
-    ctl.send_json(&params.to_json()).map_err(ctl_err(&addr))?;
-    expect(
-        &mut ctl,
-        State::CreateStreams,
-        "waiting for CREATE_STREAMS",
-        &addr,
-    )?;
-    let plan = spec.flow_plan();
-    let udp = matches!(spec, TestSpec::Udp(_));
-    let role = |dir: FlowDir| match dir {
-        FlowDir::Up => Role::Sender,
-        FlowDir::Down => Role::Receiver,
+    let timed = match spec.amount() {
+        Amount::Time(t) => Some(t.0 + spec.omit().0),
+        _ => None,
     };
+    let mut m = machine::Session::new(&cookie, params.to_json(), timed, Instant::now());
     let iface = local_ip.and_then(sys::interface_for_addr);
-    let mut cfg = SideConfig::for_spec(End::Client, &spec, opts.affinity.clone(), iface);
-    cfg.payload = Payload::Random;
-    cfg.half_close = false;
     let (tx, rx) = mpsc::channel::<IntervalSample>();
-    let on_interval = Box::new(move |s| {
-        let _ = tx.send(s);
-    });
+    let mut d = Driver {
+        opts,
+        spec: &spec,
+        ctl: Iperf3Ctl::new(stream, &[]),
+        addr: &addr,
+        server_addr,
+        cookie,
+        cfg: Some(SideConfig::for_spec(
+            End::Client,
+            &spec,
+            opts.affinity.clone(),
+            iface,
+        )),
+        tx: Some(tx),
+        rx,
+        flows: None,
+        run: None,
+        held_tcp: Vec::new(),
+        held_udp: Vec::new(),
+        total: params.num.max(params.blockcount * params.len.unwrap_or(0)),
+        dirs: spec.flow_plan().into_iter().collect(),
+        intervals: Vec::new(),
+        local: None,
+        remote: None,
+        theirs: None,
+        started_unix: 0.0,
+    };
+    let interrupted = d.drive(&mut m, observer, &stop)?;
+    let (Some(local), Some(remote), Some(theirs)) =
+        (d.local.take(), d.remote.take(), d.theirs.take())
+    else {
+        return Err(ClientError::Server(
+            "internal error: the iperf3 session ended without results".into(),
+        ));
+    };
+    // The server closes its data sockets when it is done; ours close only now, after the
+    // results are in.
+    drop(d.held_tcp);
+    drop(d.held_udp);
+    if let Some(e) = local.flows.iter().find_map(|f| f.error.clone()) {
+        return Err(ClientError::Flow(e));
+    }
+    let result = finish(
+        opts,
+        spec.clone(),
+        &addr,
+        local_address,
+        d.started_unix,
+        d.intervals,
+        local,
+        remote,
+        interrupted,
+        &theirs,
+    );
+    observer.on_end(&result);
+    Ok(result)
+}
+
+/// The flows opened for the engine, before it starts.
+enum Opened {
+    Tcp(Vec<FlowSocket>),
+    Udp(UdpConfig, Vec<UdpFlowSocket>),
+}
+
+/// The I/O half of a `--iperf3` run.
+struct Driver<'a> {
+    opts: &'a ClientOptions,
+    spec: &'a TestSpec,
+    ctl: Iperf3Ctl,
+    addr: &'a str,
+    server_addr: SocketAddr,
+    cookie: [u8; wire::COOKIE_LEN],
+    cfg: Option<SideConfig>,
+    tx: Option<mpsc::Sender<IntervalSample>>,
+    rx: mpsc::Receiver<IntervalSample>,
+    flows: Option<Opened>,
+    run: Option<Running>,
     // iperf3's server closes its data sockets when the test ends; closing ours before the
     // results are shown would reset a server still writing. These duplicates keep every data
-    // socket open until this function returns.
-    let mut held_tcp = Vec::new();
-    let mut held_udp = Vec::new();
-    let run = match &spec {
-        TestSpec::Tcp(t) => {
-            let mut flows = Vec::with_capacity(plan.len());
-            let mut up = 0u32;
-            for &(id, dir) in &plan {
-                let mut s = connect_one(server_addr, opts.bind, opts.connect_timeout, |sock| {
-                    apply_tcp_options(sock, t, server_addr.is_ipv6(), true)
-                        .map_err(ClientError::from)
+    // socket open until the run returns.
+    held_tcp: Vec<std::net::TcpStream>,
+    held_udp: Vec<UdpSocket>,
+    /// An amount test's bytes (`-n`, or `-k` blocks).
+    total: u64,
+    dirs: BTreeMap<u32, FlowDir>,
+    intervals: Vec<hakaru_model::IntervalRecord>,
+    local: Option<SideReport>,
+    remote: Option<SideReport>,
+    theirs: Option<Results>,
+    started_unix: f64,
+}
+
+impl Driver<'_> {
+    /// Runs the session to its end: `Ok(interrupted)`.
+    fn drive(
+        &mut self,
+        m: &mut machine::Session,
+        observer: &mut dyn Observer,
+        stop: &AtomicBool,
+    ) -> Result<bool, ClientError> {
+        loop {
+            while let Some(out) = m.poll_output() {
+                if let machine::Output::End(how) = out {
+                    if let Some(run) = self.run.take() {
+                        run.abort();
+                    }
+                    return how.map_err(|e| self.error(e));
+                }
+                if let Err(e) = self.act(m, out, observer) {
+                    m.handle(machine::Input::Failed(e), Instant::now());
+                }
+            }
+            self.show(observer);
+            if m.is_running() {
+                if let Some(input) = self.check_run(stop) {
+                    m.handle(input, Instant::now());
+                    continue;
+                }
+            }
+            let wait = m
+                .timeout()
+                .map_or(Duration::from_millis(50), |t| {
+                    t.saturating_duration_since(Instant::now())
                 })
-                .map_err(|e| ClientError::Data {
-                    flow: id,
-                    reason: e.to_string(),
-                })?;
-                s.write_all(&cookie).map_err(|e| ClientError::Data {
-                    flow: id,
-                    reason: e.to_string(),
-                })?;
-                if let Ok(dup) = s.try_clone() {
-                    held_tcp.push(dup);
-                }
-                let quota = (dir == FlowDir::Up).then(|| {
-                    up += 1;
-                    t.bytes_for_flow(up - 1)
-                });
-                flows.push(FlowSocket {
-                    id,
-                    dir,
-                    role: role(dir),
-                    stream: s,
-                    quota: quota.flatten(),
-                });
+                .min(Duration::from_millis(50));
+            let input = match self.ctl.read_raw(wait) {
+                Ok(Some(b)) => Some(machine::Input::Bytes(b)),
+                Ok(None) => None,
+                Err(Iperf3CtlError::Closed) => Some(machine::Input::Closed),
+                Err(e) => Some(machine::Input::ReadFailed(e.to_string())),
+            };
+            if let Some(i) = input {
+                m.handle(i, Instant::now());
             }
-            wait_running(&mut ctl, &addr)?;
-            Running::Tcp(SideRun::start(cfg, flows, on_interval, Box::new(|| {}))?)
+            if m.timeout().is_some_and(|t| Instant::now() >= t) {
+                m.handle_timeout(Instant::now());
+            }
         }
-        TestSpec::Udp(u) => {
-            let mut flows = Vec::with_capacity(plan.len());
-            let mut up = 0u32;
-            for &(id, dir) in &plan {
-                let socket = open_udp_stream(opts, u, server_addr, id)?;
-                if let Ok(dup) = socket.try_clone() {
-                    held_udp.push(dup);
-                }
-                let quota = (dir == FlowDir::Up).then(|| {
-                    up += 1;
-                    u.datagrams_for_flow(up - 1)
-                });
-                flows.push(UdpFlowSocket {
-                    id,
-                    dir,
-                    role: role(dir),
-                    socket,
-                    quota: quota.flatten(),
-                });
+    }
+
+    /// What the running engine says: the user's stop, a failed stream, an amount moved.
+    fn check_run(&self, stop: &AtomicBool) -> Option<machine::Input> {
+        let run = self.run.as_ref()?;
+        if stop.load(Ordering::Acquire) {
+            return Some(machine::Input::Interrupt);
+        }
+        if self.total > 0
+            && (run.is_done()
+                || run.moved(Role::Sender) >= self.total
+                || run.moved(Role::Receiver) >= self.total)
+        {
+            return Some(machine::Input::AmountDone);
+        }
+        run.first_error().map(machine::Input::SideFailed)
+    }
+
+    /// Live intervals: this end's numbers only (iperf3 does not stream the server's).
+    fn show(&mut self, observer: &mut dyn Observer) {
+        while let Ok(s) = self.rx.try_recv() {
+            let rec = merge_interval(Some(&s), None, &self.dirs);
+            observer.on_interval(&rec);
+            self.intervals.push(rec);
+        }
+    }
+
+    fn act(
+        &mut self,
+        m: &mut machine::Session,
+        out: machine::Output,
+        observer: &mut dyn Observer,
+    ) -> Result<(), machine::Error> {
+        use machine::Output as O;
+        match out {
+            O::Send(b) => {
+                // A write that fails is the server gone: the next read says so.
+                let _ = self.ctl.send(&b);
             }
-            let mut ucfg = UdpConfig::from_spec(u, hakaru_model::FlowDir::Up);
-            ucfg.framing = Framing::Iperf3 { seq64: false };
-            wait_running(&mut ctl, &addr)?;
-            Running::Udp(UdpRun::start(
+            O::OpenStreams => {
+                self.flows = Some(self.open_streams().map_err(|e| match e {
+                    ClientError::Data { flow, reason } => {
+                        machine::Error::Flow(format!("flow {flow}: {reason}"))
+                    }
+                    other => machine::Error::Flow(other.to_string()),
+                })?);
+                m.handle(machine::Input::StreamsOpen, Instant::now());
+            }
+            O::StartSide => {
+                self.start()
+                    .map_err(|e| machine::Error::Flow(e.to_string()))?;
+                observer.on_start(self.spec, self.addr, self.opts.embedded);
+                self.started_unix = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map(|d| d.as_secs_f64())
+                    .unwrap_or(0.0);
+            }
+            O::Land => {
+                self.land();
+                m.handle(machine::Input::Landed, Instant::now());
+            }
+            O::Drain => {
+                let mine = self.drain(observer)?;
+                m.handle(machine::Input::SideDone(Box::new(mine)), Instant::now());
+            }
+            O::Results(theirs) => {
+                let udp = matches!(self.spec, TestSpec::Udp(_));
+                let plan: Vec<(u32, FlowDir)> = self.dirs.iter().map(|(&k, &v)| (k, v)).collect();
+                let remote = report_from_results(
+                    End::Server,
+                    &theirs,
+                    &plan,
+                    |d| d == FlowDir::Down,
+                    udp,
+                    "iperf3",
+                )
+                .map_err(|e| machine::Error::BadResults(e.to_string()))?;
+                self.remote = Some(remote);
+                self.theirs = Some(*theirs);
+            }
+            O::AbortSide => {
+                if let Some(run) = self.run.take() {
+                    run.abort();
+                }
+            }
+            O::End(_) => {}
+        }
+        Ok(())
+    }
+
+    /// Opens every data stream with the test's cookie.
+    fn open_streams(&mut self) -> Result<Opened, ClientError> {
+        let (opts, server_addr) = (self.opts, self.server_addr);
+        let role = |dir: FlowDir| match dir {
+            FlowDir::Up => Role::Sender,
+            FlowDir::Down => Role::Receiver,
+        };
+        let plan: Vec<(u32, FlowDir)> = self.spec.flow_plan();
+        let mut up = 0u32;
+        match self.spec {
+            TestSpec::Tcp(t) => {
+                let mut flows = Vec::with_capacity(plan.len());
+                for &(id, dir) in &plan {
+                    let data = |e: &dyn std::fmt::Display| ClientError::Data {
+                        flow: id,
+                        reason: e.to_string(),
+                    };
+                    let mut s = connect_one(server_addr, opts.bind, opts.connect_timeout, |sock| {
+                        apply_tcp_options(sock, t, server_addr.is_ipv6(), true)
+                            .map_err(ClientError::from)
+                    })
+                    .map_err(|e| data(&e))?;
+                    s.write_all(&self.cookie).map_err(|e| data(&e))?;
+                    if let Ok(dup) = s.try_clone() {
+                        self.held_tcp.push(dup);
+                    }
+                    let quota = (dir == FlowDir::Up).then(|| {
+                        up += 1;
+                        t.bytes_for_flow(up - 1)
+                    });
+                    flows.push(FlowSocket {
+                        id,
+                        dir,
+                        role: role(dir),
+                        stream: s,
+                        quota: quota.flatten(),
+                    });
+                }
+                Ok(Opened::Tcp(flows))
+            }
+            TestSpec::Udp(u) => {
+                let mut flows = Vec::with_capacity(plan.len());
+                for &(id, dir) in &plan {
+                    let socket = open_udp_stream(opts, u, server_addr, id)?;
+                    if let Ok(dup) = socket.try_clone() {
+                        self.held_udp.push(dup);
+                    }
+                    let quota = (dir == FlowDir::Up).then(|| {
+                        up += 1;
+                        u.datagrams_for_flow(up - 1)
+                    });
+                    flows.push(UdpFlowSocket {
+                        id,
+                        dir,
+                        role: role(dir),
+                        socket,
+                        quota: quota.flatten(),
+                    });
+                }
+                let mut ucfg = UdpConfig::from_spec(u, hakaru_model::FlowDir::Up);
+                ucfg.framing = Framing::Iperf3 { seq64: false };
+                Ok(Opened::Udp(ucfg, flows))
+            }
+            _ => Err(ClientError::Refused(
+                "--iperf3: only tcp, udp and pps tests run against an iperf3 server".into(),
+            )),
+        }
+    }
+
+    /// Starts the engine on the opened streams.
+    fn start(&mut self) -> Result<(), ClientError> {
+        let (Some(mut cfg), Some(tx), Some(flows)) =
+            (self.cfg.take(), self.tx.take(), self.flows.take())
+        else {
+            return Err(ClientError::Server("internal error: started twice".into()));
+        };
+        cfg.payload = Payload::Random;
+        cfg.half_close = false;
+        let on_interval = Box::new(move |s| {
+            let _ = tx.send(s);
+        });
+        self.run = Some(match flows {
+            Opened::Tcp(flows) => {
+                Running::Tcp(SideRun::start(cfg, flows, on_interval, Box::new(|| {}))?)
+            }
+            Opened::Udp(ucfg, flows) => Running::Udp(UdpRun::start(
                 cfg,
                 ucfg,
                 flows,
                 on_interval,
                 Box::new(|| {}),
                 Box::new(|_| {}),
-            )?)
-        }
-        _ => unreachable!("params_for accepts only TCP and UDP"),
-    };
-    observer.on_start(&spec, &addr, opts.embedded);
-    let started_unix = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0);
-    let started = Instant::now();
-    let dirs: BTreeMap<u32, FlowDir> = plan.iter().copied().collect();
-    let mut intervals = Vec::new();
-    let mut show = |s: IntervalSample, observer: &mut dyn Observer| {
-        let rec = merge_interval(Some(&s), None, &dirs);
-        observer.on_interval(&rec);
-        intervals.push(rec);
-    };
-    // Run until this end decides the test is over, as iperf3's client does.
-    let total = params.num.max(params.blockcount * params.len.unwrap_or(0));
-    let timed = match spec.amount() {
-        Amount::Time(t) => t.0 + spec.omit().0,
-        _ => Duration::ZERO,
-    };
-    let mut interrupted = false;
-    loop {
-        while let Ok(s) = rx.try_recv() {
-            show(s, observer);
-        }
-        if stop.load(Ordering::Acquire) {
-            interrupted = true;
-            break;
-        }
-        let over = if params.time > 0.0 {
-            started.elapsed() >= timed
-        } else {
-            run.is_done() || run.moved(Role::Sender) >= total || run.moved(Role::Receiver) >= total
-        };
-        if over {
-            break;
-        }
-        if let Some(e) = run.first_error() {
-            run.abort();
-            let _ = ctl.send_state(State::ClientTerminate);
-            return Err(ClientError::Flow(e));
-        }
-        match ctl.poll_state(Duration::from_millis(50)) {
-            Ok(None) => {}
-            Ok(Some(st)) => {
-                run.abort();
-                return Err(unexpected(&mut ctl, st, "the test ran", &addr));
-            }
-            Err(e) => {
-                run.abort();
-                return Err(ctl_err(&addr)(e));
-            }
-        }
+            )?),
+        });
+        Ok(())
     }
-    if let Running::Tcp(r) = &run {
-        // iperf3's server counts what it has read when TEST_END arrives: let the data in
-        // flight land first (the senders have stopped; the queue only drains).
-        // Then until the server's advertised windows have not grown for 100 ms: they reopen
-        // as it reads (on kernels that report the window; otherwise the wait is short).
+
+    /// iperf3's server counts what it has read when TEST_END arrives: the TCP senders stop
+    /// and the data in flight lands first, until the server's advertised windows have not
+    /// grown for 100 ms (they reopen as it reads; on kernels that do not report the window
+    /// the wait is short), at most 1 s.
+    fn land(&self) {
+        let Some(Running::Tcp(r)) = &self.run else {
+            return;
+        };
         r.stop_sending();
         let t = Instant::now();
         let mut last_window = 0;
@@ -388,79 +509,60 @@ pub(crate) fn run(
             last_window = window;
         }
     }
-    ctl.send_state(State::TestEnd).map_err(ctl_err(&addr))?;
-    // TCP: the server stops sending and closes its sockets, and the receivers read to that
-    // end (the senders have stopped above). UDP has no end: receivers finish when quiet.
-    if !matches!(run, Running::Tcp(_)) {
-        run.peer_stopped();
-    }
-    let ended_at = Instant::now();
-    let mut drained = false;
-    while !run.is_done() && ended_at.elapsed() < STEP_TIMEOUT {
-        if !drained && ended_at.elapsed() > DRAIN_AFTER {
-            // A server that keeps its sockets open: take what has arrived.
+
+    /// After TEST_END: TCP receivers read to the server's close (the senders have stopped);
+    /// UDP has no end, so its receivers finish when quiet. This end's results document.
+    fn drain(&mut self, observer: &mut dyn Observer) -> Result<Results, machine::Error> {
+        let Some(run) = self.run.take() else {
+            return Err(machine::Error::Flow("internal error: nothing ran".into()));
+        };
+        if !matches!(run, Running::Tcp(_)) {
             run.peer_stopped();
-            drained = true;
         }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let local = run.wait();
-    while let Ok(s) = rx.try_recv() {
-        show(s, observer);
-    }
-    expect(
-        &mut ctl,
-        State::ExchangeResults,
-        "waiting for EXCHANGE_RESULTS",
-        &addr,
-    )?;
-    ctl.send_json(&results_from_report(&local, !udp).to_json())
-        .map_err(ctl_err(&addr))?;
-    let theirs = ctl
-        .recv_results(wire::MAX_RESULTS_JSON, STEP_TIMEOUT)
-        .map_err(|e| match e {
-            Iperf3CtlError::Proto(p) => {
-                ClientError::Server(format!("iperf3 server's results: {p}"))
+        let ended_at = Instant::now();
+        let mut drained = false;
+        while !run.is_done() && ended_at.elapsed() < STEP_TIMEOUT {
+            if !drained && ended_at.elapsed() > DRAIN_AFTER {
+                // A server that keeps its sockets open: take what has arrived.
+                run.peer_stopped();
+                drained = true;
             }
-            other => ctl_err(&addr)(other),
-        })?;
-    let remote = report_from_results(
-        End::Server,
-        &theirs,
-        &plan,
-        |d| d == FlowDir::Down,
-        udp,
-        "iperf3",
-    )
-    .map_err(|e| ClientError::Server(format!("iperf3 server's results: {e}")))?;
-    expect(
-        &mut ctl,
-        State::DisplayResults,
-        "waiting for DISPLAY_RESULTS",
-        &addr,
-    )?;
-    // Our last word; then close (3.21 servers wait for the close).
-    let _ = ctl.send_state(State::IperfDone);
-    drop(ctl);
-    drop(held_tcp);
-    drop(held_udp);
-    if let Some(e) = local.flows.iter().find_map(|f| f.error.clone()) {
-        return Err(ClientError::Flow(e));
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let local = run.wait();
+        self.show(observer);
+        let udp = matches!(self.spec, TestSpec::Udp(_));
+        let mine = results_from_report(&local, !udp);
+        self.local = Some(local);
+        Ok(mine)
     }
-    let result = finish(
-        opts,
-        spec,
-        &addr,
-        local_address,
-        started_unix,
-        intervals,
-        local,
-        remote,
-        interrupted,
-        &theirs,
-    );
-    observer.on_end(&result);
-    Ok(result)
+
+    /// The machine's error as the client says it.
+    fn error(&self, e: machine::Error) -> ClientError {
+        let addr = self.addr;
+        let gone = |what: String| ClientError::ServerGone {
+            addr: addr.to_string(),
+            what,
+        };
+        match e {
+            machine::Error::Busy => ClientError::Refused(format!(
+                "the iperf3 server at {addr} is busy running a test; try again later"
+            )),
+            // errno follows in most versions; it adds nothing the code does not say.
+            machine::Error::ServerError(code) => {
+                ClientError::Server(format!("iperf3 server error: {}", error_text(code)))
+            }
+            machine::Error::Terminated => gone("terminated the test (SERVER_TERMINATE)".into()),
+            machine::Error::Unexpected { state, waiting_for } => ClientError::Server(format!(
+                "iperf3 server sent state {state:?} while {waiting_for}"
+            )),
+            machine::Error::Gone(what) => gone(what),
+            machine::Error::BadResults(why) => {
+                ClientError::Server(format!("iperf3 server's results: {why}"))
+            }
+            machine::Error::Flow(e) => ClientError::Flow(e),
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -1,5 +1,9 @@
 //! iperf3's control sessions (stock iperf3 3.x clients and servers), as machines.
 
+pub mod client;
 pub mod server;
+
+#[cfg(test)]
+mod client_tests;
 #[cfg(test)]
 mod server_tests;
