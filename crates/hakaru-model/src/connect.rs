@@ -160,6 +160,32 @@ pub struct ConnectResult {
     pub server: Option<ConnectServerCounts>,
 }
 
+impl crate::kind::Kind for ConnectSpec {
+    fn name(&self) -> &'static str {
+        "connect"
+    }
+    fn validate(&self) -> Result<(), SpecError> {
+        ConnectSpec::validate(self)
+    }
+    fn flows(&self) -> u32 {
+        self.connectors
+    }
+    fn amount(&self) -> crate::Amount {
+        crate::Amount::Time(self.duration)
+    }
+    fn interval(&self) -> crate::Dur {
+        self.interval
+    }
+    fn stall_timeout(&self) -> crate::Dur {
+        self.connect_timeout
+    }
+    fn length(&self) -> crate::Bytes {
+        self.request
+    }
+    fn server_affinity(&self) -> &[usize] {
+        &self.server_affinity
+    }
+}
 #[cfg(test)]
 mod tests {
     use super::*;

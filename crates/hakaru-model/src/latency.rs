@@ -349,3 +349,36 @@ pub struct QuickLine {
     /// Why this test failed, if it did (the others still run).
     pub error: Option<String>,
 }
+
+impl crate::kind::Kind for LatencySpec {
+    fn name(&self) -> &'static str {
+        "latency"
+    }
+    fn validate(&self) -> Result<(), crate::SpecError> {
+        LatencySpec::validate(self)
+    }
+    fn flow_plan(&self) -> Vec<(u32, FlowDir)> {
+        LatencySpec::flow_plan(self)
+    }
+    fn flows(&self) -> u32 {
+        self.flows
+    }
+    fn amount(&self) -> crate::Amount {
+        crate::Amount::Time(self.duration)
+    }
+    fn interval(&self) -> crate::Dur {
+        self.interval
+    }
+    fn omit(&self) -> crate::Dur {
+        self.warmup
+    }
+    fn stall_timeout(&self) -> crate::Dur {
+        self.timeout
+    }
+    fn length(&self) -> crate::Bytes {
+        self.length
+    }
+    fn server_affinity(&self) -> &[usize] {
+        &self.server_affinity
+    }
+}

@@ -11,6 +11,7 @@ pub mod capacity;
 pub mod config;
 pub mod connect;
 pub mod http;
+pub mod kind;
 pub mod latency;
 pub mod metrics;
 pub mod nic;
@@ -25,6 +26,7 @@ pub use assemble::{assemble, end_result, merge_interval, Inputs as AssembleInput
 pub use config::*;
 pub use connect::*;
 pub use http::*;
+pub use kind::Kind;
 pub use latency::*;
 pub use nic::*;
 pub use raw::*;

@@ -238,6 +238,37 @@ impl RawResult {
     }
 }
 
+impl crate::kind::Kind for RawSpec {
+    fn name(&self) -> &'static str {
+        self.role_name()
+    }
+    fn validate(&self) -> Result<(), SpecError> {
+        RawSpec::validate(self)
+    }
+    fn flows(&self) -> u32 {
+        1
+    }
+    fn amount(&self) -> crate::Amount {
+        match (self.count, self.duration) {
+            (Some(n), _) => crate::Amount::Blocks(n),
+            (None, Some(t)) => crate::Amount::Time(t),
+            // Until the stream ends (EOF, stdin's end, the sender's FIN).
+            (None, None) => crate::Amount::Time(Dur::default()),
+        }
+    }
+    fn interval(&self) -> Dur {
+        self.interval
+    }
+    fn stall_timeout(&self) -> Dur {
+        self.idle
+    }
+    fn length(&self) -> Bytes {
+        self.length
+    }
+    fn remote(&self) -> bool {
+        false
+    }
+}
 #[cfg(test)]
 mod tests {
     use super::*;

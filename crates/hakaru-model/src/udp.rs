@@ -408,6 +408,45 @@ pub struct UdpPaths {
     pub fallback: Option<String>,
 }
 
+impl crate::kind::Kind for UdpSpec {
+    fn name(&self) -> &'static str {
+        if self.mode == UdpMode::Pps {
+            "pps"
+        } else {
+            "udp"
+        }
+    }
+    fn validate(&self) -> Result<(), SpecError> {
+        UdpSpec::validate(self)
+    }
+    fn flow_plan(&self) -> Vec<(u32, FlowDir)> {
+        UdpSpec::flow_plan(self)
+    }
+    fn flows(&self) -> u32 {
+        self.flows
+    }
+    fn direction(&self) -> Direction {
+        self.direction
+    }
+    fn amount(&self) -> Amount {
+        self.amount
+    }
+    fn interval(&self) -> Dur {
+        self.interval
+    }
+    fn omit(&self) -> Dur {
+        self.omit
+    }
+    fn stall_timeout(&self) -> Dur {
+        self.stall_timeout
+    }
+    fn length(&self) -> Bytes {
+        self.length
+    }
+    fn server_affinity(&self) -> &[usize] {
+        &self.server_affinity
+    }
+}
 #[cfg(test)]
 mod tests {
     use super::*;

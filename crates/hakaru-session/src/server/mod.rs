@@ -468,7 +468,7 @@ impl Session {
     fn on_request(&mut self, input: Input, deadline: Instant, now: Instant) {
         match input {
             Input::Message(Message::TestRequest { test, held_start }) => {
-                if matches!(*test, TestSpec::Raw(_) | TestSpec::Http(_)) {
+                if !test.remote() {
                     let reason =
                         "sink, source and http runs are local to one hakaru; a server does not run them"
                             .to_string();
