@@ -1,7 +1,7 @@
 //! `--format json` (`-J`, `--json`): one JSON document at the end (docs/json.md).
 
 use super::{as_saved, pretty, DocKind, Document, Exporter, Live, LiveItem};
-use crate::{history, jsonl, nic, plan_text, View};
+use crate::{history, jsonl, View};
 
 /// One JSON document at the end.
 pub struct Json;
@@ -30,8 +30,8 @@ impl Exporter for Json {
             Document::Runs(runs) => pretty(runs),
             Document::FindMax(r) => pretty(r),
             Document::Quick { result, .. } => pretty(result),
-            Document::Plan(p) => plan_text::json(p),
-            Document::Nic { intervals, summary } => nic::document(intervals, summary),
+            Document::Plan(p) => crate::json::plan(p),
+            Document::Nic { intervals, summary } => crate::json::nic(intervals, summary),
             Document::History(runs) => {
                 pretty(&runs.iter().map(history::run_json).collect::<Vec<_>>())
             }

@@ -2,7 +2,7 @@
 //! in the `end` event (docs/json.md).
 
 use super::{as_saved, pretty, DocKind, Document, Exporter, Live, LiveItem};
-use crate::{jsonl, nic, plan_text, View};
+use crate::{jsonl, View};
 
 /// JSON Lines events as the command runs.
 pub struct JsonStream;
@@ -32,8 +32,8 @@ impl Exporter for JsonStream {
             Document::FindMax(r) => jsonl::event("end", r),
             // quick has no events: its document, as --json prints it.
             Document::Quick { result, .. } => pretty(result),
-            Document::Plan(p) => plan_text::event("end", p),
-            Document::Nic { summary, .. } => nic::end_json(summary),
+            Document::Plan(p) => jsonl::event("end", p),
+            Document::Nic { summary, .. } => jsonl::event("end", summary),
             Document::Saved { json, .. } => as_saved(json),
             Document::Runs(_)
             | Document::History(_)
@@ -67,23 +67,23 @@ impl Live for StreamLive {
             LiveItem::Ready(at) => jsonl::ready(*at),
             LiveItem::Released(at) => jsonl::released(*at),
             LiveItem::Trial { trial, .. } => jsonl::event("trial", trial),
-            LiveItem::PlanHost(h) => plan_text::event("host", h),
+            LiveItem::PlanHost(h) => jsonl::event("host", h),
             LiveItem::PlanNote(message) => {
-                plan_text::event("note", &serde_json::json!({ "message": message }))
+                jsonl::event("note", &serde_json::json!({ "message": message }))
             }
-            LiveItem::PlanStepStart(s) => plan_text::event(
+            LiveItem::PlanStepStart(s) => jsonl::event(
                 "step_start",
                 &serde_json::json!({
                     "index": s.index, "of": s.of, "name": s.name, "kind": s.kind,
                     "senders": s.senders, "receivers": s.receivers, "flags": s.flags,
                 }),
             ),
-            LiveItem::PlanRelease(r) => plan_text::event("release", r),
+            LiveItem::PlanRelease(r) => jsonl::event("release", r),
             LiveItem::PlanRow { step, row } => {
-                plan_text::event("row", &serde_json::json!({ "step": step, "row": row }))
+                jsonl::event("row", &serde_json::json!({ "step": step, "row": row }))
             }
-            LiveItem::PlanStepEnd(s) => plan_text::event("step_end", s),
-            LiveItem::NicInterval(rec) => nic::interval_json(rec),
+            LiveItem::PlanStepEnd(s) => jsonl::event("step_end", s),
+            LiveItem::NicInterval(rec) => jsonl::event("interval", rec),
             LiveItem::SearchStart { .. } | LiveItem::QuickLine(_) | LiveItem::NicStart { .. } => {
                 String::new()
             }

@@ -11,7 +11,6 @@ use clap::Parser;
 use hakaru_model::plan::{PlanHost, PlanResult, Release, StepResult, TimelineRow};
 use hakaru_plan::{PlanObserver, Step};
 use hakaru_report::export::{self, DocKind, Document, Format, LiveItem, PlanStep};
-use hakaru_report::plan_text;
 
 use super::common::{stop_flag, UsageError};
 use crate::output::out;
@@ -213,7 +212,7 @@ fn run_plan(r: RunArgs) -> anyhow::Result<()> {
     let view = hakaru_report::View::default();
     let result: PlanResult = hakaru_plan::run(&plan, &opts, &mut Live(format.live(view)));
     crate::output::print(format, view, &Document::Plan(&result))?;
-    let json = plan_text::json(&result);
+    let json = hakaru_report::json::plan(&result);
     if let Some(path) = &r.output {
         std::fs::write(path, &json)
             .with_context(|| format!("writing the result to {}", path.display()))?;
