@@ -73,4 +73,47 @@ mod tests {
         assert_eq!(document_of("pps"), Some(DocKind::Run(RunKind::Pps)));
         assert_eq!(document_of("server"), None);
     }
+
+    /// `--format`'s values on the command line, as clap offers them.
+    fn offered(cmd: &clap::Command, path: &[&str]) -> Vec<String> {
+        let mut c = cmd;
+        for p in path {
+            c = c.find_subcommand(p).expect(p);
+        }
+        let arg = c.get_arguments().find(|a| a.get_id() == "format");
+        arg.expect("--format")
+            .get_possible_values()
+            .iter()
+            .map(|v| v.get_name().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn format_values_and_help_come_from_the_registry() {
+        let mut cmd = crate::cli::command();
+        let names = |d| -> Vec<String> {
+            formats_for(d)
+                .iter()
+                .map(|f| f.name().to_string())
+                .collect()
+        };
+        for (sub, doc) in DOCUMENTS {
+            assert_eq!(offered(&cmd, &[sub]), names(doc), "{sub}");
+        }
+        assert_eq!(offered(&cmd, &["plan", "run"]), names(DocKind::Plan));
+        assert_eq!(offered(&cmd, &["history"]), ["text", "json", "csv"]);
+        assert_eq!(offered(&cmd, &["compare"]), ["text", "json", "markdown"]);
+        assert_eq!(offered(&cmd, &["latency"]).len(), 5);
+        // tcp offers every format of a test result, each with its exporter's help.
+        let tcp = cmd.find_subcommand_mut("tcp").expect("tcp");
+        let help = tcp.render_long_help().to_string();
+        for f in formats_for(DocKind::Run(RunKind::Tcp)) {
+            let line = format!("- {}:", f.name());
+            assert!(help.contains(&line), "{line} in {help}");
+        }
+        assert!(
+            help.contains("The shape of `iperf3 -J` at the end"),
+            "{help}"
+        );
+    }
 }
