@@ -256,7 +256,7 @@ pub trait Exporter: Sync {
     fn render(&self, doc: &Document<'_>, view: &View) -> String;
     /// What this format prints as a command runs; one writer per run.
     fn live(&self, _view: View) -> Box<dyn Live> {
-        Box::new(Quiet)
+        Box::new(Silent)
     }
     /// Whether a run in this format prints nothing on stdout while it runs (so a status line
     /// on stderr helps); `intervals`: the run reports intervals.
@@ -277,9 +277,9 @@ pub trait Live: Send {
 }
 
 /// Prints nothing live.
-pub struct Quiet;
+pub struct Silent;
 
-impl Live for Quiet {
+impl Live for Silent {
     fn item(&mut self, item: &LiveItem<'_>) -> Option<String> {
         match item {
             LiveItem::PlanNote(_) | LiveItem::Ready(_) => None,

@@ -23,9 +23,10 @@ pub struct RawOutput {
     live: Arc<Mutex<Box<dyn Live>>>,
     /// True when stdout carries received data (`sink --stdout`): reports go to stderr.
     to_stderr: bool,
-    /// `--json` over several transfers (`sink --keep`): each result is held, and all are
-    /// printed as one JSON array by [`RawOutput::finish_all`].
-    hold_json: bool,
+    /// Several transfers (`sink --keep`) in a format that writes several results as one
+    /// document (`--json`: one JSON array): each result is held, and all are printed by
+    /// [`RawOutput::finish_all`].
+    hold: bool,
     intervals: Arc<Mutex<Vec<IntervalRecord>>>,
 }
 
@@ -36,7 +37,7 @@ impl RawOutput {
             format,
             live: Arc::new(Mutex::new(format.live(View::default()))),
             to_stderr: data_on_stdout,
-            hold_json: false,
+            hold: false,
             intervals: Arc::new(Mutex::new(Vec::new())),
         }
     }
@@ -59,14 +60,14 @@ impl RawOutput {
     /// together at the end ([`RawOutput::finish_all`]), so that stdout is one document. Other
     /// formats print as they go.
     pub fn several(mut self) -> RawOutput {
-        self.hold_json = self.format.supports(DocKind::Runs);
+        self.hold = self.format.supports(DocKind::Runs);
         self
     }
 
     /// After the last transfer: with [`RawOutput::several`] in such a format, prints every
     /// result as one document (an empty one when no transfer came).
     pub fn finish_all(&self, results: &[RunResult]) {
-        if self.hold_json {
+        if self.hold {
             if let Ok(s) = self
                 .format
                 .write(&Document::Runs(results), &View::default())
@@ -128,7 +129,7 @@ impl RawOutput {
             .map(|mut v| std::mem::take(&mut *v))
             .unwrap_or_default();
         let r = assemble(spec, local, o, intervals);
-        if !self.hold_json {
+        if !self.hold {
             if let Ok(s) = self.format.write(&Document::Run(&r), &View::default()) {
                 self.emit(&s);
             }
