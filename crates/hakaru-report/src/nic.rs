@@ -1,11 +1,9 @@
-//! `hakaru nic`: per-interface rate lines in the layout of `sar -n DEV 1`, and their JSON Lines
-//! records.
+//! `hakaru nic`: per-interface rate lines in the layout of `sar -n DEV 1` (its JSON document is
+//! `json::nic`, its JSON Lines records `jsonl::event`).
 
 use std::fmt::Write;
 
 use hakaru_model::{rfc3339_utc, Dur, NicInterval, NicSummary, NicUsage};
-
-use crate::jsonl;
 
 /// Column headings after the time and IFACE columns, in the order of [`row`].
 const COLUMNS: [&str; 8] = [
@@ -94,37 +92,6 @@ pub fn average_text(summary: &NicSummary) -> String {
         row(&mut s, "Average:", width, u);
     }
     s
-}
-
-/// The JSON Lines `interval` record.
-pub fn interval_json(rec: &NicInterval) -> String {
-    jsonl::line("interval", rec)
-}
-
-/// `--json`: one document with every interval and the averages.
-pub fn document(intervals: &[NicInterval], summary: &NicSummary) -> String {
-    #[derive(serde::Serialize)]
-    struct Doc<'a> {
-        schema_version: u32,
-        test: &'a str,
-        intervals: &'a [NicInterval],
-        end: &'a NicSummary,
-    }
-    let doc = Doc {
-        schema_version: hakaru_model::SCHEMA_VERSION,
-        test: "nic",
-        intervals,
-        end: summary,
-    };
-    let mut s =
-        serde_json::to_string_pretty(&doc).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
-    s.push('\n');
-    s
-}
-
-/// The JSON Lines `end` record, with the averages.
-pub fn end_json(summary: &NicSummary) -> String {
-    jsonl::line("end", summary)
 }
 
 #[cfg(test)]
@@ -221,7 +188,8 @@ mod tests {
 
     #[test]
     fn json_records_are_enveloped() {
-        let v: serde_json::Value = serde_json::from_str(interval_json(&rec()).trim_end()).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(crate::jsonl::event("interval", &rec()).trim_end()).unwrap();
         assert_eq!(v["type"], "interval");
         assert_eq!(v["data"]["interfaces"][0]["interface"], "lo");
         assert_eq!(v["data"]["interfaces"][0]["tx_errors_ps"], 0.25);
@@ -232,7 +200,7 @@ mod tests {
             interrupted: true,
             interfaces: vec![usage("lo", 1.0)],
         };
-        let e = end_json(&summary);
+        let e = crate::jsonl::event("end", &summary);
         assert!(e.ends_with('\n') && e.lines().count() == 1);
         let v: serde_json::Value = serde_json::from_str(e.trim_end()).unwrap();
         assert_eq!(v["type"], "end");

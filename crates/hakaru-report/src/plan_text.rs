@@ -1,5 +1,5 @@
-//! `hakaru plan run`: live lines and the summary of a plan, as text; its JSON document and
-//! JSON Lines events.
+//! `hakaru plan run`: live lines and the summary of a plan, as text (its JSON document is
+//! `json::plan`, its JSON Lines events `jsonl::event`).
 
 use hakaru_model::plan::{
     PlanHost, PlanResult, ReceiverAggregate, ReceiverTick, Release, StepResult, TimelineRow,
@@ -317,20 +317,6 @@ pub fn summary(p: &PlanResult) -> String {
         }
     }
     out
-}
-
-/// The plan result as one pretty-printed JSON document.
-pub fn json(p: &PlanResult) -> String {
-    let mut s = serde_json::to_string_pretty(p)
-        .unwrap_or_else(|e| format!("{{\"type\":\"error\",\"data\":{{\"message\":\"{e}\"}}}}"));
-    s.push('\n');
-    s
-}
-
-/// A JSON Lines event of a plan run (`host`, `step_start`, `release`, `row`, `step_end`,
-/// `end`).
-pub fn event<T: serde::Serialize>(kind: &str, data: &T) -> String {
-    crate::jsonl::line(kind, data)
 }
 
 #[cfg(test)]

@@ -4,24 +4,10 @@ use std::io::Write;
 
 use hakaru_engine::Observer;
 use hakaru_model::{IntervalRecord, RunResult, TestSpec};
-use hakaru_report::{csv, iperf3_json, json, jsonl, text, View};
+use hakaru_report::export::{Document, Live, LiveItem};
+use hakaru_report::View;
 
-/// Output format chosen on the command line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
-    /// Human text (default).
-    Text,
-    /// One JSON document at the end.
-    Json,
-    /// JSON Lines events as the test runs.
-    JsonStream,
-    /// The shape of `iperf3 -J` at the end, for its parsers (docs/iperf3-json.md).
-    Iperf3Json,
-    /// CSV: a row per flow and per direction each interval, totals at the end (docs/csv.md).
-    Csv,
-    /// CSV: the header and one total row per direction, for spreadsheets of many runs.
-    CsvSummary,
-}
+pub use hakaru_report::export::Format;
 
 /// Writes live output to stdout; a closed pipe is ignored.
 pub fn out(s: &str) {
@@ -31,119 +17,52 @@ pub fn out(s: &str) {
     let _ = o.flush();
 }
 
-struct TextObserver {
-    view: View,
-    heading: Option<String>,
-    spec: Option<TestSpec>,
-}
+/// A format's live output as the engine's observer: each event goes to the format's live
+/// writer and what it gives is printed.
+struct LiveObserver(Box<dyn Live>);
 
-impl Observer for TextObserver {
+impl Observer for LiveObserver {
     fn on_start(&mut self, spec: &TestSpec, server: &str, embedded: bool) {
-        // --summary-only prints nothing until the sums.
-        if self.view.summary_only {
-            return;
-        }
-        out(&self.view.fit(text::header(spec, server, embedded)));
-        self.heading = Some(text::interval_heading(spec, &self.view));
-        self.spec = Some(spec.clone());
+        self.print(&LiveItem::Start {
+            spec,
+            server,
+            embedded,
+        });
     }
     fn on_interval(&mut self, rec: &IntervalRecord) {
-        let Some(spec) = &self.spec else { return };
-        if let Some(h) = self.heading.take() {
-            out(&h);
+        self.print(&LiveItem::Interval(rec));
+    }
+    fn on_error(&mut self, message: &str) {
+        self.print(&LiveItem::Error(message));
+    }
+}
+
+impl LiveObserver {
+    fn print(&mut self, item: &LiveItem<'_>) {
+        if let Some(s) = self.0.item(item) {
+            out(&s);
         }
-        let lines = match spec {
-            TestSpec::Http(_) => hakaru_report::http_text::interval_lines(rec, &self.view),
-            _ => text::interval_lines(rec, &self.view),
-        };
-        out(&self.view.fit(lines));
-        out(&self.view.fit(text::interval_warnings(rec, spec)));
-    }
-}
-
-struct StreamObserver;
-
-impl Observer for StreamObserver {
-    fn on_start(&mut self, spec: &TestSpec, server: &str, embedded: bool) {
-        out(&jsonl::start(spec, server, embedded));
-    }
-    fn on_interval(&mut self, rec: &IntervalRecord) {
-        out(&jsonl::interval(rec));
-    }
-    fn on_error(&mut self, message: &str) {
-        out(&jsonl::error(message));
-    }
-}
-
-struct JsonObserver;
-
-/// Prints nothing live and nothing on an error (stderr has it).
-struct JsonObserverQuiet;
-
-impl Observer for JsonObserverQuiet {}
-
-impl Observer for JsonObserver {
-    fn on_error(&mut self, message: &str) {
-        out(&jsonl::error(message));
-    }
-}
-
-/// CSV rows as each interval ends, after the header.
-struct CsvObserver {
-    spec: Option<TestSpec>,
-}
-
-impl Observer for CsvObserver {
-    fn on_start(&mut self, spec: &TestSpec, _server: &str, _embedded: bool) {
-        out(&csv::header());
-        self.spec = Some(spec.clone());
-    }
-    fn on_interval(&mut self, rec: &IntervalRecord) {
-        if let Some(spec) = &self.spec {
-            out(&csv::interval_rows(spec, rec));
-        }
-    }
-}
-
-/// Prints nothing live, like `iperf3 -J`; a failure becomes iperf3's error document.
-struct Iperf3JsonObserver;
-
-impl Observer for Iperf3JsonObserver {
-    fn on_error(&mut self, message: &str) {
-        out(&iperf3_json::error_render(message));
     }
 }
 
 /// The live observer for a format; `view` shapes text output.
 pub fn observer(format: Format, view: View) -> Box<dyn Observer> {
-    match format {
-        Format::Text => Box::new(TextObserver {
-            view,
-            heading: None,
-            spec: None,
-        }),
-        Format::Json => Box::new(JsonObserver),
-        Format::JsonStream => Box::new(StreamObserver),
-        Format::Iperf3Json => Box::new(Iperf3JsonObserver),
-        Format::Csv => Box::new(CsvObserver { spec: None }),
-        Format::CsvSummary => Box::new(JsonObserverQuiet),
-    }
+    Box::new(LiveObserver(format.live(view)))
 }
 
-/// Prints the final result; `view` shapes text output.
-pub fn finish(format: Format, view: View, r: &RunResult) -> anyhow::Result<()> {
-    let s = match format {
-        Format::Text => text::summary(r, &view),
-        Format::Json => json::render(r),
-        Format::JsonStream => jsonl::end(r),
-        Format::Iperf3Json => iperf3_json::render(r),
-        Format::Csv => csv::total_rows(r),
-        Format::CsvSummary => csv::summary(r),
-    };
+/// Prints `doc` in `format` on stdout; a format without a form of it is an error
+/// ([`hakaru_report::export::Unsupported`], a usage error: exit 2).
+pub fn print(format: Format, view: View, doc: &Document<'_>) -> anyhow::Result<()> {
+    let s = format.write(doc, &view)?;
     let mut o = std::io::stdout().lock();
     o.write_all(s.as_bytes())?;
     o.flush()?;
     Ok(())
+}
+
+/// Prints the final result; `view` shapes text output.
+pub fn finish(format: Format, view: View, r: &RunResult) -> anyhow::Result<()> {
+    print(format, view, &Document::Run(r))
 }
 
 /// A one-line live status on stderr ("tcp: 3.2 s of 10 s", "test 3/7: pps, 1.2 s left") for
@@ -316,10 +235,5 @@ impl Observer for WithProgress<'_> {
 
 /// Whether a run in `format` prints nothing on stdout while it runs, so a status line helps.
 pub fn is_quiet(format: Format, view: View, spec: &TestSpec) -> bool {
-    match format {
-        Format::Json | Format::Iperf3Json | Format::CsvSummary => true,
-        Format::Csv => spec.interval().is_zero(),
-        Format::JsonStream => false,
-        Format::Text => view.summary_only || spec.interval().is_zero(),
-    }
+    format.quiet_while_running(&view, !spec.interval().is_zero())
 }

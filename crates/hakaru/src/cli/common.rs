@@ -65,7 +65,7 @@ pub struct Target {
 pub struct Formats {
     /// Output format: text, json (one document at the end, docs/json.md) or json-stream
     /// (JSON Lines as the run goes).
-    #[arg(long, value_enum, value_name = "FORMAT", conflicts_with_all = ["json", "json_stream"])]
+    #[arg(long, value_name = "FORMAT", value_parser = super::format::any_run(), conflicts_with_all = ["json", "json_stream"])]
     pub format: Option<Format>,
     /// Same as --format json: one JSON document at the end.
     #[arg(short = 'J', long, conflicts_with = "json_stream")]
@@ -81,11 +81,11 @@ impl Formats {
         if let Some(f) = self.format {
             f
         } else if self.json {
-            Format::Json
+            Format::json()
         } else if self.json_stream {
-            Format::JsonStream
+            Format::json_stream()
         } else {
-            Format::Text
+            Format::text()
         }
     }
 }
@@ -235,17 +235,11 @@ pub struct Iperf3Peer {
 /// Subcommands that can hold their start for a coordinator.
 const SYNC_COMMANDS: [&str; 5] = ["tcp", "udp", "pps", "latency", "connect"];
 
-/// Subcommands whose results have an iperf3 -J form.
-const IPERF3_COMMANDS: [&str; 3] = ["tcp", "udp", "pps"];
-
 impl Target {
     /// Checks flag combinations clap cannot express; `command` is the subcommand's name.
     pub fn check(&self, command: &str) -> anyhow::Result<()> {
-        if self.format() == Format::Iperf3Json && !IPERF3_COMMANDS.contains(&command) {
-            return Err(UsageError(format!(
-                "--format iperf3-json works with `hakaru tcp`, `hakaru udp` and `hakaru pps`; `hakaru {command}` has no iperf3 form (use --format json)"
-            ))
-            .into());
+        if let Some(doc) = super::format::document_of(command) {
+            self.format().check(doc)?;
         }
         if self.sync_start && !SYNC_COMMANDS.contains(&command) {
             return Err(UsageError(format!(
@@ -618,9 +612,11 @@ impl std::fmt::Display for UsageError {
 
 impl std::error::Error for UsageError {}
 
-/// Whether `e` is, or was caused by, a [`UsageError`].
+/// Whether `e` is, or was caused by, a [`UsageError`] or a format asked for a document it
+/// cannot write.
 pub fn is_usage_error(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| c.is::<UsageError>())
+    e.chain()
+        .any(|c| c.is::<UsageError>() || c.is::<hakaru_report::export::Unsupported>())
 }
 
 /// A CPU list flag value such as `0,2,4-7`.

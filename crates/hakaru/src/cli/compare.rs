@@ -4,20 +4,11 @@
 use std::path::PathBuf;
 
 use hakaru_report::compare;
+use hakaru_report::export::{DocKind, Document, Format};
+use hakaru_report::View;
 
 use super::common::UsageError;
 use super::report::read_inputs;
-
-/// Output formats of `hakaru compare`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum CompareFormat {
-    /// A table.
-    Text,
-    /// One JSON document (docs/compare.md).
-    Json,
-    /// A Markdown table, for pull-request comments.
-    Markdown,
-}
 
 /// Options of `hakaru compare`.
 #[derive(Debug, clap::Args)]
@@ -39,8 +30,8 @@ pub struct Args {
     #[arg(long)]
     force: bool,
     /// Output format.
-    #[arg(long, value_enum, default_value = "text", conflicts_with = "json")]
-    format: CompareFormat,
+    #[arg(long, value_parser = super::format::parser(DocKind::Compare), default_value = "text", conflicts_with = "json")]
+    format: Format,
     /// Same as --format json.
     #[arg(short = 'J', long)]
     json: bool,
@@ -75,16 +66,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         a.force,
     )
     .map_err(UsageError)?;
-    let format = if a.json {
-        CompareFormat::Json
-    } else {
-        a.format
-    };
-    crate::output::out(&match format {
-        CompareFormat::Text => compare::text(&c),
-        CompareFormat::Json => compare::json(&c),
-        CompareFormat::Markdown => compare::markdown(&c),
-    });
+    let format = if a.json { Format::json() } else { a.format };
+    crate::output::print(format, View::default(), &Document::Compare(&c))?;
     if c.worse > 0 {
         anyhow::bail!(
             "{} of {} metrics are worse than the threshold in {}",

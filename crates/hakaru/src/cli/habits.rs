@@ -198,8 +198,15 @@ fn format_value(
             .iter()
             .find(|(f, _)| *f == "-f")
             .map_or("", |(_, i)| *i);
+        // The formats of a test result, as the exporters list them.
+        use hakaru_report::export::{formats_for, or_list, DocKind, RunKind};
+        let names: Vec<&str> = formats_for(DocKind::Run(RunKind::Tcp))
+            .iter()
+            .map(|f| f.name())
+            .collect();
         return Err(HabitError(format!(
-            "iperf3's --format {v} (the long form of -f) has no hakaru counterpart: {instead}; hakaru's --format takes text, json, json-stream, iperf3-json, csv or csv-summary"
+            "iperf3's --format {v} (the long form of -f) has no hakaru counterpart: {instead}; hakaru's --format takes {}",
+            or_list(&names)
         )));
     }
     Ok(v)

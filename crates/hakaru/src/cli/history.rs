@@ -7,12 +7,14 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use hakaru_archive::{Archive, Filter, NewRun, Run};
 use hakaru_model::RunResult;
+use hakaru_report::export::{DocKind, Document, Format};
+use hakaru_report::history::HistoryRun;
 use hakaru_report::html::{Content, Input};
-use hakaru_report::summary::{self, headline_text, Summary};
+use hakaru_report::summary::{self, Summary};
 use hakaru_report::trend::{self, TrendPoint, TrendSeries};
 
 use super::common::{write_whole, Formats, UsageError, ViewFlags};
-use crate::output::{self, out, Format};
+use crate::output::{self, out};
 
 /// Keeping a finished run: in the archive, and on a Prometheus Pushgateway.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -189,17 +191,6 @@ fn fallback(db: &Path, json: &str) -> std::io::Result<PathBuf> {
     write_whole(&p, json.as_bytes()).map(|_| p)
 }
 
-/// Output formats of `hakaru history`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ListFormat {
-    /// A table.
-    Text,
-    /// One JSON array of runs (without their result documents).
-    Json,
-    /// CSV: a header and one row per run.
-    Csv,
-}
-
 /// Options of `hakaru history`.
 #[derive(Debug, clap::Args)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -244,8 +235,8 @@ struct ListArgs {
     #[arg(long, value_name = "FILE", requires = "trend")]
     report: Option<PathBuf>,
     /// Output format of the list.
-    #[arg(long, value_enum, default_value = "text")]
-    format: ListFormat,
+    #[arg(long, value_parser = super::format::parser(DocKind::History), default_value = "text")]
+    format: Format,
     /// Print whole command lines (the table otherwise fits 100 columns).
     #[arg(long)]
     wide: bool,
@@ -350,18 +341,17 @@ fn list(a: ListArgs) -> anyhow::Result<()> {
         .as_deref()
         .map(|s| when_arg("--since", s))
         .transpose()?;
+    let view = hakaru_report::View {
+        wide: a.wide,
+        ..hakaru_report::View::default()
+    };
     let path = db_path(&a.db.db);
     let archive = match Archive::open_existing(&path) {
         Ok(a) => a,
         // Nothing saved yet is an empty list, not a failure.
         Err(e @ hakaru_archive::Error::Missing(_)) => {
             eprintln!("hakaru: {e}");
-            match a.format {
-                ListFormat::Text => {}
-                ListFormat::Json => out("[]\n"),
-                ListFormat::Csv => out(&runs_csv(&[])),
-            }
-            return Ok(());
+            return output::print(a.format, view, &Document::History(&[]));
         }
         Err(e) => return Err(archive_err(e)),
     };
@@ -388,11 +378,7 @@ fn list(a: ListArgs) -> anyhow::Result<()> {
                 path.display()
             );
         }
-        match a.format {
-            ListFormat::Text => out(&trend::text(&series)),
-            ListFormat::Json => out(&(serde_json::to_string_pretty(&trend_json(&series))? + "\n")),
-            ListFormat::Csv => out(&trend_csv(&series)),
-        }
+        output::print(a.format, view, &Document::Trend(&series))?;
         if let Some(file) = &a.report {
             let page = trend::page("hakaru trend", &series)
                 .map_err(|e| anyhow::anyhow!("drawing the trend: {e}"))?;
@@ -402,147 +388,31 @@ fn list(a: ListArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    match a.format {
-        ListFormat::Text => {
-            if runs.is_empty() {
-                eprintln!("hakaru: no saved runs match in {}", path.display());
-            } else {
-                out(&table(&runs, a.wide));
-            }
-        }
-        ListFormat::Json => {
-            let v: Vec<serde_json::Value> = runs.iter().map(run_json).collect();
-            out(&(serde_json::to_string_pretty(&v)? + "\n"));
-        }
-        ListFormat::Csv => out(&runs_csv(&runs)),
+    let runs: Vec<HistoryRun> = runs.into_iter().map(history_run).collect();
+    let s = a.format.write(&Document::History(&runs), &view)?;
+    if s.is_empty() {
+        eprintln!("hakaru: no saved runs match in {}", path.display());
     }
+    out(&s);
     Ok(())
 }
 
-fn labels_text(r: &Run) -> String {
-    r.labels
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-/// The list as a table, newest first; the command is cut to fit 100 columns unless `wide`.
-fn table(runs: &[Run], wide: bool) -> String {
-    let rows: Vec<[String; 8]> = runs
-        .iter()
-        .map(|r| {
-            [
-                r.id.to_string(),
-                trend::when(r.started_at),
-                r.kind.clone(),
-                r.direction.clone(),
-                r.flows.map(|f| f.to_string()).unwrap_or_default(),
-                headline_text(r.headline, &r.unit),
-                labels_text(r),
-                r.command.clone(),
-            ]
-        })
-        .collect();
-    let heads = [
-        "ID",
-        "STARTED (UTC)",
-        "KIND",
-        "DIR",
-        "FLOWS",
-        "HEADLINE",
-        "LABELS",
-        "COMMAND",
-    ];
-    let mut w: Vec<usize> = heads.iter().map(|h| h.len()).collect();
-    for r in &rows {
-        for (i, c) in r.iter().enumerate().take(7) {
-            w[i] = w[i].max(c.chars().count());
-        }
+/// A listed run as the exporters take it.
+fn history_run(r: Run) -> HistoryRun {
+    HistoryRun {
+        id: r.id,
+        started_at: r.started_at,
+        saved_at: r.saved_at,
+        command: r.command,
+        kind: r.kind,
+        peer: r.peer,
+        direction: r.direction,
+        flows: r.flows,
+        headline: r.headline,
+        unit: r.unit,
+        labels: r.labels,
+        version: r.version,
     }
-    let line = |cells: [&str; 8]| -> String {
-        let mut s = format!(
-            "{:>w0$}  {:<w1$}  {:<w2$}  {:<w3$}  {:>w4$}  {:>w5$}  {:<w6$}  ",
-            cells[0],
-            cells[1],
-            cells[2],
-            cells[3],
-            cells[4],
-            cells[5],
-            cells[6],
-            w0 = w[0],
-            w1 = w[1],
-            w2 = w[2],
-            w3 = w[3],
-            w4 = w[4],
-            w5 = w[5],
-            w6 = w[6],
-        );
-        let room = hakaru_report::View::WIDTH.saturating_sub(s.chars().count());
-        let cmd = cells[7];
-        if wide || cmd.chars().count() <= room {
-            s.push_str(cmd);
-        } else if room > 1 {
-            s.extend(cmd.chars().take(room - 1));
-            s.push('…');
-        }
-        s.trim_end().to_string() + "\n"
-    };
-    let mut out = line(heads);
-    for r in &rows {
-        out += &line([&r[0], &r[1], &r[2], &r[3], &r[4], &r[5], &r[6], &r[7]]);
-    }
-    out
-}
-
-fn run_json(r: &Run) -> serde_json::Value {
-    serde_json::json!({
-        "id": r.id,
-        "started_at": hakaru_model::rfc3339_utc(r.started_at),
-        "started_at_unix": r.started_at,
-        "saved_at_unix": r.saved_at,
-        "kind": r.kind,
-        "peer": r.peer,
-        "direction": r.direction,
-        "flows": r.flows,
-        "headline": r.headline,
-        "unit": r.unit,
-        "labels": r.labels.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
-        "command": r.command,
-        "version": r.version,
-    })
-}
-
-fn csv_cell(s: &str) -> String {
-    hakaru_report::csv::field(s)
-}
-
-fn runs_csv(runs: &[Run]) -> String {
-    let mut s = String::from(
-        "id,started_at,kind,peer,direction,flows,headline,unit,labels,command,version\n",
-    );
-    for r in runs {
-        let cells = [
-            r.id.to_string(),
-            hakaru_model::rfc3339_utc(r.started_at),
-            r.kind.clone(),
-            r.peer.clone(),
-            r.direction.clone(),
-            r.flows.map(|f| f.to_string()).unwrap_or_default(),
-            r.headline.map(|v| format!("{v}")).unwrap_or_default(),
-            r.unit.clone(),
-            labels_text(r),
-            r.command.clone(),
-            r.version.clone(),
-        ];
-        s += &cells
-            .iter()
-            .map(|c| csv_cell(c))
-            .collect::<Vec<_>>()
-            .join(",");
-        s.push('\n');
-    }
-    s
 }
 
 /// Groups runs with a headline by what they measured; each series oldest first.
@@ -582,42 +452,6 @@ fn trend_series(runs: &[Run]) -> Vec<TrendSeries> {
     series
 }
 
-fn trend_json(series: &[TrendSeries]) -> serde_json::Value {
-    serde_json::Value::Array(
-        series
-            .iter()
-            .map(|s| {
-                serde_json::json!({
-                    "series": s.name,
-                    "unit": s.unit,
-                    "points": s.points.iter().map(|p| serde_json::json!({
-                        "id": p.id,
-                        "started_at": hakaru_model::rfc3339_utc(p.at),
-                        "value": p.value,
-                    })).collect::<Vec<_>>(),
-                })
-            })
-            .collect(),
-    )
-}
-
-fn trend_csv(series: &[TrendSeries]) -> String {
-    let mut s = String::from("series,id,started_at,value,unit\n");
-    for t in series {
-        for p in &t.points {
-            s += &format!(
-                "{},{},{},{},{}\n",
-                csv_cell(&t.name),
-                p.id,
-                hakaru_model::rfc3339_utc(p.at),
-                p.value,
-                csv_cell(&t.unit)
-            );
-        }
-    }
-    s
-}
-
 /// A stored document as the report reader sees it.
 fn stored_content(id: i64, doc: &str) -> anyhow::Result<Parsed> {
     let v: serde_json::Value = serde_json::from_str(doc)
@@ -640,25 +474,29 @@ enum Parsed {
 fn show(a: ShowArgs) -> anyhow::Result<()> {
     let archive = Archive::open_existing(&db_path(&a.db.db)).map_err(archive_err)?;
     let id = archive.resolve(&a.reference).map_err(archive_err)?;
-    let (_, doc) = archive.get(id).map_err(archive_err)?;
+    let (_, doc_json) = archive.get(id).map_err(archive_err)?;
     let format = a.formats.format();
     let view = a.view.view();
-    match stored_content(id, &doc)? {
+    let saved = |doc: &Document<'_>| {
+        output::print(
+            format,
+            view,
+            &Document::Saved {
+                doc,
+                json: &doc_json,
+            },
+        )
+    };
+    match stored_content(id, &doc_json)? {
         Parsed::Content(c) => match *c {
             Content::Run(r) => replay(&r, format, view)?,
-            Content::Quick(q) => match format {
-                Format::Text => out(&super::quick::screen(&q, &view)),
-                _ => out(&doc_text(&doc)),
-            },
-            Content::Plan(p) => match format {
-                Format::Text => out(&hakaru_report::plan_text::summary(&p)),
-                _ => out(&doc_text(&doc)),
-            },
+            Content::Quick(q) => saved(&Document::Quick {
+                result: &q,
+                ran_for: None,
+            })?,
+            Content::Plan(p) => saved(&Document::Plan(&p))?,
         },
-        Parsed::FindMax(r) => match format {
-            Format::Text => out(&view.fit(hakaru_report::capacity_text::summary(&r))),
-            _ => out(&doc_text(&doc)),
-        },
+        Parsed::FindMax(r) => saved(&Document::FindMax(&r))?,
     }
     Ok(())
 }
@@ -778,13 +616,5 @@ mod tests {
         for bad in ["novalue", "=v", "1x=v", "a-b=v", "__x=v", "kind=tcp"] {
             assert!(parse_label(bad).is_err(), "{bad}");
         }
-    }
-
-    #[test]
-    fn csv_cells_are_quoted_when_needed() {
-        assert_eq!(csv_cell("plain"), "plain");
-        assert_eq!(csv_cell("a,b"), "\"a,b\"");
-        assert_eq!(csv_cell("say \"x\""), "\"say \"\"x\"\"\"");
-        assert_eq!(csv_cell("=cmd|x"), "'=cmd|x");
     }
 }

@@ -4,6 +4,7 @@ mod common;
 mod compare;
 mod connect;
 mod docs;
+mod format;
 pub mod habits;
 mod history;
 mod http;
@@ -21,7 +22,6 @@ mod sync;
 mod tcp;
 mod udp;
 
-use crate::output;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 pub use common::is_usage_error;
@@ -109,33 +109,11 @@ enum Command {
     Man(docs::ManArgs),
 }
 
-/// The `--format` values each subcommand accepts (subcommands not listed take them all).
-const FORMATS: [(&str, &[&str]); 8] = [
-    (
-        "latency",
-        &["text", "json", "json-stream", "csv", "csv-summary"],
-    ),
-    (
-        "connect",
-        &["text", "json", "json-stream", "csv", "csv-summary"],
-    ),
-    ("quick", &["text", "json", "json-stream"]),
-    (
-        "http",
-        &["text", "json", "json-stream", "csv", "csv-summary"],
-    ),
-    ("sink", &["text", "json", "json-stream"]),
-    ("source", &["text", "json", "json-stream"]),
-    ("nic", &["text", "json", "json-stream"]),
-    ("plan", &[]),
-];
-
-/// The command-line definition with what derive cannot say: `--format` offers a format only
-/// where a result has that shape (iperf3-json for tcp, udp and pps; CSV for the tests with
-/// intervals), and every subcommand's help ends with the exit codes.
+/// The command-line definition with what derive cannot say: `--format` offers the formats
+/// whose exporter can write the subcommand's document (`format::document_of`: iperf3-json
+/// for tcp, udp and pps; CSV for the tests with intervals), and every subcommand's help ends
+/// with the exit codes.
 pub fn command() -> clap::Command {
-    use clap::builder::{PossibleValuesParser, TypedValueParser};
-    use clap::ValueEnum;
     let mut cmd = Cli::command();
     let names: Vec<String> = cmd
         .get_subcommands()
@@ -145,17 +123,11 @@ pub fn command() -> clap::Command {
         cmd = cmd.mut_subcommand(&name, |sub| {
             let mut sub = sub.after_help(EXIT_CODES);
             let has_format = sub.get_arguments().any(|a| a.get_id() == "format");
-            let allowed = FORMATS
-                .iter()
-                .find(|(n, _)| *n == name)
-                .map(|(_, f)| *f)
-                .filter(|f| !f.is_empty());
-            if let (true, Some(allowed)) = (has_format, allowed) {
-                sub = sub.mut_arg("format", |a| {
-                    a.value_parser(PossibleValuesParser::new(allowed.iter().copied()).map(|v| {
-                        output::Format::from_str(&v, false).unwrap_or(output::Format::Text)
-                    }))
-                });
+            let narrower = format::document_of(&name)
+                .filter(|d| format::narrows(*d))
+                .map(format::names);
+            if let (true, Some(parser)) = (has_format, narrower) {
+                sub = sub.mut_arg("format", |a| a.value_parser(parser));
             }
             sub
         });

@@ -6,10 +6,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use hakaru_engine::sys::{self, NicSnapshot};
 use hakaru_model::{rfc3339_utc, Dur, NicInterval, NicSummary, NicUsage};
-use hakaru_report::{jsonl, nic as render};
 
 use super::common::{self, Formats, UsageError};
-use crate::output::Format;
+use hakaru_report::export::{Document, Live, LiveItem};
+use hakaru_report::View;
 
 /// Shortest interval accepted. sar's is 1 s; below 0.1 s the time spent reading the counters
 /// and the sleep's timer slack become a visible share of every interval.
@@ -225,6 +225,7 @@ fn sample(
     t0: Instant,
     stop: &AtomicBool,
     kept: &mut Vec<NicInterval>,
+    live: &mut dyn Live,
 ) -> anyhow::Result<bool> {
     let mut deadline = t0;
     loop {
@@ -244,10 +245,11 @@ fn sample(
             anyhow::bail!("the interface counters could no longer be read");
         }
         let rec = mon.step(now, t, unix);
-        match a.formats.format() {
-            Format::JsonStream => emit(&render::interval_json(&rec))?,
-            Format::Json => kept.push(rec),
-            _ => emit(&render::interval_text(&rec))?,
+        if let Some(s) = live.item(&LiveItem::NicInterval(&rec)) {
+            emit(&s)?;
+        }
+        if a.formats.format().keeps_intervals() {
+            kept.push(rec);
         }
     }
 }
@@ -265,30 +267,36 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     }
     let watch = Watch::new(&a.ifaces, &first)?;
     let format = a.formats.format();
-    let json = matches!(format, Format::Json | Format::JsonStream);
-    if !json {
-        emit(&render::intro(watch.named(), a.interval, a.count))?;
+    let mut live = format.live(View::default());
+    if let Some(s) = live.item(&LiveItem::NicStart {
+        interfaces: watch.named(),
+        interval: a.interval,
+        count: a.count,
+    }) {
+        emit(&s)?;
     }
     let mut mon = Monitor::new(watch, first);
     let mut kept = Vec::new();
-    let interrupted = match sample(&a, &mut mon, t0, &stop, &mut kept) {
+    let interrupted = match sample(&a, &mut mon, t0, &stop, &mut kept, live.as_mut()) {
         Ok(i) => i,
         Err(e) => {
             let closed_pipe = e
                 .downcast_ref::<std::io::Error>()
                 .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe);
-            if json && !closed_pipe {
-                let _ = emit(&jsonl::error(&format!("{e:#}")));
+            if !closed_pipe {
+                if let Some(s) = live.item(&LiveItem::Error(&format!("{e:#}"))) {
+                    let _ = emit(&s);
+                }
             }
             return Err(e);
         }
     };
     let summary = mon.summary(interrupted);
-    emit(&match format {
-        Format::JsonStream => render::end_json(&summary),
-        Format::Json => render::document(&kept, &summary),
-        _ => render::average_text(&summary),
-    })?;
+    let doc = Document::Nic {
+        intervals: &kept,
+        summary: &summary,
+    };
+    emit(&format.write(&doc, &View::default())?)?;
     Ok(())
 }
 

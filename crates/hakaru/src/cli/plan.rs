@@ -10,7 +10,7 @@ use anyhow::Context;
 use clap::Parser;
 use hakaru_model::plan::{PlanHost, PlanResult, Release, StepResult, TimelineRow};
 use hakaru_plan::{PlanObserver, Step};
-use hakaru_report::plan_text;
+use hakaru_report::export::{self, DocKind, Document, Format, LiveItem, PlanStep};
 
 use super::common::{stop_flag, UsageError};
 use crate::output::out;
@@ -33,24 +33,13 @@ enum PlanCommand {
     Check(CheckArgs),
 }
 
-/// Output of `plan run`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum PlanFormat {
-    /// Live lines and a summary.
-    Text,
-    /// One JSON document at the end (docs/plan.md).
-    Json,
-    /// JSON Lines events as the plan runs.
-    JsonStream,
-}
-
 #[derive(Debug, clap::Args)]
 struct RunArgs {
     /// The plan file (TOML, docs/plan.md).
     file: PathBuf,
     /// Output format.
-    #[arg(long, value_enum, conflicts_with_all = ["json", "json_stream"])]
-    format: Option<PlanFormat>,
+    #[arg(long, value_parser = super::format::parser(DocKind::Plan), conflicts_with_all = ["json", "json_stream"])]
+    format: Option<Format>,
     /// Same as --format json.
     #[arg(short = 'J', long, conflicts_with = "json_stream")]
     json: bool,
@@ -150,70 +139,47 @@ fn check_plan(c: CheckArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-struct Live {
-    format: PlanFormat,
+/// The plan's live output in the chosen format; a note the format has no form of goes to
+/// stderr.
+struct Live(Box<dyn export::Live>);
+
+impl Live {
+    fn print(&mut self, item: &LiveItem<'_>) {
+        if let Some(s) = self.0.item(item) {
+            out(&s);
+        }
+    }
 }
 
 impl PlanObserver for Live {
     fn on_host(&mut self, h: &PlanHost) {
-        match self.format {
-            PlanFormat::Text => out(&plan_text::host_line(h)),
-            PlanFormat::JsonStream => out(&plan_text::event("host", h)),
-            PlanFormat::Json => {}
-        }
+        self.print(&LiveItem::PlanHost(h));
     }
     fn on_note(&mut self, message: &str) {
-        match self.format {
-            PlanFormat::JsonStream => out(&plan_text::event(
-                "note",
-                &serde_json::json!({ "message": message }),
-            )),
-            _ => eprintln!("hakaru: {message}"),
+        match self.0.item(&LiveItem::PlanNote(message)) {
+            Some(s) => out(&s),
+            None => eprintln!("hakaru: {message}"),
         }
     }
     fn on_step_start(&mut self, s: &Step, of: usize) {
-        match self.format {
-            PlanFormat::Text => out(&plan_text::step_heading(
-                s.index,
-                of,
-                &s.name,
-                &s.senders,
-                &s.receivers,
-                &s.flags,
-            )),
-            PlanFormat::JsonStream => out(&plan_text::event(
-                "step_start",
-                &serde_json::json!({
-                    "index": s.index, "of": of, "name": s.name, "kind": s.kind.name(),
-                    "senders": s.senders, "receivers": s.receivers, "flags": s.flags,
-                }),
-            )),
-            PlanFormat::Json => {}
-        }
+        self.print(&LiveItem::PlanStepStart(&PlanStep {
+            index: s.index,
+            of,
+            name: &s.name,
+            kind: s.kind.name(),
+            senders: &s.senders,
+            receivers: &s.receivers,
+            flags: &s.flags,
+        }));
     }
     fn on_release(&mut self, _s: &Step, r: &Release) {
-        match self.format {
-            PlanFormat::Text => out(&plan_text::release_line(r)),
-            PlanFormat::JsonStream => out(&plan_text::event("release", r)),
-            PlanFormat::Json => {}
-        }
+        self.print(&LiveItem::PlanRelease(r));
     }
     fn on_row(&mut self, s: &Step, row: &TimelineRow) {
-        match self.format {
-            PlanFormat::Text => out(&plan_text::row_line(row)),
-            PlanFormat::JsonStream => out(&plan_text::event(
-                "row",
-                &serde_json::json!({ "step": s.index, "row": row }),
-            )),
-            PlanFormat::Json => {}
-        }
+        self.print(&LiveItem::PlanRow { step: s.index, row });
     }
     fn on_step_end(&mut self, s: &StepResult) {
-        match self.format {
-            PlanFormat::Text => out(&plan_text::step_summary(s)),
-            PlanFormat::JsonStream => out(&plan_text::event("step_end", s)),
-            PlanFormat::Json => {}
-        }
+        self.print(&LiveItem::PlanStepEnd(s));
     }
 }
 
@@ -221,9 +187,9 @@ fn run_plan(r: RunArgs) -> anyhow::Result<()> {
     let plan = load(&r.file)?;
     let format = match (r.format, r.json, r.json_stream) {
         (Some(f), _, _) => f,
-        (None, true, _) => PlanFormat::Json,
-        (None, _, true) => PlanFormat::JsonStream,
-        _ => PlanFormat::Text,
+        (None, true, _) => Format::json(),
+        (None, _, true) => Format::json_stream(),
+        _ => Format::text(),
     };
     // The plan's own save and labels, checked before anything runs.
     let mut keep = r.keep.clone();
@@ -243,13 +209,10 @@ fn run_plan(r: RunArgs) -> anyhow::Result<()> {
         validate: Box::new(validate),
         stop: std::sync::Arc::clone(&stop),
     };
-    let result: PlanResult = hakaru_plan::run(&plan, &opts, &mut Live { format });
-    match format {
-        PlanFormat::Text => out(&plan_text::summary(&result)),
-        PlanFormat::Json => out(&plan_text::json(&result)),
-        PlanFormat::JsonStream => out(&plan_text::event("end", &result)),
-    }
-    let json = plan_text::json(&result);
+    let view = hakaru_report::View::default();
+    let result: PlanResult = hakaru_plan::run(&plan, &opts, &mut Live(format.live(view)));
+    crate::output::print(format, view, &Document::Plan(&result))?;
+    let json = hakaru_report::json::plan(&result);
     if let Some(path) = &r.output {
         std::fs::write(path, &json)
             .with_context(|| format!("writing the result to {}", path.display()))?;

@@ -2,7 +2,6 @@
 //! bandwidth (one flow and several, each direction), packet rate, and TCP and UDP latency,
 //! printed as one screen.
 
-use std::io::Write;
 use std::sync::atomic::Ordering;
 
 use hakaru_client::run_test;
@@ -13,7 +12,8 @@ use hakaru_model::{
 };
 
 use super::common::{stop_flag, Target};
-use crate::output::{Format, Progress, WithProgress};
+use crate::output::{Progress, WithProgress};
+use hakaru_report::export::{Document, LiveItem};
 
 /// Options of `hakaru quick`.
 #[derive(Debug, clap::Args)]
@@ -176,8 +176,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         lines: Vec::new(),
         results: Vec::new(),
     };
-    let text = format == Format::Text;
     let view = a.target.view.view();
+    let mut live = format.live(view);
     // Nothing prints while a test runs: the status line says which one and how long is left.
     let mut progress = Progress::new(true);
     let count = tests.len();
@@ -218,76 +218,21 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 }
             }
         };
-        if text {
-            progress.suspend(|| crate::output::out(&view.fit(text_line(&line))));
+        if let Some(s) = live.item(&LiveItem::QuickLine(&line)) {
+            progress.suspend(|| crate::output::out(&s));
         }
         out.lines.push(line);
     }
     progress.finish();
-    let mut o = std::io::stdout().lock();
-    if text {
-        write!(o, "{}", view.fit(footer(&out, Some(&a.time.to_string()))))?;
-    } else {
-        let s = serde_json::to_string_pretty(&out)?;
-        writeln!(o, "{s}")?;
-    }
-    o.flush()?;
-    drop(o);
+    let ran_for = a.time.to_string();
+    let doc = Document::Quick {
+        result: &out,
+        ran_for: Some(&ran_for),
+    };
+    crate::output::print(format, view, &doc)?;
     a.target.files.write_quick(&out)?;
     if let Some(e) = out.lines.iter().find_map(|l| l.error.clone()) {
         anyhow::bail!("a quick test failed: {e}");
     }
     Ok(())
-}
-
-/// One line of the screen: what, the headline, the command without `hakaru` and `HOST`.
-/// The lines under the results: the server, what each line is, and loopback caveats.
-fn footer(q: &QuickResult, time: Option<&str>) -> String {
-    let mut footer = format!(
-        "server {}{}; each line is one {}test; in brackets its command alone (hakaru CMD HOST ...); --json has every full result\n",
-        q.server,
-        if q.embedded_server { " (embedded loopback server: both ends share this machine)" } else { "" },
-        time.map(|t| format!("{t} ")).unwrap_or_default()
-    );
-    footer.push_str(&loopback_loss_note(q));
-    footer
-}
-
-/// The screen `hakaru quick` printed, from its result (`hakaru history show`).
-pub fn screen(q: &QuickResult, view: &hakaru_report::View) -> String {
-    let mut s = String::new();
-    for l in &q.lines {
-        s.push_str(&view.fit(text_line(l)));
-    }
-    s + &view.fit(footer(q, None))
-}
-
-fn text_line(l: &QuickLine) -> String {
-    let cmd = l
-        .command
-        .strip_prefix("hakaru ")
-        .unwrap_or(&l.command)
-        .replacen(" HOST", "", 1);
-    match &l.error {
-        None => format!("{:<30} {:<46} [{cmd}]\n", l.what, l.headline),
-        Some(e) => format!("{:<30} FAILED: {e} [{cmd}]\n", l.what),
-    }
-}
-
-/// Loss in the packet-rate line on an embedded loopback run, explained: it is the receiving
-/// socket overflowing, not a path dropping packets.
-fn loopback_loss_note(q: &QuickResult) -> String {
-    let lost = q
-        .results
-        .iter()
-        .flatten()
-        .filter_map(|r| r.totals.first().and_then(|t| t.udp))
-        .map(|u| u.lost_percent)
-        .fold(0.0, f64::max);
-    if !q.embedded_server || lost < 0.01 {
-        return String::new();
-    }
-    format!(
-        "note: the packet-rate loss ({lost:.2} %) is datagrams the receiving socket had no room for: on loopback both ends share this machine's CPUs and the sender, with less work per datagram, outruns the receiver. Against a server on another machine the line measures that receiver and the path.\n"
-    )
 }

@@ -10,7 +10,8 @@ use hakaru_model::{
     rfc3339_utc, EndResult, FlowDir, IntervalRecord, RawRole, RawSpec, RunResult, SideReport,
     TestSpec, SCHEMA_VERSION,
 };
-use hakaru_report::{json, jsonl, raw_text};
+use hakaru_report::export::{DocKind, Document, Live, LiveItem};
+use hakaru_report::View;
 
 use crate::output::Format;
 
@@ -18,11 +19,14 @@ use crate::output::Format;
 #[derive(Clone)]
 pub struct RawOutput {
     format: Format,
+    /// The format's live writer, shared with the interval callback.
+    live: Arc<Mutex<Box<dyn Live>>>,
     /// True when stdout carries received data (`sink --stdout`): reports go to stderr.
     to_stderr: bool,
-    /// `--json` over several transfers (`sink --keep`): each result is held, and all are
-    /// printed as one JSON array by [`RawOutput::finish_all`].
-    hold_json: bool,
+    /// Several transfers (`sink --keep`) in a format that writes several results as one
+    /// document (`--json`: one JSON array): each result is held, and all are printed by
+    /// [`RawOutput::finish_all`].
+    hold: bool,
     intervals: Arc<Mutex<Vec<IntervalRecord>>>,
 }
 
@@ -31,8 +35,9 @@ impl RawOutput {
     pub fn new(format: Format, data_on_stdout: bool) -> RawOutput {
         RawOutput {
             format,
+            live: Arc::new(Mutex::new(format.live(View::default()))),
             to_stderr: data_on_stdout,
-            hold_json: false,
+            hold: false,
             intervals: Arc::new(Mutex::new(Vec::new())),
         }
     }
@@ -50,34 +55,46 @@ impl RawOutput {
         }
     }
 
-    /// Several transfers to one output (`sink --keep`): with `--json`, hold each result and
-    /// print them together as one JSON array at the end ([`RawOutput::finish_all`]), so that
-    /// stdout is one JSON document. Other formats print as they go.
+    /// Several transfers to one output (`sink --keep`): in a format that writes several
+    /// results as one document (`--json`: one JSON array), hold each result and print them
+    /// together at the end ([`RawOutput::finish_all`]), so that stdout is one document. Other
+    /// formats print as they go.
     pub fn several(mut self) -> RawOutput {
-        self.hold_json = self.format == Format::Json;
+        self.hold = self.format.supports(DocKind::Runs);
         self
     }
 
-    /// After the last transfer: with [`RawOutput::several`] and `--json`, prints every result
-    /// as one JSON array (empty when no transfer came).
+    /// After the last transfer: with [`RawOutput::several`] in such a format, prints every
+    /// result as one document (an empty one when no transfer came).
     pub fn finish_all(&self, results: &[RunResult]) {
-        if self.hold_json {
-            let s = serde_json::to_string_pretty(results)
-                .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
-            self.emit(&(s + "\n"));
+        if self.hold {
+            if let Ok(s) = self
+                .format
+                .write(&Document::Runs(results), &View::default())
+            {
+                self.emit(&s);
+            }
+        }
+    }
+
+    /// Prints what the format has live for `item`.
+    fn live(&self, item: &LiveItem<'_>) {
+        let s = match self.live.lock() {
+            Ok(mut l) => l.item(item),
+            Err(_) => None,
+        };
+        if let Some(s) = s {
+            self.emit(&s);
         }
     }
 
     /// The opening line (text) or start event (JSON Lines).
     pub fn start(&self, spec: &RawSpec, addr: &str) {
-        match self.format {
-            Format::Text => self.emit(&raw_text::header(spec, addr)),
-            Format::JsonStream => {
-                self.emit(&jsonl::start(&TestSpec::Raw(spec.clone()), addr, false))
-            }
-            // sink and source offer no iperf3 or CSV shape (their flags cannot ask for one).
-            _ => {}
-        }
+        self.live(&LiveItem::Start {
+            spec: &TestSpec::Raw(spec.clone()),
+            server: addr,
+            embedded: false,
+        });
     }
 
     /// The interval callback for the engine: samples become records, printed and kept.
@@ -87,7 +104,6 @@ impl RawOutput {
         if let Ok(mut v) = self.intervals.lock() {
             v.clear();
         }
-        let mut heading = Some(raw_text::interval_heading(&spec));
         Box::new(move |sample| {
             // Every stream of a raw transfer carries data one way: from the sender.
             let dirs: BTreeMap<u32, FlowDir> =
@@ -98,16 +114,7 @@ impl RawOutput {
                 RawRole::Sink => hakaru_model::merge_interval(None, Some(&sample), &dirs),
                 RawRole::Source => hakaru_model::merge_interval(Some(&sample), None, &dirs),
             };
-            match me.format {
-                Format::Text => {
-                    if let Some(h) = heading.take() {
-                        me.emit(&h);
-                    }
-                    me.emit(&raw_text::interval_lines(&rec));
-                }
-                Format::JsonStream => me.emit(&jsonl::interval(&rec)),
-                _ => {}
-            }
+            me.live(&LiveItem::Interval(&rec));
             if let Ok(mut v) = me.intervals.lock() {
                 v.push(rec);
             }
@@ -122,13 +129,11 @@ impl RawOutput {
             .map(|mut v| std::mem::take(&mut *v))
             .unwrap_or_default();
         let r = assemble(spec, local, o, intervals);
-        let s = match self.format {
-            Format::Text => raw_text::summary(&r),
-            Format::JsonStream => jsonl::end(&r),
-            _ if self.hold_json => String::new(),
-            _ => json::render(&r),
-        };
-        self.emit(&s);
+        if !self.hold {
+            if let Ok(s) = self.format.write(&Document::Run(&r), &View::default()) {
+                self.emit(&s);
+            }
+        }
         r
     }
 }

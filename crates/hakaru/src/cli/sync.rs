@@ -11,7 +11,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
 use hakaru_client::StartGate;
-use hakaru_report::jsonl;
+use hakaru_report::export::LiveItem;
 
 use crate::output::{self, Format};
 
@@ -54,18 +54,18 @@ pub fn gate(format: Format, stop: Arc<AtomicBool>) -> StartGate {
         .ok();
     let rx = Mutex::new(rx);
     StartGate(Arc::new(move || {
-        if format == Format::JsonStream {
-            output::out(&jsonl::ready(hakaru_engine::sys::now_unix()));
-        } else {
-            eprintln!("hakaru: the test is set up; waiting for `go` on standard input");
+        let mut live = format.live(hakaru_report::View::default());
+        match live.item(&LiveItem::Ready(hakaru_engine::sys::now_unix())) {
+            Some(s) => output::out(&s),
+            None => eprintln!("hakaru: the test is set up; waiting for `go` on standard input"),
         }
         let rx = rx
             .lock()
             .map_err(|_| "the start gate is poisoned".to_string())?;
         match rx.recv_timeout(HOLD_LIMIT) {
             Ok(Ok(())) => {
-                if format == Format::JsonStream {
-                    output::out(&jsonl::released(hakaru_engine::sys::now_unix()));
+                if let Some(s) = live.item(&LiveItem::Released(hakaru_engine::sys::now_unix())) {
+                    output::out(&s);
                 }
                 Ok(())
             }

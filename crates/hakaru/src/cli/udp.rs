@@ -208,18 +208,11 @@ pub fn run_pps(mut a: PpsArgs) -> anyhow::Result<()> {
 
 /// `--find-max`: runs the search and prints each trial and the result.
 fn run_find_max(c: &Common, spec: UdpSpec, start: f64, ceiling: f64) -> anyhow::Result<()> {
-    use crate::output::{out, Format};
-    use hakaru_report::capacity_text;
+    use crate::output::out;
+    use hakaru_report::export::{DocKind, Document, LiveItem};
     let format = c.target.format();
-    if matches!(
-        format,
-        Format::Csv | Format::CsvSummary | Format::Iperf3Json
-    ) {
-        return Err(super::common::UsageError(
-            "--find-max prints text, json or json-stream".into(),
-        )
-        .into());
-    }
+    // A format without a form of the search: "--find-max prints text, json or json-stream".
+    format.check(DocKind::FindMax)?;
     let sh = &c.shape;
     let fm = hakaru_client::find_max::FindMax {
         loss_percent: c.search.loss.unwrap_or(DEFAULT_LOSS),
@@ -250,31 +243,28 @@ fn run_find_max(c: &Common, spec: UdpSpec, start: f64, ceiling: f64) -> anyhow::
         "bit/s"
     };
     let view = c.target.view.view();
-    if format == Format::Text {
-        out(&view.fit(capacity_text::header(
-            kind,
-            &format!("{}:{}", ep.host(), opts.port),
-            spec.flows,
-            fm.loss_percent,
-            fm.trial.as_secs_f64(),
-            fm.warmup.as_secs_f64(),
-        )));
+    let mut live = format.live(view);
+    if let Some(s) = live.item(&LiveItem::SearchStart {
+        kind,
+        server: &format!("{}:{}", ep.host(), opts.port),
+        flows: spec.flows,
+        loss_percent: fm.loss_percent,
+        trial_s: fm.trial.as_secs_f64(),
+        warmup_s: fm.warmup.as_secs_f64(),
+    }) {
+        out(&s);
     }
-    let mut progress = crate::output::Progress::new(format != Format::JsonStream);
-    let mut on_trial = |t: &hakaru_model::capacity::Trial| match format {
-        Format::Text => progress.suspend(|| out(&capacity_text::trial_line(t, unit))),
-        Format::JsonStream => out(&hakaru_report::jsonl::event("trial", t)),
-        _ => {}
+    let mut progress = crate::output::Progress::new(format.quiet_while_running(&view, false));
+    let mut on_trial = |t: &hakaru_model::capacity::Trial| {
+        if let Some(s) = live.item(&LiveItem::Trial { trial: t, unit }) {
+            progress.suspend(|| out(&s));
+        }
     };
     progress.step(format!("{kind} --find-max"));
     progress.started(None);
     let r = hakaru_client::find_max::find_max(&opts, &spec, &fm, &mut on_trial, stop);
     progress.finish();
-    match format {
-        Format::Text => out(&view.fit(capacity_text::summary(&r))),
-        Format::JsonStream => out(&hakaru_report::jsonl::event("end", &r)),
-        _ => out(&(serde_json::to_string_pretty(&r)? + "\n")),
-    }
+    crate::output::print(format, view, &Document::FindMax(&r))?;
     c.target.files.write_find_max(&r)?;
     if let Some(e) = r.trials.iter().find_map(|t| t.error.clone()) {
         anyhow::bail!("a trial failed: {e}");
