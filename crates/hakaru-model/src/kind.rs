@@ -7,9 +7,7 @@
 //! rate test's connectors are its `flows`, latency's warm-up is its `omit`, its `--timeout`
 //! its `stall_timeout`.
 
-use crate::config::{Amount, Direction, SpecError};
-use crate::units::{Bytes, Dur};
-use crate::FlowDir;
+use crate::{Amount, Bytes, Direction, Dur, FlowDir, SpecError};
 
 /// One test kind's answers.
 pub trait Kind {
