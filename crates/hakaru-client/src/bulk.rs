@@ -119,19 +119,7 @@ fn start(
     };
     // Counters first (the side's configuration above): nothing the server sends after
     // `start` escapes them.
-    let ctl = &mut *s.ctl;
-    ctl.m.handle(Input::FlowsOpen, Instant::now());
-    loop {
-        match ctl.next() {
-            Output::WaitGate => {
-                let gate = s.opts.gate.as_ref().map_or(Ok(()), |g| (g.0)());
-                let input = gate.map_or_else(Input::GateFailed, |()| Input::GateOpen);
-                ctl.m.handle(input, Instant::now());
-            }
-            Output::StartLocal => break,
-            other => return Err(unexpected_output(other)),
-        }
-    }
+    s.ctl.start(s.opts.gate.as_ref())?;
     let (t1, t2, t3) = (tx.clone(), tx.clone(), tx.clone());
     let on_interval = Box::new(move |s| {
         let _ = t1.send(Event::Local(s));

@@ -9,7 +9,7 @@ use hakaru_engine::control::{ControlConn, ControlError};
 use hakaru_proto::native::opening;
 use hakaru_session::client::{Fault, Input, Machine, Output, SessionError};
 
-use crate::ClientError;
+use crate::{ClientError, StartGate};
 
 /// The control connection and the session machine that decides what is said on it.
 pub(crate) struct Control {
@@ -60,6 +60,23 @@ impl Control {
             let fault = fault(e);
             self.m
                 .handle(Input::SendFailed { what, fault }, Instant::now());
+        }
+    }
+
+    /// Tells the machine this end's flows are open, passes the held start's gate when it asks
+    /// and returns its start: [`Output::StartLocal`] or [`Output::StartConnecting`].
+    pub fn start(&mut self, gate: Option<&StartGate>) -> Result<Output, ClientError> {
+        self.m.handle(Input::FlowsOpen, Instant::now());
+        loop {
+            match self.next() {
+                Output::WaitGate => {
+                    let passed = gate.map_or(Ok(()), |g| (g.0)());
+                    let input = passed.map_or_else(Input::GateFailed, |()| Input::GateOpen);
+                    self.m.handle(input, Instant::now());
+                }
+                o @ (Output::StartLocal | Output::StartConnecting { .. }) => return Ok(o),
+                other => return Err(unexpected_output(other)),
+            }
         }
     }
 

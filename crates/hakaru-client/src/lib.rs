@@ -78,27 +78,6 @@ impl std::fmt::Debug for StartGate {
     }
 }
 
-/// Waits at the gate, if any (UDP set-ups then send their `flows_ready` as always).
-pub(crate) fn wait_gate(opts: &ClientOptions) -> Result<(), ClientError> {
-    match &opts.gate {
-        Some(g) => (g.0)().map_err(ClientError::CalledOff),
-        None => Ok(()),
-    }
-}
-
-/// Passes the gate, if any, and tells the server to go.
-pub(crate) fn pass_gate(
-    opts: &ClientOptions,
-    conn: &mut ControlConn,
-    ctl_err: &dyn Fn(ControlError) -> ClientError,
-) -> Result<(), ClientError> {
-    if opts.gate.is_some() {
-        wait_gate(opts)?;
-        conn.send(&Message::FlowsReady).map_err(ctl_err)?;
-    }
-    Ok(())
-}
-
 /// Why a client run failed. Each message names the peer or the flag at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -183,7 +162,7 @@ pub enum ClientError {
 }
 
 pub(crate) use hakaru_engine::control::{silence_limit, KEEPALIVE_EVERY};
-pub(crate) use hakaru_session::client::{HANDSHAKE_TIMEOUT, RESULTS_TIMEOUT};
+pub(crate) use hakaru_session::client::RESULTS_TIMEOUT;
 
 /// Resolves `host:port` honouring the family restriction.
 pub fn resolve(host: &str, port: u16, family: Family) -> Result<Vec<SocketAddr>, ClientError> {
@@ -320,7 +299,7 @@ pub fn run_test(
         TestSpec::Latency(lat) => latency_test(ctl, &at, lat, &token, iface, observer, &stop),
         TestSpec::Connect(_) => connect::run(
             connect::Setup {
-                conn: ctl.conn,
+                ctl,
                 opts,
                 spec: spec.clone(),
                 server_addr,
@@ -430,10 +409,9 @@ fn latency_test(
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0);
-    let conn = &mut ctl.conn;
     let out = latency::run(
         latency::Session {
-            conn,
+            ctl: &mut ctl,
             opts: at.opts,
             spec: lat,
             server_addr: at.server_addr,
@@ -499,21 +477,6 @@ impl Peer<'_> {
         result.server_clock_offset = self.clock;
         result.server_on_this_host = self.same_host;
         result
-    }
-}
-
-/// Waits for the server's start signal.
-pub(crate) fn wait_start(
-    conn: &mut ControlConn,
-    ctl_err: &dyn Fn(ControlError) -> ClientError,
-) -> Result<(), ClientError> {
-    match conn.recv(HANDSHAKE_TIMEOUT).map_err(ctl_err)? {
-        Message::Start => Ok(()),
-        Message::Error { message } => Err(ClientError::Server(message)),
-        other => Err(ClientError::Server(format!(
-            "unexpected {} message instead of start",
-            other.name()
-        ))),
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use hakaru_model::{ClockOffset, TestSpec};
+use hakaru_model::{ClockOffset, LatencyTransport, TestSpec};
 use hakaru_proto::{Message, ServerInfo};
 
 use super::{
@@ -195,12 +195,12 @@ impl Machine {
             }
             (Input::FlowsOpen, State::Flows) => {
                 // UDP flows always end their set-up with `flows_ready`.
-                if self.spec.udp().is_some() {
+                if udp_flows(&self.spec) {
                     self.send(Message::FlowsReady);
                 }
                 self.await_start(now);
-                if self.early_start {
-                    self.on_start(Input::Message(Message::Start), now);
+                if let Some(m) = self.early_start.take() {
+                    self.on_start(Input::Message(m), now);
                 }
             }
             (Input::GateOpen, State::Gate) => {
@@ -210,10 +210,10 @@ impl Machine {
             (Input::GateFailed(why), State::Gate) => self.end(SessionError::CalledOff(why)),
             // All TCP connections arrived at the server before the driver said they were open:
             // a driver that reads meanwhile may see `start` first.
-            (Input::Message(Message::Start), State::Flows)
-                if !self.cfg.held_start && self.spec.udp().is_none() =>
+            (Input::Message(m @ (Message::Start | Message::ConnectPort { .. })), State::Flows)
+                if !self.cfg.held_start && !udp_flows(&self.spec) =>
             {
-                self.early_start = true;
+                self.early_start = Some(m);
             }
             (Input::Message(Message::Start), _) => self.end(SessionError::Server(
                 "unexpected start message before this end's flows were ready".into(),
@@ -229,22 +229,42 @@ impl Machine {
     }
 
     pub(super) fn on_start(&mut self, input: Input, now: Instant) {
+        let starting = matches!(self.state, State::Starting { .. });
+        let expected = if connect(&self.spec) {
+            "the connect port"
+        } else {
+            "start"
+        };
         match input {
-            Input::Message(Message::Start) if matches!(self.state, State::Starting { .. }) => {
-                let test = running::Test::new(&self.spec, now);
-                self.state = State::Running(Box::new(test));
+            Input::Message(Message::Start) if starting && !connect(&self.spec) => {
                 self.out.push_back(Output::StartLocal);
-                if self.stop_early {
-                    self.stop();
-                }
+                self.started(now);
+            }
+            Input::Message(Message::ConnectPort { port }) if starting && connect(&self.spec) => {
+                self.out.push_back(Output::StartConnecting { port });
+                self.started(now);
             }
             Input::Message(Message::Error { message }) => self.end(SessionError::Server(message)),
             Input::Message(other) => self.end(SessionError::Server(format!(
-                "unexpected {} message instead of start",
+                "unexpected {} message instead of {expected}",
                 other.name()
             ))),
             Input::Failed(f) => self.end(self.control(f)),
             other => self.out_of_turn(&other),
+        }
+    }
+
+    /// The test starts: the machine runs a bulk test to its end; for latency and
+    /// connection-rate tests its part ends here (their loops are still the driver's).
+    fn started(&mut self, now: Instant) {
+        if matches!(self.spec, TestSpec::Tcp(_) | TestSpec::Udp(_)) {
+            let test = running::Test::new(&self.spec, now);
+            self.state = State::Running(Box::new(test));
+            if self.stop_early {
+                self.stop();
+            }
+        } else {
+            self.state = State::HandedOver;
         }
     }
 
@@ -270,4 +290,18 @@ impl Machine {
         ));
         self.end(e);
     }
+}
+
+/// The test's flows are UDP: their set-up always ends with `flows_ready`.
+fn udp_flows(spec: &TestSpec) -> bool {
+    match spec {
+        TestSpec::Udp(_) => true,
+        TestSpec::Latency(l) => l.transport == LatencyTransport::Udp,
+        _ => false,
+    }
+}
+
+/// A connection-rate test: no data flows, and `connect_port` instead of `start`.
+fn connect(spec: &TestSpec) -> bool {
+    matches!(spec, TestSpec::Connect(_))
 }

@@ -1,9 +1,10 @@
 //! The native client session (hakaru's own protocol), as a machine.
 //!
-//! [`Machine`] holds what the client says on the control connection and when, from the hello
-//! to the final reports, for bulk TCP and UDP tests; its driver (hakaru-client) connects,
-//! opens the data flows, runs this end's side, reads and writes the control socket and calls
-//! the observer. The session, in the order a test goes:
+//! [`Machine`] holds what the client says on the control connection and when: from the hello
+//! to the final reports for bulk TCP and UDP tests, and from the hello to the start for
+//! latency and connection-rate tests (whose test loops are still the driver's). Its driver
+//! (hakaru-client) connects, opens the data flows, runs this end's side, reads and writes the
+//! control socket and calls the observer. The session, in the order a test goes:
 //!
 //! 1. The machine opens with `hello` ([`Output::Open`]) and waits [`HANDSHAKE_TIMEOUT`] for
 //!    the `welcome`; the server's clock offset is estimated from the welcome's (or, from a
@@ -13,7 +14,9 @@
 //! 3. It sends `test_request`; on `accepted` it gives [`Output::Accepted`] with the token and
 //!    waits for [`Input::FlowsOpen`]. With a held start it then gives [`Output::WaitGate`] and
 //!    waits for [`Input::GateOpen`]; a held start or a UDP test says `flows_ready`.
-//! 4. On `start` it gives [`Output::StartLocal`] and runs the test: it pairs this end's
+//! 4. On `start` it gives [`Output::StartLocal`] (for a connection-rate test, on
+//!    `connect_port`, [`Output::StartConnecting`]); for latency and connection-rate tests its
+//!    part ends there. A bulk test runs in the machine: it pairs this end's
 //!    interval samples with the server's into [`Output::Interval`] records, sends keepalives
 //!    every `keepalive_every`, calls the server gone after `silence` without a word, and, once
 //!    this end is done, gives the server [`RESULTS_TIMEOUT`] to send its report.
@@ -162,8 +165,15 @@ pub enum Output {
     },
     /// Held start: wait at the gate, then give [`Input::GateOpen`] or [`Input::GateFailed`].
     WaitGate,
-    /// `start` came: start this end's side now.
+    /// `start` came: start this end's side now. For a latency test the machine's part ends
+    /// here: the driver's own loop runs the test on the control connection.
     StartLocal,
+    /// Connection-rate tests: the server's connect listener is up on this port; start the
+    /// connectors now. The machine's part ends here, as for latency tests.
+    StartConnecting {
+        /// The listener's TCP port, on the server's address of the control connection.
+        port: u16,
+    },
     /// Stop this end's senders (Ctrl-C); the test ends as usual.
     StopSending,
     /// Stop this end's side at once: the test failed.
@@ -268,6 +278,9 @@ enum State {
     Running(Box<running::Test>),
     /// Both ends are done; this end's report is on its way.
     Collecting(Box<running::Test>),
+    /// A latency or connection-rate test started: the driver runs it, the machine ignores
+    /// every input.
+    HandedOver,
     /// The final output is given: every input is ignored.
     Ended,
 }
@@ -283,6 +296,7 @@ impl State {
             State::Starting { .. } => "waiting for start",
             State::Running(_) => "running",
             State::Collecting(_) => "collecting this end's report",
+            State::HandedOver => "handed over",
             State::Ended => "ended",
         }
     }
@@ -303,8 +317,8 @@ pub struct Machine {
     server: Option<ServerFacts>,
     /// Ctrl-C came before the test ran: stop as soon as it does.
     stop_early: bool,
-    /// `start` came while the driver was still opening the flows.
-    early_start: bool,
+    /// `start` (or `connect_port`) came while the driver was still opening the flows.
+    early_start: Option<Message>,
 }
 
 impl Machine {
@@ -328,7 +342,7 @@ impl Machine {
             notes: Vec::new(),
             server: None,
             stop_early: false,
-            early_start: false,
+            early_start: None,
         }
     }
 
@@ -346,7 +360,7 @@ impl Machine {
             State::Flows | State::Gate => self.on_setup(input, now),
             State::Starting { .. } => self.on_start(input, now),
             State::Running(_) | State::Collecting(_) => self.on_test(input, now),
-            State::Ended => {}
+            State::HandedOver | State::Ended => {}
         }
     }
 
@@ -436,7 +450,7 @@ impl Machine {
     /// Ends the session with an error. After `start` this end's side stops first and the
     /// server is told why; pending actions are dropped either way.
     fn end(&mut self, e: SessionError) {
-        if matches!(self.state, State::Ended) {
+        if matches!(self.state, State::Ended | State::HandedOver) {
             return;
         }
         self.out.clear();
@@ -457,14 +471,14 @@ impl Machine {
                 self.out.push_back(Output::StopSending);
                 self.send(Message::Stop);
             }
-            State::Running(_) | State::Collecting(_) | State::Ended => {}
+            State::Running(_) | State::Collecting(_) | State::Ended | State::HandedOver => {}
             _ => self.stop_early = true,
         }
     }
 
     fn send_failed(&mut self, what: &'static str, fault: Fault) {
         let e = match &self.state {
-            State::Ended | State::Collecting(_) => return,
+            State::Ended | State::HandedOver | State::Collecting(_) => return,
             State::Running(_) if what == "stop" => {
                 self.gone(format!("could not be told to stop: {fault}"))
             }

@@ -131,6 +131,19 @@ fn start_before_the_driver_said_the_tcp_flows_are_open_is_kept() {
     let mut r = Run::accepted(config(tcp()));
     assert_eq!(r.msg(0.3, Message::Start), []);
     assert_eq!(r.feed(0.4, Input::FlowsOpen), [Output::StartLocal]);
+    let mut r = Run::accepted(config(TestSpec::Connect(Default::default())));
+    assert_eq!(r.msg(0.3, Message::ConnectPort { port: 9 }), []);
+    assert_eq!(
+        r.feed(0.4, Input::FlowsOpen),
+        [Output::StartConnecting { port: 9 }]
+    );
+    // For UDP flows `start` before `flows_ready` breaks the protocol.
+    let mut r = Run::accepted(config(udp()));
+    let out = r.msg(0.3, Message::Start);
+    assert!(
+        matches!(ends(&out), Some(Err(SessionError::Server(_)))),
+        "{out:?}"
+    );
 }
 
 #[test]
@@ -230,5 +243,57 @@ fn ctrl_c_before_start_stops_as_the_test_starts() {
             Output::StopSending,
             Output::Send(Message::Stop)
         ]
+    );
+}
+
+fn latency(transport: hakaru_model::LatencyTransport) -> TestSpec {
+    TestSpec::Latency(hakaru_model::LatencySpec {
+        transport,
+        ..Default::default()
+    })
+}
+
+#[test]
+fn latency_tests_say_flows_ready_by_transport_and_are_handed_over_at_start() {
+    use hakaru_model::LatencyTransport::{Tcp, Udp};
+    for (transport, ready) in [(Tcp, false), (Udp, true)] {
+        let mut r = Run::accepted(config(latency(transport)));
+        let out = r.feed(0.3, Input::FlowsOpen);
+        assert_eq!(out.contains(&Output::Send(Message::FlowsReady)), ready);
+        assert_eq!(r.msg(0.4, Message::Start), [Output::StartLocal]);
+        // The driver's loop runs the test now: the machine neither times out nor answers.
+        assert_eq!(r.m.timeout(), None, "{transport:?}");
+        assert_eq!(r.msg(0.5, Message::Keepalive), []);
+        assert_eq!(r.feed(0.6, Input::Stop), []);
+        assert_eq!(r.tick(100.0), []);
+        assert!(!r.m.is_ended(), "handed over, not ended");
+    }
+}
+
+#[test]
+fn connection_rate_tests_start_connecting_on_the_connect_port() {
+    let connect = TestSpec::Connect(hakaru_model::ConnectSpec::default());
+    let mut cfg = config(connect.clone());
+    cfg.held_start = true;
+    let mut r = Run::accepted(cfg);
+    assert_eq!(r.feed(0.3, Input::FlowsOpen), [Output::WaitGate]);
+    assert_eq!(
+        r.feed(0.4, Input::GateOpen),
+        [Output::Send(Message::FlowsReady)]
+    );
+    assert_eq!(
+        r.msg(0.5, Message::ConnectPort { port: 4711 }),
+        [Output::StartConnecting { port: 4711 }]
+    );
+    assert_eq!(r.m.timeout(), None);
+    // Without a held start nothing is said before the port, and `start` has no place.
+    let mut r = Run::accepted(config(connect));
+    assert_eq!(r.feed(0.3, Input::FlowsOpen), []);
+    let out = r.msg(0.4, Message::Start);
+    assert_eq!(
+        out,
+        [Output::End(Err(SessionError::Server(
+            "unexpected start message instead of the connect port".into()
+        )))]
     );
 }
