@@ -138,3 +138,60 @@ pub(crate) fn client_error(e: SessionError) -> ClientError {
         SessionError::CalledOff(m) => ClientError::CalledOff(m),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hakaru_proto::ProtoError;
+
+    #[test]
+    fn the_machines_errors_read_as_the_clients() {
+        let addr = || "192.0.2.1:5201".to_string();
+        let all = [
+            SessionError::NotHakaru {
+                addr: addr(),
+                detail: "it answered the hello with start".into(),
+            },
+            SessionError::Refused("no".into()),
+            SessionError::Server("boom".into()),
+            SessionError::Auth("wrong key".into()),
+            SessionError::Control {
+                addr: addr(),
+                fault: Fault::Closed,
+            },
+            SessionError::Control {
+                addr: addr(),
+                fault: Fault::Timeout(10.0),
+            },
+            SessionError::Control {
+                addr: addr(),
+                fault: Fault::Proto(ProtoError::Malformed("eof".into())),
+            },
+            SessionError::Control {
+                addr: addr(),
+                fault: Fault::Io("Broken pipe (os error 32)".into()),
+            },
+            SessionError::Unexpected {
+                addr: addr(),
+                what: "start message during the test".into(),
+            },
+            SessionError::Gone {
+                addr: addr(),
+                what: "sent no results within 20 s of the end".into(),
+            },
+            SessionError::Flow("flow 1: reset".into()),
+            SessionError::CalledOff("stdin closed".into()),
+        ];
+        for e in all {
+            assert_eq!(client_error(e.clone()).to_string(), e.to_string());
+        }
+        // And a read failure reaches the machine with the transport's own words.
+        let io = ControlError::Io(io::Error::new(io::ErrorKind::BrokenPipe, "gone"));
+        let text = io.to_string();
+        assert_eq!(fault(io).to_string(), text);
+        assert_eq!(
+            control_error(Fault::Timeout(12.0)).to_string(),
+            "no control message within 12.0 s"
+        );
+    }
+}

@@ -434,3 +434,38 @@ fn send_failures_name_what_could_not_be_said() {
         "{e}"
     );
 }
+
+#[test]
+fn a_refusal_ends_the_session_with_the_servers_reason() {
+    let mut r = reach(At::Accepting);
+    let out = r.msg(
+        0.5,
+        Message::Refused {
+            reason: "--max-rate: too fast".into(),
+        },
+    );
+    assert_eq!(
+        out,
+        [Output::End(Err(SessionError::Refused(
+            "--max-rate: too fast".into()
+        )))]
+    );
+    assert_eq!(
+        SessionError::Refused("x".into()).to_string(),
+        "the server refused the test: x"
+    );
+}
+
+#[test]
+fn once_the_servers_report_is_in_its_close_does_not_matter() {
+    let mut r = reach(At::Running);
+    r.feed(1.0, Input::LocalDone { error: None });
+    assert_eq!(r.msg(1.1, finished()), [Output::CollectLocal]);
+    assert_eq!(r.feed(1.2, Input::Failed(Fault::Closed)), []);
+    assert_eq!(r.tick(60.0), [], "no silence limit while this end winds up");
+    let out = r.feed(
+        61.0,
+        Input::LocalReport(Box::new(report(End::Client, None))),
+    );
+    assert!(matches!(ends(&out), Some(Ok(_))), "{out:?}");
+}
