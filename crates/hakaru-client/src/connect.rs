@@ -18,16 +18,18 @@ use hakaru_model::{
 };
 use hakaru_proto::Message;
 
-use crate::{ClientError, ClientOptions, HANDSHAKE_TIMEOUT, KEEPALIVE_EVERY, RESULTS_TIMEOUT};
+use crate::drive::{unexpected_output, Control};
+use crate::{ClientError, ClientOptions, KEEPALIVE_EVERY, RESULTS_TIMEOUT};
 use hakaru_model::end_result;
+use hakaru_session::client::Output;
 
 /// Buckets of the `--histogram` distribution.
 const HISTOGRAM_BUCKETS: usize = 24;
 
 /// What [`run`] needs from the handshake.
 pub(crate) struct Setup<'a> {
-    /// The control connection, past `accepted`.
-    pub conn: ControlConn,
+    /// The control connection and its session machine, past `accepted`.
+    pub ctl: Control,
     /// The run's options.
     pub opts: &'a ClientOptions,
     /// The test, as sent.
@@ -51,7 +53,7 @@ pub(crate) fn run(
     stop: &AtomicBool,
 ) -> Result<RunResult, ClientError> {
     let Setup {
-        mut conn,
+        mut ctl,
         opts,
         spec,
         server_addr,
@@ -70,26 +72,12 @@ pub(crate) fn run(
         addr: addr_s.clone(),
         what,
     };
-    crate::pass_gate(opts, &mut conn, &|source| ClientError::Control {
-        addr: addr_s.clone(),
-        source,
-    })?;
-    let port = match conn.recv(HANDSHAKE_TIMEOUT) {
-        Ok(Message::ConnectPort { port }) => port,
-        Ok(Message::Error { message }) => return Err(ClientError::Server(message)),
-        Ok(other) => {
-            return Err(ClientError::Server(format!(
-                "unexpected {} message instead of the connect port",
-                other.name()
-            )))
-        }
-        Err(e) => {
-            return Err(ClientError::Control {
-                addr: addr_s.clone(),
-                source: e,
-            })
-        }
+    // The machine passes the gate and waits for the connect port; its part ends there.
+    let port = match ctl.start(opts.gate.as_ref())? {
+        Output::StartConnecting { port } => port,
+        other => return Err(unexpected_output(other)),
     };
+    let mut conn = ctl.conn;
     let target = SocketAddr::new(server_addr.ip(), port);
     let usage = Usage::take(local_ip.and_then(sys::interface_for_addr));
     let started_unix = SystemTime::now()

@@ -15,7 +15,8 @@ use hakaru_model::{
 };
 use hakaru_proto::Message;
 
-use crate::{udp, wait_start, ClientError, ClientOptions};
+use crate::drive::Control;
+use crate::{udp, ClientError, ClientOptions};
 
 const RESULTS_TIMEOUT: Duration = Duration::from_secs(20);
 const KEEPALIVE_EVERY: Duration = Duration::from_secs(2);
@@ -31,7 +32,7 @@ pub(crate) struct LatencyOut {
 
 /// Everything [`run`] needs from the control session.
 pub(crate) struct Session<'a> {
-    pub conn: &'a mut ControlConn,
+    pub ctl: &'a mut Control,
     pub opts: &'a ClientOptions,
     pub spec: &'a LatencySpec,
     pub server_addr: SocketAddr,
@@ -53,20 +54,16 @@ pub(crate) fn run(
     let spec = s.spec;
     let flows: Vec<PingFlow> = match spec.transport {
         LatencyTransport::Tcp => {
-            let flows = crate::open_tcp_flows(s.opts, &spec.as_tcp(), s.server_addr, s.token)?
+            crate::open_tcp_flows(s.opts, &spec.as_tcp(), s.server_addr, s.token)?
                 .into_iter()
                 .map(|f| PingFlow {
                     id: f.id,
                     socket: PingSocket::Tcp(f.stream),
                 })
-                .collect::<Vec<_>>();
-            crate::pass_gate(s.opts, s.conn, &ctl_err)?;
-            flows
+                .collect()
         }
         LatencyTransport::Udp => {
             let (f, _) = udp::open_flows(s.opts, &spec.as_udp(), s.server_addr, s.token)?;
-            crate::wait_gate(s.opts)?;
-            s.conn.send(&Message::FlowsReady).map_err(ctl_err)?;
             f.into_iter()
                 .map(|f| PingFlow {
                     id: f.id,
@@ -81,7 +78,10 @@ pub(crate) fn run(
         s.opts.affinity.clone(),
         s.iface.clone(),
     );
-    wait_start(s.conn, &ctl_err)?;
+    // The machine passes the gate and says `flows_ready` as the transport needs; its part
+    // ends at `start`.
+    s.ctl.start(s.opts.gate.as_ref())?;
+    let conn = &mut s.ctl.conn;
     let pinger = Pinger::start(
         PingConfig {
             length: spec.length.0 as usize,
@@ -120,7 +120,7 @@ pub(crate) fn run(
             interrupted = true;
             pinger.stop();
         }
-        match s.conn.poll(Duration::from_millis(20)) {
+        match conn.poll(Duration::from_millis(20)) {
             Ok(None) => {}
             Ok(Some(Message::Keepalive)) => last_heard = Instant::now(),
             Ok(Some(Message::Finished { report })) if remote.is_none() => {
@@ -171,8 +171,7 @@ pub(crate) fn run(
             next_tick += interval;
         }
         if last_sent.elapsed() > KEEPALIVE_EVERY {
-            s.conn
-                .send(&Message::Keepalive)
+            conn.send(&Message::Keepalive)
                 .map_err(|e| gone(format!("is unreachable: {e}")))?;
             last_sent = Instant::now();
         }
@@ -186,17 +185,17 @@ pub(crate) fn run(
     if let Some(e) = &outcome.error {
         // A TCP flow got no reply within --timeout: the path is as good as down, so say why
         // and stop here rather than wait for a report that may never cross it.
-        let _ = s.conn.send(&Message::Error { message: e.clone() });
+        let _ = conn.send(&Message::Error { message: e.clone() });
         return Err(ClientError::Flow(e.clone()));
     }
     // The measurement is over: stop the echo and take the server's report (unless it came
     // already, the echo having seen this end's flows close).
     let remote = match remote {
         Some(r) => r,
-        None => wait_report(s.conn, silence, &gone, ctl_err)?,
+        None => wait_report(conn, silence, &gone, ctl_err)?,
     };
     let local = ping::bare_report(&cfg, wall, "ping");
-    let _ = s.conn.send(&Message::Finished {
+    let _ = conn.send(&Message::Finished {
         report: Box::new(local.clone()),
     });
     let full_log = match &s.opts.full_log {

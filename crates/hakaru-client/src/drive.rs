@@ -1,0 +1,197 @@
+//! The driver of the native client session machine (`hakaru_session::client::Machine`): the
+//! control socket's I/O and time in, the machine's sends out, and the conversions between
+//! the machine's errors and [`ClientError`].
+
+use std::io;
+use std::time::{Duration, Instant};
+
+use hakaru_engine::control::{ControlConn, ControlError};
+use hakaru_proto::native::opening;
+use hakaru_session::client::{Fault, Input, Machine, Output, SessionError};
+
+use crate::{ClientError, StartGate};
+
+/// The control connection and the session machine that decides what is said on it.
+pub(crate) struct Control {
+    pub conn: ControlConn,
+    pub m: Machine,
+}
+
+impl Control {
+    /// Carries out the machine's sends and returns its first other output, reading the
+    /// control connection (until the machine's next deadline) while it has none. For the
+    /// handshake, while this thread reads the socket.
+    pub fn next(&mut self) -> Output {
+        loop {
+            while let Some(o) = self.m.poll_output() {
+                match o {
+                    Output::Open(msg) => {
+                        let r = self.conn.send_raw(&opening(&msg));
+                        self.sent(msg.name(), r);
+                    }
+                    Output::Send(msg) => {
+                        let r = self.conn.send(&msg);
+                        self.sent(msg.name(), r);
+                    }
+                    other => return other,
+                }
+            }
+            if self.m.is_ended() {
+                return Output::End(Err(SessionError::Flow(
+                    "internal error: the client session ended without saying how".into(),
+                )));
+            }
+            let now = Instant::now();
+            let wait = self.m.timeout().map_or(Duration::from_millis(200), |d| {
+                d.saturating_duration_since(now)
+            });
+            match self.conn.poll(wait) {
+                Ok(Some(msg)) => self.m.handle(Input::Message(msg), Instant::now()),
+                Ok(None) => {}
+                Err(e) => self.m.handle(Input::Failed(fault(e)), Instant::now()),
+            }
+            self.m.handle_timeout(Instant::now());
+        }
+    }
+
+    /// Tells the machine that a send failed, if it did.
+    pub fn sent(&mut self, what: &'static str, r: Result<(), ControlError>) {
+        if let Err(e) = r {
+            let fault = fault(e);
+            self.m
+                .handle(Input::SendFailed { what, fault }, Instant::now());
+        }
+    }
+
+    /// Tells the machine this end's flows are open, passes the held start's gate when it asks
+    /// and returns its start: [`Output::StartLocal`] or [`Output::StartConnecting`].
+    pub fn start(&mut self, gate: Option<&StartGate>) -> Result<Output, ClientError> {
+        self.m.handle(Input::FlowsOpen, Instant::now());
+        loop {
+            match self.next() {
+                Output::WaitGate => {
+                    let passed = gate.map_or(Ok(()), |g| (g.0)());
+                    let input = passed.map_or_else(Input::GateFailed, |()| Input::GateOpen);
+                    self.m.handle(input, Instant::now());
+                }
+                o @ (Output::StartLocal | Output::StartConnecting { .. }) => return Ok(o),
+                other => return Err(unexpected_output(other)),
+            }
+        }
+    }
+
+    /// Runs the handshake: the outputs up to the server's `accepted`, whose token it returns.
+    pub fn handshake(&mut self) -> Result<String, ClientError> {
+        loop {
+            match self.next() {
+                Output::Accepted { token } => return Ok(token),
+                Output::Server(_) => {}
+                other => return Err(unexpected_output(other)),
+            }
+        }
+    }
+}
+
+/// An output a driver did not expect at that point: the session's error, or an internal one.
+pub(crate) fn unexpected_output(o: Output) -> ClientError {
+    match o {
+        Output::End(Err(e)) => client_error(e),
+        other => ClientError::Flow(format!(
+            "internal error: the client session asked for {other:?} out of turn"
+        )),
+    }
+}
+
+/// What the machine is told about a failed read or write.
+pub(crate) fn fault(e: ControlError) -> Fault {
+    match e {
+        ControlError::Closed => Fault::Closed,
+        ControlError::Timeout(s) => Fault::Timeout(s),
+        ControlError::Proto(p) => Fault::Proto(p),
+        ControlError::Io(e) => Fault::Io(e.to_string()),
+    }
+}
+
+fn control_error(f: Fault) -> ControlError {
+    match f {
+        Fault::Closed => ControlError::Closed,
+        Fault::Timeout(s) => ControlError::Timeout(s),
+        Fault::Proto(p) => ControlError::Proto(p),
+        Fault::Io(e) => ControlError::Io(io::Error::other(e)),
+    }
+}
+
+/// The machine's error as the client's (same variants, same texts).
+pub(crate) fn client_error(e: SessionError) -> ClientError {
+    match e {
+        SessionError::NotHakaru { addr, detail } => ClientError::NotHakaru { addr, detail },
+        SessionError::Refused(r) => ClientError::Refused(r),
+        SessionError::Server(m) => ClientError::Server(m),
+        SessionError::Auth(m) => ClientError::Auth(m),
+        SessionError::Control { addr, fault } => ClientError::Control {
+            addr,
+            source: control_error(fault),
+        },
+        SessionError::Unexpected { addr, what } => ClientError::Unexpected { addr, what },
+        SessionError::Gone { addr, what } => ClientError::ServerGone { addr, what },
+        SessionError::Flow(m) => ClientError::Flow(m),
+        SessionError::CalledOff(m) => ClientError::CalledOff(m),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hakaru_proto::ProtoError;
+
+    #[test]
+    fn the_machines_errors_read_as_the_clients() {
+        let addr = || "192.0.2.1:5201".to_string();
+        let all = [
+            SessionError::NotHakaru {
+                addr: addr(),
+                detail: "it answered the hello with start".into(),
+            },
+            SessionError::Refused("no".into()),
+            SessionError::Server("boom".into()),
+            SessionError::Auth("wrong key".into()),
+            SessionError::Control {
+                addr: addr(),
+                fault: Fault::Closed,
+            },
+            SessionError::Control {
+                addr: addr(),
+                fault: Fault::Timeout(10.0),
+            },
+            SessionError::Control {
+                addr: addr(),
+                fault: Fault::Proto(ProtoError::Malformed("eof".into())),
+            },
+            SessionError::Control {
+                addr: addr(),
+                fault: Fault::Io("Broken pipe (os error 32)".into()),
+            },
+            SessionError::Unexpected {
+                addr: addr(),
+                what: "start message during the test".into(),
+            },
+            SessionError::Gone {
+                addr: addr(),
+                what: "sent no results within 20 s of the end".into(),
+            },
+            SessionError::Flow("flow 1: reset".into()),
+            SessionError::CalledOff("stdin closed".into()),
+        ];
+        for e in all {
+            assert_eq!(client_error(e.clone()).to_string(), e.to_string());
+        }
+        // And a read failure reaches the machine with the transport's own words.
+        let io = ControlError::Io(io::Error::new(io::ErrorKind::BrokenPipe, "gone"));
+        let text = io.to_string();
+        assert_eq!(fault(io).to_string(), text);
+        assert_eq!(
+            control_error(Fault::Timeout(12.0)).to_string(),
+            "no control message within 12.0 s"
+        );
+    }
+}

@@ -1,1 +1,0 @@
-//! The native client session (hakaru's own protocol), as a machine.
