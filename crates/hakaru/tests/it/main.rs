@@ -3,6 +3,7 @@
 mod cli;
 mod common;
 mod connect;
+mod doc_links;
 mod e2e;
 mod faults;
 mod golden;
