@@ -13,6 +13,7 @@ pub mod iperf3_text;
 mod iperf3_view;
 pub mod json;
 pub mod jsonl;
+mod latency_charts;
 pub mod latency_text;
 pub mod nic;
 pub mod plan_text;
@@ -156,3 +157,6 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod html_tests;
