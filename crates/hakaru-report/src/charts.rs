@@ -365,13 +365,18 @@ fn hex(c: RGBColor) -> String {
     format!("#{:02X}{:02X}{:02X}", c.0, c.1, c.2)
 }
 
-/// A tick label: at most three decimals, no trailing zeros (`0.5`, `10`, `1000`).
-fn tick_text(v: f64) -> String {
-    let s = if v.abs() >= 1000.0 || v == v.trunc() {
-        format!("{v:.0}")
+/// A tick label (and a time in a tooltip): three significant digits below 1, at most three
+/// decimals above, no trailing zeros (`0.0015`, `0.5`, `10`, `1000`).
+pub fn tick_text(v: f64) -> String {
+    let a = v.abs();
+    let decimals = if a == 0.0 || a >= 1000.0 || v == v.trunc() {
+        0
+    } else if a >= 1.0 {
+        3
     } else {
-        format!("{v:.3}")
+        (2 - a.log10().floor() as i32).clamp(0, 12) as usize
     };
+    let s = format!("{v:.decimals$}");
     if s.contains('.') {
         s.trim_end_matches('0').trim_end_matches('.').to_string()
     } else {
@@ -526,6 +531,17 @@ mod tests {
         assert_eq!(rate_unit(2.5e9, "bit/s"), ("Gbit/s".to_string(), 1e9));
         assert_eq!(rate_unit(900.0, "pkt/s"), ("pkt/s".to_string(), 1.0));
         assert_eq!(rate_unit(1.2e6, "pkt/s").1, 1e6);
+    }
+
+    #[test]
+    fn tick_labels_keep_three_significant_digits_below_one() {
+        let t: Vec<String> = [0.0, 0.0015, 0.00025, 0.5, 1.8, 10.0, 2.125, 1500.0]
+            .map(tick_text)
+            .into();
+        assert_eq!(
+            t,
+            ["0", "0.0015", "0.00025", "0.5", "1.8", "10", "2.125", "1500"]
+        );
     }
 
     #[test]

@@ -798,8 +798,8 @@ fn zero_figure(c: &Chart) -> Figure {
     let text = format!(
         "{}: {what} 0 in every interval ({} to {} s), so nothing to draw",
         c.title,
-        charts::value_text(x0),
-        charts::value_text(x1)
+        charts::tick_text(x0),
+        charts::tick_text(x1)
     );
     let svg = format!(
         "<svg width=\"{w}\" height=\"40\" viewBox=\"0 0 {w} 40\" xmlns=\"http://www.w3.org/2000/svg\"><text x=\"12\" y=\"26\" font-family=\"sans-serif\" font-size=\"15\" fill=\"#000000\">{}</text></svg>",

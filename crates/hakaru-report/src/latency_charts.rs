@@ -64,7 +64,7 @@ fn distribution(p: &str, l: &LatencyResult) -> Vec<Chart> {
     };
     out.push(Chart {
         id: format!("{p}-pct"),
-        title: format!("round trip by percentile{load} (log axis), {source}"),
+        title: format!("round trip by percentile{load} ({source}; log axis)"),
         x_desc: "percentile (p90, p99, p99.9: a step per nine)".into(),
         y_desc: "round trip (us, log)".into(),
         y_scale: 1.0,
@@ -74,7 +74,7 @@ fn distribution(p: &str, l: &LatencyResult) -> Vec<Chart> {
     });
     out.push(Chart {
         id: format!("{p}-cdf"),
-        title: format!("round-trip distribution{load} (cumulative, log axis), {source}"),
+        title: format!("round-trip CDF{load} ({source}; log axis)"),
         x_desc: "round trip (us, log)".into(),
         y_desc: "requests at or below (%)".into(),
         y_scale: 1.0,
@@ -107,11 +107,12 @@ fn distribution(p: &str, l: &LatencyResult) -> Vec<Chart> {
 fn curves(l: &LatencyResult) -> (Vec<Series>, Vec<Series>, &'static str) {
     // Idle and loaded distributions are kept as percentiles only.
     let full = !l.histogram.is_empty() && l.under_load.is_none();
-    // Without --histogram the result keeps only its percentiles: drawn through them, and said.
+    // Without --histogram the result keeps only its percentiles: drawn through them, and said
+    // (docs/report.md names the flag that keeps every bucket).
     let source = if full {
-        "from the full histogram"
+        "full histogram"
     } else {
-        "through the result's percentiles (--histogram keeps the full distribution)"
+        "percentiles only"
     };
     let (pct, cdf) = if let Some(u) = &l.under_load {
         (

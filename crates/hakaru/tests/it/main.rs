@@ -27,6 +27,7 @@ mod netns_udp;
 mod nic;
 mod plan;
 mod report;
+mod report_render;
 mod schema;
 mod sink;
 mod sockperf;
