@@ -7,7 +7,8 @@
 #   HAKARU=path/to/hakaru scripts/screenshots.sh   # use this binary instead of building
 #   CHROMIUM=chromium-browser scripts/screenshots.sh
 #
-# Loopback only; each run takes a few seconds (about 45 s in all, with quick's seven tests).
+# Loopback only; each run takes a few seconds (about a minute in all, with quick's seven tests
+# and a plan of two local senders into one local receiver).
 # The screenshots are of the light page; report-tcp-dark.png is the same page as a reader who
 # prefers dark colours sees it.
 set -euo pipefail
@@ -40,6 +41,35 @@ for r in "${runs[@]}"; do
     # shellcheck disable=SC2086 # the arguments are words
     (cd "$work" && "$HAKARU" ${r#*|} -q --report "$name.html" >/dev/null)
 done
+
+# A plan: two local senders into one local receiver, UDP both ways (the receiver's server on
+# a port of its own, so it does not meet anything on 5201).
+cat >"$work/plan.toml" <<PLAN
+[hosts.rx]
+address = "127.0.0.1"
+local = true
+port = $((20000 + RANDOM % 20000))
+
+[hosts.sender-a]
+local = true
+
+[hosts.sender-b]
+local = true
+
+[[step]]
+name = "udp 2x1"
+kind = "udp"
+receivers = ["rx"]
+senders = ["sender-a", "sender-b"]
+time = 3
+interval = 0.25
+bidir = true
+bitrate_up = "200M"
+bitrate_down = "50M"
+PLAN
+(cd "$work" && "$HAKARU" plan run plan.toml -o plan.json >/dev/null &&
+    "$HAKARU" report plan.json -o plan.html 2>/dev/null)
+runs+=("plan|")
 
 shot() { # html, png, extra chromium flags...
     local html="$1" png="$2"

@@ -978,7 +978,8 @@ pub fn report(inputs: &[Input]) -> Result<String, String> {
     };
     let _ = writeln!(
         html,
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"color-scheme\" content=\"light dark\"><title>{t}</title><style>{STYLE}</style></head><body>\n<h1>{t}</h1>",
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"color-scheme\" content=\"light dark\"><title>{t}</title><style>{STYLE}{}</style></head><body>\n<h1>{t}</h1>",
+        crate::plan_matrix::STYLE,
         t = esc(&title)
     );
     let _ = writeln!(
@@ -1040,6 +1041,7 @@ pub fn report(inputs: &[Input]) -> Result<String, String> {
                     p.hosts.len(),
                     p.steps.len()
                 );
+                html.push_str(&crate::plan_matrix::html(p));
                 for f in &mine {
                     html.push_str(&figure_html(f));
                 }

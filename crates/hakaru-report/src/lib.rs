@@ -16,6 +16,7 @@ pub mod jsonl;
 mod latency_charts;
 pub mod latency_text;
 pub mod nic;
+mod plan_matrix;
 pub mod plan_text;
 pub mod prometheus;
 pub mod raw_text;

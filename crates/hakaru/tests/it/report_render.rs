@@ -206,6 +206,39 @@ fn report_of(d: &Scratch, name: &str, args: &[&str]) -> String {
     std::fs::read_to_string(&html).expect("report written")
 }
 
+/// A plan of two local senders into one local receiver, UDP both ways, and its report: the
+/// sender x receiver matrix and the receiver's bar with its NIC check are there.
+fn plan_report(d: &Scratch) -> String {
+    let port = super::common::free_port();
+    let plan = format!(
+        "[hosts.rx]\naddress = \"127.0.0.1\"\nlocal = true\nport = {port}\n\n[hosts.a]\nlocal = true\n\n\
+         [hosts.b]\nlocal = true\n\n[[step]]\nkind = \"udp\"\nreceivers = [\"rx\"]\nsenders = [\"a\", \"b\"]\n\
+         time = 1\ninterval = 0.25\nbidir = true\nbitrate_up = \"40M\"\nbitrate_down = \"10M\"\n"
+    );
+    let file = d.0.join("plan.toml");
+    std::fs::write(&file, plan).unwrap();
+    let out = d.0.join("plan.json");
+    let (o, _) = super::plan::plan_run(&mut super::common::hakaru(), &file, &out, LIMIT);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let html = d.path("plan.html");
+    let o = run(&["report", out.to_str().unwrap(), "-o", &html], LIMIT);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(
+        page.contains("<table class=\"matrix\">"),
+        "no sender x receiver matrix"
+    );
+    assert!(
+        page.contains("title=\"a -> rx: "),
+        "no tooltip on the matrix cell a -> rx"
+    );
+    assert!(
+        page.contains("class=\"bar\"") && page.contains("NIC check"),
+        "no receiver bar"
+    );
+    page
+}
+
 #[test]
 fn every_chart_of_every_report_kind_has_a_drawn_series_in_chromium() {
     if browser().is_none() || !peer("python3", "python3") {
@@ -228,8 +261,12 @@ fn every_chart_of_every_report_kind_has_a_drawn_series_in_chromium() {
         ("quick", &["quick", "-t", "0.5"]),
     ];
     let mut seen = 0;
-    for (name, args) in kinds {
-        let html = report_of(&d, name, args);
+    let mut pages: Vec<(&str, String)> = kinds
+        .iter()
+        .map(|(name, args)| (*name, report_of(&d, name, args)))
+        .collect();
+    pages.push(("plan", plan_report(&d)));
+    for (name, html) in pages {
         let list = charts(&html);
         assert!(!list.is_empty(), "{name}: no chart drawn");
         for c in &list {
