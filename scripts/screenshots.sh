@@ -70,6 +70,11 @@ PLAN
 (cd "$work" && "$HAKARU" plan run plan.toml -o plan.json >/dev/null &&
     "$HAKARU" report plan.json -o plan.html 2>/dev/null)
 runs+=("plan|")
+# Before and after: two UDP runs at different rates in one report (the compare bars).
+(cd "$work" && "$HAKARU" udp -b 300M -t 2 -i 0.25 -q -o before.json >/dev/null &&
+    "$HAKARU" udp -b 200M -t 2 -i 0.25 -q -o after.json >/dev/null &&
+    "$HAKARU" report before.json after.json -o compare.html 2>/dev/null)
+runs+=("compare|")
 
 shot() { # html, png, extra chromium flags...
     local html="$1" png="$2"

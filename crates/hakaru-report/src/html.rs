@@ -9,97 +9,15 @@
 use std::fmt::Write;
 
 use hakaru_model::plan::PlanResult;
-use hakaru_model::{
-    FlowDir, IntervalRecord, QuickResult, RunResult, TestSpec, UdpMode, SCHEMA_VERSION,
-};
+use hakaru_model::{FlowDir, IntervalRecord, RunResult, TestSpec, UdpMode};
 
 use crate::charts::{self, step, Chart, Figure, Series, Stroke};
 use crate::latency_charts::cdf_from_stats;
 use crate::View;
 
-/// What a results file holds.
-#[derive(Debug, Clone)]
-pub enum Content {
-    /// One test (`hakaru tcp|udp|pps|latency|connect --json`).
-    Run(Box<RunResult>),
-    /// `hakaru quick --json`.
-    Quick(Box<QuickResult>),
-    /// `hakaru plan run --json`.
-    Plan(Box<PlanResult>),
-}
-
-/// One input of a report: a label (the file name) and its result.
-#[derive(Debug, Clone)]
-pub struct Input {
-    /// Shown in headings and legends.
-    pub label: String,
-    /// The result.
-    pub content: Content,
-}
-
-impl Input {
-    /// An input from a result in memory.
-    pub fn run(label: String, r: RunResult) -> Input {
-        Input {
-            label,
-            content: Content::Run(Box::new(r)),
-        }
-    }
-
-    /// Reads a result document (`--json` of a test, `quick` or `plan run`); the error names
-    /// what is wrong with it.
-    pub fn parse(label: &str, text: &str) -> Result<Input, String> {
-        let v: serde_json::Value = serde_json::from_str(text).map_err(|e| {
-            if e.is_eof() {
-                format!("{label}: the JSON ends early (a truncated file?): {e}")
-            } else {
-                format!("{label}: not JSON: {e}")
-            }
-        })?;
-        let Some(obj) = v.as_object() else {
-            return Err(format!("{label}: not a hakaru result (not a JSON object)"));
-        };
-        let Some(test) = obj.get("test").and_then(|t| t.as_str()).map(str::to_string) else {
-            return Err(format!(
-                "{label}: not a hakaru result (no \"test\" field; write one with --json or -o FILE)"
-            ));
-        };
-        match obj.get("schema_version").and_then(|s| s.as_u64()) {
-            Some(s) if s == u64::from(SCHEMA_VERSION) => {}
-            Some(s) => {
-                return Err(format!(
-                    "{label}: schema_version {s} is not one this hakaru reads ({SCHEMA_VERSION})"
-                ))
-            }
-            None => return Err(format!("{label}: not a hakaru result (no schema_version)")),
-        }
-        let bad =
-            |e: serde_json::Error| format!("{label}: a {test} result that does not parse: {e}");
-        let test = test.as_str();
-        let content = match test {
-            "quick" => Content::Quick(Box::new(serde_json::from_value(v).map_err(bad)?)),
-            "plan" => Content::Plan(Box::new(serde_json::from_value(v).map_err(bad)?)),
-            _ => {
-                let r: RunResult = serde_json::from_value(v).map_err(bad)?;
-                if r.intervals.is_empty()
-                    && r.totals.is_empty()
-                    && r.latency.is_none()
-                    && r.connect.is_none()
-                    && r.raw.is_none()
-                {
-                    return Err(format!(
-                        "{label}: an empty result (no intervals, totals or figures)"
-                    ));
-                }
-                Content::Run(Box::new(r))
-            }
-        };
-        Ok(Input {
-            label: label.to_string(),
-            content,
-        })
-    }
-}
+// The inputs live in their own module (compare reads them too, and the report's compare
+// section reads compare); their paths here stay as they were.
+pub use crate::input::{Content, Input};
 
 /// Escapes text for HTML.
 pub fn esc(s: &str) -> String {
@@ -978,8 +896,9 @@ pub fn report(inputs: &[Input]) -> Result<String, String> {
     };
     let _ = writeln!(
         html,
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"color-scheme\" content=\"light dark\"><title>{t}</title><style>{STYLE}{}</style></head><body>\n<h1>{t}</h1>",
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"color-scheme\" content=\"light dark\"><title>{t}</title><style>{STYLE}{}{}</style></head><body>\n<h1>{t}</h1>",
         crate::plan_matrix::STYLE,
+        crate::compare_html::STYLE,
         t = esc(&title)
     );
     let _ = writeln!(
@@ -1000,6 +919,7 @@ pub fn report(inputs: &[Input]) -> Result<String, String> {
         }
         html.push_str("</section>\n");
     }
+    html.push_str(&crate::compare_html::section(inputs));
     for (i, input) in inputs.iter().enumerate() {
         let mine: Vec<Figure> = figs
             .iter()
@@ -1060,6 +980,7 @@ pub fn report(inputs: &[Input]) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hakaru_model::QuickResult;
 
     #[test]
     fn bad_inputs_are_named() {

@@ -1,6 +1,6 @@
 //! Tests of the HTML report's pictures (issue 34): titles that name their test, headings that
 //! name the test rather than the file, all-zero series in words, a tooltip on every point,
-//! and colours for dark and light.
+//! colours for dark and light, and before/after bars for two results.
 
 use hakaru_model::{QuickLine, QuickResult, RunResult};
 
@@ -146,4 +146,33 @@ fn the_page_is_dark_or_light_by_the_readers_preference_and_self_contained() {
     for bad in ["<script", "src=\"http", "href=\"http", "@import", "url("] {
         assert!(!html.contains(bad), "the page holds {bad}");
     }
+}
+
+#[test]
+fn two_results_of_one_kind_get_before_and_after_bars_with_the_verdicts() {
+    let base = fixture("tcp_bidir");
+    let mut new = base.clone();
+    for t in &mut new.totals {
+        t.receiver.bits_per_second.0 /= 2.0;
+        t.receiver.bytes /= 2;
+    }
+    let html = report(&[
+        Input::run("before.json".into(), base.clone()),
+        Input::run("after.json".into(), new),
+    ])
+    .unwrap();
+    let at = html
+        .find("<div class=\"cmp\">")
+        .expect("the compare section");
+    let cmp = &html[at..at + html[at..].find("</section>").unwrap()];
+    assert!(html.contains("before and after: before.json &rarr; after.json"));
+    let rows = cmp.matches("<div class=\"row\">").count();
+    assert!(rows >= 2, "{cmp}");
+    // Two bars a row, each with its value in a tooltip.
+    assert_eq!(cmp.matches(", base: ").count(), rows);
+    assert_eq!(cmp.matches(", new: ").count(), rows);
+    assert!(cmp.contains("WORSE"), "halved rates are worse: {cmp}");
+    // One result, or results of two kinds: no such section.
+    let one = report(&[Input::run("a.json".into(), base)]).unwrap();
+    assert!(!one.contains("<div class=\"cmp\">"));
 }

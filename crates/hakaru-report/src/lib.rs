@@ -4,10 +4,12 @@
 pub mod capacity_text;
 pub mod charts;
 pub mod compare;
+mod compare_html;
 pub mod connect_text;
 pub mod csv;
 pub mod html;
 pub mod http_text;
+mod input;
 pub mod iperf3_json;
 pub mod iperf3_text;
 mod iperf3_view;

@@ -239,6 +239,25 @@ fn plan_report(d: &Scratch) -> String {
     page
 }
 
+/// Two UDP runs at different rates in one report: overlaid, and the before/after bars.
+fn compare_report(d: &Scratch) -> String {
+    let (a, b) = (d.path("before.json"), d.path("after.json"));
+    for (rate, out) in [("60M", &a), ("30M", &b)] {
+        let o = run(
+            &["udp", "-b", rate, "-t", "1", "-i", "0.25", "-q", "-o", out],
+            LIMIT,
+        );
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let html = d.path("compare.html");
+    let o = run(&["report", &a, &b, "-o", &html], LIMIT);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("<div class=\"cmp\">"), "no before/after bars");
+    assert!(page.contains("WORSE"), "half the rate is not worse?");
+    page
+}
+
 #[test]
 fn every_chart_of_every_report_kind_has_a_drawn_series_in_chromium() {
     if browser().is_none() || !peer("python3", "python3") {
@@ -266,6 +285,7 @@ fn every_chart_of_every_report_kind_has_a_drawn_series_in_chromium() {
         .map(|(name, args)| (*name, report_of(&d, name, args)))
         .collect();
     pages.push(("plan", plan_report(&d)));
+    pages.push(("compare", compare_report(&d)));
     for (name, html) in pages {
         let list = charts(&html);
         assert!(!list.is_empty(), "{name}: no chart drawn");
