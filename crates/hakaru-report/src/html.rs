@@ -9,97 +9,15 @@
 use std::fmt::Write;
 
 use hakaru_model::plan::PlanResult;
-use hakaru_model::{
-    FlowDir, IntervalRecord, LatencyStats, QuickResult, RunResult, TestSpec, UdpMode,
-    SCHEMA_VERSION,
-};
+use hakaru_model::{FlowDir, IntervalRecord, RunResult, TestSpec, UdpMode};
 
-use crate::charts::{self, Chart, Figure, Series, Stroke};
+use crate::charts::{self, step, Chart, Figure, Series, Stroke};
+use crate::latency_charts::cdf_from_stats;
 use crate::View;
 
-/// What a results file holds.
-#[derive(Debug, Clone)]
-pub enum Content {
-    /// One test (`hakaru tcp|udp|pps|latency|connect --json`).
-    Run(Box<RunResult>),
-    /// `hakaru quick --json`.
-    Quick(Box<QuickResult>),
-    /// `hakaru plan run --json`.
-    Plan(Box<PlanResult>),
-}
-
-/// One input of a report: a label (the file name) and its result.
-#[derive(Debug, Clone)]
-pub struct Input {
-    /// Shown in headings and legends.
-    pub label: String,
-    /// The result.
-    pub content: Content,
-}
-
-impl Input {
-    /// An input from a result in memory.
-    pub fn run(label: String, r: RunResult) -> Input {
-        Input {
-            label,
-            content: Content::Run(Box::new(r)),
-        }
-    }
-
-    /// Reads a result document (`--json` of a test, `quick` or `plan run`); the error names
-    /// what is wrong with it.
-    pub fn parse(label: &str, text: &str) -> Result<Input, String> {
-        let v: serde_json::Value = serde_json::from_str(text).map_err(|e| {
-            if e.is_eof() {
-                format!("{label}: the JSON ends early (a truncated file?): {e}")
-            } else {
-                format!("{label}: not JSON: {e}")
-            }
-        })?;
-        let Some(obj) = v.as_object() else {
-            return Err(format!("{label}: not a hakaru result (not a JSON object)"));
-        };
-        let Some(test) = obj.get("test").and_then(|t| t.as_str()).map(str::to_string) else {
-            return Err(format!(
-                "{label}: not a hakaru result (no \"test\" field; write one with --json or -o FILE)"
-            ));
-        };
-        match obj.get("schema_version").and_then(|s| s.as_u64()) {
-            Some(s) if s == u64::from(SCHEMA_VERSION) => {}
-            Some(s) => {
-                return Err(format!(
-                    "{label}: schema_version {s} is not one this hakaru reads ({SCHEMA_VERSION})"
-                ))
-            }
-            None => return Err(format!("{label}: not a hakaru result (no schema_version)")),
-        }
-        let bad =
-            |e: serde_json::Error| format!("{label}: a {test} result that does not parse: {e}");
-        let test = test.as_str();
-        let content = match test {
-            "quick" => Content::Quick(Box::new(serde_json::from_value(v).map_err(bad)?)),
-            "plan" => Content::Plan(Box::new(serde_json::from_value(v).map_err(bad)?)),
-            _ => {
-                let r: RunResult = serde_json::from_value(v).map_err(bad)?;
-                if r.intervals.is_empty()
-                    && r.totals.is_empty()
-                    && r.latency.is_none()
-                    && r.connect.is_none()
-                    && r.raw.is_none()
-                {
-                    return Err(format!(
-                        "{label}: an empty result (no intervals, totals or figures)"
-                    ));
-                }
-                Content::Run(Box::new(r))
-            }
-        };
-        Ok(Input {
-            label: label.to_string(),
-            content,
-        })
-    }
-}
+// The inputs live in their own module (compare reads them too, and the report's compare
+// section reads compare); their paths here stay as they were.
+pub use crate::input::{Content, Input};
 
 /// Escapes text for HTML.
 pub fn esc(s: &str) -> String {
@@ -107,11 +25,6 @@ pub fn esc(s: &str) -> String {
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
-}
-
-/// An interval's value as a step: flat from its start to its end.
-fn step(rec: &IntervalRecord, v: f64) -> [(f64, f64); 2] {
-    [(rec.start, v), (rec.end, v)]
 }
 
 /// Interval length in seconds (never zero).
@@ -130,7 +43,7 @@ fn dir_words(d: FlowDir) -> &'static str {
 pub fn run_charts(p: &str, r: &RunResult) -> Vec<Chart> {
     match &r.spec {
         TestSpec::Tcp(_) | TestSpec::Udp(_) => bulk_charts(p, r),
-        TestSpec::Latency(_) => latency_charts(p, r),
+        TestSpec::Latency(_) => crate::latency_charts::charts(p, r),
         TestSpec::Connect(_) => connect_charts(p, r),
         TestSpec::Raw(_) => raw_charts(p, r),
         // Per connection and summed goodput; HTTP has no retransmit or loss pane.
@@ -349,7 +262,7 @@ fn bulk_charts(p: &str, r: &RunResult) -> Vec<Chart> {
                     "{}: TCP retransmits per interval (all flows)",
                     dir_words(dir)
                 ),
-                "retransmits",
+                "retransmits (segments)",
                 "retransmits",
                 retr,
             ));
@@ -398,123 +311,6 @@ fn single(id: String, title: String, y: &str, name: &str, points: Vec<(f64, f64)
     }
 }
 
-/// Cumulative fraction (%) against microseconds from a distribution's percentiles.
-fn cdf_from_stats(s: &LatencyStats) -> Vec<(f64, f64)> {
-    let mut v = vec![
-        (s.min_us, 0.0),
-        (s.p50_us, 50.0),
-        (s.p90_us, 90.0),
-        (s.p99_us, 99.0),
-        (s.p999_us, 99.9),
-        (s.p9999_us, 99.99),
-        (s.max_us, 100.0),
-    ];
-    v.retain(|p| p.0 > 0.0);
-    v
-}
-
-fn latency_charts(p: &str, r: &RunResult) -> Vec<Chart> {
-    let mut out = Vec::new();
-    let pick = |f: fn(&LatencyStats) -> f64| -> Vec<(f64, f64)> {
-        r.intervals
-            .iter()
-            .filter(|rec| !rec.omitted)
-            .filter_map(|rec| Some(step(rec, f(&rec.latency.as_ref()?.rtt))))
-            .flatten()
-            .collect()
-    };
-    let series = |name: &str, pts, stroke, color| Series {
-        name: name.into(),
-        points: pts,
-        stroke,
-        color,
-        legend: true,
-    };
-    out.push(Chart {
-        id: format!("{p}-rtt"),
-        title: "round trip per interval: p50, p99 and max (log axis)".into(),
-        x_desc: "time (s)".into(),
-        y_desc: "round trip (us, log)".into(),
-        y_scale: 1.0,
-        log_x: false,
-        log_y: true,
-        series: vec![
-            series("p50", pick(|s| s.p50_us), Stroke::Thick, 0),
-            series("p99", pick(|s| s.p99_us), Stroke::Medium, 1),
-            series("max", pick(|s| s.max_us), Stroke::Thin, 3),
-        ],
-    });
-    let Some(l) = &r.latency else {
-        return out;
-    };
-    let mut cdf = vec![series(
-        "round trip",
-        if l.histogram.is_empty() {
-            cdf_from_stats(&l.rtt)
-        } else {
-            hist_cdf(&l.histogram)
-        },
-        Stroke::Thick,
-        0,
-    )];
-    if let Some(u) = &l.under_load {
-        cdf = vec![
-            series("idle", cdf_from_stats(&u.idle_rtt), Stroke::Thick, 2),
-            series(
-                "under load",
-                cdf_from_stats(&u.loaded_rtt),
-                Stroke::Thick,
-                3,
-            ),
-        ];
-    }
-    out.push(Chart {
-        id: format!("{p}-cdf"),
-        title: if l.under_load.is_some() {
-            "round-trip distribution, idle and under load (cumulative, log axis)".into()
-        } else {
-            "round-trip distribution (cumulative, log axis)".into()
-        },
-        x_desc: "round trip (us, log)".into(),
-        y_desc: "requests at or below (%)".into(),
-        y_scale: 1.0,
-        log_x: true,
-        log_y: false,
-        series: cdf,
-    });
-    if !l.histogram.is_empty() {
-        let pts = l
-            .histogram
-            .iter()
-            .filter(|b| b.le_us > 0.0)
-            .map(|b| (b.le_us, b.count as f64))
-            .collect();
-        out.push(Chart {
-            id: format!("{p}-hist"),
-            title: "round-trip histogram (count per bucket, log axis)".into(),
-            x_desc: "round trip (us, log)".into(),
-            y_desc: "round trips".into(),
-            y_scale: 1.0,
-            log_x: true,
-            log_y: false,
-            series: vec![series("count", pts, Stroke::Thick, 0)],
-        });
-    }
-    out
-}
-
-fn hist_cdf(h: &[hakaru_model::HistogramBucket]) -> Vec<(f64, f64)> {
-    let total: u64 = h.iter().map(|b| b.count).sum::<u64>().max(1);
-    let mut below = 0u64;
-    h.iter()
-        .filter(|b| b.le_us > 0.0)
-        .map(|b| {
-            below += b.count;
-            (b.le_us, below as f64 * 100.0 / total as f64)
-        })
-        .collect()
-}
-
 fn connect_charts(p: &str, r: &RunResult) -> Vec<Chart> {
     let pts = r
         .intervals
@@ -525,7 +321,7 @@ fn connect_charts(p: &str, r: &RunResult) -> Vec<Chart> {
     let mut out = vec![single(
         format!("{p}-cps"),
         "connections per second per interval".into(),
-        "connections/s",
+        "rate (connections/s)",
         "connections/s",
         pts,
     )];
@@ -743,7 +539,7 @@ fn overlay_charts(inputs: &[Input]) -> Vec<Chart> {
             id: "overlay-cps".into(),
             title: "connections per second of each input".into(),
             x_desc: "time (s)".into(),
-            y_desc: "connections/s".into(),
+            y_desc: "rate (connections/s)".into(),
             y_scale: 1.0,
             log_x: false,
             log_y: false,
@@ -827,13 +623,19 @@ pub fn all_charts(inputs: &[Input]) -> Vec<(Option<usize>, Chart)> {
     for (i, input) in inputs.iter().enumerate() {
         let p = format!("r{}", i + 1);
         let charts = match &input.content {
-            Content::Run(r) => run_charts(&p, r),
+            Content::Run(r) => titled(run_charts(&p, r), &what_of(r)),
             Content::Quick(q) => q
                 .results
                 .iter()
                 .enumerate()
                 .filter_map(|(k, r)| Some((k, r.as_ref()?)))
-                .flat_map(|(k, r)| run_charts(&format!("{p}-t{}", k + 1), r))
+                .flat_map(|(k, r)| {
+                    let what = q
+                        .lines
+                        .get(k)
+                        .map_or_else(|| what_of(r), |l| l.what.clone());
+                    titled(run_charts(&format!("{p}-t{}", k + 1), r), &what)
+                })
                 .collect(),
             Content::Plan(pl) => plan_charts(&p, pl),
         };
@@ -843,16 +645,123 @@ pub fn all_charts(inputs: &[Input]) -> Vec<(Option<usize>, Chart)> {
     v
 }
 
+/// What a test result measured, in words: the start of its heading and its charts' titles.
+fn what_of(r: &RunResult) -> String {
+    match &r.spec {
+        TestSpec::Latency(_) => match r.latency.as_ref().map(|l| l.transport) {
+            Some(hakaru_model::LatencyTransport::Udp) => "UDP latency".into(),
+            Some(hakaru_model::LatencyTransport::Tcp) => "TCP latency".into(),
+            None => "latency".into(),
+        },
+        TestSpec::Connect(_) => "TCP connection rate".into(),
+        TestSpec::Raw(_) => "raw transfer".into(),
+        TestSpec::Http(_) => "HTTP".into(),
+        TestSpec::Tcp(_) | TestSpec::Udp(_) => {
+            let kind = if is_pps(r) {
+                "pps"
+            } else if matches!(r.spec, TestSpec::Udp(_)) {
+                "UDP"
+            } else {
+                "TCP"
+            };
+            let d = dirs(r);
+            let n = d
+                .first()
+                .map_or(0, |d0| r.flows.iter().filter(|f| f.dir == *d0).count());
+            let flows = if n == 1 {
+                "1 flow".to_string()
+            } else {
+                format!("{n} flows")
+            };
+            match d.as_slice() {
+                [one] => format!("{kind} {flows}, {}", dir_words(*one)),
+                _ => format!("{kind} {flows} each way"),
+            }
+        }
+    }
+}
+
+/// Charts whose titles start with the test they belong to (a quick report has two latency
+/// tests and four TCP tests: each chart says which); a direction already named is not
+/// repeated.
+fn titled(mut charts: Vec<Chart>, what: &str) -> Vec<Chart> {
+    for c in &mut charts {
+        let mut rest = c.title.as_str();
+        for d in [FlowDir::Up, FlowDir::Down] {
+            let w = dir_words(d);
+            if what.contains(w) {
+                rest = rest.strip_prefix(&format!("{w}: ")).unwrap_or(rest);
+            }
+        }
+        c.title = format!("{what}: {rest}");
+    }
+    charts
+}
+
+/// True when every point of every series is zero (retransmits or loss on loopback): said in
+/// words instead of a flat line on empty axes.
+fn all_zero(c: &Chart) -> bool {
+    has_points(c) && c.series.iter().flat_map(|s| &s.points).all(|p| p.1 == 0.0)
+}
+
+/// The figure of an all-zero chart: one line of text, in an SVG so `--svg` still writes a
+/// file per chart. Its plotting area is empty (`data-pixels` all zero, `data-zero`).
+fn zero_figure(c: &Chart) -> Figure {
+    let (mut x0, mut x1) = (f64::INFINITY, f64::NEG_INFINITY);
+    for p in c.series.iter().flat_map(|s| &s.points) {
+        x0 = x0.min(p.0);
+        x1 = x1.max(p.0);
+    }
+    let what = c.y_desc.split(" (").next().unwrap_or(&c.y_desc);
+    let text = format!(
+        "{}: {what} 0 in every interval ({} to {} s), so nothing to draw",
+        c.title,
+        charts::tick_text(x0),
+        charts::tick_text(x1)
+    );
+    let svg = format!(
+        "<svg width=\"{w}\" height=\"40\" viewBox=\"0 0 {w} 40\" xmlns=\"http://www.w3.org/2000/svg\"><text x=\"12\" y=\"26\" font-family=\"sans-serif\" font-size=\"15\" fill=\"#000000\">{}</text></svg>",
+        esc(&text),
+        w = charts::SIZE.0
+    );
+    Figure {
+        id: c.id.clone(),
+        title: text,
+        svg,
+        x_range: (x0, x1),
+        y_range: (0.0, 0.0),
+        pixels: (0, 0, 0, 0),
+        y_scale: c.y_scale,
+        log_x: c.log_x,
+        log_y: c.log_y,
+        decimated: false,
+    }
+}
+
+/// A chart drawn, or stated in words when all its values are zero.
+fn figure_of(c: &Chart) -> Result<Figure, String> {
+    if all_zero(c) {
+        Ok(zero_figure(c))
+    } else {
+        charts::render(c)
+    }
+}
+
 /// Renders every chart as a standalone SVG document (`--svg DIR`): (file stem, SVG).
 pub fn svgs(inputs: &[Input]) -> Result<Vec<(String, String)>, String> {
     all_charts(inputs)
         .iter()
-        .map(|(_, c)| charts::render(c).map(|f| (f.id.clone(), f.svg)))
+        .map(|(_, c)| figure_of(c).map(|f| (f.id.clone(), f.svg)))
         .collect()
 }
 
 fn figure_html(f: &Figure) -> String {
     let (l, r, t, b) = f.pixels;
+    let zero = if f.pixels == (0, 0, 0, 0) {
+        " class=\"zero\" data-zero=\"true\""
+    } else {
+        ""
+    };
     // The chart draws its own title; the caption carries what the picture cannot say.
     let note = if f.decimated {
         "<span class=\"note\">Long series are drawn with the lowest and highest value of each pixel column.</span>"
@@ -860,7 +769,7 @@ fn figure_html(f: &Figure) -> String {
         ""
     };
     format!(
-        "<figure id=\"{}\" data-x-range=\"{} {}\" data-y-range=\"{} {}\" data-y-scale=\"{}\" data-pixels=\"{l} {r} {t} {b}\" data-log-x=\"{}\" data-log-y=\"{}\"><figcaption title=\"{}\">{note}</figcaption>\n{}\n</figure>\n",
+        "<figure id=\"{}\"{zero} data-x-range=\"{} {}\" data-y-range=\"{} {}\" data-y-scale=\"{}\" data-pixels=\"{l} {r} {t} {b}\" data-log-x=\"{}\" data-log-y=\"{}\"><figcaption title=\"{}\">{note}</figcaption>\n{}\n</figure>\n",
         esc(&f.id),
         f.x_range.0,
         f.x_range.1,
@@ -874,12 +783,23 @@ fn figure_html(f: &Figure) -> String {
     )
 }
 
-const STYLE: &str = "body{font-family:sans-serif;margin:2em auto;max-width:1000px;color:#222}\
-h1{font-size:1.6em}h2{font-size:1.3em;border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:2em}\
-.meta{color:#555;font-size:.9em}.headline{font-size:1.8em;font-weight:bold;margin:.4em 0}\
+/// The page's styles: system fonts, and dark colours when the reader's system asks for them
+/// (the charts' SVG colours are restyled by attribute, so the SVG itself stays plain).
+const STYLE: &str = "body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,'Helvetica Neue',Arial,sans-serif;\
+margin:2em auto;max-width:1000px;padding:0 1em;color:#1d1f23;background:#fff;line-height:1.45}\
+h1{font-size:1.7em;margin-bottom:.2em}h2{font-size:1.3em;border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:2em}\
+.meta{color:#555;font-size:.9em}.headline{font-size:1.5em;font-weight:600;margin:.4em 0;font-variant-numeric:tabular-nums}\
 .headline span{display:block}figure{margin:1.2em 0}figcaption{font-size:.9em;color:#444}\
-.note{color:#777}pre{font-size:.75em;background:#f6f6f6;padding:.6em;overflow-x:auto}\
-table{border-collapse:collapse;font-size:.9em}td,th{border:1px solid #ccc;padding:.2em .5em}";
+figure svg{max-width:100%;height:auto}figure svg text{font-family:inherit}\
+figure.zero{margin:.3em 0}.note{color:#777}\
+pre{font-size:.75em;background:#f6f6f6;padding:.6em;overflow-x:auto}\
+table{border-collapse:collapse;font-size:.9em}td,th{border:1px solid #ccc;padding:.2em .5em}\
+@media (prefers-color-scheme:dark){body{background:#16181c;color:#dde1e6}\
+.meta,figcaption{color:#a9b0b8}.note{color:#8a929b}pre{background:#22252a}h2,td,th{border-color:#444}\
+figure svg rect[fill=\"#FFFFFF\"]{fill:#16181c}figure svg text[fill=\"#000000\"]{fill:#dde1e6}\
+figure svg [stroke=\"#000000\"]{stroke:#c8cdd3}figure svg [stroke=\"#EBEBEB\"]{stroke:#2b2f35}\
+figure svg [stroke=\"#B4B4B4\"]{stroke:#555}}\
+@media print{body{max-width:none}details{display:none}}";
 
 fn headline_lines(r: &RunResult) -> Vec<String> {
     let text = crate::text::summary(
@@ -898,12 +818,13 @@ fn headline_lines(r: &RunResult) -> Vec<String> {
 }
 
 fn run_section(html: &mut String, label: &str, r: &RunResult, figures: &[Figure]) {
-    let _ = writeln!(html, "<section><h2>{}: {}</h2>", esc(label), esc(&r.test));
+    let _ = writeln!(html, "<section><h2>{}</h2>", esc(&what_of(r)));
     let header = crate::text::header(&r.spec, &r.server, r.embedded_server);
     let _ = writeln!(
         html,
-        "<p class=\"meta\">{}<br>started {} &middot; {} &rarr; {} &middot; hakaru {}</p>",
+        "<p class=\"meta\">{}<br>{} &middot; started {} &middot; {} &rarr; {} &middot; hakaru {}</p>",
         esc(header.trim()),
+        esc(label),
         esc(&r.started_at),
         esc(&r.local_address),
         esc(&r.remote_address),
@@ -949,6 +870,15 @@ fn run_section(html: &mut String, label: &str, r: &RunResult, figures: &[Figure]
     );
 }
 
+/// The kind of a result in words, for the page title.
+fn kind_of(c: &Content) -> String {
+    match c {
+        Content::Run(r) => what_of(r),
+        Content::Quick(_) => "quick".into(),
+        Content::Plan(p) => format!("plan {}", p.plan),
+    }
+}
+
 /// The whole report: one HTML document.
 pub fn report(inputs: &[Input]) -> Result<String, String> {
     if inputs.is_empty() {
@@ -957,16 +887,23 @@ pub fn report(inputs: &[Input]) -> Result<String, String> {
     let charts = all_charts(inputs);
     let mut figs: Vec<(Option<usize>, Figure)> = Vec::with_capacity(charts.len());
     for (sec, c) in &charts {
-        figs.push((*sec, charts::render(c)?));
+        figs.push((*sec, figure_of(c)?));
     }
     let mut html = String::with_capacity(64 << 10);
+    let title = match inputs {
+        [one] => format!("hakaru {}", kind_of(&one.content)),
+        more => format!("hakaru report: {} results", more.len()),
+    };
     let _ = writeln!(
         html,
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>hakaru report</title><style>{STYLE}</style></head><body>"
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"color-scheme\" content=\"light dark\"><title>{t}</title><style>{STYLE}{}{}</style></head><body>\n<h1>{t}</h1>",
+        crate::plan_matrix::STYLE,
+        crate::compare_html::STYLE,
+        t = esc(&title)
     );
     let _ = writeln!(
         html,
-        "<h1>hakaru report</h1><p class=\"meta\">{} result(s): {}. Charts are SVG; the page loads nothing else.</p>",
+        "<p class=\"meta\">{} result(s): {}. Charts are SVG; hover a point for its value. The page loads nothing else.</p>",
         inputs.len(),
         esc(&inputs.iter().map(|i| i.label.as_str()).collect::<Vec<_>>().join(", "))
     );
@@ -982,6 +919,7 @@ pub fn report(inputs: &[Input]) -> Result<String, String> {
         }
         html.push_str("</section>\n");
     }
+    html.push_str(&crate::compare_html::section(inputs));
     for (i, input) in inputs.iter().enumerate() {
         let mine: Vec<Figure> = figs
             .iter()
@@ -993,9 +931,10 @@ pub fn report(inputs: &[Input]) -> Result<String, String> {
             Content::Quick(q) => {
                 let _ = writeln!(
                     html,
-                    "<section><h2>{}: quick</h2><p class=\"meta\">server {}</p><table><tr><th>test</th><th>result</th><th>command</th></tr>",
-                    esc(&input.label),
-                    esc(&q.server)
+                    "<section><h2>quick: {} tests against {}</h2><p class=\"meta\">{}</p><table><tr><th>test</th><th>result</th><th>command</th></tr>",
+                    q.lines.len(),
+                    esc(&q.server),
+                    esc(&input.label)
                 );
                 for l in &q.lines {
                     let _ = writeln!(
@@ -1015,13 +954,14 @@ pub fn report(inputs: &[Input]) -> Result<String, String> {
             Content::Plan(p) => {
                 let _ = writeln!(
                     html,
-                    "<section><h2>{}: plan {}</h2><p class=\"meta\">started {} &middot; {} host(s), {} step(s)</p>",
-                    esc(&input.label),
+                    "<section><h2>plan {}</h2><p class=\"meta\">{} &middot; started {} &middot; {} host(s), {} step(s)</p>",
                     esc(&p.plan),
+                    esc(&input.label),
                     esc(&p.started_at),
                     p.hosts.len(),
                     p.steps.len()
                 );
+                html.push_str(&crate::plan_matrix::html(p));
                 for f in &mine {
                     html.push_str(&figure_html(f));
                 }
@@ -1040,6 +980,7 @@ pub fn report(inputs: &[Input]) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hakaru_model::QuickResult;
 
     #[test]
     fn bad_inputs_are_named() {

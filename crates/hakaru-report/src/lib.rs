@@ -4,19 +4,23 @@
 pub mod capacity_text;
 pub mod charts;
 pub mod compare;
+mod compare_html;
 pub mod connect_text;
 pub mod csv;
 pub mod export;
 pub mod history;
 pub mod html;
 pub mod http_text;
+mod input;
 pub mod iperf3_json;
 pub mod iperf3_text;
 mod iperf3_view;
 pub mod json;
 pub mod jsonl;
+mod latency_charts;
 pub mod latency_text;
 pub mod nic;
+mod plan_matrix;
 pub mod plan_text;
 pub mod prometheus;
 pub mod quick_text;
@@ -159,3 +163,6 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod html_tests;

@@ -3,6 +3,7 @@
 mod cli;
 mod common;
 mod connect;
+mod doc_links;
 mod e2e;
 mod faults;
 mod golden;
@@ -26,6 +27,7 @@ mod netns_udp;
 mod nic;
 mod plan;
 mod report;
+mod report_render;
 mod schema;
 mod sink;
 mod sockperf;
