@@ -25,3 +25,6 @@
 pub mod client;
 pub mod iperf3;
 pub mod server;
+
+#[cfg(test)]
+mod pair_tests;
