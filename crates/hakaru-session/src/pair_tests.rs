@@ -114,7 +114,7 @@ impl Pair {
         }
     }
 
-    fn to_server(&mut self, m: Message) {
+    fn forward(&mut self, m: Message) {
         if self.behaviour == Server::Hangs && self.side_ends.is_some() {
             return;
         }
@@ -155,7 +155,7 @@ impl Pair {
                 self.s = Some(server::Session::new(cfg, hello, now));
             }
             client::Output::Open(other) => panic!("opened with {other:?}"),
-            client::Output::Send(m) => self.to_server(m),
+            client::Output::Send(m) => self.forward(m),
             client::Output::Accepted { .. } => {
                 let paths = self.c.spec().flow_plan().len() as u32;
                 if let Some(s) = self.s.as_mut() {
