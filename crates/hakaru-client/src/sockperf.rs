@@ -155,22 +155,13 @@ fn drive(
 /// The server's side as far as it is known: it is sockperf, it echoes; nothing measured.
 fn sockperf_report() -> SideReport {
     SideReport {
-        end: End::Server,
-        flows: Vec::new(),
-        cpu: None,
-        nic: None,
         env: Environment {
             software: "sockperf".into(),
             ..Environment::default()
         },
         send_mode: "echo".into(),
         recv_mode: "echo".into(),
-        udp_paths: None,
-        udp_kernel: None,
-        stray_datagrams: None,
-        connect: None,
-        window_start_unix: None,
-        window_end_unix: None,
+        ..SideReport::flows_only(End::Server, Vec::new())
     }
 }
 

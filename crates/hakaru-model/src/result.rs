@@ -325,6 +325,30 @@ pub struct SideReport {
     pub window_end_unix: Option<f64>,
 }
 
+impl SideReport {
+    /// A report that knows only its flows: no CPU, interface or UDP counters, no measured
+    /// window, the default environment, plain copies both ways. For ends whose figures come
+    /// from elsewhere (a peer's results document, a sockperf server) and for tests; set what is
+    /// known with struct update syntax.
+    pub fn flows_only(end: End, flows: Vec<FlowSide>) -> SideReport {
+        SideReport {
+            end,
+            flows,
+            cpu: None,
+            nic: None,
+            env: Environment::default(),
+            send_mode: "copy".into(),
+            recv_mode: "copy".into(),
+            udp_paths: None,
+            udp_kernel: None,
+            stray_datagrams: None,
+            connect: None,
+            window_start_unix: None,
+            window_end_unix: None,
+        }
+    }
+}
+
 /// Bytes counted at one end of a flow or direction, with the time and rate.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Counted {

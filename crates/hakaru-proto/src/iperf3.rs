@@ -835,22 +835,11 @@ pub fn report_from_results(
         });
     }
     Ok(SideReport {
-        end,
-        flows,
-        cpu: None,
-        nic: None,
         env: Environment {
             software: software.to_string(),
             ..Environment::default()
         },
-        send_mode: "copy".into(),
-        recv_mode: "copy".into(),
-        udp_paths: None,
-        udp_kernel: None,
-        stray_datagrams: None,
-        connect: None,
-        window_start_unix: None,
-        window_end_unix: None,
+        ..SideReport::flows_only(end, flows)
     })
 }
 

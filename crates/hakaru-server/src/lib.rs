@@ -538,7 +538,7 @@ pub mod fuzzing {
     use std::net::SocketAddr;
     use std::time::Duration;
 
-    use hakaru_model::{End, Environment, FlowDir, FlowSide, Role, SideReport, UdpFlowSide};
+    use hakaru_model::{End, FlowDir, FlowSide, Role, SideReport, UdpFlowSide};
     use hakaru_proto::http::{self as http_wire, BodyKind, RangeAnswer};
     use hakaru_proto::iperf3::{Inbox, Params, Protocol, State, MAX_RESULTS_JSON};
     use serde_json::Value;
@@ -619,21 +619,7 @@ pub mod fuzzing {
                 }
             })
             .collect();
-        let report = SideReport {
-            end: End::Server,
-            flows,
-            cpu: None,
-            nic: None,
-            env: Environment::default(),
-            send_mode: "copy".into(),
-            recv_mode: "copy".into(),
-            udp_paths: None,
-            udp_kernel: None,
-            stray_datagrams: None,
-            connect: None,
-            window_start_unix: None,
-            window_end_unix: None,
-        };
+        let report = SideReport::flows_only(End::Server, flows);
         let peer: SocketAddr = "192.0.2.1:40000".parse().ok()?;
         let mut inbox = Inbox::new();
         let mut ended = false;

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use hakaru_model::{End, Environment, SideReport, TcpSpec, TestSpec, UdpSpec};
+use hakaru_model::{End, SideReport, TcpSpec, TestSpec, UdpSpec};
 use hakaru_proto::auth::Psk;
 use hakaru_proto::native::{silence_limit, KEEPALIVE_EVERY};
 use hakaru_proto::{Decoder, Message, ServerInfo};
@@ -17,21 +17,7 @@ const NONCE_C: &str = "0123456789abcdef0123456789abcdef0123456789abcdef012345678
 const NONCE_S: &str = "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210";
 
 fn report(end: End) -> Box<SideReport> {
-    Box::new(SideReport {
-        end,
-        flows: vec![],
-        cpu: None,
-        nic: None,
-        env: Environment::default(),
-        send_mode: "copy".into(),
-        recv_mode: "copy".into(),
-        udp_paths: None,
-        udp_kernel: None,
-        stray_datagrams: None,
-        connect: None,
-        window_start_unix: None,
-        window_end_unix: None,
-    })
+    Box::new(SideReport::flows_only(end, vec![]))
 }
 
 /// How the test's server behaves.

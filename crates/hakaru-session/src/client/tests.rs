@@ -3,8 +3,7 @@
 use std::time::{Duration, Instant};
 
 use hakaru_model::{
-    End, Environment, FlowDir, FlowSide, FlowTick, IntervalSample, Role, SideReport, TcpSpec,
-    TestSpec, UdpSpec,
+    End, FlowDir, FlowSide, FlowTick, IntervalSample, Role, SideReport, TcpSpec, TestSpec, UdpSpec,
 };
 use hakaru_proto::auth::Psk;
 use hakaru_proto::{Message, ProtoError, ServerInfo};
@@ -140,38 +139,25 @@ fn sample(index: u32) -> IntervalSample {
 }
 
 fn report(end: End, error: Option<&str>) -> SideReport {
-    SideReport {
-        end,
-        flows: vec![FlowSide {
-            id: 0,
-            dir: FlowDir::Up,
-            role: if end == End::Client {
-                Role::Sender
-            } else {
-                Role::Receiver
-            },
-            bytes: 1000,
-            omitted_bytes: 0,
-            late_bytes: 0,
-            late_seconds: 0.0,
-            calls: 1,
-            seconds: 1.0,
-            tcp_info: None,
-            udp: None,
-            error: error.map(Into::into),
-        }],
-        cpu: None,
-        nic: None,
-        env: Environment::default(),
-        send_mode: "copy".into(),
-        recv_mode: "copy".into(),
-        udp_paths: None,
-        udp_kernel: None,
-        stray_datagrams: None,
-        connect: None,
-        window_start_unix: None,
-        window_end_unix: None,
-    }
+    let flow = FlowSide {
+        id: 0,
+        dir: FlowDir::Up,
+        role: if end == End::Client {
+            Role::Sender
+        } else {
+            Role::Receiver
+        },
+        bytes: 1000,
+        omitted_bytes: 0,
+        late_bytes: 0,
+        late_seconds: 0.0,
+        calls: 1,
+        seconds: 1.0,
+        tcp_info: None,
+        udp: None,
+        error: error.map(Into::into),
+    };
+    SideReport::flows_only(end, vec![flow])
 }
 
 fn finished() -> Message {

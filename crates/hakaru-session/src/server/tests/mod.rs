@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use hakaru_model::{End, Environment, SideReport, TcpSpec, TestSpec, UdpSpec};
+use hakaru_model::{End, SideReport, TcpSpec, TestSpec, UdpSpec};
 use hakaru_proto::auth::Psk;
 use hakaru_proto::{Message, ServerInfo, PROTOCOL_VERSION};
 
@@ -47,21 +47,7 @@ pub(super) fn hello() -> Hello {
 }
 
 pub(super) fn report() -> Box<SideReport> {
-    Box::new(SideReport {
-        end: End::Server,
-        flows: vec![],
-        cpu: None,
-        nic: None,
-        env: Environment::default(),
-        send_mode: "copy".into(),
-        recv_mode: "copy".into(),
-        udp_paths: None,
-        udp_kernel: None,
-        stray_datagrams: None,
-        connect: None,
-        window_start_unix: None,
-        window_end_unix: None,
-    })
+    Box::new(SideReport::flows_only(End::Server, vec![]))
 }
 
 pub(super) fn tcp(flows: u32) -> TestSpec {
