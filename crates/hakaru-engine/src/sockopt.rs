@@ -61,23 +61,9 @@ pub fn apply_tcp_options(
     Ok(())
 }
 
-/// Receive buffer a one-flow UDP receiver asks for when -w is not given: enough to ride out a
-/// scheduling hiccup at a million packets per second (the kernel caps it at net.core.rmem_max).
-pub const DEFAULT_UDP_RCVBUF: usize = 4 << 20;
-/// All of a side's UDP receive buffers together, when -w is not given: many flows split it.
-pub const UDP_RCVBUF_BUDGET: usize = 16 << 20;
-/// Smallest receive buffer a flow asks for when the budget is split: a few hundred datagrams,
-/// several send batches.
-pub const MIN_UDP_RCVBUF: usize = 128 << 10;
-
-/// Receive buffer each of `flows` UDP flows asks for when -w is not given. Every flow asking
-/// for 4 MiB made 256 flows queue up to a gigabyte of datagrams: a receiver that fell behind
-/// read cold memory and drained for half a second after the senders stopped (hakaru pps -P 256
-/// on loopback, docs/BENCHMARKS.md). Splitting a fixed budget keeps the queued total near
-/// the one-flow figure.
-pub fn udp_rcvbuf_for(flows: u32) -> usize {
-    (UDP_RCVBUF_BUDGET / flows.max(1) as usize).clamp(MIN_UDP_RCVBUF, DEFAULT_UDP_RCVBUF)
-}
+pub use hakaru_model::udp::{
+    udp_rcvbuf_for, DEFAULT_UDP_RCVBUF, MIN_UDP_RCVBUF, UDP_RCVBUF_BUDGET,
+};
 
 /// Applies a UDP spec's options to a flow socket: buffers (-w, or a large receive buffer by
 /// default) and the TOS byte.

@@ -338,6 +338,28 @@ impl crate::kind::Kind for TcpSpec {
     fn server_affinity(&self) -> &[usize] {
         &self.server_affinity
     }
+    /// One pattern for the side's senders, one read buffer per worker, and the window asked.
+    fn server_memory(&self, cpus: usize) -> u64 {
+        let paths = self.flow_plan().len();
+        let window = self.window.map_or(0, |w| {
+            w.0 * crate::kind::KERNEL_DOUBLES * paths.max(1) as u64
+        });
+        let workers = crate::kind::workers(paths, cpus);
+        self.length
+            .0
+            .saturating_mul(workers + 1)
+            .saturating_add(window)
+    }
+    fn server_send_rate(&self) -> Option<(Option<f64>, u32)> {
+        crate::kind::server_sends(self.direction).then(|| {
+            (
+                self.rate_for(FlowDir::Down)
+                    .map(|r| r.0)
+                    .filter(|&b| b > 0.0),
+                self.flows,
+            )
+        })
+    }
 }
 #[cfg(test)]
 mod tests {

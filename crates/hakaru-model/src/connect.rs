@@ -185,6 +185,10 @@ impl crate::kind::Kind for ConnectSpec {
     fn server_affinity(&self) -> &[usize] {
         &self.server_affinity
     }
+    /// Request and response per open connection; the server caps those.
+    fn server_memory(&self, _cpus: usize) -> u64 {
+        4 << 20
+    }
 }
 #[cfg(test)]
 mod tests {

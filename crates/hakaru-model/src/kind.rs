@@ -48,4 +48,32 @@ pub trait Kind {
     fn remote(&self) -> bool {
         true
     }
+    /// About how much buffer memory the test costs a server with `cpus` CPUs: the engine's
+    /// own buffers and the socket buffers it asks the kernel for. An estimate to budget by,
+    /// not an accounting: the kernel's own queues under an unasked-for window come on top.
+    fn server_memory(&self, cpus: usize) -> u64 {
+        let _ = cpus;
+        0
+    }
+    /// What the server would send, per flow: `None` when it sends nothing,
+    /// `Some((None, flows))` for as fast as it can, `Some((Some(bits), flows))` for a paced
+    /// rate.
+    fn server_send_rate(&self) -> Option<(Option<f64>, u32)> {
+        None
+    }
+}
+
+/// What the kernel keeps per socket buffer byte asked for (it doubles SO_SNDBUF/SO_RCVBUF).
+pub(crate) const KERNEL_DOUBLES: u64 = 2;
+/// Largest datagrams a UDP worker moves in one system call (the engine's batches).
+pub(crate) const UDP_BATCH: u64 = 64;
+
+/// The server's worker threads for `paths` data paths on `cpus` CPUs.
+pub(crate) fn workers(paths: usize, cpus: usize) -> u64 {
+    (paths.max(1) as u64).min(cpus.max(1) as u64)
+}
+
+/// True when the server sends in a test going `direction`.
+pub(crate) fn server_sends(direction: Direction) -> bool {
+    matches!(direction, Direction::Reverse | Direction::Bidir)
 }

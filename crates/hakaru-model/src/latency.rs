@@ -381,4 +381,12 @@ impl crate::kind::Kind for LatencySpec {
     fn server_affinity(&self) -> &[usize] {
         &self.server_affinity
     }
+    /// One echo thread per flow with a message buffer each (and a TCP reassembly one).
+    fn server_memory(&self, _cpus: usize) -> u64 {
+        let per = match self.transport {
+            LatencyTransport::Tcp => 2 * self.length.0,
+            LatencyTransport::Udp => self.length.0,
+        };
+        per.saturating_mul(self.flow_plan().len().max(1) as u64)
+    }
 }

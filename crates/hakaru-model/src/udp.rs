@@ -408,6 +408,24 @@ pub struct UdpPaths {
     pub fallback: Option<String>,
 }
 
+/// Receive buffer a one-flow UDP receiver asks for when -w is not given: enough to ride out a
+/// scheduling hiccup at a million packets per second (the kernel caps it at net.core.rmem_max).
+pub const DEFAULT_UDP_RCVBUF: usize = 4 << 20;
+/// All of a side's UDP receive buffers together, when -w is not given: many flows split it.
+pub const UDP_RCVBUF_BUDGET: usize = 16 << 20;
+/// Smallest receive buffer a flow asks for when the budget is split: a few hundred datagrams,
+/// several send batches.
+pub const MIN_UDP_RCVBUF: usize = 128 << 10;
+
+/// Receive buffer each of `flows` UDP flows asks for when -w is not given. Every flow asking
+/// for 4 MiB made 256 flows queue up to a gigabyte of datagrams: a receiver that fell behind
+/// read cold memory and drained for half a second after the senders stopped (hakaru pps -P 256
+/// on loopback, docs/BENCHMARKS.md). Splitting a fixed budget keeps the queued total near
+/// the one-flow figure.
+pub fn udp_rcvbuf_for(flows: u32) -> usize {
+    (UDP_RCVBUF_BUDGET / flows.max(1) as usize).clamp(MIN_UDP_RCVBUF, DEFAULT_UDP_RCVBUF)
+}
+
 impl crate::kind::Kind for UdpSpec {
     fn name(&self) -> &'static str {
         if self.mode == UdpMode::Pps {
@@ -445,6 +463,34 @@ impl crate::kind::Kind for UdpSpec {
     }
     fn server_affinity(&self) -> &[usize] {
         &self.server_affinity
+    }
+    /// The workers' send and receive batches, and the receive buffers asked for.
+    fn server_memory(&self, cpus: usize) -> u64 {
+        let plan = self.flow_plan();
+        let paths = plan.len().max(1) as u64;
+        let workers = crate::kind::workers(plan.len(), cpus);
+        let batches = self
+            .length
+            .0
+            .max(2048)
+            .saturating_mul(crate::kind::UDP_BATCH * 2 * workers);
+        let receivers = plan.iter().filter(|f| f.1 == FlowDir::Up).count() as u64;
+        let rcvbuf = match self.window {
+            Some(w) => w.0 * crate::kind::KERNEL_DOUBLES * paths,
+            None => udp_rcvbuf_for(self.flows) as u64 * receivers,
+        };
+        batches.saturating_add(rcvbuf)
+    }
+    fn server_send_rate(&self) -> Option<(Option<f64>, u32)> {
+        if !crate::kind::server_sends(self.direction) {
+            return None;
+        }
+        let rate = match self.rate_for(FlowDir::Down) {
+            UdpRate::Unlimited => None,
+            UdpRate::Bits(b) => (b.0 > 0.0).then_some(b.0),
+            UdpRate::Packets(p) => (p > 0.0).then_some(p * self.length.0 as f64 * 8.0),
+        };
+        Some((rate, self.flows))
     }
 }
 #[cfg(test)]

@@ -4,7 +4,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use hakaru_model::{Direction, FlowDir, LatencyTransport, TestSpec, UdpRate};
+use hakaru_model::TestSpec;
 
 /// What the server lets one test, and all tests together, cost it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,46 +104,10 @@ pub(crate) fn check_test_memory(budgets: &Budgets, bytes: u64) -> Result<(), Str
     }
 }
 
-/// Largest datagrams a UDP worker moves in one system call (the engine's batches).
-const UDP_BATCH: u64 = 64;
-/// What the kernel keeps per socket buffer byte asked for (it doubles SO_SNDBUF/SO_RCVBUF).
-const KERNEL_DOUBLES: u64 = 2;
-
-/// About how much buffer memory `spec` costs the server with `cpus` CPUs: the engine's own
-/// buffers (the payload pattern, a read buffer per worker; UDP batches) and the socket
-/// buffers it asks the kernel for. An estimate to budget by, not an accounting: the kernel's
-/// own queues under an unasked-for window come on top.
+/// About how much buffer memory `spec` costs the server with `cpus` CPUs (each kind's
+/// estimate: `Kind::server_memory`).
 pub fn server_memory(spec: &TestSpec, cpus: usize) -> u64 {
-    let paths = spec.flow_plan().len().max(1) as u64;
-    let workers = paths.min(cpus.max(1) as u64);
-    let length = spec.length().0;
-    match spec {
-        TestSpec::Tcp(t) => {
-            // One pattern for the side's senders, one read buffer per worker.
-            let window = t.window.map_or(0, |w| w.0 * KERNEL_DOUBLES * paths);
-            length.saturating_mul(workers + 1).saturating_add(window)
-        }
-        TestSpec::Udp(u) => {
-            let batches = length.max(2048).saturating_mul(UDP_BATCH * 2 * workers);
-            let receivers = u.flow_plan().iter().filter(|f| f.1 == FlowDir::Up).count() as u64;
-            let rcvbuf = match u.window {
-                Some(w) => w.0 * KERNEL_DOUBLES * paths,
-                None => hakaru_engine::sockopt::udp_rcvbuf_for(u.flows) as u64 * receivers,
-            };
-            batches.saturating_add(rcvbuf)
-        }
-        // One echo thread per flow with a message buffer each (and a TCP reassembly one).
-        TestSpec::Latency(l) => {
-            let per = match l.transport {
-                LatencyTransport::Tcp => 2 * length,
-                LatencyTransport::Udp => length,
-            };
-            per.saturating_mul(paths)
-        }
-        // Request and response per open connection; the server caps those.
-        TestSpec::Connect(_) => 4 << 20,
-        TestSpec::Raw(_) | TestSpec::Http(_) => 0,
-    }
+    spec.kind().server_memory(cpus)
 }
 
 /// Checks a latency test's busy-polling against the server's budget.
@@ -166,31 +130,15 @@ pub fn check_busy_poll(budgets: &Budgets, spec: &TestSpec, cpus: usize) -> Resul
     Ok(())
 }
 
-/// What the server would send in `spec`, per flow: `None` when it sends nothing,
-/// `Some((None, flows))` for as fast as it can, `Some((Some(bits), flows))` for a paced rate.
+/// What the server would send in `spec`, per flow (`Kind::server_send_rate`).
 pub fn server_send_rate(spec: &TestSpec) -> Option<(Option<f64>, u32)> {
-    let sends = matches!(spec.direction(), Direction::Reverse | Direction::Bidir);
-    match spec {
-        TestSpec::Tcp(t) if sends => Some((
-            t.rate_for(FlowDir::Down).map(|r| r.0).filter(|&b| b > 0.0),
-            t.flows,
-        )),
-        TestSpec::Udp(u) if sends => {
-            let rate = match u.rate_for(FlowDir::Down) {
-                UdpRate::Unlimited => None,
-                UdpRate::Bits(b) => (b.0 > 0.0).then_some(b.0),
-                UdpRate::Packets(p) => (p > 0.0).then_some(p * u.length.0 as f64 * 8.0),
-            };
-            Some((rate, u.flows))
-        }
-        _ => None,
-    }
+    spec.kind().server_send_rate()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hakaru_model::{Bytes, LatencySpec, TcpSpec, UdpSpec};
+    use hakaru_model::{Bytes, Direction, LatencySpec, TcpSpec, UdpSpec};
 
     #[test]
     fn a_test_and_all_tests_are_budgeted() {
