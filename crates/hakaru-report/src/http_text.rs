@@ -240,6 +240,20 @@ pub fn headline(r: &RunResult) -> String {
     )
 }
 
+impl crate::kind_text::KindText for hakaru_model::HttpSpec {
+    fn header(&self, _server: &str, embedded: bool) -> String {
+        header(self, embedded)
+    }
+    fn interval_heading(&self, _view: &View) -> String {
+        interval_heading()
+    }
+    fn summary(&self, r: &RunResult, view: &View) -> String {
+        summary(r, view)
+    }
+    fn sums_and_headline(&self, r: &RunResult, _view: &View) -> String {
+        sums(r) + &headline(r)
+    }
+}
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -241,3 +241,18 @@ pub fn headline(r: &RunResult) -> String {
     s.push('\n');
     s
 }
+
+impl crate::kind_text::KindText for hakaru_model::LatencySpec {
+    fn header(&self, server: &str, embedded: bool) -> String {
+        header(self, server, embedded)
+    }
+    fn interval_heading(&self, _view: &crate::View) -> String {
+        interval_heading()
+    }
+    fn summary(&self, r: &RunResult, view: &crate::View) -> String {
+        summary(r, view)
+    }
+    fn sums_and_headline(&self, r: &RunResult, _view: &crate::View) -> String {
+        headline(r)
+    }
+}

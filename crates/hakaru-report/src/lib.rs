@@ -17,6 +17,7 @@ pub mod iperf3_text;
 mod iperf3_view;
 pub mod json;
 pub mod jsonl;
+mod kind_text;
 mod latency_charts;
 pub mod latency_text;
 pub mod nic;

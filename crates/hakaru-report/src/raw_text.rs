@@ -299,6 +299,20 @@ pub fn headline(r: &RunResult) -> String {
     )
 }
 
+impl crate::kind_text::KindText for hakaru_model::RawSpec {
+    fn header(&self, server: &str, _embedded: bool) -> String {
+        header(self, server)
+    }
+    fn interval_heading(&self, _view: &crate::View) -> String {
+        interval_heading(self)
+    }
+    fn summary(&self, r: &RunResult, _view: &crate::View) -> String {
+        summary(r)
+    }
+    fn sums_and_headline(&self, r: &RunResult, _view: &crate::View) -> String {
+        headline(r)
+    }
+}
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,38 +7,36 @@ use hakaru_model::{
     TcpInfo, TcpSpec, TestSpec,
 };
 
-use crate::{connect_text, http_text, latency_text, raw_text, udp_text, View};
+use crate::{connect_text, latency_text, udp_text, View};
+
+impl crate::kind_text::KindText for TcpSpec {
+    fn header(&self, server: &str, embedded: bool) -> String {
+        tcp_header(self, server, embedded)
+    }
+    fn interval_heading(&self, _view: &View) -> String {
+        tcp_interval_heading()
+    }
+    fn summary(&self, r: &RunResult, view: &View) -> String {
+        tcp_summary(r, view)
+    }
+    fn sums_and_headline(&self, r: &RunResult, _view: &View) -> String {
+        tcp_sums(r) + &tcp_headline(r)
+    }
+}
 
 /// The line that opens a run.
 pub fn header(spec: &TestSpec, server: &str, embedded: bool) -> String {
-    match spec {
-        TestSpec::Tcp(t) => tcp_header(t, server, embedded),
-        TestSpec::Udp(u) => udp_text::header(u, server, embedded),
-        TestSpec::Latency(l) => latency_text::header(l, server, embedded),
-        TestSpec::Connect(c) => connect_text::header(c, server, embedded),
-        TestSpec::Raw(r) => raw_text::header(r, server),
-        TestSpec::Http(h) => http_text::header(h, embedded),
-    }
+    crate::kind_text::of(spec).header(server, embedded)
 }
 
 /// Column headings for the interval lines of a test.
 pub fn interval_heading(spec: &TestSpec, view: &View) -> String {
-    match spec {
-        TestSpec::Tcp(_) => tcp_interval_heading(),
-        TestSpec::Udp(_) => udp_text::interval_heading(view),
-        TestSpec::Latency(_) => latency_text::interval_heading(),
-        TestSpec::Connect(_) => connect_text::interval_heading(),
-        TestSpec::Raw(r) => raw_text::interval_heading(r),
-        TestSpec::Http(_) => http_text::interval_heading(),
-    }
+    crate::kind_text::of(spec).interval_heading(view)
 }
 
 /// Warnings about one interval that need the test's spec: a paced UDP sender held back.
 pub fn interval_warnings(rec: &IntervalRecord, spec: &TestSpec) -> String {
-    match spec {
-        TestSpec::Udp(u) => udp_text::held_back_lines(rec, u),
-        _ => String::new(),
-    }
+    crate::kind_text::of(spec).interval_warnings(rec)
 }
 
 /// Lines for one interval of any test.
@@ -63,19 +61,11 @@ pub fn interval_lines(rec: &IntervalRecord, view: &View) -> String {
 /// The final summary of any test, ending with its one-line headline; with
 /// [`View::summary_only`], only the per-direction sums and the headline.
 pub fn summary(r: &RunResult, view: &View) -> String {
-    let s = match (&r.spec, view.summary_only) {
-        (TestSpec::Tcp(_), false) => tcp_summary(r, view),
-        (TestSpec::Udp(_), false) => udp_text::summary(r, view),
-        (TestSpec::Latency(_), false) => latency_text::summary(r, view),
-        (TestSpec::Connect(_), false) => connect_text::summary(r),
-        (TestSpec::Raw(_), false) => raw_text::summary(r),
-        (TestSpec::Http(_), false) => http_text::summary(r, view),
-        (TestSpec::Tcp(_), true) => tcp_sums(r) + &tcp_headline(r),
-        (TestSpec::Udp(_), true) => udp_text::sums(r, view) + &udp_text::headline(r),
-        (TestSpec::Latency(_), true) => latency_text::headline(r),
-        (TestSpec::Connect(_), true) => connect_text::headline(r),
-        (TestSpec::Raw(_), true) => raw_text::headline(r),
-        (TestSpec::Http(_), true) => http_text::sums(r) + &http_text::headline(r),
+    let kind = crate::kind_text::of(&r.spec);
+    let s = if view.summary_only {
+        kind.sums_and_headline(r, view)
+    } else {
+        kind.summary(r, view)
     };
     view.fit(s)
 }

@@ -471,6 +471,23 @@ pub fn headline(r: &RunResult) -> String {
     s
 }
 
+impl crate::kind_text::KindText for hakaru_model::UdpSpec {
+    fn header(&self, server: &str, embedded: bool) -> String {
+        header(self, server, embedded)
+    }
+    fn interval_heading(&self, view: &View) -> String {
+        interval_heading(view)
+    }
+    fn interval_warnings(&self, rec: &hakaru_model::IntervalRecord) -> String {
+        held_back_lines(rec, self)
+    }
+    fn summary(&self, r: &RunResult, view: &View) -> String {
+        summary(r, view)
+    }
+    fn sums_and_headline(&self, r: &RunResult, view: &View) -> String {
+        sums(r, view) + &headline(r)
+    }
+}
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,35 @@
+//! How each kind reads as human text: the [`KindText`] trait, implemented once per kind in
+//! that kind's module (tcp in `text`, the others in `udp_text`, `latency_text`,
+//! `connect_text`, `raw_text`, `http_text`), and [`of`], the one place that picks the kind.
+
+use hakaru_model::{IntervalRecord, RunResult, TestSpec};
+
+use crate::View;
+
+/// How one kind reads as human text.
+pub(crate) trait KindText {
+    /// The line that opens a run.
+    fn header(&self, server: &str, embedded: bool) -> String;
+    /// Column headings for the interval lines.
+    fn interval_heading(&self, view: &View) -> String;
+    /// Warnings about one interval that need the spec (a paced UDP sender held back).
+    fn interval_warnings(&self, _rec: &IntervalRecord) -> String {
+        String::new()
+    }
+    /// The final summary, ending with the headline.
+    fn summary(&self, r: &RunResult, view: &View) -> String;
+    /// With [`View::summary_only`]: the per-direction sums and the headline.
+    fn sums_and_headline(&self, r: &RunResult, view: &View) -> String;
+}
+
+/// The text of `spec`'s kind.
+pub(crate) fn of(spec: &TestSpec) -> &dyn KindText {
+    match spec {
+        TestSpec::Tcp(t) => t,
+        TestSpec::Udp(u) => u,
+        TestSpec::Latency(l) => l,
+        TestSpec::Connect(c) => c,
+        TestSpec::Raw(r) => r,
+        TestSpec::Http(h) => h,
+    }
+}
