@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 
 use super::client::{Error, Input, Output, Session, STEP_TIMEOUT};
 use super::server;
+use super::server_tests::results_doc;
 
 const COOKIE: &[u8] = b"abcdefghijklmnopqrstuvwxyz234567abcd\0";
 
@@ -17,15 +18,6 @@ fn params() -> Value {
 
 fn results() -> Box<Results> {
     Box::new(Results::parse(&serde_json::to_vec(&results_doc()).expect("json")).expect("results"))
-}
-
-fn results_doc() -> Value {
-    json!({
-        "cpu_util_total": 1.0, "cpu_util_user": 0.5, "cpu_util_system": 0.5,
-        "sender_has_retransmits": 0,
-        "streams": [{"id": 1, "bytes": 1000, "retransmits": 0, "jitter": 0, "errors": 0,
-                     "packets": 0, "start_time": 0, "end_time": 10}]
-    })
 }
 
 struct T {

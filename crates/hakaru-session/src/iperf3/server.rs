@@ -163,7 +163,8 @@ pub struct Session {
     inbox: Inbox,
     phase: Phase,
     out: VecDeque<Output>,
-    params: Option<Params>,
+    /// The parameters' `-t` and `-O`, seconds: a timed test's limit.
+    time_omit: (f64, f64),
     side_up: bool,
 }
 
@@ -180,17 +181,12 @@ impl Session {
                 deadline: now + PARAMS_TIMEOUT,
             },
             out: VecDeque::new(),
-            params: None,
+            time_omit: (0.0, 0.0),
             side_up: false,
         };
         s.state(State::ParamExchange);
         s.parse(now);
         s
-    }
-
-    /// The parameters, once received.
-    pub fn params(&self) -> Option<&Params> {
-        self.params.as_ref()
     }
 
     /// The next action, until `None`.
@@ -362,10 +358,7 @@ impl Session {
         if arrived < want {
             return;
         }
-        let (time, omit) = self
-            .params
-            .as_ref()
-            .map_or((0.0, 0.0), |p| (p.time, p.omit));
+        let (time, omit) = self.time_omit;
         // The driver's plan bounded both to finite, non-negative values under a day.
         let limit = (time > 0.0).then(|| {
             now + Duration::try_from_secs_f64(time + omit).unwrap_or(Duration::from_secs(86_400))
@@ -446,7 +439,7 @@ impl Session {
         };
         match Params::from_json(&v) {
             Ok(p) => {
-                self.params = Some(p.clone());
+                self.time_omit = (p.time, p.omit);
                 self.out.push_back(Output::Plan(Box::new(p)));
                 self.phase = Phase::Planning;
             }

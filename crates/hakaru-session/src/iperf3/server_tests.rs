@@ -19,13 +19,18 @@ fn tcp_params() -> Vec<u8> {
     )
 }
 
-fn results() -> Vec<u8> {
-    encode_json(&json!({
+/// A results document as a stock client sends it, one stream (the client tests use it too).
+pub(super) fn results_doc() -> Value {
+    json!({
         "cpu_util_total": 1.0, "cpu_util_user": 0.5, "cpu_util_system": 0.5,
         "sender_has_retransmits": 0,
         "streams": [{"id": 1, "bytes": 1000, "retransmits": 0, "jitter": 0, "errors": 0,
                      "packets": 0, "start_time": 0, "end_time": 10}]
-    }))
+    })
+}
+
+fn results() -> Vec<u8> {
+    encode_json(&results_doc())
 }
 
 struct T {

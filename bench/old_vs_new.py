@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""Two hakaru builds against each other on loopback: does a change cost speed?
+
+Usage: python3 bench/old_vs_new.py --old PATH/hakaru [--new target/release/hakaru]
+       [--rounds 3] [--only TEXT]
+
+Build the old one in a worktree of the earlier commit, e.g.
+  git worktree add ../old REV && (cd ../old && CARGO_TARGET_DIR=/tmp/old cargo build --release -p hakaru)
+Each round runs every case once with each build, in alternating order, each build with its own
+`hakaru server` process on 127.0.0.1 (stopped by PID), 3 s per run, unpinned. Cases: hakaru's
+own client and server (1 flow, -P 4), and a stock iperf3 client against each build's server
+(forward and -R). Prints the medians and the median of the per-round new/old ratios.
+"""
+import argparse, json, os, signal, statistics, subprocess, time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def server(binary, port):
+    p = subprocess.Popen([binary, "server", "-p", str(port)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.7)
+    return p
+
+
+def native(binary, port, extra):
+    o = subprocess.run([binary, "tcp", "127.0.0.1", "-p", str(port), "-t", "3", "--json"] + extra,
+                       capture_output=True, timeout=60, check=True)
+    v = json.loads(o.stdout)
+    return sum(t["receiver"]["bits_per_second"] for t in v["totals"]) / 1e9
+
+
+def stock(port, extra):
+    o = subprocess.run(["iperf3", "-c", "127.0.0.1", "-p", str(port), "-t", "3", "-J"] + extra,
+                       capture_output=True, timeout=60, check=True)
+    return json.loads(o.stdout)["end"]["sum_received"]["bits_per_second"] / 1e9
+
+
+CASES = [
+    ("hakaru tcp, 1 flow", lambda b, p: native(b, p, [])),
+    ("hakaru tcp -P 4", lambda b, p: native(b, p, ["-P", "4"])),
+    ("stock iperf3 -c -> hakaru server", lambda b, p: stock(p, [])),
+    ("stock iperf3 -c -R -> hakaru server", lambda b, p: stock(p, ["-R"])),
+]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--old", required=True)
+    ap.add_argument("--new", default=os.path.join(ROOT, "target", "release", "hakaru"))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--only", default="")
+    a = ap.parse_args()
+    cases = [c for c in CASES if a.only in c[0]]
+    res = {name: [] for name, _ in cases}
+    for r in range(a.rounds):
+        for name, run in cases:
+            order = [("new", a.new, 5401), ("old", a.old, 5402)]
+            if r % 2:
+                order.reverse()
+            got = {}
+            for tag, binary, port in order:
+                s = server(binary, port)
+                try:
+                    got[tag] = run(binary, port)
+                finally:
+                    s.send_signal(signal.SIGINT)
+                    s.wait(timeout=10)
+            res[name].append((got["new"], got["old"]))
+    print("| case | new Gbit/s | old Gbit/s | new/old (median of rounds) |")
+    print("|---|---|---|---|")
+    for name, v in res.items():
+        print(f"| {name} | {statistics.median(n for n, _ in v):.1f} | "
+              f"{statistics.median(o for _, o in v):.1f} | "
+              f"{statistics.median(n / o for n, o in v):.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
