@@ -16,7 +16,7 @@ use hakaru_engine::ping::{Echo, PingFlow, PingSocket};
 use hakaru_engine::sys;
 use hakaru_engine::tcp::{SideConfig, SideRun};
 use hakaru_engine::udp::{UdpConfig, UdpRun};
-use hakaru_engine::Running;
+use hakaru_engine::{CounterBase, Running};
 use hakaru_model::{End, LatencyTransport, SideReport, TestSpec};
 use hakaru_proto::{Decoder, Message};
 use hakaru_session::server::{Config, Ending, Hello, Input, Output, Session};
@@ -88,6 +88,8 @@ struct Driver<'a> {
     refused: bool,
     /// Data paths are arriving (from admission to the machine's `PathsComplete`).
     collecting: bool,
+    /// The test's interface and the counters read before `start` went out.
+    baseline: Option<(Option<String>, CounterBase)>,
 }
 
 /// Runs a control session to its end. Never panics on peer input; logs how it ended.
@@ -149,6 +151,7 @@ pub(crate) fn control(ctx: &Ctx, o: Opening) {
         summary: String::new(),
         refused: false,
         collecting: false,
+        baseline: None,
     };
     d.run(&mut machine);
 }
@@ -279,6 +282,12 @@ impl Driver<'_> {
                     self.ctx.registry.remove(&t.token);
                 }
             }
+            Output::TakeBaseline => {
+                let iface = self.local_ip.and_then(sys::interface_for_addr);
+                let udp = m.spec().is_some_and(|s| s.udp().is_some());
+                let base = CounterBase::take(iface.as_deref(), udp);
+                self.baseline = Some((iface, base));
+            }
             Output::StartSide => self.start(m.spec())?,
             Output::OpenConnectListener => {
                 let port = self.open_listener(m.spec())?;
@@ -392,7 +401,16 @@ impl Driver<'_> {
         let Side::Paths(paths) = std::mem::replace(&mut self.side, Side::None) else {
             return Err("internal error: no data paths".into());
         };
-        let iface = self.local_ip.and_then(sys::interface_for_addr);
+        // The counters were read before `start` went out: nothing the client sent after it
+        // escapes them.
+        let (iface, base) = self
+            .baseline
+            .take()
+            .ok_or("internal error: no counter baseline")?;
+        let with_base = |mut cfg: SideConfig| {
+            cfg.base = Some(base);
+            cfg
+        };
         let w = Arc::clone(&self.writer);
         let on_interval = Box::new(move |sample| {
             if let Ok(mut w) = w.lock() {
@@ -402,8 +420,12 @@ impl Driver<'_> {
         let run = match spec {
             TestSpec::Tcp(tcp) => {
                 let flows = paths.tcp_flows(tcp)?;
-                let cfg =
-                    SideConfig::for_spec(End::Server, spec, tcp.server_affinity.clone(), iface);
+                let cfg = with_base(SideConfig::for_spec(
+                    End::Server,
+                    spec,
+                    tcp.server_affinity.clone(),
+                    iface,
+                ));
                 Running::Tcp(
                     SideRun::start(cfg, flows, on_interval, Box::new(|| {}))
                         .map_err(|e| e.to_string())?,
@@ -411,8 +433,12 @@ impl Driver<'_> {
             }
             TestSpec::Udp(udp) => {
                 let flows = paths.udp_flows()?;
-                let mut cfg =
-                    SideConfig::for_spec(End::Server, spec, udp.server_affinity.clone(), iface);
+                let mut cfg = with_base(SideConfig::for_spec(
+                    End::Server,
+                    spec,
+                    udp.server_affinity.clone(),
+                    iface,
+                ));
                 cfg.shares_host = self.same_host;
                 let ucfg = UdpConfig::from_spec(udp, hakaru_model::FlowDir::Down);
                 let w = Arc::clone(&self.writer);
@@ -445,8 +471,12 @@ impl Driver<'_> {
                         })
                         .collect(),
                 };
-                let cfg =
-                    SideConfig::for_spec(End::Server, spec, lat.server_affinity.clone(), iface);
+                let cfg = with_base(SideConfig::for_spec(
+                    End::Server,
+                    spec,
+                    lat.server_affinity.clone(),
+                    iface,
+                ));
                 Running::Echo(Box::new(
                     Echo::start(cfg, flows, lat.spin, lat.busy_poll).map_err(|e| e.to_string())?,
                 ))

@@ -127,6 +127,9 @@ pub enum Output {
     /// Every data path arrived (and a UDP client heard every answer): the token admits no
     /// more.
     PathsComplete,
+    /// Read the machine-wide counters (CPU, the interface, UDP) this end's figures start
+    /// from. The `start` message follows, so nothing the client sends after it escapes them.
+    TakeBaseline,
     /// Start this end's data plane (the `start` message went just before).
     StartSide,
     /// Connection-rate test: open the test's listener and answer [`Input::ConnectListening`]
@@ -606,6 +609,7 @@ impl Session {
         let Some(spec) = &self.spec else { return };
         let silence = silence_limit(spec.stall_timeout().0);
         let limit = self.cfg.max_duration.map(|m| now + m + CUTOFF_GRACE);
+        self.out.push_back(Output::TakeBaseline);
         self.send(Message::Start);
         self.out.push_back(Output::StartSide);
         self.side_up = true;

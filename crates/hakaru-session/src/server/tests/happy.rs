@@ -43,6 +43,7 @@ fn a_tcp_test_runs_from_hello_to_results() {
         t.input(Input::PathArrived { flow: 1 }),
         vec![
             Output::PathsComplete,
+            Output::TakeBaseline,
             Output::Send(Message::Start),
             Output::StartSide
         ]
@@ -89,6 +90,7 @@ fn a_udp_test_starts_on_flows_ready_after_every_hello() {
         t.msg(Message::FlowsReady),
         vec![
             Output::PathsComplete,
+            Output::TakeBaseline,
             Output::Send(Message::Start),
             Output::StartSide
         ]
@@ -156,7 +158,11 @@ fn a_held_tcp_start_waits_for_the_go_and_takes_an_early_one() {
     t.msg(Message::Keepalive);
     assert_eq!(
         t.msg(Message::FlowsReady),
-        vec![Output::Send(Message::Start), Output::StartSide]
+        vec![
+            Output::TakeBaseline,
+            Output::Send(Message::Start),
+            Output::StartSide
+        ]
     );
 
     // The go before the server saw the last path (the client sends it once its connections
@@ -169,6 +175,7 @@ fn a_held_tcp_start_waits_for_the_go_and_takes_an_early_one() {
         t.input(Input::PathArrived { flow: 0 }),
         vec![
             Output::PathsComplete,
+            Output::TakeBaseline,
             Output::Send(Message::Start),
             Output::StartSide
         ]

@@ -169,6 +169,7 @@ pub(super) fn clone_out(o: &Output) -> Output {
             held: *held,
         },
         Output::PathsComplete => Output::PathsComplete,
+        Output::TakeBaseline => Output::TakeBaseline,
         Output::StartSide => Output::StartSide,
         Output::OpenConnectListener => Output::OpenConnectListener,
         Output::StopSending => Output::StopSending,
