@@ -4,6 +4,7 @@
 
 use hakaru_model::{IntervalRecord, RunResult, TestSpec};
 
+use crate::summary::Summary;
 use crate::View;
 
 /// How one kind reads as human text.
@@ -20,6 +21,9 @@ pub(crate) trait KindText {
     fn summary(&self, r: &RunResult, view: &View) -> String;
     /// With [`View::summary_only`]: the per-direction sums and the headline.
     fn sums_and_headline(&self, r: &RunResult, view: &View) -> String;
+    /// The kind's figures of a one-line summary (history, the archive, the push gateway):
+    /// direction, flows, headline and its unit; `s` comes with kind, peer and start.
+    fn row(&self, r: &RunResult, s: &mut Summary);
 }
 
 /// The text of `spec`'s kind.

@@ -3,12 +3,13 @@
 //! drawn from the full histogram when the result holds one (`--histogram`), else through
 //! its percentiles (and the title says which).
 
-use hakaru_model::{HistogramBucket, LatencyResult, LatencyStats, RunResult};
+use hakaru_model::{HistogramBucket, LatencyResult, LatencySpec, LatencyStats, RunResult};
 
 use crate::charts::{self, step, Chart, Series, Stroke};
+use crate::kind_charts::KindCharts;
 
 /// The charts of a latency result; `p` prefixes their ids.
-pub(crate) fn charts(p: &str, r: &RunResult) -> Vec<Chart> {
+fn charts(p: &str, r: &RunResult) -> Vec<Chart> {
     let mut out = vec![over_time(p, r)];
     if let Some(l) = &r.latency {
         out.extend(distribution(p, l));
@@ -233,6 +234,44 @@ pub(crate) fn cdf_from_stats(s: &LatencyStats) -> Vec<(f64, f64)> {
     ];
     v.retain(|p| p.0 > 0.0);
     v
+}
+
+impl KindCharts for LatencySpec {
+    fn what(&self, r: &RunResult) -> String {
+        match r.latency.as_ref().map(|l| l.transport) {
+            Some(hakaru_model::LatencyTransport::Udp) => "UDP latency".into(),
+            Some(hakaru_model::LatencyTransport::Tcp) => "TCP latency".into(),
+            None => "latency".into(),
+        }
+    }
+    fn charts(&self, p: &str, r: &RunResult) -> Vec<Chart> {
+        charts(p, r)
+    }
+    /// Each input's round-trip distribution, cumulative, on shared axes.
+    fn overlay(&self, runs: &[(&str, &RunResult)]) -> Vec<Chart> {
+        vec![Chart {
+            id: "overlay-cdf".into(),
+            title: "round-trip distribution of each input (cumulative, log axis)".into(),
+            x_desc: "round trip (us, log)".into(),
+            y_desc: "requests at or below (%)".into(),
+            y_scale: 1.0,
+            log_x: true,
+            log_y: false,
+            series: runs
+                .iter()
+                .enumerate()
+                .filter_map(|(i, (label, r))| {
+                    Some(Series {
+                        name: label.to_string(),
+                        points: cdf_from_stats(&r.latency.as_ref()?.rtt),
+                        stroke: Stroke::Thick,
+                        color: i,
+                        legend: true,
+                    })
+                })
+                .collect(),
+        }]
+    }
 }
 
 #[cfg(test)]

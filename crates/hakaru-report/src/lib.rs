@@ -1,10 +1,12 @@
 //! hakaru-report: renderers. Each output format is one module over the model's types;
 //! each returns text and never prints.
 
+mod bulk_charts;
 pub mod capacity_text;
 pub mod charts;
 pub mod compare;
 mod compare_html;
+mod connect_charts;
 pub mod connect_text;
 pub mod csv;
 pub mod export;
@@ -17,6 +19,7 @@ pub mod iperf3_text;
 mod iperf3_view;
 pub mod json;
 pub mod jsonl;
+mod kind_charts;
 mod kind_text;
 mod latency_charts;
 pub mod latency_text;
@@ -25,6 +28,7 @@ mod plan_matrix;
 pub mod plan_text;
 pub mod prometheus;
 pub mod quick_text;
+mod raw_charts;
 pub mod raw_text;
 pub mod schema;
 pub mod summary;

@@ -3,7 +3,7 @@
 
 use hakaru_model::capacity::FindMaxResult;
 use hakaru_model::config::Direction;
-use hakaru_model::{FlowDir, RunResult, TestSpec, UdpMode};
+use hakaru_model::{FlowDir, RunResult};
 
 use crate::html::Content;
 
@@ -39,12 +39,19 @@ fn peer_of(server: &str, embedded: bool) -> String {
     }
 }
 
-fn direction_word(d: Direction) -> &'static str {
+/// A direction as a list row names it.
+pub(crate) fn direction_word(d: Direction) -> &'static str {
     match d {
         Direction::Forward => "up",
         Direction::Reverse => "down",
         Direction::Bidir => "bidir",
     }
+}
+
+/// The bits per second the receivers counted, summed over the directions (none without
+/// totals).
+pub(crate) fn received_bps(r: &RunResult) -> Option<f64> {
+    (!r.totals.is_empty()).then(|| r.totals.iter().map(|t| t.receiver.bits_per_second.0).sum())
 }
 
 /// The summary of one test result.
@@ -55,63 +62,7 @@ pub fn of_run(r: &RunResult) -> Summary {
         started_at: Some(r.started_at_unix),
         ..Summary::default()
     };
-    let received_bps = || -> Option<f64> {
-        (!r.totals.is_empty()).then(|| r.totals.iter().map(|t| t.receiver.bits_per_second.0).sum())
-    };
-    match &r.spec {
-        TestSpec::Tcp(t) => {
-            s.direction = direction_word(t.direction).into();
-            s.flows = Some(t.flows);
-            s.headline = received_bps();
-            s.unit = "bit/s".into();
-        }
-        TestSpec::Udp(u) => {
-            s.direction = direction_word(u.direction).into();
-            s.flows = Some(u.flows);
-            if u.mode == UdpMode::Pps {
-                s.headline = (!r.totals.is_empty()).then(|| {
-                    r.totals
-                        .iter()
-                        .filter_map(|t| t.udp.as_ref().map(|c| c.received_pps))
-                        .sum()
-                });
-                s.unit = "pkt/s".into();
-            } else {
-                s.headline = received_bps();
-                s.unit = "bit/s".into();
-            }
-        }
-        TestSpec::Latency(_) => {
-            s.headline = r.latency.as_ref().map(|l| l.rtt.p50_us);
-            s.unit = "us".into();
-        }
-        TestSpec::Connect(c) => {
-            s.flows = Some(c.connectors);
-            s.headline = r.connect.as_ref().map(|c| c.connections_per_second);
-            s.unit = "conn/s".into();
-        }
-        TestSpec::Http(h) => {
-            s.flows = Some(h.parallel);
-            if let Some(x) = &r.http {
-                s.direction = x.dir.label().into();
-                s.headline = Some(x.bits_per_second.0);
-            }
-            match h.urls.first() {
-                Some(u) if !r.embedded_server => s.peer = u.clone(),
-                _ => {}
-            }
-            s.unit = "bit/s".into();
-        }
-        TestSpec::Raw(_) => {
-            if let Some(raw) = &r.raw {
-                s.headline = Some(raw.bits_per_second.0);
-                if let Some(p) = &raw.peer {
-                    s.peer = p.clone();
-                }
-            }
-            s.unit = "bit/s".into();
-        }
-    }
+    crate::kind_text::of(&r.spec).row(r, &mut s);
     s
 }
 

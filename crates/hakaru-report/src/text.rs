@@ -22,6 +22,12 @@ impl crate::kind_text::KindText for TcpSpec {
     fn sums_and_headline(&self, r: &RunResult, _view: &View) -> String {
         tcp_sums(r) + &tcp_headline(r)
     }
+    fn row(&self, r: &RunResult, s: &mut crate::summary::Summary) {
+        s.direction = crate::summary::direction_word(self.direction).into();
+        s.flows = Some(self.flows);
+        s.headline = crate::summary::received_bps(r);
+        s.unit = "bit/s".into();
+    }
 }
 
 /// The line that opens a run.

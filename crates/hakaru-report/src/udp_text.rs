@@ -487,6 +487,22 @@ impl crate::kind_text::KindText for hakaru_model::UdpSpec {
     fn sums_and_headline(&self, r: &RunResult, view: &View) -> String {
         sums(r, view) + &headline(r)
     }
+    fn row(&self, r: &RunResult, s: &mut crate::summary::Summary) {
+        s.direction = crate::summary::direction_word(self.direction).into();
+        s.flows = Some(self.flows);
+        if self.mode == hakaru_model::UdpMode::Pps {
+            s.headline = (!r.totals.is_empty()).then(|| {
+                r.totals
+                    .iter()
+                    .filter_map(|t| t.udp.as_ref().map(|c| c.received_pps))
+                    .sum()
+            });
+            s.unit = "pkt/s".into();
+        } else {
+            s.headline = crate::summary::received_bps(r);
+            s.unit = "bit/s".into();
+        }
+    }
 }
 #[cfg(test)]
 mod tests {
