@@ -192,22 +192,12 @@ impl Drop for Progress {
     }
 }
 
-/// How long a test's measurement runs, warm-up included, when it runs for a time.
+/// How long a test's measurement runs, warm-up included, when it runs for a time (none
+/// for an amount of data, or a run until the stream ends).
 pub fn run_length(spec: &TestSpec) -> Option<std::time::Duration> {
-    use hakaru_model::Amount;
-    match spec {
-        TestSpec::Tcp(t) => match t.amount {
-            Amount::Time(d) => Some(d.0 + t.omit.0),
-            _ => None,
-        },
-        TestSpec::Udp(u) => match u.amount {
-            Amount::Time(d) => Some(d.0 + u.omit.0),
-            _ => None,
-        },
-        TestSpec::Latency(l) => Some(l.duration.0 + l.warmup.0),
-        TestSpec::Connect(c) => Some(c.duration.0),
-        TestSpec::Raw(r) => r.duration.map(|d| d.0),
-        TestSpec::Http(h) => h.duration.map(|d| d.0),
+    match spec.amount() {
+        hakaru_model::Amount::Time(d) if !d.0.is_zero() => Some(d.0 + spec.omit().0),
+        _ => None,
     }
 }
 
