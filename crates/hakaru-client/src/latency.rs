@@ -1,12 +1,12 @@
-//! The client's half of a latency test: open the flows, ping, report intervals as they end,
-//! then stop the server's echo and exchange reports.
+//! The client's half of a latency test, the driver of the session machine's latency run:
+//! open the flows, ping, hand the machine each interval's record and the pinger's end; the
+//! machine keeps the time, stops the server's echo and exchanges the reports.
 
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use hakaru_engine::control::{ControlConn, ControlError};
 use hakaru_engine::ping::{self, PingConfig, PingFlow, PingOutcome, PingSocket, Pinger};
 use hakaru_engine::tcp::SideConfig;
 use hakaru_engine::Observer;
@@ -15,11 +15,10 @@ use hakaru_model::{
 };
 use hakaru_proto::Message;
 
-use crate::drive::Control;
-use crate::{udp, ClientError, ClientOptions};
+use hakaru_session::client::{Ended, Input, Output};
 
-const RESULTS_TIMEOUT: Duration = Duration::from_secs(20);
-const KEEPALIVE_EVERY: Duration = Duration::from_secs(2);
+use crate::drive::{client_error, fault, unexpected_output, Control};
+use crate::{udp, ClientError, ClientOptions};
 
 /// What the latency side hands back for assembly.
 pub(crate) struct LatencyOut {
@@ -38,21 +37,133 @@ pub(crate) struct Session<'a> {
     pub server_addr: SocketAddr,
     pub token: &'a str,
     pub iface: Option<String>,
-    pub addr: &'a str,
 }
 
-/// Runs the client end of a latency test after the server accepted it.
+/// Runs the client end of a latency test after the server accepted it: opens the flows,
+/// starts the pinger on the machine's `start`, and feeds the machine the control messages,
+/// this end's interval records and the pinger's end until it ends the session.
 pub(crate) fn run(
     s: Session<'_>,
     observer: &mut dyn Observer,
     stop: &AtomicBool,
 ) -> Result<LatencyOut, ClientError> {
-    let ctl_err = |source: ControlError| ClientError::Control {
-        addr: s.addr.to_string(),
-        source,
-    };
     let spec = s.spec;
-    let flows: Vec<PingFlow> = match spec.transport {
+    let flows: Vec<PingFlow> = open_flows(&s).inspect_err(|e| gave_up(s.ctl, e))?;
+    let cfg = SideConfig::for_spec(
+        End::Client,
+        &TestSpec::Latency(spec.clone()),
+        s.opts.affinity.clone(),
+        s.iface.clone(),
+    );
+    // The machine passes the gate and says `flows_ready` as the transport needs.
+    s.ctl
+        .start(s.opts.gate.as_ref())
+        .inspect_err(|e| gave_up(s.ctl, e))?;
+    let pinger = Pinger::start(
+        PingConfig {
+            length: spec.length.0 as usize,
+            warmup: spec.warmup.0,
+            duration: spec.duration.0,
+            rate: spec.rate,
+            spin: spec.spin,
+            busy_poll: spec.busy_poll,
+            timeout: spec.timeout.0,
+            affinity: s.opts.affinity.clone(),
+            keep_samples: s.opts.full_log.is_some(),
+            framing: ping::Framing::Hakaru,
+        },
+        flows,
+    );
+    let pinger = match pinger {
+        Ok(p) => p,
+        Err(e) => {
+            let error = Some(format!("starting the ping flows: {e}"));
+            s.ctl.m.handle(Input::LocalDone { error }, Instant::now());
+            let end = carry_out(s.ctl, &mut None, None, &cfg, observer);
+            return Err(match end {
+                Some(Err(e)) => e,
+                _ => ClientError::Flow(
+                    "internal error: the pinger's failure did not end the test".into(),
+                ),
+            });
+        }
+    };
+    let mut clock = Ticks::new(spec, pinger.started());
+    let mut pinger = Some(pinger);
+    // The pinger's outcome and the wall time it ran, once it is done.
+    let mut outcome: Option<(PingOutcome, f64)> = None;
+    let ended = loop {
+        let wall = outcome.as_ref().map(|o| o.1);
+        if let Some(end) = carry_out(s.ctl, &mut pinger, wall, &cfg, observer) {
+            break end?;
+        }
+        if stop.load(Ordering::Acquire) {
+            s.ctl.m.handle(Input::Stop, Instant::now());
+        }
+        if let Some(p) = &pinger {
+            if p.is_done() {
+                // The interval that ends the test, after the last reply.
+                if let Some(rec) = clock.last(p) {
+                    s.ctl.m.handle(Input::LocalInterval(rec), Instant::now());
+                }
+                let started = p.started();
+                let o = pinger
+                    .take()
+                    .map(|p| (p.wait(), started.elapsed().as_secs_f64()));
+                let error = o.as_ref().and_then(|o| o.0.error.clone());
+                outcome = o;
+                s.ctl.m.handle(Input::LocalDone { error }, Instant::now());
+                continue;
+            }
+            if let Some(rec) = clock.tick(p) {
+                s.ctl.m.handle(Input::LocalInterval(rec), Instant::now());
+            }
+        }
+        let now = Instant::now();
+        let wait = s
+            .ctl
+            .m
+            .timeout()
+            .map_or(POLL, |d| d.saturating_duration_since(now).min(POLL));
+        let input = match s.ctl.conn.poll(wait) {
+            Ok(Some(msg)) => Some(Input::Message(msg)),
+            Ok(None) => None,
+            Err(e) => Some(Input::Failed(fault(e))),
+        };
+        if let Some(input) = input {
+            s.ctl.m.handle(input, Instant::now());
+        }
+        s.ctl.m.handle_timeout(Instant::now());
+    };
+    let (outcome, _) = outcome.ok_or_else(|| {
+        ClientError::Flow("internal error: the latency test ended without the pinger".into())
+    })?;
+    let full_log = match &s.opts.full_log {
+        Some(path) => {
+            write_full_log(path, &outcome)
+                .map_err(|e| ClientError::Flow(format!("--full-log {}: {e}", path.display())))?;
+            Some(path.display().to_string())
+        }
+        None => None,
+    };
+    let result = latency_result(spec, &outcome, s.opts.histogram, full_log);
+    let e = *ended;
+    Ok(LatencyOut {
+        local: e.local,
+        remote: e.remote,
+        intervals: e.intervals,
+        interrupted: e.interrupted,
+        result,
+    })
+}
+
+/// How long the loop waits on the control connection at most: the interval clock's grain.
+const POLL: Duration = Duration::from_millis(20);
+
+/// Opens the test's ping flows: TCP connections, or UDP sockets whose hellos were answered.
+fn open_flows(s: &Session<'_>) -> Result<Vec<PingFlow>, ClientError> {
+    let spec = s.spec;
+    Ok(match spec.transport {
         LatencyTransport::Tcp => {
             crate::open_tcp_flows(s.opts, &spec.as_tcp(), s.server_addr, s.token)?
                 .into_iter()
@@ -71,186 +182,129 @@ pub(crate) fn run(
                 })
                 .collect()
         }
-    };
-    let cfg = SideConfig::for_spec(
-        End::Client,
-        &TestSpec::Latency(spec.clone()),
-        s.opts.affinity.clone(),
-        s.iface.clone(),
-    );
-    // The machine passes the gate and says `flows_ready` as the transport needs; its part
-    // ends at `start`.
-    s.ctl.start(s.opts.gate.as_ref())?;
-    let conn = &mut s.ctl.conn;
-    let pinger = Pinger::start(
-        PingConfig {
-            length: spec.length.0 as usize,
-            warmup: spec.warmup.0,
-            duration: spec.duration.0,
-            rate: spec.rate,
-            spin: spec.spin,
-            busy_poll: spec.busy_poll,
-            timeout: spec.timeout.0,
-            affinity: s.opts.affinity.clone(),
-            keep_samples: s.opts.full_log.is_some(),
-            framing: ping::Framing::Hakaru,
-        },
-        flows,
-    )
-    .map_err(|e| ClientError::Flow(format!("starting the ping flows: {e}")))?;
-    let started = pinger.started();
-    let gone = |what: String| ClientError::ServerGone {
-        addr: s.addr.to_string(),
-        what,
-    };
-    let mut intervals = Vec::new();
-    let mut interrupted = false;
-    let interval = spec.interval.0;
-    let mut last_end = spec.warmup.0;
-    let mut next_tick = spec.warmup.0 + interval;
-    let mut last_sent = Instant::now();
-    let total = spec.warmup.0 + spec.duration.0;
-    // The server's echo ends when this end's flows close, which they do as the test ends,
-    // possibly before the pinger counts itself done: its report can arrive in this loop.
-    let mut remote: Option<SideReport> = None;
-    let mut last_heard = Instant::now();
-    let silence = crate::silence_limit(spec.timeout.0);
-    while !pinger.is_done() {
-        if !interrupted && stop.load(Ordering::Acquire) {
-            interrupted = true;
-            pinger.stop();
-        }
-        match conn.poll(Duration::from_millis(20)) {
-            Ok(None) => {}
-            Ok(Some(Message::Keepalive)) => last_heard = Instant::now(),
-            Ok(Some(Message::Finished { report })) if remote.is_none() => {
-                last_heard = Instant::now();
-                remote = Some(*report);
-            }
-            Ok(Some(Message::Error { message })) => {
-                pinger.stop();
-                return Err(ClientError::Server(message));
-            }
-            Ok(Some(other)) => {
-                pinger.stop();
-                return Err(ClientError::Unexpected {
-                    addr: s.addr.to_string(),
-                    what: format!("{} message during the test", other.name()),
-                });
-            }
-            Err(ControlError::Closed) => {
-                pinger.stop();
-                return Err(gone(
-                    "closed the control connection mid-test (did it exit?)".into(),
-                ));
-            }
-            Err(e) => {
-                pinger.stop();
-                return Err(gone(format!("failed mid-test: {e}")));
-            }
-        }
-        if remote.is_none() && last_heard.elapsed() > silence {
-            pinger.stop();
-            return Err(gone(format!(
-                "sent nothing for {:.0} s (--timeout): the path or the server is down",
-                silence.as_secs_f64()
-            )));
-        }
-        let elapsed = started.elapsed();
-        // The interval that ends the test is emitted after the last reply, below.
-        if !interval.is_zero() && elapsed >= next_tick && next_tick < total {
-            emit(
-                &pinger,
-                &mut intervals,
-                observer,
-                last_end,
-                next_tick,
-                false,
-            );
-            last_end = next_tick;
-            next_tick += interval;
-        }
-        if last_sent.elapsed() > KEEPALIVE_EVERY {
-            conn.send(&Message::Keepalive)
-                .map_err(|e| gone(format!("is unreachable: {e}")))?;
-            last_sent = Instant::now();
-        }
-    }
-    let end = started.elapsed().min(total).max(last_end);
-    if !interval.is_zero() && end > last_end {
-        emit(&pinger, &mut intervals, observer, last_end, end, false);
-    }
-    let outcome = pinger.wait();
-    let wall = started.elapsed().as_secs_f64();
-    if let Some(e) = &outcome.error {
-        // A TCP flow got no reply within --timeout: the path is as good as down, so say why
-        // and stop here rather than wait for a report that may never cross it.
-        let _ = conn.send(&Message::Error { message: e.clone() });
-        return Err(ClientError::Flow(e.clone()));
-    }
-    // The measurement is over: stop the echo and take the server's report (unless it came
-    // already, the echo having seen this end's flows close).
-    let remote = match remote {
-        Some(r) => r,
-        None => wait_report(conn, silence, &gone, ctl_err)?,
-    };
-    let local = ping::bare_report(&cfg, wall, "ping");
-    let _ = conn.send(&Message::Finished {
-        report: Box::new(local.clone()),
-    });
-    let full_log = match &s.opts.full_log {
-        Some(path) => {
-            write_full_log(path, &outcome)
-                .map_err(|e| ClientError::Flow(format!("--full-log {}: {e}", path.display())))?;
-            Some(path.display().to_string())
-        }
-        None => None,
-    };
-    let result = latency_result(spec, &outcome, s.opts.histogram, full_log);
-    Ok(LatencyOut {
-        local,
-        remote,
-        intervals,
-        interrupted,
-        result,
     })
 }
 
-/// Tells the server's echo to stop and waits for its report: at most [`RESULTS_TIMEOUT`],
-/// and no longer than `silence` without a word (the server sends keepalives meanwhile).
-fn wait_report(
-    conn: &mut ControlConn,
-    silence: Duration,
-    gone: &dyn Fn(String) -> ClientError,
-    ctl_err: impl Fn(ControlError) -> ClientError,
-) -> Result<SideReport, ClientError> {
-    conn.send(&Message::Stop).map_err(ctl_err)?;
-    let deadline = Instant::now() + RESULTS_TIMEOUT;
-    let mut heard = Instant::now();
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(gone(format!(
-                "sent no results within {} s of the end",
-                RESULTS_TIMEOUT.as_secs()
-            )));
+/// Before `start` the machine ends without a word: the server hears why from here.
+fn gave_up(ctl: &mut Control, e: &ClientError) {
+    let _ = ctl.conn.send(&Message::Error {
+        message: format!("client gave up: {e}"),
+    });
+}
+
+/// Carries out the machine's outputs; its end, once it gives it.
+fn carry_out(
+    ctl: &mut Control,
+    pinger: &mut Option<Pinger>,
+    wall: Option<f64>,
+    cfg: &SideConfig,
+    observer: &mut dyn Observer,
+) -> Option<Result<Box<Ended>, ClientError>> {
+    while let Some(o) = ctl.m.poll_output() {
+        match o {
+            Output::Send(msg) => {
+                let r = ctl.conn.send(&msg);
+                ctl.sent(msg.name(), r);
+            }
+            Output::StopSending | Output::AbortLocal => pinger.iter().for_each(Pinger::stop),
+            Output::Interval(rec) => observer.on_interval(&rec),
+            Output::CollectLocal => {
+                let local = ping::bare_report(cfg, wall.unwrap_or(0.0), "ping");
+                ctl.m
+                    .handle(Input::LocalReport(Box::new(local)), Instant::now());
+            }
+            Output::End(end) => {
+                pinger.iter().for_each(Pinger::stop);
+                return Some(end.map_err(client_error));
+            }
+            other => {
+                pinger.iter().for_each(Pinger::stop);
+                return Some(Err(unexpected_output(other)));
+            }
         }
-        if heard.elapsed() > silence {
-            return Err(gone(format!(
-                "sent nothing for {:.0} s (--timeout): the path or the server is down",
-                silence.as_secs_f64()
-            )));
+    }
+    None
+}
+
+/// When this end's interval records are due: every `interval` from the end of the warm-up,
+/// the last one at the test's end.
+struct Ticks {
+    started: Instant,
+    interval: Duration,
+    total: Duration,
+    last_end: Duration,
+    next: Duration,
+    index: u32,
+}
+
+impl Ticks {
+    fn new(spec: &LatencySpec, started: Instant) -> Ticks {
+        Ticks {
+            started,
+            interval: spec.interval.0,
+            total: spec.warmup.0 + spec.duration.0,
+            last_end: spec.warmup.0,
+            next: spec.warmup.0 + spec.interval.0,
+            index: 0,
         }
-        match conn.poll(left.min(Duration::from_millis(200))) {
-            Ok(Some(Message::Finished { report })) => return Ok(*report),
-            Ok(Some(Message::Error { message })) => return Err(ClientError::Server(message)),
-            Ok(Some(_)) => heard = Instant::now(),
-            Ok(None) => {}
-            Err(e) => return Err(gone(format!("failed while sending results: {e}"))),
+    }
+
+    /// The record of an interval that has ended, if one has (not the last: see [`Ticks::last`]).
+    fn tick(&mut self, p: &Pinger) -> Option<Box<IntervalRecord>> {
+        let due = !self.interval.is_zero()
+            && self.started.elapsed() >= self.next
+            && self.next < self.total;
+        if !due {
+            return None;
         }
+        let (start, end) = (self.last_end, self.next);
+        self.last_end = end;
+        self.next += self.interval;
+        Some(self.record(p, start, end))
+    }
+
+    /// The interval that ends the test, after the pinger is done.
+    fn last(&mut self, p: &Pinger) -> Option<Box<IntervalRecord>> {
+        let end = self.started.elapsed().min(self.total).max(self.last_end);
+        if self.interval.is_zero() || end <= self.last_end {
+            return None;
+        }
+        let start = self.last_end;
+        self.last_end = end;
+        Some(self.record(p, start, end))
+    }
+
+    fn record(&mut self, p: &Pinger, start: Duration, end: Duration) -> Box<IntervalRecord> {
+        let rec = interval_record(p, self.index, start, end, false);
+        self.index += 1;
+        Box::new(rec)
     }
 }
 
+/// One interval's record of what the pinger measured since the last one.
+fn interval_record(
+    pinger: &Pinger,
+    index: u32,
+    start: Duration,
+    end: Duration,
+    omitted: bool,
+) -> IntervalRecord {
+    IntervalRecord {
+        index,
+        start: start.as_secs_f64(),
+        end: end.as_secs_f64(),
+        omitted,
+        flows: Vec::new(),
+        sums: Vec::new(),
+        latency: Some(pinger.take_interval()),
+        connect: None,
+        client_nic: None,
+        server_nic: None,
+    }
+}
+
+/// Gives the observer the record of an interval of `pinger`'s, and keeps it (sockperf's
+/// client, which runs no session machine).
 pub(crate) fn emit(
     pinger: &Pinger,
     intervals: &mut Vec<IntervalRecord>,
@@ -259,19 +313,7 @@ pub(crate) fn emit(
     end: Duration,
     omitted: bool,
 ) {
-    let iv = pinger.take_interval();
-    let rec = IntervalRecord {
-        index: intervals.len() as u32,
-        start: start.as_secs_f64(),
-        end: end.as_secs_f64(),
-        omitted,
-        flows: Vec::new(),
-        sums: Vec::new(),
-        latency: Some(iv),
-        connect: None,
-        client_nic: None,
-        server_nic: None,
-    };
+    let rec = interval_record(pinger, intervals.len() as u32, start, end, omitted);
     observer.on_interval(&rec);
     intervals.push(rec);
 }

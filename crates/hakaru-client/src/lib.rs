@@ -417,16 +417,10 @@ fn latency_test(
             server_addr: at.server_addr,
             token,
             iface,
-            addr: &at.addr,
         },
         observer,
         stop,
-    )
-    .inspect_err(|e| {
-        let _ = ctl.conn.send(&Message::Error {
-            message: format!("client gave up: {e}"),
-        });
-    })?;
+    )?;
     let spec = TestSpec::Latency(lat.clone());
     let parts = (out.intervals, out.local, out.remote, out.interrupted);
     let mut result = at.assemble(&spec, started_unix, parts, ctl.m.notes().to_vec());

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use hakaru_model::{End, SideReport, TcpSpec, TestSpec, UdpSpec};
+use hakaru_model::{End, LatencySpec, LatencyTransport, SideReport, TcpSpec, TestSpec, UdpSpec};
 use hakaru_proto::auth::Psk;
 use hakaru_proto::native::{silence_limit, KEEPALIVE_EVERY};
 use hakaru_proto::{Decoder, Message, ServerInfo};
@@ -44,6 +44,10 @@ struct Pair {
     server_end: Option<server::Ending>,
     /// Messages the server sent, by name.
     server_said: Vec<&'static str>,
+    /// A latency test: the server's echo runs until the server machine stops it.
+    echo: bool,
+    /// The server machine asked its side to stop sending (the echo to stop).
+    echo_stopped: bool,
 }
 
 /// One message through the wire format, as the other end's decoder reads it.
@@ -79,6 +83,8 @@ impl Pair {
             client_end: None,
             server_end: None,
             server_said: vec![],
+            echo: matches!(spec, TestSpec::Latency(_)),
+            echo_stopped: false,
         }
     }
 
@@ -193,6 +199,10 @@ impl Pair {
                     now,
                 ),
             },
+            server::Output::StopSending if self.echo => {
+                self.echo_stopped = true;
+                s.handle(server::Input::SideDone(report(End::Server)), now);
+            }
             server::Output::End(how) => self.server_end = Some(how),
             _ => {}
         }
@@ -217,7 +227,7 @@ impl Pair {
                 self.side_ends = Some(Instant::now() + Duration::from_secs(86_400 * 365));
                 let now = self.now;
                 self.c.handle(client::Input::LocalDone { error: None }, now);
-                if self.behaviour != Server::Hangs {
+                if self.behaviour != Server::Hangs && !self.echo {
                     if let Some(s) = self.s.as_mut() {
                         s.handle(server::Input::SideDone(report(End::Server)), now);
                     }
@@ -267,6 +277,24 @@ fn a_udp_test_with_keys_runs_between_the_machines() {
     assert!(matches!(p.client_end, Some(Ok(_))), "{:?}", p.client_end);
     assert_eq!(p.server_end, Some(server::Ending::Finished));
     assert!(p.server_said.contains(&"auth_ok"));
+}
+
+#[test]
+fn a_latency_test_runs_between_the_machines_and_the_client_stops_the_echo() {
+    for transport in [LatencyTransport::Tcp, LatencyTransport::Udp] {
+        let spec = TestSpec::Latency(LatencySpec {
+            transport,
+            ..LatencySpec::default()
+        });
+        let mut p = Pair::new(spec, None, None);
+        p.run(Duration::from_secs(60));
+        assert!(matches!(p.client_end, Some(Ok(_))), "{:?}", p.client_end);
+        assert!(
+            p.echo_stopped,
+            "{transport:?}: the echo was never told to stop"
+        );
+        assert_eq!(p.server_end, Some(server::Ending::Finished));
+    }
 }
 
 #[test]

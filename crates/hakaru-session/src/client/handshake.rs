@@ -254,10 +254,10 @@ impl Machine {
         }
     }
 
-    /// The test starts: the machine runs a bulk test to its end; for latency and
-    /// connection-rate tests its part ends here (their loops are still the driver's).
+    /// The test starts: the machine runs a bulk or latency test to its end; for a
+    /// connection-rate test its part ends here (its loop is still the driver's).
     fn started(&mut self, now: Instant) {
-        if matches!(self.spec, TestSpec::Tcp(_) | TestSpec::Udp(_)) {
+        if !connect(&self.spec) {
             let test = running::Test::new(&self.spec, now);
             self.state = State::Running(Box::new(test));
             if self.stop_early {
@@ -279,6 +279,7 @@ impl Machine {
             Input::GateOpen => "gate open",
             Input::GateFailed(_) => "gate failure",
             Input::LocalSample(_) => "local sample",
+            Input::LocalInterval(_) => "local interval",
             Input::LocalSendDone(_) => "local send done",
             Input::LocalDone { .. } => "local done",
             Input::LocalReport(_) => "local report",

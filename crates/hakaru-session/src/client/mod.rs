@@ -1,8 +1,8 @@
 //! The native client session (hakaru's own protocol), as a machine.
 //!
 //! [`Machine`] holds what the client says on the control connection and when: from the hello
-//! to the final reports for bulk TCP and UDP tests, and from the hello to the start for
-//! latency and connection-rate tests (whose test loops are still the driver's). Its driver
+//! to the final reports for bulk TCP and UDP tests and for latency tests, and from the hello
+//! to the start for connection-rate tests (whose test loop is still the driver's). Its driver
 //! (hakaru-client) connects, opens the data flows, runs this end's side, reads and writes the
 //! control socket and calls the observer. The session, in the order a test goes:
 //!
@@ -15,11 +15,14 @@
 //!    waits for [`Input::FlowsOpen`]. With a held start it then gives [`Output::WaitGate`] and
 //!    waits for [`Input::GateOpen`]; a held start or a UDP test says `flows_ready`.
 //! 4. On `start` it gives [`Output::StartLocal`] (for a connection-rate test, on
-//!    `connect_port`, [`Output::StartConnecting`]); for latency and connection-rate tests its
-//!    part ends there. A bulk test runs in the machine: it pairs this end's
+//!    `connect_port`, [`Output::StartConnecting`]); for connection-rate tests its part ends
+//!    there. A bulk test runs in the machine: it pairs this end's
 //!    interval samples with the server's into [`Output::Interval`] records, sends keepalives
 //!    every `keepalive_every`, calls the server gone after `silence` without a word, and, once
-//!    this end is done, gives the server [`RESULTS_TIMEOUT`] to send its report.
+//!    this end is done, gives the server [`RESULTS_TIMEOUT`] to send its report. A latency
+//!    test runs the same way, with two differences: its interval records are this end's alone
+//!    ([`Input::LocalInterval`]), and the server's echo runs until told: once the pinger is
+//!    done the machine sends `stop` and waits for the echo's report.
 //! 5. With both ends done it asks for this end's report ([`Output::CollectLocal`]), sends it
 //!    in `finished` and ends with [`Output::End`].
 //!
@@ -124,6 +127,9 @@ pub enum Input {
     GateFailed(String),
     /// One of this end's interval samples.
     LocalSample(IntervalSample),
+    /// Latency tests: one interval of this end's round trips, a whole record (the server's
+    /// echo has no samples to pair it with).
+    LocalInterval(Box<IntervalRecord>),
     /// UDP: this end's senders are done, with each flow's datagram count.
     LocalSendDone(Vec<(u32, u64)>),
     /// Every flow of this end finished; the first flow error, if any.
@@ -165,16 +171,15 @@ pub enum Output {
     },
     /// Held start: wait at the gate, then give [`Input::GateOpen`] or [`Input::GateFailed`].
     WaitGate,
-    /// `start` came: start this end's side now. For a latency test the machine's part ends
-    /// here: the driver's own loop runs the test on the control connection.
+    /// `start` came: start this end's side now (the senders, or the pinger).
     StartLocal,
     /// Connection-rate tests: the server's connect listener is up on this port; start the
-    /// connectors now. The machine's part ends here, as for latency tests.
+    /// connectors now. The machine's part ends here: the driver's own loop runs the test.
     StartConnecting {
         /// The listener's TCP port, on the server's address of the control connection.
         port: u16,
     },
-    /// Stop this end's senders (Ctrl-C); the test ends as usual.
+    /// Stop this end's senders (Ctrl-C), or its pinger; the test ends as usual.
     StopSending,
     /// Stop this end's side at once: the test failed.
     AbortLocal,
@@ -278,8 +283,7 @@ enum State {
     Running(Box<running::Test>),
     /// Both ends are done; this end's report is on its way.
     Collecting(Box<running::Test>),
-    /// A latency or connection-rate test started: the driver runs it, the machine ignores
-    /// every input.
+    /// A connection-rate test started: the driver runs it, the machine ignores every input.
     HandedOver,
     /// The final output is given: every input is ignored.
     Ended,
@@ -466,6 +470,11 @@ impl Machine {
 
     fn stop(&mut self) {
         match &mut self.state {
+            // The pinger stops; the echo is told once it has (running.rs).
+            State::Running(t) if !t.interrupted && t.ping => {
+                t.interrupted = true;
+                self.out.push_back(Output::StopSending);
+            }
             State::Running(t) if !t.interrupted => {
                 t.interrupted = true;
                 self.out.push_back(Output::StopSending);

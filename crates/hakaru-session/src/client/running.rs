@@ -2,7 +2,7 @@
 //! results deadline and the final reports.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use hakaru_model::{merge_interval, FlowDir, IntervalRecord, IntervalSample, SideReport, TestSpec};
 use hakaru_proto::Message;
@@ -32,6 +32,8 @@ pub(super) struct Test {
     remote: Option<SideReport>,
     local_done: bool,
     pub(super) interrupted: bool,
+    /// A latency test: intervals are this end's alone, and the echo runs until `stop`.
+    pub(super) ping: bool,
     last_heard: Instant,
     last_sent: Instant,
     results_deadline: Option<Instant>,
@@ -47,6 +49,7 @@ impl Test {
             remote: None,
             local_done: false,
             interrupted: false,
+            ping: matches!(spec, TestSpec::Latency(_)),
             last_heard: now,
             last_sent: now,
             results_deadline: None,
@@ -56,12 +59,20 @@ impl Test {
     /// The earliest of the next keepalive, the silence limit and the results deadline.
     pub(super) fn next_deadline(&self, cfg: &Config) -> Instant {
         let keepalive = self.last_sent + cfg.keepalive_every;
-        let silence = self.last_heard + cfg.silence;
-        let d = keepalive.min(silence);
+        let d = match self.silence_deadline(cfg.silence) {
+            Some(s) => keepalive.min(s),
+            None => keepalive,
+        };
         match self.results_deadline {
             Some(r) if self.remote.is_none() => d.min(r),
             _ => d,
         }
+    }
+
+    /// When the server's silence calls it gone. A latency test's echo has said its last word
+    /// once its report is in: from then on its silence is no fault.
+    fn silence_deadline(&self, silence: Duration) -> Option<Instant> {
+        (!(self.ping && self.remote.is_some())).then_some(self.last_heard + silence)
     }
 
     /// Merges every interval both ends have reported.
@@ -111,6 +122,12 @@ impl Machine {
                     t.local_s.insert(s.index, s);
                 }
             }
+            Input::LocalInterval(rec) if !collecting => {
+                if let Some(t) = self.test().filter(|t| t.ping) {
+                    t.records.push((*rec).clone());
+                    self.out.push_back(Output::Interval(*rec));
+                }
+            }
             Input::LocalReport(r) if collecting => return self.finish(*r),
             // The server's report is in: nothing it says or fails to say matters now.
             Input::Message(_) | Input::Failed(_) | Input::LocalDone { .. } if collecting => {}
@@ -121,11 +138,19 @@ impl Machine {
             }
             Input::Failed(f) => self.end(self.gone(format!("failed mid-test: {f}"))),
             Input::LocalSendDone(sent) => self.send(Message::SendDone { sent }),
+            Input::LocalDone { error: Some(e) } if self.test().is_some_and(|t| t.ping) => {
+                self.ping_failed(e)
+            }
             Input::LocalDone { error: Some(e) } => self.end(SessionError::Flow(e)),
             Input::LocalDone { error: None } => {
-                if let Some(t) = self.test() {
+                let stop = self.test().is_some_and(|t| {
                     t.local_done = true;
                     t.results_deadline = Some(now + RESULTS_TIMEOUT);
+                    t.ping && t.remote.is_none()
+                });
+                // The echo has not seen this end's flows close: tell it to stop.
+                if stop {
+                    self.send(Message::Stop);
                 }
             }
             other => return self.out_of_turn(&other),
@@ -138,12 +163,12 @@ impl Machine {
         let Some(t) = self.test() else { return };
         t.last_heard = now;
         match m {
-            Message::Interval { sample } => {
+            Message::Interval { sample } if !t.ping => {
                 t.remote_s.insert(sample.index, sample);
             }
             Message::Keepalive => {}
             Message::SendDone { sent } => self.out.push_back(Output::PeerSendDone(sent)),
-            Message::Finished { report } => t.remote = Some(*report),
+            Message::Finished { report } if t.remote.is_none() => t.remote = Some(*report),
             Message::Error { message } => self.end(SessionError::Server(message)),
             other => {
                 let e = SessionError::Unexpected {
@@ -181,9 +206,15 @@ impl Machine {
         let silence = self.cfg.silence;
         let keepalive = self.cfg.keepalive_every;
         let Some(t) = self.test() else { return };
-        let e = if now >= t.last_heard + silence {
+        let e = if t.silence_deadline(silence).is_some_and(|d| now >= d) {
+            // Latency tests call their stall limit --timeout.
+            let flag = if t.ping {
+                "--timeout"
+            } else {
+                "--stall-timeout"
+            };
             format!(
-                "sent nothing for {:.0} s (--stall-timeout): the path or the server is down",
+                "sent nothing for {:.0} s ({flag}): the path or the server is down",
                 silence.as_secs_f64()
             )
         } else if t.remote.is_none() && t.results_deadline.is_some_and(|d| now >= d) {
@@ -214,11 +245,16 @@ impl Machine {
             report: Box::new(local.clone()),
         });
         let remote = t.remote.take().unwrap_or_else(|| local.clone());
-        let flow_error = local
-            .flows
-            .iter()
-            .chain(remote.flows.iter())
-            .find_map(|f| f.error.clone());
+        // A latency test's flow errors are the pinger's, already handled (`ping_failed`).
+        let flow_error = (!t.ping)
+            .then(|| {
+                local
+                    .flows
+                    .iter()
+                    .chain(remote.flows.iter())
+                    .find_map(|f| f.error.clone())
+            })
+            .flatten();
         let end = match flow_error {
             Some(e) => Err(SessionError::Flow(e)),
             None => Ok(Box::new(Ended {
@@ -229,5 +265,15 @@ impl Machine {
             })),
         };
         self.out.push_back(Output::End(end));
+    }
+
+    /// The pinger failed (a TCP flow got no reply within --timeout): the path is as good as
+    /// down, so the server is told the pinger's own words and the session ends without
+    /// waiting for a report that may never cross it.
+    fn ping_failed(&mut self, e: String) {
+        self.out.clear();
+        self.send(Message::Error { message: e.clone() });
+        self.state = State::Ended;
+        self.out.push_back(Output::End(Err(SessionError::Flow(e))));
     }
 }

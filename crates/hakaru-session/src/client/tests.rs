@@ -194,3 +194,4 @@ fn ends(out: &[Output]) -> Option<&Result<Box<Ended>, SessionError>> {
 
 mod fault;
 mod happy;
+mod latency;

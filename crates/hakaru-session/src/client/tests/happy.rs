@@ -246,30 +246,6 @@ fn ctrl_c_before_start_stops_as_the_test_starts() {
     );
 }
 
-fn latency(transport: hakaru_model::LatencyTransport) -> TestSpec {
-    TestSpec::Latency(hakaru_model::LatencySpec {
-        transport,
-        ..Default::default()
-    })
-}
-
-#[test]
-fn latency_tests_say_flows_ready_by_transport_and_are_handed_over_at_start() {
-    use hakaru_model::LatencyTransport::{Tcp, Udp};
-    for (transport, ready) in [(Tcp, false), (Udp, true)] {
-        let mut r = Run::accepted(config(latency(transport)));
-        let out = r.feed(0.3, Input::FlowsOpen);
-        assert_eq!(out.contains(&Output::Send(Message::FlowsReady)), ready);
-        assert_eq!(r.msg(0.4, Message::Start), [Output::StartLocal]);
-        // The driver's loop runs the test now: the machine neither times out nor answers.
-        assert_eq!(r.m.timeout(), None, "{transport:?}");
-        assert_eq!(r.msg(0.5, Message::Keepalive), []);
-        assert_eq!(r.feed(0.6, Input::Stop), []);
-        assert_eq!(r.tick(100.0), []);
-        assert!(!r.m.is_ended(), "handed over, not ended");
-    }
-}
-
 #[test]
 fn connection_rate_tests_start_connecting_on_the_connect_port() {
     let connect = TestSpec::Connect(hakaru_model::ConnectSpec::default());
