@@ -1,8 +1,8 @@
-//! The client side of a connection-rate test (`hakaru connect`): after `accepted` (and the
-//! observer's start) the server
-//! names its connect listener (`connect_port`); the connectors run until the deadline while
-//! this thread prints their ticks and keeps the control connection alive; then this end sends
-//! its report and the server answers with its own.
+//! The client side of a connection-rate test (`hakaru connect`), the driver of the session
+//! machine's connection-rate run: after `accepted` the server names its connect listener
+//! (`connect_port`); the connectors run until the deadline while this thread hands the
+//! machine their ticks and the control messages; the machine keeps the connection alive,
+//! sends this end's report and takes the server's answer.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,18 +10,16 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use hakaru_engine::connect::{ConnectConfig, ConnectOutcome, ConnectRun, ConnectTick, Usage};
-use hakaru_engine::control::{ControlConn, ControlError};
 use hakaru_engine::{sys, Observer};
 use hakaru_model::{
     rfc3339_utc, ConnectInterval, ConnectResult, ConnectSpec, End, IntervalRecord, RunResult,
     SideReport, TestSpec, SCHEMA_VERSION,
 };
-use hakaru_proto::Message;
 
-use crate::drive::{unexpected_output, Control};
-use crate::{ClientError, ClientOptions, KEEPALIVE_EVERY, RESULTS_TIMEOUT};
+use crate::drive::{unexpected_output, Control, Local};
+use crate::{ClientError, ClientOptions};
 use hakaru_model::end_result;
-use hakaru_session::client::Output;
+use hakaru_session::client::{Ended, Input, Output};
 
 /// Buckets of the `--histogram` distribution.
 const HISTOGRAM_BUCKETS: usize = 24;
@@ -68,95 +66,136 @@ pub(crate) fn run(
         ));
     };
     let addr_s = server_addr.to_string();
-    let gone = |what: String| ClientError::ServerGone {
-        addr: addr_s.clone(),
-        what,
-    };
-    // The machine passes the gate and waits for the connect port; its part ends there.
     let port = match ctl.start(opts.gate.as_ref())? {
         Output::StartConnecting { port } => port,
         other => return Err(unexpected_output(other)),
     };
-    let mut conn = ctl.conn;
     let target = SocketAddr::new(server_addr.ip(), port);
-    let usage = Usage::take(local_ip.and_then(sys::interface_for_addr));
     let started_unix = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0);
     let (tx, rx) = mpsc::channel::<ConnectTick>();
     let cfg = ConnectConfig::from_spec(cs, target, opts.bind, opts.affinity.clone());
-    let run = ConnectRun::start(
+    let mut me = Me {
+        run: None,
+        usage: Usage::take(local_ip.and_then(sys::interface_for_addr)),
+    };
+    match ConnectRun::start(
         cfg,
         Box::new(move |t| {
             let _ = tx.send(t);
         }),
         Box::new(|| {}),
-    )
-    .map_err(|e| ClientError::Flow(format!("starting the connector threads: {e}")))?;
-    let mut records = Vec::new();
-    let silence = crate::silence_limit(cs.connect_timeout.0);
-    let interrupted = match control_loop(
-        &mut conn,
-        &run,
-        &rx,
-        (&mut records, silence),
-        observer,
-        stop,
     ) {
-        Ok(i) => i,
+        Ok(run) => me.run = Some(run),
         Err(e) => {
-            run.stop();
-            drop(run);
-            let e = match e {
-                LoopError::Client(e) => e,
-                LoopError::Gone(what) => gone(what),
-            };
-            let _ = conn.send(&Message::Error {
-                message: format!("client gave up: {e}"),
-            });
-            return Err(e);
+            let error = Some(format!("starting the connector threads: {e}"));
+            ctl.m.handle(Input::LocalDone { error }, Instant::now());
         }
-    };
-    let outcome = run.wait();
-    while let Ok(t) = rx.try_recv() {
-        push_tick(&mut records, observer, t);
     }
-    if let Some(why) = outcome
-        .fatal
-        .clone()
-        .or_else(|| all_failed(&outcome, target))
-    {
-        let _ = conn.send(&Message::Error {
-            message: format!("client gave up: {why}"),
-        });
-        return Err(ClientError::Flow(why));
-    }
-    let local = usage.report(End::Client, None);
-    conn.send(&Message::Finished {
-        report: Box::new(local.clone()),
-    })
-    .map_err(|e| gone(format!("is unreachable: {e}")))?;
-    let remote = wait_results(&mut conn).map_err(|e| match e {
-        LoopError::Client(e) => e,
-        LoopError::Gone(what) => gone(what),
+    let (ended, outcome) = drive(&mut ctl, &mut me, (&rx, target), observer, stop)?;
+    let outcome = outcome.ok_or_else(|| {
+        ClientError::Flow(
+            "internal error: the connection-rate test ended without its connectors".into(),
+        )
     })?;
+    let Ended {
+        local,
+        remote,
+        intervals: records,
+        interrupted,
+    } = *ended;
+    let result = run_result(
+        (&spec, cs),
+        &outcome,
+        (local, remote),
+        (records, interrupted),
+        Where {
+            addr: addr_s,
+            embedded: opts.embedded,
+            local_address,
+            started_unix,
+            clock,
+            same_host,
+        },
+    );
+    observer.on_end(&result);
+    Ok(result)
+}
+
+/// Feeds the machine the control messages, the connectors' ticks and their end, and carries
+/// out what it says, to the session's end; with the connectors' outcome.
+fn drive(
+    ctl: &mut Control,
+    me: &mut Me,
+    (rx, target): (&mpsc::Receiver<ConnectTick>, SocketAddr),
+    observer: &mut dyn Observer,
+    stop: &AtomicBool,
+) -> Result<(Box<Ended>, Option<ConnectOutcome>), ClientError> {
+    let mut outcome = None;
+    loop {
+        if let Some(end) = ctl.carry_out(me, observer) {
+            return Ok((end?, outcome));
+        }
+        if stop.load(Ordering::Acquire) {
+            ctl.m.handle(Input::Stop, Instant::now());
+        }
+        while let Ok(t) = rx.try_recv() {
+            ctl.m
+                .handle(Input::LocalInterval(record(t)), Instant::now());
+        }
+        if me.run.as_ref().is_some_and(ConnectRun::is_done) {
+            let o = me.run.take().map(ConnectRun::wait);
+            while let Ok(t) = rx.try_recv() {
+                ctl.m
+                    .handle(Input::LocalInterval(record(t)), Instant::now());
+            }
+            let error = o
+                .as_ref()
+                .and_then(|o| o.fatal.clone().or_else(|| all_failed(o, target)));
+            outcome = o;
+            ctl.m.handle(Input::LocalDone { error }, Instant::now());
+            continue;
+        }
+        ctl.step(POLL);
+    }
+}
+
+/// Where and when the test ran, for its result.
+struct Where {
+    addr: String,
+    embedded: bool,
+    local_address: String,
+    started_unix: f64,
+    clock: Option<hakaru_model::ClockOffset>,
+    same_host: bool,
+}
+
+/// The test's result from the connectors' outcome and both ends' reports.
+fn run_result(
+    (spec, cs): (&TestSpec, &ConnectSpec),
+    outcome: &ConnectOutcome,
+    (local, remote): (SideReport, SideReport),
+    (records, interrupted): (Vec<IntervalRecord>, bool),
+    at: Where,
+) -> RunResult {
     let mut notes = Vec::new();
     if !cs.rst {
         notes.push(fin_note(sys::local_port_range()));
     }
-    let connect = connect_result(cs, &outcome, remote.connect);
-    let result = RunResult {
+    let connect = connect_result(cs, outcome, remote.connect);
+    RunResult {
         schema_version: SCHEMA_VERSION,
         tool: "hakaru".into(),
         tool_version: env!("CARGO_PKG_VERSION").into(),
         test: spec.name().into(),
-        started_at: rfc3339_utc(started_unix),
-        started_at_unix: started_unix,
-        server: addr_s.clone(),
-        embedded_server: opts.embedded,
-        local_address,
-        remote_address: addr_s,
+        started_at: rfc3339_utc(at.started_unix),
+        started_at_unix: at.started_unix,
+        server: at.addr.clone(),
+        embedded_server: at.embedded,
+        local_address: at.local_address,
+        remote_address: at.addr,
         spec: spec.clone(),
         intervals: records,
         flows: Vec::new(),
@@ -169,11 +208,9 @@ pub(crate) fn run(
         latency: None,
         raw: None,
         http: None,
-        server_clock_offset: clock,
-        server_on_this_host: same_host,
-    };
-    observer.on_end(&result);
-    Ok(result)
+        server_clock_offset: at.clock,
+        server_on_this_host: at.same_host,
+    }
 }
 
 /// What closing with FIN costs, with the ceiling the local port range sets.
@@ -243,9 +280,10 @@ fn connect_result(
     }
 }
 
-fn push_tick(records: &mut Vec<IntervalRecord>, observer: &mut dyn Observer, t: ConnectTick) {
+/// The record of one interval of the connectors.
+fn record(t: ConnectTick) -> Box<IntervalRecord> {
     let secs = t.end - t.start;
-    let rec = IntervalRecord {
+    Box::new(IntervalRecord {
         index: t.index,
         start: t.start,
         end: t.end,
@@ -264,107 +302,27 @@ fn push_tick(records: &mut Vec<IntervalRecord>, observer: &mut dyn Observer, t: 
         latency: None,
         client_nic: None,
         server_nic: None,
-    };
-    observer.on_interval(&rec);
-    records.push(rec);
+    })
 }
 
-enum LoopError {
-    /// Fail with this.
-    Client(ClientError),
-    /// The server went away: what happened.
-    Gone(String),
+/// How long the loop waits on the control connection at most: the grain of the ticks' and
+/// the connectors' end.
+const POLL: Duration = Duration::from_millis(20);
+
+/// This end of a connection-rate test: the connectors while they run, and the interface and
+/// CPU counters from the start.
+struct Me {
+    run: Option<ConnectRun>,
+    usage: Usage,
 }
 
-/// Until the connectors are done: their ticks, keepalives both ways, Ctrl-C. Returns whether
-/// the test was interrupted.
-fn control_loop(
-    conn: &mut ControlConn,
-    run: &ConnectRun,
-    rx: &mpsc::Receiver<ConnectTick>,
-    (records, silence): (&mut Vec<IntervalRecord>, Duration),
-    observer: &mut dyn Observer,
-    stop: &AtomicBool,
-) -> Result<bool, LoopError> {
-    let mut interrupted = false;
-    let mut last_heard = Instant::now();
-    let mut last_sent = Instant::now();
-    loop {
-        if !interrupted && stop.load(Ordering::Acquire) {
-            interrupted = true;
-            run.stop();
-            conn.send(&Message::Stop)
-                .map_err(|e| LoopError::Gone(format!("could not be told to stop: {e}")))?;
-        }
-        while let Ok(t) = rx.try_recv() {
-            push_tick(records, observer, t);
-        }
-        if run.is_done() {
-            return Ok(interrupted);
-        }
-        match conn.poll(Duration::from_millis(20)) {
-            Ok(Some(Message::Keepalive)) => last_heard = Instant::now(),
-            Ok(Some(Message::Error { message })) => {
-                return Err(LoopError::Client(ClientError::Server(message)))
-            }
-            Ok(Some(other)) => {
-                return Err(LoopError::Client(ClientError::Server(format!(
-                    "unexpected {} message during the test",
-                    other.name()
-                ))))
-            }
-            Ok(None) => {}
-            Err(ControlError::Closed) => {
-                return Err(LoopError::Gone(
-                    "closed the control connection mid-test (did it exit?)".into(),
-                ))
-            }
-            Err(e) => return Err(LoopError::Gone(format!("failed mid-test: {e}"))),
-        }
-        if last_heard.elapsed() > silence {
-            return Err(LoopError::Gone(format!(
-                "sent nothing for {:.0} s (--connect-timeout): the path or the server is down",
-                silence.as_secs_f64()
-            )));
-        }
-        if last_sent.elapsed() > KEEPALIVE_EVERY {
-            conn.send(&Message::Keepalive)
-                .map_err(|e| LoopError::Gone(format!("is unreachable: {e}")))?;
-            last_sent = Instant::now();
-        }
+impl Local for Me {
+    fn stop(&mut self) {
+        self.run.iter().for_each(ConnectRun::stop);
     }
-}
 
-/// Waits for the server's report.
-fn wait_results(conn: &mut ControlConn) -> Result<SideReport, LoopError> {
-    let deadline = Instant::now() + RESULTS_TIMEOUT;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(LoopError::Gone(format!(
-                "sent no results within {} s of the end",
-                RESULTS_TIMEOUT.as_secs()
-            )));
-        }
-        match conn.poll(left) {
-            Ok(Some(Message::Finished { report })) => return Ok(*report),
-            Ok(Some(Message::Keepalive)) | Ok(None) => {}
-            Ok(Some(Message::Error { message })) => {
-                return Err(LoopError::Client(ClientError::Server(message)))
-            }
-            Ok(Some(other)) => {
-                return Err(LoopError::Client(ClientError::Server(format!(
-                    "unexpected {} message instead of results",
-                    other.name()
-                ))))
-            }
-            Err(ControlError::Closed) => {
-                return Err(LoopError::Gone(
-                    "closed the control connection before sending results".into(),
-                ))
-            }
-            Err(e) => return Err(LoopError::Gone(format!("failed sending results: {e}"))),
-        }
+    fn report(&mut self) -> SideReport {
+        self.usage.report(End::Client, None)
     }
 }
 

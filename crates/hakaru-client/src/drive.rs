@@ -6,8 +6,10 @@ use std::io;
 use std::time::{Duration, Instant};
 
 use hakaru_engine::control::{ControlConn, ControlError};
+use hakaru_engine::Observer;
+use hakaru_model::SideReport;
 use hakaru_proto::native::opening;
-use hakaru_session::client::{Fault, Input, Machine, Output, SessionError};
+use hakaru_session::client::{Ended, Fault, Input, Machine, Output, SessionError};
 
 use crate::{ClientError, StartGate};
 
@@ -89,6 +91,65 @@ impl Control {
                 other => return Err(unexpected_output(other)),
             }
         }
+    }
+}
+
+/// This end of a latency or connection-rate test, as the test loop's outputs need it.
+pub(crate) trait Local {
+    /// Stop at once (Ctrl-C, or the test failed).
+    fn stop(&mut self);
+    /// This end's report, once it is done.
+    fn report(&mut self) -> SideReport;
+}
+
+impl Control {
+    /// Carries out the machine's outputs in a latency or connection-rate test: sends, stops,
+    /// this end's records to the observer and its report to the machine; the session's end
+    /// once the machine gives it (this end stopped first).
+    pub fn carry_out(
+        &mut self,
+        local: &mut dyn Local,
+        observer: &mut dyn Observer,
+    ) -> Option<Result<Box<Ended>, ClientError>> {
+        while let Some(o) = self.m.poll_output() {
+            match o {
+                Output::Send(msg) => {
+                    let r = self.conn.send(&msg);
+                    self.sent(msg.name(), r);
+                }
+                Output::StopSending | Output::AbortLocal => local.stop(),
+                Output::Interval(rec) => observer.on_interval(&rec),
+                Output::CollectLocal => {
+                    let report = Box::new(local.report());
+                    self.m.handle(Input::LocalReport(report), Instant::now());
+                }
+                Output::End(end) => {
+                    local.stop();
+                    return Some(end.map_err(client_error));
+                }
+                other => {
+                    local.stop();
+                    return Some(Err(unexpected_output(other)));
+                }
+            }
+        }
+        None
+    }
+
+    /// Waits on the control connection no longer than `grain` or the machine's deadline, and
+    /// hands the machine what arrived and the time.
+    pub fn step(&mut self, grain: Duration) {
+        let now = Instant::now();
+        let wait = self
+            .m
+            .timeout()
+            .map_or(grain, |d| d.saturating_duration_since(now).min(grain));
+        match self.conn.poll(wait) {
+            Ok(Some(msg)) => self.m.handle(Input::Message(msg), Instant::now()),
+            Ok(None) => {}
+            Err(e) => self.m.handle(Input::Failed(fault(e)), Instant::now()),
+        }
+        self.m.handle_timeout(Instant::now());
     }
 }
 

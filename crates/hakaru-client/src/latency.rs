@@ -15,9 +15,9 @@ use hakaru_model::{
 };
 use hakaru_proto::Message;
 
-use hakaru_session::client::{Ended, Input, Output};
+use hakaru_session::client::{Ended, Input};
 
-use crate::drive::{client_error, fault, unexpected_output, Control};
+use crate::drive::{Control, Local};
 use crate::{udp, ClientError, ClientOptions};
 
 /// What the latency side hands back for assembly.
@@ -74,13 +74,21 @@ pub(crate) fn run(
         },
         flows,
     );
-    let pinger = match pinger {
-        Ok(p) => p,
+    let mut me = Me {
+        pinger: None,
+        outcome: None,
+        cfg,
+    };
+    let mut clock = match pinger {
+        Ok(p) => {
+            let clock = Ticks::new(spec, p.started());
+            me.pinger = Some(p);
+            clock
+        }
         Err(e) => {
             let error = Some(format!("starting the ping flows: {e}"));
             s.ctl.m.handle(Input::LocalDone { error }, Instant::now());
-            let end = carry_out(s.ctl, &mut None, None, &cfg, observer);
-            return Err(match end {
+            return Err(match s.ctl.carry_out(&mut me, observer) {
                 Some(Err(e)) => e,
                 _ => ClientError::Flow(
                     "internal error: the pinger's failure did not end the test".into(),
@@ -88,54 +96,8 @@ pub(crate) fn run(
             });
         }
     };
-    let mut clock = Ticks::new(spec, pinger.started());
-    let mut pinger = Some(pinger);
-    // The pinger's outcome and the wall time it ran, once it is done.
-    let mut outcome: Option<(PingOutcome, f64)> = None;
-    let ended = loop {
-        let wall = outcome.as_ref().map(|o| o.1);
-        if let Some(end) = carry_out(s.ctl, &mut pinger, wall, &cfg, observer) {
-            break end?;
-        }
-        if stop.load(Ordering::Acquire) {
-            s.ctl.m.handle(Input::Stop, Instant::now());
-        }
-        if let Some(p) = &pinger {
-            if p.is_done() {
-                // The interval that ends the test, after the last reply.
-                if let Some(rec) = clock.last(p) {
-                    s.ctl.m.handle(Input::LocalInterval(rec), Instant::now());
-                }
-                let started = p.started();
-                let o = pinger
-                    .take()
-                    .map(|p| (p.wait(), started.elapsed().as_secs_f64()));
-                let error = o.as_ref().and_then(|o| o.0.error.clone());
-                outcome = o;
-                s.ctl.m.handle(Input::LocalDone { error }, Instant::now());
-                continue;
-            }
-            if let Some(rec) = clock.tick(p) {
-                s.ctl.m.handle(Input::LocalInterval(rec), Instant::now());
-            }
-        }
-        let now = Instant::now();
-        let wait = s
-            .ctl
-            .m
-            .timeout()
-            .map_or(POLL, |d| d.saturating_duration_since(now).min(POLL));
-        let input = match s.ctl.conn.poll(wait) {
-            Ok(Some(msg)) => Some(Input::Message(msg)),
-            Ok(None) => None,
-            Err(e) => Some(Input::Failed(fault(e))),
-        };
-        if let Some(input) = input {
-            s.ctl.m.handle(input, Instant::now());
-        }
-        s.ctl.m.handle_timeout(Instant::now());
-    };
-    let (outcome, _) = outcome.ok_or_else(|| {
+    let ended = drive(s.ctl, &mut me, &mut clock, observer, stop)?;
+    let (outcome, _) = me.outcome.ok_or_else(|| {
         ClientError::Flow("internal error: the latency test ended without the pinger".into())
     })?;
     let full_log = match &s.opts.full_log {
@@ -155,6 +117,46 @@ pub(crate) fn run(
         interrupted: e.interrupted,
         result,
     })
+}
+
+/// Feeds the machine the control messages, this end's records and the pinger's end, and
+/// carries out what it says, to the session's end.
+fn drive(
+    ctl: &mut Control,
+    me: &mut Me,
+    clock: &mut Ticks,
+    observer: &mut dyn Observer,
+    stop: &AtomicBool,
+) -> Result<Box<Ended>, ClientError> {
+    loop {
+        if let Some(end) = ctl.carry_out(me, observer) {
+            return end;
+        }
+        if stop.load(Ordering::Acquire) {
+            ctl.m.handle(Input::Stop, Instant::now());
+        }
+        if let Some(p) = &me.pinger {
+            if p.is_done() {
+                // The interval that ends the test, after the last reply.
+                if let Some(rec) = clock.last(p) {
+                    ctl.m.handle(Input::LocalInterval(rec), Instant::now());
+                }
+                let started = p.started();
+                let o = me
+                    .pinger
+                    .take()
+                    .map(|p| (p.wait(), started.elapsed().as_secs_f64()));
+                let error = o.as_ref().and_then(|o| o.0.error.clone());
+                me.outcome = o;
+                ctl.m.handle(Input::LocalDone { error }, Instant::now());
+                continue;
+            }
+            if let Some(rec) = clock.tick(p) {
+                ctl.m.handle(Input::LocalInterval(rec), Instant::now());
+            }
+        }
+        ctl.step(POLL);
+    }
 }
 
 /// How long the loop waits on the control connection at most: the interval clock's grain.
@@ -192,38 +194,23 @@ fn gave_up(ctl: &mut Control, e: &ClientError) {
     });
 }
 
-/// Carries out the machine's outputs; its end, once it gives it.
-fn carry_out(
-    ctl: &mut Control,
-    pinger: &mut Option<Pinger>,
-    wall: Option<f64>,
-    cfg: &SideConfig,
-    observer: &mut dyn Observer,
-) -> Option<Result<Box<Ended>, ClientError>> {
-    while let Some(o) = ctl.m.poll_output() {
-        match o {
-            Output::Send(msg) => {
-                let r = ctl.conn.send(&msg);
-                ctl.sent(msg.name(), r);
-            }
-            Output::StopSending | Output::AbortLocal => pinger.iter().for_each(Pinger::stop),
-            Output::Interval(rec) => observer.on_interval(&rec),
-            Output::CollectLocal => {
-                let local = ping::bare_report(cfg, wall.unwrap_or(0.0), "ping");
-                ctl.m
-                    .handle(Input::LocalReport(Box::new(local)), Instant::now());
-            }
-            Output::End(end) => {
-                pinger.iter().for_each(Pinger::stop);
-                return Some(end.map_err(client_error));
-            }
-            other => {
-                pinger.iter().for_each(Pinger::stop);
-                return Some(Err(unexpected_output(other)));
-            }
-        }
+/// This end of a latency test: the pinger while it runs, then what it measured and the wall
+/// time it ran.
+struct Me {
+    pinger: Option<Pinger>,
+    outcome: Option<(PingOutcome, f64)>,
+    cfg: SideConfig,
+}
+
+impl Local for Me {
+    fn stop(&mut self) {
+        self.pinger.iter().for_each(Pinger::stop);
     }
-    None
+
+    fn report(&mut self) -> SideReport {
+        let wall = self.outcome.as_ref().map_or(0.0, |o| o.1);
+        ping::bare_report(&self.cfg, wall, "ping")
+    }
 }
 
 /// When this end's interval records are due: every `interval` from the end of the warm-up,

@@ -162,7 +162,6 @@ pub enum ClientError {
 }
 
 pub(crate) use hakaru_engine::control::{silence_limit, KEEPALIVE_EVERY};
-pub(crate) use hakaru_session::client::RESULTS_TIMEOUT;
 
 /// Resolves `host:port` honouring the family restriction.
 pub fn resolve(host: &str, port: u16, family: Family) -> Result<Vec<SocketAddr>, ClientError> {

@@ -139,7 +139,7 @@ impl crate::kind_text::KindText for hakaru_model::ConnectSpec {
     fn sums_and_headline(&self, r: &RunResult, _view: &crate::View) -> String {
         headline(r)
     }
-    fn row(&self, r: &RunResult, s: &mut crate::summary::Summary) {
+    fn row(&self, r: &RunResult, s: &mut crate::kind_text::Row) {
         s.flows = Some(self.connectors);
         s.headline = r.connect.as_ref().map(|c| c.connections_per_second);
         s.unit = "conn/s".into();

@@ -253,14 +253,14 @@ impl crate::kind_text::KindText for hakaru_model::HttpSpec {
     fn sums_and_headline(&self, r: &RunResult, _view: &View) -> String {
         sums(r) + &headline(r)
     }
-    fn row(&self, r: &RunResult, s: &mut crate::summary::Summary) {
+    fn row(&self, r: &RunResult, s: &mut crate::kind_text::Row) {
         s.flows = Some(self.parallel);
         if let Some(x) = &r.http {
             s.direction = x.dir.label().into();
             s.headline = Some(x.bits_per_second.0);
         }
         match self.urls.first() {
-            Some(u) if !r.embedded_server => s.peer = u.clone(),
+            Some(u) if !r.embedded_server => s.peer = Some(u.clone()),
             _ => {}
         }
         s.unit = "bit/s".into();

@@ -4,7 +4,6 @@
 
 use hakaru_model::{IntervalRecord, RunResult, TestSpec};
 
-use crate::summary::Summary;
 use crate::View;
 
 /// How one kind reads as human text.
@@ -21,9 +20,24 @@ pub(crate) trait KindText {
     fn summary(&self, r: &RunResult, view: &View) -> String;
     /// With [`View::summary_only`]: the per-direction sums and the headline.
     fn sums_and_headline(&self, r: &RunResult, view: &View) -> String;
-    /// The kind's figures of a one-line summary (history, the archive, the push gateway):
-    /// direction, flows, headline and its unit; `s` comes with kind, peer and start.
-    fn row(&self, r: &RunResult, s: &mut Summary);
+    /// The kind's figures of a one-line summary (history, the archive, the push gateway).
+    fn row(&self, r: &RunResult, s: &mut Row);
+}
+
+/// A kind's figures in a one-line summary (`summary::Summary` adds kind, peer and start).
+#[derive(Debug, Default)]
+pub(crate) struct Row {
+    /// up, down, bidir; empty where the kind has no direction.
+    pub direction: String,
+    /// Flows (connections) per direction.
+    pub flows: Option<u32>,
+    /// The headline figure.
+    pub headline: Option<f64>,
+    /// Its unit.
+    pub unit: String,
+    /// What the run measured against, where the kind knows better than the server's
+    /// address (a URL, a raw transfer's peer).
+    pub peer: Option<String>,
 }
 
 /// The text of `spec`'s kind.

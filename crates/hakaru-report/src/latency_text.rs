@@ -255,7 +255,7 @@ impl crate::kind_text::KindText for hakaru_model::LatencySpec {
     fn sums_and_headline(&self, r: &RunResult, _view: &crate::View) -> String {
         headline(r)
     }
-    fn row(&self, r: &RunResult, s: &mut crate::summary::Summary) {
+    fn row(&self, r: &RunResult, s: &mut crate::kind_text::Row) {
         s.headline = r.latency.as_ref().map(|l| l.rtt.p50_us);
         s.unit = "us".into();
     }

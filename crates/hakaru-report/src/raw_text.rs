@@ -312,11 +312,11 @@ impl crate::kind_text::KindText for hakaru_model::RawSpec {
     fn sums_and_headline(&self, r: &RunResult, _view: &crate::View) -> String {
         headline(r)
     }
-    fn row(&self, r: &RunResult, s: &mut crate::summary::Summary) {
+    fn row(&self, r: &RunResult, s: &mut crate::kind_text::Row) {
         if let Some(raw) = &r.raw {
             s.headline = Some(raw.bits_per_second.0);
             if let Some(p) = &raw.peer {
-                s.peer = p.clone();
+                s.peer = Some(p.clone());
             }
         }
         s.unit = "bit/s".into();

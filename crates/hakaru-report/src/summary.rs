@@ -62,7 +62,15 @@ pub fn of_run(r: &RunResult) -> Summary {
         started_at: Some(r.started_at_unix),
         ..Summary::default()
     };
-    crate::kind_text::of(&r.spec).row(r, &mut s);
+    let mut row = crate::kind_text::Row::default();
+    crate::kind_text::of(&r.spec).row(r, &mut row);
+    s.direction = row.direction;
+    s.flows = row.flows;
+    s.headline = row.headline;
+    s.unit = row.unit;
+    if let Some(p) = row.peer {
+        s.peer = p;
+    }
     s
 }
 

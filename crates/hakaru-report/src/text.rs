@@ -22,7 +22,7 @@ impl crate::kind_text::KindText for TcpSpec {
     fn sums_and_headline(&self, r: &RunResult, _view: &View) -> String {
         tcp_sums(r) + &tcp_headline(r)
     }
-    fn row(&self, r: &RunResult, s: &mut crate::summary::Summary) {
+    fn row(&self, r: &RunResult, s: &mut crate::kind_text::Row) {
         s.direction = crate::summary::direction_word(self.direction).into();
         s.flows = Some(self.flows);
         s.headline = crate::summary::received_bps(r);

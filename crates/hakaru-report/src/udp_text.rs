@@ -487,7 +487,7 @@ impl crate::kind_text::KindText for hakaru_model::UdpSpec {
     fn sums_and_headline(&self, r: &RunResult, view: &View) -> String {
         sums(r, view) + &headline(r)
     }
-    fn row(&self, r: &RunResult, s: &mut crate::summary::Summary) {
+    fn row(&self, r: &RunResult, s: &mut crate::kind_text::Row) {
         s.direction = crate::summary::direction_word(self.direction).into();
         s.flows = Some(self.flows);
         if self.mode == hakaru_model::UdpMode::Pps {

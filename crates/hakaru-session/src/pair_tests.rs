@@ -4,7 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use hakaru_model::{End, LatencySpec, LatencyTransport, SideReport, TcpSpec, TestSpec, UdpSpec};
+use hakaru_model::{
+    ConnectSpec, End, LatencySpec, LatencyTransport, SideReport, TcpSpec, TestSpec, UdpSpec,
+};
 use hakaru_proto::auth::Psk;
 use hakaru_proto::native::{silence_limit, KEEPALIVE_EVERY};
 use hakaru_proto::{Decoder, Message, ServerInfo};
@@ -48,6 +50,10 @@ struct Pair {
     echo: bool,
     /// The server machine asked its side to stop sending (the echo to stop).
     echo_stopped: bool,
+    /// A connection-rate test: the server's listener runs until the client's report.
+    connect: bool,
+    /// The server machine stopped its connect listener.
+    listener_stopped: bool,
 }
 
 /// One message through the wire format, as the other end's decoder reads it.
@@ -85,6 +91,8 @@ impl Pair {
             server_said: vec![],
             echo: matches!(spec, TestSpec::Latency(_)),
             echo_stopped: false,
+            connect: matches!(spec, TestSpec::Connect(_)),
+            listener_stopped: false,
         }
     }
 
@@ -158,7 +166,9 @@ impl Pair {
                 self.c.handle(client::Input::FlowsOpen, now);
             }
             client::Output::WaitGate => self.c.handle(client::Input::GateOpen, now),
-            client::Output::StartLocal => self.side_ends = Some(now + self.side_time),
+            client::Output::StartLocal | client::Output::StartConnecting { .. } => {
+                self.side_ends = Some(now + self.side_time)
+            }
             client::Output::CollectLocal => self
                 .c
                 .handle(client::Input::LocalReport(report(End::Client)), now),
@@ -199,6 +209,13 @@ impl Pair {
                     now,
                 ),
             },
+            server::Output::OpenConnectListener => {
+                s.handle(server::Input::ConnectListening { port: 4711 }, now)
+            }
+            server::Output::StopSide => {
+                self.listener_stopped = true;
+                s.handle(server::Input::SideDone(report(End::Server)), now);
+            }
             server::Output::StopSending if self.echo => {
                 self.echo_stopped = true;
                 s.handle(server::Input::SideDone(report(End::Server)), now);
@@ -227,7 +244,7 @@ impl Pair {
                 self.side_ends = Some(Instant::now() + Duration::from_secs(86_400 * 365));
                 let now = self.now;
                 self.c.handle(client::Input::LocalDone { error: None }, now);
-                if self.behaviour != Server::Hangs && !self.echo {
+                if self.behaviour != Server::Hangs && !self.echo && !self.connect {
                     if let Some(s) = self.s.as_mut() {
                         s.handle(server::Input::SideDone(report(End::Server)), now);
                     }
@@ -295,6 +312,18 @@ fn a_latency_test_runs_between_the_machines_and_the_client_stops_the_echo() {
         );
         assert_eq!(p.server_end, Some(server::Ending::Finished));
     }
+}
+
+#[test]
+fn a_connection_rate_test_runs_between_the_machines_reports_crossing() {
+    let mut p = Pair::new(TestSpec::Connect(ConnectSpec::default()), None, None);
+    p.run(Duration::from_secs(60));
+    let Some(Ok(ended)) = &p.client_end else {
+        panic!("client: {:?}", p.client_end)
+    };
+    assert_eq!(ended.remote.end, End::Server);
+    assert!(p.listener_stopped, "the listener ran on");
+    assert_eq!(p.server_end, Some(server::Ending::Finished));
 }
 
 #[test]

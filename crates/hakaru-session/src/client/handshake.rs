@@ -254,17 +254,15 @@ impl Machine {
         }
     }
 
-    /// The test starts: the machine runs a bulk or latency test to its end; for a
-    /// connection-rate test its part ends here (its loop is still the driver's).
+    /// The test starts, and runs in the machine to its end.
     fn started(&mut self, now: Instant) {
-        if !connect(&self.spec) {
-            let test = running::Test::new(&self.spec, now);
-            self.state = State::Running(Box::new(test));
-            if self.stop_early {
-                self.stop();
-            }
+        self.state = if connect(&self.spec) {
+            State::Connecting(Box::new(super::connect::Run::new(now)))
         } else {
-            self.state = State::HandedOver;
+            State::Running(Box::new(running::Test::new(&self.spec, now)))
+        };
+        if self.stop_early {
+            self.stop();
         }
     }
 

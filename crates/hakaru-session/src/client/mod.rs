@@ -1,8 +1,8 @@
 //! The native client session (hakaru's own protocol), as a machine.
 //!
 //! [`Machine`] holds what the client says on the control connection and when: from the hello
-//! to the final reports for bulk TCP and UDP tests and for latency tests, and from the hello
-//! to the start for connection-rate tests (whose test loop is still the driver's). Its driver
+//! to the final reports, for every kind a server runs (bulk TCP and UDP, latency and
+//! connection-rate tests). Its driver
 //! (hakaru-client) connects, opens the data flows, runs this end's side, reads and writes the
 //! control socket and calls the observer. The session, in the order a test goes:
 //!
@@ -15,20 +15,23 @@
 //!    waits for [`Input::FlowsOpen`]. With a held start it then gives [`Output::WaitGate`] and
 //!    waits for [`Input::GateOpen`]; a held start or a UDP test says `flows_ready`.
 //! 4. On `start` it gives [`Output::StartLocal`] (for a connection-rate test, on
-//!    `connect_port`, [`Output::StartConnecting`]); for connection-rate tests its part ends
-//!    there. A bulk test runs in the machine: it pairs this end's
+//!    `connect_port`, [`Output::StartConnecting`]). A bulk test runs in the machine: it pairs
+//!    this end's
 //!    interval samples with the server's into [`Output::Interval`] records, sends keepalives
 //!    every `keepalive_every`, calls the server gone after `silence` without a word, and, once
 //!    this end is done, gives the server [`RESULTS_TIMEOUT`] to send its report. A latency
 //!    test runs the same way, with two differences: its interval records are this end's alone
 //!    ([`Input::LocalInterval`]), and the server's echo runs until told: once the pinger is
-//!    done the machine sends `stop` and waits for the echo's report.
+//!    done the machine sends `stop` and waits for the echo's report. A connection-rate test
+//!    has this end's records too, and its reports go the other way round: this end's first,
+//!    then the server's answer (connect.rs).
 //! 5. With both ends done it asks for this end's report ([`Output::CollectLocal`]), sends it
 //!    in `finished` and ends with [`Output::End`].
 //!
 //! A failure after `start` first stops this end ([`Output::AbortLocal`]) and tells the server
 //! why (`error`, "client gave up: ..."); before `start` the session just ends.
 
+mod connect;
 mod handshake;
 mod running;
 #[cfg(test)]
@@ -127,8 +130,8 @@ pub enum Input {
     GateFailed(String),
     /// One of this end's interval samples.
     LocalSample(IntervalSample),
-    /// Latency tests: one interval of this end's round trips, a whole record (the server's
-    /// echo has no samples to pair it with).
+    /// Latency and connection-rate tests: one interval of this end's, a whole record (the
+    /// server has no samples to pair it with).
     LocalInterval(Box<IntervalRecord>),
     /// UDP: this end's senders are done, with each flow's datagram count.
     LocalSendDone(Vec<(u32, u64)>),
@@ -174,7 +177,7 @@ pub enum Output {
     /// `start` came: start this end's side now (the senders, or the pinger).
     StartLocal,
     /// Connection-rate tests: the server's connect listener is up on this port; start the
-    /// connectors now. The machine's part ends here: the driver's own loop runs the test.
+    /// connectors now.
     StartConnecting {
         /// The listener's TCP port, on the server's address of the control connection.
         port: u16,
@@ -283,8 +286,8 @@ enum State {
     Running(Box<running::Test>),
     /// Both ends are done; this end's report is on its way.
     Collecting(Box<running::Test>),
-    /// A connection-rate test started: the driver runs it, the machine ignores every input.
-    HandedOver,
+    /// A connection-rate test runs.
+    Connecting(Box<connect::Run>),
     /// The final output is given: every input is ignored.
     Ended,
 }
@@ -300,7 +303,7 @@ impl State {
             State::Starting { .. } => "waiting for start",
             State::Running(_) => "running",
             State::Collecting(_) => "collecting this end's report",
-            State::HandedOver => "handed over",
+            State::Connecting(_) => "running a connection-rate test",
             State::Ended => "ended",
         }
     }
@@ -364,7 +367,8 @@ impl Machine {
             State::Flows | State::Gate => self.on_setup(input, now),
             State::Starting { .. } => self.on_start(input, now),
             State::Running(_) | State::Collecting(_) => self.on_test(input, now),
-            State::HandedOver | State::Ended => {}
+            State::Connecting(_) => self.on_connect(input, now),
+            State::Ended => {}
         }
     }
 
@@ -387,6 +391,7 @@ impl Machine {
                 self.end(self.control(timed_out(HANDSHAKE_TIMEOUT)))
             }
             State::Running(_) => self.test_timeout(now),
+            State::Connecting(_) => self.connect_timeout(now),
             _ => {}
         }
     }
@@ -399,6 +404,7 @@ impl Machine {
             | State::Starting { deadline } => Some(*deadline),
             State::Auth(a) => Some(a.deadline),
             State::Running(t) => Some(t.next_deadline(&self.cfg)),
+            State::Connecting(r) => Some(r.next_deadline(&self.cfg)),
             _ => None,
         }
     }
@@ -454,11 +460,14 @@ impl Machine {
     /// Ends the session with an error. After `start` this end's side stops first and the
     /// server is told why; pending actions are dropped either way.
     fn end(&mut self, e: SessionError) {
-        if matches!(self.state, State::Ended | State::HandedOver) {
+        if matches!(self.state, State::Ended) {
             return;
         }
         self.out.clear();
-        if matches!(self.state, State::Running(_) | State::Collecting(_)) {
+        if matches!(
+            self.state,
+            State::Running(_) | State::Collecting(_) | State::Connecting(_)
+        ) {
             self.out.push_back(Output::AbortLocal);
             self.send(Message::Error {
                 message: format!("client gave up: {e}"),
@@ -480,18 +489,25 @@ impl Machine {
                 self.out.push_back(Output::StopSending);
                 self.send(Message::Stop);
             }
-            State::Running(_) | State::Collecting(_) | State::Ended | State::HandedOver => {}
+            State::Connecting(r) if !r.interrupted => {
+                r.interrupted = true;
+                self.out.push_back(Output::StopSending);
+                self.send(Message::Stop);
+            }
+            State::Running(_) | State::Collecting(_) | State::Connecting(_) | State::Ended => {}
             _ => self.stop_early = true,
         }
     }
 
     fn send_failed(&mut self, what: &'static str, fault: Fault) {
         let e = match &self.state {
-            State::Ended | State::HandedOver | State::Collecting(_) => return,
-            State::Running(_) if what == "stop" => {
+            State::Ended | State::Collecting(_) => return,
+            State::Running(_) | State::Connecting(_) if what == "stop" => {
                 self.gone(format!("could not be told to stop: {fault}"))
             }
-            State::Running(_) => self.gone(format!("is unreachable: {fault}")),
+            State::Running(_) | State::Connecting(_) => {
+                self.gone(format!("is unreachable: {fault}"))
+            }
             _ => self.control(fault),
         };
         self.end(e);

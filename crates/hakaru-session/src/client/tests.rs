@@ -192,6 +192,7 @@ fn ends(out: &[Output]) -> Option<&Result<Box<Ended>, SessionError>> {
     })
 }
 
+mod connect;
 mod fault;
 mod happy;
 mod latency;
