@@ -24,7 +24,7 @@ use hakaru_engine::sockopt::{apply_tcp_options, SockoptError};
 use hakaru_engine::tcp::{FlowSocket, SideError};
 use hakaru_engine::{sys, Observer};
 use hakaru_model::{
-    assemble, FlowDir, IntervalRecord, Role, RunResult, SideReport, TcpSpec, TestSpec,
+    assemble, FlowDir, IntervalRecord, RemoteSpec, Role, RunResult, SideReport, TcpSpec, TestSpec,
 };
 use hakaru_proto::{native::opening, Message};
 use hakaru_session::client::{Config as SessionConfig, Machine};
@@ -273,6 +273,9 @@ pub fn run_test(
     if let Some(r) = run_elsewhere(opts, observer, &stop) {
         return r;
     }
+    // A local kind (sink, source, http) is no server's test: refused before any connection.
+    let refused = |e: hakaru_model::NotRemote| ClientError::Refused(e.to_string());
+    RemoteSpec::try_from(opts.spec.clone()).map_err(refused)?;
     let (stream, server_addr) = connect_control(opts)?;
     let addr = server_addr.to_string();
     let local_address = stream
@@ -294,9 +297,9 @@ pub fn run_test(
     };
     observer.on_start(&spec, &addr, opts.embedded);
     let iface = local_ip.and_then(sys::interface_for_addr);
-    match &spec {
-        TestSpec::Latency(lat) => latency_test(ctl, &at, lat, &token, iface, observer, &stop),
-        TestSpec::Connect(_) => connect::run(
+    match RemoteSpec::try_from(spec.clone()).map_err(refused)? {
+        RemoteSpec::Latency(lat) => latency_test(ctl, &at, &lat, &token, iface, observer, &stop),
+        RemoteSpec::Connect(_) => connect::run(
             connect::Setup {
                 ctl,
                 opts,
@@ -310,11 +313,7 @@ pub fn run_test(
             observer,
             &stop,
         ),
-        TestSpec::Raw(_) | TestSpec::Http(_) => Err(ClientError::Refused(
-            "sink, source and http runs are local (hakaru sink, source, http), not client tests"
-                .into(),
-        )),
-        TestSpec::Tcp(_) | TestSpec::Udp(_) => {
+        RemoteSpec::Tcp(_) | RemoteSpec::Udp(_) => {
             let setup = bulk::Setup {
                 ctl: &mut ctl,
                 opts,

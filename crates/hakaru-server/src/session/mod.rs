@@ -17,7 +17,7 @@ use hakaru_engine::sys;
 use hakaru_engine::tcp::{SideConfig, SideRun};
 use hakaru_engine::udp::{UdpConfig, UdpRun};
 use hakaru_engine::{CounterBase, Running};
-use hakaru_model::{End, LatencyTransport, SideReport, TestSpec};
+use hakaru_model::{End, LatencyTransport, RemoteSpec, SideReport, TestSpec};
 use hakaru_proto::{Decoder, Message};
 use hakaru_session::server::{Config, Ending, Hello, Input, Output, Session};
 
@@ -273,7 +273,7 @@ impl Driver<'_> {
             }
             Output::Send(msg) => self.send(msg)?,
             Output::Admit { spec, held: _ } => {
-                let answer = self.admit(&spec);
+                let answer = self.admit(&spec.to_spec());
                 m.handle(answer, Instant::now());
             }
             Output::PathsComplete => {
@@ -284,7 +284,7 @@ impl Driver<'_> {
             }
             Output::TakeBaseline => {
                 let iface = self.local_ip.and_then(sys::interface_for_addr);
-                let udp = m.spec().is_some_and(|s| s.udp().is_some());
+                let udp = matches!(m.spec(), Some(RemoteSpec::Udp(_)));
                 let base = CounterBase::take(iface.as_deref(), udp);
                 self.baseline = Some((iface, base));
             }
@@ -396,8 +396,9 @@ impl Driver<'_> {
     }
 
     /// Starts this end's data plane on the paths that arrived.
-    fn start(&mut self, spec: Option<&TestSpec>) -> Result<(), String> {
-        let spec = spec.ok_or("internal error: no test")?;
+    fn start(&mut self, spec: Option<&RemoteSpec>) -> Result<(), String> {
+        let remote = spec.ok_or("internal error: no test")?;
+        let spec = &remote.to_spec();
         let Side::Paths(paths) = std::mem::replace(&mut self.side, Side::None) else {
             return Err("internal error: no data paths".into());
         };
@@ -417,8 +418,8 @@ impl Driver<'_> {
                 let _ = w.send(&Message::Interval { sample });
             }
         });
-        let run = match spec {
-            TestSpec::Tcp(tcp) => {
+        let run = match remote {
+            RemoteSpec::Tcp(tcp) => {
                 let flows = paths.tcp_flows(tcp)?;
                 let cfg = with_base(SideConfig::for_spec(
                     End::Server,
@@ -431,7 +432,7 @@ impl Driver<'_> {
                         .map_err(|e| e.to_string())?,
                 )
             }
-            TestSpec::Udp(udp) => {
+            RemoteSpec::Udp(udp) => {
                 let flows = paths.udp_flows()?;
                 let mut cfg = with_base(SideConfig::for_spec(
                     End::Server,
@@ -452,7 +453,7 @@ impl Driver<'_> {
                         .map_err(|e| e.to_string())?,
                 )
             }
-            TestSpec::Latency(lat) => {
+            RemoteSpec::Latency(lat) => {
                 let flows: Vec<PingFlow> = match lat.transport {
                     LatencyTransport::Tcp => paths
                         .tcp_flows(&lat.as_tcp())?
@@ -481,8 +482,8 @@ impl Driver<'_> {
                     Echo::start(cfg, flows, lat.spin, lat.busy_poll).map_err(|e| e.to_string())?,
                 ))
             }
-            TestSpec::Connect(_) | TestSpec::Raw(_) | TestSpec::Http(_) => {
-                return Err("internal error: this test has no data paths".into())
+            RemoteSpec::Connect(_) => {
+                return Err("internal error: a connection-rate test has no data paths".into())
             }
         };
         self.side = Side::Running(run);
@@ -491,18 +492,18 @@ impl Driver<'_> {
 
     /// The data plane's report, with what only the server knows, counted into the metrics;
     /// the log line is made from it.
-    fn report(&mut self, run: Running, spec: Option<&TestSpec>) -> SideReport {
+    fn report(&mut self, run: Running, spec: Option<&RemoteSpec>) -> SideReport {
         let echoed = run.echoed();
         let mut report = run.wait();
         let ctx = self.ctx;
-        if spec.is_some_and(|s| s.udp().is_some()) {
+        if matches!(spec, Some(RemoteSpec::Udp(_))) {
             report.stray_datagrams = Some(
                 ctx.strays
                     .load(Ordering::Acquire)
                     .saturating_sub(self.strays_before),
             );
         }
-        let name = spec.map_or("test", TestSpec::name);
+        let name = spec.map_or("test", |s| s.kind().name());
         for f in &report.flows {
             let dir = match f.role {
                 hakaru_model::Role::Receiver => "received",
@@ -515,8 +516,8 @@ impl Driver<'_> {
         report
     }
 
-    fn open_listener(&mut self, spec: Option<&TestSpec>) -> Result<u16, String> {
-        let Some(TestSpec::Connect(spec)) = spec else {
+    fn open_listener(&mut self, spec: Option<&RemoteSpec>) -> Result<u16, String> {
+        let Some(RemoteSpec::Connect(spec)) = spec else {
             return Err("internal error: not a connection-rate test".into());
         };
         let ip = self
@@ -540,14 +541,15 @@ impl Driver<'_> {
         Ok(port)
     }
 
-    fn stop_connect(&mut self, spec: Option<&TestSpec>) -> Result<SideReport, String> {
+    fn stop_connect(&mut self, spec: Option<&RemoteSpec>) -> Result<SideReport, String> {
         let Side::Connect(server, usage) = std::mem::replace(&mut self.side, Side::None) else {
             return Err("internal error: no connect listener".into());
         };
         let counts = server.stop();
-        let close = spec
-            .and_then(|s| s.connect())
-            .map_or("", |c| c.close_name());
+        let close = match spec {
+            Some(RemoteSpec::Connect(c)) => c.close_name(),
+            _ => "",
+        };
         self.summary = format!(
             "{} connections served, close {close} ({} accepted, {} dropped, {} from other addresses)",
             counts.served, counts.accepted, counts.dropped, counts.foreign
@@ -578,7 +580,7 @@ impl Driver<'_> {
             return;
         };
         ctx.registry.remove(&test.token);
-        let name = m.spec().map_or("test", TestSpec::name);
+        let name = m.spec().map_or("test", |s| s.kind().name());
         let ok = how == Ending::Finished;
         ctx.metrics.test_finished("hakaru", name, ok);
         let id = test.id;

@@ -14,7 +14,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use hakaru_model::{LatencyTransport, SideReport, TestSpec};
+use hakaru_model::{LatencyTransport, RemoteSpec, SideReport};
 use hakaru_proto::auth::Psk;
 use hakaru_proto::native::{silence_limit, KEEPALIVE_EVERY};
 use hakaru_proto::{Message, ServerInfo, PROTOCOL_VERSION};
@@ -120,7 +120,7 @@ pub enum Output {
     /// [`Input::Admitted`] or [`Input::Refused`].
     Admit {
         /// The test.
-        spec: Box<TestSpec>,
+        spec: Box<RemoteSpec>,
         /// The client holds the start (synchronised runs).
         held: bool,
     },
@@ -179,12 +179,12 @@ enum Shape {
     Connect,
 }
 
-fn shape(spec: &TestSpec) -> Shape {
+fn shape(spec: &RemoteSpec) -> Shape {
     match spec {
-        TestSpec::Connect(_) => Shape::Connect,
-        TestSpec::Udp(_) => Shape::Udp,
-        TestSpec::Latency(l) if l.transport == LatencyTransport::Udp => Shape::Udp,
-        _ => Shape::Tcp,
+        RemoteSpec::Connect(_) => Shape::Connect,
+        RemoteSpec::Udp(_) => Shape::Udp,
+        RemoteSpec::Latency(l) if l.transport == LatencyTransport::Udp => Shape::Udp,
+        RemoteSpec::Latency(_) | RemoteSpec::Tcp(_) => Shape::Tcp,
     }
 }
 
@@ -232,7 +232,7 @@ pub struct Session {
     client_nonce: Option<String>,
     state: State,
     out: VecDeque<Output>,
-    spec: Option<TestSpec>,
+    spec: Option<RemoteSpec>,
     held: bool,
     /// The data plane runs (or the connect listener is up): an early end tears it down.
     side_up: bool,
@@ -309,7 +309,7 @@ impl Session {
     }
 
     /// The test, once requested.
-    pub fn spec(&self) -> Option<&TestSpec> {
+    pub fn spec(&self) -> Option<&RemoteSpec> {
         self.spec.as_ref()
     }
 
@@ -385,7 +385,7 @@ impl Session {
     /// Why a running test hit its limit.
     fn past_limit(&self) -> String {
         match &self.spec {
-            Some(TestSpec::Connect(c)) => format!(
+            Some(RemoteSpec::Connect(c)) => format!(
                 "the client sent no results within {} s of the end of the test",
                 (connect_limit(c) - c.duration.0).as_secs()
             ),
@@ -471,19 +471,21 @@ impl Session {
     fn on_request(&mut self, input: Input, deadline: Instant, now: Instant) {
         match input {
             Input::Message(Message::TestRequest { test, held_start }) => {
-                if !test.remote() {
-                    let reason =
-                        "sink, source and http runs are local to one hakaru; a server does not run them"
-                            .to_string();
-                    self.send(Message::Refused {
-                        reason: reason.clone(),
-                    });
-                    return self.end(Ending::Rejected(reason));
-                }
+                // The one place a local kind is refused: past here the test is a RemoteSpec.
+                let test = match RemoteSpec::try_from(*test) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        let reason = e.to_string();
+                        self.send(Message::Refused {
+                            reason: reason.clone(),
+                        });
+                        return self.end(Ending::Rejected(reason));
+                    }
+                };
                 self.held = held_start;
-                self.spec = Some((*test).clone());
+                self.spec = Some(test.clone());
                 self.out.push_back(Output::Admit {
-                    spec: test,
+                    spec: Box::new(test),
                     held: held_start,
                 });
                 self.state = State::Admitting;
@@ -522,7 +524,7 @@ impl Session {
                         let udp = s == Shape::Udp;
                         let held = self.held;
                         self.state =
-                            State::Paths(Paths::new(spec.flow_plan().len(), udp, held, now));
+                            State::Paths(Paths::new(spec.kind().flow_plan().len(), udp, held, now));
                     }
                 }
             }
@@ -607,7 +609,7 @@ impl Session {
     /// Sends `start` and starts the data plane (tcp, udp, latency).
     fn start(&mut self, now: Instant) {
         let Some(spec) = &self.spec else { return };
-        let silence = silence_limit(spec.stall_timeout().0);
+        let silence = silence_limit(spec.kind().stall_timeout().0);
         let limit = self.cfg.max_duration.map(|m| now + m + CUTOFF_GRACE);
         self.out.push_back(Output::TakeBaseline);
         self.send(Message::Start);
@@ -627,7 +629,7 @@ impl Session {
     }
 
     fn on_listening(&mut self, input: Input, now: Instant) {
-        let Some(TestSpec::Connect(c)) = &self.spec else {
+        let Some(RemoteSpec::Connect(c)) = &self.spec else {
             return self.abort("internal error: not a connection-rate test".into(), true);
         };
         match input {
@@ -649,7 +651,7 @@ impl Session {
     }
 
     fn on_running(&mut self, mut w: Watch, input: Input, now: Instant) {
-        let connect = matches!(self.spec, Some(TestSpec::Connect(_)));
+        let connect = matches!(self.spec, Some(RemoteSpec::Connect(_)));
         match input {
             Input::Message(m @ (Message::Keepalive | Message::Stop | Message::SendDone { .. })) => {
                 w.last_heard = now;

@@ -24,7 +24,7 @@ fn a_tcp_test_runs_from_hello_to_results() {
     assert_eq!(
         t.request(spec.clone(), false),
         vec![Output::Admit {
-            spec: Box::new(spec),
+            spec: Box::new(RemoteSpec::try_from(spec).expect("remote")),
             held: false
         }]
     );

@@ -130,7 +130,7 @@ impl T {
     /// Runs the session up to a started test of `spec` (every path arrived).
     pub(super) fn running(spec: TestSpec) -> T {
         let paths = spec.flow_plan().len() as u32;
-        let udp = shape(&spec) == Shape::Udp;
+        let udp = RemoteSpec::try_from(spec.clone()).is_ok_and(|r| shape(&r) == Shape::Udp);
         let mut t = T::new(config(false));
         t.request(spec, false);
         t.admit();
