@@ -53,7 +53,7 @@ impl T {
         said
     }
 
-    fn to_running(&mut self, cycle: i32) {
+    fn reach_running(&mut self, cycle: i32) {
         assert_eq!(self.word(state::NOT_STARTED), vec![send(5)]);
         assert_eq!(self.word(cycle), vec![Output::OpenData(cycle)]);
         assert_eq!(self.input(Input::Opened), vec![send(RUN)]);
@@ -77,7 +77,7 @@ fn error_of(out: &[Output]) -> Option<Error> {
 fn a_test_as_long_as_the_cycle_ends_without_e() {
     let (mut t, first) = T::new(5);
     assert_eq!(first, vec![send(QUERY)]);
-    t.to_running(5);
+    t.reach_running(5);
     assert_eq!(t.s.cycle(), 5);
     let out = t.input(Input::SideDone {
         ran: Duration::from_secs(5),
@@ -91,7 +91,7 @@ fn a_test_as_long_as_the_cycle_ends_without_e() {
 #[test]
 fn a_shorter_test_says_e_and_takes_the_answer_or_the_close() {
     let (mut t, _) = T::new(5);
-    t.to_running(8);
+    t.reach_running(8);
     let out = t.input(Input::SideDone {
         ran: Duration::from_secs(5),
     });
@@ -99,14 +99,14 @@ fn a_shorter_test_says_e_and_takes_the_answer_or_the_close() {
     assert_eq!(t.word(state::FINISHED), vec![Output::End(Ok(false))]);
     // A stock receiver that has already exited closes instead.
     let (mut t, _) = T::new(5);
-    t.to_running(8);
+    t.reach_running(8);
     t.input(Input::SideDone {
         ran: Duration::from_secs(5),
     });
     assert_eq!(t.input(Input::Closed), vec![Output::End(Ok(false))]);
     // Or says nothing at all.
     let (mut t, _) = T::new(5);
-    t.to_running(0);
+    t.reach_running(0);
     t.input(Input::SideDone {
         ran: Duration::from_secs(5),
     });
@@ -116,7 +116,7 @@ fn a_shorter_test_says_e_and_takes_the_answer_or_the_close() {
 #[test]
 fn the_user_stop_stops_the_side_and_is_reported() {
     let (mut t, _) = T::new(5);
-    t.to_running(5);
+    t.reach_running(5);
     assert_eq!(t.input(Input::Interrupt), vec![Output::StopSide]);
     assert_eq!(t.input(Input::Interrupt), vec![]);
     t.input(Input::SideDone {
@@ -179,7 +179,7 @@ fn busy_refused_and_bad_words_are_errors() {
     assert_eq!(error_of(&t.word(EXIT)), Some(Error::Refused(EXIT)));
     // Bytes during the test are ignored (a stock receiver's second 'R').
     let (mut t, _) = T::new(5);
-    t.to_running(5);
+    t.reach_running(5);
     assert_eq!(t.word(RUN), vec![]);
     assert_eq!(t.input(Input::Bytes(vec![1, 2, 3])), vec![]);
 }
@@ -227,7 +227,7 @@ fn a_failed_action_drops_what_was_queued_and_aborts_the_side() {
         Some(Error::Flow("port 5002 refused".into()))
     );
     let (mut t, _) = T::new(5);
-    t.to_running(5);
+    t.reach_running(5);
     let out = t.input(Input::Failed("flow 1: reset".into()));
     assert_eq!(out.first(), Some(&Output::AbortSide));
 }

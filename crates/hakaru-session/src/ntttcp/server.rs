@@ -250,7 +250,7 @@ impl Session {
                 GRACE.as_secs()
             ));
         }
-        if !r.step_at.is_some_and(|s| now >= s) {
+        if r.step_at.is_none_or(|s| now < s) {
             return;
         }
         r.step_at = None;

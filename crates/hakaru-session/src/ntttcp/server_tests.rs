@@ -51,7 +51,7 @@ impl T {
     }
 
     /// Through 'X' and the duration to where the sender asks to start.
-    fn to_connecting(&mut self, secs: i32) {
+    fn reach_connecting(&mut self, secs: i32) {
         assert_eq!(self.word(QUERY), vec![Output::Join]);
         assert_eq!(
             self.input(Input::Joined { busy: false }),
@@ -64,8 +64,8 @@ impl T {
         );
     }
 
-    fn to_running(&mut self) {
-        self.to_connecting(10);
+    fn reach_running(&mut self) {
+        self.reach_connecting(10);
         assert_eq!(self.word(RUN), vec![Output::Admit { last: false }]);
         assert_eq!(
             self.input(Input::Go { owner: true }),
@@ -91,7 +91,7 @@ fn failed_with(out: &[Output], words: &str) {
 #[test]
 fn a_single_sender_runs_and_ends_with_e() {
     let mut t = T::new();
-    t.to_running();
+    t.reach_running();
     assert_eq!(t.s.cycle(), 10);
     // The sender ran less than the cycle: 'E', answered "finished".
     assert_eq!(t.word(EXIT), vec![Output::Send(encode(state::FINISHED))]);
@@ -125,7 +125,7 @@ fn the_whole_dialogue_byte_by_byte() {
 #[test]
 fn the_data_plane_ending_first_waits_briefly_for_the_sync_close() {
     let mut t = T::new();
-    t.to_running();
+    t.reach_running();
     assert_eq!(t.input(Input::SideDone { error: None }), vec![]);
     let out = t.advance(DRAIN);
     assert_eq!(
@@ -137,7 +137,7 @@ fn the_data_plane_ending_first_waits_briefly_for_the_sync_close() {
 #[test]
 fn data_that_does_not_end_is_drained_then_given_up() {
     let mut t = T::new();
-    t.to_running();
+    t.reach_running();
     assert_eq!(t.input(Input::Closed), vec![]);
     assert_eq!(t.advance(DRAIN), vec![Output::DrainSide]);
     let out = t.advance(DRAIN);
@@ -148,7 +148,7 @@ fn data_that_does_not_end_is_drained_then_given_up() {
 #[test]
 fn drained_data_that_ends_finishes() {
     let mut t = T::new();
-    t.to_running();
+    t.reach_running();
     t.word(EXIT);
     assert_eq!(t.advance(DRAIN), vec![Output::DrainSide]);
     assert_eq!(
@@ -160,7 +160,7 @@ fn drained_data_that_ends_finishes() {
 #[test]
 fn a_test_past_its_cycle_is_cut_off() {
     let mut t = T::new();
-    t.to_running();
+    t.reach_running();
     let out = t.advance(Duration::from_secs(10) + GRACE);
     assert_eq!(out.first(), Some(&Output::AbortSide));
     failed_with(&out, "ran past its 10 s cycle");
@@ -169,7 +169,7 @@ fn a_test_past_its_cycle_is_cut_off() {
 #[test]
 fn a_failed_connection_fails_the_test() {
     let mut t = T::new();
-    t.to_running();
+    t.reach_running();
     let out = t.input(Input::SideDone {
         error: Some("flow 2: reset".into()),
     });
@@ -189,7 +189,7 @@ fn a_busy_group_hears_running() {
 #[test]
 fn several_senders_wait_for_the_last() {
     let mut t = T::new();
-    t.to_connecting(10);
+    t.reach_connecting(10);
     t.word(RUN);
     assert_eq!(t.input(Input::Wait), vec![Output::Send(encode(WAIT))]);
     assert!(t.s.is_waiting());
@@ -201,7 +201,7 @@ fn several_senders_wait_for_the_last() {
     assert_eq!(t.input(Input::Closed), vec![Output::End(Ending::Finished)]);
 
     let mut last = T::new();
-    last.to_connecting(10);
+    last.reach_connecting(10);
     assert_eq!(last.word(LAST), vec![Output::Admit { last: true }]);
     assert_eq!(
         last.input(Input::Go { owner: true }),
@@ -212,7 +212,7 @@ fn several_senders_wait_for_the_last() {
 #[test]
 fn a_waiting_sender_gives_up_on_a_last_that_never_comes() {
     let mut t = T::new();
-    t.to_connecting(10);
+    t.reach_connecting(10);
     t.word(RUN);
     t.input(Input::Wait);
     let out = t.advance(LAST_SENDER_TIMEOUT);
@@ -223,7 +223,7 @@ fn a_waiting_sender_gives_up_on_a_last_that_never_comes() {
 #[test]
 fn refusals_say_e() {
     let mut t = T::new();
-    t.to_connecting(10);
+    t.reach_connecting(10);
     t.word(LAST);
     let out = t.input(Input::Refused("too many senders".into()));
     assert_eq!(out.first(), Some(&Output::Send(encode(EXIT))));
@@ -233,7 +233,7 @@ fn refusals_say_e() {
     );
     // A waiting sender refused later (its group failed) hears 'E' too.
     let mut t = T::new();
-    t.to_connecting(10);
+    t.reach_connecting(10);
     t.word(RUN);
     t.input(Input::Wait);
     let out = t.input(Input::Refused("the last sender was refused".into()));
@@ -249,7 +249,7 @@ fn every_step_has_a_timeout() {
     t.input(Input::Joined { busy: false });
     failed_with(&t.advance(STEP_TIMEOUT), "proposed no test time");
     let mut t = T::new();
-    t.to_connecting(3);
+    t.reach_connecting(3);
     failed_with(&t.advance(CONNECT_TIMEOUT), "did not ask to start");
 }
 
@@ -265,7 +265,7 @@ fn bad_words_in_every_phase_end_the_session() {
     failed_with(&t.word(QUERY), "'X' where its test time belongs");
     // Where 'R' belongs.
     let mut t = T::new();
-    t.to_connecting(10);
+    t.reach_connecting(10);
     failed_with(&t.word(1234), "1234 where 'R' or 'L' belongs");
     // Before the server answered.
     let mut t = T::new();
@@ -273,25 +273,26 @@ fn bad_words_in_every_phase_end_the_session() {
     failed_with(&t.word(7), "before the server had answered");
     // While waiting.
     let mut t = T::new();
-    t.to_connecting(10);
+    t.reach_connecting(10);
     t.word(RUN);
     t.input(Input::Wait);
     failed_with(&t.word(EXIT), "stopped ('E') while it waited");
     // During the test: the data plane goes.
     let mut t = T::new();
-    t.to_running();
+    t.reach_running();
     let out = t.word(LAST);
     assert_eq!(out.first(), Some(&Output::AbortSide));
     failed_with(&out, "'L' during the test");
     // 'X' during the test is answered.
     let mut t = T::new();
-    t.to_running();
+    t.reach_running();
     assert_eq!(t.word(QUERY), vec![Output::Send(encode(state::RUNNING))]);
 }
 
 #[test]
 fn a_close_in_every_phase_before_the_test_fails() {
-    let cases: [(fn(&mut T), &str); 4] = [
+    type Case = (fn(&mut T), &'static str);
+    let cases: [Case; 4] = [
         (|_| {}, "where its first word"),
         (
             |t| {
@@ -300,10 +301,10 @@ fn a_close_in_every_phase_before_the_test_fails() {
             },
             "where its test time belongs",
         ),
-        (|t| t.to_connecting(10), "where 'R' or 'L' belongs"),
+        (|t| t.reach_connecting(10), "where 'R' or 'L' belongs"),
         (
             |t| {
-                t.to_connecting(10);
+                t.reach_connecting(10);
                 t.word(RUN);
                 t.input(Input::Wait);
             },
@@ -323,7 +324,7 @@ fn a_close_in_every_phase_before_the_test_fails() {
 #[test]
 fn a_failed_action_drops_what_was_queued() {
     let mut t = T::new();
-    t.to_connecting(10);
+    t.reach_connecting(10);
     t.word(RUN);
     t.s.handle(Input::Go { owner: true }, t.now);
     // The driver could not start the engine: 'R' went, StartSide failed.
@@ -341,7 +342,7 @@ fn a_failed_action_drops_what_was_queued() {
 #[test]
 fn shutdown_aborts_a_running_test() {
     let mut t = T::new();
-    t.to_running();
+    t.reach_running();
     let out = t.input(Input::Shutdown);
     assert_eq!(out.first(), Some(&Output::AbortSide));
     failed_with(&out, "shutting down");
@@ -366,17 +367,17 @@ fn every_input_in_every_phase_never_panics() {
         |t| {
             t.word(QUERY);
         },
-        |t| t.to_connecting(2),
+        |t| t.reach_connecting(2),
         |t| {
-            t.to_connecting(2);
+            t.reach_connecting(2);
             t.word(RUN);
         },
         |t| {
-            t.to_connecting(2);
+            t.reach_connecting(2);
             t.word(RUN);
             t.input(Input::Wait);
         },
-        |t| t.to_running(),
+        |t| t.reach_running(),
     ];
     let inputs = || {
         vec![

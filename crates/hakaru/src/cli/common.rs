@@ -52,6 +52,9 @@ pub struct Target {
     /// Set from [`Iperf3Peer`] by the subcommands that have it.
     #[arg(skip)]
     pub iperf3: bool,
+    /// Set by `hakaru tcp --ntttcp`.
+    #[arg(skip)]
+    pub ntttcp: bool,
     /// Synchronised start: set the test up (connections, flows), print a `ready` event
     /// (--json-stream) or a line on stderr, and start only when a line `go` arrives on standard
     /// input; `stop` or the end of input stops the test. `hakaru plan` drives clients this way.
@@ -370,6 +373,23 @@ impl Target {
             )
     }
 
+    /// `hakaru tcp --ntttcp`: HOST (loopback without one) at the receiver's first data port
+    /// (ntttcp's 5001 unless -p or HOST:PORT gives one).
+    pub fn run_ntttcp(&self, spec: TestSpec) -> anyhow::Result<()> {
+        if self.sync_start {
+            return Err(UsageError(
+                "--sync-start needs a hakaru server: an ntttcp receiver cannot hold its start (drop --ntttcp)".into(),
+            )
+            .into());
+        }
+        let mut ep = self.endpoint_without_server()?;
+        if !self.port_given() {
+            ep.port = hakaru_client::NTTTCP_DEFAULT_PORT;
+        }
+        let opts = self.options(&ep, spec);
+        run_and_print(self, &opts, false)
+    }
+
     /// HOST and -p as given, with no embedded server (for peers that are not hakaru).
     pub fn endpoint_without_server(&self) -> anyhow::Result<Endpoint> {
         Ok(match self.host_port()? {
@@ -404,6 +424,7 @@ impl Target {
             full_log: None,
             histogram: false,
             iperf3: self.iperf3,
+            ntttcp: self.ntttcp,
             gate: None,
             // Checked by validate(); a file that vanished since reads as no key, which the
             // server then refuses by name.

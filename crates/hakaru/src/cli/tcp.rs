@@ -13,6 +13,12 @@ pub struct Args {
     shape: Shape,
     #[command(flatten)]
     peer: Iperf3Peer,
+    /// The server is a stock ntttcp-for-linux receiver (`ntttcp -r`): sync on PORT - 1 and
+    /// send flow i to data port PORT + i (PORT: -p, default 5001), as `ntttcp -s -m P,*,HOST`.
+    /// ntttcp carries no results, so the receiver figures are this end's sender view; the
+    /// receiver prints its own total.
+    #[arg(long, conflicts_with = "iperf3")]
+    ntttcp: bool,
     /// Bytes per write and per read.
     #[arg(short, long, value_name = "SIZE", default_value = "1M")]
     length: Bytes,
@@ -77,6 +83,10 @@ impl Args {
 /// Runs the test and prints the result in the chosen format.
 pub fn run(mut a: Args) -> anyhow::Result<()> {
     a.target.iperf3 = a.peer.iperf3;
+    a.target.ntttcp = a.ntttcp;
     let spec = a.spec()?;
+    if a.ntttcp {
+        return a.target.run_ntttcp(TestSpec::Tcp(spec));
+    }
     a.target.run(TestSpec::Tcp(spec))
 }

@@ -1,0 +1,346 @@
+//! `--ntttcp-port PORT`: an `ntttcp -r` receiver for stock ntttcp-for-linux senders.
+//!
+//! The sync listener is on PORT - 1 and the `--ntttcp-ports` data listeners from PORT on, as
+//! a stock receiver's (`-P`, `-m N,*,IP`: the sender opens its connections to the first N of
+//! them). The sync dialogue is `hakaru_session::ntttcp::server`; this module keeps
+//! what the sync connections share, the groups of senders (docs/protocol-notes.md, "ntttcp"):
+//!
+//! - without `--ntttcp-multi` a group is one sender, and senders on different addresses test
+//!   at once; a second sender from an address whose group is still here hears "running" (busy),
+//!   as from a stock receiver, because ntttcp's data connections carry no test id and can only
+//!   be told apart by address;
+//! - with `--ntttcp-multi` (`ntttcp -r -M`) every sender joins the one group until the sender
+//!   with `-L` arrives; the others were told 'W' and all start together.
+//!
+//! A data connection is taken only from an address whose group is waiting for its connections
+//! (a stranger's is closed at once), at most `--max-flows` per group. The test is admitted
+//! through the server's limits and budgets when its sender asks to start; the engine then
+//! counts every connection until the sender closes it, and the log gives each connection's
+//! bytes and the total.
+#![cfg_attr(not(test), deny(clippy::indexing_slicing))]
+
+use std::io;
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hakaru_proto::ntttcp::MAX_SENDERS;
+use socket2::{Domain, Protocol, Socket, Type};
+
+use crate::registry::canonical_ip;
+use crate::Ctx;
+
+mod session;
+
+/// How long the accept loop sleeps when no listener had a connection.
+const ACCEPT_IDLE: Duration = Duration::from_millis(2);
+
+/// The bound sync and data listeners.
+pub(crate) struct NtttcpPorts {
+    sync: TcpListener,
+    data: Vec<TcpListener>,
+}
+
+impl NtttcpPorts {
+    /// Binds the sync port (`first - 1`) and `count` data ports from `first`.
+    pub(crate) fn bind(ip: IpAddr, first: u16, count: u16, v6_only: bool) -> io::Result<Self> {
+        let sync_port = first.checked_sub(1).filter(|&p| p > 0).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{first}: the sync port is the first data port minus one, so the first data port must be at least 2"),
+            )
+        })?;
+        let last = u32::from(first) + u32::from(count.max(1)) - 1;
+        if last > u32::from(u16::MAX) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{first} + {count} data ports goes past port 65535"),
+            ));
+        }
+        let sync = bind_tcp(SocketAddr::new(ip, sync_port), v6_only)?;
+        let data = (0..count.max(1))
+            .map(|i| bind_tcp(SocketAddr::new(ip, first + i), v6_only))
+            .collect::<io::Result<Vec<_>>>()?;
+        Ok(NtttcpPorts { sync, data })
+    }
+
+    /// The sync listener's address.
+    pub(crate) fn sync_addr(&self) -> io::Result<SocketAddr> {
+        self.sync.local_addr()
+    }
+
+    /// Serves every listener on one thread until the server shuts down.
+    pub(crate) fn spawn(
+        self,
+        ctx: Arc<Ctx>,
+        multi: bool,
+    ) -> io::Result<std::thread::JoinHandle<()>> {
+        let front = Arc::new(Front {
+            multi,
+            max_conns: ctx.cfg.max_flows as usize,
+            groups: Mutex::new(Vec::new()),
+            next_group: AtomicU64::new(1),
+        });
+        std::thread::Builder::new()
+            .name("hakaru-ntttcp".into())
+            .spawn(move || self.serve(&ctx, &front))
+    }
+
+    fn serve(self, ctx: &Arc<Ctx>, front: &Arc<Front>) {
+        let all = std::iter::once(&self.sync).chain(&self.data);
+        for l in all {
+            if let Err(e) = l.set_nonblocking(true) {
+                tracing::warn!("ntttcp: {e}; not serving ntttcp");
+                return;
+            }
+        }
+        while !ctx.shutdown.load(Ordering::Acquire) {
+            let mut any = false;
+            while let Some((s, peer)) = accept(&self.sync) {
+                any = true;
+                if admit_peer(ctx, peer) {
+                    session::spawn(Arc::clone(ctx), Arc::clone(front), s, peer);
+                }
+            }
+            for l in &self.data {
+                while let Some((s, peer)) = accept(l) {
+                    any = true;
+                    if admit_peer(ctx, peer) {
+                        front.data_connection(ctx, s, peer);
+                    }
+                }
+            }
+            if !any {
+                std::thread::sleep(ACCEPT_IDLE);
+            }
+        }
+    }
+}
+
+fn bind_tcp(addr: SocketAddr, v6_only: bool) -> io::Result<TcpListener> {
+    let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    hakaru_engine::sys::own_listen_port(&s)?;
+    if addr.is_ipv6() {
+        let _ = s.set_only_v6(v6_only);
+    }
+    s.bind(&addr.into())
+        .map_err(|e| io::Error::new(e.kind(), format!("binding TCP {addr}: {e}")))?;
+    s.listen(1024)?;
+    Ok(s.into())
+}
+
+/// One connection from `l`, if one is waiting (errors are logged and wait for the next round).
+fn accept(l: &TcpListener) -> Option<(TcpStream, SocketAddr)> {
+    match l.accept() {
+        Ok(v) => Some(v),
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+            ) =>
+        {
+            None
+        }
+        Err(e) => {
+            tracing::warn!("ntttcp accept failed: {e}");
+            None
+        }
+    }
+}
+
+/// The access list, checked before any byte is read.
+fn admit_peer(ctx: &Ctx, peer: SocketAddr) -> bool {
+    if ctx.cfg.acl.permits(peer.ip()) {
+        return true;
+    }
+    ctx.denied.fetch_add(1, Ordering::Relaxed);
+    tracing::debug!("ntttcp: closed connection from {peer}: not allowed (--allow/--deny)");
+    false
+}
+
+/// A data connection waiting for its test: (stream, the sender's address, the port it came to).
+pub(crate) type DataConn = (TcpStream, SocketAddr, u16);
+
+/// The senders of one test and the data connections that arrived for it.
+struct Group {
+    id: u64,
+    /// The senders' addresses (canonical).
+    ips: Vec<IpAddr>,
+    /// Sync sessions in the group that have not ended.
+    senders: usize,
+    /// Senders told 'W'.
+    waiting: usize,
+    conns: Vec<DataConn>,
+    /// The cycle every sender of a multi-sender group gets (the first one's, capped).
+    cycle: Option<i32>,
+    /// The test runs: no more connections or senders.
+    running: bool,
+    /// For waiting senders: the last sender's test was admitted, or why not.
+    go: Option<Result<(), String>>,
+}
+
+/// What the sync sessions share.
+pub(crate) struct Front {
+    multi: bool,
+    max_conns: usize,
+    groups: Mutex<Vec<Group>>,
+    next_group: AtomicU64,
+}
+
+/// The answer to a sender's 'R' or 'L'.
+pub(crate) enum Start {
+    /// Run the test on these connections (this session owns the data plane).
+    Own(Vec<DataConn>),
+    /// Wait for the last sender.
+    Wait,
+    /// Refused, with why.
+    Refused(String),
+}
+
+impl Front {
+    fn with<T>(&self, f: impl FnOnce(&mut Vec<Group>) -> T) -> Option<T> {
+        self.groups.lock().ok().map(|mut g| f(&mut g))
+    }
+
+    /// Puts a sender from `ip` in a group: `Some(group id)`, or `None` when busy.
+    pub(crate) fn join(&self, ip: IpAddr) -> Option<u64> {
+        let ip = canonical_ip(ip);
+        let multi = self.multi;
+        self.with(|groups| {
+            if multi {
+                if let Some(g) = groups.first_mut() {
+                    if g.running {
+                        return None;
+                    }
+                    if !g.ips.contains(&ip) {
+                        g.ips.push(ip);
+                    }
+                    g.senders += 1;
+                    return Some(g.id);
+                }
+            } else if groups.iter().any(|g| g.ips.contains(&ip)) {
+                return None;
+            }
+            let id = self.next_group.fetch_add(1, Ordering::Relaxed);
+            groups.push(Group {
+                id,
+                ips: vec![ip],
+                senders: 1,
+                waiting: 0,
+                conns: Vec::new(),
+                cycle: None,
+                running: false,
+                go: None,
+            });
+            Some(id)
+        })
+        .flatten()
+    }
+
+    /// The cycle a sender of group `id` gets for its proposal.
+    pub(crate) fn negotiate(&self, id: u64, proposed: i32, max: Option<Duration>) -> i32 {
+        let mine = hakaru_session::ntttcp::server::negotiate(proposed, max);
+        if !self.multi {
+            return mine;
+        }
+        self.with(|groups| match groups.iter_mut().find(|g| g.id == id) {
+            Some(g) => *g.cycle.get_or_insert(mine),
+            None => mine,
+        })
+        .unwrap_or(mine)
+    }
+
+    /// A sender of group `id` asks to start (`last`: with 'L'). `admit` takes the test's
+    /// slot and budget for the connections gathered; its refusal refuses every waiting sender.
+    pub(crate) fn start(
+        &self,
+        id: u64,
+        last: bool,
+        admit: impl FnOnce(&[DataConn]) -> Result<(), String>,
+    ) -> Start {
+        let multi = self.multi;
+        self.with(|groups| {
+            let Some(g) = groups.iter_mut().find(|g| g.id == id) else {
+                return Start::Refused("internal error: the sender's group is gone".into());
+            };
+            if g.running {
+                return Start::Refused("the group's test has already started".into());
+            }
+            if multi && !last {
+                if g.waiting + 1 >= MAX_SENDERS {
+                    return Start::Refused(format!(
+                        "too many senders: a multi-sender test takes at most {} senders plus the last ('-L')",
+                        MAX_SENDERS - 1
+                    ));
+                }
+                g.waiting += 1;
+                return Start::Wait;
+            }
+            if !multi && last {
+                return Start::Refused(
+                    "the sender says it is the last of several ('-L'), but this server takes one sender per test (start it with --ntttcp-multi)".into(),
+                );
+            }
+            let verdict = if g.conns.is_empty() {
+                Err("no data connection arrived before the sender asked to start".into())
+            } else {
+                admit(&g.conns)
+            };
+            g.go = Some(verdict.clone());
+            match verdict {
+                Ok(()) => {
+                    g.running = true;
+                    Start::Own(std::mem::take(&mut g.conns))
+                }
+                Err(why) => Start::Refused(why),
+            }
+        })
+        .unwrap_or_else(|| Start::Refused("internal error: poisoned lock".into()))
+    }
+
+    /// For a waiting sender of group `id`: the last sender's verdict, once there is one.
+    pub(crate) fn verdict(&self, id: u64) -> Option<Result<(), String>> {
+        self.with(|groups| {
+            groups
+                .iter()
+                .find(|g| g.id == id)
+                .and_then(|g| g.go.clone())
+        })
+        .flatten()
+    }
+
+    /// A sync session of group `id` ended; the last one out removes the group (and closes
+    /// connections nobody took).
+    pub(crate) fn leave(&self, id: u64) {
+        let _ = self.with(|groups| {
+            if let Some(g) = groups.iter_mut().find(|g| g.id == id) {
+                g.senders = g.senders.saturating_sub(1);
+            }
+            groups.retain(|g| g.senders > 0);
+        });
+    }
+
+    /// A data connection: kept for the group of its address if that group is gathering.
+    fn data_connection(&self, ctx: &Ctx, s: TcpStream, peer: SocketAddr) {
+        let ip = canonical_ip(peer.ip());
+        let port = s.local_addr().map_or(0, |a| a.port());
+        let max = self.max_conns;
+        let refused = self.with(|groups| {
+            let Some(g) = groups.iter_mut().find(|g| g.ips.contains(&ip)) else {
+                return Some("no ntttcp sender from that address is synced (ntttcp -s without -N syncs first; -N is not supported)".to_string());
+            };
+            if g.running {
+                return Some("its sender's test has started".into());
+            }
+            if g.conns.len() >= max {
+                return Some(format!("the test already has {max} data connections (--max-flows)"));
+            }
+            g.conns.push((s, peer, port));
+            None
+        });
+        if let Some(Some(why)) = refused {
+            ctx.log_refusal_as(peer, "ntttcp", &format!("ntttcp data port {port}: {why}"));
+        }
+    }
+}

@@ -1,0 +1,298 @@
+//! Interop with the stock ntttcp-for-linux (1.4.3, built by `.ci/run` from the sources in
+//! `../shared/peers` into /opt/hakaru-peers/ntttcp): `ntttcp -s` senders (1 and 4 threads, two
+//! senders with `-M`/`-L`) into `hakaru server --ntttcp-port`, and `hakaru tcp --ntttcp` into
+//! `ntttcp -r`. Byte counts are compared between the two ends' printed totals.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use super::common::{compat_pass, count, json, run_cmd, stderr, wait_child, PeerMode, ServerProc};
+
+const LIMIT: Duration = Duration::from_secs(40);
+const NTTTCP: &str = "/opt/hakaru-peers/ntttcp/bin/ntttcp";
+const CI_RUN: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../.ci/run"));
+
+/// The stock ntttcp, when built. It is not a Debian package: `.ci/run` builds it with the
+/// shared peers' build.sh, and under HAKARU_TEST_PEERS=required a missing one fails the test.
+fn ntttcp() -> Option<&'static str> {
+    assert!(
+        CI_RUN.contains("build.sh ntttcp"),
+        ".ci/run must build ntttcp (../shared/peers/build.sh ntttcp)"
+    );
+    if Path::new(NTTTCP).exists() {
+        return Some(NTTTCP);
+    }
+    if PeerMode::from_env() == PeerMode::Required {
+        panic!("{NTTTCP} is missing, and .ci/run builds it (../shared/peers/build.sh ntttcp)");
+    }
+    println!("SKIPPED: {NTTTCP} is not built (../shared/peers/build.sh ntttcp)");
+    None
+}
+
+/// A first data port P such that P - 1 .. P + n - 1 are all free on loopback right now.
+fn free_range(n: u16) -> u16 {
+    let seed = std::process::id() as u64 * 7919
+        + Instant::now().elapsed().subsec_nanos() as u64
+        + std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos() as u64);
+    for i in 0..200u64 {
+        let first = 20_000 + ((seed + i * 613) % 30_000) as u16;
+        let held: Vec<_> = (first - 1..first + n)
+            .map_while(|p| TcpListener::bind(("127.0.0.1", p)).ok())
+            .collect();
+        if held.len() == usize::from(n) + 1 {
+            return first;
+        }
+    }
+    panic!("no {n} consecutive free ports");
+}
+
+/// `hakaru server` with an ntttcp receiver on `first` (and its sync port below it).
+fn server(first: u16, extra: &[&str]) -> ServerProc {
+    let p = first.to_string();
+    let mut args = vec!["--ntttcp-port", p.as_str(), "--ntttcp-ports", "4"];
+    args.extend_from_slice(extra);
+    let s = ServerProc::start(&args);
+    s.wait_log("ntttcp receiver: sync on", Duration::from_secs(10))
+        .expect("no 'ntttcp receiver' line from the server");
+    s
+}
+
+fn sender(bin: &str, first: u16, threads: u32, extra: &[&str]) -> Child {
+    Command::new(bin)
+        .args(["-s", "-t", "2", "-p", &first.to_string()])
+        .args(["-m", &format!("{threads},*,127.0.0.1")])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn ntttcp -s")
+}
+
+/// "total bytes", a tab, ":N" from ntttcp's output.
+fn ntttcp_total(o: &Output) -> u64 {
+    let text = String::from_utf8_lossy(&o.stdout);
+    text.lines()
+        .find(|l| l.contains("total bytes"))
+        .and_then(|l| l.rsplit(':').next())
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no total in ntttcp's output:\n{text}\n{}", stderr(o)))
+}
+
+/// The server's lines for the next ntttcp test to end: its connections' bytes and its total.
+fn server_test(s: &ServerProc) -> (Vec<u64>, u64) {
+    let deadline = Instant::now() + LIMIT;
+    let mut conns = vec![];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = s
+            .log
+            .recv_timeout(left)
+            .expect("no ntttcp total from the server");
+        let field = |l: &str, after: &str| -> u64 {
+            l.split(after)
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("no number after {after:?} in {l}"))
+        };
+        if line.contains("ntttcp test") && line.contains(": connection ") {
+            conns.push(field(&line, "received "));
+        }
+        if line.contains("total received ") {
+            return (conns, field(&line, "total received "));
+        }
+    }
+}
+
+/// A stock sender's bytes against what the server counted. The sender counts each write
+/// that returned; the server counts each byte read until the sender closed. They agree
+/// unless a write was cut short by the sender's own end, which ntttcp leaves out of its total.
+fn assert_same_bytes(sent: u64, received: u64) {
+    assert!(sent > 0, "the sender sent nothing");
+    assert_eq!(
+        received, sent,
+        "hakaru server counted {received} bytes, the ntttcp sender printed {sent}"
+    );
+}
+
+fn one_sender(threads: u32) {
+    let Some(bin) = ntttcp() else { return };
+    let first = free_range(4);
+    let s = server(first, &[]);
+    let out = wait_child(sender(bin, first, threads, &[]), LIMIT);
+    assert!(out.status.success(), "ntttcp -s failed: {}", stderr(&out));
+    let (conns, total) = server_test(&s);
+    assert_eq!(conns.len(), threads as usize, "one line per connection");
+    assert!(
+        conns.iter().all(|&b| b > 0),
+        "a connection moved nothing: {conns:?}"
+    );
+    assert_eq!(conns.iter().sum::<u64>(), total);
+    assert_same_bytes(ntttcp_total(&out), total);
+    compat_pass(
+        "ntttcp",
+        "server",
+        &format!("TCP -m {threads},*,IP"),
+        "ntttcp -s to hakaru",
+    );
+}
+
+#[test]
+fn stock_sender_one_thread_into_hakaru_server() {
+    one_sender(1);
+}
+
+#[test]
+fn stock_sender_four_threads_into_hakaru_server() {
+    one_sender(4);
+}
+
+#[test]
+fn two_stock_senders_with_m_and_l_into_hakaru_server() {
+    let Some(bin) = ntttcp() else { return };
+    let first = free_range(4);
+    let s = server(first, &["--ntttcp-multi"]);
+    let a = sender(bin, first, 2, &[]);
+    // The first sender is told 'W' and waits; the last one (-L) starts both.
+    std::thread::sleep(Duration::from_secs(1));
+    let b = sender(bin, first, 2, &["-L"]);
+    let (oa, ob) = (wait_child(a, LIMIT), wait_child(b, LIMIT));
+    assert!(oa.status.success(), "first sender: {}", stderr(&oa));
+    assert!(ob.status.success(), "last sender: {}", stderr(&ob));
+    let (conns, total) = server_test(&s);
+    assert_eq!(conns.len(), 4, "both senders' connections in one test");
+    assert_same_bytes(ntttcp_total(&oa) + ntttcp_total(&ob), total);
+    compat_pass(
+        "ntttcp",
+        "server",
+        "TCP -M/-L, 2 senders",
+        "ntttcp -s to hakaru",
+    );
+}
+
+/// True once something listens on `port` (from /proc/net/tcp: a probe connection would be
+/// a sync connection to the receiver).
+fn listening(port: u16) -> bool {
+    let hex = format!(":{port:04X} ");
+    std::fs::read_to_string("/proc/net/tcp")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.get(1).is_some_and(|a| format!("{a} ").ends_with(&hex)) && f.get(3) == Some(&"0A")
+        })
+}
+
+#[test]
+fn hakaru_tcp_ntttcp_into_stock_receiver() {
+    let Some(bin) = ntttcp() else { return };
+    let first = free_range(2);
+    let rx = Command::new(bin)
+        .args([
+            "-r",
+            "-t",
+            "6",
+            "-p",
+            &first.to_string(),
+            "-m",
+            "2,*,127.0.0.1",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn ntttcp -r");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !(listening(first - 1) && listening(first + 1)) {
+        assert!(Instant::now() < deadline, "ntttcp -r did not listen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = run_cmd(
+        super::common::hakaru().args([
+            "tcp",
+            "127.0.0.1",
+            "-p",
+            &first.to_string(),
+            "--ntttcp",
+            "-t",
+            "2",
+            "-P",
+            "2",
+            "--json",
+        ]),
+        LIMIT,
+    );
+    let rx = wait_child(rx, LIMIT);
+    assert!(
+        out.status.success(),
+        "hakaru tcp --ntttcp failed: {}",
+        stderr(&out)
+    );
+    let v = json(&out);
+    let sent = count(&v, "/totals/0/sender/bytes");
+    assert_eq!(
+        count(&v, "/totals/0/receiver/bytes"),
+        sent,
+        "the receiver view is the sender's"
+    );
+    assert!(
+        v.pointer("/notes")
+            .and_then(|n| n.as_array())
+            .is_some_and(|n| n
+                .iter()
+                .any(|x| x.as_str().is_some_and(|s| s.contains("ntttcp")))),
+        "the result says where its receiver figures come from"
+    );
+    assert_eq!(
+        ntttcp_total(&rx),
+        sent,
+        "ntttcp -r printed a different total than hakaru sent"
+    );
+    compat_pass("ntttcp", "client", "TCP -P 2", "hakaru to ntttcp -r");
+}
+
+#[test]
+fn garbage_on_the_sync_and_data_ports_is_refused_and_the_server_keeps_serving() {
+    let Some(bin) = ntttcp() else { return };
+    let first = free_range(4);
+    let s = server(first, &[]);
+    let closed = |port: u16, bytes: &[u8]| {
+        let mut c = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let _ = c.write_all(bytes);
+        let mut buf = [0u8; 64];
+        // The server answers nothing and closes: EOF (or a reset), never a timeout.
+        match c.read(&mut buf) {
+            Ok(0) => {}
+            Ok(n) => panic!("port {port} answered {:?}", buf.get(..n)),
+            Err(e) => assert!(
+                !matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ),
+                "port {port} kept a stranger's connection open"
+            ),
+        }
+    };
+    closed(first - 1, b"GET / HTTP/1.0\r\n\r\n");
+    assert!(s
+        .wait_log("where its first word, 'X', belongs", Duration::from_secs(5))
+        .is_some());
+    closed(first, b"data without a sync");
+    // Half a word, then the stranger goes away.
+    TcpStream::connect(("127.0.0.1", first - 1))
+        .and_then(|mut c| c.write_all(&[0, 0]))
+        .expect("half a word");
+    let out = wait_child(sender(bin, first, 1, &[]), LIMIT);
+    assert!(
+        out.status.success(),
+        "ntttcp -s after the garbage: {}",
+        stderr(&out)
+    );
+    let (_, total) = server_test(&s);
+    assert_same_bytes(ntttcp_total(&out), total);
+}
