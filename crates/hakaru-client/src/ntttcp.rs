@@ -112,6 +112,7 @@ pub(crate) fn run(
         tx: Some(tx),
         rx,
         flows: Vec::new(),
+        held: Vec::new(),
         run: None,
         started: None,
         started_unix: 0.0,
@@ -121,7 +122,9 @@ pub(crate) fn run(
         gone: false,
     };
     let mut m = machine::Session::new(proposed, Instant::now());
-    let interrupted = d.drive(&mut m, observer, &stop)?;
+    let driven = d.drive(&mut m, observer, &stop);
+    drop(std::mem::take(&mut d.held));
+    let interrupted = driven?;
     let local = d.local.take().ok_or_else(|| {
         ClientError::Flow("internal error: the ntttcp session ended without a report".into())
     })?;
@@ -186,6 +189,11 @@ struct Driver<'a> {
     tx: Option<mpsc::Sender<IntervalSample>>,
     rx: mpsc::Receiver<IntervalSample>,
     flows: Vec<FlowSocket>,
+    /// Duplicates of the data sockets, closed only when the sync session is over: a stock
+    /// receiver's threads wait for the next event on their sockets without a timeout and look
+    /// at the test's state only then, so the connections must end after its test has (after
+    /// our 'E' and its answer), or those threads never see the end and it never exits.
+    held: Vec<TcpStream>,
     run: Option<SideRun>,
     started: Option<Instant>,
     started_unix: f64,
@@ -331,6 +339,9 @@ impl Driver<'_> {
                 flow: id,
                 reason: format!("ntttcp data port {port}: {e}"),
             })?;
+            if let Ok(dup) = stream.try_clone() {
+                self.held.push(dup);
+            }
             self.flows.push(FlowSocket {
                 id,
                 dir: FlowDir::Up,
@@ -346,8 +357,8 @@ impl Driver<'_> {
         let (Some(mut cfg), Some(tx)) = (self.cfg.take(), self.tx.take()) else {
             return Err(ClientError::Flow("internal error: started twice".into()));
         };
-        // A stock receiver reads each connection to its end and closes it.
-        cfg.half_close = true;
+        // No FIN when the time is up: the connections end with the session (`held`).
+        cfg.half_close = false;
         let on_interval = Box::new(move |s| {
             let _ = tx.send(s);
         });

@@ -247,23 +247,7 @@ impl Server {
             })?),
             None => None,
         };
-        let ntttcp = match cfg.ntttcp_port {
-            Some(p) => Some(
-                ntttcp::NtttcpPorts::bind(
-                    bound.ip(),
-                    p,
-                    cfg.ntttcp_ports,
-                    cfg.family == Family::V6,
-                )
-                .map_err(|e| {
-                    io::Error::new(
-                        e.kind(),
-                        format!("--ntttcp-port {p}: {e}{}", in_use_hint(&e)),
-                    )
-                })?,
-            ),
-            None => None,
-        };
+        let ntttcp = ntttcp::NtttcpPorts::bind_for(&cfg, bound.ip())?;
         let udp_port = udp.try_clone()?;
         Ok(Server {
             ntttcp,

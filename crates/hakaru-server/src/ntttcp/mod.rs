@@ -35,6 +35,9 @@ mod session;
 
 /// How long the accept loop sleeps when no listener had a connection.
 const ACCEPT_IDLE: Duration = Duration::from_millis(2);
+/// Longest a sender's 'R' waits for the accept loop to take the data connections still in
+/// the listen queues.
+const SETTLE_LIMIT: Duration = Duration::from_secs(1);
 
 /// The bound sync and data listeners.
 pub(crate) struct NtttcpPorts {
@@ -65,6 +68,24 @@ impl NtttcpPorts {
         Ok(NtttcpPorts { sync, data })
     }
 
+    /// The ports `--ntttcp-port` asks for, if it does; errors name the flag.
+    pub(crate) fn bind_for(cfg: &crate::ServerConfig, ip: IpAddr) -> io::Result<Option<Self>> {
+        let Some(p) = cfg.ntttcp_port else {
+            return Ok(None);
+        };
+        let v6_only = cfg.family == crate::Family::V6;
+        Self::bind(ip, p, cfg.ntttcp_ports, v6_only)
+            .map(Some)
+            .map_err(|e| {
+                let hint = if e.kind() == io::ErrorKind::AddrInUse {
+                    " (another program, or a stock ntttcp -r, holds one of the ports)"
+                } else {
+                    ""
+                };
+                io::Error::new(e.kind(), format!("--ntttcp-port {p}: {e}{hint}"))
+            })
+    }
+
     /// The sync listener's address.
     pub(crate) fn sync_addr(&self) -> io::Result<SocketAddr> {
         self.sync.local_addr()
@@ -81,6 +102,7 @@ impl NtttcpPorts {
             max_conns: ctx.cfg.max_flows as usize,
             groups: Mutex::new(Vec::new()),
             next_group: AtomicU64::new(1),
+            passes: AtomicU64::new(0),
         });
         std::thread::Builder::new()
             .name("hakaru-ntttcp".into())
@@ -111,6 +133,7 @@ impl NtttcpPorts {
                     }
                 }
             }
+            front.passes.fetch_add(1, Ordering::AcqRel);
             if !any {
                 std::thread::sleep(ACCEPT_IDLE);
             }
@@ -186,6 +209,8 @@ pub(crate) struct Front {
     max_conns: usize,
     groups: Mutex<Vec<Group>>,
     next_group: AtomicU64,
+    /// Rounds of the accept loop over every listener so far.
+    passes: AtomicU64,
 }
 
 /// The answer to a sender's 'R' or 'L'.
@@ -297,6 +322,20 @@ impl Front {
             }
         })
         .unwrap_or_else(|| Start::Refused("internal error: poisoned lock".into()))
+    }
+
+    /// Waits until the accept loop has gone over every listener once since now (at most
+    /// [`SETTLE_LIMIT`]). A stock sender asks to start as soon as its connections are
+    /// established, which the kernel does before the accept loop has taken them: after this,
+    /// every connection it opened before its 'R' is in its group.
+    pub(crate) fn settle(&self) {
+        let start = self.passes.load(Ordering::Acquire);
+        let deadline = std::time::Instant::now() + SETTLE_LIMIT;
+        while self.passes.load(Ordering::Acquire) < start + 2
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     /// For a waiting sender of group `id`: the last sender's verdict, once there is one.

@@ -227,6 +227,7 @@ impl Driver<'_> {
         let Some(g) = self.group else {
             return Input::Refused("internal error: no group".into());
         };
+        self.front.settle();
         let (ctx, peer) = (self.ctx, self.peer);
         let mut taken = None;
         let verdict = self.front.start(g, last, |conns| {

@@ -373,23 +373,6 @@ impl Target {
             )
     }
 
-    /// `hakaru tcp --ntttcp`: HOST (loopback without one) at the receiver's first data port
-    /// (ntttcp's 5001 unless -p or HOST:PORT gives one).
-    pub fn run_ntttcp(&self, spec: TestSpec) -> anyhow::Result<()> {
-        if self.sync_start {
-            return Err(UsageError(
-                "--sync-start needs a hakaru server: an ntttcp receiver cannot hold its start (drop --ntttcp)".into(),
-            )
-            .into());
-        }
-        let mut ep = self.endpoint_without_server()?;
-        if !self.port_given() {
-            ep.port = hakaru_client::NTTTCP_DEFAULT_PORT;
-        }
-        let opts = self.options(&ep, spec);
-        run_and_print(self, &opts, false)
-    }
-
     /// HOST and -p as given, with no embedded server (for peers that are not hakaru).
     pub fn endpoint_without_server(&self) -> anyhow::Result<Endpoint> {
         Ok(match self.host_port()? {

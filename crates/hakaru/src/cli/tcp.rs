@@ -2,7 +2,7 @@
 
 use hakaru_model::{BitRate, Bytes, TcpSpec, TestSpec};
 
-use super::common::{Iperf3Peer, Shape, Target};
+use super::common::{run_and_print, Endpoint, Iperf3Peer, Shape, Target, UsageError};
 
 /// Options of `hakaru tcp`.
 #[derive(Debug, clap::Args)]
@@ -86,7 +86,29 @@ pub fn run(mut a: Args) -> anyhow::Result<()> {
     a.target.ntttcp = a.ntttcp;
     let spec = a.spec()?;
     if a.ntttcp {
-        return a.target.run_ntttcp(TestSpec::Tcp(spec));
+        return run_ntttcp(&a.target, TestSpec::Tcp(spec));
     }
     a.target.run(TestSpec::Tcp(spec))
+}
+
+/// `hakaru tcp --ntttcp`: HOST (loopback without one) at the receiver's first data port
+/// (ntttcp's 5001 unless -p or HOST:PORT gives one).
+fn run_ntttcp(target: &Target, spec: TestSpec) -> anyhow::Result<()> {
+    if target.sync_start {
+        return Err(UsageError(
+            "--sync-start needs a hakaru server: an ntttcp receiver cannot hold its start (drop --ntttcp)".into(),
+        )
+        .into());
+    }
+    let given = target.host_port()?;
+    let host = given
+        .as_ref()
+        .map_or_else(|| target.loopback().to_string(), |(h, _)| h.clone());
+    let port = match (target.port_given(), given) {
+        (true, Some((_, p))) => p,
+        (true, None) => target.port.unwrap_or(hakaru_client::NTTTCP_DEFAULT_PORT),
+        (false, _) => hakaru_client::NTTTCP_DEFAULT_PORT,
+    };
+    let opts = target.options(&Endpoint::remote(host, port), spec);
+    run_and_print(target, &opts, false)
 }
