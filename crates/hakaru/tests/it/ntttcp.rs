@@ -123,7 +123,7 @@ fn assert_same_bytes(sent: u64, received: u64, conns: u64) {
         panic!("hakaru server counted {received} bytes, less than the {sent} the ntttcp sender printed")
     });
     assert!(
-        extra % SEND_BUF == 0 && extra <= conns * SEND_BUF,
+        extra.is_multiple_of(SEND_BUF) && extra <= conns * SEND_BUF,
         "hakaru server counted {received} bytes, the ntttcp sender printed {sent}: {extra} more is not whole writes in flight at its end (at most {conns} of {SEND_BUF} bytes)"
     );
 }
