@@ -417,3 +417,69 @@ impl Driver<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hakaru_model::{Bytes, Dur};
+
+    fn tcp(f: impl FnOnce(&mut TcpSpec)) -> TestSpec {
+        let mut t = TcpSpec::default();
+        f(&mut t);
+        TestSpec::Tcp(t)
+    }
+
+    fn refusal(spec: &TestSpec) -> String {
+        match check(spec) {
+            Err(ClientError::Refused(why)) => why,
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_proposal_is_the_whole_cycle_in_whole_seconds() {
+        let spec = tcp(|t| {
+            t.amount = Amount::Time(Dur::from_secs(5));
+            t.omit = Dur(Duration::from_millis(1500));
+        });
+        assert_eq!(check(&spec).map(|(_, p)| p).ok(), Some(7));
+        let short = tcp(|t| t.amount = Amount::Time(Dur(Duration::from_millis(300))));
+        assert_eq!(check(&short).map(|(_, p)| p).ok(), Some(1));
+    }
+
+    #[test]
+    fn what_ntttcp_cannot_run_is_refused_by_name() {
+        let r = refusal(&tcp(|t| t.amount = Amount::Time(Dur::from_secs(82))));
+        assert!(r.contains("82 s") && r.contains("'R'"), "{r}");
+        let r = refusal(&tcp(|t| t.direction = Direction::Reverse));
+        assert!(r.contains("only receives"), "{r}");
+        let r = refusal(&tcp(|t| t.amount = Amount::Bytes(Bytes(1 << 20))));
+        assert!(r.contains("-n"), "{r}");
+        let r = refusal(&tcp(|t| t.flows = 513));
+        assert!(r.contains("-P 513") && r.contains("512"), "{r}");
+    }
+
+    #[test]
+    fn the_receiver_view_is_this_ends_bytes_as_received() {
+        let f = FlowSide {
+            id: 3,
+            dir: FlowDir::Up,
+            role: Role::Sender,
+            bytes: 1234,
+            omitted_bytes: 0,
+            late_bytes: 0,
+            late_seconds: 0.0,
+            calls: 2,
+            seconds: 2.0,
+            tcp_info: None,
+            udp: None,
+            error: None,
+        };
+        let local = SideReport::flows_only(End::Client, vec![f]);
+        let v = receiver_view(&local);
+        assert_eq!(v.end, End::Server);
+        assert_eq!(v.env.software, "ntttcp");
+        let g = v.flows.first().expect("one flow");
+        assert_eq!((g.id, g.role, g.bytes), (3, Role::Receiver, 1234));
+    }
+}
