@@ -383,3 +383,111 @@ impl Front {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn front(multi: bool) -> Front {
+        Front {
+            multi,
+            max_conns: 8,
+            groups: Mutex::new(Vec::new()),
+            next_group: AtomicU64::new(1),
+            passes: AtomicU64::new(0),
+        }
+    }
+
+    /// A connected loopback pair's accepted end, as a data connection of `g`.
+    fn add_conn(f: &Front, g: u64) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (s, _) = l.accept().unwrap();
+        let peer = c.local_addr().unwrap();
+        let mut groups = f.groups.lock().unwrap();
+        let grp = groups.iter_mut().find(|x| x.id == g).unwrap();
+        grp.conns.push((s, peer, 5001));
+    }
+
+    const A: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 1));
+    const B: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 2));
+
+    #[test]
+    fn one_sender_per_address_and_addresses_at_once() {
+        let f = front(false);
+        let a = f.join(A).expect("first sender");
+        assert_eq!(f.join(A), None, "a second sender from one address is busy");
+        let b = f.join(B).expect("another address tests at once");
+        assert_ne!(a, b);
+        assert_eq!(f.negotiate(a, 0, None), 60);
+        assert!(
+            matches!(f.start(a, false, |_| Ok(())), Start::Refused(w) if w.contains("no data connection"))
+        );
+        add_conn(&f, a);
+        add_conn(&f, a);
+        match f.start(a, false, |c| {
+            if c.len() == 2 {
+                Ok(())
+            } else {
+                Err("count".into())
+            }
+        }) {
+            Start::Own(c) => assert_eq!(c.len(), 2),
+            _ => panic!("the sender owns its test"),
+        }
+        assert!(
+            matches!(f.start(a, false, |_| Ok(())), Start::Refused(w) if w.contains("already started"))
+        );
+        assert!(
+            matches!(f.start(b, true, |_| Ok(())), Start::Refused(w) if w.contains("--ntttcp-multi"))
+        );
+        f.leave(a);
+        assert!(
+            f.join(A).is_some(),
+            "the address is free once its sender left"
+        );
+    }
+
+    #[test]
+    fn several_senders_wait_for_the_last_and_share_its_verdict() {
+        let f = front(true);
+        let g = f.join(A).unwrap();
+        assert_eq!(f.join(B), Some(g), "every sender joins the one group");
+        assert_eq!(f.negotiate(g, 7, None), 7);
+        assert_eq!(
+            f.negotiate(g, 30, None),
+            7,
+            "the first sender's time holds for all"
+        );
+        add_conn(&f, g);
+        assert!(matches!(f.start(g, false, |_| Ok(())), Start::Wait));
+        assert_eq!(f.verdict(g), None);
+        add_conn(&f, g);
+        match f.start(g, true, |_| Ok(())) {
+            Start::Own(c) => assert_eq!(c.len(), 2),
+            _ => panic!("the last sender owns the test"),
+        }
+        assert_eq!(f.verdict(g), Some(Ok(())));
+        assert_eq!(f.join(A), None, "a running group takes no one");
+        f.leave(g);
+        f.leave(g);
+        assert!(f.join(A).is_some());
+    }
+
+    #[test]
+    fn a_refused_last_sender_refuses_the_waiting_ones_and_seats_are_bounded() {
+        let f = front(true);
+        let g = f.join(A).unwrap();
+        for _ in 0..MAX_SENDERS - 1 {
+            assert!(matches!(f.start(g, false, |_| Ok(())), Start::Wait));
+        }
+        assert!(
+            matches!(f.start(g, false, |_| Ok(())), Start::Refused(w) if w.contains("too many senders"))
+        );
+        add_conn(&f, g);
+        assert!(
+            matches!(f.start(g, true, |_| Err("over budget".into())), Start::Refused(w) if w == "over budget")
+        );
+        assert_eq!(f.verdict(g), Some(Err("over budget".into())));
+    }
+}
