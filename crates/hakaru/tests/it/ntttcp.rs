@@ -15,8 +15,9 @@ const LIMIT: Duration = Duration::from_secs(40);
 const NTTTCP: &str = "/opt/hakaru-peers/ntttcp/bin/ntttcp";
 const CI_RUN: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../.ci/run"));
 
-/// The stock ntttcp, when built. It is not a Debian package: `.ci/run` builds it with the
-/// shared peers' build.sh, and under HAKARU_TEST_PEERS=required a missing one fails the test.
+/// The stock ntttcp, when built (or on PATH). It is not a Debian package: `.ci/run` builds it
+/// with the shared peers' build.sh, and under HAKARU_TEST_PEERS=required a missing one fails
+/// the test.
 fn ntttcp() -> Option<&'static str> {
     assert!(
         CI_RUN.contains("build.sh ntttcp"),
@@ -24,6 +25,9 @@ fn ntttcp() -> Option<&'static str> {
     );
     if Path::new(NTTTCP).exists() {
         return Some(NTTTCP);
+    }
+    if super::common::have("ntttcp") {
+        return Some("ntttcp");
     }
     if PeerMode::from_env() == PeerMode::Required {
         panic!("{NTTTCP} is missing, and .ci/run builds it (../shared/peers/build.sh ntttcp)");
