@@ -36,15 +36,15 @@ fn ntttcp() -> Option<&'static str> {
     None
 }
 
-/// A first data port P such that P - 1 .. P + n - 1 are all free on loopback right now.
+/// A first data port P such that P - 1 .. P + n - 1 are all free on loopback right now. The
+/// ranges lie below the kernel's ephemeral ports (32768 and up), where servers started with
+/// port 0 and outgoing connections land, and each test of this process takes its own stretch.
 fn free_range(n: u16) -> u16 {
-    let seed = std::process::id() as u64 * 7919
-        + Instant::now().elapsed().subsec_nanos() as u64
-        + std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos() as u64);
-    for i in 0..200u64 {
-        let first = 20_000 + ((seed + i * 613) % 30_000) as u16;
+    static NEXT: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
+    let seed = (std::process::id() % 512) as u16 * 32;
+    for _ in 0..200 {
+        let k = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let first = 12_000 + (seed.wrapping_add(k.wrapping_mul(20)) % 20_000);
         let held: Vec<_> = (first - 1..first + n)
             .map_while(|p| TcpListener::bind(("127.0.0.1", p)).ok())
             .collect();
@@ -162,6 +162,58 @@ fn stock_sender_one_thread_into_hakaru_server() {
 #[test]
 fn stock_sender_four_threads_into_hakaru_server() {
     one_sender(4);
+}
+
+#[test]
+fn stock_sender_with_p_ports_and_n_threads_each_into_hakaru_server() {
+    let Some(bin) = ntttcp() else { return };
+    let first = free_range(4);
+    let s = server(first, &[]);
+    let child = Command::new(bin)
+        .args(["-s", "127.0.0.1", "-t", "2", "-p", &first.to_string()])
+        .args(["-P", "2", "-n", "2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn ntttcp -s");
+    let out = wait_child(child, LIMIT);
+    assert!(out.status.success(), "ntttcp -s failed: {}", stderr(&out));
+    let (conns, total) = server_test(&s);
+    assert_eq!(conns.len(), 4, "2 ports x 2 threads");
+    assert_same_bytes(ntttcp_total(&out), total, 4);
+    compat_pass("ntttcp", "server", "TCP -P 2 -n 2", "ntttcp -s to hakaru");
+}
+
+#[test]
+fn a_second_sender_from_a_busy_address_is_turned_away_and_the_first_runs_on() {
+    let Some(bin) = ntttcp() else { return };
+    let first = free_range(4);
+    let s = server(first, &[]);
+    let a = Command::new(bin)
+        .args([
+            "-s",
+            "-t",
+            "3",
+            "-p",
+            &first.to_string(),
+            "-m",
+            "1,*,127.0.0.1",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn ntttcp -s");
+    s.wait_log("ntttcp test", Duration::from_secs(10))
+        .expect("the first sender's test started");
+    let b = wait_child(sender(bin, first, 1, &[]), LIMIT);
+    let said = String::from_utf8_lossy(&b.stdout);
+    assert!(!b.status.success(), "the second sender ran: {said}");
+    assert!(said.contains("busy"), "ntttcp -s says why: {said}");
+    let a = wait_child(a, LIMIT);
+    assert!(a.status.success(), "the first sender: {}", stderr(&a));
+    let (_, total) = server_test(&s);
+    assert_same_bytes(ntttcp_total(&a), total, 1);
+    compat_pass("ntttcp", "server", "busy receiver", "ntttcp -s to hakaru");
 }
 
 #[test]
