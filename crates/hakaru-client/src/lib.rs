@@ -10,6 +10,7 @@ mod drive;
 pub mod find_max;
 mod iperf3;
 mod latency;
+mod ntttcp;
 pub mod push;
 mod sockperf;
 mod udp;
@@ -32,7 +33,10 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 pub use hakaru_model::Family;
 pub use hakaru_proto::auth::{Psk, MAX_KEY_LEN as MAX_PSK_LEN};
+pub use ntttcp::NO_RECEIVER_REPORT as NTTTCP_NOTE;
 pub use sockperf::NO_SERVER_REPORT as SOCKPERF_NOTE;
+/// A stock ntttcp receiver's first data port (`--ntttcp` without -p).
+pub const NTTTCP_DEFAULT_PORT: u16 = hakaru_proto::ntttcp::DEFAULT_PORT;
 
 /// Where to run a test and how.
 #[derive(Debug, Clone)]
@@ -61,6 +65,9 @@ pub struct ClientOptions {
     pub iperf3: bool,
     /// Synchronised start: called once the test is set up, just before it starts.
     pub gate: Option<StartGate>,
+    /// The server is a stock ntttcp receiver (`ntttcp -r`) whose first data port is `port`:
+    /// speak its sync protocol (`--ntttcp`).
+    pub ntttcp: bool,
     /// Pre-shared key for a server that requires one (`--psk-file`, HAKARU_PSK).
     pub psk: Option<hakaru_proto::auth::Psk>,
 }
@@ -347,6 +354,14 @@ fn run_elsewhere(
     }
     if opts.iperf3 {
         return Some(iperf3::run(opts, observer, Arc::clone(stop)));
+    }
+    if opts.ntttcp {
+        if opts.gate.is_some() {
+            return Some(Err(ClientError::Refused(
+                "(checked locally) a synchronised start needs a hakaru server; an ntttcp receiver cannot hold its start".into(),
+            )));
+        }
+        return Some(ntttcp::run(opts, observer, Arc::clone(stop)));
     }
     if let Err(e) = opts.spec.validate() {
         return Some(Err(ClientError::Refused(format!(

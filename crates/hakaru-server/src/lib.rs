@@ -14,6 +14,7 @@ mod iperf3;
 mod iperf3_output;
 mod limits;
 mod metrics;
+mod ntttcp;
 mod ratelog;
 mod registry;
 mod session;
@@ -82,6 +83,13 @@ pub struct ServerConfig {
     pub metrics: Option<SocketAddr>,
     /// Memory and busy-polling budgets (docs/security.md).
     pub budgets: Budgets,
+    /// Also act as an `ntttcp -r` receiver whose first data port is this (`--ntttcp-port`);
+    /// its sync port is one lower.
+    pub ntttcp_port: Option<u16>,
+    /// Data ports from `ntttcp_port` (ntttcp's `-P`).
+    pub ntttcp_ports: u16,
+    /// Several ntttcp senders per test, started by the one with `-L` (ntttcp's `-r -M`).
+    pub ntttcp_multi: bool,
 }
 
 impl Default for ServerConfig {
@@ -103,6 +111,9 @@ impl Default for ServerConfig {
             http_port: None,
             metrics: None,
             budgets: Budgets::default(),
+            ntttcp_port: None,
+            ntttcp_ports: hakaru_proto::ntttcp::DEFAULT_PORTS,
+            ntttcp_multi: false,
         }
     }
 }
@@ -159,6 +170,7 @@ pub struct Server {
     sockperf: Option<sockperf::SockperfPort>,
     http: Option<http::HttpPort>,
     metrics: Option<TcpListener>,
+    ntttcp: Option<ntttcp::NtttcpPorts>,
     ctx: Arc<Ctx>,
 }
 
@@ -235,8 +247,10 @@ impl Server {
             })?),
             None => None,
         };
+        let ntttcp = ntttcp::NtttcpPorts::bind_for(&cfg, bound.ip())?;
         let udp_port = udp.try_clone()?;
         Ok(Server {
+            ntttcp,
             listener,
             udp,
             sockperf,
@@ -310,6 +324,11 @@ impl Server {
             Some(l) => Some(metrics::spawn(Arc::clone(&self.ctx), l)?),
             None => None,
         };
+        let ntttcp_addr = self.ntttcp.as_ref().and_then(|n| n.sync_addr().ok());
+        let ntttcp_thread = match self.ntttcp.take() {
+            Some(n) => Some(n.spawn(Arc::clone(&self.ctx), self.ctx.cfg.ntttcp_multi)?),
+            None => None,
+        };
         let udp_thread = {
             let ctx = Arc::clone(&self.ctx);
             let sock = self.udp.try_clone()?;
@@ -322,6 +341,13 @@ impl Server {
         // After the line above, which scripts read the control port from.
         if let Some(a) = sockperf_addr {
             tracing::info!("sockperf listening on {a} (UDP and TCP)");
+        }
+        if let Some(a) = ntttcp_addr {
+            tracing::info!(
+                "ntttcp receiver: sync on {a}, data on ports {}-{}",
+                a.port() + 1,
+                u32::from(a.port()) + u32::from(self.ctx.cfg.ntttcp_ports.max(1))
+            );
         }
         if let Some(a) = metrics_addr {
             tracing::info!("metrics at http://{a}/metrics");
@@ -366,6 +392,9 @@ impl Server {
             let _ = t.join();
         }
         if let Some(t) = metrics_thread {
+            let _ = t.join();
+        }
+        if let Some(t) = ntttcp_thread {
             let _ = t.join();
         }
         for t in sockperf_threads {

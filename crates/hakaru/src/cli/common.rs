@@ -52,6 +52,9 @@ pub struct Target {
     /// Set from [`Iperf3Peer`] by the subcommands that have it.
     #[arg(skip)]
     pub iperf3: bool,
+    /// Set by `hakaru tcp --ntttcp`.
+    #[arg(skip)]
+    pub ntttcp: bool,
     /// Synchronised start: set the test up (connections, flows), print a `ready` event
     /// (--json-stream) or a line on stderr, and start only when a line `go` arrives on standard
     /// input; `stop` or the end of input stops the test. `hakaru plan` drives clients this way.
@@ -404,6 +407,7 @@ impl Target {
             full_log: None,
             histogram: false,
             iperf3: self.iperf3,
+            ntttcp: self.ntttcp,
             gate: None,
             // Checked by validate(); a file that vanished since reads as no key, which the
             // server then refuses by name.

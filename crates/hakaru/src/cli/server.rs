@@ -123,6 +123,19 @@ pub struct Args {
     /// monitoring reaches (127.0.0.1:9464).
     #[arg(long, value_name = "ADDR:PORT")]
     metrics: Option<std::net::SocketAddr>,
+    /// Also act as an `ntttcp -r` receiver for stock ntttcp-for-linux senders (`ntttcp -s`):
+    /// PORT is the first data port (ntttcp's default is 5001) and its sync port is PORT - 1.
+    /// Each connection's bytes and the test's total are logged when it ends. Off by default:
+    /// ntttcp senders cannot authenticate.
+    #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(2..))]
+    ntttcp_port: Option<u16>,
+    /// Data ports from --ntttcp-port (ntttcp's -P; a sender's `-m N,*,HOST` uses the first N).
+    #[arg(long, value_name = "N", default_value_t = 16, requires = "ntttcp_port", value_parser = clap::value_parser!(u16).range(1..=512))]
+    ntttcp_ports: u16,
+    /// Several ntttcp senders per test, started together when the one with -L arrives
+    /// (ntttcp's `-r -M`). Without it each sender address runs its own test.
+    #[arg(long, requires = "ntttcp_port")]
+    ntttcp_multi: bool,
     /// Print `listening on ADDR` on stdout once serving, and stop when standard input closes:
     /// for launchers (`hakaru plan` over ssh, `ip netns exec`, `kubectl exec -i`), so the
     /// server ends with the connection that started it.
@@ -148,6 +161,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
         if a.http_port.is_some() {
             tracing::warn!("--http-port: HTTP clients are served without the key");
+        }
+        if a.ntttcp_port.is_some() {
+            tracing::warn!("--ntttcp-port: ntttcp senders are served without the key (they cannot authenticate)");
         }
         if a.sockperf_port.is_some() {
             tracing::warn!("--sockperf-port: sockperf clients are answered without the key (they cannot authenticate)");
@@ -184,6 +200,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         sockperf_reply_rate: a.sockperf_reply_rate,
         http_port: a.http_port,
         metrics: a.metrics,
+        ntttcp_port: a.ntttcp_port,
+        ntttcp_ports: a.ntttcp_ports,
+        ntttcp_multi: a.ntttcp_multi,
     })
     .with_context(|| format!("starting the server on port {}", a.port))?;
     super::common::register_stop(&server.shutdown_flag())?;

@@ -2,7 +2,7 @@
 
 use hakaru_model::{BitRate, Bytes, TcpSpec, TestSpec};
 
-use super::common::{Iperf3Peer, Shape, Target};
+use super::common::{run_and_print, Endpoint, Iperf3Peer, Shape, Target, UsageError};
 
 /// Options of `hakaru tcp`.
 #[derive(Debug, clap::Args)]
@@ -13,6 +13,12 @@ pub struct Args {
     shape: Shape,
     #[command(flatten)]
     peer: Iperf3Peer,
+    /// The server is a stock ntttcp-for-linux receiver (`ntttcp -r`): sync on PORT - 1 and
+    /// send flow i to data port PORT + i (PORT: -p, default 5001), as `ntttcp -s -m P,*,HOST`.
+    /// ntttcp carries no results, so the receiver figures are this end's sender view; the
+    /// receiver prints its own total.
+    #[arg(long, conflicts_with = "iperf3")]
+    ntttcp: bool,
     /// Bytes per write and per read.
     #[arg(short, long, value_name = "SIZE", default_value = "1M")]
     length: Bytes,
@@ -77,6 +83,32 @@ impl Args {
 /// Runs the test and prints the result in the chosen format.
 pub fn run(mut a: Args) -> anyhow::Result<()> {
     a.target.iperf3 = a.peer.iperf3;
+    a.target.ntttcp = a.ntttcp;
     let spec = a.spec()?;
+    if a.ntttcp {
+        return run_ntttcp(&a.target, TestSpec::Tcp(spec));
+    }
     a.target.run(TestSpec::Tcp(spec))
+}
+
+/// `hakaru tcp --ntttcp`: HOST (loopback without one) at the receiver's first data port
+/// (ntttcp's 5001 unless -p or HOST:PORT gives one).
+fn run_ntttcp(target: &Target, spec: TestSpec) -> anyhow::Result<()> {
+    if target.sync_start {
+        return Err(UsageError(
+            "--sync-start needs a hakaru server: an ntttcp receiver cannot hold its start (drop --ntttcp)".into(),
+        )
+        .into());
+    }
+    let given = target.host_port()?;
+    let host = given
+        .as_ref()
+        .map_or_else(|| target.loopback().to_string(), |(h, _)| h.clone());
+    let port = match (target.port_given(), given) {
+        (true, Some((_, p))) => p,
+        (true, None) => target.port.unwrap_or(hakaru_client::NTTTCP_DEFAULT_PORT),
+        (false, _) => hakaru_client::NTTTCP_DEFAULT_PORT,
+    };
+    let opts = target.options(&Endpoint::remote(host, port), spec);
+    run_and_print(target, &opts, false)
 }

@@ -25,6 +25,7 @@ mod netns_partition;
 mod netns_plan;
 mod netns_udp;
 mod nic;
+mod ntttcp;
 mod plan;
 mod report;
 mod report_render;

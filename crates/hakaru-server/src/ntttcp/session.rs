@@ -1,0 +1,367 @@
+//! One ntttcp sender's sync connection: the driver of `hakaru_session::ntttcp::server`, and,
+//! for the sender that starts the test, the engine that counts the group's connections.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hakaru_engine::tcp::{FlowSocket, SideConfig, SideRun};
+use hakaru_engine::{sys, Running};
+use hakaru_model::{Amount, Bytes, Dur, End, FlowDir, Role, SideReport, TcpSpec, TestSpec};
+use hakaru_session::ntttcp::server::{self as machine, Input, Output};
+
+use super::{DataConn, Front, Start};
+use crate::dispatch::CountGuard;
+use crate::limits::Slot;
+use crate::Ctx;
+
+/// Bytes per read (ntttcp's own receiver reads 64 KiB).
+const READ_LEN: u64 = 128 << 10;
+/// A connection that moves nothing this long fails.
+const STALL: Duration = Duration::from_secs(30);
+/// Longest wait for an event in the driver's loop.
+const TICK: Duration = Duration::from_millis(20);
+
+/// Starts a thread for a sync connection just accepted.
+pub(super) fn spawn(ctx: Arc<Ctx>, front: Arc<Front>, s: TcpStream, peer: SocketAddr) {
+    let handshake = match ctx.admission.pending(peer.ip()) {
+        Ok(h) => h,
+        Err(why) => return ctx.log_refusal(peer, &format!("ntttcp sync: {why}")),
+    };
+    ctx.metrics.connection("ntttcp");
+    ctx.threads.fetch_add(1, Ordering::AcqRel);
+    let c = Arc::clone(&ctx);
+    let r = std::thread::Builder::new()
+        .name("hakaru-ntttcp-sync".into())
+        .stack_size(512 << 10)
+        .spawn(move || {
+            let _t = CountGuard(&c.threads);
+            let id = c.next_test.fetch_add(1, Ordering::Relaxed);
+            let mut d = Driver {
+                ctx: &c,
+                front: &front,
+                s,
+                peer,
+                id,
+                group: None,
+                handshake: Some(handshake),
+                slot: None,
+                memory: None,
+                conns: Vec::new(),
+                pending: Vec::new(),
+                run: None,
+                side_done: false,
+                report: None,
+                started: Instant::now(),
+                gone: false,
+            };
+            let mut m = machine::Session::new(Instant::now());
+            d.drive(&mut m);
+            if let Some(g) = d.group {
+                front.leave(g);
+            }
+        });
+    if let Err(e) = r {
+        ctx.threads.fetch_sub(1, Ordering::AcqRel);
+        tracing::warn!("ntttcp: no thread for {peer}: {e}");
+    }
+}
+
+/// The I/O half of one sync session.
+struct Driver<'a> {
+    ctx: &'a Ctx,
+    front: &'a Front,
+    s: TcpStream,
+    peer: SocketAddr,
+    id: u64,
+    group: Option<u64>,
+    /// Held until the test is admitted (or the session ends).
+    handshake: Option<Slot>,
+    slot: Option<Slot>,
+    memory: Option<crate::budget::Reservation>,
+    /// The data connections, (sender address, port) per flow, for the log.
+    conns: Vec<(SocketAddr, u16)>,
+    /// The data connections, until the engine takes them.
+    pending: Vec<TcpStream>,
+    run: Option<Running>,
+    side_done: bool,
+    report: Option<SideReport>,
+    started: Instant,
+    /// The sync connection is closed or failed.
+    gone: bool,
+}
+
+impl Driver<'_> {
+    fn drive(&mut self, m: &mut machine::Session) {
+        let mut told_shutdown = false;
+        loop {
+            while let Some(out) = m.poll_output() {
+                if let Output::End(how) = out {
+                    return self.finish(how);
+                }
+                if let Err(why) = self.act(m, out) {
+                    m.handle(Input::Failed(why), Instant::now());
+                }
+            }
+            if !told_shutdown && self.ctx.shutdown.load(Ordering::Acquire) {
+                told_shutdown = true;
+                m.handle(Input::Shutdown, Instant::now());
+                continue;
+            }
+            self.wait(m);
+            if m.timeout().is_some_and(|t| Instant::now() >= t) {
+                m.handle_timeout(Instant::now());
+            }
+        }
+    }
+
+    /// Waits for the next event, no longer than the machine's next deadline.
+    fn wait(&mut self, m: &mut machine::Session) {
+        if m.is_waiting() {
+            if let Some(v) = self.group.and_then(|g| self.front.verdict(g)) {
+                let input = match v {
+                    Ok(()) => Input::Go { owner: false },
+                    Err(why) => {
+                        Input::Refused(format!("the last sender's test was refused: {why}"))
+                    }
+                };
+                return m.handle(input, Instant::now());
+            }
+        }
+        if let Some(run) = &self.run {
+            if !self.side_done && run.is_done() {
+                self.side_done = true;
+                let error = run.first_error();
+                return m.handle(Input::SideDone { error }, Instant::now());
+            }
+        }
+        let left = m
+            .timeout()
+            .map_or(TICK, |t| t.saturating_duration_since(Instant::now()))
+            .clamp(Duration::from_millis(1), TICK);
+        if self.gone {
+            return std::thread::sleep(left);
+        }
+        let _ = self.s.set_read_timeout(Some(left));
+        let mut buf = [0u8; 64];
+        let input = match self.s.read(&mut buf) {
+            Ok(0) => Input::Closed,
+            Ok(n) => Input::Bytes(buf.get(..n).unwrap_or_default().to_vec()),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock
+                        | std::io::ErrorKind::TimedOut
+                        | std::io::ErrorKind::Interrupted
+                ) =>
+            {
+                return
+            }
+            Err(e) => Input::ReadFailed(e.to_string()),
+        };
+        self.gone = !matches!(input, Input::Bytes(_));
+        m.handle(input, Instant::now());
+    }
+
+    /// Carries out one output of the machine.
+    fn act(&mut self, m: &mut machine::Session, out: Output) -> Result<(), String> {
+        match out {
+            // A write that fails is the sender gone: the next read says so.
+            Output::Send(w) => {
+                let _ = self.s.set_write_timeout(Some(Duration::from_secs(5)));
+                let _ = self.s.write_all(&w);
+            }
+            Output::Join => {
+                self.group = self.front.join(self.peer.ip());
+                let busy = self.group.is_none();
+                m.handle(Input::Joined { busy }, Instant::now());
+            }
+            Output::Negotiate(p) => {
+                let max = self.ctx.cfg.max_duration;
+                let secs = match self.group {
+                    Some(g) => self.front.negotiate(g, p, max),
+                    None => machine::negotiate(p, max),
+                };
+                m.handle(Input::Negotiated(secs), Instant::now());
+            }
+            Output::Admit { last } => {
+                let answer = self.admit(last, m.cycle());
+                m.handle(answer, Instant::now());
+            }
+            Output::StartSide => self.start(m.cycle())?,
+            Output::DrainSide => {
+                if let Some(run) = &self.run {
+                    run.peer_stopped();
+                }
+            }
+            Output::AbortSide => {
+                if let Some(run) = self.run.take() {
+                    run.abort();
+                }
+            }
+            Output::CollectReport => {
+                if let Some(run) = self.run.take() {
+                    self.report = Some(run.wait());
+                }
+            }
+            Output::End(_) => {}
+        }
+        Ok(())
+    }
+
+    /// The test's spec: every connection a flow into this server.
+    fn spec(flows: usize, cycle: i32) -> TestSpec {
+        TestSpec::Tcp(TcpSpec {
+            flows: u32::try_from(flows).unwrap_or(u32::MAX),
+            amount: Amount::Time(Dur::from_secs(u64::try_from(cycle.max(1)).unwrap_or(1))),
+            length: Bytes(READ_LEN),
+            stall_timeout: Dur(STALL),
+            ..TcpSpec::default()
+        })
+    }
+
+    /// The sender's 'R' or 'L': admit the group's test through the server's limits.
+    fn admit(&mut self, last: bool, cycle: i32) -> Input {
+        let Some(g) = self.group else {
+            return Input::Refused("internal error: no group".into());
+        };
+        self.front.settle();
+        let (ctx, peer) = (self.ctx, self.peer);
+        let mut taken = None;
+        let verdict = self.front.start(g, last, |conns| {
+            let spec = Self::spec(conns.len(), cycle);
+            let memory = ctx.memory.reserve(
+                &ctx.cfg.budgets,
+                crate::budget::server_memory(&spec, sys::online_cpus()),
+            )?;
+            let slot = ctx.admission.test(peer.ip(), conns.len())?;
+            taken = Some((slot, memory));
+            Ok(())
+        });
+        match verdict {
+            Start::Own(conns) => {
+                if let Some((slot, memory)) = taken {
+                    self.slot = Some(slot);
+                    self.memory = Some(memory);
+                }
+                self.handshake = None;
+                self.take(conns);
+                Input::Go { owner: true }
+            }
+            Start::Wait => Input::Wait,
+            Start::Refused(why) => Input::Refused(why),
+        }
+    }
+
+    /// Keeps the connections for the engine until StartSide.
+    fn take(&mut self, conns: Vec<DataConn>) {
+        self.conns = conns.iter().map(|(_, p, port)| (*p, *port)).collect();
+        self.pending = conns.into_iter().map(|(s, _, _)| s).collect();
+    }
+
+    /// Starts the engine: every connection a receiving flow, counted until its sender
+    /// closes it.
+    fn start(&mut self, cycle: i32) -> Result<(), String> {
+        let streams = std::mem::take(&mut self.pending);
+        let spec = Self::spec(streams.len(), cycle);
+        let iface = self
+            .s
+            .local_addr()
+            .ok()
+            .and_then(|a| sys::interface_for_addr(a.ip()));
+        let mut cfg = SideConfig::for_spec(End::Server, &spec, Vec::new(), iface);
+        // The sender decides when the test ends (it closes its connections).
+        cfg.duration = None;
+        cfg.half_close = false;
+        cfg.stall_timeout = STALL;
+        let flows = streams
+            .into_iter()
+            .zip(0u32..)
+            .map(|(stream, id)| FlowSocket {
+                id,
+                dir: FlowDir::Up,
+                role: Role::Receiver,
+                stream,
+                quota: None,
+            })
+            .collect();
+        let run = SideRun::start(cfg, flows, Box::new(|_| {}), Box::new(|| {}))
+            .map_err(|e| format!("starting the data connections: {e}"))?;
+        self.ctx.metrics.test_started("ntttcp", "tcp");
+        let senders = self.conns.len();
+        tracing::info!(
+            "ntttcp test {} from {}: {} data connection(s), {} s cycle",
+            self.id,
+            self.peer.ip(),
+            senders,
+            cycle
+        );
+        self.run = Some(Running::Tcp(run));
+        Ok(())
+    }
+
+    /// Logs how the session ended: for the test's owner, each connection's bytes and the
+    /// total.
+    fn finish(&mut self, how: machine::Ending) {
+        if let Some(run) = self.run.take() {
+            run.abort();
+            self.report.get_or_insert(run.wait());
+        }
+        let (id, peer) = (self.id, self.peer);
+        let owner = self.report.is_some();
+        if owner {
+            let ok = how == machine::Ending::Finished;
+            self.ctx.metrics.test_finished("ntttcp", "tcp", ok);
+        }
+        if let Some(r) = &self.report {
+            self.log_report(r);
+        }
+        match how {
+            machine::Ending::Finished if owner => tracing::info!(
+                "ntttcp test {id} from {peer} finished after {:.1} s",
+                self.started.elapsed().as_secs_f64()
+            ),
+            machine::Ending::Finished => {
+                tracing::info!("ntttcp sender {peer} (test {id}) finished")
+            }
+            machine::Ending::Refused(why) => {
+                tracing::warn!("ntttcp sender {peer} refused: {why}")
+            }
+            machine::Ending::Failed(why) => {
+                tracing::warn!("ntttcp test {id} from {peer} ended: {why}")
+            }
+        }
+    }
+
+    fn log_report(&self, r: &SideReport) {
+        let mut total = 0u64;
+        let mut seconds = 0f64;
+        for (f, (from, port)) in r.flows.iter().zip(&self.conns) {
+            let b = f.bytes + f.omitted_bytes;
+            total += b;
+            seconds = seconds.max(f.seconds);
+            tracing::info!(
+                "ntttcp test {}: connection {} from {from} to port {port}: received {b} bytes ({}) in {:.2} s{}",
+                self.id,
+                f.id,
+                Bytes(b),
+                f.seconds,
+                f.error.as_deref().map(|e| format!(", {e}")).unwrap_or_default()
+            );
+        }
+        self.ctx.metrics.bytes("ntttcp", "tcp", "received", total);
+        let rate = if seconds > 0.0 {
+            format!(", {}", hakaru_model::BitRate(total as f64 * 8.0 / seconds))
+        } else {
+            String::new()
+        };
+        tracing::info!(
+            "ntttcp test {}: total received {total} bytes ({}) on {} connection(s) in {seconds:.2} s{rate}",
+            self.id,
+            Bytes(total),
+            r.flows.len()
+        );
+    }
+}
