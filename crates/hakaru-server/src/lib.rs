@@ -14,6 +14,7 @@ mod iperf3;
 mod iperf3_output;
 mod limits;
 mod metrics;
+mod netperf;
 mod ratelog;
 mod registry;
 mod session;
@@ -82,7 +83,35 @@ pub struct ServerConfig {
     pub metrics: Option<SocketAddr>,
     /// Memory and busy-polling budgets (docs/security.md).
     pub budgets: Budgets,
+    /// The netserver-compatible ports (`--netperf-port`).
+    pub netperf: NetperfConfig,
 }
+
+/// What `--netperf-port` and its companions ask.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetperfConfig {
+    /// First and last port to answer netperf on; `None`: off. (0, 0) picks a free port.
+    pub ports: Option<(u16, u16)>,
+    /// The `-Z` passphrase netperf clients must send first; `None`: none asked.
+    pub passphrase: Option<Vec<u8>>,
+    /// netperf tests (and control connections) one client may have at once.
+    pub per_client: usize,
+}
+
+impl Default for NetperfConfig {
+    fn default() -> Self {
+        NetperfConfig {
+            ports: None,
+            passphrase: None,
+            per_client: netperf::DEFAULT_PER_CLIENT,
+        }
+    }
+}
+
+/// Longest `-Z` passphrase netperf can send, in bytes.
+pub const NETPERF_MAX_PASSPHRASE: usize = hakaru_proto::netperf::SPEC_BYTES - 1;
+/// netserver's default control port.
+pub const NETPERF_DEFAULT_PORT: u16 = hakaru_proto::netperf::DEFAULT_PORT;
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -103,6 +132,7 @@ impl Default for ServerConfig {
             http_port: None,
             metrics: None,
             budgets: Budgets::default(),
+            netperf: NetperfConfig::default(),
         }
     }
 }
@@ -159,6 +189,7 @@ pub struct Server {
     sockperf: Option<sockperf::SockperfPort>,
     http: Option<http::HttpPort>,
     metrics: Option<TcpListener>,
+    netperf: Option<netperf::NetperfPorts>,
     ctx: Arc<Ctx>,
 }
 
@@ -235,8 +266,18 @@ impl Server {
             })?),
             None => None,
         };
+        let netperf = match cfg.netperf.ports {
+            Some((first, last)) => Some(
+                netperf::NetperfPorts::bind(bound.ip(), first, last, cfg.family == Family::V6)
+                    .map_err(|e| {
+                        io::Error::new(e.kind(), format!("--netperf-port: {e}{}", in_use_hint(&e)))
+                    })?,
+            ),
+            None => None,
+        };
         let udp_port = udp.try_clone()?;
         Ok(Server {
+            netperf,
             listener,
             udp,
             sockperf,
@@ -310,6 +351,11 @@ impl Server {
             Some(l) => Some(metrics::spawn(Arc::clone(&self.ctx), l)?),
             None => None,
         };
+        let netperf_addr = self.netperf.as_ref().map(|n| n.describe());
+        let netperf_threads = match self.netperf.take() {
+            Some(n) => n.spawn(Arc::clone(&self.ctx))?,
+            None => Vec::new(),
+        };
         let udp_thread = {
             let ctx = Arc::clone(&self.ctx);
             let sock = self.udp.try_clone()?;
@@ -322,6 +368,9 @@ impl Server {
         // After the line above, which scripts read the control port from.
         if let Some(a) = sockperf_addr {
             tracing::info!("sockperf listening on {a} (UDP and TCP)");
+        }
+        if let Some(a) = netperf_addr {
+            tracing::info!("netperf listening on {a}");
         }
         if let Some(a) = metrics_addr {
             tracing::info!("metrics at http://{a}/metrics");
@@ -368,7 +417,7 @@ impl Server {
         if let Some(t) = metrics_thread {
             let _ = t.join();
         }
-        for t in sockperf_threads {
+        for t in sockperf_threads.into_iter().chain(netperf_threads) {
             let _ = t.join();
         }
         Ok(())
