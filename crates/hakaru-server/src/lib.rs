@@ -266,15 +266,7 @@ impl Server {
             })?),
             None => None,
         };
-        let netperf = match cfg.netperf.ports {
-            Some((first, last)) => Some(
-                netperf::NetperfPorts::bind(bound.ip(), first, last, cfg.family == Family::V6)
-                    .map_err(|e| {
-                        io::Error::new(e.kind(), format!("--netperf-port: {e}{}", in_use_hint(&e)))
-                    })?,
-            ),
-            None => None,
-        };
+        let netperf = bind_netperf(&cfg, bound.ip())?;
         let udp_port = udp.try_clone()?;
         Ok(Server {
             netperf,
@@ -502,6 +494,16 @@ pub(crate) fn bind_udp(addr: SocketAddr, family: Family) -> io::Result<UdpSocket
     }
     sock.bind(&addr.into())?;
     Ok(sock.into())
+}
+
+/// Binds the `--netperf-port` listeners, if asked.
+fn bind_netperf(cfg: &ServerConfig, ip: IpAddr) -> io::Result<Option<netperf::NetperfPorts>> {
+    let Some((first, last)) = cfg.netperf.ports else {
+        return Ok(None);
+    };
+    netperf::NetperfPorts::bind(ip, first, last, cfg.family == Family::V6)
+        .map(Some)
+        .map_err(|e| io::Error::new(e.kind(), format!("--netperf-port: {e}{}", in_use_hint(&e))))
 }
 
 /// Waits until a listener has a connection to accept, at most 200 ms (a short timeout keeps
