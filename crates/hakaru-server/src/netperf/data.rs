@@ -201,6 +201,12 @@ pub(crate) struct Job {
 
 /// Runs the data phase to its end and gives netserver's figures.
 pub(crate) fn run(sock: DataSock, job: &Job) -> Result<OmniResults, DataError> {
+    // netperf -T ...,N: the server binds its data loop to CPU N (where the OS can).
+    if let Ok(cpu) = usize::try_from(job.req.cpu_binding) {
+        if let Err(e) = hakaru_engine::sys::pin_current_thread(cpu) {
+            tracing::debug!("netperf: not bound to CPU {cpu} (-T): {e}");
+        }
+    }
     let start = Instant::now();
     let cpu_before = job
         .req

@@ -456,9 +456,11 @@ fn passphrase() {
 #[test]
 fn sixty_four_udp_stream_clients_on_a_port_range() {
     let Some(bin) = netperf_bin() else { return };
-    // 64 consecutive free ports (bounded: 20 tries).
-    let base = (0..20)
-        .map(|_| crate::common::free_port().clamp(20000, 60000))
+    // 64 consecutive free ports below Linux's ephemeral range (32768 up), where the other
+    // tests' connections take theirs (bounded: 37 blocks).
+    let start = 20_000 + (std::process::id() % 37) as u16 * 320;
+    let base = (0..37u16)
+        .map(|i| 20_000 + (start - 20_000 + i * 320) % 11_840)
         .find(|&b| (b..b + 64).all(|p| TcpListener::bind(("127.0.0.1", p)).is_ok()))
         .expect("64 consecutive free ports");
     let range = format!("{base}-{}", base + 63);
@@ -593,4 +595,40 @@ fn malformed_and_unknown_requests_get_netservers_answers_and_service_goes_on() {
         "unknown request types (errno 998), CPU_CALIBRATE, garbage",
         "-",
     );
+}
+
+#[test]
+fn netperf_port_flags_are_checked() {
+    // A key without a passphrase: netperf clients could test without the key.
+    let dir = std::env::temp_dir().join(format!("hakaru-np-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = dir.join("key");
+    std::fs::write(&key, "0123456789abcdef0123456789abcdef").unwrap();
+    let key_s = key.to_string_lossy().to_string();
+    let o = crate::common::run(
+        &[
+            "server",
+            "-B",
+            "127.0.0.1",
+            "-p",
+            "0",
+            "--psk-file",
+            &key_s,
+            "--netperf-port",
+            "0",
+        ],
+        Duration::from_secs(20),
+    );
+    let err = crate::common::stderr(&o);
+    assert!(
+        !o.status.success() && err.contains("--netperf-passphrase"),
+        "{err}"
+    );
+    for bad in ["70000", "5-4", "0-10", "1000-3000", "x"] {
+        let o = crate::common::run(&["server", "--netperf-port", bad], Duration::from_secs(20));
+        let err = crate::common::stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "--netperf-port {bad}: {err}");
+        assert!(err.contains("--netperf-port"), "{err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
