@@ -519,3 +519,72 @@ fn udp_loop(
     }
     Ok(c)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(direction: u32, protocol: u32, test_length: i32) -> OmniRequest {
+        OmniRequest {
+            cpu_binding: -1,
+            send_buf_size: -1,
+            send_size: -1,
+            send_width: 0,
+            request_size: -1,
+            recv_buf_size: -1,
+            receive_size: -1,
+            recv_width: 0,
+            response_size: -1,
+            flags: 0,
+            cpu_rate: 0.0,
+            test_length,
+            data_port: 0,
+            ipfamily: wire::NF_INET,
+            socket_type: wire::NST_STREAM,
+            protocol,
+            direction,
+            netperf_port: 0,
+            interval_burst: 0,
+            interval_usecs: 0,
+            socket_prio: -1,
+            socket_tos: -1,
+            cong_control: String::new(),
+        }
+    }
+
+    #[test]
+    fn the_timer_is_padded_unless_the_server_only_sends() {
+        let now = Instant::now();
+        let recv = limits(&req(wire::direction::RECV, wire::PROTO_TCP, 10), now, None);
+        assert_eq!(recv.deadline, Some(now + Duration::from_secs(14)));
+        assert_eq!(recv.pad, Duration::from_secs(4));
+        let xmit = limits(&req(wire::direction::XMIT, wire::PROTO_TCP, 10), now, None);
+        assert_eq!(xmit.deadline, Some(now + Duration::from_secs(10)));
+        assert_eq!(xmit.pad, Duration::ZERO);
+        let counted = limits(
+            &req(6, wire::PROTO_TCP, -500),
+            now,
+            Some(Duration::from_secs(60)),
+        );
+        assert_eq!(counted.units, Some(500));
+        assert_eq!(counted.deadline, Some(now + Duration::from_secs(60)));
+        let unbounded = limits(&req(6, wire::PROTO_TCP, i32::MIN), now, None);
+        assert_eq!(unbounded.units, Some(1 << 31));
+        assert_eq!(unbounded.deadline, None);
+    }
+
+    #[test]
+    fn sizes_follow_the_request_within_bounds() {
+        let mut rr = req(6, wire::PROTO_TCP, 1);
+        rr.request_size = 32;
+        rr.response_size = 1024;
+        assert_eq!(sizes(&rr, 131072, 16384), (32, 1024));
+        rr.response_size = i32::MAX;
+        assert_eq!(sizes(&rr, 131072, 16384).1, MAX_BUF);
+        let stream = req(wire::direction::RECV, wire::PROTO_TCP, 1);
+        assert_eq!(sizes(&stream, 131072, 16384), (131072, 16384));
+        assert_eq!(sizes(&stream, -1, -1), (DEFAULT_RECV, 16384));
+        let udp = req(wire::direction::RECV, wire::PROTO_UDP, 1);
+        assert_eq!(sizes(&udp, 212992, 212992).0, 65_536);
+    }
+}

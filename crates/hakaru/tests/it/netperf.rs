@@ -182,6 +182,28 @@ fn every_test_kind_runs_against_hakaru() {
         ),
         (
             &[
+                "-D",
+                "0.5",
+                "-T",
+                "0,0",
+                "-t",
+                "TCP_STREAM",
+                "-l",
+                "1",
+                "--",
+            ],
+            &["THROUGHPUT", "REMOTE_BYTES_RECVD"],
+            "TCP_STREAM -D 0.5 (interim) -T 0,0",
+            "client -> server",
+        ),
+        (
+            &["-t", "TCP_RR", "-l", "1", "--", "-b", "4"],
+            &["TRANSACTION_RATE", "REMOTE_RECV_CALLS"],
+            "TCP_RR -- -b 4 (first burst)",
+            "both ways",
+        ),
+        (
+            &[
                 "-t",
                 "TCP_STREAM",
                 "-l",
