@@ -315,8 +315,13 @@ impl Driver<'_> {
                         tracing::debug!("netperf: {} closed after {tests} test(s)", self.peer)
                     }
                     Ending::Refused(why) => {
+                        let reason = if why.contains("passphrase") {
+                            "auth"
+                        } else {
+                            "limits"
+                        };
                         self.ctx
-                            .log_refusal_as(self.peer, "netperf", &format!("netperf: {why}"))
+                            .log_refusal_as(self.peer, reason, &format!("netperf: {why}"))
                     }
                     Ending::Failed(why) => {
                         tracing::warn!("netperf session from {} ended: {why}", self.peer)
