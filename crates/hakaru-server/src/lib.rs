@@ -144,6 +144,8 @@ pub(crate) struct Ctx {
     pub shutdown: Arc<AtomicBool>,
     pub next_test: AtomicU64,
     pub admission: limits::Admission,
+    /// Admission of netperf tests: their own per-client limit (`--max-netperf-per-client`).
+    pub netperf_admission: limits::Admission,
     pub threads: AtomicUsize,
     /// Address of the UDP port (same address and port number as the TCP listener).
     pub udp_addr: SocketAddr,
@@ -277,6 +279,7 @@ impl Server {
             metrics,
             ctx: Arc::new(Ctx {
                 admission: limits::Admission::new(cfg.limits),
+                netperf_admission: netperf::admission(&cfg),
                 cfg,
                 registry: Registry::default(),
                 shutdown: Arc::new(AtomicBool::new(false)),
@@ -322,7 +325,7 @@ impl Server {
 
     /// Tests running right now.
     pub fn active_tests(&self) -> usize {
-        self.ctx.admission.tests_running()
+        self.ctx.admission.tests_running() + self.ctx.netperf_admission.tests_running()
     }
 
     /// Serves until the shutdown flag is set, then waits up to 5 s for tests to wind down.

@@ -76,29 +76,33 @@ impl NetperfPorts {
 
     /// Serves every port on a thread of its own until the server shuts down.
     pub fn spawn(self, ctx: Arc<Ctx>) -> io::Result<Vec<JoinHandle<()>>> {
-        let l = ctx.cfg.limits;
-        let per_client = ctx.cfg.netperf.per_client;
-        let admission = Arc::new(Admission::new(Limits {
-            pending_per_client: per_client,
-            tests_per_client: per_client,
-            ..l
-        }));
         let mut threads = Vec::new();
         for listener in self.listeners {
             let ctx = Arc::clone(&ctx);
-            let adm = Arc::clone(&admission);
             threads.push(
                 std::thread::Builder::new()
                     .name("hakaru-netperf".into())
-                    .spawn(move || accept_loop(&ctx, &adm, &listener))?,
+                    .spawn(move || accept_loop(&ctx, &listener))?,
             );
         }
         Ok(threads)
     }
 }
 
+/// The netperf ports' admission: the server's limits with `--max-netperf-per-client` for
+/// what one client may have handshaking and running.
+pub(crate) fn admission(cfg: &crate::ServerConfig) -> Admission {
+    let per_client = cfg.netperf.per_client;
+    Admission::new(Limits {
+        pending_per_client: per_client,
+        tests_per_client: per_client,
+        ..cfg.limits
+    })
+}
+
 /// Accepts control connections until shutdown.
-fn accept_loop(ctx: &Arc<Ctx>, adm: &Arc<Admission>, l: &TcpListener) {
+fn accept_loop(ctx: &Arc<Ctx>, l: &TcpListener) {
+    let adm = &ctx.netperf_admission;
     // Bounded by the shutdown flag, checked every 200 ms.
     while !ctx.shutdown.load(Ordering::Acquire) {
         match l.accept() {
@@ -118,7 +122,7 @@ fn accept_loop(ctx: &Arc<Ctx>, adm: &Arc<Admission>, l: &TcpListener) {
                         continue;
                     }
                 };
-                spawn_session(ctx, adm, stream, peer, slot);
+                spawn_session(ctx, stream, peer, slot);
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => crate::wait_readable(l),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -130,16 +134,9 @@ fn accept_loop(ctx: &Arc<Ctx>, adm: &Arc<Admission>, l: &TcpListener) {
     }
 }
 
-fn spawn_session(
-    ctx: &Arc<Ctx>,
-    adm: &Arc<Admission>,
-    stream: TcpStream,
-    peer: SocketAddr,
-    slot: Slot,
-) {
+fn spawn_session(ctx: &Arc<Ctx>, stream: TcpStream, peer: SocketAddr, slot: Slot) {
     ctx.threads.fetch_add(1, Ordering::AcqRel);
     let c = Arc::clone(ctx);
-    let a = Arc::clone(adm);
     let r = std::thread::Builder::new()
         .name("hakaru-netperf-conn".into())
         .stack_size(512 << 10)
@@ -148,7 +145,6 @@ fn spawn_session(
             let _slot = slot;
             let mut d = Driver {
                 ctx: &c,
-                adm: &a,
                 ctl: stream,
                 peer,
                 pending: None,
@@ -197,7 +193,6 @@ impl Drop for Running {
 
 struct Driver<'a> {
     ctx: &'a Ctx,
-    adm: &'a Admission,
     ctl: TcpStream,
     peer: SocketAddr,
     pending: Option<Pending>,
@@ -344,7 +339,7 @@ impl Driver<'_> {
                 "the test asks the server to send as fast as it can; it sends at most --max-rate, and netperf cannot pace it".into(),
             );
         }
-        let slot = match self.adm.test(self.peer.ip(), 1) {
+        let slot = match self.ctx.netperf_admission.test(self.peer.ip(), 1) {
             Ok(s) => s,
             Err(why) => {
                 return refused(
