@@ -8,7 +8,7 @@
 //! TCP framing; [`iperf2`] is what a raw sink needs of iperf2 clients; [`auth`] is the
 //! pre-shared key challenge-response of the native protocol; [`http`] is the HTTP/1.1 that
 //! `hakaru http` and the server's HTTP endpoint speak; [`ntttcp`] is ntttcp-for-linux's sender/receiver
-//! sync protocol.
+//! sync protocol; [`netperf`] is netperf's 656-byte control messages.
 //!
 //! Every decoder here reads bytes a peer chose, so no indexing or slicing that could panic is
 //! allowed outside tests: reads go through `get`, `first_chunk`, `split_first_chunk` and the
@@ -21,6 +21,7 @@ pub mod http;
 pub mod iperf2;
 pub mod iperf3;
 pub mod native;
+pub mod netperf;
 pub mod ntttcp;
 pub mod preamble;
 pub mod sockperf;

@@ -14,6 +14,7 @@ mod iperf3;
 mod iperf3_output;
 mod limits;
 mod metrics;
+mod netperf;
 mod ntttcp;
 mod ratelog;
 mod registry;
@@ -90,7 +91,35 @@ pub struct ServerConfig {
     pub ntttcp_ports: u16,
     /// Several ntttcp senders per test, started by the one with `-L` (ntttcp's `-r -M`).
     pub ntttcp_multi: bool,
+    /// The netserver-compatible ports (`--netperf-port`).
+    pub netperf: NetperfConfig,
 }
+
+/// What `--netperf-port` and its companions ask.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetperfConfig {
+    /// First and last port to answer netperf on; `None`: off. (0, 0) picks a free port.
+    pub ports: Option<(u16, u16)>,
+    /// The `-Z` passphrase netperf clients must send first; `None`: none asked.
+    pub passphrase: Option<Vec<u8>>,
+    /// netperf tests (and control connections) one client may have at once.
+    pub per_client: usize,
+}
+
+impl Default for NetperfConfig {
+    fn default() -> Self {
+        NetperfConfig {
+            ports: None,
+            passphrase: None,
+            per_client: netperf::DEFAULT_PER_CLIENT,
+        }
+    }
+}
+
+/// Longest `-Z` passphrase netperf can send, in bytes.
+pub const NETPERF_MAX_PASSPHRASE: usize = hakaru_proto::netperf::SPEC_BYTES - 1;
+/// netserver's default control port.
+pub const NETPERF_DEFAULT_PORT: u16 = hakaru_proto::netperf::DEFAULT_PORT;
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -114,6 +143,7 @@ impl Default for ServerConfig {
             ntttcp_port: None,
             ntttcp_ports: hakaru_proto::ntttcp::DEFAULT_PORTS,
             ntttcp_multi: false,
+            netperf: NetperfConfig::default(),
         }
     }
 }
@@ -125,6 +155,8 @@ pub(crate) struct Ctx {
     pub shutdown: Arc<AtomicBool>,
     pub next_test: AtomicU64,
     pub admission: limits::Admission,
+    /// Admission of netperf tests: their own per-client limit (`--max-netperf-per-client`).
+    pub netperf_admission: limits::Admission,
     pub threads: AtomicUsize,
     /// Address of the UDP port (same address and port number as the TCP listener).
     pub udp_addr: SocketAddr,
@@ -163,6 +195,40 @@ impl Ctx {
     }
 }
 
+/// The optional ports beside the control port: sockperf's, HTTP's and the metrics'.
+#[allow(clippy::type_complexity)]
+fn bind_side_ports(
+    cfg: &ServerConfig,
+    bound: SocketAddr,
+) -> io::Result<(
+    Option<sockperf::SockperfPort>,
+    Option<http::HttpPort>,
+    Option<TcpListener>,
+)> {
+    let v6 = cfg.family == Family::V6;
+    let named = |flag: String| {
+        move |e: io::Error| io::Error::new(e.kind(), format!("{flag}: {e}{}", in_use_hint(&e)))
+    };
+    let sockperf = match cfg.sockperf_port {
+        Some(p) => Some(
+            sockperf::SockperfPort::bind(bound.ip(), p, v6)
+                .map_err(named(format!("--sockperf-port {p}")))?,
+        ),
+        None => None,
+    };
+    let http = match cfg.http_port {
+        Some(p) => Some(
+            http::HttpPort::bind(bound.ip(), p, v6).map_err(named(format!("--http-port {p}")))?,
+        ),
+        None => None,
+    };
+    let metrics = match cfg.metrics {
+        Some(a) => Some(TcpListener::bind(a).map_err(named(format!("--metrics {a}")))?),
+        None => None,
+    };
+    Ok((sockperf, http, metrics))
+}
+
 /// A bound server, ready to run.
 pub struct Server {
     listener: TcpListener,
@@ -171,6 +237,7 @@ pub struct Server {
     http: Option<http::HttpPort>,
     metrics: Option<TcpListener>,
     ntttcp: Option<ntttcp::NtttcpPorts>,
+    netperf: Option<netperf::NetperfPorts>,
     ctx: Arc<Ctx>,
 }
 
@@ -220,37 +287,13 @@ impl Server {
                 format!("binding UDP {bound}: {e}{}", in_use_hint(&e)),
             )
         })?;
-        let sockperf = match cfg.sockperf_port {
-            Some(p) => Some(
-                sockperf::SockperfPort::bind(bound.ip(), p, cfg.family == Family::V6).map_err(
-                    |e| {
-                        io::Error::new(
-                            e.kind(),
-                            format!("--sockperf-port {p}: {e}{}", in_use_hint(&e)),
-                        )
-                    },
-                )?,
-            ),
-            None => None,
-        };
-        let http = match cfg.http_port {
-            Some(p) => Some(
-                http::HttpPort::bind(bound.ip(), p, cfg.family == Family::V6).map_err(|e| {
-                    io::Error::new(e.kind(), format!("--http-port {p}: {e}{}", in_use_hint(&e)))
-                })?,
-            ),
-            None => None,
-        };
-        let metrics = match cfg.metrics {
-            Some(a) => Some(TcpListener::bind(a).map_err(|e| {
-                io::Error::new(e.kind(), format!("--metrics {a}: {e}{}", in_use_hint(&e)))
-            })?),
-            None => None,
-        };
+        let (sockperf, http, metrics) = bind_side_ports(&cfg, bound)?;
         let ntttcp = ntttcp::NtttcpPorts::bind_for(&cfg, bound.ip())?;
+        let netperf = bind_netperf(&cfg, bound.ip())?;
         let udp_port = udp.try_clone()?;
         Ok(Server {
             ntttcp,
+            netperf,
             listener,
             udp,
             sockperf,
@@ -258,6 +301,7 @@ impl Server {
             metrics,
             ctx: Arc::new(Ctx {
                 admission: limits::Admission::new(cfg.limits),
+                netperf_admission: netperf::admission(&cfg),
                 cfg,
                 registry: Registry::default(),
                 shutdown: Arc::new(AtomicBool::new(false)),
@@ -303,7 +347,7 @@ impl Server {
 
     /// Tests running right now.
     pub fn active_tests(&self) -> usize {
-        self.ctx.admission.tests_running()
+        self.ctx.admission.tests_running() + self.ctx.netperf_admission.tests_running()
     }
 
     /// Serves until the shutdown flag is set, then waits up to 5 s for tests to wind down.
@@ -329,6 +373,11 @@ impl Server {
             Some(n) => Some(n.spawn(Arc::clone(&self.ctx), self.ctx.cfg.ntttcp_multi)?),
             None => None,
         };
+        let netperf_addr = self.netperf.as_ref().map(|n| n.describe());
+        let netperf_threads = match self.netperf.take() {
+            Some(n) => n.spawn(Arc::clone(&self.ctx))?,
+            None => Vec::new(),
+        };
         let udp_thread = {
             let ctx = Arc::clone(&self.ctx);
             let sock = self.udp.try_clone()?;
@@ -349,12 +398,40 @@ impl Server {
                 u32::from(a.port()) + u32::from(self.ctx.cfg.ntttcp_ports.max(1))
             );
         }
+        if let Some(a) = netperf_addr {
+            tracing::info!("netperf listening on {a}");
+        }
         if let Some(a) = metrics_addr {
             tracing::info!("metrics at http://{a}/metrics");
         }
         if let Some(a) = http_addr {
             tracing::info!("http listening on {a} (GET /bytes/SIZE, PUT and POST bodies)");
         }
+        self.accept_until_shutdown();
+        tracing::info!("shutting down");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.ctx.threads.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = udp_thread.join();
+        if let Some(t) = http_thread {
+            let _ = t.join();
+        }
+        if let Some(t) = metrics_thread {
+            let _ = t.join();
+        }
+        if let Some(t) = ntttcp_thread {
+            let _ = t.join();
+        }
+        for t in sockperf_threads.into_iter().chain(netperf_threads) {
+            let _ = t.join();
+        }
+        Ok(())
+    }
+
+    /// Accepts control connections (every protocol's first bytes go to dispatch) until the
+    /// shutdown flag is set.
+    fn accept_until_shutdown(&self) {
         while !self.ctx.shutdown.load(Ordering::Acquire) {
             match self.listener.accept() {
                 Ok((stream, peer)) => {
@@ -382,25 +459,6 @@ impl Server {
                 }
             }
         }
-        tracing::info!("shutting down");
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while self.ctx.threads.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = udp_thread.join();
-        if let Some(t) = http_thread {
-            let _ = t.join();
-        }
-        if let Some(t) = metrics_thread {
-            let _ = t.join();
-        }
-        if let Some(t) = ntttcp_thread {
-            let _ = t.join();
-        }
-        for t in sockperf_threads {
-            let _ = t.join();
-        }
-        Ok(())
     }
 
     /// Runs the server on a background thread (the embedded loopback server).
@@ -482,6 +540,16 @@ pub(crate) fn bind_udp(addr: SocketAddr, family: Family) -> io::Result<UdpSocket
     }
     sock.bind(&addr.into())?;
     Ok(sock.into())
+}
+
+/// Binds the `--netperf-port` listeners, if asked.
+fn bind_netperf(cfg: &ServerConfig, ip: IpAddr) -> io::Result<Option<netperf::NetperfPorts>> {
+    let Some((first, last)) = cfg.netperf.ports else {
+        return Ok(None);
+    };
+    netperf::NetperfPorts::bind(ip, first, last, cfg.family == Family::V6)
+        .map(Some)
+        .map_err(|e| io::Error::new(e.kind(), format!("--netperf-port: {e}{}", in_use_hint(&e))))
 }
 
 /// Waits until a listener has a connection to accept, at most 200 ms (a short timeout keeps

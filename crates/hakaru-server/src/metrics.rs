@@ -147,8 +147,10 @@ impl Metrics {
             bytes,
             refused,
             conns,
-            MetricFamily::new("hakaru_tests_running", "Tests running now.", Gauge)
-                .with(&[], ctx.admission.tests_running() as f64),
+            MetricFamily::new("hakaru_tests_running", "Tests running now.", Gauge).with(
+                &[],
+                (ctx.admission.tests_running() + ctx.netperf_admission.tests_running()) as f64,
+            ),
             MetricFamily::new(
                 "hakaru_stray_datagrams_total",
                 "Datagrams on the UDP port that belonged to no test.",

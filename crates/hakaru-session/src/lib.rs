@@ -24,6 +24,7 @@
 
 pub mod client;
 pub mod iperf3;
+pub mod netperf;
 pub mod ntttcp;
 pub mod server;
 

@@ -111,6 +111,22 @@ pub struct Args {
     /// source address gets replies; this caps what it can get. Default: no limit.
     #[arg(long, value_name = "N", requires = "sockperf_port", value_parser = clap::value_parser!(u32).range(1..))]
     sockperf_reply_rate: Option<u32>,
+    /// Also answer stock netperf clients like netserver on this port (netserver's is 12865;
+    /// 0 picks a free one), or on every port of a range FIRST-LAST, so scripts that start one
+    /// netserver per port (`netserver -p $port`) run against this one process. TCP_STREAM,
+    /// TCP_MAERTS, UDP_STREAM, TCP_RR, TCP_CRR, UDP_RR and omni tests; off unless given.
+    #[arg(long, value_name = "PORT|FIRST-LAST", value_parser = parse_port_range)]
+    netperf_port: Option<(u16, u16)>,
+    /// The passphrase netperf clients must send with `-Z` (plaintext on the wire, as netperf
+    /// sends it; not the key). Required with a key (--psk-file), where netperf clients
+    /// could otherwise test without one.
+    #[arg(long, value_name = "WORD", requires = "netperf_port")]
+    netperf_passphrase: Option<String>,
+    /// netperf tests (and control connections) one client may have at once on the netperf
+    /// ports. The guides start 64 netperf processes on one sender, hence 64; each is one
+    /// connection or socket, and all share --max-memory.
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    max_netperf_per_client: u32,
     /// Also serve HTTP on this port (0 picks a free one): `GET /bytes/SIZE` sends SIZE bytes of
     /// generated data (Range supported), PUT and POST bodies are counted and discarded; for
     /// `hakaru http`, wget and curl where no web server is set up. Plain HTTP, no key.
@@ -168,6 +184,18 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         if a.sockperf_port.is_some() {
             tracing::warn!("--sockperf-port: sockperf clients are answered without the key (they cannot authenticate)");
         }
+        if a.netperf_port.is_some() && a.netperf_passphrase.is_none() {
+            anyhow::bail!("--netperf-port with a key: netperf clients cannot prove the key; give --netperf-passphrase WORD (netperf -Z WORD sends it in plaintext) or leave out --netperf-port");
+        }
+    }
+    if let Some(p) = &a.netperf_passphrase {
+        if p.is_empty() || p.len() > hakaru_server::NETPERF_MAX_PASSPHRASE {
+            anyhow::bail!(
+                "--netperf-passphrase: {} bytes; netperf sends 1 to {} bytes",
+                p.len(),
+                hakaru_server::NETPERF_MAX_PASSPHRASE
+            );
+        }
     }
     let server = Server::bind(ServerConfig {
         bind: a.bind,
@@ -203,6 +231,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         ntttcp_port: a.ntttcp_port,
         ntttcp_ports: a.ntttcp_ports,
         ntttcp_multi: a.ntttcp_multi,
+        netperf: hakaru_server::NetperfConfig {
+            ports: a.netperf_port,
+            passphrase: a.netperf_passphrase.map(String::into_bytes),
+            per_client: a.max_netperf_per_client as usize,
+        },
     })
     .with_context(|| format!("starting the server on port {}", a.port))?;
     super::common::register_stop(&server.shutdown_flag())?;
@@ -225,4 +258,27 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     }
     server.run().context("serving")?;
     Ok(())
+}
+
+/// `PORT` or `FIRST-LAST` (at most 1024 ports).
+fn parse_port_range(s: &str) -> Result<(u16, u16), String> {
+    let port = |w: &str| {
+        w.trim()
+            .parse::<u16>()
+            .map_err(|_| format!("{w:?} is not a port (0 to 65535)"))
+    };
+    let (first, last) = match s.split_once('-') {
+        Some((a, b)) => (port(a)?, port(b)?),
+        None => (port(s)?, port(s)?),
+    };
+    if last < first || (first == 0 && last != 0) {
+        return Err(format!("{s}: give FIRST-LAST with 1 <= FIRST <= LAST"));
+    }
+    if last - first >= 1024 {
+        return Err(format!(
+            "{s}: {} ports; at most 1024",
+            u32::from(last - first) + 1
+        ));
+    }
+    Ok((first, last))
 }

@@ -339,13 +339,67 @@ fn a_peer_that_ci_does_not_install_is_a_test_bug() {
     );
 }
 
+/// The path of a peer built from the shared sources by `../shared/peers/build.sh NAME` into
+/// /opt/hakaru-peers/NAME (netperf 2.7.1: `bin/netperf`, `bin/netserver`), if it is there.
+/// Like [`peer`]: a missing build fails under HAKARU_TEST_PEERS=required (.ci/run builds it).
+pub fn built_peer(name: &str, prog: &str) -> Option<std::path::PathBuf> {
+    built_peer_with(PeerMode::from_env(), name, prog)
+}
+
+/// [`built_peer`] with the mode given.
+pub fn built_peer_with(mode: PeerMode, name: &str, prog: &str) -> Option<std::path::PathBuf> {
+    assert!(
+        CI_RUN.contains(&format!("build.sh {name}")),
+        "{prog}: .ci/run does not build {name} with ../shared/peers/build.sh; add it there"
+    );
+    let path = std::path::Path::new("/opt/hakaru-peers")
+        .join(name)
+        .join("bin")
+        .join(prog);
+    if path.exists() {
+        return Some(path);
+    }
+    if mode == PeerMode::Required {
+        panic!(
+            "{} is not built, and .ci/run requires it (../shared/peers/build.sh {name})",
+            path.display()
+        );
+    }
+    println!(
+        "SKIPPED: {} is not built (../shared/peers/build.sh {name})",
+        path.display()
+    );
+    None
+}
+
+#[test]
+fn a_missing_built_peer_fails_when_peers_are_required() {
+    let got = std::panic::catch_unwind(|| {
+        built_peer_with(PeerMode::Required, "netperf", "hakaru-no-such-program")
+    });
+    assert!(
+        got.is_err(),
+        "a missing built peer must fail the test when required"
+    );
+    assert!(built_peer_with(PeerMode::Optional, "netperf", "hakaru-no-such-program").is_none());
+}
+
 /// Version line of a peer tool (`iperf3`, `sockperf`, `iperf`, ...), e.g. "3.12".
 pub fn peer_version(tool: &str) -> String {
     let flag = match tool {
         "iperf" => "-v",
         _ => "--version",
     };
-    let out = Command::new(tool).arg(flag).output();
+    // Peers built from the shared sources live in /opt/hakaru-peers (netperf: `-V`).
+    let built = std::path::Path::new("/opt/hakaru-peers")
+        .join(tool)
+        .join("bin")
+        .join(tool);
+    let (prog, flag) = match tool {
+        "netperf" => (built.as_os_str(), "-V"),
+        _ => (std::ffi::OsStr::new(tool), flag),
+    };
+    let out = Command::new(prog).arg(flag).output();
     let text = match out {
         Ok(o) => format!(
             "{}{}",

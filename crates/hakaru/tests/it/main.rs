@@ -24,6 +24,7 @@ mod netns_pacing;
 mod netns_partition;
 mod netns_plan;
 mod netns_udp;
+mod netperf;
 mod nic;
 mod ntttcp;
 mod plan;

@@ -1,0 +1,436 @@
+//! Serving stock netperf clients (2.6, 2.7) like netserver, on `--netperf-port PORT` or a
+//! range `FIRST-LAST` (the guides' 64-netserver scripts then run against one process).
+//!
+//! Each port has a listener thread; each control connection a thread that drives
+//! `hakaru_session::netperf::server` (the protocol) and, per test, admits it against the
+//! server's limits and memory budget, binds its data socket on the control connection's local
+//! address and runs the data phase (`data`). netperf tests are single-connection tests, and the
+//! guides start 64 of them from one sender: they count against their own per-client limit
+//! (`--max-netperf-per-client`, 64) and their own total (`--max-tests`), not against the
+//! native tests' 4 per client; their buffers share `--max-memory` with every other test.
+#![cfg_attr(not(test), deny(clippy::indexing_slicing))]
+
+mod data;
+
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use hakaru_proto::netperf::{OmniRequest, OmniResponse};
+use hakaru_session::netperf::server::{self as machine, errno, Ending, Input, Output};
+use socket2::{Domain, Protocol, Socket, Type};
+
+use crate::limits::{Admission, Limits, Slot};
+use crate::Ctx;
+
+/// Tests (and control connections) one client may have on the netperf ports by default: the
+/// guides' packet-rate script runs 64 netperf processes from one sender.
+pub const DEFAULT_PER_CLIENT: usize = 64;
+/// How long a control read waits while a test runs (how soon its results go out).
+const RUNNING_TICK: Duration = Duration::from_millis(20);
+/// How long a control read waits between tests.
+const IDLE_TICK: Duration = Duration::from_millis(200);
+
+/// The netperf ports' listeners, bound and not yet served.
+pub(crate) struct NetperfPorts {
+    listeners: Vec<TcpListener>,
+}
+
+impl NetperfPorts {
+    /// Binds `first..=last` on `ip` (port 0: one free port).
+    pub fn bind(ip: IpAddr, first: u16, last: u16, v6_only: bool) -> io::Result<NetperfPorts> {
+        let mut listeners = Vec::new();
+        for port in first..=last.max(first) {
+            let addr = SocketAddr::new(ip, port);
+            let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+            hakaru_engine::sys::own_listen_port(&sock)?;
+            if addr.is_ipv6() {
+                let _ = sock.set_only_v6(v6_only);
+            }
+            sock.bind(&addr.into())
+                .map_err(|e| io::Error::new(e.kind(), format!("binding {addr}: {e}")))?;
+            sock.listen(256)?;
+            let l: TcpListener = sock.into();
+            l.set_nonblocking(true)?;
+            listeners.push(l);
+        }
+        Ok(NetperfPorts { listeners })
+    }
+
+    /// What the listeners are bound to, for the log line scripts read.
+    pub fn describe(&self) -> String {
+        let addrs: Vec<SocketAddr> = self
+            .listeners
+            .iter()
+            .filter_map(|l| l.local_addr().ok())
+            .collect();
+        match (addrs.first(), addrs.last()) {
+            (Some(a), Some(b)) if addrs.len() > 1 => format!("{a}-{}", b.port()),
+            (Some(a), _) => a.to_string(),
+            _ => String::new(),
+        }
+    }
+
+    /// Serves every port on a thread of its own until the server shuts down.
+    pub fn spawn(self, ctx: Arc<Ctx>) -> io::Result<Vec<JoinHandle<()>>> {
+        let mut threads = Vec::new();
+        for listener in self.listeners {
+            let ctx = Arc::clone(&ctx);
+            threads.push(
+                std::thread::Builder::new()
+                    .name("hakaru-netperf".into())
+                    .spawn(move || accept_loop(&ctx, &listener))?,
+            );
+        }
+        Ok(threads)
+    }
+}
+
+/// The netperf ports' admission: the server's limits with `--max-netperf-per-client` for
+/// what one client may have handshaking and running.
+pub(crate) fn admission(cfg: &crate::ServerConfig) -> Admission {
+    let per_client = cfg.netperf.per_client;
+    Admission::new(Limits {
+        pending_per_client: per_client,
+        tests_per_client: per_client,
+        ..cfg.limits
+    })
+}
+
+/// Accepts control connections until shutdown.
+fn accept_loop(ctx: &Arc<Ctx>, l: &TcpListener) {
+    let adm = &ctx.netperf_admission;
+    // Bounded by the shutdown flag, checked every 200 ms.
+    while !ctx.shutdown.load(Ordering::Acquire) {
+        match l.accept() {
+            Ok((stream, peer)) => {
+                if !ctx.cfg.acl.permits(peer.ip()) {
+                    ctx.denied.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                ctx.metrics.connection("netperf");
+                let slot = match adm.pending(peer.ip()) {
+                    Ok(s) => s,
+                    Err(why) => {
+                        ctx.log_refusal(
+                            peer,
+                            &format!("netperf: {why} (--max-netperf-per-client)"),
+                        );
+                        continue;
+                    }
+                };
+                spawn_session(ctx, stream, peer, slot);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => crate::wait_readable(l),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                tracing::warn!("netperf: accept failed: {e}");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+fn spawn_session(ctx: &Arc<Ctx>, stream: TcpStream, peer: SocketAddr, slot: Slot) {
+    ctx.threads.fetch_add(1, Ordering::AcqRel);
+    let c = Arc::clone(ctx);
+    let r = std::thread::Builder::new()
+        .name("hakaru-netperf-conn".into())
+        .stack_size(512 << 10)
+        .spawn(move || {
+            let _t = crate::dispatch::CountGuard(&c.threads);
+            let _slot = slot;
+            let mut d = Driver {
+                ctx: &c,
+                ctl: stream,
+                peer,
+                pending: None,
+                running: None,
+            };
+            d.serve();
+        });
+    if let Err(e) = r {
+        ctx.threads.fetch_sub(1, Ordering::AcqRel);
+        tracing::warn!("netperf: could not start a thread for {peer}: {e}");
+    }
+}
+
+/// A test admitted and set up, its data phase not started yet.
+struct Pending {
+    sock: data::DataSock,
+    req: OmniRequest,
+    slot: Slot,
+    reservation: crate::budget::Reservation,
+}
+
+/// A data phase running on its own thread.
+struct Running {
+    stop: Arc<AtomicBool>,
+    done: mpsc::Receiver<Result<hakaru_proto::netperf::OmniResults, data::DataError>>,
+    thread: Option<JoinHandle<()>>,
+    kind: &'static str,
+    _slot: Slot,
+    _reservation: crate::budget::Reservation,
+}
+
+impl Running {
+    fn stop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+struct Driver<'a> {
+    ctx: &'a Ctx,
+    ctl: TcpStream,
+    peer: SocketAddr,
+    pending: Option<Pending>,
+    running: Option<Running>,
+}
+
+impl Driver<'_> {
+    fn serve(&mut self) {
+        let cfg = machine::Config {
+            passphrase: self.ctx.cfg.netperf.passphrase.clone(),
+            cpus: u32::try_from(hakaru_engine::sys::online_cpus().max(1)).unwrap_or(1),
+            max_duration: self.ctx.cfg.max_duration,
+        };
+        let mut m = machine::Session::new(cfg, Instant::now());
+        let mut buf = vec![0u8; 4096];
+        // Bounded: every phase of the machine has a deadline, and it ends the session.
+        loop {
+            while let Some(out) = m.poll_output() {
+                if let Some(input) = self.act(out) {
+                    m.handle(input, Instant::now());
+                }
+            }
+            if m.is_done() {
+                return;
+            }
+            if self.ctx.shutdown.load(Ordering::Acquire) {
+                m.handle(Input::Shutdown, Instant::now());
+                continue;
+            }
+            let tick = if self.running.is_some() {
+                RUNNING_TICK
+            } else {
+                IDLE_TICK
+            };
+            let _ = self.ctl.set_read_timeout(Some(tick));
+            let input = match self.ctl.read(&mut buf) {
+                Ok(0) => Some(Input::PeerClosed),
+                Ok(n) => Some(Input::Bytes(buf.get(..n).unwrap_or_default().to_vec())),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock
+                            | io::ErrorKind::TimedOut
+                            | io::ErrorKind::Interrupted
+                    ) =>
+                {
+                    None
+                }
+                Err(e) => Some(Input::ReadFailed(e.to_string())),
+            };
+            if let Some(i) = input {
+                m.handle(i, Instant::now());
+            }
+            if let Some(done) = self.data_result() {
+                m.handle(done, Instant::now());
+            }
+            let now = Instant::now();
+            if m.timeout().is_some_and(|t| now >= t) {
+                m.handle_timeout(now);
+            }
+        }
+    }
+
+    /// The data phase's end, once it has come.
+    fn data_result(&mut self) -> Option<Input> {
+        let r = self.running.as_ref()?.done.try_recv().ok()?;
+        let mut run = self.running.take()?;
+        run.stop();
+        let kind = run.kind;
+        Some(match r {
+            Ok(res) => {
+                self.ctx.metrics.test_finished("netperf", kind, true);
+                self.ctx
+                    .metrics
+                    .bytes("netperf", kind, "received", res.bytes_received);
+                self.ctx
+                    .metrics
+                    .bytes("netperf", kind, "sent", res.bytes_sent);
+                tracing::info!(
+                    "netperf test from {} done: {kind} bytes_received={} bytes_sent={} recv_calls={} send_calls={} transactions={} elapsed={:.3}s",
+                    self.peer, res.bytes_received, res.bytes_sent, res.recv_calls, res.send_calls, res.trans_received, res.elapsed_time
+                );
+                Input::DataDone(Box::new(res))
+            }
+            Err((errno, why)) => {
+                self.ctx.metrics.test_finished("netperf", kind, false);
+                Input::DataFailed { errno, why }
+            }
+        })
+    }
+
+    /// Carries out one output; gives the machine's answer when there is one.
+    fn act(&mut self, out: Output) -> Option<Input> {
+        match out {
+            Output::Send(bytes) => {
+                let _ = self.ctl.set_write_timeout(Some(Duration::from_secs(10)));
+                self.ctl
+                    .write_all(&bytes)
+                    .err()
+                    .map(|e| Input::Failed(format!("writing to the control connection: {e}")))
+            }
+            Output::SetUp(req) => Some(self.set_up(*req)),
+            Output::StartData => self.start().err().map(Input::Failed),
+            Output::StopData => {
+                self.pending = None;
+                if let Some(mut r) = self.running.take() {
+                    r.stop();
+                    self.ctx.metrics.test_finished("netperf", r.kind, false);
+                }
+                None
+            }
+            Output::End(how) => {
+                match how {
+                    Ending::Closed { tests } => {
+                        tracing::debug!("netperf: {} closed after {tests} test(s)", self.peer)
+                    }
+                    Ending::Refused(why) => {
+                        let reason = if why.contains("passphrase") {
+                            "auth"
+                        } else {
+                            "limits"
+                        };
+                        self.ctx
+                            .log_refusal_as(self.peer, reason, &format!("netperf: {why}"))
+                    }
+                    Ending::Failed(why) => {
+                        tracing::warn!("netperf session from {} ended: {why}", self.peer)
+                    }
+                }
+                None
+            }
+        }
+    }
+
+    /// Admits the test and binds its data socket.
+    fn set_up(&mut self, req: OmniRequest) -> Input {
+        let refused = |errno: i32, why: String| Input::Refused { errno, why };
+        if self.ctx.shutdown.load(Ordering::Acquire) {
+            return refused(errno::EAGAIN, "the server is shutting down".into());
+        }
+        if req.xmit_only() && self.ctx.cfg.max_rate.is_some() {
+            return refused(
+                errno::EINVAL,
+                "the test asks the server to send as fast as it can; it sends at most --max-rate, and netperf cannot pace it".into(),
+            );
+        }
+        let slot = match self.ctx.netperf_admission.test(self.peer.ip(), 1) {
+            Ok(s) => s,
+            Err(why) => {
+                return refused(
+                    errno::EAGAIN,
+                    format!("{why} (netperf: --max-netperf-per-client, --max-tests)"),
+                )
+            }
+        };
+        let reservation = match self.ctx.memory.reserve(&self.ctx.cfg.budgets, memory(&req)) {
+            Ok(r) => r,
+            Err(why) => return refused(errno::EAGAIN, why),
+        };
+        let ip = self.ctl.local_addr().map_or(self.peer.ip(), |a| a.ip());
+        match data::bind(ip, &req) {
+            Ok((sock, resp)) => {
+                let resp: OmniResponse = resp;
+                self.pending = Some(Pending {
+                    sock,
+                    req,
+                    slot,
+                    reservation,
+                });
+                Input::Ready(resp)
+            }
+            Err(e) => refused(
+                e.raw_os_error().unwrap_or(errno::EINVAL),
+                format!("setting up the data socket: {e}"),
+            ),
+        }
+    }
+
+    fn start(&mut self) -> Result<(), String> {
+        let p = self
+            .pending
+            .take()
+            .ok_or_else(|| "internal: no test set up".to_string())?;
+        let kind = kind_name(&p.req);
+        self.ctx.metrics.test_started("netperf", kind);
+        tracing::info!(
+            "netperf test from {}: {kind}, length {}",
+            self.peer,
+            p.req.test_length
+        );
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = mpsc::channel();
+        let job = data::Job {
+            req: p.req,
+            peer_ip: self.peer.ip(),
+            stop: Arc::clone(&stop),
+            max: self.ctx.cfg.max_duration,
+        };
+        let sock = p.sock;
+        let thread = std::thread::Builder::new()
+            .name("hakaru-netperf-data".into())
+            .spawn(move || {
+                let _ = tx.send(data::run(sock, &job));
+            })
+            .map_err(|e| format!("starting the data phase: {e}"))?;
+        self.running = Some(Running {
+            stop,
+            done: rx,
+            thread: Some(thread),
+            kind,
+            _slot: p.slot,
+            _reservation: p.reservation,
+        });
+        Ok(())
+    }
+}
+
+/// Buffer memory a test holds on the server: its socket buffers (the kernel doubles what is
+/// asked; 4 MiB each when left to autotuning) and one read buffer.
+fn memory(req: &OmniRequest) -> u64 {
+    let buf = |asked: i32| {
+        u64::try_from(asked)
+            .ok()
+            .filter(|&n| n > 0)
+            .map_or(4 << 20, |n| 2 * n)
+    };
+    buf(req.send_buf_size) + buf(req.recv_buf_size) + (1 << 20)
+}
+
+/// The classic test name a request stands for, for logs and metrics.
+fn kind_name(req: &OmniRequest) -> &'static str {
+    let udp = req.protocol == hakaru_proto::netperf::PROTO_UDP;
+    match (udp, req.is_rr(), req.connect_test(), req.xmit_only()) {
+        (true, true, _, _) => "UDP_RR",
+        (true, false, _, _) => "UDP_STREAM",
+        (false, true, true, _) => "TCP_CRR",
+        (false, true, false, _) => "TCP_RR",
+        (false, false, _, true) => "TCP_MAERTS",
+        (false, false, _, false) => "TCP_STREAM",
+    }
+}
