@@ -246,7 +246,7 @@ pub(crate) fn connect_control(
 }
 
 /// On loopback, BBR without the fq qdisc paces with kernel timers, and that pacing, not the
-/// path, sets the rate (reference/performance.md §3: 28 against 51 Gbit/s). When the user did
+/// path, sets the rate (docs/performance-notes.md §2: 28 against 51 Gbit/s). When the user did
 /// not pick an algorithm, the server is on loopback and the system default is BBR, use cubic
 /// and say so (the note returned). `-C bbr` keeps BBR. Only for a Linux server (one that says
 /// it is, or an older one that does not say), which the session machine checks: elsewhere no

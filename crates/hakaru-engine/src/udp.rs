@@ -37,7 +37,7 @@ pub const QUIET: Duration = Duration::from_millis(100);
 /// How long a worker with receivers keeps polling its sockets without sleeping after the last
 /// datagram. At high packet rates the queue empties for microseconds at a time; sleeping then
 /// means a wake-up per datagram, which the sender's core pays for in the receive softirq
-/// (reference/performance.md §1a: a spinning receiver was 10-30 % faster). At low rates the
+/// (docs/performance-notes.md §3: a spinning receiver was 10-30 % faster). At low rates the
 /// spin ends soon after each datagram and the worker sleeps.
 const SPIN: Duration = Duration::from_micros(200);
 

@@ -10,7 +10,7 @@ pub const MAX_FLOWS: u32 = 1024;
 pub const MIN_TCP_LENGTH: u64 = 1;
 /// Largest write/read length accepted for TCP (64 MiB).
 pub const MAX_TCP_LENGTH: u64 = 64 << 20;
-/// Default TCP write and read length: 1 MiB (see reference/performance.md §3).
+/// Default TCP write and read length: 1 MiB (docs/performance-notes.md §1).
 pub const DEFAULT_TCP_LENGTH: u64 = 1 << 20;
 
 /// Address family restriction (`-4`, `-6`).

@@ -110,7 +110,7 @@ pub fn read_header(buf: &[u8]) -> Option<DataHeader> {
 }
 
 /// How test datagrams are framed: hakaru's header, or iperf3's (seconds, microseconds and a
-/// 32- or 64-bit sequence number from 1, reference/protocols.md §A.8).
+/// 32- or 64-bit sequence number from 1, docs/protocol-notes.md, "Wire formats").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Framing {
     /// hakaru's header (see the module documentation).

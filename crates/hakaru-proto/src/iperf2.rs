@@ -2,7 +2,7 @@
 //! (read leniently: a sink only needs to recognise it and learn what the client asked for),
 //! the TCP header ack, and the UDP server report the client waits for after its FIN.
 //!
-//! All integers are 32-bit big-endian. See `reference/protocols.md` section C.
+//! All integers are 32-bit big-endian. See docs/protocol-notes.md, "Wire formats".
 
 /// Bytes of the UDP datagram header: id, tv_sec, tv_usec, id2.
 pub const UDP_HEADER: usize = 16;

@@ -1,4 +1,4 @@
-//! iperf3's control protocol and UDP framing, sans-IO (reference/protocols.md §A).
+//! iperf3's control protocol and UDP framing, sans-IO (docs/protocol-notes.md, "Wire formats").
 //!
 //! A control connection carries single state bytes and length-prefixed JSON documents: the
 //! client's parameters and, at the end, each side's results. This module turns those into
