@@ -24,7 +24,9 @@ pub struct MptcpState {
 
 /// Why MPTCP cannot be used here, or `Ok` when a socket can be opened with it.
 pub fn mptcp_available() -> Result<(), String> {
-    mptcp_socket(Domain::IPV4).map(drop).map_err(|e| e.to_string())
+    mptcp_socket(Domain::IPV4)
+        .map(drop)
+        .map_err(|e| e.to_string())
 }
 
 /// A stream socket of `domain` with IPPROTO_MPTCP, or an error naming why there is none (the
@@ -211,8 +213,13 @@ mod tests {
             assert!(mptcp_available().is_err());
             return;
         };
-        l.bind(&"127.0.0.1:0".parse::<std::net::SocketAddr>().expect("addr").into())
-            .expect("bind");
+        l.bind(
+            &"127.0.0.1:0"
+                .parse::<std::net::SocketAddr>()
+                .expect("addr")
+                .into(),
+        )
+        .expect("bind");
         l.listen(4).expect("listen");
         let to = l.local_addr().expect("addr");
         let c = mptcp_socket(Domain::IPV4).expect("client socket");
