@@ -410,6 +410,14 @@ pub fn assemble(i: Inputs) -> RunResult {
     }
 }
 
+/// A flow's MPTCP state: the local end's (the client's in a client's result), else the other
+/// end's.
+fn mptcp_of(local: &SideReport, remote: &SideReport, id: u32) -> Option<crate::MptcpFlow> {
+    [local, remote]
+        .iter()
+        .find_map(|end| end.flows.iter().find(|f| f.id == id).and_then(|f| f.mptcp))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -461,12 +469,4 @@ mod tests {
         assert_eq!(r.sums[0].receiver_bytes, None);
         assert_eq!(r.sums[0].sender_bytes, Some(100));
     }
-}
-
-/// A flow's MPTCP state: the local end's (the client's in a client's result), else the other
-/// end's.
-fn mptcp_of(local: &SideReport, remote: &SideReport, id: u32) -> Option<crate::MptcpFlow> {
-    [local, remote]
-        .iter()
-        .find_map(|end| end.flows.iter().find(|f| f.id == id).and_then(|f| f.mptcp))
 }

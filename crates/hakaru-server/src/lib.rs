@@ -182,15 +182,7 @@ impl Server {
             (None, _) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
         };
         let addr = SocketAddr::new(ip, cfg.port);
-        // An MPTCP listener where the kernel has one: it accepts plain TCP connections as plain
-        // TCP sockets, and MPTCP ones (iperf3 -m, hakaru tcp --mptcp) as MPTCP.
-        let (sock, mptcp) = match hakaru_engine::sys::mptcp_socket(Domain::for_address(addr)) {
-            Ok(s) => (s, Ok(())),
-            Err(e) => (
-                Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?,
-                Err(e.to_string()),
-            ),
-        };
+        let (sock, mptcp) = listen_socket(addr)?;
         hakaru_engine::sys::own_listen_port(&sock)?;
         if addr.is_ipv6() {
             let only_v6 = cfg.family == Family::V6;
@@ -458,6 +450,19 @@ impl ServerHandle {
 impl Drop for ServerHandle {
     fn drop(&mut self) {
         self.stop_inner();
+    }
+}
+
+/// The TCP listener's socket: an MPTCP one where the kernel has MPTCP (it accepts plain TCP
+/// connections as plain TCP sockets, and MPTCP ones, iperf3 -m and hakaru tcp --mptcp, as
+/// MPTCP), otherwise plain TCP with the reason there is no MPTCP.
+fn listen_socket(addr: SocketAddr) -> io::Result<(Socket, Result<(), String>)> {
+    match hakaru_engine::sys::mptcp_socket(Domain::for_address(addr)) {
+        Ok(s) => Ok((s, Ok(()))),
+        Err(e) => Ok((
+            Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?,
+            Err(e.to_string()),
+        )),
     }
 }
 
