@@ -203,12 +203,27 @@ fn connect_one(
     timeout: Duration,
     prepare: impl FnOnce(&Socket) -> Result<(), ClientError>,
 ) -> Result<TcpStream, ClientError> {
+    connect_stream(addr, bind, timeout, false, prepare)
+}
+
+/// [`connect_one`], over Multipath TCP when `mptcp` is set (`--mptcp`).
+fn connect_stream(
+    addr: SocketAddr,
+    bind: Option<IpAddr>,
+    timeout: Duration,
+    mptcp: bool,
+    prepare: impl FnOnce(&Socket) -> Result<(), ClientError>,
+) -> Result<TcpStream, ClientError> {
     let fail = |reason: String| ClientError::Connect {
         addr: addr.to_string(),
         reason,
     };
-    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
-        .map_err(|e| fail(e.to_string()))?;
+    let sock = if mptcp {
+        sys::mptcp_socket(Domain::for_address(addr)).map_err(|e| fail(format!("--mptcp: {e}")))?
+    } else {
+        Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
+            .map_err(|e| fail(e.to_string()))?
+    };
     if let Some(ip) = bind {
         sock.bind(&SocketAddr::new(ip, 0).into())
             .map_err(|e| fail(format!("-B/--bind {ip}: {e}")))?;
@@ -499,7 +514,8 @@ pub(crate) fn open_tcp_flows(
     let mut flows = Vec::with_capacity(plan.len());
     let mut up_i = 0u32;
     for (fid, dir) in &plan {
-        let mut s = connect_one(server_addr, opts.bind, opts.connect_timeout, |sock| {
+        let (bind, wait) = (opts.bind, opts.connect_timeout);
+        let mut s = connect_stream(server_addr, bind, wait, spec.mptcp, |sock| {
             apply_tcp_options(sock, spec, ipv6, true).map_err(ClientError::from)
         })
         .map_err(|e| match e {

@@ -325,6 +325,7 @@ fn client_side(
         end: End::Client,
         length: BUF,
         discard: true,
+        mptcp: false,
         zerocopy: false,
         affinity: Vec::new(),
         interval,

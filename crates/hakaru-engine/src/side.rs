@@ -256,6 +256,7 @@ impl Core {
                     tcp_info: tcp_info(i),
                     udp: self.udp.then(|| udp_flow_side(&om, &fin)),
                     error: errors.get(i).cloned().flatten(),
+                    mptcp: None,
                 }
             })
             .collect();
@@ -631,6 +632,8 @@ pub struct SideConfig {
     pub length: usize,
     /// Receive with MSG_TRUNC (no copy).
     pub discard: bool,
+    /// The flows' sockets were opened with MPTCP: the report says how each ran.
+    pub mptcp: bool,
     /// Send with sendfile from an in-memory file (no copy).
     pub zerocopy: bool,
     /// CPUs to pin workers to, round robin; empty for none.
@@ -715,14 +718,15 @@ impl SideConfig {
         affinity: Vec<usize>,
         iface: Option<String>,
     ) -> SideConfig {
-        let (discard, zerocopy) = match spec {
-            TestSpec::Tcp(t) => (t.discard, t.zerocopy),
-            _ => (false, false),
+        let (discard, zerocopy, mptcp) = match spec {
+            TestSpec::Tcp(t) => (t.discard, t.zerocopy, t.mptcp),
+            _ => (false, false, false),
         };
         SideConfig {
             end,
             length: spec.length().0 as usize,
             discard,
+            mptcp,
             zerocopy,
             affinity,
             interval: spec.interval().0,

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use hakaru_model::{FlowDir, IntervalSample, Role, SideReport, TcpInfo};
+use hakaru_model::{FlowDir, IntervalSample, MptcpFlow, Role, SideReport, TcpInfo};
 
 use crate::side::{spawn_ticker, spawn_workers, Core, DoneFn, FlowMeta, TcpProbe, TickerOut};
 pub use crate::side::{Payload, SideConfig};
@@ -59,6 +59,8 @@ struct Shared {
     core: Arc<Core>,
     streams: Vec<TcpStream>,
     final_info: Mutex<Vec<Option<TcpInfo>>>,
+    /// Per flow, MPTCP tests: how its connection ran, read when the flow finished.
+    mptcp: Mutex<Vec<Option<MptcpFlow>>>,
     /// Per flow: bytes still unacknowledged when a sender stopped without a FIN (the peer
     /// ended the test and will not read them), taken off the sent count.
     stranded: Mutex<Vec<u64>>,
@@ -83,10 +85,38 @@ impl std::ops::Deref for Shared {
 impl Shared {
     /// Finishes a flow; a failed one has its socket shut down so the peer sees the end too.
     fn finish_flow(&self, i: usize, error: Option<String>) {
+        self.note_mptcp(i);
         if error.is_some() {
             let _ = self.streams[i].shutdown(Shutdown::Both);
         }
         self.core.finish_flow(i, error);
+    }
+
+    /// MPTCP tests: keeps how flow `i`'s connection runs now (its subflows close with it).
+    fn note_mptcp(&self, i: usize) {
+        if !self.cfg.mptcp {
+            return;
+        }
+        let now = match sys::mptcp_state(self.streams[i].as_raw_fd()) {
+            Ok(Some(st)) => MptcpFlow {
+                active: st.active,
+                subflows: st.subflows,
+            },
+            // A plain TCP socket: the connection fell back to TCP at accept.
+            Ok(None) => MptcpFlow {
+                active: false,
+                subflows: 1,
+            },
+            Err(_) => return,
+        };
+        if let Ok(mut v) = self.mptcp.lock() {
+            if let Some(slot) = v.get_mut(i) {
+                let seen = slot.map_or(0, |m| m.subflows);
+                if slot.is_none() || now.subflows > seen {
+                    *slot = Some(now);
+                }
+            }
+        }
     }
 }
 
@@ -145,6 +175,7 @@ impl SideRun {
             core: Arc::clone(&core),
             streams,
             final_info: Mutex::new(vec![None; n]),
+            mptcp: Mutex::new(vec![None; n]),
             stranded: Mutex::new(vec![0; n]),
             pattern,
             zc,
@@ -269,6 +300,20 @@ impl SideRun {
         }
         if s.cfg.discard && sys::DISCARD_SUPPORTED {
             report.recv_mode = "discard".into();
+        }
+        for i in 0..n {
+            // Flows an abort ended before they finished.
+            if s.mptcp
+                .lock()
+                .is_ok_and(|v| v.get(i).is_some_and(|m| m.is_none()))
+            {
+                s.note_mptcp(i);
+            }
+        }
+        if let Ok(v) = s.mptcp.lock() {
+            for (f, m) in report.flows.iter_mut().zip(v.iter()) {
+                f.mptcp = *m;
+            }
         }
         report
     }
@@ -560,6 +605,7 @@ mod tests {
             end: hakaru_model::End::Server,
             length,
             discard: false,
+            mptcp: false,
             zerocopy: false,
             affinity: Vec::new(),
             interval: Duration::ZERO,

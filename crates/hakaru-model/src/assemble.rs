@@ -322,6 +322,7 @@ pub fn assemble(i: Inputs) -> RunResult {
                 .spec
                 .udp()
                 .map(|u| udp_counts(snd.as_ref(), rcv.as_ref(), u.length.0, i.ipv6)),
+            mptcp: mptcp_of(&i.local, &i.remote, id),
             tcp_info: snd.and_then(|f| f.tcp_info),
         });
     }
@@ -407,6 +408,14 @@ pub fn assemble(i: Inputs) -> RunResult {
         server_clock_offset: None,
         server_on_this_host: false,
     }
+}
+
+/// A flow's MPTCP state: the local end's (the client's in a client's result), else the other
+/// end's.
+fn mptcp_of(local: &SideReport, remote: &SideReport, id: u32) -> Option<crate::MptcpFlow> {
+    [local, remote]
+        .iter()
+        .find_map(|end| end.flows.iter().find(|f| f.id == id).and_then(|f| f.mptcp))
 }
 
 #[cfg(test)]

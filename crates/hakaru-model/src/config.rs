@@ -136,6 +136,10 @@ pub struct TcpSpec {
     /// client -> server rate (`--bitrate-down`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_down: Option<BitRate>,
+    /// Data connections use Multipath TCP (IPPROTO_MPTCP, `--mptcp`) at both ends.
+    // Defaulted (and left out when false) so ends built before this field still agree.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub mptcp: bool,
 }
 
 /// Highest paced TCP rate per flow (`-b`): 400 Gbit/s.
@@ -166,6 +170,7 @@ impl Default for TcpSpec {
             stall_timeout: Dur::from_secs(10),
             rate: None,
             rate_down: None,
+            mptcp: false,
         }
     }
 }

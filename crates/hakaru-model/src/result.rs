@@ -286,6 +286,21 @@ pub struct FlowSide {
     pub udp: Option<UdpFlowSide>,
     /// What went wrong on the flow, if anything.
     pub error: Option<String>,
+    /// How this end's socket ran, for TCP tests that asked for MPTCP (`--mptcp`).
+    // Defaulted so a report from a peer built before this field existed still decodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mptcp: Option<MptcpFlow>,
+}
+
+/// What became of a flow that asked for Multipath TCP, as the kernel tells at one end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct MptcpFlow {
+    /// The connection ran MPTCP; false: it fell back to plain TCP (the other end or the path
+    /// did not take part).
+    pub active: bool,
+    /// Subflows (TCP connections) under the MPTCP connection at the end, the first included;
+    /// 1 after a fallback.
+    pub subflows: u32,
 }
 
 /// One end's final report of a test, exchanged over the control connection.
@@ -411,6 +426,11 @@ pub struct FlowResult {
     pub tcp_info: Option<TcpInfo>,
     /// UDP figures (datagrams, loss, jitter), for UDP tests.
     pub udp: Option<UdpCounts>,
+    /// For TCP tests that asked for MPTCP (`--mptcp`): whether the flow ran MPTCP and over how
+    /// many subflows, as the client's kernel saw it (the server's where the client's is not
+    /// known).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mptcp: Option<MptcpFlow>,
 }
 
 /// All flows of one direction added up.

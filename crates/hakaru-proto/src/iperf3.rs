@@ -170,6 +170,8 @@ pub mod errno {
     pub const IESETBUF2: i32 = 141;
     /// Could not create a stream.
     pub const IECREATESTREAM: i32 = 200;
+    /// Unable to start the stream listener (here: no MPTCP listener for `-m`).
+    pub const IESTREAMLISTEN: i32 = 202;
     /// Could not connect a stream.
     pub const IESTREAMCONNECT: i32 = 203;
     /// Authentication failed (not supported here).
@@ -395,6 +397,10 @@ pub struct Params {
     pub server_affinity: Option<u32>,
     /// Pacing timer, microseconds.
     pub pacing_timer: Option<u64>,
+    /// Receivers drop the data with MSG_TRUNC instead of copying it (`--skip-rx-copy`, 3.17).
+    pub skip_rx_copy: bool,
+    /// Data streams over Multipath TCP (`-m/--mptcp`, 3.16); the control connection stays TCP.
+    pub mptcp: bool,
 }
 
 /// An integer from iperf3 JSON: 3.12 and 3.13 print negative numbers as unsigned 64-bit.
@@ -471,6 +477,10 @@ impl Params {
             client_version: string("client_version")?,
             server_affinity: int("server_affinity")?.map(|a| a.min(u32::MAX as u64) as u32),
             pacing_timer: int("pacing_timer")?,
+            // iperf3 sends the number 1; a key whose value is 0 asks for nothing.
+            skip_rx_copy: int("skip_rx_copy")?.is_some_and(|v| v > 0),
+            // iperf3 reads only `true` (its type check), so nothing else turns MPTCP on.
+            mptcp: o.get("mptcp") == Some(&Value::Bool(true)),
         })
     }
 
@@ -533,10 +543,14 @@ impl Params {
             ("udp_counters_64bit", self.udp_counters_64bit),
             ("repeating_payload", self.repeating_payload),
             ("zerocopy", self.zerocopy),
+            ("skip_rx_copy", self.skip_rx_copy),
         ] {
             if on {
                 o.insert(k.into(), json!(1));
             }
+        }
+        if self.mptcp {
+            o.insert("mptcp".into(), json!(true));
         }
         if let Some(v) = &self.client_version {
             o.insert("client_version".into(), json!(v));
@@ -832,6 +846,7 @@ pub fn report_from_results(
             tcp_info,
             udp: udp_side,
             error: None,
+            mptcp: None,
         });
     }
     Ok(SideReport {
@@ -1252,6 +1267,25 @@ mod tests {
         );
         // Unknown keys from newer clients are ignored.
         assert!(Params::from_json(&json!({"udp": true, "gso": 1, "mptcp": true})).is_ok());
+    }
+
+    #[test]
+    fn params_skip_rx_copy_and_mptcp_as_iperf3_sends_them() {
+        let p = Params::from_json(&json!({"tcp": true, "skip_rx_copy": 1, "mptcp": true})).unwrap();
+        assert!(p.skip_rx_copy && p.mptcp);
+        let p = Params::from_json(&json!({"tcp": true, "skip_rx_copy": 0, "mptcp": 1})).unwrap();
+        assert!(!p.skip_rx_copy && !p.mptcp);
+        assert!(Params::from_json(&json!({"tcp": true, "skip_rx_copy": "yes"})).is_err());
+        let back = Params::from_json(
+            &Params {
+                skip_rx_copy: true,
+                mptcp: true,
+                ..Params::default()
+            }
+            .to_json(),
+        )
+        .unwrap();
+        assert!(back.skip_rx_copy && back.mptcp);
     }
 
     #[test]

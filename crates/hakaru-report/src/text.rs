@@ -130,6 +130,9 @@ fn tcp_header(spec: &TcpSpec, server: &str, embedded: bool) -> String {
     if spec.discard {
         s.push_str(", receiver DISCARDS (MSG_TRUNC)");
     }
+    if spec.mptcp {
+        s.push_str(", over MPTCP");
+    }
     if spec.zerocopy {
         s.push_str(", sender uses SENDFILE (-Z)");
     }
@@ -479,6 +482,7 @@ fn tcp_summary(r: &RunResult, view: &View) -> String {
     tcp_sum_rows(&mut s, r);
     hidden_flows_line(&mut s, r, view);
     s.push_str(&late_lines(r));
+    s.push_str(&mptcp_line(r));
     let with_info: Vec<_> = r
         .flows
         .iter()
@@ -497,6 +501,26 @@ fn tcp_summary(r: &RunResult, view: &View) -> String {
     trailer(&mut s, r);
     s.push_str(&tcp_headline(r));
     s
+}
+
+/// For tests that asked for MPTCP: how many flows ran it and over how many subflows.
+fn mptcp_line(r: &RunResult) -> String {
+    let m: Vec<_> = r.flows.iter().filter_map(|f| f.mptcp).collect();
+    if m.is_empty() {
+        return String::new();
+    }
+    let active = m.iter().filter(|x| x.active).count();
+    let subflows: Vec<String> = m.iter().map(|x| x.subflows.to_string()).collect();
+    format!(
+        "MPTCP: {active} of {} flow(s) ran MPTCP{}; subflows per flow at the end: {}\n",
+        m.len(),
+        if active < m.len() {
+            " (the others fell back to plain TCP)"
+        } else {
+            ""
+        },
+        subflows.join(" ")
+    )
 }
 
 /// Notes that close every summary: shared machine, choices made, interruption.

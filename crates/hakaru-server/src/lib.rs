@@ -177,9 +177,20 @@ pub(crate) struct Ctx {
     pub metrics: metrics::Metrics,
     /// Buffer memory reserved by running tests (`--max-memory`).
     pub memory: budget::MemoryPool,
+    /// `Ok` when the TCP listener is an MPTCP one (it accepts MPTCP and plain TCP
+    /// connections); otherwise why it is plain TCP.
+    pub mptcp: Result<(), String>,
 }
 
 impl Ctx {
+    /// `Ok` when data connections can arrive over MPTCP; otherwise the refusal for a test that
+    /// asks for it, naming why.
+    pub(crate) fn mptcp_listener(&self) -> Result<(), String> {
+        self.mptcp.clone().map_err(|why| {
+            format!("the test asks for MPTCP but the server listens with plain TCP: {why}")
+        })
+    }
+
     /// Logs why a connection was refused: at most one line a second, with how many more
     /// were refused in between, so a flood cannot fill the log.
     pub(crate) fn log_refusal(&self, peer: SocketAddr, why: &str) {
@@ -250,7 +261,7 @@ impl Server {
             (None, _) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
         };
         let addr = SocketAddr::new(ip, cfg.port);
-        let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+        let (sock, mptcp) = listen_socket(addr)?;
         hakaru_engine::sys::own_listen_port(&sock)?;
         if addr.is_ipv6() {
             let only_v6 = cfg.family == Family::V6;
@@ -316,6 +327,7 @@ impl Server {
                 log: ratelog::RateLog::default(),
                 metrics: metrics::Metrics::default(),
                 memory: budget::MemoryPool::default(),
+                mptcp,
             }),
         })
     }
@@ -387,6 +399,10 @@ impl Server {
         };
         // Said only once both the TCP and the UDP side are being served.
         tracing::info!("listening on {}", self.local_addr()?);
+        match &self.ctx.mptcp {
+            Ok(()) => tracing::info!("TCP listener takes MPTCP connections too"),
+            Err(why) => tracing::info!("TCP listener is plain TCP, no MPTCP: {why}"),
+        }
         // After the line above, which scripts read the control port from.
         if let Some(a) = sockperf_addr {
             tracing::info!("sockperf listening on {a} (UDP and TCP)");
@@ -521,6 +537,19 @@ impl ServerHandle {
 impl Drop for ServerHandle {
     fn drop(&mut self) {
         self.stop_inner();
+    }
+}
+
+/// The TCP listener's socket: an MPTCP one where the kernel has MPTCP (it accepts plain TCP
+/// connections as plain TCP sockets, and MPTCP ones, iperf3 -m and hakaru tcp --mptcp, as
+/// MPTCP), otherwise plain TCP with the reason there is no MPTCP.
+fn listen_socket(addr: SocketAddr) -> io::Result<(Socket, Result<(), String>)> {
+    match hakaru_engine::sys::mptcp_socket(Domain::for_address(addr)) {
+        Ok(s) => Ok((s, Ok(()))),
+        Err(e) => Ok((
+            Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?,
+            Err(e.to_string()),
+        )),
     }
 }
 
@@ -713,6 +742,7 @@ pub mod fuzzing {
                         socket_drops: None,
                     }),
                     error: None,
+                    mptcp: None,
                 }
             })
             .collect();

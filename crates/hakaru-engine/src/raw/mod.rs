@@ -105,6 +105,7 @@ impl Meter {
             end,
             length: spec.length.0 as usize,
             discard: false,
+            mptcp: false,
             zerocopy: false,
             affinity: Vec::new(),
             interval: spec.interval.0,

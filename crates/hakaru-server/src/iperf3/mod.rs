@@ -370,6 +370,14 @@ impl Driver<'_> {
             Ok(p) => p,
             Err(Fail::Tell(code, why)) => return machine::Input::Invalid(code, why),
         };
+        if params.mptcp && !plan.udp {
+            if let Err(why) = self.ctx.mptcp_listener() {
+                return machine::Input::Invalid(
+                    errno::IESTREAMLISTEN,
+                    format!("-m/--mptcp: {why}"),
+                );
+            }
+        }
         let cpus = sys::online_cpus();
         let memory = self.ctx.memory.reserve(
             &self.ctx.cfg.budgets,
@@ -390,14 +398,15 @@ impl Driver<'_> {
             Err(why) => return machine::Input::Busy(why),
         }
         tracing::info!(
-            "iperf3 test {} from {} (client {}): {}, {} stream(s) per direction, {:?}, {}",
+            "iperf3 test {} from {} (client {}): {}, {} stream(s) per direction, {:?}, {}{}",
             self.id,
             self.peer,
             params.client_version.as_deref().unwrap_or("?"),
             if plan.udp { "UDP" } else { "TCP" },
             params.parallel,
             plan.spec.direction(),
-            amount_words(params)
+            amount_words(params),
+            plan::mode_words(params, plan.udp)
         );
         let (tx, rx) = mpsc::channel();
         let streams = plan.flows.len();
@@ -579,9 +588,12 @@ impl Driver<'_> {
         }
         match how {
             machine::Ending::Finished => tracing::info!(
-                "iperf3 test {id} from {peer} finished after {:.1} s: {}",
+                "iperf3 test {id} from {peer} finished after {:.1} s: {}{}",
                 self.started.elapsed().as_secs_f64(),
-                self.report.as_ref().map_or_else(String::new, moved_words)
+                self.report.as_ref().map_or_else(String::new, moved_words),
+                self.report
+                    .as_ref()
+                    .map_or_else(String::new, results::how_words)
             ),
             machine::Ending::Failed { why, told: true } => {
                 tracing::warn!("iperf3 test {id} from {peer} failed: {why}")

@@ -20,6 +20,26 @@ pub(super) fn amount_words(p: &Params) -> String {
     }
 }
 
+/// The client's receive and transport choices, for the log: empty when it made none.
+pub(super) fn mode_words(p: &Params, udp: bool) -> String {
+    let mut s = String::new();
+    if p.skip_rx_copy {
+        s += if udp {
+            "; --skip-rx-copy: UDP receivers still read each datagram (its header is counted)"
+        } else {
+            "; --skip-rx-copy: receiving with MSG_TRUNC (no copy)"
+        };
+    }
+    if p.mptcp {
+        s += if udp {
+            "; -m/--mptcp has no effect on UDP"
+        } else {
+            "; -m/--mptcp: data streams over MPTCP"
+        };
+    }
+    s
+}
+
 /// Checks the parameters as iperf3 3.18+ does and turns them into a hakaru test spec.
 pub(crate) fn check(p: &Params, limits: &crate::ServerConfig) -> Result<Plan, Fail> {
     let (max_duration, max_rate) = (limits.max_duration, limits.max_rate);
@@ -168,6 +188,10 @@ pub(crate) fn check(p: &Params, limits: &crate::ServerConfig) -> Result<Plan, Fa
             nodelay: p.nodelay,
             tos,
             zerocopy: p.zerocopy,
+            // --skip-rx-copy: the server's receivers drop the data with MSG_TRUNC as stock
+            // iperf3 does (hakaru's --discard); its senders are unchanged.
+            discard: p.skip_rx_copy,
+            mptcp: p.mptcp,
             ..TcpSpec::default()
         })
     };

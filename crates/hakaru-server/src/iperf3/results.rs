@@ -41,7 +41,11 @@ pub(crate) fn answer_results(
         if json_output {
             mine.server_output_json = Some(crate::iperf3_output::json(&result));
         } else {
-            mine.server_output_text = Some(crate::iperf3_output::text(&result));
+            let mut text = crate::iperf3_output::text(&result);
+            for n in how_notes(report) {
+                text += &format!("hakaru: {n}\n");
+            }
+            mine.server_output_text = Some(text);
         }
     }
     Ok(mine)
@@ -91,8 +95,42 @@ fn server_run(
         local: mine,
         remote: theirs,
         interrupted: false,
-        notes: vec![format!("iperf3 test from {peer}")],
+        notes: std::iter::once(format!("iperf3 test from {peer}"))
+            .chain(how_notes(report))
+            .collect(),
     })
+}
+
+/// What the server's log and output say of how it received and over what: MSG_TRUNC for a
+/// client's --skip-rx-copy, MPTCP for its -m (as the kernel saw each stream).
+pub(super) fn how_notes(report: &hakaru_model::SideReport) -> Vec<String> {
+    let mut notes = Vec::new();
+    if report.recv_mode == "discard" {
+        notes.push(
+            "the server received with MSG_TRUNC, without copying the data (the client's --skip-rx-copy)"
+                .to_string(),
+        );
+    }
+    let mptcp: Vec<_> = report.flows.iter().filter_map(|f| f.mptcp).collect();
+    if !mptcp.is_empty() {
+        let active = mptcp.iter().filter(|m| m.active).count();
+        let subflows: u32 = mptcp.iter().map(|m| m.subflows).sum();
+        notes.push(format!(
+            "MPTCP (the client's -m): {active} of {} stream(s) ran MPTCP, {subflows} subflow(s) in all at the end{}",
+            mptcp.len(),
+            if active < mptcp.len() {
+                "; the others fell back to plain TCP"
+            } else {
+                ""
+            }
+        ));
+    }
+    notes
+}
+
+/// [`how_notes`] for the log line that ends a test: empty when there are none.
+pub(super) fn how_words(report: &hakaru_model::SideReport) -> String {
+    how_notes(report).iter().map(|n| format!("; {n}")).collect()
 }
 
 /// Directions seen from the other end.

@@ -58,6 +58,9 @@ pub(super) fn admit(ctx: &Ctx, spec: &TestSpec) -> Result<crate::budget::Reserva
             ));
         }
     }
+    if matches!(spec, TestSpec::Tcp(t) if t.mptcp) {
+        ctx.mptcp_listener()?;
+    }
     let cpus = sys::online_cpus();
     if let Some(&bad) = spec.server_affinity().iter().find(|&&c| c >= cpus) {
         return Err(format!(

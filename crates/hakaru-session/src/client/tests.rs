@@ -156,6 +156,7 @@ fn report(end: End, error: Option<&str>) -> SideReport {
         tcp_info: None,
         udp: None,
         error: error.map(Into::into),
+        mptcp: None,
     };
     SideReport::flows_only(end, vec![flow])
 }

@@ -48,12 +48,23 @@ pub struct Args {
     /// Pace the server -> client flows to this rate instead of -b (with --bidir or -R).
     #[arg(long, value_name = "RATE")]
     bitrate_down: Option<BitRate>,
+    /// Data connections use Multipath TCP (IPPROTO_MPTCP) at both ends (Linux 5.6+ with
+    /// net.mptcp.enabled = 1); the result says whether each flow ran MPTCP and over how many
+    /// subflows.
+    #[arg(long)]
+    mptcp: bool,
 }
 
 impl Args {
     /// Checks what clap cannot and builds the spec both ends run.
     fn spec(&self) -> anyhow::Result<TcpSpec> {
         self.target.check("tcp")?;
+        if self.mptcp && self.peer.iperf3 {
+            return Err(super::common::UsageError(
+                "--mptcp is for hakaru servers; against an iperf3 server run iperf3 -m".into(),
+            )
+            .into());
+        }
         let sh = &self.shape;
         let spec = TcpSpec {
             flows: sh.parallel,
@@ -73,6 +84,7 @@ impl Args {
             stall_timeout: sh.stall_timeout,
             rate: self.bitrate_up.or(self.bitrate).filter(|b| b.0 > 0.0),
             rate_down: self.bitrate_down.filter(|b| b.0 > 0.0),
+            mptcp: self.mptcp,
         };
         spec.validate()
             .map_err(|e| super::common::UsageError(e.0))?;

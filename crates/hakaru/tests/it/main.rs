@@ -13,6 +13,7 @@ mod hostile;
 mod http;
 mod iperf3;
 mod iperf3_json;
+mod iperf3_mptcp;
 mod latency;
 mod metrics;
 mod netns;
