@@ -473,6 +473,7 @@ mod tests {
             seconds: 2.0,
             tcp_info: None,
             udp: None,
+            mptcp: None,
             error: None,
         };
         let local = SideReport::flows_only(End::Client, vec![f]);
