@@ -7,8 +7,9 @@
 //! and the receiver figures in hakaru's result are this end's sender view (the result's notes
 //! say so).
 
+use hakaru_engine::control::{read_raw, RawRead};
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
@@ -254,22 +255,11 @@ impl Driver<'_> {
         if self.gone {
             return std::thread::sleep(wait);
         }
-        let _ = self.sync.set_read_timeout(Some(wait));
-        let mut buf = [0u8; 64];
-        let input = match self.sync.read(&mut buf) {
-            Ok(0) => Input::Closed,
-            Ok(n) => Input::Bytes(buf.get(..n).unwrap_or_default().to_vec()),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock
-                        | std::io::ErrorKind::TimedOut
-                        | std::io::ErrorKind::Interrupted
-                ) =>
-            {
-                return
-            }
-            Err(e) => Input::ReadFailed(e.to_string()),
+        let input = match read_raw(&mut self.sync, wait) {
+            RawRead::Bytes(b) => Input::Bytes(b),
+            RawRead::Closed => Input::Closed,
+            RawRead::Nothing => return,
+            RawRead::Failed(e) => Input::ReadFailed(e),
         };
         self.gone = !matches!(input, Input::Bytes(_));
         m.handle(input, Instant::now());

@@ -123,3 +123,36 @@ impl ControlConn {
         }
     }
 }
+
+/// What one bounded read of a control socket that carries raw bytes (ntttcp's sync words)
+/// gave.
+#[derive(Debug, PartialEq)]
+pub enum RawRead {
+    /// Bytes that arrived.
+    Bytes(Vec<u8>),
+    /// The peer closed the connection.
+    Closed,
+    /// Nothing within the wait.
+    Nothing,
+    /// The socket failed, in the system's words.
+    Failed(String),
+}
+
+/// Reads what arrives on `s` within `wait` (at most 64 bytes: control words are short).
+pub fn read_raw(s: &mut TcpStream, wait: Duration) -> RawRead {
+    let _ = s.set_read_timeout(Some(wait.max(Duration::from_millis(1))));
+    let mut buf = [0u8; 64];
+    match s.read(&mut buf) {
+        Ok(0) => RawRead::Closed,
+        Ok(n) => RawRead::Bytes(buf.get(..n).unwrap_or_default().to_vec()),
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+            ) =>
+        {
+            RawRead::Nothing
+        }
+        Err(e) => RawRead::Failed(e.to_string()),
+    }
+}

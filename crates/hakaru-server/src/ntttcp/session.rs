@@ -1,7 +1,8 @@
 //! One ntttcp sender's sync connection: the driver of `hakaru_session::ntttcp::server`, and,
 //! for the sender that starts the test, the engine that counts the group's connections.
 
-use std::io::{Read, Write};
+use hakaru_engine::control::{read_raw, RawRead};
+use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -144,22 +145,11 @@ impl Driver<'_> {
         if self.gone {
             return std::thread::sleep(left);
         }
-        let _ = self.s.set_read_timeout(Some(left));
-        let mut buf = [0u8; 64];
-        let input = match self.s.read(&mut buf) {
-            Ok(0) => Input::Closed,
-            Ok(n) => Input::Bytes(buf.get(..n).unwrap_or_default().to_vec()),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock
-                        | std::io::ErrorKind::TimedOut
-                        | std::io::ErrorKind::Interrupted
-                ) =>
-            {
-                return
-            }
-            Err(e) => Input::ReadFailed(e.to_string()),
+        let input = match read_raw(&mut self.s, left) {
+            RawRead::Bytes(b) => Input::Bytes(b),
+            RawRead::Closed => Input::Closed,
+            RawRead::Nothing => return,
+            RawRead::Failed(e) => Input::ReadFailed(e),
         };
         self.gone = !matches!(input, Input::Bytes(_));
         m.handle(input, Instant::now());

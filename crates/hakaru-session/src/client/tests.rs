@@ -161,6 +161,22 @@ fn report(end: End, error: Option<&str>) -> SideReport {
     SideReport::flows_only(end, vec![flow])
 }
 
+/// A record of this end's alone (latency and connection-rate tests).
+fn record(index: u32) -> hakaru_model::IntervalRecord {
+    hakaru_model::IntervalRecord {
+        index,
+        start: f64::from(index),
+        end: f64::from(index + 1),
+        omitted: false,
+        flows: Vec::new(),
+        sums: Vec::new(),
+        latency: None,
+        connect: None,
+        client_nic: None,
+        server_nic: None,
+    }
+}
+
 fn finished() -> Message {
     Message::Finished {
         report: Box::new(report(End::Server, None)),

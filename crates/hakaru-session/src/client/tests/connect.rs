@@ -1,7 +1,7 @@
 //! Connection-rate tests in the machine: this end's records pass through, this end's report
 //! goes first and the server's answer ends the test.
 
-use hakaru_model::{ConnectSpec, IntervalRecord};
+use hakaru_model::ConnectSpec;
 
 use super::*;
 
@@ -13,21 +13,6 @@ fn connecting() -> Run {
         [Output::StartConnecting { port: 4711 }]
     );
     r
-}
-
-fn record(index: u32) -> IntervalRecord {
-    IntervalRecord {
-        index,
-        start: f64::from(index),
-        end: f64::from(index + 1),
-        omitted: false,
-        flows: Vec::new(),
-        sums: Vec::new(),
-        latency: None,
-        connect: None,
-        client_nic: None,
-        server_nic: None,
-    }
 }
 
 fn local() -> Box<SideReport> {

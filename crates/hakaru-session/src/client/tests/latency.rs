@@ -1,7 +1,7 @@
 //! Latency tests in the machine: this end's interval records pass through, the echo is told
 //! to stop once the pinger is done, and its report closes the test.
 
-use hakaru_model::{IntervalRecord, LatencySpec, LatencyTransport};
+use hakaru_model::{LatencySpec, LatencyTransport};
 
 use super::*;
 
@@ -10,21 +10,6 @@ fn latency(transport: LatencyTransport) -> TestSpec {
         transport,
         ..Default::default()
     })
-}
-
-fn record(index: u32) -> IntervalRecord {
-    IntervalRecord {
-        index,
-        start: f64::from(index),
-        end: f64::from(index + 1),
-        omitted: false,
-        flows: Vec::new(),
-        sums: Vec::new(),
-        latency: None,
-        connect: None,
-        client_nic: None,
-        server_nic: None,
-    }
 }
 
 fn local() -> Input {
