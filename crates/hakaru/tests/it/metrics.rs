@@ -53,7 +53,16 @@ fn metrics_count_what_the_tests_moved_and_prometheus_scrapes_them() {
     );
     let doc: Value = json(&o);
     assert_eq!(doc["http"]["bytes"], 3u64 << 20);
-    let answer = get(mport, "/metrics");
+    // The endpoint counts a connection's bytes when it closes, which can be just after the
+    // client has read the last byte and exited: wait for the count (5 s at most).
+    let http_sent =
+        "hakaru_payload_bytes_total{protocol=\"http\",kind=\"http\",direction=\"sent\"}";
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut answer = get(mport, "/metrics");
+    while !answer.contains(http_sent) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        answer = get(mport, "/metrics");
+    }
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(answer.contains("text/plain; version=0.0.4"), "{answer}");
     let body = &answer[answer.find("\r\n\r\n").unwrap() + 4..];
