@@ -6,6 +6,7 @@ mod connect;
 mod doc_links;
 mod e2e;
 mod faults;
+mod flent;
 mod golden;
 mod hardening;
 mod history;
