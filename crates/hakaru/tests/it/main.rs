@@ -6,6 +6,8 @@ mod connect;
 mod doc_links;
 mod e2e;
 mod faults;
+// Network namespaces and a process group per flent run: Linux only.
+#[cfg(target_os = "linux")]
 mod flent;
 mod golden;
 mod hardening;
