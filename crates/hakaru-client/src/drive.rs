@@ -153,6 +153,21 @@ impl Control {
     }
 }
 
+/// Gives the observer, and keeps, a record of each of this end's samples waiting in `rx`,
+/// alone: for the peer protocols that do not stream the other end's (iperf3, ntttcp).
+pub(crate) fn show_local(
+    rx: &std::sync::mpsc::Receiver<hakaru_model::IntervalSample>,
+    dirs: &std::collections::BTreeMap<u32, hakaru_model::FlowDir>,
+    observer: &mut dyn Observer,
+    intervals: &mut Vec<hakaru_model::IntervalRecord>,
+) {
+    while let Ok(s) = rx.try_recv() {
+        let rec = hakaru_model::merge_interval(Some(&s), None, dirs);
+        observer.on_interval(&rec);
+        intervals.push(rec);
+    }
+}
+
 /// An output a driver did not expect at that point: the session's error, or an internal one.
 pub(crate) fn unexpected_output(o: Output) -> ClientError {
     match o {

@@ -27,7 +27,7 @@ use hakaru_proto::iperf3::{
 };
 
 use crate::{connect_one, ClientError, ClientOptions};
-use hakaru_model::{assemble, merge_interval};
+use hakaru_model::assemble;
 
 use hakaru_session::iperf3::client::{self as machine, STEP_TIMEOUT};
 const UDP_REPLY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -321,11 +321,7 @@ impl Driver<'_> {
 
     /// Live intervals: this end's numbers only (iperf3 does not stream the server's).
     fn show(&mut self, observer: &mut dyn Observer) {
-        while let Ok(s) = self.rx.try_recv() {
-            let rec = merge_interval(Some(&s), None, &self.dirs);
-            observer.on_interval(&rec);
-            self.intervals.push(rec);
-        }
+        crate::drive::show_local(&self.rx, &self.dirs, observer, &mut self.intervals);
     }
 
     fn act(

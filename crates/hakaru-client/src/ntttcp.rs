@@ -19,8 +19,8 @@ use hakaru_engine::sockopt::apply_tcp_options;
 use hakaru_engine::tcp::{FlowSocket, SideConfig, SideRun};
 use hakaru_engine::{sys, Observer};
 use hakaru_model::{
-    assemble, merge_interval, Amount, Direction, End, Environment, FlowDir, FlowSide,
-    IntervalSample, Role, RunResult, SideReport, TcpSpec, TestSpec,
+    assemble, Amount, Direction, End, Environment, FlowDir, FlowSide, IntervalSample, Role,
+    RunResult, SideReport, TcpSpec, TestSpec,
 };
 use hakaru_proto::ntttcp::{command_duration, word_name, MAX_PORTS};
 use hakaru_session::ntttcp::client::{self as machine, Input, Output};
@@ -255,7 +255,8 @@ impl Driver<'_> {
         if self.gone {
             return std::thread::sleep(wait);
         }
-        let input = match read_raw(&mut self.sync, wait) {
+        // Sync words are 4 bytes: a short buffer serves.
+        let input = match read_raw(&mut self.sync, wait, &mut [0u8; 64]) {
             RawRead::Bytes(b) => Input::Bytes(b),
             RawRead::Closed => Input::Closed,
             RawRead::Nothing => return,
@@ -267,11 +268,7 @@ impl Driver<'_> {
 
     /// Live intervals: this end's numbers only.
     fn show(&mut self, observer: &mut dyn Observer) {
-        while let Ok(s) = self.rx.try_recv() {
-            let rec = merge_interval(Some(&s), None, &self.dirs);
-            observer.on_interval(&rec);
-            self.intervals.push(rec);
-        }
+        crate::drive::show_local(&self.rx, &self.dirs, observer, &mut self.intervals);
     }
 
     fn act(

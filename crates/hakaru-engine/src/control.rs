@@ -124,8 +124,8 @@ impl ControlConn {
     }
 }
 
-/// What one bounded read of a control socket that carries raw bytes (ntttcp's sync words)
-/// gave.
+/// What one bounded read of a control socket that carries raw bytes (ntttcp's sync words,
+/// netperf's messages) gave.
 #[derive(Debug, PartialEq)]
 pub enum RawRead {
     /// Bytes that arrived.
@@ -138,11 +138,10 @@ pub enum RawRead {
     Failed(String),
 }
 
-/// Reads what arrives on `s` within `wait` (at most 64 bytes: control words are short).
-pub fn read_raw(s: &mut TcpStream, wait: Duration) -> RawRead {
+/// Reads what arrives on `s` within `wait`, at most `buf`'s length.
+pub fn read_raw(s: &mut TcpStream, wait: Duration, buf: &mut [u8]) -> RawRead {
     let _ = s.set_read_timeout(Some(wait.max(Duration::from_millis(1))));
-    let mut buf = [0u8; 64];
-    match s.read(&mut buf) {
+    match s.read(buf) {
         Ok(0) => RawRead::Closed,
         Ok(n) => RawRead::Bytes(buf.get(..n).unwrap_or_default().to_vec()),
         Err(e)

@@ -12,13 +12,14 @@
 
 mod data;
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use hakaru_engine::control::{read_raw, RawRead};
 use hakaru_proto::netperf::{OmniRequest, OmniResponse};
 use hakaru_session::netperf::server::{self as machine, errno, Ending, Input, Output};
 use socket2::{Domain, Protocol, Socket, Type};
@@ -227,21 +228,11 @@ impl Driver<'_> {
             } else {
                 IDLE_TICK
             };
-            let _ = self.ctl.set_read_timeout(Some(tick));
-            let input = match self.ctl.read(&mut buf) {
-                Ok(0) => Some(Input::PeerClosed),
-                Ok(n) => Some(Input::Bytes(buf.get(..n).unwrap_or_default().to_vec())),
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock
-                            | io::ErrorKind::TimedOut
-                            | io::ErrorKind::Interrupted
-                    ) =>
-                {
-                    None
-                }
-                Err(e) => Some(Input::ReadFailed(e.to_string())),
+            let input = match read_raw(&mut self.ctl, tick, &mut buf) {
+                RawRead::Bytes(b) => Some(Input::Bytes(b)),
+                RawRead::Closed => Some(Input::PeerClosed),
+                RawRead::Nothing => None,
+                RawRead::Failed(e) => Some(Input::ReadFailed(e)),
             };
             if let Some(i) = input {
                 m.handle(i, Instant::now());

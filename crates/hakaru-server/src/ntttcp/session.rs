@@ -145,7 +145,8 @@ impl Driver<'_> {
         if self.gone {
             return std::thread::sleep(left);
         }
-        let input = match read_raw(&mut self.s, left) {
+        // Sync words are 4 bytes: a short buffer serves.
+        let input = match read_raw(&mut self.s, left, &mut [0u8; 64]) {
             RawRead::Bytes(b) => Input::Bytes(b),
             RawRead::Closed => Input::Closed,
             RawRead::Nothing => return,
