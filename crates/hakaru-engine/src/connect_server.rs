@@ -309,6 +309,9 @@ fn turn(
                 Ok(n) if sent + n >= cfg.response => {
                     counts.served += 1;
                     c.phase = Phase::Drain;
+                    // The client's close cannot have come yet (it has not read the response):
+                    // read it on the next round, not in a call that would find nothing.
+                    return Turn::Wait;
                 }
                 Ok(n) => c.phase = Phase::Response(sent + n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Turn::Wait,
