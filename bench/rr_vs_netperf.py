@@ -12,6 +12,8 @@ Cases (loopback, one flow or connector, blocking waits at both ends):
 - crr_rst: `hakaru connect -P 1 --rst` against bench/connect_loop.c (the least a connection
            round can do: socket, connect, 1 byte each way, close with RST; one blocking loop a
            side)
+The round-trip cases also run bench/rr_loop.c, the least a blocking round trip can do (one
+loop a side, TCP with no timeout per wait), as the reference of what the kernel allows.
 Each tool runs against its own server (a separate `hakaru server`, netserver, connect_loop
 server), all started here and stopped by PID. Each round runs every case with both tools,
 alternating which goes first. Figures: transactions (or connections) per second, and for the
@@ -105,6 +107,22 @@ def loop_case(loop, secs, ccpu, scpu):
     return float(out.split()[0]), None
 
 
+def rr_loop_case(rr, case, secs, ccpu, scpu):
+    port = free_port()
+    proto = "tcp" if case == "tcp_rr" else "udp"
+    srv = subprocess.Popen(pin(scpu, [rr, "server", proto, str(port), str(secs + 5)]),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        if proto == "tcp":
+            wait_port_quiet(port)
+        else:
+            time.sleep(0.2)
+        out = run(pin(ccpu, [rr, "client", proto, "127.0.0.1", str(port), str(secs)]), secs + 30)
+    finally:
+        stop_process(srv)
+    return float(out.split()[0]), None
+
+
 def wait_port_quiet(port):
     # connect_loop's server counts every connection; probing it with one is harmless (it
     # serves it) but would show as a failure in a strict server, so wait on the listen state.
@@ -129,6 +147,8 @@ def main():
     tmp = tempfile.mkdtemp()
     loop = os.path.join(tmp, "connect_loop")
     subprocess.run(["cc", "-O2", "-o", loop, os.path.join(ROOT, "bench", "connect_loop.c")], check=True)
+    rr = os.path.join(tmp, "rr_loop")
+    subprocess.run(["cc", "-O2", "-o", rr, os.path.join(ROOT, "bench", "rr_loop.c")], check=True)
 
     rows = []
     for place in places:
@@ -141,7 +161,7 @@ def main():
         try:
             wait_port(hp)
             wait_port(npp)
-            res = {c: {"h": [], "p": [], "rate": [], "rtt": []} for c in cases}
+            res = {c: {"h": [], "p": [], "rate": [], "rtt": [], "ref": [], "refr": []} for c in cases}
             for r in range(a.rounds):
                 for c in cases:
                     def peer():
@@ -149,6 +169,8 @@ def main():
                             return loop_case(loop, a.time, ccpu, scpu)
                         return netperf_case(c, npp, a.time, ccpu)
                     order = [("h", lambda: hakaru_case(c, hp, a.time, ccpu)), ("p", peer)]
+                    if c in ("tcp_rr", "udp_rr"):
+                        order.append(("r", lambda: rr_loop_case(rr, c, a.time, ccpu, scpu)))
                     if r % 2:
                         order.reverse()
                     got = {}
@@ -160,7 +182,11 @@ def main():
                     res[c]["rate"].append(hr / pr)
                     if hl is not None and pl:
                         res[c]["rtt"].append(hl / pl)
-                    print(f"{place} round {r + 1} {c}: hakaru {hr:.0f}/s p50 {hl} us, peer {pr:.0f}/s p50 {pl} us",
+                    if "r" in got:
+                        res[c]["ref"].append(got["r"][0])
+                        res[c]["refr"].append(hr / got["r"][0])
+                    print(f"{place} round {r + 1} {c}: hakaru {hr:.0f}/s p50 {hl} us, peer {pr:.0f}/s p50 {pl} us"
+                          + (f", reference {got['r'][0]:.0f}/s" if "r" in got else ""),
                           file=sys.stderr, flush=True)
         finally:
             stop_process(hs)
@@ -172,16 +198,19 @@ def main():
                          statistics.median(d["rate"]),
                          statistics.median(x[1] for x in d["h"]) if d["rtt"] else None,
                          statistics.median(x[1] for x in d["p"]) if d["rtt"] else None,
-                         statistics.median(d["rtt"]) if d["rtt"] else None))
+                         statistics.median(d["rtt"]) if d["rtt"] else None,
+                         statistics.median(d["ref"]) if d["ref"] else None,
+                         statistics.median(d["refr"]) if d["refr"] else None))
 
     cmd = " ".join(["python3 bench/rr_vs_netperf.py"] + sys.argv[1:])
     out = [f"Command: `{cmd}` ({a.rounds} rounds of {a.time} s; load average at the end "
            f"{open('/proc/loadavg').read().split()[0]})", "",
-           "| placement | case | hakaru /s | peer /s | rate ratio | hakaru p50 | peer p50 | p50 ratio |",
-           "|---|---|---:|---:|---:|---:|---:|---:|"]
-    for (pl, c, h, p, rr, hl, pl50, lr) in rows:
+           "| placement | case | hakaru /s | peer /s | rate ratio | hakaru p50 | peer p50 | p50 ratio | rr_loop.c /s | hakaru / rr_loop.c |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for (pl, c, h, p, rr, hl, pl50, lr, ref, refr) in rows:
         lat = (f"{hl:.1f} us | {pl50:.0f} us | {lr:.2f}x" if lr is not None else "- | - | -")
-        out.append(f"| {pl} | {c} | {h:.0f} | {p:.0f} | {rr:.2f}x | {lat} |")
+        rf = f"{ref:.0f} | {refr:.2f}x" if ref is not None else "- | -"
+        out.append(f"| {pl} | {c} | {h:.0f} | {p:.0f} | {rr:.2f}x | {lat} | {rf} |")
     block = "\n".join(out) + "\n"
     print(block)
     if a.write:
