@@ -7,7 +7,7 @@
  *
  * Build: cc -O2 -o connect_loop bench/connect_loop.c
  * Run:   connect_loop server PORT SECONDS   and   connect_loop client HOST PORT SECONDS
- * (bench/connect_rate.py does both, beside hakaru connect against hakaru server). */
+ * (bench/rr_vs_netperf.py runs both, beside hakaru connect against hakaru server). */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
