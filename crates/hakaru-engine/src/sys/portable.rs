@@ -94,6 +94,14 @@ pub fn wait_listener(l: &std::net::TcpListener, timeout: Duration) {
 /// server gives each UDP flow a port of its own.
 pub const UDP_SHARED_PORT_DEMUX: bool = cfg!(not(windows));
 
+/// Whether a blocking `accept` on a listener gives up after the listener's receive timeout
+/// (SO_RCVTIMEO), and the socket it returns is blocking and carries the listener's receive and
+/// send timeouts and TCP_NODELAY. Linux does all of it (the accepted socket is cloned from the
+/// listener; O_NONBLOCK is a file flag and is not cloned), so a per-connection server can set
+/// them once on the listener and accept with no system call but `accept` itself. Elsewhere a
+/// blocking accept may wait forever and the options must be set on each accepted socket.
+pub const ACCEPT_INHERITS_TIMEOUTS: bool = cfg!(target_os = "linux");
+
 /// The process or the system is out of file descriptors (EMFILE, ENFILE).
 pub fn is_out_of_descriptors(e: &io::Error) -> bool {
     #[cfg(unix)]
@@ -177,6 +185,41 @@ mod tests {
         }
         let other = io::Error::other("x");
         assert!(!is_out_of_descriptors(&other) && !is_gso_refused(&other));
+    }
+
+    #[test]
+    fn accepted_sockets_carry_the_listeners_timeouts_where_the_platform_says_so() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let t = Duration::from_millis(70);
+        let sock = socket2::SockRef::from(&l);
+        sock.set_read_timeout(Some(t)).unwrap();
+        sock.set_write_timeout(Some(t)).unwrap();
+        sock.set_tcp_nodelay(true).unwrap();
+        // The kernel keeps timeouts in its own ticks: compare with what it kept.
+        let (rt, wt) = (sock.read_timeout().unwrap(), sock.write_timeout().unwrap());
+        assert!(rt.is_some() && wt.is_some());
+        // An accept with nothing to accept gives up after the timeout instead of blocking.
+        if ACCEPT_INHERITS_TIMEOUTS {
+            let e = l.accept().unwrap_err();
+            assert!(matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ));
+        }
+        let _a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        if ACCEPT_INHERITS_TIMEOUTS {
+            assert_eq!(b.read_timeout().unwrap(), rt);
+            assert_eq!(b.write_timeout().unwrap(), wt);
+            assert!(b.nodelay().unwrap());
+            // Blocking: a read with nothing to read waits out the timeout.
+            let mut buf = [0u8; 1];
+            let e = std::io::Read::read(&mut &b, &mut buf).unwrap_err();
+            assert!(matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ));
+        }
     }
 
     #[test]

@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use hakaru_engine::sys;
 use hakaru_proto::netperf::{self as wire, OmniRequest, OmniResponse, OmniResults};
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
 
@@ -67,9 +68,19 @@ pub(crate) fn bind(ip: IpAddr, req: &OmniRequest) -> io::Result<(DataSock, OmniR
         DataSock::Udp(sock.into())
     } else {
         sock.listen(128)?;
-        let l: TcpListener = sock.into();
-        l.set_nonblocking(true)?;
-        DataSock::Tcp(l)
+        if sys::ACCEPT_INHERITS_TIMEOUTS {
+            // Set once here, they come with every accepted socket, and accept itself waits at
+            // most a tick: a TCP_CRR connection costs accept, receive, send and close, as
+            // under netserver (docs/performance-notes.md, "A connection per transaction").
+            sock.set_read_timeout(Some(TICK))?;
+            sock.set_write_timeout(Some(TICK))?;
+            if req.no_delay() {
+                sock.set_tcp_nodelay(true)?;
+            }
+        } else {
+            sock.set_nonblocking(true)?;
+        }
+        DataSock::Tcp(sock.into())
     };
     let (recv_size, send_size) = sizes(req, rcvbuf, sndbuf);
     let flags = req.flags & (wire::flag::NO_DELAY | wire::flag::MEASURE_CPU);
@@ -305,11 +316,13 @@ fn accept(
         }
         match l.accept() {
             Ok((s, from)) if from.ip().to_canonical() == job.peer_ip.to_canonical() => {
-                s.set_nonblocking(false)?;
-                s.set_read_timeout(Some(TICK))?;
-                s.set_write_timeout(Some(TICK))?;
-                if job.req.no_delay() {
-                    s.set_nodelay(true)?;
+                if !sys::ACCEPT_INHERITS_TIMEOUTS {
+                    s.set_nonblocking(false)?;
+                    s.set_read_timeout(Some(TICK))?;
+                    s.set_write_timeout(Some(TICK))?;
+                    if job.req.no_delay() {
+                        s.set_nodelay(true)?;
+                    }
                 }
                 return Ok(Some(s));
             }
@@ -318,6 +331,8 @@ fn accept(
                     "netperf: closed a data connection from {from}: not the test's client"
                 );
             }
+            // A blocking accept has waited its tick already.
+            Err(e) if is_tick(&e) && sys::ACCEPT_INHERITS_TIMEOUTS => {}
             Err(e) if is_tick(&e) => crate::wait_readable_for(l, TICK),
             Err(e) => return Err(e),
         }
