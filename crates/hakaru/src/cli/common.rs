@@ -55,6 +55,9 @@ pub struct Target {
     /// Set by `hakaru tcp --ntttcp`.
     #[arg(skip)]
     pub ntttcp: bool,
+    /// Set from [`NetperfPeer`] by the subcommands that have it.
+    #[arg(skip)]
+    pub netperf: bool,
     /// Synchronised start: set the test up (connections, flows), print a `ready` event
     /// (--json-stream) or a line on stderr, and start only when a line `go` arrives on standard
     /// input; `stop` or the end of input stops the test. `hakaru plan` drives clients this way.
@@ -235,6 +238,20 @@ pub struct Iperf3Peer {
     pub iperf3: bool,
 }
 
+/// `--netperf`: on the subcommands a stock netserver can run (tcp, udp, pps, latency,
+/// connect).
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub struct NetperfPeer {
+    /// The server is a stock netserver (netperf 2.6 or 2.7; -p defaults to its 12865): run the
+    /// test as netperf tests (tcp: TCP_STREAM, with -R TCP_MAERTS; udp and pps: UDP_STREAM;
+    /// latency: TCP_RR, with --udp UDP_RR; connect: TCP_CRR), one per flow (-P), each on a
+    /// control connection of its own. The data moves through hakaru's engine; the server
+    /// figures come from netserver's results, so live intervals show this end only. What
+    /// netperf cannot ask of netserver (-O, --bidir, -R over UDP, ...) is refused by name.
+    #[arg(long)]
+    pub netperf: bool,
+}
+
 /// Subcommands that can hold their start for a coordinator.
 const SYNC_COMMANDS: [&str; 5] = ["tcp", "udp", "pps", "latency", "connect"];
 
@@ -248,6 +265,15 @@ impl Target {
             return Err(UsageError(format!(
                 "--sync-start works with `hakaru tcp`, `udp`, `pps`, `latency` and `connect`, not `hakaru {command}`"
             ))
+            .into());
+        }
+        if self.netperf && self.iperf3 {
+            return Err(UsageError("--netperf and --iperf3 name different servers: give one".into()).into());
+        }
+        if self.sync_start && self.netperf {
+            return Err(UsageError(
+                "--sync-start needs a hakaru server: netserver cannot hold its start (drop --netperf)".into(),
+            )
             .into());
         }
         if self.sync_start && self.iperf3 {
@@ -408,6 +434,7 @@ impl Target {
             histogram: false,
             iperf3: self.iperf3,
             ntttcp: self.ntttcp,
+            netperf: self.netperf,
             gate: None,
             // Checked by validate(); a file that vanished since reads as no key, which the
             // server then refuses by name.
@@ -418,9 +445,35 @@ impl Target {
     /// Runs `spec` against HOST, or against an in-process loopback server when there is no
     /// HOST, and prints the result in the chosen format.
     pub fn run(&self, spec: TestSpec) -> anyhow::Result<()> {
+        if self.netperf {
+            return self.run_netperf(spec);
+        }
         let ep = self.endpoint(&spec)?;
         let opts = self.options(&ep, spec);
         run_and_print(self, &opts, self.sync_start)
+    }
+}
+
+impl Target {
+    /// `--netperf`: HOST (loopback without one) at netserver's control port (12865 unless -p
+    /// or HOST:PORT gives one).
+    fn run_netperf(&self, spec: TestSpec) -> anyhow::Result<()> {
+        let opts = self.options(&self.netperf_endpoint()?, spec);
+        run_and_print(self, &opts, false)
+    }
+
+    /// Where `--netperf` tests go.
+    pub fn netperf_endpoint(&self) -> anyhow::Result<Endpoint> {
+        let given = self.host_port()?;
+        let host = given
+            .as_ref()
+            .map_or_else(|| self.loopback().to_string(), |(h, _)| h.clone());
+        let port = match (self.port_given(), given) {
+            (true, Some((_, p))) => p,
+            (true, None) => self.port.unwrap_or(hakaru_client::NETPERF_DEFAULT_PORT),
+            (false, _) => hakaru_client::NETPERF_DEFAULT_PORT,
+        };
+        Ok(Endpoint::remote(host, port))
     }
 }
 

@@ -2,7 +2,7 @@
 
 use hakaru_model::{Bytes, ConnectSpec, Dur, TestSpec};
 
-use super::common::{CpuList, Target};
+use super::common::{CpuList, NetperfPeer, Target};
 
 /// Options of `hakaru connect`.
 #[derive(Debug, clap::Args)]
@@ -34,10 +34,13 @@ pub struct Args {
     /// Print the connect-time distribution (in the JSON result too).
     #[arg(long)]
     histogram: bool,
+    #[command(flatten)]
+    netperf: NetperfPeer,
 }
 
 /// Runs `hakaru connect`.
-pub fn run(a: Args) -> anyhow::Result<()> {
+pub fn run(mut a: Args) -> anyhow::Result<()> {
+    a.target.netperf = a.netperf.netperf;
     a.target.check("connect")?;
     let spec = ConnectSpec {
         connectors: a.parallel,

@@ -6,7 +6,7 @@ use hakaru_model::{
     DEFAULT_UDP_LENGTH_V4, DEFAULT_UDP_LENGTH_V6, MAX_BATCH,
 };
 
-use super::common::{Iperf3Peer, Shape, Target};
+use super::common::{Iperf3Peer, NetperfPeer, Shape, Target};
 
 /// Flags `udp` and `pps` share.
 #[derive(Debug, clap::Args)]
@@ -17,6 +17,8 @@ pub struct Common {
     shape: Shape,
     #[command(flatten)]
     peer: Iperf3Peer,
+    #[command(flatten)]
+    netperf: NetperfPeer,
     /// Do not use UDP GSO (one send call carrying many datagrams); send with sendmmsg instead.
     #[arg(long)]
     no_gso: bool,
@@ -83,6 +85,13 @@ impl Common {
         rate_down: Option<UdpRate>,
     ) -> anyhow::Result<UdpSpec> {
         self.target.iperf3 = self.peer.iperf3;
+        self.target.netperf = self.netperf.netperf;
+        if self.netperf.netperf && self.search.find_max {
+            return Err(super::common::UsageError(
+                "--find-max searches against a hakaru server; drop --netperf".into(),
+            )
+            .into());
+        }
         self.target.check(match mode {
             UdpMode::Bandwidth => "udp",
             UdpMode::Pps => "pps",
