@@ -377,7 +377,11 @@ impl Flow<'_> {
         let len = self.s.cfg.length;
         loop {
             if self.sock.is_tcp() && self.have >= len {
-                let seq = self.s.cfg.framing.read_reply(&self.rbuf[..len], self.oldest);
+                let seq = self
+                    .s
+                    .cfg
+                    .framing
+                    .read_reply(&self.rbuf[..len], self.oldest);
                 self.rbuf.copy_within(len..self.have, 0);
                 self.have -= len;
                 return match seq {
@@ -404,7 +408,9 @@ impl Flow<'_> {
                 Ok(n) if self.sock.is_tcp() => self.have += n,
                 Ok(n) => {
                     if n == len {
-                        if let Some(seq) = self.s.cfg.framing.read_reply(&self.rbuf[..n], self.oldest) {
+                        if let Some(seq) =
+                            self.s.cfg.framing.read_reply(&self.rbuf[..n], self.oldest)
+                        {
                             return Ok(Some(seq));
                         }
                     }

@@ -243,11 +243,7 @@ impl OmniRequest {
         words[36] = i(self.socket_prio);
         words[37] = i(self.socket_tos);
         b.data(&words);
-        b.raw(
-            (2 + REQUEST_CUTOFF) * 4,
-            self.cong_control.as_bytes(),
-            15,
-        );
+        b.raw((2 + REQUEST_CUTOFF) * 4, self.cong_control.as_bytes(), 15);
         b.bytes
     }
 

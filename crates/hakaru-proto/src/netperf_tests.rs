@@ -183,7 +183,14 @@ fn no_input_panics() {
 fn client_requests_encode_as_stock_netperf_sends_them() {
     // The client direction: every captured request, decoded and encoded again, is the
     // captured message byte for byte (the defaults the struct does not carry included).
-    for msg in [TCP_STREAM, TCP_RR_COUNT, UDP_STREAM, MAERTS_CPU, CRR, UDP_RR] {
+    for msg in [
+        TCP_STREAM,
+        TCP_RR_COUNT,
+        UDP_STREAM,
+        MAERTS_CPU,
+        CRR,
+        UDP_RR,
+    ] {
         let o = omni(msg);
         assert_eq!(o.encode(), msg, "{o:?}");
     }

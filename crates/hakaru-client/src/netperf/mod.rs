@@ -127,7 +127,12 @@ impl Tests {
     fn data_addrs(&self) -> Vec<SocketAddr> {
         self.list
             .iter()
-            .map(|t| SocketAddr::new(self.server.ip(), t.ready.as_ref().map_or(0, |r| r.data_port)))
+            .map(|t| {
+                SocketAddr::new(
+                    self.server.ip(),
+                    t.ready.as_ref().map_or(0, |r| r.data_port),
+                )
+            })
             .collect()
     }
 
@@ -246,7 +251,9 @@ pub(crate) fn run(
         TestSpec::Tcp(_) | TestSpec::Udp(_) => bulk::run(opts, &mut tests, observer, &stop),
         TestSpec::Latency(l) => rr::latency(opts, l, &mut tests, observer, &stop),
         TestSpec::Connect(c) => rr::connect(opts, c, &mut tests, observer, &stop),
-        _ => Err(refused_locally("only tcp, udp, pps, latency and connect".into())),
+        _ => Err(refused_locally(
+            "only tcp, udp, pps, latency and connect".into(),
+        )),
     }
 }
 
@@ -335,11 +342,19 @@ fn assemble(
     opts: &ClientOptions,
     tests: &Tests,
     started_unix: f64,
-    parts: (Vec<hakaru_model::IntervalRecord>, SideReport, SideReport, bool),
+    parts: (
+        Vec<hakaru_model::IntervalRecord>,
+        SideReport,
+        SideReport,
+        bool,
+    ),
     mut notes: Vec<String>,
 ) -> RunResult {
     let (intervals, local, remote, interrupted) = parts;
-    notes.splice(0..0, std::iter::once(tests.note()).chain(tests.notes.iter().cloned()));
+    notes.splice(
+        0..0,
+        std::iter::once(tests.note()).chain(tests.notes.iter().cloned()),
+    );
     hakaru_model::assemble(hakaru_model::AssembleInputs {
         ipv6: tests.server.is_ipv6(),
         spec: opts.spec.clone(),

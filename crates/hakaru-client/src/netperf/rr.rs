@@ -102,7 +102,10 @@ pub(super) fn latency(
     let outcome = pinger.wait();
     let wall = started.elapsed().as_secs_f64();
     if let Some(e) = &outcome.error {
-        return Err(ClientError::Flow(format!("{e} (netserver at {})", tests.addr)));
+        return Err(ClientError::Flow(format!(
+            "{e} (netserver at {})",
+            tests.addr
+        )));
     }
     empty_datagrams(&held);
     let theirs = tests.results()?;

@@ -219,6 +219,10 @@ impl Session {
         match self.phase {
             // The results are in; netserver going away afterwards changes nothing.
             Phase::Running if self.early.is_some() => {}
+            Phase::Response { .. } => self.fail(Error::Gone(format!(
+                "{why} before answering the test request (a netserver started with -Z closes \
+                 without a word when the passphrase is missing or wrong)"
+            ))),
             _ => self.fail(Error::Gone(why)),
         }
     }

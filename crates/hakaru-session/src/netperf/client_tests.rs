@@ -139,10 +139,7 @@ fn an_error_during_the_data_phase_aborts_it() {
     s.handle(Input::Bytes(encode_error(kind::OMNI_RESPONSE, 104)), now);
     assert_eq!(
         drain(&mut s),
-        vec![
-            Output::AbortData,
-            Output::End(Err(Error::DataFailed(104)))
-        ]
+        vec![Output::AbortData, Output::End(Err(Error::DataFailed(104)))]
     );
 }
 

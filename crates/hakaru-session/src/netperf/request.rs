@@ -38,12 +38,10 @@ pub fn plan(spec: &TestSpec, ipv6: bool) -> Result<Plan, String> {
         TestSpec::Udp(u) => udp(u)?,
         TestSpec::Latency(l) => latency(l)?,
         TestSpec::Connect(c) => connect(c)?,
-        other => {
-            return Err(format!(
-                "`hakaru {}` has no netperf test (--netperf runs tcp, udp, pps, latency and connect)",
-                other.name()
-            ))
-        }
+        other => return Err(format!(
+            "`hakaru {}` has no netperf test (--netperf runs tcp, udp, pps, latency and connect)",
+            other.name()
+        )),
     };
     if tests > MAX_TESTS {
         return Err(format!(
@@ -106,7 +104,9 @@ fn blank(socket_type: u32, protocol: u32, dir: u32, secs: i32) -> OmniRequest {
 pub fn whole_seconds(d: Duration) -> Result<i32, String> {
     let secs = d.as_secs_f64().ceil().max(1.0);
     if secs > f64::from(i32::MAX) {
-        return Err(format!("a test of {secs} s is longer than netperf can ask for"));
+        return Err(format!(
+            "a test of {secs} s is longer than netperf can ask for"
+        ));
     }
     Ok(secs as i32)
 }
@@ -120,7 +120,8 @@ fn no_warmup(omit: Dur) -> Result<(), String> {
 }
 
 fn size(what: &str, v: u64) -> Result<i32, String> {
-    i32::try_from(v).map_err(|_| format!("{what} {v}: netperf sizes are at most {} bytes", i32::MAX))
+    i32::try_from(v)
+        .map_err(|_| format!("{what} {v}: netperf sizes are at most {} bytes", i32::MAX))
 }
 
 fn buffers(r: &mut OmniRequest, window: Option<hakaru_model::Bytes>) -> Result<(), String> {
@@ -137,21 +138,24 @@ fn tcp(t: &TcpSpec) -> Result<Base, String> {
     if t.mptcp {
         return Err("--mptcp: netserver's data sockets are plain TCP".into());
     }
-    let (name, dir) = match t.direction {
-        Direction::Forward => ("TCP_STREAM", direction::RECV),
-        Direction::Reverse => ("TCP_MAERTS", direction::XMIT),
-        Direction::Bidir => {
-            return Err(
+    let (name, dir) =
+        match t.direction {
+            Direction::Forward => ("TCP_STREAM", direction::RECV),
+            Direction::Reverse => ("TCP_MAERTS", direction::XMIT),
+            Direction::Bidir => return Err(
                 "--bidir: a netperf test moves data one way (TCP_STREAM, or TCP_MAERTS with -R)"
                     .into(),
-            )
-        }
-    };
+            ),
+        };
     if t.rate_down.is_some() {
-        return Err("--bitrate-down: netserver sends as fast as it can (netperf cannot pace it)".into());
+        return Err(
+            "--bitrate-down: netserver sends as fast as it can (netperf cannot pace it)".into(),
+        );
     }
     if t.direction == Direction::Reverse && t.rate.is_some() {
-        return Err("-b with -R: netserver sends as fast as it can (netperf cannot pace it)".into());
+        return Err(
+            "-b with -R: netserver sends as fast as it can (netperf cannot pace it)".into(),
+        );
     }
     let secs = match t.amount {
         Amount::Time(d) => whole_seconds(d.0)?,
@@ -171,7 +175,9 @@ fn tcp(t: &TcpSpec) -> Result<Base, String> {
     }
     if let Some(cc) = &t.congestion {
         if cc.len() > 15 {
-            return Err(format!("-C {cc}: netperf names a congestion control in at most 15 bytes"));
+            return Err(format!(
+                "-C {cc}: netperf names a congestion control in at most 15 bytes"
+            ));
         }
         r.cong_control = cc.clone();
     }
@@ -209,7 +215,12 @@ fn udp(u: &UdpSpec) -> Result<Base, String> {
                 .into(),
         );
     };
-    let mut r = blank(wire::NST_DGRAM, wire::PROTO_UDP, direction::RECV, whole_seconds(d.0)?);
+    let mut r = blank(
+        wire::NST_DGRAM,
+        wire::PROTO_UDP,
+        direction::RECV,
+        whole_seconds(d.0)?,
+    );
     let len = size("-l/--length", u.length.0)?;
     r.send_size = len;
     r.receive_size = len;
@@ -231,9 +242,22 @@ fn latency(l: &LatencySpec) -> Result<Base, String> {
     }
     let secs = whole_seconds(l.warmup.0 + l.duration.0)?;
     let (name, mut r) = if udp {
-        ("UDP_RR", blank(wire::NST_DGRAM, wire::PROTO_UDP, direction::XMIT | direction::RECV, secs))
+        (
+            "UDP_RR",
+            blank(
+                wire::NST_DGRAM,
+                wire::PROTO_UDP,
+                direction::XMIT | direction::RECV,
+                secs,
+            ),
+        )
     } else {
-        let mut r = blank(wire::NST_STREAM, wire::PROTO_TCP, direction::XMIT | direction::RECV, secs);
+        let mut r = blank(
+            wire::NST_STREAM,
+            wire::PROTO_TCP,
+            direction::XMIT | direction::RECV,
+            secs,
+        );
         // hakaru's round trips always run with TCP_NODELAY at both ends (netperf -- -D).
         r.flags |= flag::NO_DELAY;
         ("TCP_RR", r)
@@ -291,7 +315,10 @@ mod tests {
         };
         let r = one(&TestSpec::Tcp(t.clone()));
         assert!(r.recv_only() && !r.is_rr());
-        assert_eq!((r.test_length, r.send_size, r.receive_size), (3, 131072, 131072));
+        assert_eq!(
+            (r.test_length, r.send_size, r.receive_size),
+            (3, 131072, 131072)
+        );
         assert!(r.no_delay());
         assert_eq!(r.protocol, wire::PROTO_TCP);
         let rev = one(&TestSpec::Tcp(TcpSpec {
@@ -313,7 +340,10 @@ mod tests {
         assert_eq!(p.name, "TCP_STREAM");
         let lens: Vec<i32> = p.requests.iter().map(|r| r.test_length).collect();
         assert_eq!(-(lens[0] as i64) - (lens[1] as i64), 3_000_001);
-        assert!(p.requests.iter().all(|r| r.ipfamily == wire::NF_INET6 && r.cpu_binding == 1));
+        assert!(p
+            .requests
+            .iter()
+            .all(|r| r.ipfamily == wire::NF_INET6 && r.cpu_binding == 1));
     }
 
     #[test]
@@ -322,7 +352,10 @@ mod tests {
             length: Bytes(64),
             ..UdpSpec::default()
         }));
-        assert_eq!((u.protocol, u.socket_type, u.send_size), (wire::PROTO_UDP, wire::NST_DGRAM, 64));
+        assert_eq!(
+            (u.protocol, u.socket_type, u.send_size),
+            (wire::PROTO_UDP, wire::NST_DGRAM, 64)
+        );
         assert!(u.recv_only());
         let l = one(&TestSpec::Latency(LatencySpec {
             length: Bytes(32),

@@ -268,7 +268,10 @@ impl Target {
             .into());
         }
         if self.netperf && self.iperf3 {
-            return Err(UsageError("--netperf and --iperf3 name different servers: give one".into()).into());
+            return Err(UsageError(
+                "--netperf and --iperf3 name different servers: give one".into(),
+            )
+            .into());
         }
         if self.sync_start && self.netperf {
             return Err(UsageError(

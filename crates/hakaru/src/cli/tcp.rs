@@ -106,7 +106,9 @@ pub fn run(mut a: Args) -> anyhow::Result<()> {
     a.target.ntttcp = a.ntttcp;
     a.target.netperf = a.netperf.netperf;
     if a.ntttcp && a.netperf.netperf {
-        return Err(UsageError("--netperf and --ntttcp name different servers: give one".into()).into());
+        return Err(
+            UsageError("--netperf and --ntttcp name different servers: give one".into()).into(),
+        );
     }
     let spec = a.spec()?;
     if a.ntttcp {
