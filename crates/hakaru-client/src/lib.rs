@@ -385,11 +385,6 @@ fn run_elsewhere(
         return Some(ntttcp::run(opts, observer, Arc::clone(stop)));
     }
     if opts.netperf {
-        if opts.gate.is_some() {
-            return Some(Err(ClientError::Refused(
-                "(checked locally) a synchronised start needs a hakaru server; netserver cannot hold its start".into(),
-            )));
-        }
         return Some(netperf::run(opts, observer, Arc::clone(stop)));
     }
     if let Err(e) = opts.spec.validate() {

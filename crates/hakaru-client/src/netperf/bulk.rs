@@ -1,6 +1,7 @@
 //! TCP_STREAM, TCP_MAERTS and UDP_STREAM: the engine's flows on netserver's data ports.
 
 use std::collections::BTreeMap;
+use std::net::UdpSocket;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -39,8 +40,57 @@ pub(super) fn run(
         let _ = tx.send(s);
     });
     let plan = spec.flow_plan();
+    let (run, held) = start(opts, tests, cfg, on_interval)?;
+    observer.on_start(spec, &tests.addr, opts.embedded);
+    let started_unix = super::now_unix();
+    let dirs: BTreeMap<u32, FlowDir> = plan.iter().copied().collect();
+    let mut intervals = Vec::new();
+    let interrupted = watch(&run, tests, (&rx, &dirs), observer, &mut intervals, stop);
+    let local = match interrupted {
+        Ok(i) => (run.wait(), i),
+        Err(e) => {
+            run.abort();
+            let _ = run.wait();
+            return Err(e);
+        }
+    };
+    crate::drive::show_local(&rx, &dirs, observer, &mut intervals);
+    let (local, interrupted) = local;
+    empty_datagrams(&held);
+    let theirs = tests.results()?;
+    drop(held);
+    if let Some(e) = local.flows.iter().find_map(|f| f.error.clone()) {
+        return Err(ClientError::Flow(e));
+    }
+    let udp = matches!(spec, TestSpec::Udp(_));
+    let flows = plan
+        .iter()
+        .zip(&theirs)
+        .map(|(&(id, dir), r)| their_flow(id, dir, r, udp))
+        .collect();
+    let remote = tests.report(flows);
+    let result = super::assemble(
+        opts,
+        tests,
+        started_unix,
+        (intervals, local, remote, interrupted),
+        Vec::new(),
+    );
+    observer.on_end(&result);
+    Ok(result)
+}
+
+/// Opens a flow to each test's data port and starts the engine on them; with duplicates of
+/// the UDP flows' sockets, for netperf's empty datagrams at the end.
+fn start(
+    opts: &ClientOptions,
+    tests: &Tests,
+    cfg: SideConfig,
+    on_interval: Box<dyn FnMut(IntervalSample) + Send>,
+) -> Result<(Running, Vec<UdpSocket>), ClientError> {
+    let spec = &opts.spec;
+    let plan = spec.flow_plan();
     let addrs = tests.data_addrs();
-    // UDP: duplicates of the flows' sockets, for netperf's empty datagrams at the end.
     let mut held = Vec::new();
     let run = match spec {
         TestSpec::Tcp(t) => {
@@ -91,43 +141,7 @@ pub(super) fn run(
         }
         _ => return Err(ClientError::Flow("internal error: not a bulk test".into())),
     };
-    observer.on_start(spec, &tests.addr, opts.embedded);
-    let started_unix = super::now_unix();
-    let dirs: BTreeMap<u32, FlowDir> = plan.iter().copied().collect();
-    let mut intervals = Vec::new();
-    let interrupted = watch(&run, tests, (&rx, &dirs), observer, &mut intervals, stop);
-    let local = match interrupted {
-        Ok(i) => (run.wait(), i),
-        Err(e) => {
-            run.abort();
-            let _ = run.wait();
-            return Err(e);
-        }
-    };
-    crate::drive::show_local(&rx, &dirs, observer, &mut intervals);
-    let (local, interrupted) = local;
-    empty_datagrams(&held);
-    let theirs = tests.results()?;
-    drop(held);
-    if let Some(e) = local.flows.iter().find_map(|f| f.error.clone()) {
-        return Err(ClientError::Flow(e));
-    }
-    let udp = matches!(spec, TestSpec::Udp(_));
-    let flows = plan
-        .iter()
-        .zip(&theirs)
-        .map(|(&(id, dir), r)| their_flow(id, dir, r, udp))
-        .collect();
-    let remote = tests.report(flows);
-    let result = super::assemble(
-        opts,
-        tests,
-        started_unix,
-        (intervals, local, remote, interrupted),
-        Vec::new(),
-    );
-    observer.on_end(&result);
-    Ok(result)
+    Ok((run, held))
 }
 
 /// This end's role on a flow.

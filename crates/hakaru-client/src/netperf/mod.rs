@@ -287,8 +287,10 @@ fn connect_netserver(opts: &ClientOptions) -> Result<(TcpStream, SocketAddr), Cl
     })
 }
 
-/// Opens every test's control connection and asks for its test, one after the other; each
-/// answered with its data port.
+/// Opens every test's control connection, then asks for the tests one after the other, each
+/// answered with its data port. A held start (`--sync-start`) waits between the two: the
+/// connections prove netserver is there, and netserver starts a test's timer only when it
+/// answers the request.
 fn set_up(
     opts: &ClientOptions,
     first: TcpStream,
@@ -307,12 +309,19 @@ fn set_up(
         local_address,
         notes: Vec::new(),
     };
-    let mut first = Some(first);
-    for req in &p.requests {
-        let conn = match first.take() {
-            Some(c) => c,
-            None => connect_one(server, opts.bind, opts.connect_timeout, |_| Ok(()))?,
-        };
+    let mut conns = vec![first];
+    for _ in 1..p.requests.len() {
+        conns.push(connect_one(
+            server,
+            opts.bind,
+            opts.connect_timeout,
+            |_| Ok(()),
+        )?);
+    }
+    if let Some(gate) = &opts.gate {
+        (gate.0)().map_err(ClientError::CalledOff)?;
+    }
+    for (conn, req) in conns.into_iter().zip(&p.requests) {
         let _ = conn.set_nodelay(true);
         let mut t = Test::new(conn, req);
         // Bounded by the machine's response deadline.

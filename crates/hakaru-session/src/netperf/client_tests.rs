@@ -1,5 +1,6 @@
 //! The netperf client machine on virtual time, fed the messages a stock netserver sends
 //! (built with the codec, whose own tests match them to captures).
+#![allow(clippy::indexing_slicing)] // a test may index: a panic there is a failed assertion
 use std::time::{Duration, Instant};
 
 use hakaru_proto::netperf::{

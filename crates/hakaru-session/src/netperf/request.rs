@@ -38,10 +38,12 @@ pub fn plan(spec: &TestSpec, ipv6: bool) -> Result<Plan, String> {
         TestSpec::Udp(u) => udp(u)?,
         TestSpec::Latency(l) => latency(l)?,
         TestSpec::Connect(c) => connect(c)?,
-        other => return Err(format!(
+        other => {
+            return Err(format!(
             "`hakaru {}` has no netperf test (--netperf runs tcp, udp, pps, latency and connect)",
             other.name()
-        )),
+        ))
+        }
     };
     if tests > MAX_TESTS {
         return Err(format!(
@@ -295,6 +297,7 @@ fn connect(c: &ConnectSpec) -> Result<Base, String> {
 }
 
 #[cfg(test)]
+#[allow(clippy::indexing_slicing)] // a test may index: a panic there is a failed assertion
 mod tests {
     use super::*;
     use hakaru_model::Bytes;

@@ -238,20 +238,6 @@ pub struct Iperf3Peer {
     pub iperf3: bool,
 }
 
-/// `--netperf`: on the subcommands a stock netserver can run (tcp, udp, pps, latency,
-/// connect).
-#[derive(Debug, Clone, Copy, clap::Args)]
-pub struct NetperfPeer {
-    /// The server is a stock netserver (netperf 2.6 or 2.7; -p defaults to its 12865): run the
-    /// test as netperf tests (tcp: TCP_STREAM, with -R TCP_MAERTS; udp and pps: UDP_STREAM;
-    /// latency: TCP_RR, with --udp UDP_RR; connect: TCP_CRR), one per flow (-P), each on a
-    /// control connection of its own. The data moves through hakaru's engine; the server
-    /// figures come from netserver's results, so live intervals show this end only. What
-    /// netperf cannot ask of netserver (-O, --bidir, -R over UDP, ...) is refused by name.
-    #[arg(long)]
-    pub netperf: bool,
-}
-
 /// Subcommands that can hold their start for a coordinator.
 const SYNC_COMMANDS: [&str; 5] = ["tcp", "udp", "pps", "latency", "connect"];
 
@@ -267,18 +253,7 @@ impl Target {
             ))
             .into());
         }
-        if self.netperf && self.iperf3 {
-            return Err(UsageError(
-                "--netperf and --iperf3 name different servers: give one".into(),
-            )
-            .into());
-        }
-        if self.sync_start && self.netperf {
-            return Err(UsageError(
-                "--sync-start needs a hakaru server: netserver cannot hold its start (drop --netperf)".into(),
-            )
-            .into());
-        }
+        super::netperf::check(self)?;
         if self.sync_start && self.iperf3 {
             return Err(UsageError(
                 "--sync-start needs a hakaru server: an iperf3 server cannot hold its start (drop --iperf3)".into(),
@@ -454,29 +429,6 @@ impl Target {
         let ep = self.endpoint(&spec)?;
         let opts = self.options(&ep, spec);
         run_and_print(self, &opts, self.sync_start)
-    }
-}
-
-impl Target {
-    /// `--netperf`: HOST (loopback without one) at netserver's control port (12865 unless -p
-    /// or HOST:PORT gives one).
-    fn run_netperf(&self, spec: TestSpec) -> anyhow::Result<()> {
-        let opts = self.options(&self.netperf_endpoint()?, spec);
-        run_and_print(self, &opts, false)
-    }
-
-    /// Where `--netperf` tests go.
-    pub fn netperf_endpoint(&self) -> anyhow::Result<Endpoint> {
-        let given = self.host_port()?;
-        let host = given
-            .as_ref()
-            .map_or_else(|| self.loopback().to_string(), |(h, _)| h.clone());
-        let port = match (self.port_given(), given) {
-            (true, Some((_, p))) => p,
-            (true, None) => self.port.unwrap_or(hakaru_client::NETPERF_DEFAULT_PORT),
-            (false, _) => hakaru_client::NETPERF_DEFAULT_PORT,
-        };
-        Ok(Endpoint::remote(host, port))
     }
 }
 

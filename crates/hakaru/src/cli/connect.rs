@@ -2,7 +2,8 @@
 
 use hakaru_model::{Bytes, ConnectSpec, Dur, TestSpec};
 
-use super::common::{CpuList, NetperfPeer, Target};
+use super::common::{CpuList, Target};
+use super::netperf::NetperfPeer;
 
 /// Options of `hakaru connect`.
 #[derive(Debug, clap::Args)]

@@ -15,7 +15,8 @@ use hakaru_model::{
 
 use hakaru_server::{Server, ServerConfig, SOCKPERF_DEFAULT_PORT as SOCKPERF_PORT};
 
-use super::common::{run_and_print, stop_flag, CpuList, Endpoint, NetperfPeer, Target, UsageError};
+use super::common::{run_and_print, stop_flag, CpuList, Endpoint, Target, UsageError};
+use super::netperf::NetperfPeer;
 use crate::output;
 
 /// Options of `hakaru latency`.

@@ -2,7 +2,8 @@
 
 use hakaru_model::{BitRate, Bytes, TcpSpec, TestSpec};
 
-use super::common::{run_and_print, Endpoint, Iperf3Peer, NetperfPeer, Shape, Target, UsageError};
+use super::common::{run_and_print, Endpoint, Iperf3Peer, Shape, Target, UsageError};
+use super::netperf::NetperfPeer;
 
 /// Options of `hakaru tcp`.
 #[derive(Debug, clap::Args)]

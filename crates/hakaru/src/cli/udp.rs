@@ -6,7 +6,8 @@ use hakaru_model::{
     DEFAULT_UDP_LENGTH_V4, DEFAULT_UDP_LENGTH_V6, MAX_BATCH,
 };
 
-use super::common::{Iperf3Peer, NetperfPeer, Shape, Target};
+use super::common::{Iperf3Peer, Shape, Target};
+use super::netperf::NetperfPeer;
 
 /// Flags `udp` and `pps` share.
 #[derive(Debug, clap::Args)]
