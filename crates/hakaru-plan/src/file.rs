@@ -68,8 +68,13 @@ pub struct HostSpec {
     /// hosts), into a directory only the remote user may write, where it runs only once its
     /// SHA-256 is checked there (needs `sh` and `sha256sum` or `shasum`).
     pub push: Option<bool>,
-    /// Server port when this host is a receiver (default: `defaults.port`, else 5201).
+    /// Server port when this host is a receiver (default: `defaults.port`, else 5201; for a
+    /// netserver host, 12865).
     pub port: Option<u16>,
+    /// `true`: a stock netserver (netperf 2.6 or 2.7) listens at `address` on `port`. The plan
+    /// starts nothing there (no launcher): the host is only a receiver, and its senders run
+    /// their tests with `--netperf`.
+    pub netserver: Option<bool>,
 }
 
 /// A value written as a number or a string with a unit (`10`, `2.5`, `"500ms"`, `"10G"`).
@@ -312,6 +317,11 @@ pub fn parse_secs(s: &str) -> Option<std::time::Duration> {
 }
 
 impl HostSpec {
+    /// A stock netserver the plan only sends to (`netserver = true`).
+    pub fn is_netserver(&self) -> bool {
+        self.netserver == Some(true)
+    }
+
     /// The launchers set on this host, by key.
     pub fn launchers(&self) -> Vec<&'static str> {
         let mut v = Vec::new();
@@ -366,6 +376,14 @@ pub fn check(plan: &PlanFile) -> Vec<Problem> {
     }
     for (name, h) in &plan.hosts {
         match h.launchers().as_slice() {
+            [] if h.is_netserver() && h.address.is_none() => fatal(format!(
+                "host `{name}` is a netserver (netserver = true) without an address: set the address its netserver listens on"
+            )),
+            [] if h.is_netserver() => {}
+            some if h.is_netserver() => fatal(format!(
+                "host `{name}` is a netserver (netserver = true): the plan starts nothing there, so it takes no launcher; drop {}",
+                some.join(", ")
+            )),
             [_] => {}
             [] => fatal(format!(
                 "host `{name}` has no launcher: set one of ssh, netns, local = true or exec"
@@ -426,6 +444,7 @@ pub fn check(plan: &PlanFile) -> Vec<Problem> {
                 }
             }
         }
+        netserver_step(plan, s, &at, &mut fatal);
         for h in &s.senders {
             if s.receivers.contains(h) {
                 fatal(format!(
@@ -514,6 +533,54 @@ pub fn check(plan: &PlanFile) -> Vec<Problem> {
         }
     }
     out
+}
+
+/// What a step with a netserver among its receivers cannot ask (netperf cannot express it).
+fn netserver_step(plan: &PlanFile, s: &StepSpec, at: &str, fatal: &mut impl FnMut(String)) {
+    let is_ns = |h: &String| plan.hosts.get(h).is_some_and(HostSpec::is_netserver);
+    for h in s.senders.iter().filter(|h| is_ns(h)) {
+        fatal(format!(
+            "{at}: sender `{h}` is a netserver (netserver = true): the plan runs nothing there, so it can only be a receiver"
+        ));
+    }
+    let Some(ns) = s.receivers.iter().find(|h| is_ns(h)) else {
+        return;
+    };
+    let udp = matches!(s.kind, Kind::Udp | Kind::Pps);
+    let refused = [
+        (
+            "bidir",
+            s.bidir == Some(true),
+            "a netperf test moves data one way",
+        ),
+        (
+            "omit",
+            s.omit.is_some(),
+            "netserver counts from the first byte",
+        ),
+        (
+            "find_max",
+            s.find_max.is_some(),
+            "the search needs hakaru servers",
+        ),
+        (
+            "reverse",
+            udp && s.reverse == Some(true),
+            "netperf's UDP_STREAM only sends to netserver",
+        ),
+        (
+            "bytes",
+            udp && s.bytes.is_some(),
+            "netserver ends UDP tests by time",
+        ),
+    ];
+    for (key, set, why) in refused {
+        if set {
+            fatal(format!(
+                "{at}: receiver `{ns}` is a netserver, and {key} cannot be run against one ({why})"
+            ));
+        }
+    }
 }
 
 fn sweeps(s: &StepSpec) -> [(&'static str, &Option<Sweep>); 5] {

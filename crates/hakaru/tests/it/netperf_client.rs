@@ -232,3 +232,55 @@ fn errors_name_the_cause() {
         "{err}"
     );
 }
+
+#[test]
+fn a_plan_sends_to_a_host_that_only_runs_netserver() {
+    let Some(bin) = netperf_bin() else { return };
+    let ns = Netserver::start(&bin);
+    let s = crate::plan::Scratch::new("netserver");
+    let hosts = format!(
+        "[hosts.ns]\naddress = \"127.0.0.1\"\nnetserver = true\nport = {}\n\n[hosts.a]\nlocal = true\nhakaru = \"{}\"\n",
+        ns.port,
+        crate::common::bin()
+    );
+    let file = s.write(
+        "plan.toml",
+        &format!("{hosts}\n[[step]]\nkind = \"tcp\"\nreceivers = [\"ns\"]\nsenders = [\"a\"]\nparallel = 2\ntime = 1\n"),
+    );
+    let (o, doc) = crate::plan::plan_run(
+        &mut crate::common::hakaru(),
+        &file,
+        &s.0.join("out.json"),
+        LIMIT,
+    );
+    assert!(o.status.success(), "plan failed: {}", stderr(&o));
+    assert_eq!(doc["errors"].as_array().map(Vec::len), Some(0), "{doc}");
+    let client = &doc["steps"][0]["runs"][0];
+    assert!(client["error"].is_null(), "{client}");
+    let cmd = client["command"].to_string();
+    assert!(
+        cmd.contains("--netperf") && !cmd.contains("--psk-file"),
+        "{cmd}"
+    );
+    let res = &client["result"];
+    assert_eq!(res["server_end"]["env"]["software"], "netserver", "{res}");
+    tcp_flows_agree(res, 2, 0);
+
+    // What netperf cannot run against it is refused by `plan check`, as is a netserver
+    // that would have to send.
+    let bad = s.write(
+        "bad.toml",
+        &format!("{hosts}\n[[step]]\nkind = \"tcp\"\nreceivers = [\"ns\"]\nsenders = [\"a\"]\nbidir = true\n\n[[step]]\nkind = \"tcp\"\nreceivers = [\"a\"]\nsenders = [\"ns\"]\n"),
+    );
+    let o = run(&["plan", "check", bad.to_str().unwrap()], LIMIT);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(err.contains("bidir cannot be run against one"), "{err}");
+    assert!(err.contains("can only be a receiver"), "{err}");
+    compat_pass(
+        "netperf",
+        "client",
+        "hakaru plan, a netserver-only receiver (tcp -P 2)",
+        "client -> server",
+    );
+}
