@@ -856,6 +856,30 @@ reverse = true
     }
 
     #[test]
+    fn netserver_hosts_are_receivers_without_launchers() {
+        let base =
+            "[hosts.n]\naddress = \"10.1.1.9\"\nnetserver = true\n[hosts.s]\nnetns = \"s\"\n";
+        let ok =
+            format!("{base}[[step]]\nkind = \"latency\"\nreceivers = [\"n\"]\nsenders = [\"s\"]\n");
+        assert!(fatal(&ok).is_empty(), "{:?}", fatal(&ok));
+        let f = fatal(&format!(
+            "{base}[[step]]\nkind = \"udp\"\nreceivers = [\"n\"]\nsenders = [\"s\"]\nreverse = true\nomit = 1\n[[step]]\nkind = \"tcp\"\nreceivers = [\"s\"]\nsenders = [\"n\"]\n"
+        ));
+        for want in ["reverse cannot", "omit cannot", "can only be a receiver"] {
+            assert!(f.iter().any(|m| m.contains(want)), "{want}: {f:?}");
+        }
+        let f = fatal(
+            "[hosts.n]\nnetserver = true\nssh = \"n\"\n[[step]]\nkind = \"tcp\"\nreceivers = [\"n\"]\nsenders = [\"n\"]\n",
+        );
+        assert!(
+            f.iter().any(|m| m.contains("takes no launcher; drop ssh")),
+            "{f:?}"
+        );
+        let f = fatal("[hosts.n]\nnetserver = true\n");
+        assert!(f.iter().any(|m| m.contains("without an address")), "{f:?}");
+    }
+
+    #[test]
     fn check_names_each_problem() {
         let base = "[hosts.r]\naddress = \"10.1.1.1\"\nnetns = \"r\"\n[hosts.s]\nnetns = \"s\"\n";
         let f = fatal(&format!(
