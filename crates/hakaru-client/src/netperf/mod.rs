@@ -55,9 +55,9 @@ struct Test {
 }
 
 impl Test {
-    fn new(conn: TcpStream, req: &OmniRequest) -> Test {
+    fn new(conn: TcpStream, req: &OmniRequest, passphrase: Option<&[u8]>) -> Test {
         Test {
-            m: machine::Session::new(req, None, Instant::now()),
+            m: machine::Session::new(req, passphrase, Instant::now()),
             conn,
             gone: false,
             ready: None,
@@ -323,7 +323,7 @@ fn set_up(
     }
     for (conn, req) in conns.into_iter().zip(&p.requests) {
         let _ = conn.set_nodelay(true);
-        let mut t = Test::new(conn, req);
+        let mut t = Test::new(conn, req, opts.netperf_passphrase.as_deref());
         // Bounded by the machine's response deadline.
         while t.ready.is_none() && t.ended.is_none() {
             t.step(Duration::from_millis(50));

@@ -58,6 +58,9 @@ pub struct Target {
     /// Set from [`NetperfPeer`] by the subcommands that have it.
     #[arg(skip)]
     pub netperf: bool,
+    /// `--netperf-passphrase`, likewise.
+    #[arg(skip)]
+    pub netperf_passphrase: Option<String>,
     /// Synchronised start: set the test up (connections, flows), print a `ready` event
     /// (--json-stream) or a line on stderr, and start only when a line `go` arrives on standard
     /// input; `stop` or the end of input stops the test. `hakaru plan` drives clients this way.
@@ -413,6 +416,7 @@ impl Target {
             iperf3: self.iperf3,
             ntttcp: self.ntttcp,
             netperf: self.netperf,
+            netperf_passphrase: self.netperf_passphrase.clone().map(String::into_bytes),
             gate: None,
             // Checked by validate(); a file that vanished since reads as no key, which the
             // server then refuses by name.

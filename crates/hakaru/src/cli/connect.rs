@@ -41,7 +41,7 @@ pub struct Args {
 
 /// Runs `hakaru connect`.
 pub fn run(mut a: Args) -> anyhow::Result<()> {
-    a.target.netperf = a.netperf.netperf;
+    a.netperf.apply(&mut a.target);
     a.target.check("connect")?;
     let spec = ConnectSpec {
         connectors: a.parallel,

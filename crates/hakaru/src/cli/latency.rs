@@ -126,7 +126,7 @@ impl Observer for Quiet {}
 
 /// Runs the test and prints the result in the chosen format.
 pub fn run(mut a: Args) -> anyhow::Result<()> {
-    a.target.netperf = a.netperf.netperf;
+    a.netperf.apply(&mut a.target);
     if a.netperf.netperf && (a.sockperf || a.under_load) {
         return Err(UsageError(format!(
             "--netperf cannot be used with {}",

@@ -6,7 +6,7 @@ use hakaru_model::TestSpec;
 
 /// `--netperf`: on the subcommands a stock netserver can run (tcp, udp, pps, latency,
 /// connect).
-#[derive(Debug, Clone, Copy, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct NetperfPeer {
     /// The server is a stock netserver (netperf 2.6 or 2.7; -p defaults to its 12865): run the
     /// test as netperf tests (tcp: TCP_STREAM, with -R TCP_MAERTS; udp and pps: UDP_STREAM;
@@ -16,10 +16,30 @@ pub struct NetperfPeer {
     /// netperf cannot ask of netserver (-O, --bidir, -R over UDP, ...) is refused by name.
     #[arg(long)]
     pub netperf: bool,
+    /// With --netperf: the passphrase of a netserver started with `-Z WORD`, sent before each
+    /// test as netperf's `-Z` does (in plaintext, as netperf's protocol has it).
+    #[arg(long, value_name = "WORD", requires = "netperf")]
+    pub netperf_passphrase: Option<String>,
+}
+
+impl NetperfPeer {
+    /// Hands the flags to the target the subcommand runs.
+    pub fn apply(&self, t: &mut Target) {
+        t.netperf = self.netperf;
+        t.netperf_passphrase = self.netperf_passphrase.clone();
+    }
 }
 
 /// What `--netperf` cannot be combined with.
 pub fn check(t: &Target) -> anyhow::Result<()> {
+    let max = hakaru_client::NETPERF_MAX_PASSPHRASE;
+    if let Some(p) = t.netperf_passphrase.as_ref().filter(|p| p.len() > max) {
+        return Err(UsageError(format!(
+            "--netperf-passphrase: {} bytes; a netperf passphrase is at most {max}",
+            p.len()
+        ))
+        .into());
+    }
     if t.netperf && t.iperf3 {
         return Err(
             UsageError("--netperf and --iperf3 name different servers: give one".into()).into(),

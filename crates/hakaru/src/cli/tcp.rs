@@ -105,7 +105,7 @@ impl Args {
 pub fn run(mut a: Args) -> anyhow::Result<()> {
     a.target.iperf3 = a.peer.iperf3;
     a.target.ntttcp = a.ntttcp;
-    a.target.netperf = a.netperf.netperf;
+    a.netperf.apply(&mut a.target);
     if a.ntttcp && a.netperf.netperf {
         return Err(
             UsageError("--netperf and --ntttcp name different servers: give one".into()).into(),

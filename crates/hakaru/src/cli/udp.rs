@@ -86,7 +86,7 @@ impl Common {
         rate_down: Option<UdpRate>,
     ) -> anyhow::Result<UdpSpec> {
         self.target.iperf3 = self.peer.iperf3;
-        self.target.netperf = self.netperf.netperf;
+        self.netperf.apply(&mut self.target);
         if self.netperf.netperf && self.search.find_max {
             return Err(super::common::UsageError(
                 "--find-max searches against a hakaru server; drop --netperf".into(),

@@ -231,6 +231,28 @@ fn errors_name_the_cause() {
         err.contains("netserver") && err.contains("before answering the test request"),
         "{err}"
     );
+    // With its passphrase, the same netserver runs the test.
+    let o = run(
+        &[
+            "tcp",
+            "127.0.0.1",
+            "--netperf",
+            "-p",
+            &port,
+            "-t",
+            "1",
+            "--netperf-passphrase",
+            "secretword",
+        ],
+        LIMIT,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    compat_pass(
+        "netperf",
+        "client",
+        "tcp --netperf --netperf-passphrase (netserver -Z)",
+        "client -> server",
+    );
 }
 
 #[test]
