@@ -375,24 +375,8 @@ pub fn check(plan: &PlanFile) -> Vec<Problem> {
         fatal("the plan has no steps ([[step]] with kind, receivers and senders)".into());
     }
     for (name, h) in &plan.hosts {
-        match h.launchers().as_slice() {
-            [] if h.is_netserver() && h.address.is_none() => fatal(format!(
-                "host `{name}` is a netserver (netserver = true) without an address: set the address its netserver listens on"
-            )),
-            [] if h.is_netserver() => {}
-            some if h.is_netserver() => fatal(format!(
-                "host `{name}` is a netserver (netserver = true): the plan starts nothing there, so it takes no launcher; drop {}",
-                some.join(", ")
-            )),
-            [_] => {}
-            [] => fatal(format!(
-                "host `{name}` has no launcher: set one of ssh, netns, local = true or exec"
-            )),
-            many => fatal(format!(
-                "host `{name}` sets {} launchers ({}): set exactly one",
-                many.len(),
-                many.join(", ")
-            )),
+        if let Some(m) = launcher_problem(name, h) {
+            fatal(m);
         }
         if h.exec.as_ref().is_some_and(Vec::is_empty) {
             fatal(format!("host `{name}`: exec is an empty command prefix"));
@@ -533,6 +517,29 @@ pub fn check(plan: &PlanFile) -> Vec<Problem> {
         }
     }
     out
+}
+
+/// What is wrong with a host's launchers: none or several, or any on a netserver host.
+fn launcher_problem(name: &str, h: &HostSpec) -> Option<String> {
+    match h.launchers().as_slice() {
+        [] if h.is_netserver() && h.address.is_none() => Some(format!(
+            "host `{name}` is a netserver (netserver = true) without an address: set the address its netserver listens on"
+        )),
+        [] if h.is_netserver() => None,
+        some if h.is_netserver() => Some(format!(
+            "host `{name}` is a netserver (netserver = true): the plan starts nothing there, so it takes no launcher; drop {}",
+            some.join(", ")
+        )),
+        [_] => None,
+        [] => Some(format!(
+            "host `{name}` has no launcher: set one of ssh, netns, local = true or exec"
+        )),
+        many => Some(format!(
+            "host `{name}` sets {} launchers ({}): set exactly one",
+            many.len(),
+            many.join(", ")
+        )),
+    }
 }
 
 /// What a step with a netserver among its receivers cannot ask (netperf cannot express it).
