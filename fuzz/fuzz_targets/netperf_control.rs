@@ -1,11 +1,13 @@
 //! netperf's 656-byte control messages as hakaru's netperf port reads them: the decoder on
 //! any bytes, and the session machine fed the bytes in two reads split where the first byte
-//! says (so a message may arrive in pieces), then the peer closing.
+//! says (so a message may arrive in pieces), then the peer closing; and the same bytes as a
+//! netserver's answers to `--netperf`'s client machine, before and during the data phase.
 #![no_main]
 
 use std::time::{Duration, Instant};
 
 use hakaru_proto::netperf::{decode_response, decode_results, Request};
+use hakaru_session::netperf::client as np_client;
 use hakaru_session::netperf::server::{Config, Input, Session};
 use libfuzzer_sys::fuzz_target;
 
@@ -29,4 +31,22 @@ fuzz_target!(|data: &[u8]| {
     m.handle_timeout(now + Duration::from_secs(3600));
     m.handle(Input::PeerClosed, now);
     while m.poll_output().is_some() {}
+
+    // The client direction: the bytes as netserver's answers.
+    let spec = hakaru_model::TestSpec::Tcp(hakaru_model::TcpSpec::default());
+    if let Ok(p) = hakaru_session::netperf::request::plan(&spec, false) {
+        for req in &p.requests {
+            let mut c = np_client::Session::new(req, None, now);
+            for part in [&data[..cut], &data[cut..]] {
+                c.handle(np_client::Input::Bytes(part.to_vec()), now);
+                if c.is_running() {
+                    c.handle(np_client::Input::DataDone, now);
+                }
+                while c.poll_output().is_some() {}
+            }
+            c.handle_timeout(now + Duration::from_secs(3600));
+            c.handle(np_client::Input::Closed, now);
+            while c.poll_output().is_some() {}
+        }
+    }
 });

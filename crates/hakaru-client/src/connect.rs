@@ -163,17 +163,17 @@ fn drive(
 }
 
 /// Where and when the test ran, for its result.
-struct Where {
-    addr: String,
-    embedded: bool,
-    local_address: String,
-    started_unix: f64,
-    clock: Option<hakaru_model::ClockOffset>,
-    same_host: bool,
+pub(crate) struct Where {
+    pub addr: String,
+    pub embedded: bool,
+    pub local_address: String,
+    pub started_unix: f64,
+    pub clock: Option<hakaru_model::ClockOffset>,
+    pub same_host: bool,
 }
 
 /// The test's result from the connectors' outcome and both ends' reports.
-fn run_result(
+pub(crate) fn run_result(
     (spec, cs): (&TestSpec, &ConnectSpec),
     outcome: &ConnectOutcome,
     (local, remote): (SideReport, SideReport),
@@ -281,7 +281,7 @@ fn connect_result(
 }
 
 /// The record of one interval of the connectors.
-fn record(t: ConnectTick) -> Box<IntervalRecord> {
+pub(crate) fn record(t: ConnectTick) -> Box<IntervalRecord> {
     let secs = t.end - t.start;
     Box::new(IntervalRecord {
         index: t.index,

@@ -352,6 +352,7 @@ pub(crate) fn latency_result(
         },
         full_log,
         under_load: None,
+        server: None,
     }
 }
 

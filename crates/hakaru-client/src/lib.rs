@@ -10,6 +10,7 @@ mod drive;
 pub mod find_max;
 mod iperf3;
 mod latency;
+mod netperf;
 mod ntttcp;
 pub mod push;
 mod sockperf;
@@ -35,6 +36,10 @@ pub use hakaru_model::Family;
 pub use hakaru_proto::auth::{Psk, MAX_KEY_LEN as MAX_PSK_LEN};
 pub use ntttcp::NO_RECEIVER_REPORT as NTTTCP_NOTE;
 pub use sockperf::NO_SERVER_REPORT as SOCKPERF_NOTE;
+/// A stock netserver's control port (`--netperf` without -p).
+pub const NETPERF_DEFAULT_PORT: u16 = netperf::DEFAULT_PORT;
+/// The longest passphrase a netperf message carries (`--netperf-passphrase`).
+pub const NETPERF_MAX_PASSPHRASE: usize = hakaru_proto::netperf::SPEC_BYTES - 1;
 /// A stock ntttcp receiver's first data port (`--ntttcp` without -p).
 pub const NTTTCP_DEFAULT_PORT: u16 = hakaru_proto::ntttcp::DEFAULT_PORT;
 
@@ -68,6 +73,11 @@ pub struct ClientOptions {
     /// The server is a stock ntttcp receiver (`ntttcp -r`) whose first data port is `port`:
     /// speak its sync protocol (`--ntttcp`).
     pub ntttcp: bool,
+    /// The server is a stock netserver (netperf 2.6, 2.7) whose control port is `port`: run
+    /// the test as netperf tests (`--netperf`).
+    pub netperf: bool,
+    /// `--netperf`: the passphrase of a netserver started with `-Z WORD`.
+    pub netperf_passphrase: Option<Vec<u8>>,
     /// Pre-shared key for a server that requires one (`--psk-file`, HAKARU_PSK).
     pub psk: Option<hakaru_proto::auth::Psk>,
 }
@@ -377,6 +387,9 @@ fn run_elsewhere(
             )));
         }
         return Some(ntttcp::run(opts, observer, Arc::clone(stop)));
+    }
+    if opts.netperf {
+        return Some(netperf::run(opts, observer, Arc::clone(stop)));
     }
     if let Err(e) = opts.spec.validate() {
         return Some(Err(ClientError::Refused(format!(

@@ -120,8 +120,8 @@ fn connect(opts: &ClientOptions, spec: &LatencySpec) -> Result<(Opened, SocketAd
 }
 
 /// Reports intervals until the pinger is done (or Ctrl-C stops it); returns them and whether
-/// the run was interrupted.
-fn drive(
+/// the run was interrupted. `--netperf` runs its pinger through it too.
+pub(crate) fn drive(
     pinger: &Pinger,
     spec: &LatencySpec,
     observer: &mut dyn Observer,

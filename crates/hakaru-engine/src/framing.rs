@@ -1,6 +1,6 @@
 //! How the pinger frames its requests: hakaru's datagram header for a hakaru server, or
-//! sockperf's message header for a stock `sockperf sr`. One pinger serves both; only the
-//! bytes of the header differ.
+//! sockperf's message header for a stock `sockperf sr`, or none for a stock netserver. One
+//! pinger serves all three; only the bytes of the header differ.
 #![cfg_attr(not(test), deny(clippy::indexing_slicing))]
 
 use hakaru_proto::datagram::{read_header, write_header};
@@ -15,6 +15,10 @@ pub enum Framing {
     /// sockperf's header (sequence number, client and reply-wanted flags, length); the server
     /// answers with the client flag cleared.
     Sockperf,
+    /// No header: a stock netserver (netperf TCP_RR, UDP_RR) answers each request with a
+    /// response of its own bytes. Replies come in request order, so a whole reply answers the
+    /// oldest request still waiting.
+    Opaque,
 }
 
 impl Framing {
@@ -24,13 +28,16 @@ impl Framing {
             Framing::Hakaru => write_header(buf, flow, seq, stamp_ns),
             // sockperf numbers messages from 1.
             Framing::Sockperf => Header::request(seq + 1, buf.len() as u32).write(buf),
+            Framing::Opaque => {}
         }
     }
 
     /// The sequence number of the reply in `buf` (exactly one request's size), or `None` if it
     /// is not a reply: a stray datagram, or a sockperf message that is not a server's answer.
-    pub fn read_reply(self, buf: &[u8]) -> Option<u64> {
+    /// `oldest`: the oldest request still waiting for its reply (what an opaque reply answers).
+    pub fn read_reply(self, buf: &[u8], oldest: u64) -> Option<u64> {
         match self {
+            Framing::Opaque => Some(oldest),
             Framing::Hakaru => read_header(buf).map(|h| h.seq),
             Framing::Sockperf => sockperf::parse_datagram(buf, buf.len())
                 .ok()
@@ -52,16 +59,24 @@ mod tests {
         // The server's answer: the client flag cleared.
         let mut rep = req.clone();
         sockperf::make_reply(&mut rep);
-        assert_eq!(Framing::Sockperf.read_reply(&rep), Some(41));
+        assert_eq!(Framing::Sockperf.read_reply(&rep, 0), Some(41));
         // Our own request echoed unchanged is not an answer.
-        assert_eq!(Framing::Sockperf.read_reply(&req), None);
-        assert_eq!(Framing::Sockperf.read_reply(&rep[..20]), None);
+        assert_eq!(Framing::Sockperf.read_reply(&req, 0), None);
+        assert_eq!(Framing::Sockperf.read_reply(&rep[..20], 0), None);
     }
 
     #[test]
     fn hakaru_framing_reads_its_own_header() {
         let mut req = vec![0u8; 32];
         Framing::Hakaru.write_request(&mut req, 3, 41, 999);
-        assert_eq!(Framing::Hakaru.read_reply(&req), Some(41));
+        assert_eq!(Framing::Hakaru.read_reply(&req, 0), Some(41));
+    }
+
+    #[test]
+    fn opaque_replies_answer_the_oldest_request() {
+        let mut req = vec![b'x'; 8];
+        Framing::Opaque.write_request(&mut req, 3, 41, 999);
+        assert_eq!(req, vec![b'x'; 8]);
+        assert_eq!(Framing::Opaque.read_reply(b"rrrrrrrr", 41), Some(41));
     }
 }

@@ -324,6 +324,8 @@ struct Flow<'a> {
     req: Vec<u8>,
     rbuf: Vec<u8>,
     have: usize,
+    /// The oldest request still waiting for its reply (what an opaque reply answers).
+    oldest: u64,
     blocking: bool,
     out: FlowOut,
 }
@@ -375,7 +377,11 @@ impl Flow<'_> {
         let len = self.s.cfg.length;
         loop {
             if self.sock.is_tcp() && self.have >= len {
-                let seq = self.s.cfg.framing.read_reply(&self.rbuf[..len]);
+                let seq = self
+                    .s
+                    .cfg
+                    .framing
+                    .read_reply(&self.rbuf[..len], self.oldest);
                 self.rbuf.copy_within(len..self.have, 0);
                 self.have -= len;
                 return match seq {
@@ -402,7 +408,9 @@ impl Flow<'_> {
                 Ok(n) if self.sock.is_tcp() => self.have += n,
                 Ok(n) => {
                     if n == len {
-                        if let Some(seq) = self.s.cfg.framing.read_reply(&self.rbuf[..n]) {
+                        if let Some(seq) =
+                            self.s.cfg.framing.read_reply(&self.rbuf[..n], self.oldest)
+                        {
                             return Ok(Some(seq));
                         }
                     }
@@ -508,6 +516,7 @@ impl Flow<'_> {
             let sent_at = Instant::now();
             self.send(seq, sent_ns, sent_at + timeout)?;
             self.count_request(sent_ns);
+            self.oldest = seq;
             // The reply cannot be back yet: wait first, saving a receive call per round trip
             // (send, poll, receive: the same three calls sockperf makes).
             self.idle(sent_at + timeout);
@@ -560,7 +569,12 @@ impl Flow<'_> {
                 outstanding.push_back((next, sched));
                 next += 1;
             }
-            while let Some(seq) = self.try_reply()? {
+            // Bounded: each pass takes one reply that has arrived.
+            loop {
+                self.oldest = outstanding.front().map_or(next, |&(s, _)| s);
+                let Some(seq) = self.try_reply()? else {
+                    break;
+                };
                 match outstanding.iter().position(|&(s, _)| s == seq) {
                     Some(pos) => {
                         // Requests before it that are still missing are only late so far.
@@ -604,6 +618,7 @@ fn run_flow(s: &Shared, slot: usize, f: PingFlow) -> FlowOut {
         req: (0..len).map(|i| b'a' + (i % 26) as u8).collect(),
         rbuf: vec![0u8; (len * 64).max(65_536)],
         have: 0,
+        oldest: 0,
         blocking: s.cfg.rate.is_none() && !s.cfg.spin,
         out: FlowOut {
             id: f.id,

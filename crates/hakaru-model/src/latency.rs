@@ -331,6 +331,23 @@ pub struct LatencyResult {
     pub full_log: Option<String>,
     /// Idle against loaded latency (`--under-load`).
     pub under_load: Option<UnderLoad>,
+    /// The server's own counts, where it reports them (a stock netserver's results with
+    /// `--netperf`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<LatencyServerCounts>,
+}
+
+/// What the server counted in a latency test (`--netperf`: netserver's results, all tests).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct LatencyServerCounts {
+    /// Transactions the server completed (requests read whole and answered), warm-up included.
+    pub transactions: u64,
+    /// Request bytes it received.
+    pub bytes_received: u64,
+    /// Response bytes it sent.
+    pub bytes_sent: u64,
+    /// Seconds its data phase took (the longest test's).
+    pub seconds: f64,
 }
 
 /// One line of `hakaru quick`: a test and its headline figure.

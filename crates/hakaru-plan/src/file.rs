@@ -68,8 +68,13 @@ pub struct HostSpec {
     /// hosts), into a directory only the remote user may write, where it runs only once its
     /// SHA-256 is checked there (needs `sh` and `sha256sum` or `shasum`).
     pub push: Option<bool>,
-    /// Server port when this host is a receiver (default: `defaults.port`, else 5201).
+    /// Server port when this host is a receiver (default: `defaults.port`, else 5201; for a
+    /// netserver host, 12865).
     pub port: Option<u16>,
+    /// `true`: a stock netserver (netperf 2.6 or 2.7) listens at `address` on `port`. The plan
+    /// starts nothing there (no launcher): the host is only a receiver, and its senders run
+    /// their tests with `--netperf`.
+    pub netserver: Option<bool>,
 }
 
 /// A value written as a number or a string with a unit (`10`, `2.5`, `"500ms"`, `"10G"`).
@@ -312,6 +317,11 @@ pub fn parse_secs(s: &str) -> Option<std::time::Duration> {
 }
 
 impl HostSpec {
+    /// A stock netserver the plan only sends to (`netserver = true`).
+    pub fn is_netserver(&self) -> bool {
+        self.netserver == Some(true)
+    }
+
     /// The launchers set on this host, by key.
     pub fn launchers(&self) -> Vec<&'static str> {
         let mut v = Vec::new();
@@ -365,16 +375,8 @@ pub fn check(plan: &PlanFile) -> Vec<Problem> {
         fatal("the plan has no steps ([[step]] with kind, receivers and senders)".into());
     }
     for (name, h) in &plan.hosts {
-        match h.launchers().as_slice() {
-            [_] => {}
-            [] => fatal(format!(
-                "host `{name}` has no launcher: set one of ssh, netns, local = true or exec"
-            )),
-            many => fatal(format!(
-                "host `{name}` sets {} launchers ({}): set exactly one",
-                many.len(),
-                many.join(", ")
-            )),
+        if let Some(m) = launcher_problem(name, h) {
+            fatal(m);
         }
         if h.exec.as_ref().is_some_and(Vec::is_empty) {
             fatal(format!("host `{name}`: exec is an empty command prefix"));
@@ -426,6 +428,7 @@ pub fn check(plan: &PlanFile) -> Vec<Problem> {
                 }
             }
         }
+        netserver_step(plan, s, &at, &mut fatal);
         for h in &s.senders {
             if s.receivers.contains(h) {
                 fatal(format!(
@@ -514,6 +517,77 @@ pub fn check(plan: &PlanFile) -> Vec<Problem> {
         }
     }
     out
+}
+
+/// What is wrong with a host's launchers: none or several, or any on a netserver host.
+fn launcher_problem(name: &str, h: &HostSpec) -> Option<String> {
+    match h.launchers().as_slice() {
+        [] if h.is_netserver() && h.address.is_none() => Some(format!(
+            "host `{name}` is a netserver (netserver = true) without an address: set the address its netserver listens on"
+        )),
+        [] if h.is_netserver() => None,
+        some if h.is_netserver() => Some(format!(
+            "host `{name}` is a netserver (netserver = true): the plan starts nothing there, so it takes no launcher; drop {}",
+            some.join(", ")
+        )),
+        [_] => None,
+        [] => Some(format!(
+            "host `{name}` has no launcher: set one of ssh, netns, local = true or exec"
+        )),
+        many => Some(format!(
+            "host `{name}` sets {} launchers ({}): set exactly one",
+            many.len(),
+            many.join(", ")
+        )),
+    }
+}
+
+/// What a step with a netserver among its receivers cannot ask (netperf cannot express it).
+fn netserver_step(plan: &PlanFile, s: &StepSpec, at: &str, fatal: &mut impl FnMut(String)) {
+    let is_ns = |h: &String| plan.hosts.get(h).is_some_and(HostSpec::is_netserver);
+    for h in s.senders.iter().filter(|h| is_ns(h)) {
+        fatal(format!(
+            "{at}: sender `{h}` is a netserver (netserver = true): the plan runs nothing there, so it can only be a receiver"
+        ));
+    }
+    let Some(ns) = s.receivers.iter().find(|h| is_ns(h)) else {
+        return;
+    };
+    let udp = matches!(s.kind, Kind::Udp | Kind::Pps);
+    let refused = [
+        (
+            "bidir",
+            s.bidir == Some(true),
+            "a netperf test moves data one way",
+        ),
+        (
+            "omit",
+            s.omit.is_some(),
+            "netserver counts from the first byte",
+        ),
+        (
+            "find_max",
+            s.find_max.is_some(),
+            "the search needs hakaru servers",
+        ),
+        (
+            "reverse",
+            udp && s.reverse == Some(true),
+            "netperf's UDP_STREAM only sends to netserver",
+        ),
+        (
+            "bytes",
+            udp && s.bytes.is_some(),
+            "netserver ends UDP tests by time",
+        ),
+    ];
+    for (key, set, why) in refused {
+        if set {
+            fatal(format!(
+                "{at}: receiver `{ns}` is a netserver, and {key} cannot be run against one ({why})"
+            ));
+        }
+    }
 }
 
 fn sweeps(s: &StepSpec) -> [(&'static str, &Option<Sweep>); 5] {
@@ -786,6 +860,30 @@ reverse = true
             .filter(|p| p.fatal)
             .map(|p| p.message)
             .collect()
+    }
+
+    #[test]
+    fn netserver_hosts_are_receivers_without_launchers() {
+        let base =
+            "[hosts.n]\naddress = \"10.1.1.9\"\nnetserver = true\n[hosts.s]\nnetns = \"s\"\n";
+        let ok =
+            format!("{base}[[step]]\nkind = \"latency\"\nreceivers = [\"n\"]\nsenders = [\"s\"]\n");
+        assert!(fatal(&ok).is_empty(), "{:?}", fatal(&ok));
+        let f = fatal(&format!(
+            "{base}[[step]]\nkind = \"udp\"\nreceivers = [\"n\"]\nsenders = [\"s\"]\nreverse = true\nomit = 1\n[[step]]\nkind = \"tcp\"\nreceivers = [\"s\"]\nsenders = [\"n\"]\n"
+        ));
+        for want in ["reverse cannot", "omit cannot", "can only be a receiver"] {
+            assert!(f.iter().any(|m| m.contains(want)), "{want}: {f:?}");
+        }
+        let f = fatal(
+            "[hosts.n]\nnetserver = true\nssh = \"n\"\n[[step]]\nkind = \"tcp\"\nreceivers = [\"n\"]\nsenders = [\"n\"]\n",
+        );
+        assert!(
+            f.iter().any(|m| m.contains("takes no launcher; drop ssh")),
+            "{f:?}"
+        );
+        let f = fatal("[hosts.n]\nnetserver = true\n");
+        assert!(f.iter().any(|m| m.contains("without an address")), "{f:?}");
     }
 
     #[test]

@@ -153,9 +153,12 @@ pub fn run(plan: &PlanFile, opts: &Options, obs: &mut dyn PlanObserver) -> PlanR
     if !result.errors.is_empty() {
         return result;
     }
+    // A netserver host runs nothing of the plan's: it is never contacted.
     let used: Vec<String> = plan
         .hosts
-        .keys()
+        .iter()
+        .filter(|(_, spec)| !spec.is_netserver())
+        .map(|(h, _)| h)
         .filter(|h| {
             steps
                 .iter()
@@ -292,12 +295,17 @@ fn set_server(result: &mut PlanResult, name: &str, how: &str) {
 }
 
 fn port_of(plan: &PlanFile, host: &str) -> u16 {
-    plan.hosts
-        .get(host)
-        .and_then(|h| h.port)
-        .or(plan.defaults.port)
-        .unwrap_or(DEFAULT_PORT)
+    match plan.hosts.get(host) {
+        Some(h) if h.is_netserver() => h.port.unwrap_or(NETSERVER_PORT),
+        h => h
+            .and_then(|h| h.port)
+            .or(plan.defaults.port)
+            .unwrap_or(DEFAULT_PORT),
+    }
 }
+
+/// A stock netserver's control port.
+const NETSERVER_PORT: u16 = 12865;
 
 /// The run's key: 32 bytes from the OS, as hex (64 characters). Every server the plan starts
 /// and every client of those servers reads it from the first line of its standard input
@@ -873,6 +881,9 @@ fn client_argv(
         "-p".into(),
         port_of(plan, receiver).to_string(),
     ];
+    if plan.hosts[receiver].is_netserver() {
+        argv.push("--netperf".into());
+    }
     argv.extend(step.flags.iter().cloned());
     argv.push("--json-stream".into());
     argv.push("--sync-start".into());

@@ -206,6 +206,47 @@ impl OmniRequest {
         self.flags & flag::NO_DELAY != 0
     }
 
+    /// The message netperf sends for this request (the client direction). Fields the struct
+    /// does not carry go out as stock netperf sends them: buffer alignment 8 at offset 0, no
+    /// copy avoidance, dirty and clean counts -1 (off), the addresses zero (netserver binds
+    /// its data socket to any address and learns netperf's from the data), no fill file.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Builder::new(kind::DO_OMNI, self.cpu_binding);
+        let i = |v: i32| v as u32;
+        let mut words = [0u32; REQUEST_CUTOFF];
+        words[0] = i(self.send_buf_size);
+        words[1] = i(self.send_size);
+        words[2] = ALIGNMENT;
+        words[4] = self.send_width;
+        words[5] = i(self.request_size);
+        words[6] = i(self.recv_buf_size);
+        words[7] = i(self.receive_size);
+        words[8] = ALIGNMENT;
+        words[10] = self.recv_width;
+        words[11] = i(self.response_size);
+        words[12] = self.flags;
+        words[13] = self.cpu_rate.to_bits();
+        words[14] = i(self.test_length);
+        // 15, 16: copy avoidance off; 17 to 19: dirty and clean counts off.
+        words[17] = u32::MAX;
+        words[18] = u32::MAX;
+        words[19] = u32::MAX;
+        words[20] = self.data_port;
+        words[21] = self.ipfamily;
+        words[22] = self.socket_type;
+        words[23] = self.protocol;
+        words[24] = self.direction;
+        words[25] = self.netperf_port;
+        words[26] = self.interval_burst;
+        words[27] = self.interval_usecs;
+        // 28 to 35: netperf's and netserver's data addresses, zero (see above).
+        words[36] = i(self.socket_prio);
+        words[37] = i(self.socket_tos);
+        b.data(&words);
+        b.raw((2 + REQUEST_CUTOFF) * 4, self.cong_control.as_bytes(), 15);
+        b.bytes
+    }
+
     fn decode(msg: &[u8]) -> OmniRequest {
         let w = |i: usize| be(msg, 2 + i);
         let s = |i: usize| w(i) as i32;
@@ -236,6 +277,9 @@ impl OmniRequest {
         }
     }
 }
+
+/// Buffer alignment stock netperf asks of netserver (its default `-a`/`-A`).
+const ALIGNMENT: u32 = 8;
 
 /// A request, as netserver tells them apart.
 #[derive(Debug, Clone, PartialEq)]
@@ -334,6 +378,14 @@ pub fn encode_sysinfo() -> Vec<u8> {
         b",Deprecated,Deprecated,Deprecated,Deprecated",
         SPEC_BYTES - 1,
     );
+    b.bytes
+}
+
+/// A passphrase message (`netperf -Z WORD`): the word, NUL-terminated, cut to fit (the
+/// second word -1, as netperf sends it: no CPU to bind).
+pub fn encode_passphrase(word: &[u8]) -> Vec<u8> {
+    let mut b = Builder::new(kind::PASSPHRASE, -1);
+    b.raw(8, word, SPEC_BYTES - 1);
     b.bytes
 }
 
@@ -470,7 +522,8 @@ impl OmniResults {
     }
 }
 
-/// Reads an omni response (for tests and a future client).
+/// Reads an omni response (the client direction): the server's errno (0: the test is set up)
+/// and what it set up. `None` unless `msg` is one whole message.
 pub fn decode_response(msg: &[u8]) -> Option<(i32, OmniResponse)> {
     if msg.len() != MSG_LEN {
         return None;
@@ -494,7 +547,8 @@ pub fn decode_response(msg: &[u8]) -> Option<(i32, OmniResponse)> {
     ))
 }
 
-/// Reads omni results (for tests and a future client).
+/// Reads omni results (the client direction). netperf does not look at the type word, which
+/// stock netserver sends byte-swapped, and neither does this.
 pub fn decode_results(msg: &[u8]) -> Option<OmniResults> {
     if msg.len() != MSG_LEN {
         return None;

@@ -23,6 +23,10 @@ const PASSPHRASE: &[u8] = include_bytes!(
 );
 const UDP_RR: &[u8] =
     include_bytes!("../../../fuzz/corpus/netperf_control/capture-udp_rr-request.bin");
+const UDP_RR_RESPONSE: &[u8] =
+    include_bytes!("../../../fuzz/corpus/netperf_control/capture-udp_rr-response.bin");
+const UDP_RR_RESULTS: &[u8] =
+    include_bytes!("../../../fuzz/corpus/netperf_control/capture-udp_rr-results.bin");
 
 fn omni(msg: &[u8]) -> OmniRequest {
     match Request::decode(msg).unwrap() {
@@ -173,4 +177,49 @@ fn no_input_panics() {
             let _ = decode_results(&buf);
         }
     }
+}
+
+#[test]
+fn client_requests_encode_as_stock_netperf_sends_them() {
+    // The client direction: every captured request, decoded and encoded again, is the
+    // captured message byte for byte (the defaults the struct does not carry included).
+    for msg in [
+        TCP_STREAM,
+        TCP_RR_COUNT,
+        UDP_STREAM,
+        MAERTS_CPU,
+        CRR,
+        UDP_RR,
+    ] {
+        let o = omni(msg);
+        assert_eq!(o.encode(), msg, "{o:?}");
+    }
+    let mut o = omni(TCP_STREAM);
+    o.cong_control = "cubic".into();
+    o.test_length = -1_000_000;
+    assert_eq!(omni(&o.encode()), o);
+}
+
+#[test]
+fn client_passphrase_is_the_captured_message() {
+    assert_eq!(encode_passphrase(b"secretword"), PASSPHRASE);
+    // A word longer than the message is cut, and still ends in a NUL.
+    let long = encode_passphrase(&[b'a'; 2 * MSG_LEN]);
+    assert_eq!(long.len(), MSG_LEN);
+    assert_eq!(long[MSG_LEN - 1], 0);
+}
+
+#[test]
+fn client_reads_a_refusal_and_the_captured_answers() {
+    let (errno, _) = decode_response(&encode_error(kind::OMNI_RESPONSE, 93)).unwrap();
+    assert_eq!(errno, 93);
+    let (errno, _) = decode_response(&encode_error(0, ERRNO_UNKNOWN_TEST)).unwrap();
+    assert_eq!(errno, ERRNO_UNKNOWN_TEST);
+    let (errno, r) = decode_response(UDP_RR_RESPONSE).unwrap();
+    assert_eq!(errno, 0);
+    assert_ne!(r.data_port, 0);
+    let res = decode_results(UDP_RR_RESULTS).unwrap();
+    assert!(res.trans_received > 0);
+    assert_eq!(u64::from(res.trans_received) * 32, res.bytes_received);
+    assert_eq!(decode_response(&UDP_RR_RESPONSE[1..]), None);
 }

@@ -55,6 +55,12 @@ pub struct Target {
     /// Set by `hakaru tcp --ntttcp`.
     #[arg(skip)]
     pub ntttcp: bool,
+    /// Set from [`NetperfPeer`] by the subcommands that have it.
+    #[arg(skip)]
+    pub netperf: bool,
+    /// `--netperf-passphrase`, likewise.
+    #[arg(skip)]
+    pub netperf_passphrase: Option<String>,
     /// Synchronised start: set the test up (connections, flows), print a `ready` event
     /// (--json-stream) or a line on stderr, and start only when a line `go` arrives on standard
     /// input; `stop` or the end of input stops the test. `hakaru plan` drives clients this way.
@@ -250,6 +256,7 @@ impl Target {
             ))
             .into());
         }
+        super::netperf::check(self)?;
         if self.sync_start && self.iperf3 {
             return Err(UsageError(
                 "--sync-start needs a hakaru server: an iperf3 server cannot hold its start (drop --iperf3)".into(),
@@ -408,6 +415,8 @@ impl Target {
             histogram: false,
             iperf3: self.iperf3,
             ntttcp: self.ntttcp,
+            netperf: self.netperf,
+            netperf_passphrase: self.netperf_passphrase.clone().map(String::into_bytes),
             gate: None,
             // Checked by validate(); a file that vanished since reads as no key, which the
             // server then refuses by name.
@@ -418,6 +427,9 @@ impl Target {
     /// Runs `spec` against HOST, or against an in-process loopback server when there is no
     /// HOST, and prints the result in the chosen format.
     pub fn run(&self, spec: TestSpec) -> anyhow::Result<()> {
+        if self.netperf {
+            return self.run_netperf(spec);
+        }
         let ep = self.endpoint(&spec)?;
         let opts = self.options(&ep, spec);
         run_and_print(self, &opts, self.sync_start)

@@ -3,6 +3,7 @@
 use hakaru_model::{Bytes, ConnectSpec, Dur, TestSpec};
 
 use super::common::{CpuList, Target};
+use super::netperf::NetperfPeer;
 
 /// Options of `hakaru connect`.
 #[derive(Debug, clap::Args)]
@@ -34,10 +35,13 @@ pub struct Args {
     /// Print the connect-time distribution (in the JSON result too).
     #[arg(long)]
     histogram: bool,
+    #[command(flatten)]
+    netperf: NetperfPeer,
 }
 
 /// Runs `hakaru connect`.
-pub fn run(a: Args) -> anyhow::Result<()> {
+pub fn run(mut a: Args) -> anyhow::Result<()> {
+    a.netperf.apply(&mut a.target);
     a.target.check("connect")?;
     let spec = ConnectSpec {
         connectors: a.parallel,

@@ -16,6 +16,7 @@ use hakaru_model::{
 use hakaru_server::{Server, ServerConfig, SOCKPERF_DEFAULT_PORT as SOCKPERF_PORT};
 
 use super::common::{run_and_print, stop_flag, CpuList, Endpoint, Target, UsageError};
+use super::netperf::NetperfPeer;
 use crate::output;
 
 /// Options of `hakaru latency`.
@@ -79,6 +80,8 @@ pub struct Args {
     /// apply to this end only.
     #[arg(long, conflicts_with_all = ["under_load", "server_affinity"])]
     sockperf: bool,
+    #[command(flatten)]
+    netperf: NetperfPeer,
 }
 
 impl Args {
@@ -122,7 +125,19 @@ struct Quiet;
 impl Observer for Quiet {}
 
 /// Runs the test and prints the result in the chosen format.
-pub fn run(a: Args) -> anyhow::Result<()> {
+pub fn run(mut a: Args) -> anyhow::Result<()> {
+    a.netperf.apply(&mut a.target);
+    if a.netperf.netperf && (a.sockperf || a.under_load) {
+        return Err(UsageError(format!(
+            "--netperf cannot be used with {}",
+            if a.sockperf {
+                "--sockperf (they name different servers)"
+            } else {
+                "--under-load (its load needs a hakaru server)"
+            }
+        ))
+        .into());
+    }
     let spec = a.spec()?;
     let test = TestSpec::Latency(spec.clone());
     if a.target.sync_start && (a.sockperf || a.under_load) {
@@ -138,6 +153,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     }
     if a.sockperf {
         return run_sockperf(&a, test);
+    }
+    if a.netperf.netperf {
+        let mut opts = a.target.options(&a.target.netperf_endpoint()?, test);
+        opts.full_log = a.full_log.clone();
+        opts.histogram = a.histogram;
+        return run_and_print(&a.target, &opts, false);
     }
     let ep = a.target.endpoint(&test)?;
     let mut opts = a.target.options(&ep, test);

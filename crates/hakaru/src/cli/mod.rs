@@ -9,6 +9,7 @@ pub mod habits;
 mod history;
 mod http;
 mod latency;
+mod netperf;
 mod nic;
 mod plan;
 mod quick;

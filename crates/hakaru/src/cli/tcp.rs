@@ -3,6 +3,7 @@
 use hakaru_model::{BitRate, Bytes, TcpSpec, TestSpec};
 
 use super::common::{run_and_print, Endpoint, Iperf3Peer, Shape, Target, UsageError};
+use super::netperf::NetperfPeer;
 
 /// Options of `hakaru tcp`.
 #[derive(Debug, clap::Args)]
@@ -13,6 +14,8 @@ pub struct Args {
     shape: Shape,
     #[command(flatten)]
     peer: Iperf3Peer,
+    #[command(flatten)]
+    netperf: NetperfPeer,
     /// The server is a stock ntttcp-for-linux receiver (`ntttcp -r`): sync on PORT - 1 and
     /// send flow i to data port PORT + i (PORT: -p, default 5001), as `ntttcp -s -m P,*,HOST`.
     /// ntttcp carries no results, so the receiver figures are this end's sender view; the
@@ -59,6 +62,12 @@ impl Args {
     /// Checks what clap cannot and builds the spec both ends run.
     fn spec(&self) -> anyhow::Result<TcpSpec> {
         self.target.check("tcp")?;
+        if self.mptcp && self.netperf.netperf {
+            return Err(super::common::UsageError(
+                "--mptcp is for hakaru servers; netserver's data sockets are plain TCP".into(),
+            )
+            .into());
+        }
         if self.mptcp && self.peer.iperf3 {
             return Err(super::common::UsageError(
                 "--mptcp is for hakaru servers; against an iperf3 server run iperf3 -m".into(),
@@ -96,6 +105,12 @@ impl Args {
 pub fn run(mut a: Args) -> anyhow::Result<()> {
     a.target.iperf3 = a.peer.iperf3;
     a.target.ntttcp = a.ntttcp;
+    a.netperf.apply(&mut a.target);
+    if a.ntttcp && a.netperf.netperf {
+        return Err(
+            UsageError("--netperf and --ntttcp name different servers: give one".into()).into(),
+        );
+    }
     let spec = a.spec()?;
     if a.ntttcp {
         return run_ntttcp(&a.target, TestSpec::Tcp(spec));

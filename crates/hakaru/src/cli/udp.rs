@@ -7,6 +7,7 @@ use hakaru_model::{
 };
 
 use super::common::{Iperf3Peer, Shape, Target};
+use super::netperf::NetperfPeer;
 
 /// Flags `udp` and `pps` share.
 #[derive(Debug, clap::Args)]
@@ -17,6 +18,8 @@ pub struct Common {
     shape: Shape,
     #[command(flatten)]
     peer: Iperf3Peer,
+    #[command(flatten)]
+    netperf: NetperfPeer,
     /// Do not use UDP GSO (one send call carrying many datagrams); send with sendmmsg instead.
     #[arg(long)]
     no_gso: bool,
@@ -83,6 +86,13 @@ impl Common {
         rate_down: Option<UdpRate>,
     ) -> anyhow::Result<UdpSpec> {
         self.target.iperf3 = self.peer.iperf3;
+        self.netperf.apply(&mut self.target);
+        if self.netperf.netperf && self.search.find_max {
+            return Err(super::common::UsageError(
+                "--find-max searches against a hakaru server; drop --netperf".into(),
+            )
+            .into());
+        }
         self.target.check(match mode {
             UdpMode::Bandwidth => "udp",
             UdpMode::Pps => "pps",

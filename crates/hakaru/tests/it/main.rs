@@ -29,6 +29,7 @@ mod netns_partition;
 mod netns_plan;
 mod netns_udp;
 mod netperf;
+mod netperf_client;
 mod nic;
 mod ntttcp;
 mod plan;

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use crate::common::{built_peer, compat_pass, ServerProc};
 
-fn netperf_bin() -> Option<PathBuf> {
+pub(crate) fn netperf_bin() -> Option<PathBuf> {
     built_peer("netperf", "netperf")
 }
 
@@ -61,17 +61,23 @@ fn figure(keys: &HashMap<String, String>, key: &str, text: &str) -> f64 {
 }
 
 /// A stock netserver in the foreground on a free port; killed by PID when dropped.
-struct Netserver {
+pub(crate) struct Netserver {
     child: Child,
-    port: u16,
+    pub(crate) port: u16,
 }
 
 impl Netserver {
-    fn start(bin: &Path) -> Netserver {
+    pub(crate) fn start(bin: &Path) -> Netserver {
+        Netserver::start_with(bin, &[])
+    }
+
+    /// With netserver's own options (`-Z WORD`, ...).
+    pub(crate) fn start_with(bin: &Path, extra: &[&str]) -> Netserver {
         let netserver = bin.with_file_name("netserver");
         let port = crate::common::free_port();
         let child = Command::new(netserver)
             .args(["-D", "-L", "127.0.0.1", "-p", &port.to_string()])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
