@@ -393,6 +393,7 @@ mod tests {
                         udp: None,
                     }],
                     nic: None,
+                    probe: None,
                 },
             },
             Message::Stop,

@@ -601,6 +601,7 @@ mod tests {
             connect: None,
             client_nic: None,
             server_nic: None,
+            probe: None,
         };
         let out = interval_lines(&rec, &View::default());
         let lines: Vec<&str> = out.lines().collect();

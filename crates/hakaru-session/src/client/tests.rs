@@ -135,6 +135,7 @@ fn sample(index: u32) -> IntervalSample {
             udp: None,
         }],
         nic: None,
+        probe: None,
     }
 }
 
@@ -174,6 +175,7 @@ fn record(index: u32) -> hakaru_model::IntervalRecord {
         connect: None,
         client_nic: None,
         server_nic: None,
+        probe: None,
     }
 }
 

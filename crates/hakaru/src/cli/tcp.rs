@@ -85,6 +85,7 @@ impl Args {
             rate: self.bitrate_up.or(self.bitrate).filter(|b| b.0 > 0.0),
             rate_down: self.bitrate_down.filter(|b| b.0 > 0.0),
             mptcp: self.mptcp,
+            latency_probe: None,
         };
         spec.validate()
             .map_err(|e| super::common::UsageError(e.0))?;

@@ -110,6 +110,7 @@ impl Common {
             } else {
                 ServerPorts::Shared
             },
+            latency_probe: None,
         };
         spec.validate()
             .map_err(|e| super::common::UsageError(e.0))?;
