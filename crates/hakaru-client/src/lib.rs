@@ -11,6 +11,7 @@ pub mod find_max;
 mod iperf3;
 mod latency;
 mod ntttcp;
+mod probe;
 pub mod push;
 mod sockperf;
 mod udp;
@@ -348,7 +349,8 @@ pub fn run_test(
             let out = bulk::run(setup, observer, &stop)?;
             let e = *out.ended;
             let parts = (e.intervals, e.local, e.remote, e.interrupted);
-            let result = at.assemble(&spec, out.started_unix, parts, out.notes);
+            let mut result = at.assemble(&spec, out.started_unix, parts, out.notes);
+            result.probe = out.probe;
             observer.on_end(&result);
             Ok(result)
         }

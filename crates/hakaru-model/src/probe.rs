@@ -61,6 +61,23 @@ impl LatencyProbe {
     }
 }
 
+impl LatencyProbe {
+    /// The probe flow as a latency test of one open-loop flow (to configure the pinger, the
+    /// echo and their sockets).
+    pub fn as_latency(&self) -> crate::latency::LatencySpec {
+        crate::latency::LatencySpec {
+            transport: self.transport,
+            flows: 1,
+            length: crate::Bytes(PROBE_LENGTH),
+            duration: Dur::from_secs(86_400),
+            warmup: Dur::default(),
+            rate: Some(self.rate),
+            timeout: Dur(std::time::Duration::from_millis(PROBE_TIMEOUT_MS)),
+            ..crate::latency::LatencySpec::default()
+        }
+    }
+}
+
 /// How much the probe round trip grew under load: loaded minus idle, microseconds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ProbeIncrease {

@@ -11,6 +11,7 @@ mod http;
 mod latency;
 mod nic;
 mod plan;
+mod probe;
 mod quick;
 mod raw;
 mod report;
