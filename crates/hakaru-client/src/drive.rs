@@ -103,7 +103,6 @@ impl Control {
         }
     }
 
-
     /// Runs the handshake: the outputs up to the server's `accepted`, whose token it returns.
     pub fn handshake(&mut self) -> Result<String, ClientError> {
         loop {

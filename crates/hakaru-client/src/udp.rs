@@ -111,9 +111,8 @@ pub(crate) fn open_ids(
                 match s.recv(&mut buf) {
                     Ok(n) => {
                         heard = true;
-                        let mine = |flow: u16, token: [u8; 16]| {
-                            flow == ids[i] as u16 && token == token_b
-                        };
+                        let mine =
+                            |flow: u16, token: [u8; 16]| flow == ids[i] as u16 && token == token_b;
                         let port = match FlowHello::decode(&buf[..n]) {
                             Some(FlowHello::Ack { flow, token }) if mine(flow, token) => None,
                             Some(FlowHello::Moved { flow, token, port })

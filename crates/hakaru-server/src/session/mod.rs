@@ -586,7 +586,8 @@ impl Driver<'_> {
         }
         self.side = Side::None;
         if let Some(n) = self.probe.as_mut().and_then(probe::ProbePath::stop) {
-            self.summary.push_str(&format!("; {n} latency probes echoed"));
+            self.summary
+                .push_str(&format!("; {n} latency probes echoed"));
         }
         let (ctx, peer) = (self.ctx, self.peer);
         let Some(test) = self.test.take() else {

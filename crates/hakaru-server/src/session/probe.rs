@@ -34,7 +34,9 @@ impl ProbePath {
         let Some(probe) = spec.latency_probe() else {
             return Ok(None);
         };
-        let ports = spec.udp().map_or(ServerPorts::default(), |u| u.server_ports);
+        let ports = spec
+            .udp()
+            .map_or(ServerPorts::default(), |u| u.server_ports);
         let own_port = ports
             .per_flow_on(!sys::UDP_SHARED_PORT_DEMUX)
             .map_err(|e| e.to_string())?;
@@ -77,7 +79,9 @@ impl ProbePath {
                 if let Some(PingSocket::Udp(s)) = &self.socket {
                     self.ack(ctx, id, s, from);
                 } else if self.own_port {
-                    ctx.udp_port.send_to(&self.moved(self.echo_port()), from).ok();
+                    ctx.udp_port
+                        .send_to(&self.moved(self.echo_port()), from)
+                        .ok();
                 }
                 Ok(None)
             }
@@ -130,7 +134,8 @@ impl ProbePath {
         let spec = TestSpec::Latency(self.probe.as_latency());
         let cfg = SideConfig::for_spec(End::Server, &spec, Vec::new(), None);
         // A hello repeated on a shared port lands on this socket: the echo answers it.
-        let ack = (!self.own_port && matches!(socket, PingSocket::Udp(_))).then(|| self.ack_bytes());
+        let ack =
+            (!self.own_port && matches!(socket, PingSocket::Udp(_))).then(|| self.ack_bytes());
         if let PingSocket::Udp(s) = &socket {
             self.echo_port = s.local_addr().ok().map(|a| a.port());
         }

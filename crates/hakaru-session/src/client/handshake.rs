@@ -237,7 +237,10 @@ impl Machine {
     /// The probes run alone for their idle baseline before the load (after the gate, so
     /// every host of a plan measures its baseline in the same seconds).
     fn baseline(&mut self, now: Instant) {
-        let b = self.spec.latency_probe().map_or(Duration::ZERO, |p| p.baseline.0);
+        let b = self
+            .spec
+            .latency_probe()
+            .map_or(Duration::ZERO, |p| p.baseline.0);
         self.out.push_back(Output::StartProbes);
         self.state = State::Baseline { until: now + b };
     }

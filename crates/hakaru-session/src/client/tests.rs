@@ -118,6 +118,7 @@ fn accepted() -> Message {
     Message::Accepted {
         test_id: 1,
         token: "ab".into(),
+        probe_flow: None,
     }
 }
 
@@ -215,3 +216,4 @@ mod connect;
 mod fault;
 mod happy;
 mod latency;
+mod probes;

@@ -41,7 +41,11 @@ impl ProbeArgs {
             .into());
         }
         let p = LatencyProbe {
-            rate: if rate.is_nan() { DEFAULT_PROBE_RATE } else { rate },
+            rate: if rate.is_nan() {
+                DEFAULT_PROBE_RATE
+            } else {
+                rate
+            },
             transport: if self.latency_probe_proto == "tcp" {
                 LatencyTransport::Tcp
             } else {
