@@ -25,6 +25,8 @@ mod latency_charts;
 pub mod latency_text;
 pub mod nic;
 mod plan_matrix;
+mod probe_charts;
+pub mod probe_text;
 pub mod plan_text;
 pub mod prometheus;
 pub mod quick_text;
