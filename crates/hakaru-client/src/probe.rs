@@ -160,6 +160,16 @@ impl Probe {
         }
     }
 
+    /// The load starts now: the probes since the baseline (a held start's wait at its gate)
+    /// belong to neither figure.
+    pub(crate) fn load_starts(&self) {
+        if let Ok(p) = self.live.pinger.lock() {
+            p.iter().for_each(|p| {
+                p.take_interval();
+            });
+        }
+    }
+
     /// Stops the pinger once the load is over (this end's side has given its last sample)
     /// and makes the figures.
     pub(crate) fn finish(&mut self) -> ProbeResult {

@@ -195,12 +195,12 @@ impl Machine {
     /// which can only be an error (the server says nothing before `start`).
     pub(super) fn on_setup(&mut self, input: Input, now: Instant) {
         match (input, &self.state) {
+            (Input::FlowsOpen, State::Flows) if self.spec.latency_probe().is_some() => {
+                self.baseline(now)
+            }
             (Input::FlowsOpen, State::Flows) if self.cfg.held_start => {
                 self.state = State::Gate;
                 self.out.push_back(Output::WaitGate);
-            }
-            (Input::FlowsOpen, State::Flows) if self.spec.latency_probe().is_some() => {
-                self.baseline(now)
             }
             (Input::FlowsOpen, State::Flows) => {
                 // UDP flows always end their set-up with `flows_ready`.
@@ -211,9 +211,6 @@ impl Machine {
                 if let Some(m) = self.early_start.take() {
                     self.on_start(Input::Message(m), now);
                 }
-            }
-            (Input::GateOpen, State::Gate) if self.spec.latency_probe().is_some() => {
-                self.baseline(now)
             }
             (Input::GateOpen, State::Gate) => {
                 self.send(Message::FlowsReady);
@@ -234,8 +231,8 @@ impl Machine {
         }
     }
 
-    /// The probes run alone for their idle baseline before the load (after the gate, so
-    /// every host of a plan measures its baseline in the same seconds).
+    /// The probes run alone for their idle baseline before the load; with a held start,
+    /// before the gate, so that in a plan every baseline is over before any load starts.
     fn baseline(&mut self, now: Instant) {
         let b = self
             .spec
@@ -245,11 +242,17 @@ impl Machine {
         self.state = State::Baseline { until: now + b };
     }
 
-    /// The baseline is over: the server may start the load.
+    /// The baseline is over: the server may start the load (once the gate opens, with a held
+    /// start).
     pub(super) fn baseline_done(&mut self, now: Instant) {
         self.out.push_back(Output::BaselineDone);
-        self.send(Message::FlowsReady);
-        self.await_start(now);
+        if self.cfg.held_start {
+            self.state = State::Gate;
+            self.out.push_back(Output::WaitGate);
+        } else {
+            self.send(Message::FlowsReady);
+            self.await_start(now);
+        }
     }
 
     /// The server accepted a test with probes without saying it runs them: it predates them.

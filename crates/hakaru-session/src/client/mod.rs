@@ -178,7 +178,8 @@ pub enum Output {
     /// baseline runs until [`Output::BaselineDone`].
     StartProbes,
     /// The idle baseline is over: take the probes' figures so far as the baseline. The
-    /// machine says `flows_ready` right after, and the server's `start` begins the load.
+    /// machine says `flows_ready` right after (with a held start, once the gate opens), and
+    /// the server's `start` begins the load.
     BaselineDone,
     /// `start` came: start this end's side now (the senders, or the pinger).
     StartLocal,

@@ -68,21 +68,18 @@ fn the_baseline_runs_on_virtual_time_before_flows_ready() {
 }
 
 #[test]
-fn a_held_start_passes_its_gate_before_the_baseline() {
+fn a_held_start_measures_its_baseline_before_the_gate() {
     let mut cfg = config(probed(tcp()));
     cfg.held_start = true;
     let mut r = accepted_probed(cfg);
-    assert_eq!(r.feed(0.3, Input::FlowsOpen), [Output::WaitGate]);
+    assert_eq!(r.feed(0.3, Input::FlowsOpen), [Output::StartProbes]);
+    assert_eq!(r.tick(2.3), [Output::BaselineDone, Output::WaitGate]);
+    assert_eq!(r.m.timeout(), None, "the gate has no deadline of the machine's");
     assert_eq!(
-        r.m.timeout(),
-        None,
-        "the gate has no deadline of the machine's"
+        r.feed(5.0, Input::GateOpen),
+        [Output::Send(Message::FlowsReady)]
     );
-    assert_eq!(r.feed(5.0, Input::GateOpen), [Output::StartProbes]);
-    assert_eq!(
-        r.tick(7.0),
-        [Output::BaselineDone, Output::Send(Message::FlowsReady)]
-    );
+    assert_eq!(r.msg(5.1, Message::Start), [Output::StartLocal]);
 }
 
 #[test]
