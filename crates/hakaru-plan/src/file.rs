@@ -322,6 +322,26 @@ pub struct Problem {
     pub message: String,
 }
 
+/// A step's latency probe keys.
+fn check_probe(s: &StepSpec, at: &str, fatal: &mut impl FnMut(String)) {
+    if s.latency_probe.is_none() && s.latency_probe_rate.is_none() {
+        return;
+    }
+    if !matches!(s.kind, Kind::Tcp | Kind::Udp | Kind::Pps) {
+        fatal(format!(
+            "{at}: latency_probe runs beside bulk flows: tcp, udp and pps steps"
+        ));
+    }
+    if s.find_max.is_some() {
+        fatal(format!(
+            "{at}: latency_probe and find_max exclude each other (each trial is a test of its own)"
+        ));
+    }
+    if s.latency_probe.is_none() {
+        fatal(format!("{at}: latency_probe_rate needs latency_probe"));
+    }
+}
+
 /// Reads a plan from TOML text.
 pub fn parse(text: &str) -> Result<PlanFile, PlanError> {
     toml::from_str(text).map_err(|e| PlanError::Parse(e.to_string().trim_end().to_string()))
@@ -474,21 +494,7 @@ pub fn check(plan: &PlanFile) -> Vec<Problem> {
         if s.time.is_some() && s.bytes.is_some() {
             fatal(format!("{at}: time and bytes exclude each other"));
         }
-        if s.latency_probe.is_some() || s.latency_probe_rate.is_some() {
-            if !matches!(s.kind, Kind::Tcp | Kind::Udp | Kind::Pps) {
-                fatal(format!(
-                    "{at}: latency_probe runs beside bulk flows: tcp, udp and pps steps"
-                ));
-            }
-            if s.find_max.is_some() {
-                fatal(format!(
-                    "{at}: latency_probe and find_max exclude each other (each trial is a test of its own)"
-                ));
-            }
-            if s.latency_probe.is_none() {
-                fatal(format!("{at}: latency_probe_rate needs latency_probe"));
-            }
-        }
+        check_probe(s, &at, &mut fatal);
         if let Some(fm) = &s.find_max {
             if !matches!(s.kind, Kind::Udp | Kind::Pps) {
                 fatal(format!("{at}: find_max searches udp and pps steps"));

@@ -38,7 +38,10 @@ fn first_puts_the_probes_on_one_client_and_all_on_every_client() {
             if let Some(i) = at {
                 assert_eq!(f.get(i + 1).map(String::as_str), Some("50"));
             }
-            assert!(f.iter().any(|a| a == "-t"), "the step's own flags stay: {f:?}");
+            assert!(
+                f.iter().any(|a| a == "-t"),
+                "the step's own flags stay: {f:?}"
+            );
         }
     }
 }
@@ -46,7 +49,11 @@ fn first_puts_the_probes_on_one_client_and_all_on_every_client() {
 #[test]
 fn probes_belong_to_bulk_steps_without_a_search() {
     let bad = [
-        (PLAN.replace("LP", "first").replace("\"tcp\"", "\"latency\""), "tcp, udp and pps"),
+        (
+            PLAN.replace("LP", "first")
+                .replace("\"tcp\"", "\"latency\""),
+            "tcp, udp and pps",
+        ),
         (
             PLAN.replace("LP", "all")
                 .replace("kind = \"tcp\"", "kind = \"udp\"\nfind_max = { loss = 1 }")
@@ -62,9 +69,14 @@ fn probes_belong_to_bulk_steps_without_a_search() {
         let plan = parse(&text).expect("plan");
         let problems = check(&plan);
         assert!(
-            problems.iter().any(|p| p.fatal && p.message.contains(needle)),
+            problems
+                .iter()
+                .any(|p| p.fatal && p.message.contains(needle)),
             "{needle}: {problems:?}"
         );
     }
-    assert!(parse(&PLAN.replace("LP", "some")).is_err(), "an unknown choice");
+    assert!(
+        parse(&PLAN.replace("LP", "some")).is_err(),
+        "an unknown choice"
+    );
 }

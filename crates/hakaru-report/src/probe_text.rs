@@ -31,7 +31,7 @@ pub fn interval_line(rec: &IntervalRecord) -> Option<String> {
     let omitted = if rec.omitted { "  (omitted)" } else { "" };
     Some(format!(
         "[RTT]      {:>15}  {}{omitted}\n",
-        crate::text::span(rec.start, rec.end),
+        format!("{:6.2}-{:<6.2} s", rec.start, rec.end),
         figures(p)
     ))
 }
@@ -99,8 +99,14 @@ mod tests {
             error: None,
         };
         let s = summary(&p);
-        assert!(s.contains("idle, 2.0 s before load   p50    0.20 ms"), "{s}");
-        assert!(s.contains("under load                p50  100.20 ms"), "{s}");
+        assert!(
+            s.contains("idle, 2.0 s before load   p50    0.20 ms"),
+            "{s}"
+        );
+        assert!(
+            s.contains("under load                p50  100.20 ms"),
+            "{s}"
+        );
         assert!(s.contains("p50 +100.00 ms"), "{s}");
     }
 

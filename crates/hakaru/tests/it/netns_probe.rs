@@ -27,12 +27,27 @@ fn shaped(limit: &str) -> Option<(Link, ServerProc)> {
     link.segment_client_gso();
     let o = link.in_client(
         &[
-            "tc", "qdisc", "replace", "dev", &link.client_dev, "root", "tbf", "rate", RATE,
-            "burst", "16kb", "limit", limit,
+            "tc",
+            "qdisc",
+            "replace",
+            "dev",
+            &link.client_dev,
+            "root",
+            "tbf",
+            "rate",
+            RATE,
+            "burst",
+            "16kb",
+            "limit",
+            limit,
         ],
         Duration::from_secs(10),
     );
-    assert!(o.status.success(), "tc: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "tc: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let server = link.start_server();
     Some((link, server))
 }
@@ -114,8 +129,20 @@ fn the_idle_baseline_reads_what_hakaru_latency_reads() {
     // The probes' own schedule and size: UDP, open loop at 20 a second, 64 bytes.
     let lat = link.client_json(
         &[
-            "latency", &link.server_ip, "-p", &port, "--udp", "--rate", "20", "-l", "64", "-t",
-            "2", "--warmup", "0", "--json",
+            "latency",
+            &link.server_ip,
+            "-p",
+            &port,
+            "--udp",
+            "--rate",
+            "20",
+            "-l",
+            "64",
+            "-t",
+            "2",
+            "--warmup",
+            "0",
+            "--json",
         ],
         LIMIT,
     );

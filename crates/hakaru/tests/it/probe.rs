@@ -23,11 +23,17 @@ fn check_probes(doc: &Value, what: &str) {
     // 20 a second: 1 s of baseline and 2 s of load, less a few for a loaded machine.
     assert!(idle >= 10, "{what}: idle replies {idle}: {p}");
     assert!(loaded >= 20, "{what}: loaded replies {loaded}: {p}");
-    assert!(p["idle"]["rtt"]["p50_us"].as_f64().unwrap_or(0.0) > 0.0, "{what}");
+    assert!(
+        p["idle"]["rtt"]["p50_us"].as_f64().unwrap_or(0.0) > 0.0,
+        "{what}"
+    );
     let inc = p["increase"]["p50_us"].as_f64().unwrap_or(f64::NAN);
     let want = p["loaded"]["rtt"]["p50_us"].as_f64().unwrap_or(0.0)
         - p["idle"]["rtt"]["p50_us"].as_f64().unwrap_or(0.0);
-    assert!((inc - want).abs() < 1e-6, "{what}: increase {inc} != {want}");
+    assert!(
+        (inc - want).abs() < 1e-6,
+        "{what}: increase {inc} != {want}"
+    );
     let intervals = doc["intervals"].as_array().cloned().unwrap_or_default();
     assert!(!intervals.is_empty(), "{what}");
     let with: u64 = intervals
@@ -43,13 +49,35 @@ fn check_probes(doc: &Value, what: &str) {
 
 #[test]
 fn probes_run_in_every_direction_and_transport() {
-    let base = ["-t", "2", "-i", "0.5", "--latency-probe-baseline", "1s", "--json"];
+    let base = [
+        "-t",
+        "2",
+        "-i",
+        "0.5",
+        "--latency-probe-baseline",
+        "1s",
+        "--json",
+    ];
     let cases: &[&[&str]] = &[
         &["tcp", "--latency-probe"],
         &["tcp", "-R", "-P", "2", "--latency-probe", "30"],
-        &["tcp", "--bidir", "--latency-probe", "--latency-probe-proto", "tcp"],
+        &[
+            "tcp",
+            "--bidir",
+            "--latency-probe",
+            "--latency-probe-proto",
+            "tcp",
+        ],
         &["udp", "-b", "50M", "--latency-probe"],
-        &["udp", "-b", "50M", "--bidir", "--latency-probe-proto", "tcp", "--latency-probe"],
+        &[
+            "udp",
+            "-b",
+            "50M",
+            "--bidir",
+            "--latency-probe-proto",
+            "tcp",
+            "--latency-probe",
+        ],
     ];
     for case in cases {
         let mut args = case.to_vec();
@@ -93,7 +121,10 @@ fn text_shows_an_rtt_line_per_interval_and_the_increase() {
     );
     let out = String::from_utf8_lossy(&o.stdout).to_string();
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(out.lines().filter(|l| l.starts_with("[RTT]")).count() >= 2, "{out}");
+    assert!(
+        out.lines().filter(|l| l.starts_with("[RTT]")).count() >= 2,
+        "{out}"
+    );
     assert!(out.contains("increase under load"), "{out}");
     // The headline still ends the output.
     let last = out.lines().last().unwrap_or_default();
@@ -164,12 +195,21 @@ fn a_server_that_predates_probes_is_named_not_waited_for() {
         read_msg(&mut ctl, &mut dec, wait)
     });
     let o = run(
-        &["tcp", "127.0.0.1", "-p", &port.to_string(), "--latency-probe"],
+        &[
+            "tcp",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "--latency-probe",
+        ],
         Duration::from_secs(30),
     );
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(err.contains("does not run latency probes (--latency-probe)"), "{err}");
+    assert!(
+        err.contains("does not run latency probes (--latency-probe)"),
+        "{err}"
+    );
     let told = fake.join().expect("fake server");
     assert!(
         matches!(&told, Some(Message::Error { message }) if message.contains("--latency-probe")),

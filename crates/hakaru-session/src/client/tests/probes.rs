@@ -74,7 +74,11 @@ fn a_held_start_measures_its_baseline_before_the_gate() {
     let mut r = accepted_probed(cfg);
     assert_eq!(r.feed(0.3, Input::FlowsOpen), [Output::StartProbes]);
     assert_eq!(r.tick(2.3), [Output::BaselineDone, Output::WaitGate]);
-    assert_eq!(r.m.timeout(), None, "the gate has no deadline of the machine's");
+    assert_eq!(
+        r.m.timeout(),
+        None,
+        "the gate has no deadline of the machine's"
+    );
     assert_eq!(
         r.feed(5.0, Input::GateOpen),
         [Output::Send(Message::FlowsReady)]
