@@ -1,17 +1,18 @@
 //! Truth for the latency probes (`--latency-probe`): a path whose bottleneck is a tbf with a
-//! known rate and queue (`limit` bytes). A loss-based congestion control (`-C cubic`, four
-//! flows, so one flow's back-off barely drains it) keeps the queue full, which adds limit /
+//! known rate and queue (`limit` bytes). A loss-based congestion control (`-C cubic`, sixteen
+//! flows, so their back-offs barely drain it) keeps the queue full, which adds limit /
 //! rate to every probe that waits in it: 250 KB at 20 Mbit/s is 100 ms. The probes under load
 //! must read that within 10 % (plus the idle round trip); with a small queue they must read
 //! low; and the idle baseline must read what `hakaru latency` reads on the same path.
 //! Needs root and tc; skips with a printed reason otherwise.
 
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
 
-use super::common::ServerProc;
-use super::netns_link::{Link, Shaping};
+use super::common::{bin, json, run_cmd, stderr, ServerProc};
+use super::netns_bridge::{in_ns_must, Bridge};
 
 /// The bottleneck's rate, bits per second, and as tc spells it.
 const RATE_BPS: f64 = 20e6;
@@ -19,51 +20,66 @@ const RATE: &str = "20mbit";
 /// Every run is bounded: a few seconds of test inside this.
 const LIMIT: Duration = Duration::from_secs(40);
 
-/// A link whose forward bottleneck (the client's egress) is a tbf with a queue of `limit`
-/// bytes, and a server on it.
-fn shaped(limit: &str) -> Option<(Link, ServerProc)> {
-    let link = Link::setup(&[("tc", "iproute2")], Shaping::NONE)?;
-    // Single packets on the wire, as a real NIC sends them: the queue counts wire bytes.
-    link.segment_client_gso();
-    let o = link.in_client(
-        &[
-            "tc",
-            "qdisc",
-            "replace",
-            "dev",
-            &link.client_dev,
-            "root",
-            "tbf",
-            "rate",
-            RATE,
-            "burst",
-            "16kb",
-            "limit",
-            limit,
-        ],
-        Duration::from_secs(10),
-    );
-    assert!(
-        o.status.success(),
-        "tc: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let server = link.start_server();
-    Some((link, server))
+/// A server host and a client host on a switch whose port toward the server is the bottleneck:
+/// a tbf with a queue of `limit` bytes. It is a box in the middle, as a router is: a tbf on the
+/// sender's own interface would hold far less, since TCP keeps each socket's bytes in its
+/// host's qdisc small (TCP small queues).
+struct Path {
+    bridge: Bridge,
+    server: ServerProc,
 }
 
-/// A bulk TCP upload with cubic and the probes: (idle p50, loaded p50), microseconds.
-fn probed_upload(link: &Link, server: &ServerProc) -> (f64, f64, Value) {
-    let doc = link.client_json(
-        &[
+impl Path {
+    fn new(limit: &str) -> Option<Path> {
+        let bridge = Bridge::setup(2, &[("tc", "iproute2")])?;
+        in_ns_must(
+            &bridge.hub,
+            &[
+                "tc",
+                "qdisc",
+                "replace",
+                "dev",
+                &bridge.members[0].port,
+                "root",
+                "tbf",
+                "rate",
+                RATE,
+                "burst",
+                "16kb",
+                "limit",
+                limit,
+            ],
+        );
+        let mut cmd = Command::new("ip");
+        cmd.env_remove("RUST_LOG")
+            .args(["netns", "exec", &bridge.members[0].ns, bin()]);
+        let server = ServerProc::start_with(cmd, &bridge.members[0].ip, &[]);
+        Some(Path { bridge, server })
+    }
+
+    /// Runs hakaru on the client host and returns its JSON.
+    fn client(&self, args: &[&str]) -> Value {
+        let (ip, port) = (&self.bridge.members[0].ip, self.server.port_s());
+        let mut cmd = Command::new("ip");
+        cmd.env_remove("RUST_LOG")
+            .args(["netns", "exec", &self.bridge.members[1].ns, bin()])
+            .arg(args[0])
+            .args([ip.as_str(), "-p", &port])
+            .args(&args[1..]);
+        let o = run_cmd(&mut cmd, LIMIT);
+        assert!(o.status.success(), "hakaru {args:?}: {}", stderr(&o));
+        json(&o)
+    }
+
+    /// A bulk TCP upload with cubic and the probes: (idle p50, loaded p50) in microseconds,
+    /// and the result.
+    fn probed_upload(&self) -> (f64, f64, Value) {
+        let doc = self.client(&[
             "tcp",
-            &link.server_ip,
-            "-p",
-            &server.port_s(),
             "-C",
             "cubic",
             "-P",
-            "4",
+            "16",
             "-O",
             "2",
             "-t",
@@ -72,26 +88,26 @@ fn probed_upload(link: &Link, server: &ServerProc) -> (f64, f64, Value) {
             "--latency-probe-baseline",
             "2s",
             "--json",
-        ],
-        LIMIT,
-    );
-    let p = &doc["probe"];
-    let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
-    (
-        f(&p["idle"]["rtt"]["p50_us"]),
-        f(&p["loaded"]["rtt"]["p50_us"]),
-        doc.clone(),
-    )
+        ]);
+        let p = &doc["probe"];
+        let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+        (
+            f(&p["idle"]["rtt"]["p50_us"]),
+            f(&p["loaded"]["rtt"]["p50_us"]),
+            doc.clone(),
+        )
+    }
 }
 
 #[test]
 fn probes_under_load_read_the_queue_delay_of_a_full_tbf() {
-    let Some((link, server)) = shaped("250000") else {
+    let Some(path) = Path::new("250000") else {
         return;
     };
-    let (idle, loaded, doc) = probed_upload(&link, &server);
+    let (idle, loaded, doc) = path.probed_upload();
     let queue_us = 250_000.0 * 8.0 / RATE_BPS * 1e6;
     let want = idle + queue_us;
+    eprintln!("probes: idle p50 {idle:.0} us, under load p50 {loaded:.0} us, want {want:.0} us");
     assert!(
         (loaded - want).abs() <= 0.10 * queue_us,
         "probe p50 under load {loaded:.0} us, want {want:.0} us (idle {idle:.0} + queue \
@@ -108,10 +124,10 @@ fn probes_under_load_read_the_queue_delay_of_a_full_tbf() {
 #[test]
 fn probes_under_load_read_low_behind_a_small_queue() {
     // 25 KB at 20 Mbit/s: at most 10 ms of queue.
-    let Some((link, server)) = shaped("25000") else {
+    let Some(path) = Path::new("25000") else {
         return;
     };
-    let (idle, loaded, doc) = probed_upload(&link, &server);
+    let (idle, loaded, doc) = path.probed_upload();
     assert!(
         loaded <= idle + 10_000.0 * 1.10 + 2_000.0,
         "probe p50 under load {loaded:.0} us behind a 10 ms queue (idle {idle:.0} us): {}",
@@ -122,32 +138,15 @@ fn probes_under_load_read_low_behind_a_small_queue() {
 
 #[test]
 fn the_idle_baseline_reads_what_hakaru_latency_reads() {
-    let Some((link, server)) = shaped("250000") else {
+    let Some(path) = Path::new("250000") else {
         return;
     };
-    let port = server.port_s();
     // The probes' own schedule and size: UDP, open loop at 20 a second, 64 bytes.
-    let lat = link.client_json(
-        &[
-            "latency",
-            &link.server_ip,
-            "-p",
-            &port,
-            "--udp",
-            "--rate",
-            "20",
-            "-l",
-            "64",
-            "-t",
-            "2",
-            "--warmup",
-            "0",
-            "--json",
-        ],
-        LIMIT,
-    );
-    let (idle, _, doc) = probed_upload(&link, &server);
-    let want = lat["latency"]["rtt"]["p50_us"].as_f64().unwrap_or(f64::NAN);
+    let lat = path.client(&[
+        "latency", "--udp", "--rate", "20", "-l", "64", "-t", "2", "--warmup", "0", "--json",
+    ]);
+    let (idle, _, doc) = path.probed_upload();
+    let want: f64 = lat["latency"]["rtt"]["p50_us"].as_f64().unwrap_or(f64::NAN);
     // Tens of microseconds on a veth: scheduling noise is most of it, so a relative and an
     // absolute bound; a probe that waited in the queue (milliseconds) fails both.
     assert!(
