@@ -70,7 +70,7 @@ impl Tap {
                 l.sampled = true;
             }
         }
-        s.probe = Some(i);
+        s.probe = Some(Box::new(i));
     }
 }
 

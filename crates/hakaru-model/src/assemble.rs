@@ -86,7 +86,7 @@ pub fn merge_interval(
         connect: None,
         client_nic: local.and_then(|s| s.nic),
         server_nic: remote.and_then(|s| s.nic),
-        probe: local.and_then(|s| s.probe).or(remote.and_then(|s| s.probe)),
+        probe: local.or(remote).and_then(|s| s.probe.clone()),
     }
 }
 

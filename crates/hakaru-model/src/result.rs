@@ -255,7 +255,7 @@ pub struct IntervalSample {
     /// The latency probes' round trips over the interval (client samples of a bulk test with
     /// `--latency-probe`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub probe: Option<crate::latency::LatencyInterval>,
+    pub probe: Option<Box<crate::latency::LatencyInterval>>,
 }
 
 /// One end's view of one flow over the whole counted test.
@@ -554,7 +554,7 @@ pub struct IntervalRecord {
     /// The latency probes' round trips over the interval (bulk tests with
     /// `--latency-probe`), next to the throughput of the same seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub probe: Option<crate::latency::LatencyInterval>,
+    pub probe: Option<Box<crate::latency::LatencyInterval>>,
 }
 
 /// One end's resource use and environment, with its efficiency.

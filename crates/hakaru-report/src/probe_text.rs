@@ -123,11 +123,11 @@ mod tests {
             connect: None,
             client_nic: None,
             server_nic: None,
-            probe: Some(LatencyInterval {
+            probe: Some(Box::new(LatencyInterval {
                 requests: 20,
                 lost: 20,
                 ..LatencyInterval::default()
-            }),
+            })),
         };
         let line = interval_line(&rec).unwrap_or_default();
         assert!(line.contains("no replies (20 probes, 20 lost)"), "{line}");
