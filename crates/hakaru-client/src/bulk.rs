@@ -44,6 +44,8 @@ pub(crate) struct Setup<'a> {
 /// How the test ended, with the notes of the set-up and the wall clock at the start.
 pub(crate) struct BulkOut {
     pub ended: Box<Ended>,
+    /// What the latency probes measured (`--latency-probe`).
+    pub probe: Option<hakaru_model::ProbeResult>,
     pub notes: Vec<String>,
     pub started_unix: f64,
 }
@@ -56,7 +58,7 @@ pub(crate) fn run(
 ) -> Result<BulkOut, ClientError> {
     // The loop keeps a sender, so the channel never reports itself closed.
     let (tx, rx) = mpsc::channel::<Event>();
-    let (mut notes, run) = start(&mut s, &tx)?;
+    let (mut notes, run, mut probe) = start(&mut s, &tx)?;
     let started_unix = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
@@ -64,14 +66,21 @@ pub(crate) fn run(
     let reader_stop = Arc::new(AtomicBool::new(false));
     let reader = spawn_reader(s.ctl, &tx, &reader_stop, s.server_addr)?;
     let mut run = Some(run);
-    let outcome = event_loop(s.ctl, &mut run, &rx, observer, stop);
+    let mut probed = None;
+    let probes = (&mut probe, &mut probed);
+    let outcome = event_loop(s.ctl, &mut run, &rx, observer, stop, probes);
     reader_stop.store(true, Ordering::Release);
     let _ = reader.join();
     drop(run);
     let ended = outcome?;
+    // Stops the pinger if the test ended before this end's report (it is stopped already
+    // when the report was collected).
+    drop(probe);
+    let probe = probed;
     notes.splice(0..0, s.ctl.m.notes().iter().cloned());
     Ok(BulkOut {
         ended,
+        probe,
         notes,
         started_unix,
     })
@@ -82,7 +91,7 @@ pub(crate) fn run(
 fn start(
     s: &mut Setup<'_>,
     tx: &mpsc::Sender<Event>,
-) -> Result<(Vec<String>, Running), ClientError> {
+) -> Result<(Vec<String>, Running, Option<crate::probe::Probe>), ClientError> {
     let mut notes = Vec::new();
     let mut cfg = SideConfig::for_spec(
         End::Client,
@@ -117,11 +126,17 @@ fn start(
             ))
         }
     };
+    let mut probe = crate::probe::Probe::open(s.opts, s.spec, s.server_addr, s.token)?;
     // Counters first (the side's configuration above): nothing the server sends after
     // `start` escapes them.
-    s.ctl.start(s.opts.gate.as_ref())?;
+    s.ctl.start_probed(s.opts.gate.as_ref(), probe.as_mut())?;
+    probe.iter().for_each(crate::probe::Probe::load_starts);
     let (t1, t2, t3) = (tx.clone(), tx.clone(), tx.clone());
-    let on_interval = Box::new(move |s| {
+    let tap = probe.as_ref().map(crate::probe::Probe::tap);
+    let on_interval = Box::new(move |mut s: IntervalSample| {
+        if let Some(t) = &tap {
+            t.fill(&mut s);
+        }
         let _ = t1.send(Event::Local(s));
     });
     let on_done = Box::new(move || {
@@ -140,7 +155,7 @@ fn start(
             }),
         )?),
     };
-    Ok((notes, run))
+    Ok((notes, run, probe))
 }
 
 /// A reader thread turns control messages into events so one loop sees everything.
@@ -188,6 +203,10 @@ fn event_loop(
     rx: &mpsc::Receiver<Event>,
     observer: &mut dyn Observer,
     stop: &AtomicBool,
+    (probe, probed): (
+        &mut Option<crate::probe::Probe>,
+        &mut Option<hakaru_model::ProbeResult>,
+    ),
 ) -> Result<Box<Ended>, ClientError> {
     loop {
         while let Some(o) = ctl.m.poll_output() {
@@ -200,7 +219,11 @@ fn event_loop(
                 Output::AbortLocal => run.iter().for_each(Running::abort),
                 Output::PeerSendDone(sent) => run.iter().for_each(|r| r.peer_done(&sent)),
                 Output::Interval(rec) => observer.on_interval(&rec),
-                Output::CollectLocal => collect(ctl, run, rx),
+                Output::CollectLocal => {
+                    collect(ctl, run, rx);
+                    // The load is over: the probes stop before `finished` ends the echo.
+                    *probed = probe.as_mut().map(crate::probe::Probe::finish);
+                }
                 Output::End(end) => return end.map_err(client_error),
                 other => return Err(unexpected_output(other)),
             }

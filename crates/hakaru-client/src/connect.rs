@@ -210,6 +210,7 @@ pub(crate) fn run_result(
         http: None,
         server_clock_offset: at.clock,
         server_on_this_host: at.same_host,
+        probe: None,
     }
 }
 
@@ -302,6 +303,7 @@ pub(crate) fn record(t: ConnectTick) -> Box<IntervalRecord> {
         latency: None,
         client_nic: None,
         server_nic: None,
+        probe: None,
     })
 }
 

@@ -68,16 +68,37 @@ impl Control {
     /// Tells the machine this end's flows are open, passes the held start's gate when it asks
     /// and returns its start: [`Output::StartLocal`] or [`Output::StartConnecting`].
     pub fn start(&mut self, gate: Option<&StartGate>) -> Result<Output, ClientError> {
+        self.start_probed(gate, None)
+    }
+
+    /// [`Control::start`] for a test with latency probes: starts them when the machine says
+    /// and takes their idle baseline when it is over.
+    pub fn start_probed(
+        &mut self,
+        gate: Option<&StartGate>,
+        mut probe: Option<&mut crate::probe::Probe>,
+    ) -> Result<Output, ClientError> {
         self.m.handle(Input::FlowsOpen, Instant::now());
         loop {
-            match self.next() {
-                Output::WaitGate => {
+            match (self.next(), probe.as_deref_mut()) {
+                (Output::WaitGate, _) => {
                     let passed = gate.map_or(Ok(()), |g| (g.0)());
                     let input = passed.map_or_else(Input::GateFailed, |()| Input::GateOpen);
                     self.m.handle(input, Instant::now());
                 }
-                o @ (Output::StartLocal | Output::StartConnecting { .. }) => return Ok(o),
-                other => return Err(unexpected_output(other)),
+                (Output::StartProbes, Some(p)) => {
+                    if let Err(e) = p.start() {
+                        let _ = self.conn.send(&hakaru_proto::Message::Error {
+                            message: format!("client gave up: {e}"),
+                        });
+                        return Err(ClientError::Flow(e));
+                    }
+                }
+                (Output::BaselineDone, Some(p)) => p.end_baseline(),
+                (o, _) => match o {
+                    o @ (Output::StartLocal | Output::StartConnecting { .. }) => return Ok(o),
+                    other => return Err(unexpected_output(other)),
+                },
             }
         }
     }

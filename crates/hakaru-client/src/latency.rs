@@ -287,6 +287,7 @@ fn interval_record(
         connect: None,
         client_nic: None,
         server_nic: None,
+        probe: None,
     }
 }
 

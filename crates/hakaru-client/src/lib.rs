@@ -12,6 +12,7 @@ mod iperf3;
 mod latency;
 mod netperf;
 mod ntttcp;
+mod probe;
 pub mod push;
 mod sockperf;
 mod udp;
@@ -358,7 +359,8 @@ pub fn run_test(
             let out = bulk::run(setup, observer, &stop)?;
             let e = *out.ended;
             let parts = (e.intervals, e.local, e.remote, e.interrupted);
-            let result = at.assemble(&spec, out.started_unix, parts, out.notes);
+            let mut result = at.assemble(&spec, out.started_unix, parts, out.notes);
+            result.probe = out.probe;
             observer.on_end(&result);
             Ok(result)
         }

@@ -52,20 +52,20 @@ pub(crate) fn open_socket(
     Ok(sock)
 }
 
-/// Opens every flow of the test and waits until the server has acknowledged each one. The
-/// flag is true when the server moved the flows to ports of their own.
-pub(crate) fn open_flows(
+/// Opens a socket for each flow id, says hello from each and waits until the server has
+/// acknowledged every one. The flag is true when the server moved them to ports of their own.
+pub(crate) fn open_ids(
     opts: &ClientOptions,
     spec: &UdpSpec,
     server: SocketAddr,
     token: &str,
-) -> Result<(Vec<UdpFlowSocket>, bool), ClientError> {
+    ids: &[u32],
+) -> Result<(Vec<UdpSocket>, bool), ClientError> {
     let token_b = token_bytes(token).ok_or_else(|| {
         ClientError::Server(format!("the server sent a malformed test token '{token}'"))
     })?;
-    let plan = spec.flow_plan();
-    let mut socks = Vec::with_capacity(plan.len());
-    for (fid, _) in &plan {
+    let mut socks = Vec::with_capacity(ids.len());
+    for fid in ids {
         socks.push(open_socket(opts, spec, server, *fid)?);
     }
     let hello = |flow: u32| {
@@ -75,9 +75,9 @@ pub(crate) fn open_flows(
         }
         .encode()
     };
-    let mut acked = vec![false; plan.len()];
+    let mut acked = vec![false; ids.len()];
     let mut moved = false;
-    let mut left = plan.len();
+    let mut left = ids.len();
     let deadline = Instant::now() + HELLO_TIMEOUT;
     let mut next_send = Instant::now();
     let mut buf = [0u8; 64];
@@ -85,11 +85,11 @@ pub(crate) fn open_flows(
         let now = Instant::now();
         if now >= deadline {
             return Err(ClientError::Data {
-                flow: plan[acked.iter().position(|a| !a).unwrap_or(0)].0,
+                flow: ids[acked.iter().position(|a| !a).unwrap_or(0)],
                 reason: format!(
                     "the server acknowledged {} of {} UDP flows within {} s (is UDP to {server} blocked?)",
-                    plan.len() - left,
-                    plan.len(),
+                    ids.len() - left,
+                    ids.len(),
                     HELLO_TIMEOUT.as_secs()
                 ),
             });
@@ -97,7 +97,7 @@ pub(crate) fn open_flows(
         if now >= next_send {
             for (i, s) in socks.iter().enumerate() {
                 if !acked[i] {
-                    let _ = s.send(&hello(plan[i].0));
+                    let _ = s.send(&hello(ids[i]));
                 }
             }
             next_send = now + HELLO_REPEAT;
@@ -111,9 +111,8 @@ pub(crate) fn open_flows(
                 match s.recv(&mut buf) {
                     Ok(n) => {
                         heard = true;
-                        let mine = |flow: u16, token: [u8; 16]| {
-                            flow == plan[i].0 as u16 && token == token_b
-                        };
+                        let mine =
+                            |flow: u16, token: [u8; 16]| flow == ids[i] as u16 && token == token_b;
                         let port = match FlowHello::decode(&buf[..n]) {
                             Some(FlowHello::Ack { flow, token }) if mine(flow, token) => None,
                             Some(FlowHello::Moved { flow, token, port })
@@ -128,7 +127,7 @@ pub(crate) fn open_flows(
                             moved = true;
                             let to = SocketAddr::new(server.ip(), port);
                             s.connect(to).map_err(|e| ClientError::Data {
-                                flow: plan[i].0,
+                                flow: ids[i],
                                 reason: format!("following the flow to server port {port}: {e}"),
                             })?;
                         }
@@ -138,7 +137,7 @@ pub(crate) fn open_flows(
                     }
                     Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
                         return Err(ClientError::Data {
-                            flow: plan[i].0,
+                            flow: ids[i],
                             reason: format!(
                                 "UDP port {} on the server is closed (ICMP port unreachable)",
                                 server.port()
@@ -153,6 +152,20 @@ pub(crate) fn open_flows(
             std::thread::sleep(Duration::from_millis(1));
         }
     }
+    Ok((socks, moved))
+}
+
+/// Opens every flow of the test and waits until the server has acknowledged each one. The
+/// flag is true when the server moved the flows to ports of their own.
+pub(crate) fn open_flows(
+    opts: &ClientOptions,
+    spec: &UdpSpec,
+    server: SocketAddr,
+    token: &str,
+) -> Result<(Vec<UdpFlowSocket>, bool), ClientError> {
+    let plan = spec.flow_plan();
+    let ids: Vec<u32> = plan.iter().map(|(id, _)| *id).collect();
+    let (socks, moved) = open_ids(opts, spec, server, token, &ids)?;
     let mut up_i = 0u32;
     let flows = plan
         .iter()

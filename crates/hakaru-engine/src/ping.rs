@@ -257,6 +257,12 @@ impl Pinger {
 
     /// The round trips since the last call, all flows merged.
     pub fn take_interval(&self) -> LatencyInterval {
+        self.take_interval_hist().0
+    }
+
+    /// The round trips since the last call, all flows merged, with their histogram (to add
+    /// intervals up).
+    pub fn take_interval_hist(&self) -> (LatencyInterval, LatencyHistogram) {
         let mut hist = LatencyHistogram::new();
         let mut out = LatencyInterval::default();
         for t in &self.shared.ticks {
@@ -269,7 +275,7 @@ impl Pinger {
             }
         }
         out.rtt = hist.stats();
-        out
+        (out, hist)
     }
 
     /// Waits for every flow and merges what they measured.
@@ -675,6 +681,27 @@ impl Echo {
         spin: bool,
         busy_poll: Option<u32>,
     ) -> io::Result<Echo> {
+        Echo::start_with(cfg, flows, spin, busy_poll, None)
+    }
+
+    /// The echo of a bulk test's latency probes (one flow, blocking receives). `hello_ack`:
+    /// a UDP flow sharing the server's port answers a hello repeated on it with these bytes
+    /// (its first answer was lost, and the echo already owns the socket).
+    pub fn start_probe(
+        cfg: SideConfig,
+        flow: PingFlow,
+        hello_ack: Option<Vec<u8>>,
+    ) -> io::Result<Echo> {
+        Echo::start_with(cfg, vec![flow], false, None, hello_ack.map(Arc::from))
+    }
+
+    fn start_with(
+        cfg: SideConfig,
+        flows: Vec<PingFlow>,
+        spin: bool,
+        busy_poll: Option<u32>,
+        hello_ack: Option<Arc<[u8]>>,
+    ) -> io::Result<Echo> {
         let stop = Arc::new(AtomicBool::new(false));
         let left = Arc::new(AtomicUsize::new(flows.len()));
         let echoed = Arc::new(AtomicU64::new(0));
@@ -685,6 +712,7 @@ impl Echo {
             f.socket
                 .prepare(busy_poll, blocking, Duration::from_millis(100))?;
             let (st, lf, n) = (Arc::clone(&stop), Arc::clone(&left), Arc::clone(&echoed));
+            let ack = hello_ack.clone();
             let pin = (!cfg.affinity.is_empty()).then(|| cfg.affinity[i % cfg.affinity.len()]);
             let h = std::thread::Builder::new()
                 .name(format!("hakaru-echo-{i}"))
@@ -693,7 +721,7 @@ impl Echo {
                     if let Some(cpu) = pin {
                         let _ = sys::pin_current_thread(cpu);
                     }
-                    echo(&f.socket, spin || blocking, &st, &n);
+                    echo(&f.socket, spin || blocking, &st, &n, ack.as_deref());
                     lf.fetch_sub(1, Ordering::AcqRel);
                 });
             match h {
@@ -768,7 +796,13 @@ pub fn bare_report(cfg: &SideConfig, wall: f64, mode: &str) -> SideReport {
 
 /// Echoes until stopped. `no_wait`: the socket spins or blocks in its receive itself, so an
 /// empty receive goes straight back to receiving.
-fn echo(sock: &PingSocket, no_wait: bool, stop: &AtomicBool, echoed: &AtomicU64) {
+fn echo(
+    sock: &PingSocket,
+    no_wait: bool,
+    stop: &AtomicBool,
+    echoed: &AtomicU64,
+    hello_ack: Option<&[u8]>,
+) {
     let mut buf = vec![0u8; 65_536];
     let mut replied = false;
     while !stop.load(Ordering::Acquire) {
@@ -783,6 +817,9 @@ fn echo(sock: &PingSocket, no_wait: bool, stop: &AtomicBool, echoed: &AtomicU64)
             Ok(n) => {
                 // A hello repeated after the flow opened is not a request.
                 if !sock.is_tcp() && FlowHello::decode(&buf[..n]).is_some() {
+                    if let Some(a) = hello_ack {
+                        let _ = sock.send(a);
+                    }
                     continue;
                 }
                 let mut off = 0;

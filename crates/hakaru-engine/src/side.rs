@@ -584,6 +584,7 @@ fn ticker(s: &Core, mut on_interval: IntervalFn, tcp_probe: Option<TcpProbe>) ->
                     omitted: end_ns <= omit.as_nanos() as u64 && !omit.is_zero(),
                     flows,
                     nic,
+                    probe: None,
                 });
                 index += 1;
                 last_ns = end_ns;

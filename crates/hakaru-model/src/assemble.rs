@@ -86,6 +86,7 @@ pub fn merge_interval(
         connect: None,
         client_nic: local.and_then(|s| s.nic),
         server_nic: remote.and_then(|s| s.nic),
+        probe: local.or(remote).and_then(|s| s.probe.clone()),
     }
 }
 
@@ -405,6 +406,7 @@ pub fn assemble(i: Inputs) -> RunResult {
         connect: None,
         raw: None,
         http: None,
+        probe: None,
         server_clock_offset: None,
         server_on_this_host: false,
     }
@@ -440,6 +442,7 @@ mod tests {
                 })
                 .collect(),
             nic: None,
+            probe: None,
         }
     }
 

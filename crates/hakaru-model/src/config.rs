@@ -140,6 +140,11 @@ pub struct TcpSpec {
     // Defaulted (and left out when false) so ends built before this field still agree.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub mptcp: bool,
+    /// Round-trip probes on a flow of their own beside the bulk flows (`--latency-probe`).
+    /// A server that predates the field ignores it and accepts without `probe` in its
+    /// answer; the client then stops with an error that names the option.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_probe: Option<crate::probe::LatencyProbe>,
 }
 
 /// Highest paced TCP rate per flow (`-b`): 400 Gbit/s.
@@ -171,6 +176,7 @@ impl Default for TcpSpec {
             rate: None,
             rate_down: None,
             mptcp: false,
+            latency_probe: None,
         }
     }
 }
@@ -186,6 +192,9 @@ impl TcpSpec {
 
     /// Checks every limit; used by the client on flags and by the server on requests.
     pub fn validate(&self) -> Result<(), SpecError> {
+        if let Some(p) = &self.latency_probe {
+            p.validate()?;
+        }
         if self.flows == 0 || self.flows > MAX_FLOWS {
             return Err(SpecError(format!(
                 "-P/--parallel must be between 1 and {MAX_FLOWS}, got {}",

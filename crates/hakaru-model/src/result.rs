@@ -252,6 +252,10 @@ pub struct IntervalSample {
     // Defaulted so a sample from a peer built before this field existed still decodes.
     #[serde(default)]
     pub nic: Option<NicTick>,
+    /// The latency probes' round trips over the interval (client samples of a bulk test with
+    /// `--latency-probe`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<Box<crate::latency::LatencyInterval>>,
 }
 
 /// One end's view of one flow over the whole counted test.
@@ -547,6 +551,10 @@ pub struct IntervalRecord {
     /// truth for the forward direction, in the same seconds as the flows).
     #[serde(default)]
     pub server_nic: Option<NicTick>,
+    /// The latency probes' round trips over the interval (bulk tests with
+    /// `--latency-probe`), next to the throughput of the same seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<Box<crate::latency::LatencyInterval>>,
 }
 
 /// One end's resource use and environment, with its efficiency.
@@ -642,6 +650,10 @@ pub struct RunResult {
     /// HTTP transfer figures, for `hakaru http` runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http: Option<crate::http::HttpResult>,
+    /// Latency probes of a bulk test (`--latency-probe`): idle baseline, under load, and
+    /// the increase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<crate::probe::ProbeResult>,
     /// The server's wall clock against the client's, for tests against a hakaru server.
     #[serde(default)]
     pub server_clock_offset: Option<ClockOffset>,

@@ -110,6 +110,25 @@ impl TestSpec {
         }
     }
 
+    /// The latency probes of a bulk TCP or UDP test (`--latency-probe`).
+    pub fn latency_probe(&self) -> Option<&crate::probe::LatencyProbe> {
+        match self {
+            TestSpec::Tcp(t) => t.latency_probe.as_ref(),
+            TestSpec::Udp(u) => u.latency_probe.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// The flow id of the latency probes' flow: the one after the bulk flows.
+    pub fn probe_flow(&self) -> u32 {
+        self.flow_plan().len() as u32
+    }
+
+    /// The data paths the test opens: its flows and the probe flow, if any.
+    pub fn data_paths(&self) -> usize {
+        self.flow_plan().len() + usize::from(self.latency_probe().is_some())
+    }
+
     /// The connection-rate spec, if this is a connection-rate test.
     pub fn connect(&self) -> Option<&ConnectSpec> {
         match self {

@@ -103,6 +103,10 @@ pub struct UdpSpec {
     /// its own per flow (`--port-per-flow`, and always on a Windows server).
     #[serde(default = "ServerPorts::absent")]
     pub server_ports: ServerPorts,
+    /// Round-trip probes on a flow of their own beside the bulk flows (`--latency-probe`),
+    /// as [`crate::TcpSpec::latency_probe`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_probe: Option<crate::probe::LatencyProbe>,
 }
 
 /// Where the server's end of each UDP flow listens. The client's end always has a port of its
@@ -168,6 +172,7 @@ impl Default for UdpSpec {
             stall_timeout: Dur::from_secs(10),
             rate_down: None,
             server_ports: ServerPorts::default(),
+            latency_probe: None,
         }
     }
 }
@@ -183,6 +188,9 @@ impl UdpSpec {
 
     /// Checks every limit; used by the client on flags and by the server on requests.
     pub fn validate(&self) -> Result<(), SpecError> {
+        if let Some(p) = &self.latency_probe {
+            p.validate()?;
+        }
         let min = match self.mode {
             UdpMode::Bandwidth => MIN_UDP_LENGTH,
             UdpMode::Pps => MIN_PPS_LENGTH,

@@ -222,6 +222,22 @@ pub struct StepSpec {
     /// (`find_max = { loss = 0.5, trial = 2, precision = 1 }`). `omit` is each trial's warm-up
     /// (default 0.5 s); `time`, `bytes` and the rate keys are the search's to set.
     pub find_max: Option<FindMaxKeys>,
+    /// tcp, udp: latency probes beside the bulk flows (`--latency-probe`): from every
+    /// client (`"all"`) or from the first sender's client of the first receiver alone
+    /// (`"first"`: one probe flow, so the probes do not load the path themselves).
+    pub latency_probe: Option<ProbeFrom>,
+    /// Probes a second with `latency_probe` (10 to 100, default 20).
+    pub latency_probe_rate: Option<Scalar>,
+}
+
+/// Which clients of a step run latency probes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ProbeFrom {
+    /// Every client.
+    All,
+    /// The first sender's client of the first receiver.
+    First,
 }
 
 /// The settings of a `find_max` step.
@@ -276,6 +292,22 @@ pub struct Step {
     pub timeout: Option<std::time::Duration>,
     /// A `find_max` step: the search's settings (each trial adds its rate and time flags).
     pub find_max: Option<FindMaxSettings>,
+    /// Which clients run latency probes, and the flags that ask for them.
+    pub probe: Option<(ProbeFrom, Vec<String>)>,
+}
+
+impl Step {
+    /// The flags of the client from `sender` (its index in `senders`) to `receiver` (its
+    /// index): the step's, and the probe flags if that client probes.
+    pub fn client_flags(&self, sender: usize, receiver: usize) -> Vec<String> {
+        let mut f = self.flags.clone();
+        if let Some((from, flags)) = &self.probe {
+            if *from == ProbeFrom::All || (sender == 0 && receiver == 0) {
+                f.extend(flags.iter().cloned());
+            }
+        }
+        f
+    }
 }
 
 /// Why a plan cannot be read.
@@ -293,6 +325,26 @@ pub struct Problem {
     pub fatal: bool,
     /// What is wrong, naming the host or step.
     pub message: String,
+}
+
+/// A step's latency probe keys.
+fn check_probe(s: &StepSpec, at: &str, fatal: &mut impl FnMut(String)) {
+    if s.latency_probe.is_none() && s.latency_probe_rate.is_none() {
+        return;
+    }
+    if !matches!(s.kind, Kind::Tcp | Kind::Udp | Kind::Pps) {
+        fatal(format!(
+            "{at}: latency_probe runs beside bulk flows: tcp, udp and pps steps"
+        ));
+    }
+    if s.find_max.is_some() {
+        fatal(format!(
+            "{at}: latency_probe and find_max exclude each other (each trial is a test of its own)"
+        ));
+    }
+    if s.latency_probe.is_none() {
+        fatal(format!("{at}: latency_probe_rate needs latency_probe"));
+    }
 }
 
 /// Reads a plan from TOML text.
@@ -445,6 +497,7 @@ pub fn check(plan: &PlanFile) -> Vec<Problem> {
         if s.time.is_some() && s.bytes.is_some() {
             fatal(format!("{at}: time and bytes exclude each other"));
         }
+        check_probe(s, &at, &mut fatal);
         if let Some(fm) = &s.find_max {
             if !matches!(s.kind, Kind::Udp | Kind::Pps) {
                 fatal(format!("{at}: find_max searches udp and pps steps"));
@@ -711,6 +764,11 @@ pub fn expand(plan: &PlanFile) -> Vec<Step> {
             Some(f) => Some(f.trial + f.warmup),
             None => expected,
         };
+        let probe = s.latency_probe.map(|from| {
+            let mut f = vec!["--latency-probe".to_string()];
+            f.extend(s.latency_probe_rate.as_ref().map(Scalar::to_string));
+            (from, f)
+        });
         for combo in combos {
             let mut flags = Vec::new();
             let mut sweep = BTreeMap::new();
@@ -742,6 +800,7 @@ pub fn expand(plan: &PlanFile) -> Vec<Step> {
                     expected,
                     timeout,
                     find_max: find_max.clone(),
+                    probe: probe.clone(),
                 });
             }
         }

@@ -11,6 +11,8 @@
 
 pub mod file;
 pub mod launch;
+#[cfg(test)]
+mod probe_tests;
 mod run;
 
 pub use file::{check, expand, parse, PlanFile, Problem, Step};

@@ -62,7 +62,8 @@ pub fn invalid_commands(steps: &[Step], validate: &Validate) -> Vec<String> {
         .iter()
         .filter_map(|step| {
             let mut argv = vec![step.kind.name().to_string(), "192.0.2.1".into()];
-            argv.extend(step.flags.iter().cloned());
+            // The first client's flags: with probes, it always has them.
+            argv.extend(step.client_flags(0, 0));
             // The key is the plan's: a client of a server the plan started reads it from its
             // standard input, so a --psk-file of the step's own is refused here.
             argv.extend(["--psk-file".to_string(), "-".to_string()]);
@@ -871,20 +872,24 @@ fn client_argv(
     plan: &PlanFile,
     step: &Step,
     hakaru: &str,
-    receiver: &str,
+    (sender, receiver): (usize, usize),
     keyed: bool,
 ) -> Vec<String> {
+    let name = step.receivers.get(receiver).map_or("", String::as_str);
     let mut argv = vec![
         hakaru.to_string(),
         step.kind.name().into(),
-        plan.hosts[receiver].address.clone().unwrap_or_default(),
+        plan.hosts
+            .get(name)
+            .and_then(|h| h.address.clone())
+            .unwrap_or_default(),
         "-p".into(),
-        port_of(plan, receiver).to_string(),
+        port_of(plan, name).to_string(),
     ];
-    if plan.hosts[receiver].is_netserver() {
+    if plan.hosts.get(name).is_some_and(|h| h.is_netserver()) {
         argv.push("--netperf".into());
     }
-    argv.extend(step.flags.iter().cloned());
+    argv.extend(step.client_flags(sender, receiver));
     argv.push("--json-stream".into());
     argv.push("--sync-start".into());
     if keyed {
@@ -1122,11 +1127,11 @@ fn run_step(
     let (tx, rx) = mpsc::channel::<(usize, Ev)>();
     let mut clients: Vec<Client> = Vec::new();
     let t0 = Instant::now();
-    for s in &step.senders {
-        for r in &step.receivers {
+    for (si, s) in step.senders.iter().enumerate() {
+        for (ri, r) in step.receivers.iter().enumerate() {
             // A server the plan started asks for the run's key: the first line of stdin.
             let key = servers.keyed.contains(r).then_some(servers.key.as_str());
-            let argv = client_argv(plan, step, &ready[s].hakaru, r, key.is_some());
+            let argv = client_argv(plan, step, &ready[s].hakaru, (si, ri), key.is_some());
             match spawn_client(clients.len(), s, r, &ready[s], argv, key, &tx) {
                 Ok(c) => clients.push(c),
                 Err(e) => sr.errors.push(format!("{at}: {e}")),
@@ -1474,7 +1479,7 @@ timeout = 10
             max_duration: server_cap(&steps, "rx", DEFAULT_SETUP),
         };
         let server = server_argv("/h/hakaru", &spec);
-        let client = client_argv(&plan, &steps[0], "/h/hakaru", "rx", true);
+        let client = client_argv(&plan, &steps[0], "/h/hakaru", (0, 0), true);
         for (argv, kind) in [(&server, "server"), (&client, "tcp")] {
             assert_eq!(argv[1], kind);
             let at = argv.iter().position(|a| a == "--psk-file").unwrap();
@@ -1497,7 +1502,7 @@ timeout = 10
             }
         }
         // A client of a server the plan did not start (reused) gets no key.
-        let plain = client_argv(&plan, &steps[0], "/h/hakaru", "rx", false);
+        let plain = client_argv(&plan, &steps[0], "/h/hakaru", (0, 0), false);
         assert!(!plain.iter().any(|a| a == "--psk-file"), "{plain:?}");
         assert_eq!(
             plain[..5],

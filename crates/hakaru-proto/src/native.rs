@@ -126,6 +126,14 @@ pub enum Message {
         test_id: u64,
         /// Secret that ties data connections to this test (hex).
         token: String,
+        /// The test asked for latency probes (`--latency-probe`) and the server runs them:
+        /// the flow id the probe flow carries (the one after the bulk flows). The server
+        /// starts its echo as soon as that path arrives and holds the start until the
+        /// client's `flows_ready`, which follows the probes' idle baseline. A server that
+        /// predates probes leaves this out, and the client stops with an error naming the
+        /// option instead of waiting for an echo that will not come.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        probe_flow: Option<u32>,
     },
     /// Server → client: the test will not run, and why.
     Refused {
@@ -372,6 +380,12 @@ mod tests {
             Message::Accepted {
                 test_id: 7,
                 token: "00ff".into(),
+                probe_flow: None,
+            },
+            Message::Accepted {
+                test_id: 8,
+                token: "00ff".into(),
+                probe_flow: Some(4),
             },
             Message::DataHello {
                 token: "00ff".into(),
@@ -393,6 +407,7 @@ mod tests {
                         udp: None,
                     }],
                     nic: None,
+                    probe: None,
                 },
             },
             Message::Stop,

@@ -33,6 +33,10 @@ fn charts(p: &str, r: &RunResult) -> Vec<Chart> {
     let mut out = Vec::new();
     for dir in dirs(r) {
         out.push(rate_over_time(p, r, dir, pps));
+        // The probes' round trip right under the (first) rate chart, on its time axis.
+        if out.len() == 1 {
+            out.extend(crate::probe_charts::chart(p, r));
+        }
         out.extend(second_pane(p, r, dir, udp));
     }
     out

@@ -180,6 +180,7 @@ mod tests {
             latency: None,
             client_nic: None,
             server_nic: None,
+            probe: None,
         };
         let l = interval_lines(&rec);
         assert!(l.starts_with("[CPS]") && l.contains("21000.0") && l.trim_end().ends_with('2'));

@@ -253,7 +253,33 @@ pub fn interval_rows(spec: &TestSpec, rec: &IntervalRecord) -> String {
     for d in &rec.sums {
         s.push_str(&sum_row(test, rec, d));
     }
+    if let Some(p) = &rec.probe {
+        let mut r = Row::new(test, "probe");
+        interval_cols(&mut r, rec);
+        let secs = (rec.end - rec.start).max(1e-9);
+        probe_cols(&mut r, p, secs);
+        s.push_str(&r.line());
+    }
     s
+}
+
+/// A `probe` row's figures: the latency probes' round trips (`--latency-probe`).
+fn probe_cols(r: &mut Row, p: &hakaru_model::LatencyInterval, secs: f64) {
+    r.set("transactions", p.replies)
+        .set("lost", p.lost)
+        .set("transactions_per_second", num(p.replies as f64 / secs))
+        .stats(&p.rtt);
+}
+
+/// The `probe_idle` and `probe_loaded` rows of a test with latency probes.
+fn probe_totals(test: &str, p: &hakaru_model::ProbeResult, loaded_secs: f64) -> String {
+    let mut idle = Row::new(test, "probe_idle");
+    idle.set("start", num(-p.baseline_seconds)).set("end", 0);
+    probe_cols(&mut idle, &p.idle, p.baseline_seconds.max(1e-9));
+    let mut loaded = Row::new(test, "probe_loaded");
+    loaded.set("start", 0).set("end", num(loaded_secs));
+    probe_cols(&mut loaded, &p.loaded, loaded_secs.max(1e-9));
+    idle.line() + &loaded.line()
 }
 
 /// The `total` rows of a finished test: one per direction (bulk), or one (latency, connect).
@@ -340,6 +366,10 @@ pub fn total_rows(r: &RunResult) -> String {
         }
         cpu(&mut row);
         s.push_str(&row.line());
+    }
+    if let Some(p) = &r.probe {
+        let secs = r.totals.first().map_or(0.0, |t| t.receiver.seconds);
+        s.push_str(&probe_totals(test, p, secs));
     }
     s
 }

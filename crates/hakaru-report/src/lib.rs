@@ -26,6 +26,8 @@ pub mod latency_text;
 pub mod nic;
 mod plan_matrix;
 pub mod plan_text;
+mod probe_charts;
+pub mod probe_text;
 pub mod prometheus;
 pub mod quick_text;
 mod raw_charts;

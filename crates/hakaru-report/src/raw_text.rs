@@ -400,6 +400,7 @@ mod tests {
             connect: None,
             client_nic: None,
             server_nic: None,
+            probe: None,
         };
         let line = interval_lines(&rec);
         assert!(line.starts_with("[  1]"), "{line}");
@@ -446,6 +447,7 @@ mod tests {
             connect: None,
             client_nic: None,
             server_nic: None,
+            probe: None,
         };
         let out = interval_lines(&rec);
         let lines: Vec<&str> = out.lines().collect();

@@ -57,22 +57,32 @@ pub fn interval_lines(rec: &IntervalRecord, view: &View) -> String {
         .flows
         .iter()
         .any(|f| f.udp.is_some() || f.sender_datagrams.is_some());
-    if udp {
+    let mut s = if udp {
         udp_text::interval_lines(rec, view)
     } else {
         tcp_interval_lines(rec, view)
+    };
+    if let Some(line) = crate::probe_text::interval_line(rec) {
+        s.push_str(&line);
     }
+    s
 }
 
 /// The final summary of any test, ending with its one-line headline; with
 /// [`View::summary_only`], only the per-direction sums and the headline.
 pub fn summary(r: &RunResult, view: &View) -> String {
     let kind = crate::kind_text::of(&r.spec);
-    let s = if view.summary_only {
+    let mut s = if view.summary_only {
         kind.sums_and_headline(r, view)
     } else {
         kind.summary(r, view)
     };
+    if let Some(p) = &r.probe {
+        // Before the headline, which ends the summary.
+        let body = s.trim_end_matches('\n');
+        let at = body.rfind('\n').map_or(0, |i| i + 1);
+        s.insert_str(at, &crate::probe_text::summary(p));
+    }
     view.fit(s)
 }
 
@@ -601,6 +611,7 @@ mod tests {
             connect: None,
             client_nic: None,
             server_nic: None,
+            probe: None,
         };
         let out = interval_lines(&rec, &View::default());
         let lines: Vec<&str> = out.lines().collect();

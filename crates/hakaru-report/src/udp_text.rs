@@ -549,6 +549,7 @@ mod tests {
             connect: None,
             client_nic: None,
             server_nic: None,
+            probe: None,
         };
         for wide in [false, true] {
             let view = View {

@@ -157,7 +157,7 @@ impl Pair {
             client::Output::Open(other) => panic!("opened with {other:?}"),
             client::Output::Send(m) => self.forward(m),
             client::Output::Accepted { .. } => {
-                let paths = self.c.spec().flow_plan().len() as u32;
+                let paths = self.c.spec().data_paths() as u32;
                 if let Some(s) = self.s.as_mut() {
                     for flow in 0..paths {
                         s.handle(server::Input::PathArrived { flow }, now);
@@ -220,6 +220,7 @@ impl Pair {
                 self.echo_stopped = true;
                 s.handle(server::Input::SideDone(report(End::Server)), now);
             }
+            server::Output::StartProbe { .. } => self.server_said.push("(probe echo)"),
             server::Output::End(how) => self.server_end = Some(how),
             _ => {}
         }
@@ -365,4 +366,31 @@ fn a_server_that_hangs_mid_test_is_called_gone_and_the_server_notices_the_silenc
         "{:?}",
         p.server_end
     );
+}
+
+#[test]
+fn a_test_with_latency_probes_runs_between_the_machines() {
+    for spec in [
+        TestSpec::Tcp(TcpSpec {
+            flows: 2,
+            latency_probe: Some(hakaru_model::LatencyProbe::default()),
+            ..TcpSpec::default()
+        }),
+        TestSpec::Udp(UdpSpec {
+            latency_probe: Some(hakaru_model::LatencyProbe {
+                transport: LatencyTransport::Tcp,
+                ..hakaru_model::LatencyProbe::default()
+            }),
+            ..UdpSpec::default()
+        }),
+    ] {
+        let mut p = Pair::new(spec.clone(), None, None);
+        p.run(Duration::from_secs(60));
+        assert!(matches!(p.client_end, Some(Ok(_))), "{:?}", p.client_end);
+        assert_eq!(p.server_end, Some(server::Ending::Finished));
+        // The echo started before the test did.
+        let at = |m: &str| p.server_said.iter().position(|x| *x == m);
+        assert!(at("(probe echo)").is_some(), "{:?}", p.server_said);
+        assert!(at("(probe echo)") < at("start"), "{:?}", p.server_said);
+    }
 }

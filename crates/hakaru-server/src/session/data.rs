@@ -29,7 +29,7 @@ pub(super) enum Paths {
 
 pub(super) struct UdpPaths {
     socks: Vec<Option<UdpSocket>>,
-    spec: UdpSpec,
+    spec: Box<UdpSpec>,
     token: [u8; 16],
     /// Each flow has a server port of its own (`--port-per-flow`, or a server whose OS cannot
     /// share one port between connected sockets).
@@ -50,7 +50,7 @@ impl Paths {
             .map_err(|e| e.to_string())?;
         Ok(Paths::Udp(UdpPaths {
             socks: (0..count).map(|_| None).collect(),
-            spec: spec.clone(),
+            spec: Box::new(spec.clone()),
             token,
             own_ports,
             last_drain: Instant::now(),

@@ -27,6 +27,7 @@ use crate::Ctx;
 
 mod admit;
 mod data;
+mod probe;
 
 pub(crate) use data::open_udp_flow_with;
 use data::Paths;
@@ -79,6 +80,8 @@ struct Driver<'a> {
     handshake: Option<Slot>,
     test: Option<Admitted>,
     side: Side,
+    /// The latency probes' path and echo (`--latency-probe`).
+    probe: Option<probe::ProbePath>,
     /// The control connection is closed or failed: nothing more to read.
     gone: bool,
     strays_before: u64,
@@ -146,6 +149,7 @@ pub(crate) fn control(ctx: &Ctx, o: Opening) {
         handshake: Some(o.slot),
         test: None,
         side: Side::None,
+        probe: None,
         gone: false,
         strays_before: 0,
         summary: String::new(),
@@ -203,7 +207,11 @@ impl Driver<'_> {
                 test.rx.recv_timeout(left.min(step)).ok()
             };
             while let Some(c) = next.take() {
-                match paths.take(self.ctx, test.id, c) {
+                let taken = match self.probe.as_mut().filter(|p| p.is_mine(&c)) {
+                    Some(p) => p.take(self.ctx, test.id, c),
+                    None => paths.take(self.ctx, test.id, c),
+                };
+                match taken {
                     Ok(Some(flow)) => m.handle(Input::PathArrived { flow }, Instant::now()),
                     Ok(None) => {}
                     Err(why) => return m.handle(Input::Failed(why), Instant::now()),
@@ -288,6 +296,11 @@ impl Driver<'_> {
                 let base = CounterBase::take(iface.as_deref(), udp);
                 self.baseline = Some((iface, base));
             }
+            Output::StartProbe { .. } => self
+                .probe
+                .as_mut()
+                .ok_or("internal error: no latency probe path")?
+                .start()?,
             Output::StartSide => self.start(m.spec())?,
             Output::OpenConnectListener => {
                 let port = self.open_listener(m.spec())?;
@@ -322,7 +335,7 @@ impl Driver<'_> {
     /// Checks the test against this server; on success reserves its slot, memory and token.
     fn admit(&mut self, spec: &TestSpec) -> Input {
         let (ctx, peer) = (self.ctx, self.peer);
-        let paths = spec.flow_plan().len();
+        let paths = spec.data_paths();
         let admitted = admit::admit(ctx, spec)
             .and_then(|memory| Ok((ctx.admission.test(peer.ip(), paths)?, memory)));
         let (slot, memory) = match admitted {
@@ -347,8 +360,17 @@ impl Driver<'_> {
             self.refused = true;
             return Input::Refused(reason);
         };
-        let side = match data_paths(spec, &token, paths) {
+        let side = match data_paths(spec, &token, spec.flow_plan().len()) {
             Ok(side) => side,
+            Err(reason) => {
+                ctx.registry.remove(&token);
+                tracing::warn!("refused test from {peer}: {reason}");
+                self.refused = true;
+                return Input::Refused(reason);
+            }
+        };
+        self.probe = match probe::ProbePath::of(spec, &token) {
+            Ok(p) => p,
             Err(reason) => {
                 ctx.registry.remove(&token);
                 tracing::warn!("refused test from {peer}: {reason}");
@@ -563,6 +585,10 @@ impl Driver<'_> {
             run.abort();
         }
         self.side = Side::None;
+        if let Some(n) = self.probe.as_mut().and_then(probe::ProbePath::stop) {
+            self.summary
+                .push_str(&format!("; {n} latency probes echoed"));
+        }
         let (ctx, peer) = (self.ctx, self.peer);
         let Some(test) = self.test.take() else {
             match how {

@@ -1,7 +1,7 @@
 //! The client machine from the hello to `start`: welcome, key proofs, the test request, the
 //! data flows, the held start's gate.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use hakaru_model::{ClockOffset, LatencyTransport, TestSpec};
 use hakaru_proto::{Message, ServerInfo};
@@ -170,7 +170,13 @@ impl Machine {
 
     pub(super) fn on_answer(&mut self, input: Input) {
         match input {
-            Input::Message(Message::Accepted { token, .. }) => {
+            Input::Message(Message::Accepted {
+                token, probe_flow, ..
+            }) => {
+                let asked = self.spec.latency_probe().map(|_| self.spec.probe_flow());
+                if asked.is_some() && probe_flow != asked {
+                    return self.no_probes();
+                }
                 self.state = State::Flows;
                 self.out.push_back(Output::Accepted { token });
             }
@@ -189,6 +195,9 @@ impl Machine {
     /// which can only be an error (the server says nothing before `start`).
     pub(super) fn on_setup(&mut self, input: Input, now: Instant) {
         match (input, &self.state) {
+            (Input::FlowsOpen, State::Flows) if self.spec.latency_probe().is_some() => {
+                self.baseline(now)
+            }
             (Input::FlowsOpen, State::Flows) if self.cfg.held_start => {
                 self.state = State::Gate;
                 self.out.push_back(Output::WaitGate);
@@ -220,6 +229,43 @@ impl Machine {
             )),
             (input, _) => self.on_start(input, now),
         }
+    }
+
+    /// The probes run alone for their idle baseline before the load; with a held start,
+    /// before the gate, so that in a plan every baseline is over before any load starts.
+    fn baseline(&mut self, now: Instant) {
+        let b = self
+            .spec
+            .latency_probe()
+            .map_or(Duration::ZERO, |p| p.baseline.0);
+        self.out.push_back(Output::StartProbes);
+        self.state = State::Baseline { until: now + b };
+    }
+
+    /// The baseline is over: the server may start the load (once the gate opens, with a held
+    /// start).
+    pub(super) fn baseline_done(&mut self, now: Instant) {
+        self.out.push_back(Output::BaselineDone);
+        if self.cfg.held_start {
+            self.state = State::Gate;
+            self.out.push_back(Output::WaitGate);
+        } else {
+            self.send(Message::FlowsReady);
+            self.await_start(now);
+        }
+    }
+
+    /// The server accepted a test with probes without saying it runs them: it predates them.
+    /// It hears why, and the session ends before any flow opens.
+    fn no_probes(&mut self) {
+        let why = "the server does not run latency probes (--latency-probe): it is a hakaru \
+                   older than this client; update the server, or run without --latency-probe";
+        self.send(Message::Error {
+            message: format!("client gave up: {why}"),
+        });
+        self.state = State::Ended;
+        self.out
+            .push_back(Output::End(Err(SessionError::Refused(why.into()))));
     }
 
     fn await_start(&mut self, now: Instant) {

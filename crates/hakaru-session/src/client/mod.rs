@@ -174,6 +174,13 @@ pub enum Output {
     },
     /// Held start: wait at the gate, then give [`Input::GateOpen`] or [`Input::GateFailed`].
     WaitGate,
+    /// Latency probes (`--latency-probe`): start the pinger on the probe flow now; its idle
+    /// baseline runs until [`Output::BaselineDone`].
+    StartProbes,
+    /// The idle baseline is over: take the probes' figures so far as the baseline. The
+    /// machine says `flows_ready` right after (with a held start, once the gate opens), and
+    /// the server's `start` begins the load.
+    BaselineDone,
     /// `start` came: start this end's side now (the senders, or the pinger).
     StartLocal,
     /// Connection-rate tests: the server's connect listener is up on this port; start the
@@ -280,6 +287,8 @@ enum State {
     Flows,
     /// The driver waits at the held start's gate.
     Gate,
+    /// The latency probes run alone (the idle baseline) until the deadline.
+    Baseline { until: Instant },
     /// Set up; `start` is due by the deadline.
     Starting { deadline: Instant },
     /// The test runs.
@@ -300,6 +309,7 @@ impl State {
             State::Accepting { .. } => "waiting for the answer to the test request",
             State::Flows => "opening the data flows",
             State::Gate => "waiting at the gate",
+            State::Baseline { .. } => "measuring the probes' idle baseline",
             State::Starting { .. } => "waiting for start",
             State::Running(_) => "running",
             State::Collecting(_) => "collecting this end's report",
@@ -364,7 +374,7 @@ impl Machine {
             State::Welcome { .. } => self.on_welcome(input, now),
             State::Auth(_) => self.on_auth(input, now),
             State::Accepting { .. } => self.on_answer(input),
-            State::Flows | State::Gate => self.on_setup(input, now),
+            State::Flows | State::Gate | State::Baseline { .. } => self.on_setup(input, now),
             State::Starting { .. } => self.on_start(input, now),
             State::Running(_) | State::Collecting(_) => self.on_test(input, now),
             State::Connecting(_) => self.on_connect(input, now),
@@ -392,6 +402,7 @@ impl Machine {
             }
             State::Running(_) => self.test_timeout(now),
             State::Connecting(_) => self.connect_timeout(now),
+            State::Baseline { .. } => self.baseline_done(now),
             _ => {}
         }
     }
@@ -403,6 +414,7 @@ impl Machine {
             | State::Accepting { deadline }
             | State::Starting { deadline } => Some(*deadline),
             State::Auth(a) => Some(a.deadline),
+            State::Baseline { until } => Some(*until),
             State::Running(t) => Some(t.next_deadline(&self.cfg)),
             State::Connecting(r) => Some(r.next_deadline(&self.cfg)),
             _ => None,

@@ -118,6 +118,7 @@ fn accepted() -> Message {
     Message::Accepted {
         test_id: 1,
         token: "ab".into(),
+        probe_flow: None,
     }
 }
 
@@ -135,6 +136,7 @@ fn sample(index: u32) -> IntervalSample {
             udp: None,
         }],
         nic: None,
+        probe: None,
     }
 }
 
@@ -174,6 +176,7 @@ fn record(index: u32) -> hakaru_model::IntervalRecord {
         connect: None,
         client_nic: None,
         server_nic: None,
+        probe: None,
     }
 }
 
@@ -213,3 +216,4 @@ mod connect;
 mod fault;
 mod happy;
 mod latency;
+mod probes;

@@ -130,6 +130,12 @@ pub enum Output {
     /// Read the machine-wide counters (CPU, the interface, UDP) this end's figures start
     /// from. The `start` message follows, so nothing the client sends after it escapes them.
     TakeBaseline,
+    /// The latency probes' path arrived: start the echo on it now, before the client's
+    /// idle baseline (it runs until the session ends).
+    StartProbe {
+        /// The probe flow's id.
+        flow: u32,
+    },
     /// Start this end's data plane (the `start` message went just before).
     StartSide,
     /// Connection-rate test: open the test's listener and answer [`Input::ConnectListening`]
@@ -234,6 +240,8 @@ pub struct Session {
     out: VecDeque<Output>,
     spec: Option<RemoteSpec>,
     held: bool,
+    /// The test's latency probes arrive on this flow (`--latency-probe`).
+    probe_flow: Option<u32>,
     /// The data plane runs (or the connect listener is up): an early end tears it down.
     side_up: bool,
 }
@@ -251,6 +259,7 @@ impl Session {
             out: VecDeque::new(),
             spec: None,
             held: false,
+            probe_flow: None,
             side_up: false,
         };
         if hello.protocol != PROTOCOL_VERSION {
@@ -482,11 +491,16 @@ impl Session {
                         return self.end(Ending::Rejected(reason));
                     }
                 };
-                self.held = held_start;
+                // Probes hold the start: the client says `flows_ready` after their idle
+                // baseline.
+                let spec = test.to_spec();
+                let probe = spec.latency_probe().is_some();
+                self.probe_flow = probe.then(|| spec.probe_flow());
+                self.held = held_start || probe;
                 self.spec = Some(test.clone());
                 self.out.push_back(Output::Admit {
                     spec: Box::new(test),
-                    held: held_start,
+                    held: self.held,
                 });
                 self.state = State::Admitting;
             }
@@ -516,15 +530,20 @@ impl Session {
         };
         match input {
             Input::Admitted { test_id, token } => {
-                self.send(Message::Accepted { test_id, token });
+                let probe_flow = self.probe_flow;
+                self.send(Message::Accepted {
+                    test_id,
+                    token,
+                    probe_flow,
+                });
                 match shape(&spec) {
                     Shape::Connect if self.held => self.hold(now),
                     Shape::Connect => self.open_listener(),
                     s => {
                         let udp = s == Shape::Udp;
                         let held = self.held;
-                        self.state =
-                            State::Paths(Paths::new(spec.kind().flow_plan().len(), udp, held, now));
+                        let count = spec.to_spec().data_paths();
+                        self.state = State::Paths(Paths::new(count, udp, held, now));
                     }
                 }
             }
@@ -547,7 +566,12 @@ impl Session {
 
     fn on_paths(&mut self, mut p: Paths, input: Input, now: Instant) {
         let step = match input {
-            Input::PathArrived { flow } => p.arrived(flow, now),
+            Input::PathArrived { flow } => {
+                if Some(flow) == self.probe_flow && !p.has(flow) {
+                    self.out.push_back(Output::StartProbe { flow });
+                }
+                p.arrived(flow, now)
+            }
             Input::Message(m) => p.message(m),
             Input::Closed => Err((
                 format!("while waiting for data paths: {}", closed_text()),

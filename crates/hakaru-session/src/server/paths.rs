@@ -52,6 +52,11 @@ impl Paths {
         self.go
     }
 
+    /// The path of `flow` has arrived.
+    pub(super) fn has(&self, flow: u32) -> bool {
+        self.here.get(flow as usize).copied().unwrap_or(false)
+    }
+
     fn all_here(&self) -> bool {
         self.arrived == self.here.len()
     }

@@ -275,5 +275,6 @@ fn assemble(
         http: Some(o.result),
         server_clock_offset: None,
         server_on_this_host: embedded,
+        probe: None,
     }
 }

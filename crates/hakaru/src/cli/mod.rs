@@ -12,6 +12,7 @@ mod latency;
 mod netperf;
 mod nic;
 mod plan;
+mod probe;
 mod quick;
 mod raw;
 mod report;

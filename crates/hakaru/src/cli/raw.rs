@@ -204,5 +204,6 @@ fn assemble(
         http: None,
         server_clock_offset: None,
         server_on_this_host: false,
+        probe: None,
     }
 }

@@ -56,6 +56,8 @@ pub struct Args {
     /// subflows.
     #[arg(long)]
     mptcp: bool,
+    #[command(flatten)]
+    probe: super::probe::ProbeArgs,
 }
 
 impl Args {
@@ -74,6 +76,14 @@ impl Args {
             )
             .into());
         }
+        let peer = if self.peer.iperf3 {
+            Some("an iperf3 server")
+        } else if self.ntttcp {
+            Some("an ntttcp receiver")
+        } else {
+            None
+        };
+        let latency_probe = self.probe.probe(peer)?;
         let sh = &self.shape;
         let spec = TcpSpec {
             flows: sh.parallel,
@@ -94,6 +104,7 @@ impl Args {
             rate: self.bitrate_up.or(self.bitrate).filter(|b| b.0 > 0.0),
             rate_down: self.bitrate_down.filter(|b| b.0 > 0.0),
             mptcp: self.mptcp,
+            latency_probe,
         };
         spec.validate()
             .map_err(|e| super::common::UsageError(e.0))?;

@@ -38,6 +38,8 @@ pub struct Common {
     port_per_flow: bool,
     #[command(flatten)]
     search: SearchFlags,
+    #[command(flatten)]
+    probe: super::probe::ProbeArgs,
 }
 
 /// `--find-max` and its knobs.
@@ -97,6 +99,15 @@ impl Common {
             UdpMode::Bandwidth => "udp",
             UdpMode::Pps => "pps",
         })?;
+        let peer = self.peer.iperf3.then_some("an iperf3 server");
+        let latency_probe = self.probe.probe(peer)?;
+        if latency_probe.is_some() && self.search.find_max {
+            return Err(super::common::UsageError(
+                "--latency-probe cannot be used with --find-max: each trial is a test of its own"
+                    .into(),
+            )
+            .into());
+        }
         let sh = &self.shape;
         let spec = UdpSpec {
             mode,
@@ -120,6 +131,7 @@ impl Common {
             } else {
                 ServerPorts::Shared
             },
+            latency_probe,
         };
         spec.validate()
             .map_err(|e| super::common::UsageError(e.0))?;

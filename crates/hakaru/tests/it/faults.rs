@@ -264,6 +264,7 @@ fn peer_that_stops_reading_is_reported() {
             &Message::Accepted {
                 test_id: 1,
                 token: "t".into(),
+                probe_flow: None,
             }
             .encode(),
         )

@@ -32,7 +32,8 @@ fn a_tcp_test_runs_from_hello_to_results() {
         t.admit(),
         vec![Output::Send(Message::Accepted {
             test_id: 7,
-            token: "tok".into()
+            token: "tok".into(),
+            probe_flow: None,
         })]
     );
     assert_eq!(t.input(Input::PathArrived { flow: 0 }), vec![]);
@@ -216,7 +217,8 @@ fn a_connection_rate_test_opens_its_listener_and_ends_on_the_clients_report() {
         vec![
             Output::Send(Message::Accepted {
                 test_id: 7,
-                token: "tok".into()
+                token: "tok".into(),
+                probe_flow: None,
             }),
             Output::OpenConnectListener
         ]

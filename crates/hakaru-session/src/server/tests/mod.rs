@@ -11,6 +11,7 @@ use super::*;
 
 mod faults;
 mod happy;
+mod probes;
 mod sweep;
 
 pub(super) const KEY: &str = "a key that is long enough for the test";
@@ -171,6 +172,7 @@ pub(super) fn clone_out(o: &Output) -> Output {
         Output::PathsComplete => Output::PathsComplete,
         Output::TakeBaseline => Output::TakeBaseline,
         Output::StartSide => Output::StartSide,
+        Output::StartProbe { flow } => Output::StartProbe { flow: *flow },
         Output::OpenConnectListener => Output::OpenConnectListener,
         Output::StopSending => Output::StopSending,
         Output::PeerDone(s) => Output::PeerDone(s.clone()),

@@ -26,6 +26,7 @@ fn messages() -> Vec<Message> {
         Message::Accepted {
             test_id: 1,
             token: "t".into(),
+            probe_flow: None,
         },
         Message::Refused { reason: "r".into() },
         Message::DataHello {
@@ -58,6 +59,7 @@ fn events() -> Vec<Input> {
         },
         Input::Refused("no".into()),
         Input::PathArrived { flow: 0 },
+        Input::PathArrived { flow: 1 },
         Input::PathArrived { flow: u32::MAX },
         Input::ConnectListening { port: 1 },
         Input::SideDone(report()),
@@ -125,6 +127,7 @@ fn no_input_in_any_state_panics_or_hangs() {
         udp(1),
         TestSpec::Connect(ConnectSpec::default()),
         TestSpec::Latency(LatencySpec::default()),
+        super::probes::probed_tcp(1, hakaru_model::LatencyTransport::Udp),
     ];
     for psk in [false, true] {
         for spec in &specs {
