@@ -405,6 +405,7 @@ pub fn assemble(i: Inputs) -> RunResult {
         connect: None,
         raw: None,
         http: None,
+        rpm: None,
         server_clock_offset: None,
         server_on_this_host: false,
     }

@@ -642,6 +642,9 @@ pub struct RunResult {
     /// HTTP transfer figures, for `hakaru http` runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http: Option<crate::http::HttpResult>,
+    /// Responsiveness figures, for `hakaru rpm` runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rpm: Option<crate::rpm::RpmResult>,
     /// The server's wall clock against the client's, for tests against a hakaru server.
     #[serde(default)]
     pub server_clock_offset: Option<ClockOffset>,
