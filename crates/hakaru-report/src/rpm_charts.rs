@@ -42,7 +42,12 @@ fn charts(p: &str, r: &RunResult) -> Vec<Chart> {
         "goodput of the load-generating connections",
         "goodput",
         vec![
-            series("per interval", 0, Stroke::Thin, pts(&|i| Some(i.bits_per_second.0))),
+            series(
+                "per interval",
+                0,
+                Stroke::Thin,
+                pts(&|i| Some(i.bits_per_second.0)),
+            ),
             series(
                 "moving average",
                 1,
@@ -56,7 +61,12 @@ fn charts(p: &str, r: &RunResult) -> Vec<Chart> {
         format!("{p}-rpm-connections"),
         "load-generating connections",
         "connections",
-        vec![series("connections", 2, Stroke::Thick, pts(&|i| Some(f64::from(i.connections))))],
+        vec![series(
+            "connections",
+            2,
+            Stroke::Thick,
+            pts(&|i| Some(f64::from(i.connections))),
+        )],
     );
     let rpm = chart(
         format!("{p}-rpm-rpm"),

@@ -216,7 +216,10 @@ mod tests {
         let mut r: RunResult = serde_json::from_str(&text).expect("fixture parses");
         r.rpm = Some(x);
         let s = sums(&r);
-        assert!(s.contains("TCP 20.00 ms, TLS 30.00 ms, HTTP 40.00 ms -> 2000 RPM"), "{s}");
+        assert!(
+            s.contains("TCP 20.00 ms, TLS 30.00 ms, HTTP 40.00 ms -> 2000 RPM"),
+            "{s}"
+        );
         assert!(s.contains("self probes (11): 60.00 ms -> 1000 RPM"), "{s}");
         assert!(s.contains("download 20 Mbit/s over 5"), "{s}");
         assert!(s.contains("goodput high, responsiveness medium"), "{s}");

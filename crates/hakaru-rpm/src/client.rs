@@ -53,14 +53,22 @@ impl Shared {
 
 /// One probe's times, ms.
 enum Probe {
-    Foreign { tcp: f64, tls: Option<f64>, http: f64 },
+    Foreign {
+        tcp: f64,
+        tls: Option<f64>,
+        http: f64,
+    },
     Own(f64),
 }
 
 /// Runs the test; `stop` (Ctrl-C) ends it early with the figures so far.
 pub fn run(spec: &RpmSpec, stop: &AtomicBool) -> Result<RpmResult, String> {
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(std::thread::available_parallelism().map_or(2, |n| n.get()).min(8))
+        .worker_threads(
+            std::thread::available_parallelism()
+                .map_or(2, |n| n.get())
+                .min(8),
+        )
         .enable_all()
         .build()
         .map_err(|e| format!("starting the runtime: {e}"))?;
@@ -138,7 +146,12 @@ async fn run_async(spec: &RpmSpec, stop: &AtomicBool) -> Result<RpmResult, Strin
     let paths = Arc::new((cfg.large.path.clone(), cfg.upload.path.clone()));
     for _ in 0..ramp.connections() {
         for dir in &dirs {
-            tasks.spawn(load(Arc::clone(&d), Arc::clone(&sh), *dir, Arc::clone(&paths)));
+            tasks.spawn(load(
+                Arc::clone(&d),
+                Arc::clone(&sh),
+                *dir,
+                Arc::clone(&paths),
+            ));
         }
     }
     let rate = Arc::new(AtomicU64::new(ramp.probe_rate().to_bits()));
@@ -158,7 +171,10 @@ async fn run_async(spec: &RpmSpec, stop: &AtomicBool) -> Result<RpmResult, Strin
     let (mut down, mut up) = (0u64, 0u64);
     loop {
         tick.tick().await;
-        let (d_now, u_now) = (sh.down.load(Ordering::Relaxed), sh.up.load(Ordering::Relaxed));
+        let (d_now, u_now) = (
+            sh.down.load(Ordering::Relaxed),
+            sh.up.load(Ordering::Relaxed),
+        );
         let bytes = (d_now - down) + (u_now - up);
         (down, up) = (d_now, u_now);
         let mut s = Samples::default();
@@ -178,7 +194,12 @@ async fn run_async(spec: &RpmSpec, stop: &AtomicBool) -> Result<RpmResult, Strin
             Step::Continue { add } if !stop.load(Ordering::Relaxed) => {
                 for _ in 0..add {
                     for dir in &dirs {
-                        tasks.spawn(load(Arc::clone(&d), Arc::clone(&sh), *dir, Arc::clone(&paths)));
+                        tasks.spawn(load(
+                            Arc::clone(&d),
+                            Arc::clone(&sh),
+                            *dir,
+                            Arc::clone(&paths),
+                        ));
                     }
                 }
             }
@@ -229,7 +250,10 @@ async fn load(d: Arc<Dialer>, sh: Arc<Shared>, dir: RpmDirection, paths: Arc<(St
     let r = async {
         let opened = d.open().await?;
         if let Some(t) = &opened.tls {
-            let _ = sh.tls.lock().map(|mut g| g.get_or_insert_with(|| t.clone()).clone());
+            let _ = sh
+                .tls
+                .lock()
+                .map(|mut g| g.get_or_insert_with(|| t.clone()).clone());
         }
         if d.http1 {
             h1_load(&d, &sh, dir, &paths, opened).await
@@ -256,7 +280,11 @@ async fn h2_load(
 ) -> Result<(), String> {
     static ZEROS: [u8; CHUNK] = [0u8; CHUNK];
     loop {
-        let mut ready = send.clone().ready().await.map_err(|e| format!("HTTP/2: {e}"))?;
+        let mut ready = send
+            .clone()
+            .ready()
+            .await
+            .map_err(|e| format!("HTTP/2: {e}"))?;
         if dir == RpmDirection::Up {
             let req = conn::request(d, http::Method::POST, &paths.1);
             let (resp, mut body) = ready
@@ -264,17 +292,18 @@ async fn h2_load(
                 .map_err(|e| format!("HTTP/2 upload: {e}"))?;
             drop(resp);
             loop {
-                body.reserve_capacity(CHUNK);
+                body.reserve_capacity(conn::SEND_BUFFER);
                 let cap = match std::future::poll_fn(|cx| body.poll_capacity(cx)).await {
                     Some(Ok(n)) => n,
                     // The server ended the stream: start another upload.
                     _ => break,
                 };
-                let chunk = Bytes::from_static(&ZEROS).slice(..cap.min(CHUNK));
+                let n = cap.min(conn::SEND_BUFFER);
+                let chunk = Bytes::from_static(&ZEROS).slice(..n);
                 if body.send_data(chunk, false).is_err() {
                     break;
                 }
-                sh.up.fetch_add(cap.min(CHUNK) as u64, Ordering::Relaxed);
+                sh.up.fetch_add(n as u64, Ordering::Relaxed);
             }
         } else {
             let req = conn::request(d, http::Method::GET, &paths.0);
@@ -314,7 +343,10 @@ async fn h1_load(
                 .await
                 .map_err(|e| format!("HTTP/1.1 upload: {e}"))?;
             loop {
-                let n = io.write(&buf).await.map_err(|e| format!("HTTP/1.1 upload: {e}"))?;
+                let n = io
+                    .write(&buf)
+                    .await
+                    .map_err(|e| format!("HTTP/1.1 upload: {e}"))?;
                 sh.up.fetch_add(n as u64, Ordering::Relaxed);
             }
         } else {
@@ -328,7 +360,10 @@ async fn h1_load(
             }
             sh.down.fetch_add(head.len() as u64, Ordering::Relaxed);
             loop {
-                let n = io.read(&mut buf).await.map_err(|e| format!("HTTP/1.1 download: {e}"))?;
+                let n = io
+                    .read(&mut buf)
+                    .await
+                    .map_err(|e| format!("HTTP/1.1 download: {e}"))?;
                 if n == 0 {
                     return Err("HTTP/1.1 download: the server closed".into());
                 }
@@ -417,7 +452,12 @@ async fn foreign_probe(d: &Dialer, small: &str) -> Result<Option<Probe>, String>
 
 /// A GET of the small URL on a load-generating connection (HTTP/2), or that connection's
 /// TCP round-trip time (HTTP/1.1, which cannot interleave a request with a download).
-async fn self_probe(d: &Dialer, sh: &Shared, small: &str, which: usize) -> Result<Option<Probe>, String> {
+async fn self_probe(
+    d: &Dialer,
+    sh: &Shared,
+    small: &str,
+    which: usize,
+) -> Result<Option<Probe>, String> {
     if d.http1 {
         let fd = sh.fds.lock().ok().and_then(|v| {
             let (_, fd) = v.get(which % v.len().max(1))?;

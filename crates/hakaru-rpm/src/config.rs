@@ -29,7 +29,9 @@ impl Target {
         } else if let Some(r) = url.strip_prefix("http://") {
             (false, r)
         } else {
-            return Err(format!("'{url}': the URL must start with https:// or http://"));
+            return Err(format!(
+                "'{url}': the URL must start with https:// or http://"
+            ));
         };
         let (hostport, path) = match rest.find('/') {
             Some(i) => rest.split_at(i),
@@ -51,7 +53,9 @@ impl Target {
             }
         };
         if host.is_empty() || host.contains('@') {
-            return Err(format!("'{url}': no host (or user info, which is not accepted)"));
+            return Err(format!(
+                "'{url}': no host (or user info, which is not accepted)"
+            ));
         }
         let port = match port {
             Some(p) => p
@@ -65,7 +69,11 @@ impl Target {
             tls,
             host: host.to_string(),
             port,
-            path: if path.is_empty() { "/".into() } else { path.into() },
+            path: if path.is_empty() {
+                "/".into()
+            } else {
+                path.into()
+            },
         })
     }
 
@@ -125,14 +133,18 @@ pub fn parse(body: &[u8]) -> Result<NqConfig, String> {
             return Err(format!("the configuration names {name} more than once"));
         }
     }
-    let v: Value = serde_json::from_slice(body)
-        .map_err(|e| format!("the configuration is not JSON: {e}"))?;
+    let v: Value =
+        serde_json::from_slice(body).map_err(|e| format!("the configuration is not JSON: {e}"))?;
     let obj = v
         .as_object()
         .ok_or("the configuration is not a JSON object")?;
     match obj.get("version").and_then(Value::as_u64) {
         Some(1) => {}
-        Some(n) => return Err(format!("configuration version {n}; only version 1 is known")),
+        Some(n) => {
+            return Err(format!(
+                "configuration version {n}; only version 1 is known"
+            ))
+        }
         None => return Err("the configuration has no numeric \"version\"".into()),
     }
     let urls = obj
@@ -190,12 +202,25 @@ mod tests {
     #[test]
     fn targets_parse_with_defaults_ports_and_ipv6() {
         let t = Target::parse("https://example.com/large").unwrap();
-        assert_eq!((t.tls, t.host.as_str(), t.port, t.path.as_str()), (true, "example.com", 443, "/large"));
+        assert_eq!(
+            (t.tls, t.host.as_str(), t.port, t.path.as_str()),
+            (true, "example.com", 443, "/large")
+        );
         let t = Target::parse("http://[::1]:8080").unwrap();
-        assert_eq!((t.tls, t.host.as_str(), t.port, t.path.as_str()), (false, "::1", 8080, "/"));
+        assert_eq!(
+            (t.tls, t.host.as_str(), t.port, t.path.as_str()),
+            (false, "::1", 8080, "/")
+        );
         assert_eq!(t.authority(), "[::1]:8080");
         assert_eq!(Target::parse("https://h:443/x#frag").unwrap().path, "/x");
-        for bad in ["ftp://x/", "https:///x", "https://h:0/", "https://h:99999/", "https://u@h/", "https://[::1/"] {
+        for bad in [
+            "ftp://x/",
+            "https:///x",
+            "https://h:0/",
+            "https://h:99999/",
+            "https://u@h/",
+            "https://[::1/",
+        ] {
             assert!(Target::parse(bad).is_err(), "{bad}");
         }
     }
@@ -241,6 +266,8 @@ mod tests {
             let e = parse(doc.as_bytes()).unwrap_err();
             assert!(e.contains(want), "{doc}: {e}");
         }
-        assert!(parse(&vec![b' '; MAX_CONFIG + 1]).unwrap_err().contains("more than"));
+        assert!(parse(&vec![b' '; MAX_CONFIG + 1])
+            .unwrap_err()
+            .contains("more than"));
     }
 }

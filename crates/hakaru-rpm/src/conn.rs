@@ -15,6 +15,13 @@ use tokio::net::TcpStream;
 pub const STREAM_WINDOW: u32 = 8 << 20;
 /// Connection window.
 pub const CONN_WINDOW: u32 = 32 << 20;
+/// Unsent bytes a socket may hold (TCP_NOTSENT_LOWAT): a probe's request or answer then
+/// waits behind at most this much of its connection's load, as the draft asks of endpoints.
+pub const NOTSENT_LOWAT: u32 = 16 << 10;
+/// Bytes HTTP/2 buffers per stream before it asks the load for more.
+pub const SEND_BUFFER: usize = 16 << 10;
+/// TLS records rustls may hold unsent, each end (its default is 64 KiB).
+pub const TLS_BUFFER: usize = 16 << 10;
 /// Most bytes of a response head (HTTP/1.1).
 const MAX_HEAD: usize = 16 << 10;
 
@@ -32,7 +39,10 @@ pub struct Dialer {
     /// The authority (`host:port`) of requests.
     pub authority: String,
     /// TLS, when the URLs are https.
-    pub tls: Option<(tokio_rustls::TlsConnector, rustls_pki_types::ServerName<'static>)>,
+    pub tls: Option<(
+        tokio_rustls::TlsConnector,
+        rustls_pki_types::ServerName<'static>,
+    )>,
     /// HTTP/1.1 instead of HTTP/2.
     pub http1: bool,
     /// How long the handshakes may take.
@@ -82,15 +92,24 @@ impl Dialer {
         let t0 = Instant::now();
         let tcp = tokio::time::timeout(self.timeout, TcpStream::connect(self.addr))
             .await
-            .map_err(|_| format!("connecting to {}: no answer in {:?}", self.addr, self.timeout))?
+            .map_err(|_| {
+                format!(
+                    "connecting to {}: no answer in {:?}",
+                    self.addr, self.timeout
+                )
+            })?
             .map_err(|e| format!("connecting to {}: {e}", self.addr))?;
         let tcp_ms = ms(t0.elapsed());
         let _ = tcp.set_nodelay(true);
+        let _ = hakaru_engine::sys::set_notsent_lowat(&socket2::SockRef::from(&tcp), NOTSENT_LOWAT);
         let fd = tcp.as_raw_fd();
         let Some((connector, name)) = &self.tls else {
             return Ok(Opened {
                 io: Box::new(tcp),
-                times: Handshakes { tcp_ms, tls_ms: None },
+                times: Handshakes {
+                    tcp_ms,
+                    tls_ms: None,
+                },
                 tls: None,
                 fd,
             });
@@ -101,6 +120,8 @@ impl Dialer {
             .map_err(|_| format!("TLS with {}: no handshake in {:?}", self.host, self.timeout))?
             .map_err(|e| format!("TLS with {}: {e}", self.host))?;
         let took = ms(t1.elapsed());
+        let mut tls = tls;
+        tls.get_mut().1.set_buffer_limit(Some(TLS_BUFFER));
         let (_, session) = tls.get_ref();
         let v = session.protocol_version();
         let rtts = if v == Some(rustls::ProtocolVersion::TLSv1_2) {
@@ -139,7 +160,7 @@ pub async fn h2_client(io: Box<dyn Io>) -> Result<h2::client::SendRequest<Bytes>
     let (send, conn) = h2::client::Builder::new()
         .initial_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONN_WINDOW)
-        .max_frame_size(1 << 20)
+        .max_send_buffer_size(SEND_BUFFER)
         .handshake(io)
         .await
         .map_err(|e| format!("HTTP/2 handshake: {e}"))?;
@@ -198,11 +219,17 @@ pub async fn h2_get(
 }
 
 /// The head of an HTTP/1.1 response: status and content length.
-pub async fn h1_head(io: &mut Box<dyn Io>, buf: &mut Vec<u8>) -> Result<(u16, Option<u64>), String> {
+pub async fn h1_head(
+    io: &mut Box<dyn Io>,
+    buf: &mut Vec<u8>,
+) -> Result<(u16, Option<u64>), String> {
     buf.clear();
     let mut tmp = [0u8; 4096];
     loop {
-        let n = io.read(&mut tmp).await.map_err(|e| format!("HTTP/1.1: {e}"))?;
+        let n = io
+            .read(&mut tmp)
+            .await
+            .map_err(|e| format!("HTTP/1.1: {e}"))?;
         if n == 0 {
             return Err("HTTP/1.1: the server closed before a response".into());
         }
@@ -252,11 +279,16 @@ pub async fn h1_get(d: &Dialer, io: &mut Box<dyn Io>, path: &str) -> Result<Vec<
     }
     let len = len.ok_or("HTTP/1.1: a response without Content-Length")?;
     if len > crate::config::MAX_CONFIG as u64 {
-        return Err(format!("HTTP/1.1: a {len}-byte answer where a small one was due"));
+        return Err(format!(
+            "HTTP/1.1: a {len}-byte answer where a small one was due"
+        ));
     }
     let mut tmp = [0u8; 4096];
     while (buf.len() as u64) < len {
-        let n = io.read(&mut tmp).await.map_err(|e| format!("HTTP/1.1: {e}"))?;
+        let n = io
+            .read(&mut tmp)
+            .await
+            .map_err(|e| format!("HTTP/1.1: {e}"))?;
         if n == 0 {
             return Err("HTTP/1.1: the body was cut short".into());
         }

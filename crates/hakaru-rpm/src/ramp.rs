@@ -141,7 +141,11 @@ impl Ramp {
     /// second; before any goodput, a tenth of MPS).
     pub fn probe_rate(&self) -> f64 {
         let max = f64::from(self.p.max_probes);
-        match self.goodput_avgs.last().or(self.history.last().map(|h| &h.bits_per_second.0)) {
+        match self
+            .goodput_avgs
+            .last()
+            .or(self.history.last().map(|h| &h.bits_per_second.0))
+        {
             None => (max / 10.0).max(1.0),
             Some(bps) => (bps / 8.0 * PROBE_SHARE / PROBE_PAIR_BYTES).clamp(1.0, max),
         }
@@ -187,7 +191,10 @@ impl Ramp {
                 .as_ref()
                 .and_then(|w| w.foreign_rpm)
                 .map(|r| 60_000.0 / r),
-            self_ms: window.as_ref().and_then(|w| w.self_rpm).map(|r| 60_000.0 / r),
+            self_ms: window
+                .as_ref()
+                .and_then(|w| w.self_rpm)
+                .map(|r| 60_000.0 / r),
         });
         if window.is_some() {
             self.last = window;
@@ -204,7 +211,10 @@ impl Ramp {
     /// The trimmed means over the last MAD intervals' probes.
     fn compute_window(&self) -> Option<Window> {
         let all = |f: fn(&Samples) -> &Vec<f64>| -> Vec<f64> {
-            self.window.iter().flat_map(|s| f(s).iter().copied()).collect()
+            self.window
+                .iter()
+                .flat_map(|s| f(s).iter().copied())
+                .collect()
         };
         let (tcp, tls, http, selfp) = (
             all(|s| &s.tcp),

@@ -24,7 +24,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use sha2::Digest;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::conn::{Io, CONN_WINDOW, STREAM_WINDOW};
+use crate::conn::{Io, CONN_WINDOW, NOTSENT_LOWAT, SEND_BUFFER, STREAM_WINDOW, TLS_BUFFER};
 
 /// Connections served at once.
 pub const MAX_CONNECTIONS: usize = 1024;
@@ -49,11 +49,16 @@ const MAX_HEAD: usize = 16 << 10;
 
 static ZEROS: [u8; CHUNK] = [0u8; CHUNK];
 
-/// Where the certificate comes from.
-#[derive(Debug, Clone, Default)]
+/// Who may connect: `hakaru server`'s access list (`--allow`, `--deny`).
+pub type Permit = Arc<dyn Fn(IpAddr) -> bool + Send + Sync>;
+
+/// Where the certificate comes from, and who is served.
+#[derive(Clone, Default)]
 pub struct Tls {
     /// PEM files of the certificate chain and its key; `None` generates a self-signed one.
     pub files: Option<(String, String)>,
+    /// Addresses not permitted are closed at once; `None` serves everyone.
+    pub permit: Option<Permit>,
 }
 
 /// A running server; dropping it stops it.
@@ -143,11 +148,16 @@ pub fn start(ip: IpAddr, port: u16, tls: &Tls) -> Result<RpmServer, String> {
         .local_addr()
         .map_err(|e| format!("--rpm-port {port}: {e}"))?;
     let (tx, rx) = tokio::sync::oneshot::channel();
+    let permit = tls.permit.clone();
     let thread = std::thread::Builder::new()
         .name("hakaru-rpm-port".into())
         .spawn(move || {
             let rt = match tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(std::thread::available_parallelism().map_or(2, |n| n.get()).min(8))
+                .worker_threads(
+                    std::thread::available_parallelism()
+                        .map_or(2, |n| n.get())
+                        .min(8),
+                )
                 .thread_name("hakaru-rpm")
                 .enable_all()
                 .build()
@@ -158,7 +168,7 @@ pub fn start(ip: IpAddr, port: u16, tls: &Tls) -> Result<RpmServer, String> {
                     return;
                 }
             };
-            rt.block_on(accept_loop(listener, acceptor, rx));
+            rt.block_on(accept_loop(listener, acceptor, permit, rx));
             rt.shutdown_timeout(Duration::from_millis(200));
         })
         .map_err(|e| format!("starting the rpm port's thread: {e}"))?;
@@ -208,6 +218,7 @@ fn admit(held: &Arc<Held>, ip: IpAddr) -> Option<Place> {
 async fn accept_loop(
     listener: TcpListener,
     acceptor: tokio_rustls::TlsAcceptor,
+    permit: Option<Permit>,
     mut stop: tokio::sync::oneshot::Receiver<()>,
 ) {
     let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
@@ -226,21 +237,30 @@ async fn accept_loop(
                 }
             },
         };
+        if permit.as_ref().is_some_and(|p| !p(peer.ip())) {
+            continue;
+        }
         let Some(place) = admit(&held, peer.ip()) else {
             refused += 1;
             if refused.is_power_of_two() {
-                tracing::warn!("rpm port: refused {refused} connection(s) over the limits (last from {})", peer.ip());
+                tracing::warn!(
+                    "rpm port: refused {refused} connection(s) over the limits (last from {})",
+                    peer.ip()
+                );
             }
             continue;
         };
         let _ = tcp.set_nodelay(true);
+        let _ = hakaru_engine::sys::set_notsent_lowat(&socket2::SockRef::from(&tcp), NOTSENT_LOWAT);
         let local = tcp.local_addr().ok();
         let acceptor = acceptor.clone();
         tokio::spawn(async move {
             let _place = place;
-            let Ok(Ok(tls)) = tokio::time::timeout(HANDSHAKE, acceptor.accept(tcp)).await else {
+            let Ok(Ok(mut tls)) = tokio::time::timeout(HANDSHAKE, acceptor.accept(tcp)).await
+            else {
                 return;
             };
+            tls.get_mut().1.set_buffer_limit(Some(TLS_BUFFER));
             let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
             let io: Box<dyn Io> = Box::new(tls);
             let _ = tokio::time::timeout(LIFETIME, async {
@@ -260,7 +280,8 @@ fn nq_document(authority: Option<&str>, local: Option<SocketAddr>) -> String {
     let ok = |a: &&str| {
         !a.is_empty()
             && a.len() < 256
-            && a.bytes().all(|b| b.is_ascii_alphanumeric() || b".-:[]_".contains(&b))
+            && a.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b".-:[]_".contains(&b))
     };
     let host = match (authority.filter(ok), local) {
         (Some(a), _) => a.to_string(),
@@ -275,7 +296,7 @@ async fn serve_h2(io: Box<dyn Io>, local: Option<SocketAddr>) -> Result<(), h2::
         .initial_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONN_WINDOW)
         .max_concurrent_streams(MAX_STREAMS)
-        .max_frame_size(1 << 20)
+        .max_send_buffer_size(SEND_BUFFER)
         .handshake(io)
         .await?;
     let active = Arc::new(AtomicUsize::new(0));
@@ -305,10 +326,13 @@ fn head(status: u16, len: Option<u64>, json: bool) -> http::Response<()> {
     } else {
         "application/octet-stream"
     };
-    r.headers_mut()
-        .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static(ty));
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static(ty),
+    );
     if let Some(n) = len {
-        r.headers_mut().insert(http::header::CONTENT_LENGTH, n.into());
+        r.headers_mut()
+            .insert(http::header::CONTENT_LENGTH, n.into());
     }
     r
 }
@@ -335,9 +359,14 @@ async fn h2_request(
             let mut s = respond.send_response(head(200, Some(LARGE), false), false)?;
             let mut left = LARGE;
             while left > 0 {
-                s.reserve_capacity(CHUNK.min(left as usize));
-                let cap = match tokio::time::timeout(STALL, std::future::poll_fn(|cx| s.poll_capacity(cx))).await {
-                    Ok(Some(Ok(n))) => n.min(CHUNK),
+                s.reserve_capacity(SEND_BUFFER.min(left as usize));
+                let cap = match tokio::time::timeout(
+                    STALL,
+                    std::future::poll_fn(|cx| s.poll_capacity(cx)),
+                )
+                .await
+                {
+                    Ok(Some(Ok(n))) => n.min(SEND_BUFFER),
                     Ok(Some(Err(e))) => return Err(e),
                     Ok(None) => return Ok(()),
                     Err(_) => {
@@ -365,12 +394,16 @@ async fn h2_request(
                     }
                 }
             }
-            respond.send_response(head(200, Some(0), false), true).map(|_| ())
+            respond
+                .send_response(head(200, Some(0), false), true)
+                .map(|_| ())
         }
-        ("/.well-known/nq" | "/small" | "/large" | "/upload", _, _) => {
-            respond.send_response(head(405, Some(0), false), true).map(|_| ())
-        }
-        _ => respond.send_response(head(404, Some(0), false), true).map(|_| ()),
+        ("/.well-known/nq" | "/small" | "/large" | "/upload", _, _) => respond
+            .send_response(head(405, Some(0), false), true)
+            .map(|_| ()),
+        _ => respond
+            .send_response(head(404, Some(0), false), true)
+            .map(|_| ()),
     }
 }
 
@@ -391,7 +424,9 @@ async fn serve_h1(mut io: Box<dyn Io>, local: Option<SocketAddr>) -> std::io::Re
                         .and_then(|h| std::str::from_utf8(h.value).ok())
                         .map(str::to_string)
                 };
-                let len: u64 = find("content-length").and_then(|v| v.trim().parse().ok()).unwrap_or(0);
+                let len: u64 = find("content-length")
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0);
                 let r = (
                     req.method.unwrap_or("").to_string(),
                     req.path.unwrap_or("/").to_string(),
@@ -420,19 +455,24 @@ async fn serve_h1(mut io: Box<dyn Io>, local: Option<SocketAddr>) -> std::io::Re
         match (method.as_str(), path.as_str()) {
             ("GET", "/.well-known/nq") => {
                 let doc = nq_document(host.as_deref(), local);
-                io.write_all(reply("200 OK", "application/json", doc.len() as u64).as_bytes()).await?;
+                io.write_all(reply("200 OK", "application/json", doc.len() as u64).as_bytes())
+                    .await?;
                 io.write_all(doc.as_bytes()).await?;
             }
             ("GET", "/small") => {
-                io.write_all(reply("200 OK", "application/octet-stream", 1).as_bytes()).await?;
+                io.write_all(reply("200 OK", "application/octet-stream", 1).as_bytes())
+                    .await?;
                 io.write_all(b"x").await?;
             }
             ("GET", "/large") => {
-                io.write_all(reply("200 OK", "application/octet-stream", LARGE).as_bytes()).await?;
+                io.write_all(reply("200 OK", "application/octet-stream", LARGE).as_bytes())
+                    .await?;
                 let mut left = LARGE;
                 while left > 0 {
                     let n = CHUNK.min(left as usize);
-                    match tokio::time::timeout(STALL, io.write(ZEROS.get(..n).unwrap_or_default())).await {
+                    match tokio::time::timeout(STALL, io.write(ZEROS.get(..n).unwrap_or_default()))
+                        .await
+                    {
                         Ok(Ok(w)) if w > 0 => left -= w as u64,
                         _ => return Ok(()),
                     }
@@ -448,10 +488,12 @@ async fn serve_h1(mut io: Box<dyn Io>, local: Option<SocketAddr>) -> std::io::Re
                     };
                     left = left.saturating_sub(n as u64);
                 }
-                io.write_all(reply("200 OK", "application/octet-stream", 0).as_bytes()).await?;
+                io.write_all(reply("200 OK", "application/octet-stream", 0).as_bytes())
+                    .await?;
             }
             _ => {
-                io.write_all(reply("404 Not Found", "text/plain", 0).as_bytes()).await?;
+                io.write_all(reply("404 Not Found", "text/plain", 0).as_bytes())
+                    .await?;
             }
         }
         io.flush().await?;
@@ -477,7 +519,9 @@ mod tests {
     fn places_are_limited_per_address_and_given_back() {
         let held = Arc::new(Held::default());
         let ip: IpAddr = "192.0.2.1".parse().unwrap();
-        let places: Vec<Place> = (0..MAX_PER_ADDRESS).map(|_| admit(&held, ip).unwrap()).collect();
+        let places: Vec<Place> = (0..MAX_PER_ADDRESS)
+            .map(|_| admit(&held, ip).unwrap())
+            .collect();
         assert!(admit(&held, ip).is_none());
         assert!(admit(&held, "192.0.2.2".parse().unwrap()).is_some());
         drop(places);

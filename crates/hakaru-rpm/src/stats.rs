@@ -50,9 +50,7 @@ pub fn responsiveness(
     selfp: Option<f64>,
 ) -> Option<(f64, Option<f64>, Option<f64>)> {
     let parts: Vec<f64> = [tcp, tls, http].into_iter().flatten().collect();
-    let foreign = mean(&parts)
-        .filter(|ms| *ms > 0.0)
-        .map(|ms| 60_000.0 / ms);
+    let foreign = mean(&parts).filter(|ms| *ms > 0.0).map(|ms| 60_000.0 / ms);
     let own = selfp.filter(|ms| *ms > 0.0).map(|ms| 60_000.0 / ms);
     let rpm = match (foreign, own) {
         (Some(f), Some(s)) => (f + s) / 2.0,
@@ -88,9 +86,17 @@ mod tests {
         // sd of [80, 100, 120, 100] is 14.1: not within 5 % of 100.
         assert!(!stable(&[80.0, 100.0, 120.0, 100.0], 4, 0.05, 100.0));
         // Only the last window counts.
-        assert!(stable(&[1.0, 50.0, 100.0, 100.0, 100.0, 100.0], 4, 0.05, 100.0));
+        assert!(stable(
+            &[1.0, 50.0, 100.0, 100.0, 100.0, 100.0],
+            4,
+            0.05,
+            100.0
+        ));
         assert!(!stable(&[0.0; 4], 4, 0.05, 0.0));
-        assert_eq!(std_dev(&[2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]), Some(2.0));
+        assert_eq!(
+            std_dev(&[2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]),
+            Some(2.0)
+        );
     }
 
     #[test]
@@ -101,7 +107,10 @@ mod tests {
         // Without TLS: (10 + 30) / 2 = 20 ms.
         let (_, f, _) = responsiveness(Some(10.0), None, Some(30.0), Some(40.0)).unwrap();
         assert_eq!(f, Some(3000.0));
-        assert_eq!(responsiveness(None, None, None, Some(60.0)).unwrap().0, 1000.0);
+        assert_eq!(
+            responsiveness(None, None, None, Some(60.0)).unwrap().0,
+            1000.0
+        );
         assert!(responsiveness(None, None, None, None).is_none());
     }
 }

@@ -137,7 +137,7 @@ pub use portable::{
     connect_bounded, is_connect_cut_short, is_gso_refused, is_not_found, is_out_of_buffers,
     is_out_of_descriptors, stream_recv, stream_send, wait_listener, UDP_SHARED_PORT_DEMUX,
 };
-pub use sockopts::{set_congestion, set_mss, set_tos};
+pub use sockopts::{set_congestion, set_mss, set_notsent_lowat, set_tos};
 
 #[cfg(target_os = "linux")]
 pub use linux::{
