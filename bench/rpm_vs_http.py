@@ -27,7 +27,7 @@ def start_server():
     deadline = time.time() + 10
     while time.time() < deadline:
         line = p.stderr.readline()
-        m = re.search(r"rpm listening on 127\.0\.0\.1:(\d+)", line)
+        m = re.search(r"rpm test served on 127\.0\.0\.1:(\d+)", line)
         if m:
             return p, int(m.group(1))
     stop_process(p)

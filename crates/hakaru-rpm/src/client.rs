@@ -126,18 +126,39 @@ async fn fetch_config(spec: &RpmSpec) -> Result<NqConfig, String> {
     config::parse(&body).map_err(|e| format!("{}: {e}", spec.url))
 }
 
-async fn run_async(spec: &RpmSpec, stop: &AtomicBool) -> Result<RpmResult, String> {
-    let cfg = fetch_config(spec).await?;
-    let d = Arc::new(dialer(spec, &cfg.large, cfg.test_endpoint.as_deref()).await?);
-    let sh = Arc::new(Shared::default());
-    let mut ramp = Ramp::new(Params {
+/// The machine's parameters from the spec.
+fn params(spec: &RpmSpec) -> Params {
+    Params {
         mad: spec.moving_average as usize,
         tolerance: spec.tolerance,
         max_connections: spec.max_connections,
         interval: spec.interval.secs_f64(),
         max_duration: spec.max_duration.secs_f64(),
         max_probes: spec.probes_per_second,
-    });
+    }
+}
+
+/// The probe times that arrived since the last interval.
+fn drain(prx: &mut mpsc::UnboundedReceiver<Probe>) -> Samples {
+    let mut s = Samples::default();
+    while let Ok(p) = prx.try_recv() {
+        match p {
+            Probe::Foreign { tcp, tls, http } => {
+                s.tcp.push(tcp);
+                s.tls.extend(tls);
+                s.http.push(http);
+            }
+            Probe::Own(ms) => s.selfp.push(ms),
+        }
+    }
+    s
+}
+
+async fn run_async(spec: &RpmSpec, stop: &AtomicBool) -> Result<RpmResult, String> {
+    let cfg = fetch_config(spec).await?;
+    let d = Arc::new(dialer(spec, &cfg.large, cfg.test_endpoint.as_deref()).await?);
+    let sh = Arc::new(Shared::default());
+    let mut ramp = Ramp::new(params(spec));
     let dirs: Vec<RpmDirection> = match spec.direction {
         RpmDirection::Both => vec![RpmDirection::Down, RpmDirection::Up],
         d => vec![d],
@@ -177,18 +198,7 @@ async fn run_async(spec: &RpmSpec, stop: &AtomicBool) -> Result<RpmResult, Strin
         );
         let bytes = (d_now - down) + (u_now - up);
         (down, up) = (d_now, u_now);
-        let mut s = Samples::default();
-        while let Ok(p) = prx.try_recv() {
-            match p {
-                Probe::Foreign { tcp, tls, http } => {
-                    s.tcp.push(tcp);
-                    s.tls.extend(tls);
-                    s.http.push(http);
-                }
-                Probe::Own(ms) => s.selfp.push(ms),
-            }
-        }
-        let step = ramp.on_interval(bytes, s);
+        let step = ramp.on_interval(bytes, drain(&mut prx));
         rate.store(ramp.probe_rate().to_bits(), Ordering::Relaxed);
         match step {
             Step::Continue { add } if !stop.load(Ordering::Relaxed) => {
@@ -207,13 +217,31 @@ async fn run_async(spec: &RpmSpec, stop: &AtomicBool) -> Result<RpmResult, Strin
         }
     }
     tasks.abort_all();
-    let seconds = start.elapsed().as_secs_f64();
+    result(
+        spec,
+        &ramp,
+        &sh,
+        &d,
+        dirs.len() as u32,
+        start.elapsed().as_secs_f64(),
+    )
+}
+
+/// The result from the machine's conclusion and the shared counters.
+fn result(
+    spec: &RpmSpec,
+    ramp: &Ramp,
+    sh: &Shared,
+    d: &Dialer,
+    dirs: u32,
+    seconds: f64,
+) -> Result<RpmResult, String> {
     let o = ramp.result();
     let w = o.window.clone().ok_or_else(|| {
         let errs = sh.errors.lock().map(|e| e.join("; ")).unwrap_or_default();
         format!("no probe completed in the run ({errs})")
     })?;
-    let share = |n: u64| BitRate(o.goodput * n as f64 / (d_total(&sh).max(1)) as f64);
+    let share = |n: u64| BitRate(o.goodput * n as f64 / (d_total(sh).max(1)) as f64);
     let total_down = sh.down.load(Ordering::Relaxed);
     let total_up = sh.up.load(Ordering::Relaxed);
     let errors = sh.errors.lock().map(|e| e.clone()).unwrap_or_default();
@@ -226,7 +254,7 @@ async fn run_async(spec: &RpmSpec, stop: &AtomicBool) -> Result<RpmResult, Strin
         probes: w.probes,
         download: (spec.direction != RpmDirection::Up).then(|| share(total_down)),
         upload: (spec.direction != RpmDirection::Down).then(|| share(total_up)),
-        connections: o.connections * dirs.len() as u32,
+        connections: o.connections * dirs,
         goodput_confidence: o.goodput_confidence,
         rpm_confidence: o.rpm_confidence,
         protocol: if spec.http1 { "http/1.1" } else { "h2" }.into(),

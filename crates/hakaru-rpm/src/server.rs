@@ -138,6 +138,11 @@ pub fn start(ip: IpAddr, port: u16, tls: &Tls) -> Result<RpmServer, String> {
         .with_single_cert(chain, key)
         .map_err(|e| format!("TLS certificate: {e}"))?;
     cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    // No session tickets: nothing resumes here, and a ticket sent as the handshake ends sits
+    // in a full bottleneck queue when the first request arrives; the kernel's TCP small
+    // queues then hold the answer until the ticket has left, so a foreign probe's GET would
+    // take two passes through the queue instead of one.
+    cfg.send_tls13_tickets = 0;
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
     let listener = TcpListener::bind(SocketAddr::new(ip, port))
         .map_err(|e| format!("--rpm-port {port}: {e}"))?;

@@ -184,26 +184,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
     }
     let psk = super::common::load_psk(a.psk_file.as_deref())?;
-    if psk.is_some() {
-        if a.iperf3.as_deref() == Some("allow") {
-            tracing::warn!("--iperf3 allow: iperf3 clients run tests without the key");
-        }
-        if a.http_port.is_some() {
-            tracing::warn!("--http-port: HTTP clients are served without the key");
-        }
-        if a.rpm_port.is_some() {
-            tracing::warn!("--rpm-port: responsiveness clients are served without the key");
-        }
-        if a.ntttcp_port.is_some() {
-            tracing::warn!("--ntttcp-port: ntttcp senders are served without the key (they cannot authenticate)");
-        }
-        if a.sockperf_port.is_some() {
-            tracing::warn!("--sockperf-port: sockperf clients are answered without the key (they cannot authenticate)");
-        }
-        if a.netperf_port.is_some() && a.netperf_passphrase.is_none() {
-            anyhow::bail!("--netperf-port with a key: netperf clients cannot prove the key; give --netperf-passphrase WORD (netperf -Z WORD sends it in plaintext) or leave out --netperf-port");
-        }
-    }
+    warn_unkeyed(&a, psk.is_some())?;
     if let Some(p) = &a.netperf_passphrase {
         if p.is_empty() || p.len() > hakaru_server::NETPERF_MAX_PASSPHRASE {
             anyhow::bail!(
@@ -277,6 +258,32 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// With a key: the ports whose clients cannot prove it, said once at start; netperf's needs
+/// its passphrase.
+fn warn_unkeyed(a: &Args, keyed: bool) -> anyhow::Result<()> {
+    if keyed {
+        if a.iperf3.as_deref() == Some("allow") {
+            tracing::warn!("--iperf3 allow: iperf3 clients run tests without the key");
+        }
+        if a.http_port.is_some() {
+            tracing::warn!("--http-port: HTTP clients are served without the key");
+        }
+        if a.rpm_port.is_some() {
+            tracing::warn!("--rpm-port: responsiveness clients are served without the key");
+        }
+        if a.ntttcp_port.is_some() {
+            tracing::warn!("--ntttcp-port: ntttcp senders are served without the key (they cannot authenticate)");
+        }
+        if a.sockperf_port.is_some() {
+            tracing::warn!("--sockperf-port: sockperf clients are answered without the key (they cannot authenticate)");
+        }
+        if a.netperf_port.is_some() && a.netperf_passphrase.is_none() {
+            anyhow::bail!("--netperf-port with a key: netperf clients cannot prove the key; give --netperf-passphrase WORD (netperf -Z WORD sends it in plaintext) or leave out --netperf-port");
+        }
+    }
+    Ok(())
+}
+
 /// The responsiveness port, on the server's address; it stops when dropped.
 fn start_rpm(a: &Args, server: &Server) -> anyhow::Result<Option<hakaru_rpm::RpmServer>> {
     let Some(port) = a.rpm_port else {
@@ -293,7 +300,7 @@ fn start_rpm(a: &Args, server: &Server) -> anyhow::Result<Option<hakaru_rpm::Rpm
     };
     let rpm = hakaru_rpm::start(ip, port, &tls).map_err(anyhow::Error::msg)?;
     tracing::info!(
-        "rpm listening on {} (https://{}/.well-known/nq, HTTP/2 or HTTP/1.1); certificate SHA-256 {}{}",
+        "rpm test served on {} (https://{}/.well-known/nq, HTTP/2 or HTTP/1.1); certificate SHA-256 {}{}",
         rpm.local_addr(),
         rpm.local_addr(),
         rpm.fingerprint(),

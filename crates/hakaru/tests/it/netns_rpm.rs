@@ -10,6 +10,8 @@
 //!   path the RPM agrees with `hakaru server --rpm-port`'s within 10 %; hakaru's server there
 //!   uses a CA-signed certificate given by --tls-cert/--tls-key, verified with --cacert.
 //!
+//! nginx sends no TLS 1.3 session tickets (`ssl_conf_command NumTickets 0`), as hakaru's
+//! server: a ticket in a full queue holds back the first answer of a new connection.
 //! Both servers' namespace sets `net.ipv4.tcp_notsent_lowat` to hakaru's own 16 KiB, the
 //! draft's advice for endpoints, so neither server's socket buffer weighs on its self probes
 //! more than the other's. Short runs (500 ms intervals, a window of 3, 16 s at most): the
@@ -129,27 +131,18 @@ fn probe(doc: &Value, key: &str) -> f64 {
         .unwrap_or_else(|| panic!("no {key}: {}", doc["rpm"]))
 }
 
-fn rpm_port(s: &super::common::ServerProc) -> String {
-    let line = s
-        .wait_log("rpm listening on", Duration::from_secs(10))
-        .expect("the server logs its rpm port");
-    line.split("rpm listening on ")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .and_then(|a| a.rsplit(':').next())
-        .expect("a port")
-        .to_string()
-}
+/// The rpm port inside the server namespace (its own: nothing else listens there).
+const RPM_PORT: &str = "24443";
 
 #[test]
 fn a_full_tbf_queue_reads_as_its_delay_and_a_small_one_reads_low() {
     let Some(link) = Link::setup(&[("tc", "iproute2")], Shaping::NONE) else {
         return;
     };
-    let server = link.start_server_with(&["--rpm-port", "0"]);
-    let port = rpm_port(&server);
+    let server = link.start_server_with(&["--rpm-port", RPM_PORT]);
+    let port = RPM_PORT;
     let url = format!("https://{}:{port}", link.server_ip);
-    let mut rpms = Vec::new();
+    let (mut rpms, mut selfs) = (Vec::new(), Vec::new());
     for (limit, queue_ms) in [(250_000u32, 100.0), (25_000, 10.0)] {
         shape(&link, limit);
         let idle = idle_rtt_ms(&link, &server.port_s());
@@ -172,6 +165,7 @@ fn a_full_tbf_queue_reads_as_its_delay_and_a_small_one_reads_low() {
             RATE.0
         );
         rpms.push(doc["rpm"]["rpm"].as_f64().expect("rpm"));
+        selfs.push(own);
         if queue_ms >= 100.0 {
             // One traversal of the queue each. Cubic or reno keep it between about half full
             // and full (a drop halves one flow's window), so the handshakes read between
@@ -186,10 +180,17 @@ fn a_full_tbf_queue_reads_as_its_delay_and_a_small_one_reads_low() {
             assert!(http >= LOW * want, "http {http:.1} ms < {LOW} x {want:.1}");
             assert!(own >= LOW * want, "self {own:.1} ms < {LOW} x {want:.1}");
         } else {
-            // A short queue: every probe far under the long one's 100 ms.
-            for (what, ms) in [("tcp", tcp), ("tls", tls), ("http", http), ("self", own)] {
+            // A short queue: every foreign probe far under the long one's 100 ms. The self
+            // probes also wait behind their own connection's buffered data (docs/rpm.md),
+            // which this path does not bound; they must still fall with the queue.
+            for (what, ms) in [("tcp", tcp), ("tls", tls), ("http", http)] {
                 assert!(ms < 40.0, "{what} {ms:.1} ms with a {queue_ms} ms queue");
             }
+            assert!(
+                own < 0.5 * selfs[0],
+                "self {own:.1} ms with a {queue_ms} ms queue, {:.1} with the long one",
+                selfs[0]
+            );
         }
     }
     // The short queue answers at least three times as many round trips a minute.
@@ -250,9 +251,9 @@ http {{
   uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;
   keepalive_requests 100000;
   server {{
-    listen {ip}:{port} ssl;
-    http2 on;
+    listen {ip}:{port} ssl http2;
     ssl_certificate {d}/cert.pem; ssl_certificate_key {d}/key.pem;
+    ssl_conf_command NumTickets 0;
     root {d}/www;
     location = /.well-known/nq {{ default_type application/json; }}
     location / {{ default_type application/octet-stream; }}
@@ -302,13 +303,19 @@ fn nginx_and_hakaru_server_agree_on_the_same_path() {
         dir.join("key.pem").display().to_string(),
         dir.join("ca.pem").display().to_string(),
     );
-    let server =
-        link.start_server_with(&["--rpm-port", "0", "--tls-cert", &cert, "--tls-key", &key]);
-    let hk_url = format!("https://{}:{}", link.server_ip, rpm_port(&server));
-    let ng_port = 24_443;
+    let _server = link.start_server_with(&[
+        "--rpm-port",
+        RPM_PORT,
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &key,
+    ]);
+    let hk_url = format!("https://{}:{RPM_PORT}", link.server_ip);
+    let ng_port = 24_444;
     let nginx = Nginx::start(&link, dir.clone(), ng_port);
     let ng_url = format!("https://{}:{ng_port}/.well-known/nq", link.server_ip);
-    // nginx may take a moment to listen; the first run's config fetch retries until it does.
+    // nginx may take a moment to listen.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
         let o = link.in_client(

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::common::{json, run, stderr, ServerProc};
+use super::common::{free_port, json, run, stderr, ServerProc};
 
 /// Short runs: four intervals of 250 ms make the moving average's window full once; the
 /// method is the same as with the draft's 1 s and 4.
@@ -40,11 +40,16 @@ fn check(doc: &Value, protocol: &str, down: bool, up: bool) {
     assert!(x["probes"]["self_ms"].as_f64().unwrap() > 0.0, "{x}");
     assert_eq!(x["download"].as_f64().is_some_and(|b| b > 1e6), down, "{x}");
     assert_eq!(x["upload"].as_f64().is_some_and(|b| b > 1e6), up, "{x}");
-    let n = x["intervals"].as_array().unwrap().len();
-    assert_eq!(n, 8, "2 s of 250 ms intervals: {x}");
+    // At most 2 s of 250 ms intervals; fewer when both stages became stable (the goodput's
+    // window of 2 needs 3 intervals, then the responsiveness's 2 more).
+    let n = x["intervals"].as_array().unwrap().len() as u64;
+    assert!((4..=8).contains(&n), "{n} intervals: {x}");
+    if n < 8 {
+        assert_eq!(x["rpm_confidence"], "high", "{x}");
+    }
     // One connection per direction at first, one more each interval.
     let per_dir = u64::from(down) + u64::from(up);
-    assert_eq!(x["connections"].as_u64(), Some(8 * per_dir), "{x}");
+    assert_eq!(x["connections"].as_u64(), Some(n * per_dir), "{x}");
 }
 
 #[test]
@@ -75,26 +80,12 @@ fn bad_flags_are_usage_errors_naming_the_flag() {
     }
 }
 
-/// The port `hakaru server --rpm-port 0` logged.
-fn rpm_port(s: &ServerProc) -> u16 {
-    let line = s
-        .wait_log("rpm listening on", Duration::from_secs(10))
-        .expect("the server logs its rpm port");
-    let addr = line
-        .split("rpm listening on ")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .expect("an address");
-    addr.rsplit(':')
-        .next()
-        .and_then(|p| p.parse().ok())
-        .expect("a port")
-}
-
 #[test]
 fn the_server_port_is_verified_or_refused_and_serves_the_test() {
-    let s = ServerProc::start(&["--rpm-port", "0"]);
-    let port = rpm_port(&s);
+    // A free port chosen here: the server logs its rpm port before the line
+    // `ServerProc` waits for.
+    let port = free_port();
+    let _s = ServerProc::start(&["--rpm-port", &port.to_string()]);
     let url = format!("https://127.0.0.1:{port}");
     // A self-signed certificate: refused unless --insecure.
     let o = run(
