@@ -282,7 +282,8 @@ mod tests {
     #[test]
     fn limits_name_the_flag() {
         assert!(spec().validate().is_ok());
-        let cases: [(fn(&mut RpmSpec), &str); 7] = [
+        type Case = (fn(&mut RpmSpec), &'static str);
+        let cases: [Case; 7] = [
             (|s| s.url = "ftp://x".into(), "https://"),
             (|s| s.max_connections = 0, "--max-connections"),
             (|s| s.max_connections = 65, "--max-connections"),
