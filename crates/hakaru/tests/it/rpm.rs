@@ -1,8 +1,8 @@
-//! `hakaru rpm` on loopback: against its embedded endpoint (HTTP/2, HTTP/1.1, each
-//! direction) and against `hakaru server --rpm-port` with a self-signed certificate (refused
-//! without --insecure, accepted with it) and with a CA-signed one given by flags
-//! (`--cacert` verifies it). The truth on a shaped path and the comparison with nginx are in
-//! `netns_rpm`.
+//! `hakaru rpm` on loopback: against its embedded endpoint (HTTP/2 each way, HTTP/1.1 both
+//! ways) and against `hakaru server --rpm-port` with its self-signed certificate (refused
+//! without --insecure, accepted with it); bad flags. The truth on a shaped path, the
+//! comparison with nginx and a CA-signed certificate given by --tls-cert/--tls-key (verified
+//! with --cacert) are in `netns_rpm`.
 
 use std::time::Duration;
 
