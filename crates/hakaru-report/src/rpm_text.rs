@@ -221,7 +221,8 @@ mod tests {
             "{s}"
         );
         assert!(s.contains("self probes (11): 60.00 ms -> 1000 RPM"), "{s}");
-        assert!(s.contains("download 20 Mbit/s over 5"), "{s}");
+        let load = format!("download {} over 5 connection(s)", BitRate(20e6));
+        assert!(s.contains(&load), "{s}");
         assert!(s.contains("goodput high, responsiveness medium"), "{s}");
         assert_eq!(
             headline(&r),
