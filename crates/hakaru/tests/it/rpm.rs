@@ -100,3 +100,27 @@ fn the_server_port_is_verified_or_refused_and_serves_the_test() {
     assert_eq!(doc["embedded_server"], false);
     assert_eq!(doc["rpm"]["peer"], format!("127.0.0.1:{port}"));
 }
+
+#[test]
+fn a_saved_result_draws_in_the_report() {
+    let dir = std::env::temp_dir().join(format!("hakaru-rpm-report-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let (json, html) = (dir.join("r.json"), dir.join("r.html"));
+    let (json, html) = (json.display().to_string(), html.display().to_string());
+    let mut a = vec!["rpm", "-o", &json];
+    a.extend_from_slice(&SHORT);
+    let o = run(&a, Duration::from_secs(60));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run(&["report", &json, "-o", &html], Duration::from_secs(60));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let page = std::fs::read_to_string(&html).expect("the report");
+    for id in [
+        "rpm-rate-goodput",
+        "rpm-connections",
+        "rpm-rpm",
+        "rpm-times",
+    ] {
+        assert!(page.contains(id), "no chart {id}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
