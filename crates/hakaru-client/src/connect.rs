@@ -208,6 +208,7 @@ pub(crate) fn run_result(
         latency: None,
         raw: None,
         http: None,
+        rpm: None,
         server_clock_offset: at.clock,
         server_on_this_host: at.same_host,
         probe: None,

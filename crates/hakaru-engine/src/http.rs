@@ -888,6 +888,15 @@ fn handshake(
 
 /// The TLS settings: the system's roots, or `--cacert`'s, or none with `--insecure`.
 fn tls_config(spec: &HttpSpec) -> Result<Arc<rustls::ClientConfig>, String> {
+    client_tls_config(spec.insecure, spec.cacert.as_deref())
+}
+
+/// A TLS client configuration (no ALPN): the system's roots, or those in the PEM file
+/// `cacert`, or no verification at all with `insecure`. Errors name the flag.
+pub fn client_tls_config(
+    insecure: bool,
+    cacert: Option<&str>,
+) -> Result<Arc<rustls::ClientConfig>, String> {
     use rustls_pki_types::pem::PemObject;
     // AES-128-GCM first (as browsers order it): a quarter fewer AES rounds than AES-256, so
     // the client's decryption is less often the limit; the suite in use is in the result.
@@ -899,14 +908,14 @@ fn tls_config(spec: &HttpSpec) -> Result<Arc<rustls::ClientConfig>, String> {
     let builder = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
         .with_safe_default_protocol_versions()
         .map_err(|e| format!("TLS: {e}"))?;
-    let cfg = if spec.insecure {
+    let cfg = if insecure {
         builder
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(NoVerify(provider)))
             .with_no_client_auth()
     } else {
         let mut roots = rustls::RootCertStore::empty();
-        if let Some(path) = &spec.cacert {
+        if let Some(path) = cacert {
             let certs = rustls_pki_types::CertificateDer::pem_file_iter(path)
                 .map_err(|e| format!("--cacert {path}: {e}"))?;
             for c in certs {

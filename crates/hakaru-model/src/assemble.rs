@@ -407,6 +407,7 @@ pub fn assemble(i: Inputs) -> RunResult {
         raw: None,
         http: None,
         probe: None,
+        rpm: None,
         server_clock_offset: None,
         server_on_this_host: false,
     }

@@ -654,6 +654,9 @@ pub struct RunResult {
     /// the increase.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probe: Option<crate::probe::ProbeResult>,
+    /// Responsiveness figures, for `hakaru rpm` runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rpm: Option<crate::rpm::RpmResult>,
     /// The server's wall clock against the client's, for tests against a hakaru server.
     #[serde(default)]
     pub server_clock_offset: Option<ClockOffset>,

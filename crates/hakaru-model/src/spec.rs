@@ -26,6 +26,8 @@ pub enum TestSpec {
     Raw(crate::raw::RawSpec),
     /// HTTP downloads or uploads (`hakaru http`); never sent to a hakaru server.
     Http(crate::http::HttpSpec),
+    /// The responsiveness test (`hakaru rpm`); never sent to a hakaru server.
+    Rpm(crate::rpm::RpmSpec),
 }
 
 impl TestSpec {
@@ -39,6 +41,7 @@ impl TestSpec {
             TestSpec::Connect(c) => c,
             TestSpec::Raw(r) => r,
             TestSpec::Http(h) => h,
+            TestSpec::Rpm(r) => r,
         }
     }
 

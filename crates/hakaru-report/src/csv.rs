@@ -340,6 +340,10 @@ pub fn total_rows(r: &RunResult) -> String {
         s.push_str(&row.line());
         return s;
     }
+    if let Some(x) = &r.rpm {
+        s.push_str(&rpm_rows(test, x));
+        return s;
+    }
     for t in &r.totals {
         let mut row = Row::new(test, "total");
         row.set("start", 0)
@@ -370,6 +374,31 @@ pub fn total_rows(r: &RunResult) -> String {
     if let Some(p) = &r.probe {
         let secs = r.totals.first().map_or(0.0, |t| t.receiver.seconds);
         s.push_str(&probe_totals(test, p, secs));
+    }
+    s
+}
+
+/// A responsiveness run: a `total` row per loaded direction (its goodput where the client
+/// counts it), the responsiveness as a round trip in `rtt_mean_us` (60 000 000 / RPM), the
+/// probes in `transactions` and the failed ones in `failed` (docs/csv.md).
+fn rpm_rows(test: &str, x: &hakaru_model::RpmResult) -> String {
+    let mut s = String::new();
+    for (dir, bps, col) in [
+        (hakaru_model::FlowDir::Down, x.download, "receiver_bps"),
+        (hakaru_model::FlowDir::Up, x.upload, "sender_bps"),
+    ] {
+        let Some(bps) = bps else { continue };
+        let mut row = Row::new(test, "total");
+        row.set("start", 0)
+            .set("end", num(x.seconds))
+            .set("dir", dir.label())
+            .set("flow", "")
+            .set(col, num(bps.0))
+            .set("transactions", x.probes.foreign + x.probes.selfp)
+            .set("failed", x.failed_probes)
+            .set("rtt_mean_us", num(x.responsiveness_ms * 1000.0))
+            .set("connections", x.connections);
+        s.push_str(&row.line());
     }
     s
 }

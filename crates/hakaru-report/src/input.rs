@@ -73,6 +73,7 @@ impl Input {
                     && r.latency.is_none()
                     && r.connect.is_none()
                     && r.raw.is_none()
+                    && r.rpm.is_none()
                 {
                     return Err(format!(
                         "{label}: an empty result (no intervals, totals or figures)"

@@ -28,6 +28,7 @@ pub(crate) fn of(spec: &TestSpec) -> &dyn KindCharts {
         TestSpec::Connect(c) => c,
         TestSpec::Raw(r) => r,
         TestSpec::Http(h) => h,
+        TestSpec::Rpm(r) => r,
     }
 }
 

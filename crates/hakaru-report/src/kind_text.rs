@@ -49,5 +49,6 @@ pub(crate) fn of(spec: &TestSpec) -> &dyn KindText {
         TestSpec::Connect(c) => c,
         TestSpec::Raw(r) => r,
         TestSpec::Http(h) => h,
+        TestSpec::Rpm(r) => r,
     }
 }

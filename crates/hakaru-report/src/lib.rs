@@ -32,6 +32,8 @@ pub mod prometheus;
 pub mod quick_text;
 mod raw_charts;
 pub mod raw_text;
+mod rpm_charts;
+pub mod rpm_text;
 pub mod schema;
 pub mod summary;
 pub mod text;

@@ -48,6 +48,8 @@ pub enum RunKind {
     Latency,
     Connect,
     Http,
+    /// `hakaru rpm`: the responsiveness test.
+    Rpm,
     /// `sink` and `source`: a plain stream to or from any peer.
     Raw,
 }
@@ -62,6 +64,7 @@ impl RunKind {
             TestSpec::Latency(_) => RunKind::Latency,
             TestSpec::Connect(_) => RunKind::Connect,
             TestSpec::Http(_) => RunKind::Http,
+            TestSpec::Rpm(_) => RunKind::Rpm,
             TestSpec::Raw(_) => RunKind::Raw,
         }
     }
@@ -75,6 +78,7 @@ impl RunKind {
             RunKind::Latency => "latency",
             RunKind::Connect => "connect",
             RunKind::Http => "http",
+            RunKind::Rpm => "rpm",
             RunKind::Raw => "sink or source",
         }
     }

@@ -6,13 +6,14 @@ use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use hakaru_report::export::{formats_for, DocKind, Format, RunKind};
 
 /// The document each subcommand with the shared `--format` flags prints.
-const DOCUMENTS: [(&str, DocKind); 10] = [
+const DOCUMENTS: [(&str, DocKind); 11] = [
     ("tcp", DocKind::Run(RunKind::Tcp)),
     ("udp", DocKind::Run(RunKind::Udp)),
     ("pps", DocKind::Run(RunKind::Pps)),
     ("latency", DocKind::Run(RunKind::Latency)),
     ("connect", DocKind::Run(RunKind::Connect)),
     ("http", DocKind::Run(RunKind::Http)),
+    ("rpm", DocKind::Run(RunKind::Rpm)),
     ("sink", DocKind::Run(RunKind::Raw)),
     ("source", DocKind::Run(RunKind::Raw)),
     ("quick", DocKind::Quick),

@@ -273,6 +273,7 @@ fn assemble(
         connect: None,
         raw: None,
         http: Some(o.result),
+        rpm: None,
         server_clock_offset: None,
         server_on_this_host: embedded,
         probe: None,

@@ -16,6 +16,7 @@ mod probe;
 mod quick;
 mod raw;
 mod report;
+mod rpm;
 mod schema;
 mod server;
 mod sink;
@@ -89,6 +90,11 @@ enum Command {
     /// time to first byte and status codes (replaces wget -O /dev/null, curl -o /dev/null).
     /// Without URL, runs against an in-process endpoint on loopback.
     Http(Box<http::Args>),
+    /// Responsiveness under working conditions (draft-ietf-ippm-responsiveness): round trips
+    /// per minute while load-generating HTTP/2 connections fill the path (replaces Apple's
+    /// networkQuality, goresponsiveness). Without URL, runs against an in-process endpoint on
+    /// loopback.
+    Rpm(Box<rpm::Args>),
     /// Per-interface packet and byte rates every interval (replaces sar -n DEV 1).
     Nic(nic::Args),
     /// Many machines, one test: run a plan of senders and receivers over ssh, netns or any
@@ -162,6 +168,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Source(a) => source::run(*a),
         Command::Nic(a) => nic::run(a),
         Command::Http(a) => http::run(*a),
+        Command::Rpm(a) => rpm::run(*a),
         Command::Latency(a) => latency::run(*a),
         Command::Quick(a) => quick::run(*a),
         Command::Schema(a) => schema::run(a),

@@ -202,6 +202,7 @@ fn assemble(
         connect: None,
         raw: Some(o.result),
         http: None,
+        rpm: None,
         server_clock_offset: None,
         server_on_this_host: false,
         probe: None,

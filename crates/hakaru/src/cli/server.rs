@@ -132,6 +132,19 @@ pub struct Args {
     /// `hakaru http`, wget and curl where no web server is set up. Plain HTTP, no key.
     #[arg(long, value_name = "PORT")]
     http_port: Option<u16>,
+    /// Also serve the responsiveness test (`hakaru rpm`, Apple's networkQuality,
+    /// goresponsiveness) on this port (0 picks a free one): HTTPS with HTTP/2 (HTTP/1.1 when
+    /// the client offers only that), `/.well-known/nq`, `/small`, `/large` and `/upload`. TLS
+    /// with --tls-cert and --tls-key, or a self-signed certificate made at start (its SHA-256
+    /// fingerprint is logged). No key (docs/rpm.md, docs/security.md).
+    #[arg(long, value_name = "PORT")]
+    rpm_port: Option<u16>,
+    /// PEM certificate chain for --rpm-port.
+    #[arg(long, value_name = "FILE", requires_all = ["rpm_port", "tls_key"])]
+    tls_cert: Option<String>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE", requires_all = ["rpm_port", "tls_cert"])]
+    tls_key: Option<String>,
     /// Serve Prometheus metrics at http://ADDR:PORT/metrics: tests started and finished by
     /// kind and outcome, payload bytes by kind and direction, clients refused by reason,
     /// connections by protocol, the interfaces' counters, the process's CPU, memory and
@@ -171,23 +184,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
     }
     let psk = super::common::load_psk(a.psk_file.as_deref())?;
-    if psk.is_some() {
-        if a.iperf3.as_deref() == Some("allow") {
-            tracing::warn!("--iperf3 allow: iperf3 clients run tests without the key");
-        }
-        if a.http_port.is_some() {
-            tracing::warn!("--http-port: HTTP clients are served without the key");
-        }
-        if a.ntttcp_port.is_some() {
-            tracing::warn!("--ntttcp-port: ntttcp senders are served without the key (they cannot authenticate)");
-        }
-        if a.sockperf_port.is_some() {
-            tracing::warn!("--sockperf-port: sockperf clients are answered without the key (they cannot authenticate)");
-        }
-        if a.netperf_port.is_some() && a.netperf_passphrase.is_none() {
-            anyhow::bail!("--netperf-port with a key: netperf clients cannot prove the key; give --netperf-passphrase WORD (netperf -Z WORD sends it in plaintext) or leave out --netperf-port");
-        }
-    }
+    warn_unkeyed(&a, psk.is_some())?;
     if let Some(p) = &a.netperf_passphrase {
         if p.is_empty() || p.len() > hakaru_server::NETPERF_MAX_PASSPHRASE {
             anyhow::bail!(
@@ -233,11 +230,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         ntttcp_multi: a.ntttcp_multi,
         netperf: hakaru_server::NetperfConfig {
             ports: a.netperf_port,
-            passphrase: a.netperf_passphrase.map(String::into_bytes),
+            passphrase: a.netperf_passphrase.clone().map(String::into_bytes),
             per_client: a.max_netperf_per_client as usize,
         },
     })
     .with_context(|| format!("starting the server on port {}", a.port))?;
+    let _rpm = start_rpm(&a, &server)?;
     super::common::register_stop(&server.shutdown_flag())?;
     if a.exit_on_stdin_eof {
         let flag = server.shutdown_flag();
@@ -258,6 +256,57 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     }
     server.run().context("serving")?;
     Ok(())
+}
+
+/// With a key: the ports whose clients cannot prove it, said once at start; netperf's needs
+/// its passphrase.
+fn warn_unkeyed(a: &Args, keyed: bool) -> anyhow::Result<()> {
+    if keyed {
+        if a.iperf3.as_deref() == Some("allow") {
+            tracing::warn!("--iperf3 allow: iperf3 clients run tests without the key");
+        }
+        if a.http_port.is_some() {
+            tracing::warn!("--http-port: HTTP clients are served without the key");
+        }
+        if a.rpm_port.is_some() {
+            tracing::warn!("--rpm-port: responsiveness clients are served without the key");
+        }
+        if a.ntttcp_port.is_some() {
+            tracing::warn!("--ntttcp-port: ntttcp senders are served without the key (they cannot authenticate)");
+        }
+        if a.sockperf_port.is_some() {
+            tracing::warn!("--sockperf-port: sockperf clients are answered without the key (they cannot authenticate)");
+        }
+        if a.netperf_port.is_some() && a.netperf_passphrase.is_none() {
+            anyhow::bail!("--netperf-port with a key: netperf clients cannot prove the key; give --netperf-passphrase WORD (netperf -Z WORD sends it in plaintext) or leave out --netperf-port");
+        }
+    }
+    Ok(())
+}
+
+/// The responsiveness port, on the server's address; it stops when dropped.
+fn start_rpm(a: &Args, server: &Server) -> anyhow::Result<Option<hakaru_rpm::RpmServer>> {
+    let Some(port) = a.rpm_port else {
+        return Ok(None);
+    };
+    let ip = server
+        .local_addr()
+        .context("reading the listening address")?
+        .ip();
+    let acl = Acl::parse(&a.allow, &a.deny).map_err(anyhow::Error::msg)?;
+    let tls = hakaru_rpm::Tls {
+        files: a.tls_cert.clone().zip(a.tls_key.clone()),
+        permit: Some(std::sync::Arc::new(move |ip| acl.permits(ip))),
+    };
+    let rpm = hakaru_rpm::start(ip, port, &tls).map_err(anyhow::Error::msg)?;
+    tracing::info!(
+        "rpm test served on {} (https://{}/.well-known/nq, HTTP/2 or HTTP/1.1); certificate SHA-256 {}{}",
+        rpm.local_addr(),
+        rpm.local_addr(),
+        rpm.fingerprint(),
+        if a.tls_cert.is_none() { " (self-signed, made at start)" } else { "" }
+    );
+    Ok(Some(rpm))
 }
 
 /// `PORT` or `FIRST-LAST` (at most 1024 ports).

@@ -131,6 +131,7 @@ fn exit_codes_over_every_subcommand() {
         (&["tcp", "-b", "0.5"], "-b/--bitrate"),
         (&["-s", "-D"], "-D"),
         (&["http", "-P", "0"], "-P"),
+        (&["rpm", "--max-connections", "0"], "--max-connections"),
         (&["history", "--since", "3x"], "--since"),
     ];
     for (args, needle) in cases {

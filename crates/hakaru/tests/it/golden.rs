@@ -47,6 +47,20 @@ const KINDS: &[(&str, &[&str])] = &[
     ("connect", &["connect", "-t", "1", "-i", "0.5"]),
     // No intervals: an 8 MB download on a loaded machine can outlast the first one.
     ("http", &["http", "-n", "8M", "-P", "2", "-i", "0"]),
+    (
+        "rpm",
+        &[
+            "rpm",
+            "-t",
+            "1",
+            "-i",
+            "250ms",
+            "--moving-average",
+            "2",
+            "--max-connections",
+            "2",
+        ],
+    ),
 ];
 
 /// The formats, as `--format` spells them.

@@ -1,0 +1,181 @@
+//! `hakaru rpm`: the responsiveness test of draft-ietf-ippm-responsiveness (replaces Apple's
+//! networkQuality, goresponsiveness): round trips per minute under working conditions, over
+//! HTTP/2 and TLS against any server that publishes `/.well-known/nq`. Without a URL it runs
+//! against an in-process endpoint on loopback (`hakaru server --rpm-port`'s). docs/rpm.md.
+
+use std::net::{IpAddr, Ipv4Addr};
+
+use anyhow::Context;
+use hakaru_model::{rfc3339_utc, Dur, RpmDirection, RpmSpec, RunResult, TestSpec, SCHEMA_VERSION};
+
+use super::common::{stop_flag, Formats, OutputFiles, UsageError, ViewFlags};
+use crate::output;
+
+/// Options of `hakaru rpm`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The server's configuration URL (https://HOST/.well-known/nq), or just https://HOST.
+    /// Without a URL, an in-process endpoint on loopback serves the test.
+    #[arg(value_name = "URL")]
+    url: Option<String>,
+    /// Load direction: down (GET of the large URL), up (POST to the upload URL) or both at
+    /// once on connections of their own.
+    #[arg(short = 'd', long, value_name = "DIR", default_value = "down", value_parser = ["down", "up", "both"])]
+    direction: String,
+    /// Most load-generating connections per direction (the draft's MNP).
+    #[arg(long, value_name = "N", default_value = "16")]
+    max_connections: u32,
+    /// Interval at which stability is evaluated and a connection added (ID).
+    #[arg(short, long, value_name = "TIME", default_value = "1")]
+    interval: Dur,
+    /// Intervals in the moving averages (MAD).
+    #[arg(long, value_name = "N", default_value = "4")]
+    moving_average: u32,
+    /// Standard deviation tolerance for stability, percent of the moving average (SDT).
+    #[arg(long, value_name = "PCT", default_value = "5")]
+    tolerance: f64,
+    /// Most probes of each kind per second (MPS); fewer when the probes would take more than
+    /// 5 % of the goodput (PTC).
+    #[arg(long, value_name = "N", default_value = "100")]
+    probes: u32,
+    /// The run ends after this long even when not stable (the confidence then says so).
+    #[arg(short = 't', long, value_name = "TIME", default_value = "20")]
+    max_duration: Dur,
+    /// HTTPS: do not verify the server's certificate (a self-signed `hakaru server`).
+    #[arg(long)]
+    insecure: bool,
+    /// HTTPS: trust the certificate authorities in this PEM file instead of the system's.
+    #[arg(long, value_name = "FILE")]
+    cacert: Option<String>,
+    /// HTTP/1.1 instead of HTTP/2 (the fallback): self probes are then the load
+    /// connections' TCP round-trip time, as the draft allows.
+    #[arg(long)]
+    http1: bool,
+    /// How long a connection's TCP and TLS handshakes may take.
+    #[arg(long, value_name = "TIME", default_value = "5")]
+    connect_timeout: Dur,
+    #[command(flatten)]
+    formats: Formats,
+    #[command(flatten)]
+    view: ViewFlags,
+    #[command(flatten)]
+    files: OutputFiles,
+}
+
+impl Args {
+    fn spec(&self, url: String) -> anyhow::Result<RpmSpec> {
+        let url = if url.matches('/').count() <= 2 {
+            format!("{}/.well-known/nq", url.trim_end_matches('/'))
+        } else {
+            url
+        };
+        let spec = RpmSpec {
+            url,
+            direction: match self.direction.as_str() {
+                "up" => RpmDirection::Up,
+                "both" => RpmDirection::Both,
+                _ => RpmDirection::Down,
+            },
+            max_connections: self.max_connections,
+            interval: self.interval,
+            moving_average: self.moving_average,
+            tolerance: self.tolerance / 100.0,
+            probes_per_second: self.probes,
+            max_duration: self.max_duration,
+            insecure: self.insecure,
+            cacert: self.cacert.clone(),
+            http1: self.http1,
+            connect_timeout: self.connect_timeout,
+        };
+        spec.validate().map_err(|e| UsageError(e.0))?;
+        hakaru_rpm::config::Target::parse(&spec.url).map_err(UsageError)?;
+        Ok(spec)
+    }
+}
+
+/// Runs `hakaru rpm`.
+pub fn run(a: Args) -> anyhow::Result<()> {
+    a.spec(a.url.clone().unwrap_or_else(|| "https://127.0.0.1".into()))?;
+    let embedded = match &a.url {
+        None => Some(
+            hakaru_rpm::start(
+                IpAddr::V4(Ipv4Addr::LOCALHOST),
+                0,
+                &hakaru_rpm::Tls::default(),
+            )
+            .map_err(anyhow::Error::msg)
+            .context("starting the embedded endpoint on loopback")?,
+        ),
+        Some(_) => None,
+    };
+    let mut spec = match &embedded {
+        Some(s) => a.spec(format!("https://{}/.well-known/nq", s.local_addr()))?,
+        None => a.spec(a.url.clone().unwrap_or_default())?,
+    };
+    if embedded.is_some() {
+        // The endpoint's certificate was made a moment ago in this process.
+        spec.insecure = true;
+    }
+    let format = a.formats.format();
+    let view = a.view.view();
+    let stop = stop_flag()?;
+    let mut observer = output::observer(format, view);
+    let tspec = TestSpec::Rpm(spec.clone());
+    observer.on_start(&tspec, &spec.url, embedded.is_some());
+    let mut progress = output::Progress::new(output::is_quiet(format, view, &tspec));
+    progress.step("rpm".into());
+    progress.started(Some(spec.max_duration.0));
+    let started_unix = hakaru_engine::sys::now_unix();
+    let outcome = hakaru_rpm::run(&spec, &stop);
+    progress.finish();
+    let x = match outcome {
+        Ok(x) => x,
+        Err(e) => {
+            observer.on_error(&e);
+            anyhow::bail!("{e}");
+        }
+    };
+    let mut notes = vec![
+        "goodput counts HTTP bodies only (no headers, TLS records or TCP/IP headers)".to_string(),
+    ];
+    if embedded.is_some() {
+        notes.push("the embedded endpoint's self-signed certificate is not verified".into());
+    }
+    let interrupted = stop.load(std::sync::atomic::Ordering::Relaxed);
+    let peer = x.peer.clone();
+    let errors = x.errors.clone();
+    let r = RunResult {
+        schema_version: SCHEMA_VERSION,
+        tool: "hakaru".into(),
+        tool_version: env!("CARGO_PKG_VERSION").into(),
+        test: "rpm".into(),
+        started_at: rfc3339_utc(started_unix),
+        started_at_unix: started_unix,
+        server: spec.url.clone(),
+        embedded_server: embedded.is_some(),
+        local_address: String::new(),
+        remote_address: peer,
+        spec: tspec,
+        intervals: Vec::new(),
+        flows: Vec::new(),
+        totals: Vec::new(),
+        client: super::raw::end_result(None),
+        server_end: super::raw::end_result(None),
+        interrupted,
+        notes,
+        latency: None,
+        connect: None,
+        raw: None,
+        http: None,
+        rpm: Some(x),
+        server_clock_offset: None,
+        server_on_this_host: embedded.is_some(),
+    };
+    drop(embedded);
+    output::finish(format, view, &r)?;
+    a.files.write(&r)?;
+    if let Some(e) = errors.iter().find(|e| e.starts_with("load connection")) {
+        anyhow::bail!("a load-generating connection failed: {e}");
+    }
+    Ok(())
+}
