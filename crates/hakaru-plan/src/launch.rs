@@ -28,7 +28,7 @@ pub enum Launcher {
 }
 
 impl Launcher {
-    /// The launcher a host spec asks for (after `file::check`), with plan-wide ssh options.
+    /// The launcher a host spec asks for (after `check::check`), with plan-wide ssh options.
     pub fn of(h: &HostSpec, default_ssh_options: &[String]) -> Launcher {
         if let Some(dest) = &h.ssh {
             let options = h

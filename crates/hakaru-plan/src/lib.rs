@@ -9,13 +9,15 @@
 //! `hakaru_model::plan` into one [`hakaru_model::plan::PlanResult`]; it never re-implements a
 //! test, so a plan measures exactly what a manual run measures.
 
+mod check;
 pub mod file;
 pub mod launch;
 #[cfg(test)]
 mod probe_tests;
 mod run;
 
-pub use file::{check, expand, parse, PlanFile, Problem, Step};
+pub use check::{check, Problem};
+pub use file::{expand, parse, PlanFile, Step};
 pub use run::{invalid_commands, run, Options, PlanObserver, Validate, DEFAULT_PORT};
 
 /// Reachability of every host a plan uses (`hakaru plan check --probe`): for each host, its

@@ -1,6 +1,7 @@
 //! `latency_probe` in plan steps: from every client, or from the first one alone.
 
-use crate::file::{check, expand, parse, ProbeFrom};
+use crate::check::check;
+use crate::file::{expand, parse, ProbeFrom};
 
 const PLAN: &str = r#"
 [hosts.rx]

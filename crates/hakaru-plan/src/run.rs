@@ -132,7 +132,7 @@ fn tail(buf: &Arc<Mutex<String>>) -> String {
     buf.lock().map(|b| last_line(&b)).unwrap_or_default()
 }
 
-/// Runs a plan that `file::check` passed.
+/// Runs a plan that `check::check` passed.
 pub fn run(plan: &PlanFile, opts: &Options, obs: &mut dyn PlanObserver) -> PlanResult {
     let started_at_unix = now_unix();
     let steps = crate::file::expand(plan);

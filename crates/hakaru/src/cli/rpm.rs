@@ -167,6 +167,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         connect: None,
         raw: None,
         http: None,
+        probe: None,
         rpm: Some(x),
         server_clock_offset: None,
         server_on_this_host: embedded.is_some(),
