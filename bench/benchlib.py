@@ -37,3 +37,30 @@ def stop_process(p, sig=None, wait=10):
     except subprocess.TimeoutExpired:
         p.kill()
         p.wait()
+
+
+def wait_port(port, limit=10.0):
+    """Waits until something listens on 127.0.0.1:`port` (a connection to it succeeds)."""
+    import socket
+    import time
+    end = time.time() + limit
+    while time.time() < end:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on 127.0.0.1:{port}")
+
+
+def loadavg():
+    """The 1-minute load average, as text."""
+    return open("/proc/loadavg").read().split()[0]
+
+
+def cpu_model():
+    """The CPU's model name from /proc/cpuinfo ("?" if it has none)."""
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "?"

@@ -15,7 +15,7 @@ server is a separate process, stopped by PID.
 """
 import argparse, json, os, signal, statistics, subprocess, sys, time
 
-from benchlib import free_port, stop_process, write_block
+from benchlib import cpu_model, free_port, loadavg, stop_process, write_block
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
@@ -41,10 +41,6 @@ def run(port, args, secs, probe):
     if probe and not doc.get("probe", {}).get("loaded", {}).get("replies"):
         raise RuntimeError(f"{cmd}: the probes measured nothing")
     return bps
-
-
-def loadavg():
-    return open("/proc/loadavg").read().split()[0]
 
 
 def main():
@@ -78,11 +74,7 @@ def main():
     load_after = loadavg()
     cmd = (f"python3 bench/latency_probe_overhead.py --rounds {a.rounds} --time {a.time} "
            f"--rate {a.rate}")
-    model = "?"
-    for line in open("/proc/cpuinfo"):
-        if line.startswith("model name"):
-            model = line.split(":", 1)[1].strip()
-            break
+    model = cpu_model()
     lines = [
         f"Command: `{cmd}` ({a.rounds} interleaved rounds of `-t {a.time} -O 1` per case, "
         f"alternating which goes first; `--latency-probe {a.rate}` (UDP probes, {a.rate} a second); "

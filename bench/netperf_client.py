@@ -15,7 +15,7 @@ stopped by PID.
 """
 import argparse, json, os, signal, statistics, subprocess, sys, time
 
-from benchlib import free_port, stop_process, write_block
+from benchlib import cpu_model, free_port, loadavg, stop_process, wait_port, write_block
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
@@ -67,22 +67,6 @@ CASES = [
 RUNS = [("hk_np", "hakaru --netperf"), ("native", "hakaru native"), ("netperf", "stock netperf")]
 
 
-def wait_port(port, limit=10.0):
-    import socket
-    end = time.time() + limit
-    while time.time() < end:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"nothing listens on 127.0.0.1:{port}")
-
-
-def loadavg():
-    return open("/proc/loadavg").read().split()[0]
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
@@ -115,11 +99,7 @@ def main():
         stop_process(ns)
     load_after = loadavg()
     cmd = f"python3 bench/netperf_client.py --rounds {a.rounds} --time {a.time}"
-    model = "?"
-    for line in open("/proc/cpuinfo"):
-        if line.startswith("model name"):
-            model = line.split(":", 1)[1].strip()
-            break
+    model = cpu_model()
     lines = [
         f"Command: `{cmd}` ({a.rounds} interleaved rounds of {a.time} s per run, rotating which run "
         f"goes first; loopback, unpinned; {time.strftime('%Y-%m-%d')}; kernel {os.uname().release}, "

@@ -15,7 +15,7 @@ unpinned (the scheduler decides). Servers are separate processes, stopped by PID
 """
 import argparse, os, signal, statistics, subprocess, sys, time
 
-from benchlib import free_port, stop_process, write_block
+from benchlib import cpu_model, free_port, loadavg, stop_process, wait_port, write_block
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
@@ -46,22 +46,6 @@ def netperf(port, args, secs):
         "recv_rate": float(kv["REMOTE_RECV_CALLS"]) / float(kv["ELAPSED_TIME"]),
         "send_rate": float(kv["LOCAL_SEND_CALLS"]) / float(kv["ELAPSED_TIME"]),
     }
-
-
-def wait_port(port, limit=10.0):
-    import socket
-    end = time.time() + limit
-    while time.time() < end:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"nothing listens on 127.0.0.1:{port}")
-
-
-def loadavg():
-    return open("/proc/loadavg").read().split()[0]
 
 
 def main():
@@ -98,11 +82,7 @@ def main():
         stop_process(ns)
     load_after = loadavg()
     cmd = f"python3 bench/netperf_server.py --rounds {a.rounds} --time {a.time}"
-    model = "?"
-    for line in open("/proc/cpuinfo"):
-        if line.startswith("model name"):
-            model = line.split(":", 1)[1].strip()
-            break
+    model = cpu_model()
     lines = [
         f"Command: `{cmd}` ({a.rounds} interleaved rounds of `-l {a.time}` per case, alternating which "
         f"server goes first; loopback, unpinned; {time.strftime('%Y-%m-%d')}; kernel {os.uname().release}, "

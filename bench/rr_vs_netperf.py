@@ -30,7 +30,7 @@ netperf is built by ../shared/peers/build.sh netperf (into /opt/hakaru-peers/net
 import argparse, json, os, statistics, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import free_port, stop_process, write_block  # noqa: E402
+from benchlib import free_port, stop_process, wait_port, write_block  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
@@ -48,18 +48,6 @@ CASE_NAMES = {
 
 def pin(cpu, cmd):
     return (["taskset", "-c", cpu] if cpu is not None else []) + cmd
-
-
-def wait_port(port, limit=10.0):
-    import socket
-    end = time.time() + limit
-    while time.time() < end:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on 127.0.0.1:{port}")
 
 
 def run(cmd, limit):
