@@ -289,6 +289,12 @@ impl Decoder {
         self.buf.len()
     }
 
+    /// Takes the bytes buffered past the last decoded message (a data connection's first
+    /// bytes after its hello, read with it).
+    pub fn take_buffered(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.buf)
+    }
+
     /// Returns the next complete message, `Ok(None)` if more bytes are needed.
     pub fn next_message(&mut self) -> Result<Option<Message>, ProtoError> {
         if self.need_magic {
@@ -433,6 +439,19 @@ mod tests {
             }
         }
         assert_eq!(got, samples());
+        assert_eq!(d.buffered(), 0);
+    }
+
+    #[test]
+    fn bytes_after_a_message_are_handed_over_whole() {
+        let first = samples().remove(0);
+        let mut wire = MAGIC.to_vec();
+        wire.extend(first.encode());
+        wire.extend(b"probe request");
+        let mut d = Decoder::new();
+        d.feed(&wire);
+        assert_eq!(d.next_message().unwrap(), Some(first));
+        assert_eq!(d.take_buffered(), b"probe request".to_vec());
         assert_eq!(d.buffered(), 0);
     }
 

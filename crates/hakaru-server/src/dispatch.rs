@@ -183,13 +183,11 @@ fn handle(ctx: &Ctx, mut stream: TcpStream, peer: SocketAddr, seq: u32, slot: Sl
             );
         }
         Message::DataHello { token, flow } => {
-            if dec.buffered() > 0 {
-                tracing::warn!("data connection from {peer} sent data before the test started");
-            }
+            let early = dec.take_buffered();
             let _ = stream.set_read_timeout(None);
-            if let Err((why, DataConn::Tcp(_, mut stream))) =
+            if let Err((why, DataConn::Tcp(_, mut stream, _))) =
                 ctx.registry
-                    .deliver(&token, peer.ip(), DataConn::Tcp(flow, stream))
+                    .deliver(&token, peer.ip(), DataConn::Tcp(flow, stream, early))
             {
                 let why = match why {
                     Undelivered::UnknownToken => {

@@ -14,8 +14,10 @@ use std::sync::Mutex;
 /// A data path arriving for a test.
 #[derive(Debug)]
 pub enum DataConn {
-    /// A TCP data connection: its flow id and socket.
-    Tcp(u32, TcpStream),
+    /// A TCP data connection: its flow id, socket, and the bytes read past its hello (a
+    /// latency probe path may send its first request before the server has read the hello;
+    /// a bulk flow sends nothing before `start`).
+    Tcp(u32, TcpStream, Vec<u8>),
     /// A UDP flow's hello: its flow id and the address it came from.
     Udp(u32, SocketAddr),
 }
@@ -188,18 +190,20 @@ mod tests {
         assert!(r.insert("t".into(), client, 2, tx));
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let conn = || std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        r.deliver("t", client, DataConn::Tcp(0, conn())).unwrap();
-        r.deliver("t", client, DataConn::Tcp(0, conn())).unwrap();
+        r.deliver("t", client, DataConn::Tcp(0, conn(), Vec::new()))
+            .unwrap();
+        r.deliver("t", client, DataConn::Tcp(0, conn(), Vec::new()))
+            .unwrap();
         let e = r
-            .deliver("t", client, DataConn::Tcp(1, conn()))
+            .deliver("t", client, DataConn::Tcp(1, conn(), Vec::new()))
             .unwrap_err();
         assert_eq!(e.0, Undelivered::Full(2));
-        assert!(matches!(e.1, DataConn::Tcp(1, _)));
+        assert!(matches!(e.1, DataConn::Tcp(1, ..)));
         assert_eq!(rx.try_iter().count(), 2);
         // Retired: nothing more is delivered at all.
         r.remove("t");
         let e = r
-            .deliver("t", client, DataConn::Tcp(1, conn()))
+            .deliver("t", client, DataConn::Tcp(1, conn(), Vec::new()))
             .unwrap_err();
         assert_eq!(e.0, Undelivered::UnknownToken);
     }

@@ -107,10 +107,10 @@ pub(crate) fn accept(
     let _ = stream.set_read_timeout(None);
     match ctx
         .registry
-        .deliver(&cookie, peer.ip(), DataConn::Tcp(seq, stream))
+        .deliver(&cookie, peer.ip(), DataConn::Tcp(seq, stream, Vec::new()))
     {
         Ok(()) => return,
-        Err((_, DataConn::Tcp(_, s))) => stream = s,
+        Err((_, DataConn::Tcp(_, s, _))) => stream = s,
         Err((_, DataConn::Udp(..))) => return,
     }
     if first.len() > wire::COOKIE_LEN {
@@ -302,7 +302,7 @@ impl Driver<'_> {
     fn take_stream(&mut self, c: DataConn) -> Result<bool, Failure> {
         let udp = self.plan.as_ref().is_some_and(|p| p.udp);
         match c {
-            DataConn::Tcp(seq, s) if !udp => self.streams.tcp.push((seq, s)),
+            DataConn::Tcp(seq, s, _) if !udp => self.streams.tcp.push((seq, s)),
             DataConn::Udp(_, from) if udp => {
                 let Some(TestSpec::Udp(u)) = self.plan.as_ref().map(|p| &p.spec) else {
                     return Err((errno::IESTREAMCONNECT, "internal error: no UDP plan".into()));
@@ -316,7 +316,7 @@ impl Driver<'_> {
                 let _ = s.send(&wire::UDP_REPLY);
                 self.streams.udp.push(s);
             }
-            DataConn::Tcp(_, mut s) => {
+            DataConn::Tcp(_, mut s, _) => {
                 deny(&mut s);
                 return Ok(false);
             }

@@ -61,7 +61,13 @@ impl Paths {
     /// repeats, unknown flows and paths of the wrong protocol are answered or logged here.
     pub(super) fn take(&mut self, ctx: &Ctx, id: u64, c: DataConn) -> Result<Option<u32>, String> {
         match (self, c) {
-            (Paths::Tcp(socks), DataConn::Tcp(flow, stream)) => {
+            (Paths::Tcp(socks), DataConn::Tcp(flow, stream, early)) => {
+                if !early.is_empty() {
+                    tracing::warn!(
+                        "flow {flow}: {} byte(s) sent before the test started, ignored",
+                        early.len()
+                    );
+                }
                 match socks.get_mut(flow as usize) {
                     Some(slot @ None) => {
                         *slot = Some(stream);
@@ -82,7 +88,7 @@ impl Paths {
                 Ok(None)
             }
             (Paths::Udp(u), DataConn::Udp(flow, from)) => u.hello(ctx, id, flow, from),
-            (Paths::Udp(_), DataConn::Tcp(flow, _)) => {
+            (Paths::Udp(_), DataConn::Tcp(flow, ..)) => {
                 tracing::warn!(
                     "test {id}: closed a TCP data connection for flow {flow} in a UDP test"
                 );

@@ -53,7 +53,7 @@ impl ProbePath {
 
     /// The path is the probe flow's.
     pub(super) fn is_mine(&self, c: &DataConn) -> bool {
-        matches!(c, DataConn::Tcp(f, _) | DataConn::Udp(f, _) if *f == self.flow)
+        matches!(c, DataConn::Tcp(f, ..) | DataConn::Udp(f, _) if *f == self.flow)
     }
 
     /// Takes the probe flow's path: `Ok(Some(flow))` the first time. A repeated UDP hello is
@@ -61,8 +61,14 @@ impl ProbePath {
     pub(super) fn take(&mut self, ctx: &Ctx, id: u64, c: DataConn) -> Result<Option<u32>, String> {
         let (flow, first) = (self.flow, self.socket.is_none() && self.echo.is_none());
         match (self.probe.transport, c) {
-            (LatencyTransport::Tcp, DataConn::Tcp(_, stream)) if first => {
+            (LatencyTransport::Tcp, DataConn::Tcp(_, stream, early)) if first => {
                 let _ = stream.set_nodelay(true);
+                // Requests that came with the hello: the echo's first answers.
+                if !early.is_empty() {
+                    std::io::Write::write_all(&mut &stream, &early).map_err(|e| {
+                        format!("answering the latency probes' first requests: {e}")
+                    })?;
+                }
                 self.socket = Some(PingSocket::Tcp(stream));
                 Ok(Some(flow))
             }

@@ -18,6 +18,8 @@ const LIMIT: Duration = Duration::from_secs(60);
 fn check_probes(doc: &Value, what: &str) {
     let p = &doc["probe"];
     assert!(p.is_object(), "{what}: no probe figures: {doc}");
+    // A TCP probe whose first request came with its hello once lost it and stalled here.
+    assert!(p["error"].is_null(), "{what}: the probes failed: {p}");
     let idle = p["idle"]["replies"].as_u64().unwrap_or(0);
     let loaded = p["loaded"]["replies"].as_u64().unwrap_or(0);
     // 20 a second: 1 s of baseline and 2 s of load, less a few for a loaded machine.

@@ -363,12 +363,39 @@ fn compare_fails_a_throttled_run() {
     assert!(row["change_percent"].as_f64().unwrap() < -80.0, "{row}");
     assert_eq!(row["beyond_noise"], true);
     assert!(!c["differences"].as_array().unwrap().is_empty());
-    // The other way round it is better, and the exit code is 0.
+    // The other way round the rate is better, and the exit code follows the verdicts: a run
+    // at ten times the rate may lose or jitter more on a busy machine, and only that may be
+    // worse.
+    let o = run(&["compare", &slow, &fast, "--force", "--json"], LIMIT);
+    let c: Value = serde_json::from_slice(&o.stdout).expect("compare --json");
+    let rows = c["rows"].as_array().unwrap();
+    let verdict = |m: &str| {
+        rows.iter()
+            .find(|r| r["metric"] == m)
+            .map(|r| r["verdict"].clone())
+    };
+    assert_eq!(
+        verdict("client -> server received"),
+        Some(Value::from("better"))
+    );
+    let worse: Vec<String> = rows
+        .iter()
+        .filter(|r| r["verdict"] == "worse")
+        .map(|r| r["metric"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert!(
+        worse
+            .iter()
+            .all(|m| m.ends_with(" loss") || m.ends_with(" jitter")),
+        "{worse:?}"
+    );
+    let code = if worse.is_empty() { 0 } else { 1 };
+    assert_eq!(o.status.code(), Some(code), "{}", stderr(&o));
     let o = run(
         &["compare", &slow, &fast, "--force", "--format", "markdown"],
         LIMIT,
     );
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(code), "{}", stderr(&o));
     let md = String::from_utf8_lossy(&o.stdout);
     assert!(
         md.contains("| metric | base | new |") && md.contains("better"),
