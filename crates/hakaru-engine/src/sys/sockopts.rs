@@ -96,13 +96,13 @@ pub fn set_tos(sock: &Socket, tos: u8, ipv6: bool) -> io::Result<()> {
 
 /// Limits the bytes a TCP socket holds that are not yet sent (TCP_NOTSENT_LOWAT), so an
 /// application's new data does not queue behind a deep socket buffer (the responsiveness
-/// test's servers and clients). A no-op where the OS has no such option.
+/// test's servers and clients). Linux only (socket2 has it nowhere else); a no-op elsewhere.
 pub fn set_notsent_lowat(sock: &socket2::SockRef<'_>, bytes: u32) -> io::Result<()> {
-    #[cfg(any(target_os = "linux", target_os = "android", target_vendor = "apple"))]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
     {
         sock.set_tcp_notsent_lowat(bytes)
     }
-    #[cfg(not(any(target_os = "linux", target_os = "android", target_vendor = "apple")))]
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
     {
         let _ = (sock, bytes);
         Ok(())
