@@ -60,18 +60,12 @@ pub(crate) fn run(
         .start(s.opts.gate.as_ref())
         .inspect_err(|e| gave_up(s.ctl, e))?;
     let pinger = Pinger::start(
-        PingConfig {
-            length: spec.length.0 as usize,
-            warmup: spec.warmup.0,
-            duration: spec.duration.0,
-            rate: spec.rate,
-            spin: spec.spin,
-            busy_poll: spec.busy_poll,
-            timeout: spec.timeout.0,
-            affinity: s.opts.affinity.clone(),
-            keep_samples: s.opts.full_log.is_some(),
-            framing: ping::Framing::Hakaru,
-        },
+        PingConfig::for_spec(
+            spec,
+            s.opts.affinity.clone(),
+            s.opts.full_log.is_some(),
+            ping::Framing::Hakaru,
+        ),
         flows,
     );
     let mut me = Me {

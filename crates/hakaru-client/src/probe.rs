@@ -126,16 +126,9 @@ impl Probe {
         let l = self.spec.as_latency();
         let pinger = Pinger::start(
             PingConfig {
-                length: l.length.0 as usize,
-                warmup: l.warmup.0,
-                duration: l.duration.0,
-                rate: l.rate,
                 spin: false,
                 busy_poll: None,
-                timeout: l.timeout.0,
-                affinity: self.affinity.clone(),
-                keep_samples: false,
-                framing: Framing::Hakaru,
+                ..PingConfig::for_spec(&l, self.affinity.clone(), false, Framing::Hakaru)
             },
             vec![flow],
         )

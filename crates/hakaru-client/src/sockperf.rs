@@ -49,18 +49,12 @@ pub(crate) fn run(
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0);
     let pinger = Pinger::start(
-        PingConfig {
-            length: spec.length.0 as usize,
-            warmup: spec.warmup.0,
-            duration: spec.duration.0,
-            rate: spec.rate,
-            spin: spec.spin,
-            busy_poll: spec.busy_poll,
-            timeout: spec.timeout.0,
-            affinity: opts.affinity.clone(),
-            keep_samples: opts.full_log.is_some(),
-            framing: Framing::Sockperf,
-        },
+        PingConfig::for_spec(
+            spec,
+            opts.affinity.clone(),
+            opts.full_log.is_some(),
+            Framing::Sockperf,
+        ),
         flows,
     )
     .map_err(|e| ClientError::Flow(format!("starting the ping flows: {e}")))?;

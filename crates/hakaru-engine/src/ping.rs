@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use hakaru_model::{LatencyFlow, LatencyInterval, SideReport};
+use hakaru_model::{LatencyFlow, LatencyInterval, LatencySpec, SideReport};
 use hakaru_proto::datagram::FlowHello;
 
 pub use crate::framing::Framing;
@@ -131,6 +131,29 @@ pub struct PingConfig {
     pub keep_samples: bool,
     /// The requests' header: hakaru's, or sockperf's for a stock `sockperf sr`.
     pub framing: Framing,
+}
+
+impl PingConfig {
+    /// The pinger a latency spec asks for: its length, times, rate and waiting mode.
+    pub fn for_spec(
+        spec: &LatencySpec,
+        affinity: Vec<usize>,
+        keep_samples: bool,
+        framing: Framing,
+    ) -> PingConfig {
+        PingConfig {
+            length: spec.length.0 as usize,
+            warmup: spec.warmup.0,
+            duration: spec.duration.0,
+            rate: spec.rate,
+            spin: spec.spin,
+            busy_poll: spec.busy_poll,
+            timeout: spec.timeout.0,
+            affinity,
+            keep_samples,
+            framing,
+        }
+    }
 }
 
 /// One timed round trip (times in nanoseconds since the pinger started).

@@ -80,19 +80,13 @@ pub(super) fn latency(
     observer.on_start(&test, &tests.addr, opts.embedded);
     let started_unix = super::now_unix();
     let pinger = Pinger::start(
-        PingConfig {
-            length: l.length.0 as usize,
-            warmup: l.warmup.0,
-            duration: l.duration.0,
-            rate: l.rate,
-            spin: l.spin,
-            busy_poll: l.busy_poll,
-            timeout: l.timeout.0,
-            affinity: opts.affinity.clone(),
-            keep_samples: opts.full_log.is_some(),
-            // netserver's responses are its own bytes: no header to match.
-            framing: Framing::Opaque,
-        },
+        // netserver's responses are its own bytes: no header to match.
+        PingConfig::for_spec(
+            l,
+            opts.affinity.clone(),
+            opts.full_log.is_some(),
+            Framing::Opaque,
+        ),
         flows,
     )
     .map_err(|e| ClientError::Flow(format!("starting the ping flows: {e}")))?;

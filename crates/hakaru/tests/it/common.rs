@@ -464,3 +464,21 @@ pub fn read_msg(
         }
     }
 }
+
+/// A test CA and a certificate for `ip` and localhost signed by it (`ca.pem`, `cert.pem`,
+/// `key.pem` in `dir`), made by openssl.
+pub fn make_certs(dir: &std::path::Path, ip: &str) {
+    let sh = format!(
+        "set -e; cd {d}
+openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=hakaru-test-ca 2>/dev/null
+openssl req -newkey rsa:2048 -nodes -keyout key.pem -out cert.csr -subj /CN=localhost 2>/dev/null
+printf 'subjectAltName=DNS:localhost,IP:{ip}\\nbasicConstraints=CA:FALSE\\n' > ext.cnf
+openssl x509 -req -in cert.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out cert.pem -days 2 -extfile ext.cnf 2>/dev/null",
+        d = dir.display()
+    );
+    let o = run_cmd(
+        Command::new("sh").args(["-c", &sh]),
+        Duration::from_secs(60),
+    );
+    assert!(o.status.success(), "openssl: {}", stderr(&o));
+}

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::common::{free_port, json, peer, run, run_cmd, stderr, ServerProc};
+use super::common::{free_port, json, make_certs, peer, run, run_cmd, stderr, ServerProc};
 use super::netns_link::{Link, Shaping};
 
 /// Size of the file nginx serves.
@@ -39,24 +39,6 @@ impl Drop for Scratch {
     }
 }
 
-/// A test CA and a certificate for 127.0.0.1 and localhost signed by it (`ca.pem`,
-/// `cert.pem`, `key.pem` in `dir`).
-fn make_certs(dir: &Path) {
-    let sh = format!(
-        "set -e; cd {d}
-openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=hakaru-test-ca 2>/dev/null
-openssl req -newkey rsa:2048 -nodes -keyout key.pem -out cert.csr -subj /CN=localhost 2>/dev/null
-printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\nbasicConstraints=CA:FALSE\\n' > ext.cnf
-openssl x509 -req -in cert.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out cert.pem -days 2 -extfile ext.cnf 2>/dev/null",
-        d = dir.display()
-    );
-    let o = run_cmd(
-        Command::new("sh").args(["-c", &sh]),
-        Duration::from_secs(60),
-    );
-    assert!(o.status.success(), "openssl: {}", stderr(&o));
-}
-
 /// nginx on two loopback ports (plain and TLS), stopped by its PID when dropped. It runs as
 /// one process (`master_process off`): killing a master by PID would leave its workers behind.
 struct Nginx {
@@ -76,7 +58,7 @@ impl Nginx {
         let dir = Scratch::new(tag);
         let data: Vec<u8> = (0..SIZE).map(|i| (i * 7 % 251) as u8).collect();
         std::fs::write(dir.0.join("www/big.bin"), data).expect("write big.bin");
-        make_certs(&dir.0);
+        make_certs(&dir.0, "127.0.0.1");
         let (port, tls_port) = (free_port(), free_port());
         let d = dir.0.display();
         let conf = format!(

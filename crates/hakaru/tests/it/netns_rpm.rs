@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::common::{kill, peer, run_cmd, stderr};
+use super::common::{kill, make_certs, peer, run_cmd, stderr};
 use super::netns_link::{Link, Shaping};
 
 /// Bottleneck rate, bit/s, as tc spells it and as a number.
@@ -196,23 +196,6 @@ fn a_full_tbf_queue_reads_as_its_delay_and_a_small_one_reads_low() {
             );
         }
     }
-}
-
-/// A test CA and a certificate for `ip` signed by it (`ca.pem`, `cert.pem`, `key.pem`).
-fn make_certs(dir: &std::path::Path, ip: &str) {
-    let sh = format!(
-        "set -e; cd {d}
-openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=hakaru-test-ca 2>/dev/null
-openssl req -newkey rsa:2048 -nodes -keyout key.pem -out cert.csr -subj /CN=localhost 2>/dev/null
-printf 'subjectAltName=DNS:localhost,IP:{ip}\\nbasicConstraints=CA:FALSE\\n' > ext.cnf
-openssl x509 -req -in cert.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out cert.pem -days 2 -extfile ext.cnf 2>/dev/null",
-        d = dir.display()
-    );
-    let o = run_cmd(
-        Command::new("sh").args(["-c", &sh]),
-        Duration::from_secs(60),
-    );
-    assert!(o.status.success(), "openssl: {}", stderr(&o));
 }
 
 /// nginx in the server namespace, serving the draft's four URLs over HTTP/2 and TLS; killed
