@@ -259,14 +259,7 @@ impl TcpSpec {
             }
         }
         if let Some(cc) = &self.congestion {
-            if cc.is_empty()
-                || cc.len() > 15
-                || !cc.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-            {
-                return Err(SpecError(format!(
-                    "-C/--congestion '{cc}' is not a congestion control name"
-                )));
-            }
+            check_congestion_name(cc)?;
         }
         if self.server_affinity.len() > 4096 || self.server_affinity.iter().any(|&c| c >= 4096) {
             return Err(SpecError(
@@ -375,6 +368,18 @@ impl crate::kind::Kind for TcpSpec {
         })
     }
 }
+/// Refuses a `-C/--congestion` value that cannot be a kernel congestion control's name (at
+/// most 15 letters, digits or underscores), before it reaches a socket option.
+pub fn check_congestion_name(cc: &str) -> Result<(), SpecError> {
+    if cc.is_empty() || cc.len() > 15 || !cc.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    {
+        return Err(SpecError(format!(
+            "-C/--congestion '{cc}' is not a congestion control name"
+        )));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

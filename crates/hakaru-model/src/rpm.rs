@@ -61,6 +61,10 @@ pub struct RpmSpec {
     pub http1: bool,
     /// How long a connection (TCP and TLS handshakes) may take.
     pub connect_timeout: Dur,
+    /// TCP congestion control of this end's sockets (`-C`): the uploads' sender. Unset: the
+    /// system's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub congestion: Option<String>,
 }
 
 impl RpmSpec {
@@ -110,6 +114,9 @@ impl RpmSpec {
                 "--max-duration must be at least two intervals and at most 600 s, got {}",
                 self.max_duration
             ));
+        }
+        if let Some(cc) = &self.congestion {
+            crate::config::check_congestion_name(cc)?;
         }
         let ct = self.connect_timeout.secs_f64();
         if ct <= 0.0 || ct > 60.0 {
@@ -276,6 +283,7 @@ mod tests {
             cacert: None,
             http1: false,
             connect_timeout: Dur::from_secs(5),
+            congestion: None,
         }
     }
 
@@ -283,7 +291,7 @@ mod tests {
     fn limits_name_the_flag() {
         assert!(spec().validate().is_ok());
         type Case = (fn(&mut RpmSpec), &'static str);
-        let cases: [Case; 7] = [
+        let cases: [Case; 8] = [
             (|s| s.url = "ftp://x".into(), "https://"),
             (|s| s.max_connections = 0, "--max-connections"),
             (|s| s.max_connections = 65, "--max-connections"),
@@ -291,6 +299,10 @@ mod tests {
             (|s| s.moving_average = 1, "--moving-average"),
             (|s| s.probes_per_second = 0, "--probes"),
             (|s| s.max_duration = Dur::from_secs(1), "--max-duration"),
+            (
+                |s| s.congestion = Some("cubic; rm".into()),
+                "-C/--congestion",
+            ),
         ];
         for (f, flag) in cases {
             let mut s = spec();

@@ -104,6 +104,7 @@ async fn dialer(spec: &RpmSpec, t: &Target, endpoint: Option<&str>) -> Result<Di
         tls,
         http1: spec.http1,
         timeout: spec.connect_timeout.0,
+        congestion: spec.congestion.clone(),
     })
 }
 

@@ -47,6 +47,8 @@ pub struct Dialer {
     pub http1: bool,
     /// How long the handshakes may take.
     pub timeout: Duration,
+    /// TCP congestion control of every connection, when asked for (`-C`).
+    pub congestion: Option<String>,
 }
 
 /// A connection's handshake times, ms.
@@ -78,6 +80,9 @@ impl Dialer {
     /// A TLS connector for `http1` or h2, from a client configuration.
     pub fn connector(cfg: &Arc<rustls::ClientConfig>, http1: bool) -> tokio_rustls::TlsConnector {
         let mut cfg = (**cfg).clone();
+        // Every connection is a new one with a full handshake, as the draft's foreign probes
+        // are: a resumed TLS 1.2 session would take one round trip where a new one takes two.
+        cfg.resumption = rustls::client::Resumption::disabled();
         cfg.alpn_protocols = vec![if http1 {
             b"http/1.1".to_vec()
         } else {
@@ -101,7 +106,12 @@ impl Dialer {
             .map_err(|e| format!("connecting to {}: {e}", self.addr))?;
         let tcp_ms = ms(t0.elapsed());
         let _ = tcp.set_nodelay(true);
-        let _ = hakaru_engine::sys::set_notsent_lowat(&socket2::SockRef::from(&tcp), NOTSENT_LOWAT);
+        let sock = socket2::SockRef::from(&tcp);
+        let _ = hakaru_engine::sys::set_notsent_lowat(&sock, NOTSENT_LOWAT);
+        if let Some(cc) = &self.congestion {
+            // Before any data; the handshake does not depend on it. Refused, not ignored.
+            hakaru_engine::sys::set_congestion(&sock, cc).map_err(|e| format!("-C {cc}: {e}"))?;
+        }
         let fd = tcp.as_raw_fd();
         let Some((connector, name)) = &self.tls else {
             return Ok(Opened {
@@ -124,11 +134,7 @@ impl Dialer {
         tls.get_mut().1.set_buffer_limit(Some(TLS_BUFFER));
         let (_, session) = tls.get_ref();
         let v = session.protocol_version();
-        let rtts = if v == Some(rustls::ProtocolVersion::TLSv1_2) {
-            2.0
-        } else {
-            1.0
-        };
+        let rtts = tls_round_trips(v, session.handshake_kind());
         let desc = format!(
             "{} {}",
             v.map(|v| format!("{v:?}")).unwrap_or_default(),
@@ -152,6 +158,21 @@ impl Dialer {
             tls: Some(desc),
             fd,
         })
+    }
+}
+
+/// Round trips a TLS handshake took: TLS 1.3 one (two after a HelloRetryRequest), TLS 1.2
+/// two (one when resumed).
+fn tls_round_trips(
+    version: Option<rustls::ProtocolVersion>,
+    kind: Option<rustls::HandshakeKind>,
+) -> f64 {
+    use rustls::HandshakeKind::{FullWithHelloRetryRequest, Resumed};
+    match (version, kind) {
+        (Some(rustls::ProtocolVersion::TLSv1_2), Some(Resumed)) => 1.0,
+        (Some(rustls::ProtocolVersion::TLSv1_2), _) => 2.0,
+        (_, Some(FullWithHelloRetryRequest)) => 2.0,
+        _ => 1.0,
     }
 }
 
@@ -295,4 +316,22 @@ pub async fn h1_get(d: &Dialer, io: &mut Box<dyn Io>, path: &str) -> Result<Vec<
         buf.extend_from_slice(tmp.get(..n).unwrap_or_default());
     }
     Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustls::HandshakeKind::{Full, FullWithHelloRetryRequest, Resumed};
+    use rustls::ProtocolVersion::{TLSv1_2, TLSv1_3};
+
+    #[test]
+    fn a_handshake_counts_the_round_trips_it_took() {
+        assert_eq!(tls_round_trips(Some(TLSv1_3), Some(Full)), 1.0);
+        assert_eq!(
+            tls_round_trips(Some(TLSv1_3), Some(FullWithHelloRetryRequest)),
+            2.0
+        );
+        assert_eq!(tls_round_trips(Some(TLSv1_2), Some(Full)), 2.0);
+        assert_eq!(tls_round_trips(Some(TLSv1_2), Some(Resumed)), 1.0);
+    }
 }

@@ -15,4 +15,4 @@ pub mod server;
 pub mod stats;
 
 pub use client::run;
-pub use server::{start, RpmServer, Tls};
+pub use server::{start, RpmServer, ServerOptions};

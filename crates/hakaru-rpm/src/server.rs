@@ -52,13 +52,16 @@ static ZEROS: [u8; CHUNK] = [0u8; CHUNK];
 /// Who may connect: `hakaru server`'s access list (`--allow`, `--deny`).
 pub type Permit = Arc<dyn Fn(IpAddr) -> bool + Send + Sync>;
 
-/// Where the certificate comes from, and who is served.
+/// Where the certificate comes from, who is served, and how the server sends.
 #[derive(Clone, Default)]
-pub struct Tls {
+pub struct ServerOptions {
     /// PEM files of the certificate chain and its key; `None` generates a self-signed one.
     pub files: Option<(String, String)>,
     /// Addresses not permitted are closed at once; `None` serves everyone.
     pub permit: Option<Permit>,
+    /// TCP congestion control of every connection (the downloads' sender); `None` keeps the
+    /// system's default.
+    pub congestion: Option<String>,
 }
 
 /// A running server; dropping it stops it.
@@ -94,7 +97,7 @@ impl Drop for RpmServer {
 /// The certificate chain and key: from the files, or a new self-signed one for `localhost`
 /// and `names`.
 fn certificate(
-    tls: &Tls,
+    tls: &ServerOptions,
     names: &[String],
 ) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), String> {
     use rustls_pki_types::pem::PemObject;
@@ -118,7 +121,7 @@ fn certificate(
 }
 
 /// Binds `ip:port` and serves on a thread of its own.
-pub fn start(ip: IpAddr, port: u16, tls: &Tls) -> Result<RpmServer, String> {
+pub fn start(ip: IpAddr, port: u16, tls: &ServerOptions) -> Result<RpmServer, String> {
     let (chain, key) = certificate(tls, &[ip.to_string()])?;
     let fingerprint = chain
         .first()
@@ -149,6 +152,12 @@ pub fn start(ip: IpAddr, port: u16, tls: &Tls) -> Result<RpmServer, String> {
     listener
         .set_nonblocking(true)
         .map_err(|e| format!("--rpm-port {port}: {e}"))?;
+    // Set on the listener first: a name the kernel does not have is refused at start, by name.
+    if let Some(cc) = &tls.congestion {
+        hakaru_engine::sys::set_congestion(&socket2::SockRef::from(&listener), cc)
+            .map_err(|e| format!("--rpm-congestion {cc}: {e}"))?;
+    }
+    let congestion = tls.congestion.clone();
     let addr = listener
         .local_addr()
         .map_err(|e| format!("--rpm-port {port}: {e}"))?;
@@ -173,7 +182,7 @@ pub fn start(ip: IpAddr, port: u16, tls: &Tls) -> Result<RpmServer, String> {
                     return;
                 }
             };
-            rt.block_on(accept_loop(listener, acceptor, permit, rx));
+            rt.block_on(accept_loop(listener, acceptor, permit, congestion, rx));
             rt.shutdown_timeout(Duration::from_millis(200));
         })
         .map_err(|e| format!("starting the rpm port's thread: {e}"))?;
@@ -224,6 +233,7 @@ async fn accept_loop(
     listener: TcpListener,
     acceptor: tokio_rustls::TlsAcceptor,
     permit: Option<Permit>,
+    congestion: Option<String>,
     mut stop: tokio::sync::oneshot::Receiver<()>,
 ) {
     let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
@@ -256,7 +266,12 @@ async fn accept_loop(
             continue;
         };
         let _ = tcp.set_nodelay(true);
-        let _ = hakaru_engine::sys::set_notsent_lowat(&socket2::SockRef::from(&tcp), NOTSENT_LOWAT);
+        let sock = socket2::SockRef::from(&tcp);
+        let _ = hakaru_engine::sys::set_notsent_lowat(&sock, NOTSENT_LOWAT);
+        if let Some(cc) = &congestion {
+            // Accepted sockets may inherit it from the listener; set it where they do not.
+            let _ = hakaru_engine::sys::set_congestion(&sock, cc);
+        }
         let local = tcp.local_addr().ok();
         let acceptor = acceptor.clone();
         tokio::spawn(async move {

@@ -54,6 +54,11 @@ pub struct Args {
     /// How long a connection's TCP and TLS handshakes may take.
     #[arg(long, value_name = "TIME", default_value = "5")]
     connect_timeout: Dur,
+    /// TCP congestion control of this end's sockets (cubic, bbr, reno, ...): the sender of
+    /// uploads. With the embedded endpoint (no URL) its sockets too, the sender of downloads;
+    /// a remote `hakaru server` takes `--rpm-congestion`. Linux only.
+    #[arg(short = 'C', long, value_name = "ALGO")]
+    congestion: Option<String>,
     #[command(flatten)]
     formats: Formats,
     #[command(flatten)]
@@ -86,6 +91,7 @@ impl Args {
             cacert: self.cacert.clone(),
             http1: self.http1,
             connect_timeout: self.connect_timeout,
+            congestion: self.congestion.clone(),
         };
         spec.validate().map_err(|e| UsageError(e.0))?;
         hakaru_rpm::config::Target::parse(&spec.url).map_err(UsageError)?;
@@ -101,7 +107,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             hakaru_rpm::start(
                 IpAddr::V4(Ipv4Addr::LOCALHOST),
                 0,
-                &hakaru_rpm::Tls::default(),
+                &hakaru_rpm::ServerOptions {
+                    congestion: a.congestion.clone(),
+                    ..Default::default()
+                },
             )
             .map_err(anyhow::Error::msg)
             .context("starting the embedded endpoint on loopback")?,

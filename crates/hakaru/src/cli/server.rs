@@ -145,6 +145,10 @@ pub struct Args {
     /// PEM private key of --tls-cert.
     #[arg(long, value_name = "FILE", requires_all = ["rpm_port", "tls_cert"])]
     tls_key: Option<String>,
+    /// TCP congestion control of --rpm-port's sockets (cubic, bbr, reno, ...), the sender of
+    /// the rpm downloads; unset, the system's default. Linux only.
+    #[arg(long, value_name = "ALGO", requires = "rpm_port")]
+    rpm_congestion: Option<String>,
     /// Serve Prometheus metrics at http://ADDR:PORT/metrics: tests started and finished by
     /// kind and outcome, payload bytes by kind and direction, clients refused by reason,
     /// connections by protocol, the interfaces' counters, the process's CPU, memory and
@@ -294,9 +298,15 @@ fn start_rpm(a: &Args, server: &Server) -> anyhow::Result<Option<hakaru_rpm::Rpm
         .context("reading the listening address")?
         .ip();
     let acl = Acl::parse(&a.allow, &a.deny).map_err(anyhow::Error::msg)?;
-    let tls = hakaru_rpm::Tls {
+    if let Some(cc) = &a.rpm_congestion {
+        hakaru_model::check_congestion_name(cc).map_err(|e| {
+            super::common::UsageError(e.0.replace("-C/--congestion", "--rpm-congestion"))
+        })?;
+    }
+    let tls = hakaru_rpm::ServerOptions {
         files: a.tls_cert.clone().zip(a.tls_key.clone()),
         permit: Some(std::sync::Arc::new(move |ip| acl.permits(ip))),
+        congestion: a.rpm_congestion.clone(),
     };
     let rpm = hakaru_rpm::start(ip, port, &tls).map_err(anyhow::Error::msg)?;
     tracing::info!(

@@ -130,6 +130,54 @@ impl Bridge {
         );
     }
 
+    /// Makes the bridge's port toward member `i` a bottleneck of `rate` with a FIFO of `limit`
+    /// bytes (tbf): a box in the middle, as a router is. A tbf on a sender's own interface
+    /// would hold far less, since TCP keeps each socket's bytes in its host's qdisc small (TCP
+    /// small queues).
+    pub fn queue_to(&self, i: usize, rate: &str, limit: u32) {
+        in_ns_must(
+            &self.hub,
+            &[
+                "tc",
+                "qdisc",
+                "replace",
+                "dev",
+                &self.members[i].port,
+                "root",
+                "tbf",
+                "rate",
+                rate,
+                "burst",
+                "16kb",
+                "limit",
+                &limit.to_string(),
+            ],
+        );
+    }
+
+    /// Bytes waiting now in the queue of the bridge's port toward member `i` (its root qdisc's
+    /// backlog, from `tc -s -j`: exact bytes, where the text form rounds to Kb).
+    pub fn backlog_to(&self, i: usize) -> u64 {
+        let o = in_ns_must(
+            &self.hub,
+            &[
+                "tc",
+                "-s",
+                "-j",
+                "qdisc",
+                "show",
+                "dev",
+                &self.members[i].port,
+            ],
+        );
+        let doc: serde_json::Value = serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("`tc -s -j qdisc show`: {e}"));
+        doc.as_array()
+            .and_then(|q| q.iter().find(|q| q["root"] == true))
+            .and_then(|q| q["backlog"].as_u64())
+            .unwrap_or_else(|| panic!("no root qdisc's backlog in `tc -s -j qdisc show`: {doc}"))
+    }
+
     /// Shapes the traffic member `i` sends (tbf on its own veth end).
     pub fn shape_from(&self, i: usize, rate: &str) {
         let m = &self.members[i];

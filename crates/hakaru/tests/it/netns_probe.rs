@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::common::{bin, json, run_cmd, stderr, ServerProc};
-use super::netns_bridge::{in_ns_must, Bridge};
+use super::netns_bridge::Bridge;
 
 /// The bottleneck's rate, bits per second, and as tc spells it.
 const RATE_BPS: f64 = 20e6;
@@ -30,26 +30,9 @@ struct Path {
 }
 
 impl Path {
-    fn new(limit: &str) -> Option<Path> {
+    fn new(limit: u32) -> Option<Path> {
         let bridge = Bridge::setup(2, &[("tc", "iproute2")])?;
-        in_ns_must(
-            &bridge.hub,
-            &[
-                "tc",
-                "qdisc",
-                "replace",
-                "dev",
-                &bridge.members[0].port,
-                "root",
-                "tbf",
-                "rate",
-                RATE,
-                "burst",
-                "16kb",
-                "limit",
-                limit,
-            ],
-        );
+        bridge.queue_to(0, RATE, limit);
         let mut cmd = Command::new("ip");
         cmd.env_remove("RUST_LOG")
             .args(["netns", "exec", &bridge.members[0].ns, bin()]);
@@ -101,7 +84,7 @@ impl Path {
 
 #[test]
 fn probes_under_load_read_the_queue_delay_of_a_full_tbf() {
-    let Some(path) = Path::new("250000") else {
+    let Some(path) = Path::new(250_000) else {
         return;
     };
     let (idle, loaded, doc) = path.probed_upload();
@@ -124,7 +107,7 @@ fn probes_under_load_read_the_queue_delay_of_a_full_tbf() {
 #[test]
 fn probes_under_load_read_low_behind_a_small_queue() {
     // 25 KB at 20 Mbit/s: at most 10 ms of queue.
-    let Some(path) = Path::new("25000") else {
+    let Some(path) = Path::new(25_000) else {
         return;
     };
     let (idle, loaded, doc) = path.probed_upload();
@@ -138,7 +121,7 @@ fn probes_under_load_read_low_behind_a_small_queue() {
 
 #[test]
 fn the_idle_baseline_reads_what_hakaru_latency_reads() {
-    let Some(path) = Path::new("250000") else {
+    let Some(path) = Path::new(250_000) else {
         return;
     };
     // The probes' own schedule and size: UDP, open loop at 20 a second, 64 bytes.
