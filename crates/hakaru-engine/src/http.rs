@@ -751,6 +751,11 @@ impl Worker {
             }
         }
         loop {
+            // A body that never makes the reads wait (a fast path, a large file) must still
+            // end at the run's time: the waits check it, this checks it between reads.
+            if sh.over() {
+                return Err(Halt::Cut);
+            }
             let n = self.read_some(sh)?;
             if n == 0 {
                 return match state {

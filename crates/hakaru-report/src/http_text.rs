@@ -229,14 +229,21 @@ pub fn headline(r: &RunResult) -> String {
         HttpMethod::Get => "downloaded",
         HttpMethod::Put | HttpMethod::Post => "uploaded",
     };
+    // Requests neither completed nor failed were cut by the run's end (-t, Ctrl-C).
+    let cut = h.requests.saturating_sub(h.completed + h.failed);
     format!(
-        "http: {} goodput {verb} over {} connection(s) ({} in {:.2} s, {}/{} requests ok)\n",
+        "http: {} goodput {verb} over {} connection(s) ({} in {:.2} s, {}/{} requests ok{})\n",
         h.bits_per_second,
         h.connections.len(),
         Bytes(h.bytes),
         h.seconds,
         h.completed,
-        h.requests
+        h.requests,
+        if cut > 0 {
+            format!(", {cut} cut at the end of the run")
+        } else {
+            String::new()
+        }
     )
 }
 

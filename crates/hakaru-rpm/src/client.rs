@@ -328,8 +328,7 @@ async fn h2_load(
                     _ => break,
                 };
                 let n = cap.min(conn::SEND_BUFFER);
-                let chunk = Bytes::from_static(&ZEROS).slice(..n);
-                if body.send_data(chunk, false).is_err() {
+                if conn::send_frames(&mut body, &ZEROS, n, false).is_err() {
                     break;
                 }
                 sh.up.fetch_add(n as u64, Ordering::Relaxed);

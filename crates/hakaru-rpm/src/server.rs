@@ -24,7 +24,9 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use sha2::Digest;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::conn::{Io, CONN_WINDOW, NOTSENT_LOWAT, SEND_BUFFER, STREAM_WINDOW, TLS_BUFFER};
+use crate::conn::{
+    Io, CONN_WINDOW, NOTSENT_LOWAT, READ_BUFFER, SEND_BUFFER, STREAM_WINDOW, TLS_BUFFER,
+};
 
 /// Connections served at once.
 pub const MAX_CONNECTIONS: usize = 1024;
@@ -276,6 +278,7 @@ async fn accept_loop(
         let acceptor = acceptor.clone();
         tokio::spawn(async move {
             let _place = place;
+            let tcp = tokio::io::BufReader::with_capacity(READ_BUFFER, tcp);
             let Ok(Ok(mut tls)) = tokio::time::timeout(HANDSHAKE, acceptor.accept(tcp)).await
             else {
                 return;
@@ -395,7 +398,7 @@ async fn h2_request(
                     }
                 };
                 left -= cap as u64;
-                s.send_data(Bytes::from_static(&ZEROS).slice(..cap), left == 0)?;
+                crate::conn::send_frames(&mut s, &ZEROS, cap, left == 0)?;
             }
             Ok(())
         }
