@@ -26,9 +26,10 @@ const BUF: usize = 1 << 20;
 /// The receive low-water mark of a plain connection while more than four times this much of a
 /// body is left: a blocking read then waits for this many bytes instead of waking for each
 /// segment the server sends. On a 2-vCPU VM this cut the client's context switches for a 1 GiB
-/// download from about 3,000 to 400 (curl's count) and kept the reader from being pulled onto
-/// the server's CPU (docs/BENCHMARKS.md, "hakaru http against wget and curl"). It is lowered to
-/// 1 before less than this is left, so that no read waits for bytes that will not come.
+/// download from about 3,000 to curl's few hundred, and an unpinned download went from 0.78x
+/// curl's rate to ahead of it (docs/BENCHMARKS.md, "hakaru http against wget and curl"). It is
+/// lowered to 1 before less than this is left, so that no read waits for bytes that will not
+/// come.
 const BODY_LOWAT: u32 = 256 << 10;
 
 /// What an HTTP run produced.
