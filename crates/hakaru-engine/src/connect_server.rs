@@ -1,9 +1,12 @@
 //! Connection rate at the server: a listener of the test's own, served by one worker per CPU
-//! (no more than the client's connectors) or per listed CPU. The control port's dispatcher spends a thread per connection, far too
-//! slow for tens of thousands of connections a second; these workers share the listener and
-//! each multiplexes its connections on non-blocking sockets with `poll`: accept, read the whole
-//! request, write the response, then read until the client's FIN or RST and close. The client
-//! closes first, so TIME_WAIT lands on the client, as with netperf TCP_CRR.
+//! (no more than the client's connectors) or per listed CPU. The control port's dispatcher
+//! spends a thread per connection, far too slow for tens of thousands of connections a second;
+//! these workers share the listener. Each connection: accept, read the whole request, write the
+//! response, then read until the client's FIN or RST and close. The client closes first, so
+//! TIME_WAIT lands on the client, as with netperf TCP_CRR. Where there are no more connectors
+//! than workers (and on Linux, where accepted sockets inherit the listener's timeouts) each
+//! worker does that with blocking calls, one connection at a time, as netserver does; otherwise
+//! each multiplexes its connections on non-blocking sockets with `poll`.
 //!
 //! Only the test's client is served: a connection from any other address is closed at once.
 //! Every connection has a time limit, and the number open at once is capped, so a stuck or
@@ -74,7 +77,8 @@ impl ConnectServer {
             cfg.affinity.len()
         }
         .max(1);
-        let (port, listeners) = listeners(cfg.ip.to_canonical(), nworkers)?;
+        let blocking = blocking_workers(&cfg, nworkers);
+        let (port, listeners) = listeners(cfg.ip.to_canonical(), nworkers, blocking, &cfg)?;
         let per_worker = cfg.max_open.div_ceil(nworkers).max(1);
         let stop = Arc::new(AtomicBool::new(false));
         let mut server = ConnectServer {
@@ -89,7 +93,13 @@ impl ConnectServer {
             let h = std::thread::Builder::new()
                 .name(format!("hakaru-accept-{w}"))
                 .stack_size(256 << 10)
-                .spawn(move || worker(&cfg, &stop, l, pin, per_worker))?;
+                .spawn(move || {
+                    if blocking {
+                        blocking_worker(&cfg, &stop, l, pin)
+                    } else {
+                        worker(&cfg, &stop, l, pin, per_worker)
+                    }
+                })?;
             // On an error above, dropping `server` stops and joins the workers started so far.
             server.workers.push(h);
         }
@@ -127,18 +137,36 @@ impl Drop for ConnectServer {
     }
 }
 
-/// The listener: non-blocking, shared by the workers, reporting a connection only once its
-/// request is there (TCP_DEFER_ACCEPT, where there is one: one wake-up less per connection).
-/// A SO_REUSEPORT listener per worker would wake one worker per connection instead of all, but
-/// measured no faster here, and would let another process of the same user join the port.
-fn listeners(ip: IpAddr, n: usize) -> io::Result<(u16, Vec<TcpListener>)> {
+/// The listener, shared by the workers. For multiplexing workers it is non-blocking and reports
+/// a connection only once its request is there (TCP_DEFER_ACCEPT, where there is one: one
+/// wake-up less per connection). For [`blocking_worker`]s it carries the timeouts (and
+/// TCP_NODELAY where the response needs it) that every accepted socket inherits, and no
+/// TCP_DEFER_ACCEPT: the worker is better woken by the handshake, while the client is still
+/// sending its request (faster across CPUs and no slower on one, docs/performance-notes.md,
+/// section 7). A SO_REUSEPORT listener per worker would wake one worker per connection instead
+/// of all, but measured no faster here, and would let another process of the same user join
+/// the port.
+fn listeners(
+    ip: IpAddr,
+    n: usize,
+    blocking: bool,
+    cfg: &ConnectServerConfig,
+) -> io::Result<(u16, Vec<TcpListener>)> {
     let addr = SocketAddr::new(ip, 0);
     let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     sock.bind(&addr.into())?;
     // The kernel caps this at net.core.somaxconn.
     sock.listen(4096)?;
-    sock.set_nonblocking(true)?;
-    let _ = sys::tcp_defer_accept(sys::AsRawFd::as_raw_fd(&sock), 1);
+    if blocking {
+        sock.set_read_timeout(Some(POLL_WAIT))?;
+        sock.set_write_timeout(Some(POLL_WAIT))?;
+        if cfg.response > ONE_SEGMENT {
+            sock.set_tcp_nodelay(true)?;
+        }
+    } else {
+        sock.set_nonblocking(true)?;
+        let _ = sys::tcp_defer_accept(sys::AsRawFd::as_raw_fd(&sock), 1);
+    }
     let first: TcpListener = sock.into();
     let port = first.local_addr()?.port();
     let mut out = Vec::with_capacity(n);
@@ -147,6 +175,114 @@ fn listeners(ip: IpAddr, n: usize) -> io::Result<(u16, Vec<TcpListener>)> {
     }
     out.insert(0, first);
     Ok((port, out))
+}
+
+/// Whether each worker serves one connection at a time with blocking calls, as netserver and
+/// bench/connect_loop.c do: where accepted sockets inherit the listener's timeouts (no system
+/// call per connection for them) and there are no more connectors than workers (a worker never
+/// has a second connection to serve). Across CPUs this is faster than multiplexing: the worker
+/// is woken by the client's close and finishes the connection (read the close, close, accept)
+/// while the client opens the next one, instead of doing that work when the next request has
+/// come and the client waits for its response (docs/performance-notes.md, section 7).
+fn blocking_workers(cfg: &ConnectServerConfig, nworkers: usize) -> bool {
+    sys::ACCEPT_INHERITS_TIMEOUTS && cfg.connectors <= nworkers
+}
+
+/// A worker of [`blocking_workers`]: accept, read the request, write the response, read to the
+/// client's close, close, each call blocking for at most [`POLL_WAIT`] (the listener's timeouts,
+/// inherited) so that the stop flag and the connection's time limit are seen.
+fn blocking_worker(
+    cfg: &ConnectServerConfig,
+    stop: &AtomicBool,
+    listener: TcpListener,
+    pin: Option<usize>,
+) -> ConnectServerCounts {
+    if let Some(cpu) = pin {
+        if let Err(e) = sys::pin_current_thread(cpu) {
+            tracing::warn!("connect worker: --server-affinity: {e}");
+        }
+    }
+    let peer = cfg.peer.to_canonical();
+    let response = vec![b'r'; cfg.response.max(1)];
+    let mut buf = vec![0u8; cfg.request.clamp(1, 64 << 10)];
+    let mut counts = ConnectServerCounts::default();
+    while !stop.load(Ordering::Acquire) {
+        match listener.accept() {
+            Ok((stream, from)) => {
+                if from.ip().to_canonical() != peer {
+                    counts.foreign += 1;
+                    // RST, so this end keeps no TIME_WAIT for a stranger.
+                    let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
+                    continue;
+                }
+                counts.accepted += 1;
+                if serve_blocking(&stream, cfg, stop, &mut buf, &response) {
+                    counts.served += 1;
+                } else {
+                    counts.dropped += 1;
+                }
+            }
+            // The listener's timeout: look at the stop flag.
+            Err(e) if is_tick(&e) || e.kind() == io::ErrorKind::ConnectionAborted => {}
+            Err(e) => {
+                // Out of file descriptors and the like: back off instead of spinning.
+                tracing::warn!("connect listener: accept failed: {e}");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+    counts
+}
+
+fn is_tick(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+    )
+}
+
+/// One connection on a blocking socket: the request, the response, then reads to the client's
+/// FIN or RST. True once the whole response is written; the connection's time limit and the
+/// stop flag cut it short.
+fn serve_blocking(
+    s: &TcpStream,
+    cfg: &ConnectServerConfig,
+    stop: &AtomicBool,
+    buf: &mut [u8],
+    response: &[u8],
+) -> bool {
+    let deadline = Instant::now() + cfg.timeout;
+    let late = || stop.load(Ordering::Acquire) || Instant::now() >= deadline;
+    let mut got = 0;
+    while got < cfg.request {
+        let want = (cfg.request - got).min(buf.len());
+        match (&*s).read(&mut buf[..want]) {
+            Ok(0) => return false,
+            Ok(n) => got += n,
+            Err(e) if is_tick(&e) && !late() => {}
+            Err(_) => return false,
+        }
+    }
+    let mut sent = 0;
+    while sent < cfg.response {
+        match (&*s).write(&response[sent..cfg.response]) {
+            Ok(0) => return false,
+            Ok(n) => sent += n,
+            Err(e) if is_tick(&e) && !late() => {}
+            Err(_) => return false,
+        }
+    }
+    // The client's close ends it (a read of 0 for FIN, an error for RST); bytes it sends
+    // meanwhile are read and dropped, within the time limit.
+    loop {
+        match (&*s).read(buf) {
+            Ok(0) => break,
+            Ok(_) if !late() => {}
+            Err(e) if is_tick(&e) && !late() => {}
+            _ => break,
+        }
+    }
+    true
 }
 
 /// Where a connection is in its exchange.
@@ -370,23 +506,49 @@ mod tests {
     use super::*;
     use std::net::Ipv4Addr;
 
-    fn server(timeout: Duration) -> ConnectServer {
-        ConnectServer::start(ConnectServerConfig {
+    fn config(timeout: Duration, connectors: usize) -> ConnectServerConfig {
+        ConnectServerConfig {
             ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
             peer: IpAddr::V4(Ipv4Addr::LOCALHOST),
             request: 3,
             response: 64 << 10,
             affinity: Vec::new(),
-            connectors: 2,
+            connectors,
             timeout,
             max_open: 64,
-        })
-        .unwrap()
+        }
+    }
+
+    /// One connector: blocking workers on Linux. Many: multiplexing workers everywhere.
+    const MODES: [usize; 2] = [1, 64];
+
+    fn server(timeout: Duration, connectors: usize) -> ConnectServer {
+        ConnectServer::start(config(timeout, connectors)).unwrap()
+    }
+
+    #[test]
+    fn workers_block_only_with_no_more_connectors_than_workers() {
+        let t = Duration::from_secs(1);
+        assert_eq!(
+            blocking_workers(&config(t, 1), 1),
+            sys::ACCEPT_INHERITS_TIMEOUTS
+        );
+        assert_eq!(
+            blocking_workers(&config(t, 2), 2),
+            sys::ACCEPT_INHERITS_TIMEOUTS
+        );
+        assert!(!blocking_workers(&config(t, 3), 2));
     }
 
     #[test]
     fn serves_whole_exchanges_and_counts_them() {
-        let s = server(Duration::from_secs(5));
+        for connectors in MODES {
+            serves_whole_exchanges(connectors);
+        }
+    }
+
+    fn serves_whole_exchanges(connectors: usize) {
+        let s = server(Duration::from_secs(5), connectors);
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, s.port()));
         for _ in 0..20 {
             let mut c = TcpStream::connect(addr).unwrap();
@@ -412,12 +574,18 @@ mod tests {
 
     #[test]
     fn stalled_connections_time_out_and_stop_frees_everything() {
-        let s = server(Duration::from_millis(300));
+        for connectors in MODES {
+            stalled_connection_times_out(connectors);
+        }
+    }
+
+    fn stalled_connection_times_out(connectors: usize) {
+        let s = server(Duration::from_millis(300), connectors);
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, s.port()));
         let mut c = TcpStream::connect(addr).unwrap();
         c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         // A third of the request, then nothing (with no data at all, TCP_DEFER_ACCEPT keeps the
-        // connection in the kernel and it never reaches a worker).
+        // connection from multiplexing workers in the kernel and it never reaches one).
         c.write_all(b"a").unwrap();
         let mut b = [0u8; 1];
         // The server closes the stalled connection after its time limit.

@@ -138,7 +138,7 @@ pub use portable::{
     is_out_of_descriptors, stream_recv, stream_send, wait_listener, ACCEPT_INHERITS_TIMEOUTS,
     UDP_SHARED_PORT_DEMUX,
 };
-pub use sockopts::{set_congestion, set_mss, set_notsent_lowat, set_tos};
+pub use sockopts::{set_congestion, set_mss, set_notsent_lowat, set_recv_lowat, set_tos};
 
 #[cfg(target_os = "linux")]
 pub use linux::{

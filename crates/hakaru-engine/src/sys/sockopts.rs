@@ -108,3 +108,65 @@ pub fn set_notsent_lowat(sock: &socket2::SockRef<'_>, bytes: u32) -> io::Result<
         Ok(())
     }
 }
+
+/// Sets the socket's receive low-water mark (SO_RCVLOWAT): a blocking read waits until this
+/// many bytes are queued (or its timeout, the end of the stream or an error), and a poll reports
+/// the socket readable only then. A hint for bulk downloads (`engine::http`): Linux only,
+/// `Unsupported` elsewhere, and the caller goes on without it.
+pub fn set_recv_lowat(sock: &socket2::SockRef<'_>, bytes: u32) -> io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+        // SAFETY: a valid c_int option value of the size passed; the fd is borrowed.
+        let rc = unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVLOWAT,
+                (&v as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (sock, bytes);
+        Err(io::Error::new(io::ErrorKind::Unsupported, "SO_RCVLOWAT"))
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::time::Duration;
+
+    fn readable(s: &std::net::TcpStream, wait: Duration) -> bool {
+        let mut p = crate::sys::PollSet::new();
+        p.push(
+            std::os::fd::AsRawFd::as_raw_fd(s),
+            crate::sys::Interest::Read,
+        );
+        p.wait(wait);
+        p.ready(0)
+    }
+
+    #[test]
+    fn a_low_water_mark_holds_readiness_until_that_many_bytes_are_queued() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut a = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        a.write_all(&[1u8; 10]).unwrap();
+        assert!(readable(&b, Duration::from_secs(5)), "10 bytes arrive");
+        set_recv_lowat(&socket2::SockRef::from(&b), 20).unwrap();
+        assert!(!readable(&b, Duration::ZERO), "10 of 20 bytes: not yet");
+        a.write_all(&[2u8; 10]).unwrap();
+        assert!(readable(&b, Duration::from_secs(5)), "20 bytes: readable");
+        set_recv_lowat(&socket2::SockRef::from(&b), 1).unwrap();
+    }
+}
