@@ -31,6 +31,9 @@ const BUF: usize = 1 << 20;
 /// lowered to 1 before less than this is left, so that no read waits for bytes that will not
 /// come.
 const BODY_LOWAT: u32 = 256 << 10;
+/// Under TLS, body bytes the socket no longer has: [`TlsSock`]'s buffer and rustls's records.
+/// The mark is raised and lowered that much earlier, so no read waits for them.
+const TLS_HELD: u64 = BUF as u64 + (64 << 10);
 
 /// What an HTTP run produced.
 #[derive(Debug)]
@@ -758,8 +761,12 @@ impl Worker {
                 return Ok(());
             }
         }
+        let held = match self.conn.as_ref().map(|c| &c.stream) {
+            Some(Stream::Tls(_)) => TLS_HELD,
+            _ => 0,
+        };
         let mut raised = match state {
-            Body::Length { left, .. } if left > 4 * u64::from(BODY_LOWAT) => {
+            Body::Length { left, .. } if left > 4 * u64::from(BODY_LOWAT) + held => {
                 self.set_lowat(BODY_LOWAT)
             }
             _ => false,
@@ -770,7 +777,8 @@ impl Worker {
             if sh.over() {
                 return Err(Halt::Cut);
             }
-            if raised && matches!(state, Body::Length { left, .. } if left < u64::from(BODY_LOWAT))
+            if raised
+                && matches!(state, Body::Length { left, .. } if left < u64::from(BODY_LOWAT) + held)
             {
                 raised = !self.set_lowat(1);
             }
@@ -807,16 +815,16 @@ impl Worker {
         }
     }
 
-    /// Sets a plain connection's receive low-water mark ([`BODY_LOWAT`]); true if it was set.
-    /// TLS connections are left alone: rustls holds bytes of the body the socket no longer
-    /// has, so the mark could ask for more than will come.
+    /// Sets the connection's receive low-water mark ([`BODY_LOWAT`]); true if it was set.
+    /// Under TLS the caller allows for the body bytes TLS holds ([`TLS_HELD`]), which the
+    /// socket no longer has.
     fn set_lowat(&mut self, bytes: u32) -> bool {
-        match self.conn.as_ref().map(|c| &c.stream) {
-            Some(Stream::Plain(s)) => {
-                crate::sys::set_recv_lowat(&socket2::SockRef::from(s), bytes).is_ok()
-            }
-            _ => false,
-        }
+        let tcp = match self.conn.as_ref().map(|c| &c.stream) {
+            Some(Stream::Plain(s)) => s,
+            Some(Stream::Tls(s)) => &s.sock.tcp,
+            None => return false,
+        };
+        crate::sys::set_recv_lowat(&socket2::SockRef::from(tcp), bytes).is_ok()
     }
 
     /// Counts the body bytes in `data`; returns the bytes used and whether the body ended.

@@ -245,6 +245,15 @@ fn run_line(r: &hakaru_model::plan::PlanRun) -> String {
     if let Some(c) = &res.connect {
         parts.push(format!("{} connections/s", count(c.connections_per_second)));
     }
+    if let Some(p) = &res.probe {
+        // The latency probes (`latency_probe`): under load against idle, and the increase.
+        parts.push(format!(
+            "probe RTT p50 {:.2} ms under load, {:.2} ms idle (+{:.2} ms)",
+            p.loaded.rtt.p50_us / 1000.0,
+            p.idle.rtt.p50_us / 1000.0,
+            p.increase.p50_us / 1000.0
+        ));
+    }
     if res.interrupted {
         parts.push("interrupted".into());
     }

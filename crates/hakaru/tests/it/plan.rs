@@ -877,3 +877,48 @@ fn the_run_key_is_given_on_stdin_never_on_a_command_line() {
     assert!(!text.contains(&key), "the result holds the key");
     assert!(port_closed(port));
 }
+
+#[test]
+fn latency_probes_run_from_the_first_sender_or_from_every_one() {
+    for (from, probed) in [("first", vec!["a"]), ("all", vec!["a", "b"])] {
+        let s = Scratch::new(&format!("probe-{from}"));
+        let port = free_port();
+        let (o, doc) = local_plan(
+            &s,
+            port,
+            (bin(), bin()),
+            &format!(
+                "[[step]]\nkind = \"tcp\"\nreceivers = [\"rx\"]\nsenders = [\"a\", \"b\"]\ntime = 1\nbitrate = \"100M\"\nlatency_probe = \"{from}\"\nlatency_probe_rate = 50\n"
+            ),
+            Duration::from_secs(90),
+        );
+        assert!(o.status.success(), "plan failed: {}", stderr(&o));
+        assert!(errors(&doc).is_empty(), "{:?}", errors(&doc));
+        let runs = doc["steps"][0]["runs"].as_array().unwrap();
+        assert_eq!(runs.len(), 2);
+        for r in runs {
+            let sender = r["sender"].as_str().unwrap();
+            let probe = &r["result"]["probe"];
+            if probed.contains(&sender) {
+                // The idle baseline before the held start, then probes under the load.
+                let idle = probe["idle"]["rtt"]["p50_us"].as_f64();
+                let loaded = probe["loaded"]["rtt"]["p50_us"].as_f64();
+                assert!(
+                    idle.is_some_and(|v| v > 0.0) && loaded.is_some_and(|v| v > 0.0),
+                    "{from}: {sender}'s probes: {probe}"
+                );
+                assert!(
+                    probe["loaded"]["replies"].as_u64().unwrap_or(0) >= 20,
+                    "{from}: {sender} got few probe replies at 50 a second for 1 s: {probe}"
+                );
+            } else {
+                assert!(probe.is_null(), "{from}: {sender} probed: {probe}");
+            }
+        }
+        assert!(port_closed(port), "the plan left its server running");
+        // The runs' lines in the text output carry the probes of the runs that had them.
+        let text = String::from_utf8_lossy(&o.stdout);
+        let lines = text.lines().filter(|l| l.contains("probe RTT p50")).count();
+        assert_eq!(lines, probed.len(), "{from}: {text}");
+    }
+}
