@@ -197,14 +197,7 @@ fn blocking_worker(
     listener: TcpListener,
     pin: Option<usize>,
 ) -> ConnectServerCounts {
-    if let Some(cpu) = pin {
-        if let Err(e) = sys::pin_current_thread(cpu) {
-            tracing::warn!("connect worker: --server-affinity: {e}");
-        }
-    }
-    let peer = cfg.peer.to_canonical();
-    let response = vec![b'r'; cfg.response.max(1)];
-    let mut buf = vec![0u8; cfg.request.clamp(1, 64 << 10)];
+    let (peer, response, mut buf) = start_worker(cfg, pin);
     let mut counts = ConnectServerCounts::default();
     while !stop.load(Ordering::Acquire) {
         match listener.accept() {
@@ -232,6 +225,21 @@ fn blocking_worker(
         }
     }
     counts
+}
+
+/// A worker's start: its CPU (`--server-affinity`), the one client it serves, its response and
+/// its read buffer.
+fn start_worker(cfg: &ConnectServerConfig, pin: Option<usize>) -> (IpAddr, Vec<u8>, Vec<u8>) {
+    if let Some(cpu) = pin {
+        if let Err(e) = sys::pin_current_thread(cpu) {
+            tracing::warn!("connect worker: --server-affinity: {e}");
+        }
+    }
+    (
+        cfg.peer.to_canonical(),
+        vec![b'r'; cfg.response.max(1)],
+        vec![0u8; cfg.request.clamp(1, 64 << 10)],
+    )
 }
 
 fn is_tick(e: &io::Error) -> bool {
@@ -319,14 +327,7 @@ fn worker(
     pin: Option<usize>,
     max_open: usize,
 ) -> ConnectServerCounts {
-    if let Some(cpu) = pin {
-        if let Err(e) = sys::pin_current_thread(cpu) {
-            tracing::warn!("connect worker: --server-affinity: {e}");
-        }
-    }
-    let peer = cfg.peer.to_canonical();
-    let response = vec![b'r'; cfg.response.max(1)];
-    let mut buf = vec![0u8; cfg.request.clamp(1, 64 << 10)];
+    let (peer, response, mut buf) = start_worker(cfg, pin);
     let mut counts = ConnectServerCounts::default();
     let mut conns: Vec<Conn> = Vec::new();
     let mut poll = sys::PollSet::new();

@@ -110,24 +110,7 @@ impl Bridge {
 
     /// Shapes the traffic the bridge sends to member `i` (tbf on its bridge port).
     pub fn shape_to(&self, i: usize, rate: &str) {
-        in_ns_must(
-            &self.hub,
-            &[
-                "tc",
-                "qdisc",
-                "add",
-                "dev",
-                &self.members[i].port,
-                "root",
-                "tbf",
-                "rate",
-                rate,
-                "burst",
-                "64kb",
-                "latency",
-                "50ms",
-            ],
-        );
+        self.tbf_to(i, &["rate", rate, "burst", "64kb", "latency", "50ms"]);
     }
 
     /// Makes the bridge's port toward member `i` a bottleneck of `rate` with a FIFO of `limit`
@@ -135,24 +118,16 @@ impl Bridge {
     /// would hold far less, since TCP keeps each socket's bytes in its host's qdisc small (TCP
     /// small queues).
     pub fn queue_to(&self, i: usize, rate: &str, limit: u32) {
-        in_ns_must(
-            &self.hub,
-            &[
-                "tc",
-                "qdisc",
-                "replace",
-                "dev",
-                &self.members[i].port,
-                "root",
-                "tbf",
-                "rate",
-                rate,
-                "burst",
-                "16kb",
-                "limit",
-                &limit.to_string(),
-            ],
-        );
+        let limit = limit.to_string();
+        self.tbf_to(i, &["rate", rate, "burst", "16kb", "limit", &limit]);
+    }
+
+    /// A tbf with `params` as the root qdisc of the bridge's port toward member `i`.
+    fn tbf_to(&self, i: usize, params: &[&str]) {
+        let port = &self.members[i].port;
+        let mut argv = vec!["tc", "qdisc", "replace", "dev", port, "root", "tbf"];
+        argv.extend_from_slice(params);
+        in_ns_must(&self.hub, &argv);
     }
 
     /// Bytes waiting now in the queue of the bridge's port toward member `i` (its root qdisc's
