@@ -132,6 +132,7 @@ impl Bridge {
 
     /// Bytes waiting now in the queue of the bridge's port toward member `i` (its root qdisc's
     /// backlog, from `tc -s -j`: exact bytes, where the text form rounds to Kb).
+    #[cfg(target_os = "linux")] // its one user, netns_rpm, is Linux-only
     pub fn backlog_to(&self, i: usize) -> u64 {
         let o = in_ns_must(
             &self.hub,
