@@ -99,11 +99,11 @@ impl Drop for RpmServer {
 /// The certificate chain and key: from the files, or a new self-signed one for `localhost`
 /// and `names`.
 fn certificate(
-    tls: &ServerOptions,
+    opts: &ServerOptions,
     names: &[String],
 ) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), String> {
     use rustls_pki_types::pem::PemObject;
-    if let Some((cert, key)) = &tls.files {
+    if let Some((cert, key)) = &opts.files {
         let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
             .map_err(|e| format!("--tls-cert {cert}: {e}"))?
             .collect::<Result<_, _>>()
@@ -123,8 +123,8 @@ fn certificate(
 }
 
 /// Binds `ip:port` and serves on a thread of its own.
-pub fn start(ip: IpAddr, port: u16, tls: &ServerOptions) -> Result<RpmServer, String> {
-    let (chain, key) = certificate(tls, &[ip.to_string()])?;
+pub fn start(ip: IpAddr, port: u16, opts: &ServerOptions) -> Result<RpmServer, String> {
+    let (chain, key) = certificate(opts, &[ip.to_string()])?;
     let fingerprint = chain
         .first()
         .map(|c| {
@@ -155,16 +155,16 @@ pub fn start(ip: IpAddr, port: u16, tls: &ServerOptions) -> Result<RpmServer, St
         .set_nonblocking(true)
         .map_err(|e| format!("--rpm-port {port}: {e}"))?;
     // Set on the listener first: a name the kernel does not have is refused at start, by name.
-    if let Some(cc) = &tls.congestion {
+    if let Some(cc) = &opts.congestion {
         hakaru_engine::sys::set_congestion(&socket2::SockRef::from(&listener), cc)
             .map_err(|e| format!("--rpm-congestion {cc}: {e}"))?;
     }
-    let congestion = tls.congestion.clone();
+    let congestion = opts.congestion.clone();
     let addr = listener
         .local_addr()
         .map_err(|e| format!("--rpm-port {port}: {e}"))?;
     let (tx, rx) = tokio::sync::oneshot::channel();
-    let permit = tls.permit.clone();
+    let permit = opts.permit.clone();
     let thread = std::thread::Builder::new()
         .name("hakaru-rpm-port".into())
         .spawn(move || {

@@ -303,12 +303,12 @@ fn start_rpm(a: &Args, server: &Server) -> anyhow::Result<Option<hakaru_rpm::Rpm
             super::common::UsageError(e.0.replace("-C/--congestion", "--rpm-congestion"))
         })?;
     }
-    let tls = hakaru_rpm::ServerOptions {
+    let opts = hakaru_rpm::ServerOptions {
         files: a.tls_cert.clone().zip(a.tls_key.clone()),
         permit: Some(std::sync::Arc::new(move |ip| acl.permits(ip))),
         congestion: a.rpm_congestion.clone(),
     };
-    let rpm = hakaru_rpm::start(ip, port, &tls).map_err(anyhow::Error::msg)?;
+    let rpm = hakaru_rpm::start(ip, port, &opts).map_err(anyhow::Error::msg)?;
     tracing::info!(
         "rpm test served on {} (https://{}/.well-known/nq, HTTP/2 or HTTP/1.1); certificate SHA-256 {}{}",
         rpm.local_addr(),
