@@ -564,11 +564,22 @@ fn ticker(sh: &Shared, mut on_interval: TickFn) {
     let mut index = 0u32;
     loop {
         {
+            // The tick that leaves less than 5 % of -i before the deadline is the last: it
+            // waits for the connectors, whose last connections end after the deadline, so
+            // the intervals add up to the totals.
+            let last = next + interval / 20 >= sh.cfg.duration;
             let Ok(mut g) = sh.wake.0.lock() else { return };
             while !sh.all_done() {
                 let elapsed = sh.start.elapsed();
-                if elapsed >= next {
+                if elapsed >= next && !last {
                     break;
+                }
+                if elapsed >= next {
+                    g = match sh.wake.1.wait(g) {
+                        Ok(g) => g,
+                        Err(_) => return,
+                    };
+                    continue;
                 }
                 g = match sh.wake.1.wait_timeout(g, next - elapsed) {
                     Ok((g, _)) => g,
@@ -583,9 +594,11 @@ fn ticker(sh: &Shared, mut on_interval: TickFn) {
         };
         let tick_ns = next.as_nanos() as u64;
         let end_ns = if done { now_ns } else { tick_ns.min(now_ns) };
-        // A last interval shorter than 5 % of -i is too short to be worth a line.
-        if end_ns.saturating_sub(last_ns) * 20 >= interval.as_nanos() as u64 {
-            let (ok, failed) = sh.totals();
+        // A last interval shorter than 5 % of -i is too short to be worth a line, unless it
+        // counted something (a stop just after a tick): the intervals must add up.
+        let (ok, failed) = sh.totals();
+        let counted = ok > prev_ok || failed > prev_failed;
+        if end_ns.saturating_sub(last_ns) * 20 >= interval.as_nanos() as u64 || counted {
             on_interval(ConnectTick {
                 index,
                 start: last_ns as f64 / 1e9,
