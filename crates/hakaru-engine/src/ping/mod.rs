@@ -2,7 +2,10 @@
 //!
 //! Each flow has its own thread and socket. Closed loop sends the next request when the reply
 //! to the last one arrives, waiting in a blocking receive (send, receive: two system calls
-//! per round trip, as sockperf makes; the echo makes receive, send). Open loop (`rate`)
+//! per round trip, as netperf makes; the echo makes receive, send). Over TCP, where the
+//! platform lets another thread end a blocked receive ([`sys::SHUTDOWN_WAKES_BLOCKED_RECV`]),
+//! those receives have no timeout, so no kernel timer is armed per round trip: a watchdog
+//! thread ends them instead on a stop or a request unanswered for `--timeout` ([`watch`]). Open loop (`rate`)
 //! sends request `k` at `k / rate` seconds and times its reply from that scheduled instant,
 //! so a stall shows up in the percentiles instead of silently delaying later requests (no
 //! coordinated omission); it waits in `poll` with a nanosecond timeout on a non-blocking
@@ -14,18 +17,22 @@
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, UdpSocket};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use hakaru_model::{LatencyFlow, LatencyInterval, LatencySpec, SideReport};
+use hakaru_model::{LatencyFlow, LatencyInterval, LatencySpec};
 use hakaru_proto::datagram::FlowHello;
 
+mod echo;
+mod watch;
+
+pub use self::echo::{bare_report, Echo};
+use self::watch::{Cutters, Watch};
 pub use crate::framing::Framing;
 use crate::hist::LatencyHistogram;
 use crate::sys::{self, AsRawFd, RawFd};
-use crate::tcp::SideConfig;
 
 /// A flow's connected socket.
 #[derive(Debug)]
@@ -51,30 +58,46 @@ impl PingSocket {
         }
     }
 
-    /// Blocking receives that give up after `t` (for SO_BUSY_POLL, which busy-polls in a
-    /// blocking receive).
-    fn set_blocking_timeout(&self, t: Duration) -> io::Result<()> {
+    /// Blocking receives that give up after `t`, or never (`None`).
+    fn set_blocking_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         match self {
             PingSocket::Tcp(s) => {
                 s.set_nonblocking(false)?;
-                s.set_read_timeout(Some(t))
+                s.set_read_timeout(t)
             }
             PingSocket::Udp(s) => {
                 s.set_nonblocking(false)?;
-                s.set_read_timeout(Some(t))
+                s.set_read_timeout(t)
             }
         }
     }
 
+    /// True if a blocking receive on this socket can wait with no timeout: TCP, where another
+    /// thread can end the wait by shutting the receive side (UDP needs its timeout to count a
+    /// lost reply).
+    fn waits_forever(&self, blocking: bool) -> bool {
+        blocking && self.is_tcp() && sys::SHUTDOWN_WAKES_BLOCKED_RECV
+    }
+
+    /// A second handle on a TCP socket, for the thread that ends its blocked receives.
+    fn cutter(&self) -> io::Result<TcpStream> {
+        match self {
+            PingSocket::Tcp(s) => s.try_clone(),
+            PingSocket::Udp(_) => Err(io::Error::other("no cutter for a UDP flow")),
+        }
+    }
+
     /// Prepares the socket for the wait mode: SO_BUSY_POLL works inside blocking receives,
-    /// everything else waits in poll (or spins) on a non-blocking socket.
+    /// everything else waits in poll (or spins) on a non-blocking socket. A blocking receive
+    /// gives up after `t`, or never where [`PingSocket::waits_forever`].
     fn prepare(&self, busy_poll: Option<u32>, blocking: bool, t: Duration) -> io::Result<()> {
         if let Some(us) = busy_poll {
             sys::set_busy_poll(self.fd(), us)
                 .map_err(|e| io::Error::new(e.kind(), format!("--busy-poll {us}: {e}")))?;
         }
         if blocking {
-            self.set_blocking_timeout(t)
+            let forever = self.waits_forever(blocking);
+            self.set_blocking_timeout((!forever).then_some(t))
         } else {
             self.set_nonblocking()
         }
@@ -200,12 +223,15 @@ struct Shared {
     stop: AtomicBool,
     left: AtomicUsize,
     ticks: Vec<Mutex<Tick>>,
+    /// Per flow: what the watchdog needs to see ([`watch`]).
+    watch: Vec<Watch>,
 }
 
 /// A running pinger.
 pub struct Pinger {
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<FlowOut>>,
+    watchdog: Option<JoinHandle<()>>,
 }
 
 struct FlowOut {
@@ -226,18 +252,36 @@ impl Pinger {
         // Closed loop receives in blocking calls: one system call to wait and read (and where
         // SO_BUSY_POLL busy-polls); open loop must wake for its schedule, so it waits in poll.
         let blocking = cfg.rate.is_none() && !cfg.spin;
-        for f in &flows {
+        let mut cutters = Cutters::default();
+        for (slot, f) in flows.iter().enumerate() {
             f.socket
                 .prepare(cfg.busy_poll, blocking, Duration::from_millis(10))?;
+            if f.socket.waits_forever(blocking) {
+                cutters.add(slot, f.socket.cutter()?);
+            }
         }
         let shared = Arc::new(Shared {
             start: Instant::now(),
             stop: AtomicBool::new(false),
             left: AtomicUsize::new(flows.len()),
             ticks: flows.iter().map(|_| Mutex::new(Tick::default())).collect(),
+            watch: flows.iter().map(|_| Watch::default()).collect(),
             cfg,
         });
-        let mut threads = Vec::with_capacity(flows.len());
+        let watchdog = match cutters.is_empty() {
+            true => None,
+            false => {
+                let s = Arc::clone(&shared);
+                Some(
+                    std::thread::Builder::new()
+                        .name("hakaru-ping-watch".into())
+                        .stack_size(128 << 10)
+                        .spawn(move || cutters.watch(&s))?,
+                )
+            }
+        };
+        let n = flows.len();
+        let mut threads = Vec::with_capacity(n);
         for (i, f) in flows.into_iter().enumerate() {
             let s = Arc::clone(&shared);
             let pin =
@@ -255,12 +299,18 @@ impl Pinger {
             match h {
                 Ok(h) => threads.push(h),
                 Err(e) => {
+                    // The flows never started count as ended, so the watchdog ends too.
                     shared.stop.store(true, Ordering::Release);
+                    shared.left.fetch_sub(n - i, Ordering::AcqRel);
                     return Err(e);
                 }
             }
         }
-        Ok(Pinger { shared, threads })
+        Ok(Pinger {
+            shared,
+            threads,
+            watchdog,
+        })
     }
 
     /// Monotonic instant the pinger started.
@@ -327,6 +377,9 @@ impl Pinger {
                 rtt: f.hist.stats(),
             });
             samples.extend(f.samples);
+        }
+        if let Some(w) = self.watchdog {
+            let _ = w.join();
         }
         let measured = self
             .shared
@@ -428,6 +481,10 @@ impl Flow<'_> {
                 self.sock.recv(&mut self.rbuf)
             };
             match r {
+                // The watchdog shut the receive side: the caller sees why.
+                Ok(0) if self.sock.is_tcp() && self.s.watch[self.slot].was_cut() => {
+                    return Ok(None)
+                }
                 Ok(0) if self.sock.is_tcp() => {
                     return Err(format!(
                         "flow {}: the server closed the connection",
@@ -546,6 +603,7 @@ impl Flow<'_> {
             self.send(seq, sent_ns, sent_at + timeout)?;
             self.count_request(sent_ns);
             self.oldest = seq;
+            self.s.watch[self.slot].waiting(sent_ns);
             // The reply cannot be back yet: wait first, saving a receive call per round trip
             // (send, poll, receive: the same three calls sockperf makes).
             self.idle(sent_at + timeout);
@@ -558,7 +616,9 @@ impl Flow<'_> {
                     // An answer to an earlier request that had been given up on.
                     Some(_) => self.out.late += 1,
                     None => {
-                        if sent_at.elapsed() >= timeout {
+                        // The watchdog cuts a wait on a stop or after the timeout.
+                        let cut = self.s.watch[self.slot].was_cut() && !self.stopped();
+                        if cut || sent_at.elapsed() >= timeout {
                             self.count_lost(sent_ns)?;
                             break;
                         }
@@ -569,6 +629,7 @@ impl Flow<'_> {
                     }
                 }
             }
+            self.s.watch[self.slot].answered();
             seq += 1;
         }
         Ok(())
@@ -685,206 +746,10 @@ fn describe(id: u32, verb: &str, e: &io::Error) -> String {
     format!("flow {id}: {verb}: {what}")
 }
 
-/// The server's side of a latency test: echoes every request back on its flow until stopped,
-/// then reports this end's CPU, NIC and environment.
-pub struct Echo {
-    cfg: SideConfig,
-    start: Instant,
-    stop: Arc<AtomicBool>,
-    left: Arc<AtomicUsize>,
-    echoed: Arc<AtomicU64>,
-    threads: Vec<JoinHandle<()>>,
-}
-
-impl Echo {
-    /// Starts one echo thread per flow (pinned round robin to `cfg.affinity`).
-    pub fn start(
-        cfg: SideConfig,
-        flows: Vec<PingFlow>,
-        spin: bool,
-        busy_poll: Option<u32>,
-    ) -> io::Result<Echo> {
-        Echo::start_with(cfg, flows, spin, busy_poll, None)
-    }
-
-    /// The echo of a bulk test's latency probes (one flow, blocking receives). `hello_ack`:
-    /// a UDP flow sharing the server's port answers a hello repeated on it with these bytes
-    /// (its first answer was lost, and the echo already owns the socket).
-    pub fn start_probe(
-        cfg: SideConfig,
-        flow: PingFlow,
-        hello_ack: Option<Vec<u8>>,
-    ) -> io::Result<Echo> {
-        Echo::start_with(cfg, vec![flow], false, None, hello_ack.map(Arc::from))
-    }
-
-    fn start_with(
-        cfg: SideConfig,
-        flows: Vec<PingFlow>,
-        spin: bool,
-        busy_poll: Option<u32>,
-        hello_ack: Option<Arc<[u8]>>,
-    ) -> io::Result<Echo> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let left = Arc::new(AtomicUsize::new(flows.len()));
-        let echoed = Arc::new(AtomicU64::new(0));
-        let mut threads = Vec::with_capacity(flows.len());
-        // A blocking receive waits and reads in one system call (receive, send per round trip).
-        let blocking = !spin;
-        for (i, f) in flows.into_iter().enumerate() {
-            f.socket
-                .prepare(busy_poll, blocking, Duration::from_millis(100))?;
-            let (st, lf, n) = (Arc::clone(&stop), Arc::clone(&left), Arc::clone(&echoed));
-            let ack = hello_ack.clone();
-            let pin = (!cfg.affinity.is_empty()).then(|| cfg.affinity[i % cfg.affinity.len()]);
-            let h = std::thread::Builder::new()
-                .name(format!("hakaru-echo-{i}"))
-                .stack_size(256 << 10)
-                .spawn(move || {
-                    if let Some(cpu) = pin {
-                        let _ = sys::pin_current_thread(cpu);
-                    }
-                    echo(&f.socket, spin || blocking, &st, &n, ack.as_deref());
-                    lf.fetch_sub(1, Ordering::AcqRel);
-                });
-            match h {
-                Ok(h) => threads.push(h),
-                Err(e) => {
-                    stop.store(true, Ordering::Release);
-                    return Err(e);
-                }
-            }
-        }
-        Ok(Echo {
-            cfg,
-            start: Instant::now(),
-            stop,
-            left,
-            echoed,
-            threads,
-        })
-    }
-
-    /// Requests answered so far, warm-up included (for the server's log).
-    pub fn echoed(&self) -> u64 {
-        self.echoed.load(Ordering::Relaxed)
-    }
-
-    /// Asks every echo thread to end (the client is done).
-    pub fn stop(&self) {
-        self.stop.store(true, Ordering::Release);
-    }
-
-    /// True once the echo threads have ended: stopped, or every TCP connection closed.
-    pub fn is_done(&self) -> bool {
-        self.left.load(Ordering::Acquire) == 0
-    }
-
-    /// Waits for the threads and reports this end.
-    pub fn wait(self) -> SideReport {
-        self.stop.store(true, Ordering::Release);
-        for t in self.threads {
-            let _ = t.join();
-        }
-        bare_report(&self.cfg, self.start.elapsed().as_secs_f64(), "echo")
-    }
-}
-
-/// The report of an end that has no per-flow byte counts (latency tests): CPU and NIC use since
-/// the configuration's counter base, over `wall` seconds, and the environment.
-pub fn bare_report(cfg: &SideConfig, wall: f64, mode: &str) -> SideReport {
-    let iface = cfg.iface.as_deref();
-    let (cpu, nic) = cfg
-        .base
-        .as_ref()
-        .map_or((None, None), |b| b.usage_since(iface, wall));
-    let mut env = sys::environment(iface);
-    env.software = env!("CARGO_PKG_VERSION").to_string();
-    SideReport {
-        end: cfg.end,
-        flows: Vec::new(),
-        cpu,
-        nic,
-        env,
-        send_mode: mode.into(),
-        recv_mode: mode.into(),
-        udp_paths: None,
-        udp_kernel: None,
-        stray_datagrams: None,
-        connect: None,
-        window_start_unix: Some(sys::now_unix() - wall),
-        window_end_unix: Some(sys::now_unix()),
-    }
-}
-
-/// Echoes until stopped. `no_wait`: the socket spins or blocks in its receive itself, so an
-/// empty receive goes straight back to receiving.
-fn echo(
-    sock: &PingSocket,
-    no_wait: bool,
-    stop: &AtomicBool,
-    echoed: &AtomicU64,
-    hello_ack: Option<&[u8]>,
-) {
-    let mut buf = vec![0u8; 65_536];
-    let mut replied = false;
-    while !stop.load(Ordering::Acquire) {
-        // Right after a reply the next request cannot be there yet: wait before receiving
-        // (poll, receive, send per round trip).
-        if replied && !no_wait {
-            sys::wait_fd(sock.fd(), sys::Interest::Read, Duration::from_millis(100));
-        }
-        replied = false;
-        match sock.recv(&mut buf) {
-            Ok(0) if sock.is_tcp() => return,
-            Ok(n) => {
-                // A hello repeated after the flow opened is not a request.
-                if !sock.is_tcp() && FlowHello::decode(&buf[..n]).is_some() {
-                    if let Some(a) = hello_ack {
-                        let _ = sock.send(a);
-                    }
-                    continue;
-                }
-                let mut off = 0;
-                while off < n && !stop.load(Ordering::Acquire) {
-                    match sock.send(&buf[off..n]) {
-                        Ok(m) if sock.is_tcp() => off += m,
-                        Ok(_) => off = n,
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                            sys::wait_fd(sock.fd(), sys::Interest::Write, Duration::from_millis(10))
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                        Err(_) => return,
-                    }
-                }
-                replied = true;
-                // Counted per receive: TCP may coalesce open-loop requests into one.
-                echoed.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                if !no_wait {
-                    sys::wait_fd(sock.fd(), sys::Interest::Read, Duration::from_millis(100));
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            // UDP: an ICMP error from the client's port (it has gone); keep serving until
-            // the session stops us. TCP: the connection is over.
-            Err(_) if !sock.is_tcp() => {
-                sys::wait_fd(sock.fd(), sys::Interest::Read, Duration::from_millis(100))
-            }
-            Err(_) => return,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tcp::SideConfig;
 
     fn pair_udp() -> (UdpSocket, UdpSocket) {
         let a = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -946,6 +811,128 @@ mod tests {
         assert_eq!(out.flows[0].replies, out.hist.len());
         assert_eq!(out.flows[0].lost, 0);
         assert!(out.warmup_discarded > 0);
+    }
+
+    fn pair_tcp() -> (TcpStream, TcpStream) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        (a, b)
+    }
+
+    fn echo_cfg() -> SideConfig {
+        SideConfig::for_spec(
+            hakaru_model::End::Server,
+            &hakaru_model::TestSpec::Latency(hakaru_model::LatencySpec::default()),
+            Vec::new(),
+            None,
+        )
+    }
+
+    /// Runs `f` on a thread and gives its result if it returns within `limit`.
+    fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(limit).expect("did not end in time")
+    }
+
+    /// Closed-loop TCP receives wait with no timeout where the platform lets the watchdog end
+    /// them: a stop still ends the pinger at once, and the echo's stop ends its threads while
+    /// the client's connection is still open.
+    #[test]
+    fn tcp_closed_loop_stops_while_waiting_without_timeouts() {
+        let (c, s) = pair_tcp();
+        let echo = Echo::start(
+            echo_cfg(),
+            vec![PingFlow {
+                id: 0,
+                socket: PingSocket::Tcp(s),
+            }],
+            false,
+            None,
+        )
+        .unwrap();
+        let cfg = PingConfig {
+            duration: Duration::from_secs(30),
+            timeout: Duration::from_secs(30),
+            ..cfg(None)
+        };
+        let keep = c.try_clone().unwrap();
+        if sys::SHUTDOWN_WAKES_BLOCKED_RECV {
+            assert_eq!(keep.read_timeout().unwrap(), None);
+        }
+        let p = Pinger::start(
+            cfg,
+            vec![PingFlow {
+                id: 0,
+                socket: PingSocket::Tcp(c),
+            }],
+        )
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        p.stop();
+        let out = within(Duration::from_secs(5), move || p.wait());
+        assert!(out.error.is_none(), "{:?}", out.error);
+        assert!(out.hist.len() > 10, "{}", out.hist.len());
+        // The client's socket stays open: only the stop can end the echo's blocked receive.
+        let echoed = echo.echoed();
+        echo.stop();
+        let rep = within(Duration::from_secs(5), move || echo.wait());
+        assert_eq!(rep.send_mode, "echo");
+        assert!(echoed >= out.flows[0].replies);
+        drop(keep);
+    }
+
+    /// A TCP reply that never comes fails the flow after --timeout, not never.
+    #[test]
+    fn tcp_reply_that_never_comes_fails_after_the_timeout() {
+        let (c, silent) = pair_tcp();
+        let cfg = PingConfig {
+            duration: Duration::from_secs(30),
+            timeout: Duration::from_millis(200),
+            ..cfg(None)
+        };
+        let t0 = Instant::now();
+        let p = Pinger::start(
+            cfg,
+            vec![PingFlow {
+                id: 7,
+                socket: PingSocket::Tcp(c),
+            }],
+        )
+        .unwrap();
+        let out = within(Duration::from_secs(5), move || p.wait());
+        let e = out.error.expect("a flow error");
+        assert!(e.contains("flow 7: no reply within 0.200 s"), "{e}");
+        assert!(t0.elapsed() >= Duration::from_millis(200));
+        drop(silent);
+    }
+
+    /// A stop ends a wait for a reply that has not come, and the flow ends without an error.
+    #[test]
+    fn tcp_stop_ends_a_wait_for_a_missing_reply() {
+        let (c, silent) = pair_tcp();
+        let cfg = PingConfig {
+            duration: Duration::from_secs(30),
+            timeout: Duration::from_secs(30),
+            ..cfg(None)
+        };
+        let p = Pinger::start(
+            cfg,
+            vec![PingFlow {
+                id: 0,
+                socket: PingSocket::Tcp(c),
+            }],
+        )
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        p.stop();
+        let out = within(Duration::from_secs(5), move || p.wait());
+        assert!(out.error.is_none(), "{:?}", out.error);
+        assert_eq!(out.flows[0].replies, 0);
+        drop(silent);
     }
 
     /// Open loop times each reply from its scheduled send: an echo that stalls for 100 ms

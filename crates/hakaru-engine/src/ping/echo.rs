@@ -1,0 +1,226 @@
+//! The server's side of round trips: one thread per flow echoes each request back unchanged.
+
+use std::io;
+use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use hakaru_model::SideReport;
+use hakaru_proto::datagram::FlowHello;
+
+use super::{PingFlow, PingSocket};
+use crate::sys;
+use crate::tcp::SideConfig;
+
+/// The server's side of a latency test: echoes every request back on its flow until stopped,
+/// then reports this end's CPU, NIC and environment.
+pub struct Echo {
+    cfg: SideConfig,
+    start: Instant,
+    stop: Arc<AtomicBool>,
+    left: Arc<AtomicUsize>,
+    echoed: Arc<AtomicU64>,
+    threads: Vec<JoinHandle<()>>,
+    /// Second handles on the TCP flows whose receives wait with no timeout: [`Echo::stop`]
+    /// shuts their receive side to end those waits.
+    cutters: Vec<TcpStream>,
+}
+
+impl Echo {
+    /// Starts one echo thread per flow (pinned round robin to `cfg.affinity`).
+    pub fn start(
+        cfg: SideConfig,
+        flows: Vec<PingFlow>,
+        spin: bool,
+        busy_poll: Option<u32>,
+    ) -> io::Result<Echo> {
+        Echo::start_with(cfg, flows, spin, busy_poll, None)
+    }
+
+    /// The echo of a bulk test's latency probes (one flow, blocking receives). `hello_ack`:
+    /// a UDP flow sharing the server's port answers a hello repeated on it with these bytes
+    /// (its first answer was lost, and the echo already owns the socket).
+    pub fn start_probe(
+        cfg: SideConfig,
+        flow: PingFlow,
+        hello_ack: Option<Vec<u8>>,
+    ) -> io::Result<Echo> {
+        Echo::start_with(cfg, vec![flow], false, None, hello_ack.map(Arc::from))
+    }
+
+    fn start_with(
+        cfg: SideConfig,
+        flows: Vec<PingFlow>,
+        spin: bool,
+        busy_poll: Option<u32>,
+        hello_ack: Option<Arc<[u8]>>,
+    ) -> io::Result<Echo> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let left = Arc::new(AtomicUsize::new(flows.len()));
+        let echoed = Arc::new(AtomicU64::new(0));
+        let mut threads = Vec::with_capacity(flows.len());
+        let mut cutters = Vec::new();
+        // A blocking receive waits and reads in one system call (receive, send per round trip).
+        let blocking = !spin;
+        for (i, f) in flows.into_iter().enumerate() {
+            f.socket
+                .prepare(busy_poll, blocking, Duration::from_millis(100))?;
+            if f.socket.waits_forever(blocking) {
+                cutters.push(f.socket.cutter()?);
+            }
+            let (st, lf, n) = (Arc::clone(&stop), Arc::clone(&left), Arc::clone(&echoed));
+            let ack = hello_ack.clone();
+            let pin = (!cfg.affinity.is_empty()).then(|| cfg.affinity[i % cfg.affinity.len()]);
+            let h = std::thread::Builder::new()
+                .name(format!("hakaru-echo-{i}"))
+                .stack_size(256 << 10)
+                .spawn(move || {
+                    if let Some(cpu) = pin {
+                        let _ = sys::pin_current_thread(cpu);
+                    }
+                    echo(&f.socket, spin || blocking, &st, &n, ack.as_deref());
+                    lf.fetch_sub(1, Ordering::AcqRel);
+                });
+            match h {
+                Ok(h) => threads.push(h),
+                Err(e) => {
+                    stop.store(true, Ordering::Release);
+                    for c in &cutters {
+                        let _ = c.shutdown(Shutdown::Read);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(Echo {
+            cfg,
+            start: Instant::now(),
+            stop,
+            left,
+            echoed,
+            threads,
+            cutters,
+        })
+    }
+
+    /// Requests answered so far, warm-up included (for the server's log).
+    pub fn echoed(&self) -> u64 {
+        self.echoed.load(Ordering::Relaxed)
+    }
+
+    /// Asks every echo thread to end (the client is done).
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        for c in &self.cutters {
+            let _ = c.shutdown(Shutdown::Read);
+        }
+    }
+
+    /// True once the echo threads have ended: stopped, or every TCP connection closed.
+    pub fn is_done(&self) -> bool {
+        self.left.load(Ordering::Acquire) == 0
+    }
+
+    /// Waits for the threads and reports this end.
+    pub fn wait(self) -> SideReport {
+        self.stop();
+        for t in self.threads {
+            let _ = t.join();
+        }
+        bare_report(&self.cfg, self.start.elapsed().as_secs_f64(), "echo")
+    }
+}
+
+/// The report of an end that has no per-flow byte counts (latency tests): CPU and NIC use since
+/// the configuration's counter base, over `wall` seconds, and the environment.
+pub fn bare_report(cfg: &SideConfig, wall: f64, mode: &str) -> SideReport {
+    let iface = cfg.iface.as_deref();
+    let (cpu, nic) = cfg
+        .base
+        .as_ref()
+        .map_or((None, None), |b| b.usage_since(iface, wall));
+    let mut env = sys::environment(iface);
+    env.software = env!("CARGO_PKG_VERSION").to_string();
+    SideReport {
+        end: cfg.end,
+        flows: Vec::new(),
+        cpu,
+        nic,
+        env,
+        send_mode: mode.into(),
+        recv_mode: mode.into(),
+        udp_paths: None,
+        udp_kernel: None,
+        stray_datagrams: None,
+        connect: None,
+        window_start_unix: Some(sys::now_unix() - wall),
+        window_end_unix: Some(sys::now_unix()),
+    }
+}
+
+/// Echoes until stopped. `no_wait`: the socket spins or blocks in its receive itself, so an
+/// empty receive goes straight back to receiving.
+fn echo(
+    sock: &PingSocket,
+    no_wait: bool,
+    stop: &AtomicBool,
+    echoed: &AtomicU64,
+    hello_ack: Option<&[u8]>,
+) {
+    let mut buf = vec![0u8; 65_536];
+    let mut replied = false;
+    while !stop.load(Ordering::Acquire) {
+        // Right after a reply the next request cannot be there yet: wait before receiving
+        // (poll, receive, send per round trip).
+        if replied && !no_wait {
+            sys::wait_fd(sock.fd(), sys::Interest::Read, Duration::from_millis(100));
+        }
+        replied = false;
+        match sock.recv(&mut buf) {
+            Ok(0) if sock.is_tcp() => return,
+            Ok(n) => {
+                // A hello repeated after the flow opened is not a request.
+                if !sock.is_tcp() && FlowHello::decode(&buf[..n]).is_some() {
+                    if let Some(a) = hello_ack {
+                        let _ = sock.send(a);
+                    }
+                    continue;
+                }
+                let mut off = 0;
+                while off < n && !stop.load(Ordering::Acquire) {
+                    match sock.send(&buf[off..n]) {
+                        Ok(m) if sock.is_tcp() => off += m,
+                        Ok(_) => off = n,
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                            sys::wait_fd(sock.fd(), sys::Interest::Write, Duration::from_millis(10))
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(_) => return,
+                    }
+                }
+                replied = true;
+                // Counted per receive: TCP may coalesce open-loop requests into one.
+                echoed.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                if !no_wait {
+                    sys::wait_fd(sock.fd(), sys::Interest::Read, Duration::from_millis(100));
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            // UDP: an ICMP error from the client's port (it has gone); keep serving until
+            // the session stops us. TCP: the connection is over.
+            Err(_) if !sock.is_tcp() => {
+                sys::wait_fd(sock.fd(), sys::Interest::Read, Duration::from_millis(100))
+            }
+            Err(_) => return,
+        }
+    }
+}
