@@ -367,9 +367,14 @@ fn nginx_and_hakaru_server_agree_on_the_same_path() {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    // Alternating runs, the ratio of each pair compared.
-    let mut ratios = Vec::new();
-    for _ in 0..2 {
+    // Alternating runs, the ratio of each pair compared: the mean of two pairs, or, when
+    // those two are out of tolerance, of four. The suite's other tests share the two CPUs
+    // with this one (only namespace tests wait for each other), and a busy CPU delays either
+    // server's wake-ups and so its probes; two more pairs average that out, while a real
+    // difference of more than 10 % still fails.
+    let mut ratios: Vec<f64> = Vec::new();
+    let mean = |r: &[f64]| r.iter().sum::<f64>() / r.len() as f64;
+    while ratios.len() < 2 || (ratios.len() < 4 && (mean(&ratios) - 1.0).abs() > TOLERANCE) {
         let (hk, hk_q) = path.rpm(&hk_url, &["--cacert", &ca]);
         let (ng, ng_q) = path.rpm(&ng_url, &["--cacert", &ca]);
         let (h, n) = (
@@ -391,7 +396,7 @@ fn nginx_and_hakaru_server_agree_on_the_same_path() {
         ratios.push(h / n);
     }
     drop(nginx);
-    let ratio = ratios.iter().sum::<f64>() / ratios.len() as f64;
+    let ratio = mean(&ratios);
     assert!(
         (ratio - 1.0).abs() <= TOLERANCE,
         "hakaru server / nginx RPM {ratios:?}, mean {ratio:.3}"
