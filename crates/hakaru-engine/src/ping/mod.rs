@@ -885,24 +885,27 @@ mod tests {
         drop(keep);
     }
 
-    /// A TCP reply that never comes fails the flow after --timeout, not never.
-    #[test]
-    fn tcp_reply_that_never_comes_fails_after_the_timeout() {
+    /// A closed-loop TCP pinger (flow `id`, `timeout`) towards a peer that never answers,
+    /// and that peer's socket (kept open by the caller).
+    fn silent_pinger(id: u32, timeout: Duration) -> (Pinger, TcpStream) {
         let (c, silent) = pair_tcp();
         let cfg = PingConfig {
             duration: Duration::from_secs(30),
-            timeout: Duration::from_millis(200),
+            timeout,
             ..cfg(None)
         };
+        let flows = vec![PingFlow {
+            id,
+            socket: PingSocket::Tcp(c),
+        }];
+        (Pinger::start(cfg, flows).unwrap(), silent)
+    }
+
+    /// A TCP reply that never comes fails the flow after --timeout, not never.
+    #[test]
+    fn tcp_reply_that_never_comes_fails_after_the_timeout() {
         let t0 = Instant::now();
-        let p = Pinger::start(
-            cfg,
-            vec![PingFlow {
-                id: 7,
-                socket: PingSocket::Tcp(c),
-            }],
-        )
-        .unwrap();
+        let (p, silent) = silent_pinger(7, Duration::from_millis(200));
         let out = within(Duration::from_secs(5), move || p.wait());
         let e = out.error.expect("a flow error");
         assert!(e.contains("flow 7: no reply within 0.200 s"), "{e}");
@@ -913,20 +916,7 @@ mod tests {
     /// A stop ends a wait for a reply that has not come, and the flow ends without an error.
     #[test]
     fn tcp_stop_ends_a_wait_for_a_missing_reply() {
-        let (c, silent) = pair_tcp();
-        let cfg = PingConfig {
-            duration: Duration::from_secs(30),
-            timeout: Duration::from_secs(30),
-            ..cfg(None)
-        };
-        let p = Pinger::start(
-            cfg,
-            vec![PingFlow {
-                id: 0,
-                socket: PingSocket::Tcp(c),
-            }],
-        )
-        .unwrap();
+        let (p, silent) = silent_pinger(0, Duration::from_secs(30));
         std::thread::sleep(Duration::from_millis(200));
         p.stop();
         let out = within(Duration::from_secs(5), move || p.wait());
