@@ -66,8 +66,11 @@ pub(crate) fn run(
         ));
     };
     let addr_s = server_addr.to_string();
-    let port = match ctl.start(opts.gate.as_ref())? {
-        Output::StartConnecting { port } => port,
+    let (port, server_closes) = match ctl.start(opts.gate.as_ref())? {
+        Output::StartConnecting {
+            port,
+            server_closes,
+        } => (port, server_closes),
         other => return Err(unexpected_output(other)),
     };
     let target = SocketAddr::new(server_addr.ip(), port);
@@ -76,7 +79,7 @@ pub(crate) fn run(
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0);
     let (tx, rx) = mpsc::channel::<ConnectTick>();
-    let cfg = ConnectConfig::from_spec(cs, target, opts.bind, opts.affinity.clone());
+    let cfg = ConnectConfig::from_spec(cs, target, opts.bind, opts.affinity.clone(), server_closes);
     let mut me = Me {
         run: None,
         usage: Usage::take(local_ip.and_then(sys::interface_for_addr)),
@@ -182,7 +185,14 @@ pub(crate) fn run_result(
 ) -> RunResult {
     let mut notes = Vec::new();
     if !cs.rst {
-        notes.push(fin_note(sys::local_port_range()));
+        notes.push(if outcome.server_closed_first {
+            "closed with FIN, the server first (right after its response, as netserver in \
+             TCP_CRR): TIME_WAIT stays at the server, and the client's local ports are free \
+             as soon as each connection ends"
+                .into()
+        } else {
+            fin_note(sys::local_port_range())
+        });
     }
     let connect = connect_result(cs, outcome, remote.connect);
     RunResult {
@@ -226,7 +236,8 @@ fn fin_note(range: Option<(u16, u16)>) -> String {
         )
     });
     format!(
-        "closed with FIN: each connection leaves a socket in TIME_WAIT at the client for 60 s, \
+        "closed with FIN, the client first (the server waits for its close): each connection \
+         leaves a socket in TIME_WAIT at the client for 60 s, \
          holding its local port; Linux reuses such a port for a new connection only where \
          net.ipv4.tcp_tw_reuse allows (by default on loopback only) and only once it is 1 to 2 s \
          old{ceiling}; --rst closes with RST and leaves none"
@@ -270,6 +281,12 @@ fn connect_result(
             0.0
         },
         close: spec.close_name().into(),
+        first_close: if o.server_closed_first {
+            "server"
+        } else {
+            "client"
+        }
+        .into(),
         connect_time: o.connect_time.stats(),
         transaction_time: o.transaction_time.stats(),
         histogram: if spec.histogram {

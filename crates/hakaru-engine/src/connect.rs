@@ -43,6 +43,10 @@ pub struct ConnectConfig {
     pub response: usize,
     /// Close with RST (SO_LINGER 0).
     pub rst: bool,
+    /// The server closes each connection right after its response (FIN tests against a server
+    /// that says so, and netserver): the client reads to that close, then closes, so TIME_WAIT
+    /// stays at the server and this end's ports are free at once.
+    pub server_closes: bool,
     /// Limit on each connect, send and receive.
     pub timeout: Duration,
     /// CPUs to pin connectors to, round robin; empty for none.
@@ -58,10 +62,12 @@ impl ConnectConfig {
         addr: SocketAddr,
         bind: Option<IpAddr>,
         affinity: Vec<usize>,
+        server_closes: bool,
     ) -> ConnectConfig {
         ConnectConfig {
             addr,
             bind,
+            server_closes: server_closes && !spec.rst,
             connectors: spec.connectors,
             duration: spec.duration.0,
             request: spec.request.0 as usize,
@@ -106,6 +112,8 @@ pub struct ConnectOutcome {
     pub errors: Vec<(String, u64)>,
     /// Why the test ended early, when it had to (no local ports left, no file descriptors).
     pub fatal: Option<String>,
+    /// The server closed each connection first (see [`ConnectConfig::server_closes`]).
+    pub server_closed_first: bool,
 }
 
 /// One connector's counters, on its own cache lines.
@@ -330,6 +338,7 @@ impl ConnectRun {
             transaction_time: transaction,
             errors,
             fatal: self.fatal(),
+            server_closed_first: self.shared.cfg.server_closes,
         }
     }
 }
@@ -443,7 +452,24 @@ fn transaction(cfg: &ConnectConfig, request: &[u8], buf: &mut [u8]) -> Result<(u
             Err(e) => return Err(io_failure("waiting for the response", &e, cfg)),
         }
     }
-    // With SO_LINGER 0 this close sends RST; otherwise FIN, and TIME_WAIT stays here.
+    if cfg.server_closes {
+        // The server closes first: its FIN follows the response. Closing after it leaves no
+        // TIME_WAIT here, only at the server, as with netperf TCP_CRR.
+        loop {
+            match (&sock).read(buf) {
+                Ok(0) => break,
+                Ok(_) => {
+                    return Err(Failure::Failed(
+                        "the server sent more than the response".into(),
+                    ))
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(io_failure("waiting for the server's close", &e, cfg)),
+            }
+        }
+    }
+    // With SO_LINGER 0 this close sends RST; otherwise FIN, and TIME_WAIT stays here unless
+    // the server closed first.
     drop(sock);
     Ok((connect_ns, t0.elapsed().as_nanos() as u64))
 }
@@ -537,11 +563,13 @@ fn ports_exhausted(cfg: &ConnectConfig, e: &io::Error, done: u64) -> String {
         ),
         None => "the local port range".into(),
     };
-    let why = if cfg.rst {
+    let why = if cfg.rst || cfg.server_closes {
         format!(
-            "{range} is taken by other sockets (open connections, or TIME_WAIT left by \
-             connections closed with FIN in the last 60 s); wait a minute, use fewer -P \
-             connectors, or widen net.ipv4.ip_local_port_range"
+            "{range} is taken by other sockets (this test's {} open connections, other \
+             connections, or TIME_WAIT left by connections this host closed first in the last \
+             60 s); wait a minute, use fewer -P connectors, or widen \
+             net.ipv4.ip_local_port_range",
+            cfg.connectors
         )
     } else {
         format!(
@@ -684,6 +712,7 @@ mod tests {
             request: 3,
             response: 5,
             rst: true,
+            server_closes: false,
             timeout: Duration::from_secs(2),
             affinity: Vec::new(),
             interval: Duration::from_millis(100),
@@ -726,6 +755,59 @@ mod tests {
         assert_eq!(ticks.iter().map(|t| t.failed).sum::<u64>(), out.failed);
     }
 
+    /// A FIN test against a connect server that closes first: every connection completes,
+    /// the client reading to the server's close. Against one that waits for the client's
+    /// close instead, each connection fails naming the wait, within the time limit.
+    #[test]
+    fn a_client_told_the_server_closes_first_reads_to_its_close() {
+        use crate::connect_server::{ConnectServer, ConnectServerConfig};
+        for closes_first in [true, false] {
+            let ip = std::net::IpAddr::from([127, 0, 0, 1]);
+            let s = ConnectServer::start(ConnectServerConfig {
+                ip,
+                peer: ip,
+                request: 3,
+                response: 5,
+                affinity: Vec::new(),
+                connectors: 1,
+                timeout: Duration::from_secs(5),
+                max_open: 16,
+                closes_first,
+            })
+            .unwrap();
+            let run = ConnectRun::start(
+                ConnectConfig {
+                    connectors: 1,
+                    rst: false,
+                    server_closes: true,
+                    timeout: Duration::from_millis(100),
+                    ..cfg(SocketAddr::new(ip, s.port()))
+                },
+                Box::new(|_| {}),
+                Box::new(|| {}),
+            )
+            .unwrap();
+            let out = run.wait();
+            let counts = s.stop();
+            assert!(out.server_closed_first);
+            if closes_first {
+                assert!(out.connections > 0, "{out:?}");
+                assert_eq!(out.failed, 0, "{:?}", out.errors);
+                assert!(counts.served >= out.connections);
+            } else {
+                assert_eq!(out.connections, 0, "{out:?}");
+                assert!(out.failed > 0);
+                assert!(
+                    out.errors[0]
+                        .0
+                        .starts_with("waiting for the server's close: nothing within"),
+                    "{:?}",
+                    out.errors
+                );
+            }
+        }
+    }
+
     #[test]
     fn ports_exhausted_names_cause_and_cure() {
         let c = ConnectConfig {
@@ -737,6 +819,14 @@ mod tests {
         assert!(m.contains("out of local ports after 98 connections"), "{m}");
         assert!(m.contains("TIME_WAIT") && m.contains("--rst"), "{m}");
         assert!(m.contains("ip_local_port_range"), "{m}");
+        // When the server closes first, TIME_WAIT is not what holds this end's ports.
+        let c = ConnectConfig {
+            server_closes: true,
+            ..c
+        };
+        let m = ports_exhausted(&c, &e, 98);
+        assert!(m.contains("2 open connections") && m.contains("-P"), "{m}");
+        assert!(!m.contains("use --rst"), "{m}");
     }
 
     #[test]

@@ -2,8 +2,9 @@
 //! (no more than the client's connectors) or per listed CPU. The control port's dispatcher
 //! spends a thread per connection, far too slow for tens of thousands of connections a second;
 //! these workers share the listener. Each connection: accept, read the whole request, write the
-//! response, then read until the client's FIN or RST and close. The client closes first, so
-//! TIME_WAIT lands on the client, as with netperf TCP_CRR. Where there are no more connectors
+//! response, and close (FIN tests): the server closes first, as netserver does in TCP_CRR, so
+//! TIME_WAIT lands here and the client's ports are free at once. With `--rst` the worker reads
+//! on until the client's RST instead, and no TIME_WAIT is left. Where there are no more connectors
 //! than workers (and on Linux, where accepted sockets inherit the listener's timeouts) each
 //! worker does that with blocking calls, one connection at a time, as netserver does; otherwise
 //! each multiplexes its connections on non-blocking sockets with `poll`.
@@ -59,6 +60,9 @@ pub struct ConnectServerConfig {
     pub timeout: Duration,
     /// Most connections open at once over all workers; beyond it new ones wait in the backlog.
     pub max_open: usize,
+    /// Close each connection right after its response (FIN tests), as netserver does in
+    /// TCP_CRR, instead of reading to the client's close (RST tests).
+    pub closes_first: bool,
 }
 
 /// A running connect listener and its workers; stopped and freed when dropped.
@@ -280,6 +284,9 @@ fn serve_blocking(
             Err(_) => return false,
         }
     }
+    if cfg.closes_first {
+        return true;
+    }
     // The client's close ends it (a read of 0 for FIN, an error for RST); bytes it sends
     // meanwhile are read and dropped, within the time limit.
     loop {
@@ -445,6 +452,9 @@ fn turn(
             Phase::Response(sent) => match (&c.stream).write(&response[sent..cfg.response]) {
                 Ok(n) if sent + n >= cfg.response => {
                     counts.served += 1;
+                    if cfg.closes_first {
+                        return Turn::Done;
+                    }
                     c.phase = Phase::Drain;
                     // The client's close cannot have come yet (it has not read the response):
                     // read it on the next round, not in a call that would find nothing.
@@ -517,6 +527,7 @@ mod tests {
             connectors,
             timeout,
             max_open: 64,
+            closes_first: false,
         }
     }
 
@@ -544,14 +555,20 @@ mod tests {
     #[test]
     fn serves_whole_exchanges_and_counts_them() {
         for connectors in MODES {
-            serves_whole_exchanges(connectors);
+            for closes_first in [true, false] {
+                serves_whole_exchanges(connectors, closes_first);
+            }
         }
     }
 
-    fn serves_whole_exchanges(connectors: usize) {
-        let s = server(Duration::from_secs(5), connectors);
+    fn serves_whole_exchanges(connectors: usize, closes_first: bool) {
+        let s = ConnectServer::start(ConnectServerConfig {
+            closes_first,
+            ..config(Duration::from_secs(5), connectors)
+        })
+        .unwrap();
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, s.port()));
-        for _ in 0..20 {
+        for i in 0..20 {
             let mut c = TcpStream::connect(addr).unwrap();
             c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
             // The request in two parts.
@@ -560,6 +577,29 @@ mod tests {
             let mut got = vec![0u8; 64 << 10];
             c.read_exact(&mut got).unwrap();
             assert!(got.iter().all(|&b| b == b'r'));
+            if i % 5 != 0 {
+                continue;
+            }
+            // FIN tests: the server's close follows its response. RST tests: it waits for
+            // the client's.
+            let wait = if closes_first { 5000 } else { 100 };
+            c.set_read_timeout(Some(Duration::from_millis(wait)))
+                .unwrap();
+            match c.read(&mut [0u8; 1]) {
+                Ok(0) => assert!(closes_first, "the server closed first in an RST test"),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    assert!(
+                        !closes_first,
+                        "the server did not close first ({connectors})"
+                    )
+                }
+                other => panic!("after the response: {other:?}"),
+            }
         }
         // One that gives up before its request is whole.
         let mut c = TcpStream::connect(addr).unwrap();

@@ -23,8 +23,9 @@ pub struct ConnectSpec {
     pub request: Bytes,
     /// Bytes the server answers with on each connection (1 to 64 KiB).
     pub response: Bytes,
-    /// The client closes with RST (SO_LINGER 0) instead of FIN, so no connection waits in
-    /// TIME_WAIT and the local ports are not used up.
+    /// The client closes first, with RST (SO_LINGER 0), so no connection waits in TIME_WAIT
+    /// at either end. Without it the server closes first with FIN, as netserver does in
+    /// TCP_CRR, and keeps the TIME_WAIT.
     pub rst: bool,
     /// Seconds between interval reports; 0 turns them off.
     pub interval: Dur,
@@ -99,6 +100,13 @@ impl ConnectSpec {
         Ok(())
     }
 
+    /// The server closes each connection first, right after its response: with FIN, as
+    /// netserver does in TCP_CRR, so TIME_WAIT stays at the server and the client's local
+    /// ports are free at once. With `--rst` the client closes first, with RST.
+    pub fn server_closes_first(&self) -> bool {
+        !self.rst
+    }
+
     /// How the client closes its connections, as the output names it: `rst` or `fin`.
     pub fn close_name(&self) -> &'static str {
         if self.rst {
@@ -147,6 +155,12 @@ pub struct ConnectResult {
     pub connections_per_second: f64,
     /// How the client closed each connection: `rst` (SO_LINGER 0, --rst) or `fin`.
     pub close: String,
+    /// Which end closed each connection first: `server` (FIN tests: the server closes right
+    /// after its response, as netserver does in TCP_CRR, so TIME_WAIT stays at the server and
+    /// the client's ports are free at once) or `client` (`--rst`, or a server that waits for
+    /// the client's close).
+    #[serde(default)]
+    pub first_close: String,
     /// Time connect() took (SYN to established at the client), microseconds.
     pub connect_time: LatencyStats,
     /// Time of the whole transaction: socket, connect, request, response and close,

@@ -156,6 +156,12 @@ pub enum Message {
     ConnectPort {
         /// TCP port of the listener.
         port: u16,
+        /// The server closes each connection itself right after its response (FIN tests), as
+        /// netserver does in TCP_CRR: TIME_WAIT stays at the server and the client's ports are
+        /// free at once. The client then reads to the server's close before it closes. Absent
+        /// (a server that waits for the client's close): the client closes first.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        server_closes: bool,
     },
     /// Server → client: every data connection arrived; both ends start now.
     Start,
@@ -398,7 +404,10 @@ mod tests {
                 flow: 3,
             },
             Message::Start,
-            Message::ConnectPort { port: 40123 },
+            Message::ConnectPort {
+                port: 40123,
+                server_closes: true,
+            },
             Message::Interval {
                 sample: IntervalSample {
                     index: 2,

@@ -29,7 +29,7 @@ fn close_words(close: &str) -> &'static str {
     if close == "rst" {
         "RST (--rst: no TIME_WAIT)"
     } else {
-        "FIN (TIME_WAIT at the client)"
+        "FIN (the server first: TIME_WAIT at the server)"
     }
 }
 
@@ -73,7 +73,7 @@ pub fn summary(r: &RunResult) -> String {
         c.connections,
         c.connections_per_second,
         c.failed,
-        c.close
+        close_label(c)
     );
     stats_heading(&mut s);
     stats_line(&mut s, "connect time", &c.connect_time);
@@ -122,8 +122,21 @@ pub fn headline(r: &RunResult) -> String {
     };
     format!(
         "connect: {:.0} connections/s, close {}, connect time p50 {:.1} us p99 {:.1} us\n",
-        c.connections_per_second, c.close, c.connect_time.p50_us, c.connect_time.p99_us
+        c.connections_per_second,
+        close_label(c),
+        c.connect_time.p50_us,
+        c.connect_time.p99_us
     )
+}
+
+/// How the connections were closed: `fin, server first`, `rst, client first`, or only the
+/// close of a result saved before `first_close` existed.
+fn close_label(c: &hakaru_model::ConnectResult) -> String {
+    if c.first_close.is_empty() {
+        c.close.clone()
+    } else {
+        format!("{}, {} first", c.close, c.first_close)
+    }
 }
 
 impl crate::kind_text::KindText for hakaru_model::ConnectSpec {

@@ -160,7 +160,8 @@ pub(super) fn connect(
         .copied()
         .ok_or_else(|| ClientError::Flow("internal error: no TCP_CRR test".into()))?;
     let (tx, rx) = mpsc::channel::<ConnectTick>();
-    let cfg = ConnectConfig::from_spec(c, target, opts.bind, opts.affinity.clone());
+    // netserver closes each TCP_CRR connection right after its response.
+    let cfg = ConnectConfig::from_spec(c, target, opts.bind, opts.affinity.clone(), true);
     let usage = Usage::take(iface(tests));
     observer.on_start(&opts.spec, &tests.addr, opts.embedded);
     let started_unix = super::now_unix();

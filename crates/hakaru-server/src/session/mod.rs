@@ -556,6 +556,7 @@ impl Driver<'_> {
             // Generous: the client's own limits apply to each step of a connection.
             timeout: spec.connect_timeout.0 * 2 + Duration::from_secs(1),
             max_open: spec.connectors as usize * 4 + 256,
+            closes_first: spec.server_closes_first(),
         })
         .map_err(|e| format!("opening the connect listener on {ip}: {e}"))?;
         let port = server.port();
@@ -569,6 +570,7 @@ impl Driver<'_> {
         };
         let counts = server.stop();
         let close = match spec {
+            Some(RemoteSpec::Connect(c)) if c.server_closes_first() => "fin, server first",
             Some(RemoteSpec::Connect(c)) => c.close_name(),
             _ => "",
         };

@@ -286,8 +286,14 @@ impl Machine {
                 self.out.push_back(Output::StartLocal);
                 self.started(now);
             }
-            Input::Message(Message::ConnectPort { port }) if starting && connect(&self.spec) => {
-                self.out.push_back(Output::StartConnecting { port });
+            Input::Message(Message::ConnectPort {
+                port,
+                server_closes,
+            }) if starting && connect(&self.spec) => {
+                self.out.push_back(Output::StartConnecting {
+                    port,
+                    server_closes,
+                });
                 self.started(now);
             }
             Input::Message(Message::Error { message }) => self.end(SessionError::Server(message)),

@@ -188,6 +188,9 @@ pub enum Output {
     StartConnecting {
         /// The listener's TCP port, on the server's address of the control connection.
         port: u16,
+        /// The server closes each connection first (`connect_port`'s `server_closes`): the
+        /// client reads to its close before closing.
+        server_closes: bool,
     },
     /// Stop this end's senders (Ctrl-C), or its pinger; the test ends as usual.
     StopSending,

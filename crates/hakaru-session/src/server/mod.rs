@@ -660,7 +660,11 @@ impl Session {
             Input::ConnectListening { port } => {
                 let (silence, limit) = (silence_limit(c.connect_timeout.0), connect_limit(c));
                 self.side_up = true;
-                self.send(Message::ConnectPort { port });
+                let server_closes = c.server_closes_first();
+                self.send(Message::ConnectPort {
+                    port,
+                    server_closes,
+                });
                 self.state = State::Running(Watch {
                     last_heard: now,
                     last_sent: now,

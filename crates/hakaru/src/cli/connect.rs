@@ -22,8 +22,9 @@ pub struct Args {
     /// Bytes the server answers with on each connection (1 to 64K).
     #[arg(long, value_name = "SIZE", default_value = "1")]
     response: Bytes,
-    /// Close with RST (SO_LINGER 0) instead of FIN: no socket waits in TIME_WAIT, so the local
-    /// ports are not used up.
+    /// The client closes first, with RST (SO_LINGER 0): no socket waits in TIME_WAIT at either
+    /// end. Without it the server closes each connection with FIN right after its response,
+    /// as netserver does in TCP_CRR, and keeps the TIME_WAIT; the client's ports stay free.
     #[arg(long)]
     rst: bool,
     /// Seconds between interval reports; 0 turns them off.

@@ -55,6 +55,9 @@ fn assert_clean_run(r: &Value, close: &str, connectors: u64) {
     assert!(n > 100, "only {n} connections in a second: {c}");
     assert_eq!(count(c, "/failed"), 0, "{c}");
     assert_eq!(c["close"], close);
+    // FIN: the server closes first, as netserver does in TCP_CRR; RST: the client.
+    let first = if close == "fin" { "server" } else { "client" };
+    assert_eq!(c["first_close"], first, "{c}");
     assert_eq!(c["errors"].as_array().map(Vec::len), Some(0), "{c}");
     let secs = num(c, "/seconds");
     assert!((0.9..5.0).contains(&secs), "seconds {secs}");
@@ -92,7 +95,7 @@ fn connect_with_fin_on_loopback() {
     assert_eq!(r["embedded_server"], true);
     let notes = r["notes"].to_string();
     assert!(
-        notes.contains("TIME_WAIT") && notes.contains("--rst"),
+        notes.contains("the server first") && notes.contains("TIME_WAIT stays at the server"),
         "{notes}"
     );
 }
@@ -256,21 +259,31 @@ fn server_keeps_serving_after_a_connect_client_is_killed() {
     assert_eq!(count(&r, "/connect/failed"), 0);
 }
 
+/// TCP sockets in TIME_WAIT in a namespace, by the kernel's own table.
+fn time_wait_in(out: &std::process::Output) -> usize {
+    assert!(out.status.success(), "{}", stderr(out));
+    // `ss -tanH state time-wait`: one line per socket, no heading.
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
 #[test]
-fn exhausted_local_ports_end_the_test_with_a_clear_error() {
+fn fin_leaves_time_wait_at_the_server_and_exhausted_ports_end_the_test_clearly() {
     // A real link (loopback may reuse TIME_WAIT ports) and a client namespace with 200 ports.
     let Some(link) = Link::setup(&[], Shaping::NONE) else {
         return;
     };
-    let set = link.in_client(
-        &[
-            "sh",
-            "-c",
-            "echo '40000 40199' > /proc/sys/net/ipv4/ip_local_port_range",
-        ],
-        Duration::from_secs(10),
-    );
-    assert!(set.status.success(), "{}", stderr(&set));
+    let range = |r: &str| {
+        let set = link.in_client(
+            &[
+                "sh",
+                "-c",
+                &format!("echo '{r}' > /proc/sys/net/ipv4/ip_local_port_range"),
+            ],
+            Duration::from_secs(10),
+        );
+        assert!(set.status.success(), "{}", stderr(&set));
+    };
+    range("40000 40199");
     let s = link.start_server();
     let port = s.port_s();
     // RST leaves no TIME_WAIT: far more connections than ports.
@@ -290,11 +303,47 @@ fn exhausted_local_ports_end_the_test_with_a_clear_error() {
     let n = count(&r, "/connect/connections");
     assert!(n > 400, "--rst made only {n} connections over 200 ports");
     assert_eq!(count(&r, "/connect/failed"), 0);
-    // FIN: each connection holds its port for 60 s; the test stops at about 200 connections
-    // with an error naming the cause and the cures, not a hang or a spin.
+    assert_eq!(r["connect"]["first_close"], "client");
+    // FIN: the server closes first, as netserver does in TCP_CRR, so TIME_WAIT is the
+    // server's and the client's 200 ports serve far more connections than that.
+    let ss = ["ss", "-tanH", "state", "time-wait"];
+    let before = time_wait_in(&link.in_server(&ss));
+    let r = link.client_json(
+        &["connect", &link.server_ip, "-p", &port, "-t", "1", "--json"],
+        LIMIT,
+    );
+    let n = count(&r, "/connect/connections");
+    assert!(n > 400, "FIN made only {n} connections over 200 ports");
+    assert_eq!(count(&r, "/connect/failed"), 0, "{}", r["connect"]);
+    assert_eq!(r["connect"]["first_close"], "server");
+    let at_client = time_wait_in(&link.in_client(&ss, Duration::from_secs(10)));
+    let at_server = time_wait_in(&link.in_server(&ss)) - before;
+    assert!(
+        at_client < 10,
+        "{at_client} sockets in TIME_WAIT at the client"
+    );
+    // A new connection from a client port takes over the server's TIME_WAIT socket of that
+    // 4-tuple, so the server keeps one per client port used (connect prefers even ports: 100).
+    assert!(
+        at_server >= 50,
+        "{at_server} sockets in TIME_WAIT at the server after {n} connections"
+    );
+    // One port for two connectors: the test stops at once with an error naming the cause and
+    // the cures, not a hang or a spin.
+    range("40000 40000");
     let started = Instant::now();
     let o = link.in_client(
-        &[bin(), "connect", &link.server_ip, "-p", &port, "-t", "20"],
+        &[
+            bin(),
+            "connect",
+            &link.server_ip,
+            "-p",
+            &port,
+            "-t",
+            "20",
+            "-P",
+            "2",
+        ],
         LIMIT,
     );
     let err = stderr(&o);
@@ -307,9 +356,9 @@ fn exhausted_local_ports_end_the_test_with_a_clear_error() {
     assert_eq!(err.lines().count(), 1, "one-line error expected: {err}");
     for needle in [
         "out of local ports after",
-        "40000-40199",
-        "TIME_WAIT",
-        "--rst",
+        "40000-40000",
+        "2 open connections",
+        "-P connectors",
         "ip_local_port_range",
     ] {
         assert!(err.contains(needle), "expected {needle:?} in: {err}");

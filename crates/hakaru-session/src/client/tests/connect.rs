@@ -8,11 +8,33 @@ use super::*;
 fn connecting() -> Run {
     let mut r = Run::accepted(config(TestSpec::Connect(ConnectSpec::default())));
     r.feed(0.3, Input::FlowsOpen);
+    let port = Message::ConnectPort {
+        port: 4711,
+        server_closes: true,
+    };
     assert_eq!(
-        r.msg(0.4, Message::ConnectPort { port: 4711 }),
-        [Output::StartConnecting { port: 4711 }]
+        r.msg(0.4, port),
+        [Output::StartConnecting {
+            port: 4711,
+            server_closes: true
+        }]
     );
     r
+}
+
+#[test]
+fn a_server_that_does_not_say_it_closes_first_leaves_the_close_to_the_client() {
+    // A server from before `server_closes` sends only the port: the client closes first.
+    let mut r = Run::accepted(config(TestSpec::Connect(ConnectSpec::default())));
+    r.feed(0.3, Input::FlowsOpen);
+    let old: Message = serde_json::from_str(r#"{"type":"connect_port","port":4711}"#).unwrap();
+    assert_eq!(
+        r.msg(0.4, old),
+        [Output::StartConnecting {
+            port: 4711,
+            server_closes: false
+        }]
+    );
 }
 
 fn local() -> Box<SideReport> {

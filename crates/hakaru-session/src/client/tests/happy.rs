@@ -132,10 +132,17 @@ fn start_before_the_driver_said_the_tcp_flows_are_open_is_kept() {
     assert_eq!(r.msg(0.3, Message::Start), []);
     assert_eq!(r.feed(0.4, Input::FlowsOpen), [Output::StartLocal]);
     let mut r = Run::accepted(config(TestSpec::Connect(Default::default())));
-    assert_eq!(r.msg(0.3, Message::ConnectPort { port: 9 }), []);
+    let port = Message::ConnectPort {
+        port: 9,
+        server_closes: true,
+    };
+    assert_eq!(r.msg(0.3, port), []);
     assert_eq!(
         r.feed(0.4, Input::FlowsOpen),
-        [Output::StartConnecting { port: 9 }]
+        [Output::StartConnecting {
+            port: 9,
+            server_closes: true
+        }]
     );
     // For UDP flows `start` before `flows_ready` breaks the protocol.
     let mut r = Run::accepted(config(udp()));
@@ -258,8 +265,17 @@ fn connection_rate_tests_start_connecting_on_the_connect_port() {
         [Output::Send(Message::FlowsReady)]
     );
     assert_eq!(
-        r.msg(0.5, Message::ConnectPort { port: 4711 }),
-        [Output::StartConnecting { port: 4711 }]
+        r.msg(
+            0.5,
+            Message::ConnectPort {
+                port: 4711,
+                server_closes: true
+            }
+        ),
+        [Output::StartConnecting {
+            port: 4711,
+            server_closes: true
+        }]
     );
     assert!(r.m.timeout().is_some(), "the machine keeps the test's time");
     // Without a held start nothing is said before the port, and `start` has no place.

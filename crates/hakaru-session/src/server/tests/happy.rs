@@ -209,6 +209,24 @@ fn a_held_start_is_bounded() {
 }
 
 #[test]
+fn with_rst_the_client_closes_first() {
+    let mut t = T::new(config(false));
+    let spec = ConnectSpec {
+        rst: true,
+        ..ConnectSpec::default()
+    };
+    t.request(TestSpec::Connect(spec), false);
+    t.admit();
+    assert_eq!(
+        t.input(Input::ConnectListening { port: 4000 }),
+        vec![Output::Send(Message::ConnectPort {
+            port: 4000,
+            server_closes: false
+        })]
+    );
+}
+
+#[test]
 fn a_connection_rate_test_opens_its_listener_and_ends_on_the_clients_report() {
     let mut t = T::new(config(false));
     t.request(TestSpec::Connect(ConnectSpec::default()), false);
@@ -223,9 +241,13 @@ fn a_connection_rate_test_opens_its_listener_and_ends_on_the_clients_report() {
             Output::OpenConnectListener
         ]
     );
+    // FIN connections: the server closes each one first, and says so.
     assert_eq!(
         t.input(Input::ConnectListening { port: 4000 }),
-        vec![Output::Send(Message::ConnectPort { port: 4000 })]
+        vec![Output::Send(Message::ConnectPort {
+            port: 4000,
+            server_closes: true
+        })]
     );
     t.msg(Message::Stop);
     assert_eq!(

@@ -34,7 +34,10 @@ fn messages() -> Vec<Message> {
             flow: 0,
         },
         Message::FlowsReady,
-        Message::ConnectPort { port: 1 },
+        Message::ConnectPort {
+            port: 1,
+            server_closes: true,
+        },
         Message::Start,
         Message::Stop,
         Message::Keepalive,
