@@ -277,7 +277,7 @@ fn serve_blocking(
     }
     let mut sent = 0;
     while sent < cfg.response {
-        match (&*s).write(&response[sent..cfg.response]) {
+        match send(s, cfg, &response[sent..cfg.response]) {
             Ok(0) => return false,
             Ok(n) => sent += n,
             Err(e) if is_tick(&e) && !late() => {}
@@ -298,6 +298,16 @@ fn serve_blocking(
         }
     }
     true
+}
+
+/// Writes response bytes; when the server closes first, so that its FIN leaves with the last
+/// of them and the client is woken once ([`sys::send_before_close`]).
+fn send(s: &TcpStream, cfg: &ConnectServerConfig, bytes: &[u8]) -> io::Result<usize> {
+    if cfg.closes_first {
+        sys::send_before_close(s, bytes)
+    } else {
+        (&*s).write(bytes)
+    }
 }
 
 /// Where a connection is in its exchange.
@@ -449,7 +459,7 @@ fn turn(
                     Err(_) => return Turn::Broken,
                 }
             }
-            Phase::Response(sent) => match (&c.stream).write(&response[sent..cfg.response]) {
+            Phase::Response(sent) => match send(&c.stream, cfg, &response[sent..cfg.response]) {
                 Ok(n) if sent + n >= cfg.response => {
                     counts.served += 1;
                     if cfg.closes_first {

@@ -32,6 +32,29 @@ pub fn stream_send(stream: &TcpStream, buf: &[u8]) -> io::Result<usize> {
     }
 }
 
+/// Sends the last bytes before this end closes the stream: on Linux with MSG_MORE, so they wait
+/// for the close and its FIN rides in the same segment (the kernel tacks a FIN onto an unsent
+/// tail), and the peer is woken once, for data and end together; a plain write elsewhere.
+/// Blocking or not as the stream is; no SIGPIPE.
+pub fn send_before_close(stream: &TcpStream, buf: &[u8]) -> io::Result<usize> {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        use std::os::fd::AsRawFd;
+        let flags = libc::MSG_NOSIGNAL | libc::MSG_MORE;
+        // SAFETY: buf is valid for buf.len() bytes; the fd is owned by `stream`.
+        let n = unsafe { libc::send(stream.as_raw_fd(), buf.as_ptr().cast(), buf.len(), flags) };
+        if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
+        }
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    {
+        io::Write::write(&mut &*stream, buf)
+    }
+}
+
 /// Receives from a stream without blocking (`recv(MSG_DONTWAIT)` on Unix, a plain read of a
 /// non-blocking stream elsewhere).
 pub fn stream_recv(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
@@ -250,6 +273,32 @@ mod tests {
         // End of stream (not the timeout's error), well before the timeout.
         assert_eq!(reader.join().unwrap().unwrap(), 0);
         assert!(t0.elapsed() < Duration::from_secs(2));
+    }
+
+    /// Linux: the last bytes wait for the close and arrive with its FIN, so the reader that
+    /// gets them finds the end of stream at once. With a plain send they would arrive 100 ms
+    /// before the FIN, and the non-blocking read after them would find nothing yet.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_last_bytes_leave_with_the_fin() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        b.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        let writer = std::thread::spawn(move || {
+            assert_eq!(send_before_close(&a, b"bye").unwrap(), 3);
+            std::thread::sleep(Duration::from_millis(100));
+            drop(a);
+        });
+        let mut buf = [0u8; 8];
+        assert_eq!(std::io::Read::read(&mut &b, &mut buf).unwrap(), 3);
+        b.set_nonblocking(true).unwrap();
+        assert_eq!(
+            stream_recv(&b, &mut buf).unwrap(),
+            0,
+            "no FIN with the bytes"
+        );
+        writer.join().unwrap();
     }
 
     #[test]
