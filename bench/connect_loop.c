@@ -1,12 +1,14 @@
-/* The reference for `hakaru connect -P 1 --rst`: the least a TCP_CRR round can do, as a
- * client and a server of its own, each one blocking loop on one thread.
+/* The reference for `hakaru connect -P 1`: the least a TCP_CRR round can do, as a client and
+ * a server of its own, each one blocking loop on one thread.
  *
- * Client: socket, connect, a 1-byte request, the 1-byte response, close with RST
- * (SO_LINGER 0), again, for SECONDS; prints connections per second and failures.
- * Server: accept, read the request, write the response, read to the client's close, close.
+ * rst (default): client: socket, connect, a 1-byte request, the 1-byte response, close with
+ * RST (SO_LINGER 0), again, for SECONDS; prints connections per second and failures. Server:
+ * accept, read the request, write the response, read to the client's close, close.
+ * fin: the server closes first, as netserver does in TCP_CRR: it writes the response with
+ * MSG_MORE and closes, so the FIN leaves with it; the client reads to that close, then closes.
  *
  * Build: cc -O2 -o connect_loop bench/connect_loop.c
- * Run:   connect_loop server PORT SECONDS   and   connect_loop client HOST PORT SECONDS
+ * Run:   connect_loop server PORT SECONDS [fin]   and   connect_loop client HOST PORT SECONDS [fin]
  * (bench/rr_vs_netperf.py runs both, beside hakaru connect against hakaru server). */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -25,7 +27,7 @@ static double now(void) {
     return t.tv_sec + t.tv_nsec / 1e9;
 }
 
-static int serve(int port, double secs) {
+static int serve(int port, double secs, int fin) {
     int l = socket(AF_INET, SOCK_STREAM, 0), one = 1;
     struct sockaddr_in a;
     memset(&a, 0, sizeof a);
@@ -46,7 +48,9 @@ static int serve(int port, double secs) {
         int c = accept(l, NULL, NULL);
         if (c < 0) continue;
         setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-        if (read(c, &b, 1) == 1 && write(c, &b, 1) == 1) {
+        if (fin) {
+            if (read(c, &b, 1) == 1) send(c, &b, 1, MSG_MORE);
+        } else if (read(c, &b, 1) == 1 && write(c, &b, 1) == 1) {
             while (read(c, &b, 1) > 0) {
             }
         }
@@ -57,13 +61,15 @@ static int serve(int port, double secs) {
 }
 
 int main(int argc, char **argv) {
-    if (argc == 4 && strcmp(argv[1], "server") == 0) {
-        return serve(atoi(argv[2]), atof(argv[3]));
+    if ((argc == 4 || argc == 5) && strcmp(argv[1], "server") == 0) {
+        return serve(atoi(argv[2]), atof(argv[3]), argc == 5 && strcmp(argv[4], "fin") == 0);
     }
-    if (argc != 5 || strcmp(argv[1], "client") != 0) {
-        fprintf(stderr, "usage: %s server PORT SECONDS | client HOST PORT SECONDS\n", argv[0]);
+    if ((argc != 5 && argc != 6) || strcmp(argv[1], "client") != 0) {
+        fprintf(stderr, "usage: %s server PORT SECONDS [fin] | client HOST PORT SECONDS [fin]\n",
+                argv[0]);
         return 2;
     }
+    int fin = argc == 6 && strcmp(argv[5], "fin") == 0;
     argv++;
     struct sockaddr_in a;
     memset(&a, 0, sizeof a);
@@ -80,9 +86,9 @@ int main(int argc, char **argv) {
     while (now() < end) {
         int fd = socket(AF_INET, SOCK_STREAM, 0);
         if (fd < 0) { perror("socket"); return 1; }
-        setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+        if (!fin) setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
         if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0 || write(fd, &b, 1) != 1 ||
-            read(fd, &b, 1) != 1) {
+            read(fd, &b, 1) != 1 || (fin && read(fd, &b, 1) != 0)) {
             failed++;
         } else {
             done++;

@@ -13,7 +13,8 @@ Cases (loopback, one flow or connector, blocking waits at both ends):
            round can do: socket, connect, 1 byte each way, close with RST; one blocking loop a
            side)
 The round-trip cases also run bench/rr_loop.c, the least a blocking round trip can do (one
-loop a side, TCP with no timeout per wait), as the reference of what the kernel allows.
+loop a side, TCP with no timeout per wait), and crr runs bench/connect_loop.c in its fin mode
+(the server closes first, as in TCP_CRR), as the reference of what the kernel allows.
 Each tool runs against its own server (a separate `hakaru server`, netserver, connect_loop
 server), all started here and stopped by PID. Each round runs every case with both tools,
 alternating which goes first. Figures: transactions (or connections) per second, and for the
@@ -82,13 +83,14 @@ def netperf_case(case, port, secs, cpu):
     return float(kv["THROUGHPUT"]), p50
 
 
-def loop_case(loop, secs, ccpu, scpu):
+def loop_case(loop, secs, ccpu, scpu, fin=False):
     port = free_port()
-    srv = subprocess.Popen(pin(scpu, [loop, "server", str(port), str(secs + 5)]),
+    mode = ["fin"] if fin else []
+    srv = subprocess.Popen(pin(scpu, [loop, "server", str(port), str(secs + 5)] + mode),
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_port_quiet(port)
-        out = run(pin(ccpu, [loop, "client", "127.0.0.1", str(port), str(secs)]), secs + 30)
+        out = run(pin(ccpu, [loop, "client", "127.0.0.1", str(port), str(secs)] + mode), secs + 30)
     finally:
         stop_process(srv)
     # "N connections/s, F failed" (bench/connect_loop.c)
@@ -159,6 +161,8 @@ def main():
                     order = [("h", lambda: hakaru_case(c, hp, a.time, ccpu)), ("p", peer)]
                     if c in ("tcp_rr", "udp_rr"):
                         order.append(("r", lambda: rr_loop_case(rr, c, a.time, ccpu, scpu)))
+                    if c == "crr":
+                        order.append(("r", lambda: loop_case(loop, a.time, ccpu, scpu, fin=True)))
                     if r % 2:
                         order.reverse()
                     got = {}
@@ -193,7 +197,7 @@ def main():
     cmd = " ".join(["python3 bench/rr_vs_netperf.py"] + sys.argv[1:])
     out = [f"Command: `{cmd}` ({a.rounds} rounds of {a.time} s; load average at the end "
            f"{open('/proc/loadavg').read().split()[0]})", "",
-           "| placement | case | hakaru /s | peer /s | rate ratio | hakaru p50 | peer p50 | p50 ratio | rr_loop.c /s | hakaru / rr_loop.c |",
+           "| placement | case | hakaru /s | peer /s | rate ratio | hakaru p50 | peer p50 | p50 ratio | reference /s | hakaru / reference |",
            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for (pl, c, h, p, rr, hl, pl50, lr, ref, refr) in rows:
         lat = (f"{hl:.1f} us | {pl50:.0f} us | {lr:.2f}x" if lr is not None else "- | - | -")
