@@ -189,8 +189,11 @@ fn text_shape(out: &str) -> String {
             }
         }
         // A line's kind is its first two words; notes come and go with the figures (a flow
-        // still delivering after the end, a congestion control the kernel lacks).
-        if !words.is_empty() && words[0] != "note:" {
+        // still delivering after the end, a congestion control the kernel lacks), and so do
+        // the efficiency lines: a short run may count no CPU time at an end (the JSON shape
+        // lets the same figure be null).
+        let efficiency = words.get(1).is_some_and(|w| w == "efficiency");
+        if !words.is_empty() && words[0] != "note:" && !efficiency {
             kinds.insert(words[..words.len().min(2)].join(" "));
         }
     }
