@@ -176,6 +176,31 @@ fn tcp_rr_and_udp_rr_transactions_agree() {
 }
 
 #[test]
+fn tcp_crr_with_fin_reads_to_netservers_close() {
+    let Some(bin) = netperf_bin() else { return };
+    let ns = Netserver::start(&bin);
+    // netserver closes each TCP_CRR connection right after its response: the client reads to
+    // that close, and a netserver that did not close would fail every connection.
+    let v = hakaru_json(&ns, &["connect", "-t", "2"]);
+    let ours = count(&v, "/connect/connections");
+    let failed = count(&v, "/connect/failed");
+    let served = count(&v, "/connect/server/served");
+    assert!(ours > 0, "{v}");
+    assert_eq!(failed, 0, "{v}");
+    assert_eq!(v["connect"]["first_close"], "server", "{v}");
+    assert!(
+        served >= ours,
+        "netserver served {served}, hakaru completed {ours}: {v}"
+    );
+    compat_pass(
+        "netperf",
+        "client",
+        "connect --netperf (TCP_CRR)",
+        "both ways",
+    );
+}
+
+#[test]
 fn tcp_crr_connections_agree() {
     let Some(bin) = netperf_bin() else { return };
     let ns = Netserver::start(&bin);
