@@ -539,7 +539,8 @@ pub struct Shape {
     #[arg(long, value_name = "CPUS")]
     pub server_affinity: Option<CpuList>,
     /// A flow that makes no progress for this long fails (a peer that stopped reading, a
-    /// sender that cannot send).
+    /// sender that cannot send). A TCP flow that waits while others of its direction move is
+    /// starved by them (retransmission back-off on a congested path), not failed.
     #[arg(long, value_name = "TIME", default_value = "10")]
     pub stall_timeout: Dur,
 }
