@@ -1,0 +1,486 @@
+//! One step: its clients started with a held start, released together, their live records
+//! merged into rows, their results into the step's aggregates.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin};
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hakaru_model::plan::{
+    add_record, aggregate, spread_ms, timeline, PlanRun, Release, RunRef, StepResult, TimelineRow,
+};
+use hakaru_model::{FlowDir, IntervalRecord, RunResult};
+
+use super::hosts::Ready;
+use super::servers::{spawn_piped, tail, Servers};
+use super::{port_of, step_limit, Options, PlanObserver, GRACE, SERVER_EXIT_WAIT};
+use crate::file::{PlanFile, Step};
+
+/// What a client's reader thread reports.
+pub(super) enum Ev {
+    Ready,
+    Released(f64),
+    Interval(Box<IntervalRecord>),
+    End(Box<RunResult>),
+    Error(String),
+    Eof,
+}
+
+/// One client of a step.
+pub(super) struct Client {
+    pub(super) sender: String,
+    pub(super) receiver: String,
+    pub(super) command: Vec<String>,
+    pub(super) child: Child,
+    pub(super) stdin: Option<ChildStdin>,
+    pub(super) stderr: Arc<Mutex<String>>,
+    pub(super) ready: bool,
+    pub(super) released_at: Option<f64>,
+    pub(super) ack: Option<Instant>,
+    pub(super) result: Option<RunResult>,
+    pub(super) error: Option<String>,
+    pub(super) eof: bool,
+    pub(super) last_index: Option<u32>,
+}
+
+impl Client {
+    fn say(&mut self, word: &str) {
+        if let Some(s) = self.stdin.as_mut() {
+            if s.write_all(format!("{word}\n").as_bytes())
+                .and_then(|()| s.flush())
+                .is_err()
+            {
+                self.stdin = None;
+            }
+        }
+    }
+
+    fn name(&self) -> String {
+        format!("sender `{}` -> receiver `{}`", self.sender, self.receiver)
+    }
+}
+
+pub(super) fn spawn_client(
+    idx: usize,
+    sender: &str,
+    receiver: &str,
+    r: &Ready,
+    argv: Vec<String>,
+    key: Option<&str>,
+    tx: &mpsc::Sender<(usize, Ev)>,
+) -> Result<Client, String> {
+    let (mut child, stderr) = spawn_piped(r, &argv, &format!("sender `{sender}`"))?;
+    let mut stdin = child.stdin.take();
+    if let (Some(k), Some(s)) = (key, stdin.as_mut()) {
+        // Written before anything else; a client that is already gone says why on stderr.
+        if s.write_all(
+            format!(
+                "{k}
+"
+            )
+            .as_bytes(),
+        )
+        .and_then(|()| s.flush())
+        .is_err()
+        {
+            stdin = None;
+        }
+    }
+    if let Some(out) = child.stdout.take() {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                if let Some(ev) = parse_event(&line) {
+                    if tx.send((idx, ev)).is_err() {
+                        return;
+                    }
+                }
+            }
+            let _ = tx.send((idx, Ev::Eof));
+        });
+    }
+    Ok(Client {
+        sender: sender.into(),
+        receiver: receiver.into(),
+        command: argv,
+        stdin,
+        child,
+        stderr,
+        ready: false,
+        released_at: None,
+        ack: None,
+        result: None,
+        error: None,
+        eof: false,
+        last_index: None,
+    })
+}
+
+/// A client's command line: `HAKARU KIND ADDRESS -p PORT FLAGS --json-stream --sync-start`,
+/// and `--psk-file -` when its receiver's server holds the run's key (given on stdin).
+pub(super) fn client_argv(
+    plan: &PlanFile,
+    step: &Step,
+    hakaru: &str,
+    (sender, receiver): (usize, usize),
+    keyed: bool,
+) -> Vec<String> {
+    let name = step.receivers.get(receiver).map_or("", String::as_str);
+    let mut argv = vec![
+        hakaru.to_string(),
+        step.kind.name().into(),
+        plan.hosts
+            .get(name)
+            .and_then(|h| h.address.clone())
+            .unwrap_or_default(),
+        "-p".into(),
+        port_of(plan, name).to_string(),
+    ];
+    if plan.hosts.get(name).is_some_and(|h| h.is_netserver()) {
+        argv.push("--netperf".into());
+    }
+    argv.extend(step.client_flags(sender, receiver));
+    argv.push("--json-stream".into());
+    argv.push("--sync-start".into());
+    if keyed {
+        argv.extend(["--psk-file".into(), "-".into()]);
+    }
+    argv
+}
+
+/// One line of a client's `--json-stream` output.
+pub(super) fn parse_event(line: &str) -> Option<Ev> {
+    #[derive(serde::Deserialize)]
+    struct Envelope {
+        #[serde(rename = "type")]
+        kind: String,
+        data: serde_json::Value,
+    }
+    let env: Envelope = serde_json::from_str(line).ok()?;
+    Some(match env.kind.as_str() {
+        "ready" => Ev::Ready,
+        "released" => Ev::Released(env.data.get("at_unix")?.as_f64()?),
+        "interval" => Ev::Interval(Box::new(serde_json::from_value(env.data).ok()?)),
+        "end" => match serde_json::from_value(env.data) {
+            Ok(r) => Ev::End(Box::new(r)),
+            Err(e) => Ev::Error(format!("its result could not be read: {e}")),
+        },
+        "error" => Ev::Error(env.data.get("message")?.as_str()?.to_string()),
+        _ => return None,
+    })
+}
+
+/// Runs one step: set up every client, release them together, collect, merge.
+pub(super) fn run_step(
+    plan: &PlanFile,
+    step: &Step,
+    ready: &BTreeMap<String, Ready>,
+    servers: &mut Servers,
+    setup: Duration,
+    opts: &Options,
+    obs: &mut dyn PlanObserver,
+) -> StepResult {
+    let mut sr = StepResult {
+        index: step.index,
+        name: step.name.clone(),
+        kind: step.kind.name().into(),
+        repeat: step.repeat,
+        sweep: step.sweep.clone(),
+        senders: step.senders.clone(),
+        receivers: step.receivers.clone(),
+        release: None,
+        aggregates: Vec::new(),
+        timeline: Vec::new(),
+        runs: Vec::new(),
+        errors: Vec::new(),
+        trial: None,
+        find_max: None,
+    };
+    let at = format!("step {} ({})", step.index, step.name);
+    for e in servers.newly_dead() {
+        sr.errors.push(format!("{at}: {e}"));
+    }
+    if !sr.errors.is_empty() {
+        return sr;
+    }
+    let (tx, rx) = mpsc::channel::<(usize, Ev)>();
+    let mut clients: Vec<Client> = Vec::new();
+    let t0 = Instant::now();
+    for (si, s) in step.senders.iter().enumerate() {
+        for (ri, r) in step.receivers.iter().enumerate() {
+            // A server the plan started asks for the run's key: the first line of stdin.
+            let key = servers.keyed.contains(r).then_some(servers.key.as_str());
+            let argv = client_argv(plan, step, &ready[s].hakaru, (si, ri), key.is_some());
+            match spawn_client(clients.len(), s, r, &ready[s], argv, key, &tx) {
+                Ok(c) => clients.push(c),
+                Err(e) => sr.errors.push(format!("{at}: {e}")),
+            }
+        }
+    }
+    drop(tx);
+    // 1. Set-up: every client reports ready, or the step is called off.
+    let mut called_off = !sr.errors.is_empty();
+    while !called_off && !clients.iter().all(|c| c.ready) {
+        if opts.stop.load(Ordering::Acquire) {
+            sr.errors.push(format!("{at}: interrupted during set-up"));
+            called_off = true;
+            break;
+        }
+        if t0.elapsed() > setup {
+            let slow: Vec<String> = clients
+                .iter()
+                .filter(|c| !c.ready)
+                .map(Client::name)
+                .collect();
+            sr.errors.push(format!(
+                "{at}: not set up within {} s: {}",
+                setup.as_secs(),
+                slow.join(", ")
+            ));
+            called_off = true;
+            break;
+        }
+        for e in servers.newly_dead() {
+            sr.errors.push(format!("{at}: {e}"));
+            called_off = true;
+        }
+        if let Ok((i, ev)) = rx.recv_timeout(Duration::from_millis(50)) {
+            handle(&mut clients[i], ev, None);
+            let c = &clients[i];
+            if !c.ready && (c.eof || c.error.is_some()) {
+                called_off = true;
+            }
+        }
+    }
+    let setup_ms = t0.elapsed().as_secs_f64() * 1000.0;
+    let mut rows: BTreeMap<u32, TimelineRow> = BTreeMap::new();
+    let mut emitted = 0u32;
+    if called_off {
+        for c in &mut clients {
+            c.say("stop");
+        }
+    } else {
+        // 2. Release: `go` to every client back to back.
+        let w0 = Instant::now();
+        for c in &mut clients {
+            c.say("go");
+        }
+        let write_ms = w0.elapsed().as_secs_f64() * 1000.0;
+        let limit = step_limit(step);
+        let started = Instant::now();
+        let mut stopped_at: Option<Instant> = None;
+        let mut released_reported = false;
+        // 3. Collect until every client has ended.
+        while !clients.iter().all(|c| c.eof) {
+            let over = started.elapsed() > limit;
+            if stopped_at.is_none() && (opts.stop.load(Ordering::Acquire) || over) {
+                if over {
+                    sr.errors.push(format!(
+                        "{at}: still running {} s after its start; told every client to stop",
+                        limit.as_secs()
+                    ));
+                }
+                for c in &mut clients {
+                    c.say("stop");
+                }
+                stopped_at = Some(Instant::now());
+            }
+            if stopped_at.is_some_and(|t| t.elapsed() > GRACE) {
+                break;
+            }
+            for e in servers.newly_dead() {
+                sr.errors.push(format!("{at}: {e}"));
+            }
+            if let Ok((i, ev)) = rx.recv_timeout(Duration::from_millis(50)) {
+                if let Ev::Interval(rec) = &ev {
+                    let (s, r) = (clients[i].sender.clone(), clients[i].receiver.clone());
+                    add_record(&mut rows, &s, &r, rec);
+                }
+                handle(&mut clients[i], ev, Some(Instant::now()));
+            }
+            if !released_reported && clients.iter().all(|c| c.ack.is_some() || c.eof) {
+                released_reported = true;
+                let rel = release(&clients, setup_ms, write_ms);
+                obs.on_release(step, &rel);
+                sr.release = Some(rel);
+            }
+            // A row is complete once every client still running has reported past it.
+            let live_min = clients
+                .iter()
+                .filter(|c| !c.eof && c.result.is_none())
+                .map(|c| c.last_index.map_or(0, |i| i + 1))
+                .min();
+            let complete = live_min.unwrap_or(u32::MAX);
+            while emitted < complete {
+                match rows.get(&emitted) {
+                    Some(row) => obs.on_row(step, &in_plan_order(row, &clients)),
+                    None if rows.keys().any(|&k| k > emitted) => {}
+                    None => break,
+                }
+                emitted += 1;
+            }
+        }
+        if sr.release.is_none() {
+            sr.release = Some(release(&clients, setup_ms, write_ms));
+        }
+    }
+    finish_clients(&mut clients, &rx);
+    // A receiver that died made its clients fail first; give its launcher a moment to exit
+    // so the step names the receiver, not only the clients.
+    let any_failed = clients
+        .iter()
+        .any(|c| c.result.is_none() || c.error.is_some());
+    let until = Instant::now()
+        + if any_failed {
+            SERVER_EXIT_WAIT
+        } else {
+            Duration::ZERO
+        };
+    loop {
+        for e in servers.newly_dead() {
+            sr.errors.push(format!("{at}: {e}"));
+        }
+        if Instant::now() >= until {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for c in &clients {
+        let error = c.error.clone().or_else(|| {
+            if c.result.is_some() {
+                None
+            } else {
+                let st = tail(&c.stderr);
+                Some(if called_off && c.ready {
+                    "called off before the start".to_string()
+                } else if st.is_empty() {
+                    "the client ended without a result".to_string()
+                } else {
+                    format!("the client ended without a result: {st}")
+                })
+            }
+        });
+        if let Some(e) = &error {
+            if !(called_off && c.ready && c.error.is_none()) {
+                sr.errors.push(format!("{at}: {}: {e}", c.name()));
+            }
+        }
+        sr.runs.push(PlanRun {
+            sender: c.sender.clone(),
+            receiver: c.receiver.clone(),
+            command: c.command.clone(),
+            result: c.result.clone(),
+            error,
+        });
+    }
+    let refs: Vec<RunRef<'_>> = sr
+        .runs
+        .iter()
+        .filter_map(|r| {
+            r.result.as_ref().map(|result| RunRef {
+                sender: &r.sender,
+                receiver: &r.receiver,
+                result,
+            })
+        })
+        .collect();
+    let agg = aggregate(&refs);
+    let tl = timeline(&refs);
+    // Rows not shown live (clients that ended first) are shown now, from the results.
+    for row in tl.iter().filter(|r| r.index >= emitted) {
+        obs.on_row(step, row);
+    }
+    sr.aggregates = agg;
+    sr.timeline = tl;
+    sr
+}
+
+/// A live row with its runs in the order of the plan (they arrive in any order).
+pub(super) fn in_plan_order(row: &TimelineRow, clients: &[Client]) -> TimelineRow {
+    let pos = |s: &str, r: &str| {
+        clients
+            .iter()
+            .position(|c| c.sender == s && c.receiver == r)
+            .unwrap_or(usize::MAX)
+    };
+    let mut row = row.clone();
+    row.runs
+        .sort_by_key(|t| (pos(&t.sender, &t.receiver), t.dir == FlowDir::Down));
+    row
+}
+
+pub(super) fn handle(c: &mut Client, ev: Ev, at: Option<Instant>) {
+    match ev {
+        Ev::Ready => c.ready = true,
+        Ev::Released(t) => {
+            c.released_at = Some(t);
+            c.ack = at.or(Some(Instant::now()));
+        }
+        Ev::Interval(rec) => c.last_index = Some(rec.index),
+        Ev::End(r) => c.result = Some(*r),
+        Ev::Error(e) => c.error = Some(e),
+        Ev::Eof => c.eof = true,
+    }
+}
+
+pub(super) fn release(clients: &[Client], setup_ms: f64, write_ms: f64) -> Release {
+    let at: Vec<f64> = clients.iter().filter_map(|c| c.released_at).collect();
+    let first = clients.iter().filter_map(|c| c.ack).min();
+    let acks: Vec<f64> = clients
+        .iter()
+        .filter_map(|c| c.ack)
+        .map(|a| first.map_or(0.0, |f| a.duration_since(f).as_secs_f64()))
+        .collect();
+    Release {
+        clients: at.len() as u32,
+        setup_ms,
+        write_ms,
+        skew_ms: spread_ms(&at),
+        ack_spread_ms: spread_ms(&acks),
+    }
+}
+
+/// Waits for every client process to exit (they do once their stdout ended), killing any
+/// that does not within the grace time; drains what their readers still send.
+pub(super) fn finish_clients(clients: &mut [Client], rx: &mpsc::Receiver<(usize, Ev)>) {
+    let deadline = Instant::now() + GRACE;
+    loop {
+        while let Ok((i, ev)) = rx.try_recv() {
+            handle(&mut clients[i], ev, None);
+        }
+        let mut running = false;
+        for c in clients.iter_mut() {
+            if matches!(c.child.try_wait(), Ok(None)) {
+                running = true;
+                if Instant::now() > deadline {
+                    let _ = c.child.kill();
+                    let _ = c.child.wait();
+                    if c.error.is_none() && c.result.is_none() {
+                        c.error = Some(format!(
+                            "did not stop within {} s of being told to; killed",
+                            GRACE.as_secs()
+                        ));
+                    }
+                }
+            }
+        }
+        if !running {
+            break;
+        }
+        if Instant::now() > deadline + Duration::from_secs(1) {
+            break;
+        }
+        // Closing stdin tells a client that ended its test but waits on nothing more to go.
+        for c in clients.iter_mut().filter(|c| c.eof) {
+            c.stdin.take();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Readers may still hold the last events of clients that just exited.
+    while let Ok((i, ev)) = rx.recv_timeout(Duration::from_millis(20)) {
+        handle(&mut clients[i], ev, None);
+    }
+}
