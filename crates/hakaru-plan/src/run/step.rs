@@ -199,183 +199,41 @@ pub(super) fn run_step(
         trial: None,
         find_max: None,
     };
-    let at = format!("step {} ({})", step.index, step.name);
-    for e in servers.newly_dead() {
-        sr.errors.push(format!("{at}: {e}"));
-    }
-    if !sr.errors.is_empty() {
+    let (tx, rx) = mpsc::channel::<(usize, Ev)>();
+    let mut run = Running {
+        step,
+        at: format!("step {} ({})", step.index, step.name),
+        clients: Vec::new(),
+        rx,
+        servers,
+        opts,
+        errors: Vec::new(),
+    };
+    if run.servers_died() {
+        sr.errors = run.errors;
         return sr;
     }
-    let (tx, rx) = mpsc::channel::<(usize, Ev)>();
-    let mut clients: Vec<Client> = Vec::new();
     let t0 = Instant::now();
-    for (si, s) in step.senders.iter().enumerate() {
-        for (ri, r) in step.receivers.iter().enumerate() {
-            // A server the plan started asks for the run's key: the first line of stdin.
-            let key = servers.keyed.contains(r).then_some(servers.key.as_str());
-            let argv = client_argv(plan, step, &ready[s].hakaru, (si, ri), key.is_some());
-            match spawn_client(clients.len(), s, r, &ready[s], argv, key, &tx) {
-                Ok(c) => clients.push(c),
-                Err(e) => sr.errors.push(format!("{at}: {e}")),
-            }
-        }
-    }
+    run.spawn_clients(plan, ready, &tx);
     drop(tx);
     // 1. Set-up: every client reports ready, or the step is called off.
-    let mut called_off = !sr.errors.is_empty();
-    while !called_off && !clients.iter().all(|c| c.ready) {
-        if opts.stop.load(Ordering::Acquire) {
-            sr.errors.push(format!("{at}: interrupted during set-up"));
-            called_off = true;
-            break;
-        }
-        if t0.elapsed() > setup {
-            let slow: Vec<String> = clients
-                .iter()
-                .filter(|c| !c.ready)
-                .map(Client::name)
-                .collect();
-            sr.errors.push(format!(
-                "{at}: not set up within {} s: {}",
-                setup.as_secs(),
-                slow.join(", ")
-            ));
-            called_off = true;
-            break;
-        }
-        for e in servers.newly_dead() {
-            sr.errors.push(format!("{at}: {e}"));
-            called_off = true;
-        }
-        if let Ok((i, ev)) = rx.recv_timeout(Duration::from_millis(50)) {
-            handle(&mut clients[i], ev, None);
-            let c = &clients[i];
-            if !c.ready && (c.eof || c.error.is_some()) {
-                called_off = true;
-            }
-        }
-    }
+    let called_off = run.set_up(t0, setup);
     let setup_ms = t0.elapsed().as_secs_f64() * 1000.0;
-    let mut rows: BTreeMap<u32, TimelineRow> = BTreeMap::new();
     let mut emitted = 0u32;
     if called_off {
-        for c in &mut clients {
+        for c in &mut run.clients {
             c.say("stop");
         }
     } else {
-        // 2. Release: `go` to every client back to back.
-        let w0 = Instant::now();
-        for c in &mut clients {
-            c.say("go");
-        }
-        let write_ms = w0.elapsed().as_secs_f64() * 1000.0;
-        let limit = step_limit(step);
-        let started = Instant::now();
-        let mut stopped_at: Option<Instant> = None;
-        let mut released_reported = false;
-        // 3. Collect until every client has ended.
-        while !clients.iter().all(|c| c.eof) {
-            let over = started.elapsed() > limit;
-            if stopped_at.is_none() && (opts.stop.load(Ordering::Acquire) || over) {
-                if over {
-                    sr.errors.push(format!(
-                        "{at}: still running {} s after its start; told every client to stop",
-                        limit.as_secs()
-                    ));
-                }
-                for c in &mut clients {
-                    c.say("stop");
-                }
-                stopped_at = Some(Instant::now());
-            }
-            if stopped_at.is_some_and(|t| t.elapsed() > GRACE) {
-                break;
-            }
-            for e in servers.newly_dead() {
-                sr.errors.push(format!("{at}: {e}"));
-            }
-            if let Ok((i, ev)) = rx.recv_timeout(Duration::from_millis(50)) {
-                if let Ev::Interval(rec) = &ev {
-                    let (s, r) = (clients[i].sender.clone(), clients[i].receiver.clone());
-                    add_record(&mut rows, &s, &r, rec);
-                }
-                handle(&mut clients[i], ev, Some(Instant::now()));
-            }
-            if !released_reported && clients.iter().all(|c| c.ack.is_some() || c.eof) {
-                released_reported = true;
-                let rel = release(&clients, setup_ms, write_ms);
-                obs.on_release(step, &rel);
-                sr.release = Some(rel);
-            }
-            // A row is complete once every client still running has reported past it.
-            let live_min = clients
-                .iter()
-                .filter(|c| !c.eof && c.result.is_none())
-                .map(|c| c.last_index.map_or(0, |i| i + 1))
-                .min();
-            let complete = live_min.unwrap_or(u32::MAX);
-            while emitted < complete {
-                match rows.get(&emitted) {
-                    Some(row) => obs.on_row(step, &in_plan_order(row, &clients)),
-                    None if rows.keys().any(|&k| k > emitted) => {}
-                    None => break,
-                }
-                emitted += 1;
-            }
-        }
-        if sr.release.is_none() {
-            sr.release = Some(release(&clients, setup_ms, write_ms));
-        }
+        // 2. Release, 3. collect until every client has ended.
+        let (release, shown) = run.release_and_collect(setup_ms, obs);
+        sr.release = Some(release);
+        emitted = shown;
     }
-    finish_clients(&mut clients, &rx);
-    // A receiver that died made its clients fail first; give its launcher a moment to exit
-    // so the step names the receiver, not only the clients.
-    let any_failed = clients
-        .iter()
-        .any(|c| c.result.is_none() || c.error.is_some());
-    let until = Instant::now()
-        + if any_failed {
-            SERVER_EXIT_WAIT
-        } else {
-            Duration::ZERO
-        };
-    loop {
-        for e in servers.newly_dead() {
-            sr.errors.push(format!("{at}: {e}"));
-        }
-        if Instant::now() >= until {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    for c in &clients {
-        let error = c.error.clone().or_else(|| {
-            if c.result.is_some() {
-                None
-            } else {
-                let st = tail(&c.stderr);
-                Some(if called_off && c.ready {
-                    "called off before the start".to_string()
-                } else if st.is_empty() {
-                    "the client ended without a result".to_string()
-                } else {
-                    format!("the client ended without a result: {st}")
-                })
-            }
-        });
-        if let Some(e) = &error {
-            if !(called_off && c.ready && c.error.is_none()) {
-                sr.errors.push(format!("{at}: {}: {e}", c.name()));
-            }
-        }
-        sr.runs.push(PlanRun {
-            sender: c.sender.clone(),
-            receiver: c.receiver.clone(),
-            command: c.command.clone(),
-            result: c.result.clone(),
-            error,
-        });
-    }
+    finish_clients(&mut run.clients, &run.rx);
+    run.await_dead_servers();
+    sr.runs = run.runs(called_off);
+    sr.errors = run.errors;
     let refs: Vec<RunRef<'_>> = sr
         .runs
         .iter()
@@ -396,6 +254,216 @@ pub(super) fn run_step(
     sr.aggregates = agg;
     sr.timeline = tl;
     sr
+}
+
+/// One step's clients while it runs, and what went wrong (each message starts with `at`).
+struct Running<'a> {
+    step: &'a Step,
+    at: String,
+    clients: Vec<Client>,
+    rx: mpsc::Receiver<(usize, Ev)>,
+    servers: &'a mut Servers,
+    opts: &'a Options,
+    errors: Vec<String>,
+}
+
+impl Running<'_> {
+    /// Notes every receiver whose server exited since the last look; true if any did.
+    fn servers_died(&mut self) -> bool {
+        let dead = self.servers.newly_dead();
+        let any = !dead.is_empty();
+        for e in dead {
+            self.errors.push(format!("{}: {e}", self.at));
+        }
+        any
+    }
+
+    /// Starts one client per sender and receiver, each with the run's key where its
+    /// receiver's server holds it.
+    fn spawn_clients(
+        &mut self,
+        plan: &PlanFile,
+        ready: &BTreeMap<String, Ready>,
+        tx: &mpsc::Sender<(usize, Ev)>,
+    ) {
+        let step = self.step;
+        for (si, s) in step.senders.iter().enumerate() {
+            for (ri, r) in step.receivers.iter().enumerate() {
+                // A server the plan started asks for the run's key: the first line of stdin.
+                let key = self
+                    .servers
+                    .keyed
+                    .contains(r)
+                    .then_some(self.servers.key.as_str());
+                let argv = client_argv(plan, step, &ready[s].hakaru, (si, ri), key.is_some());
+                match spawn_client(self.clients.len(), s, r, &ready[s], argv, key, tx) {
+                    Ok(c) => self.clients.push(c),
+                    Err(e) => self.errors.push(format!("{}: {e}", self.at)),
+                }
+            }
+        }
+    }
+
+    /// Waits until every client is ready; true if the step is called off instead (a client
+    /// failed or ended, a server died, Ctrl-C, or the set-up time ran out).
+    fn set_up(&mut self, t0: Instant, setup: Duration) -> bool {
+        let mut called_off = !self.errors.is_empty();
+        while !called_off && !self.clients.iter().all(|c| c.ready) {
+            if self.opts.stop.load(Ordering::Acquire) {
+                self.errors
+                    .push(format!("{}: interrupted during set-up", self.at));
+                return true;
+            }
+            if t0.elapsed() > setup {
+                let slow: Vec<String> = self
+                    .clients
+                    .iter()
+                    .filter(|c| !c.ready)
+                    .map(Client::name)
+                    .collect();
+                self.errors.push(format!(
+                    "{}: not set up within {} s: {}",
+                    self.at,
+                    setup.as_secs(),
+                    slow.join(", ")
+                ));
+                return true;
+            }
+            called_off |= self.servers_died();
+            if let Ok((i, ev)) = self.rx.recv_timeout(Duration::from_millis(50)) {
+                handle(&mut self.clients[i], ev, None);
+                let c = &self.clients[i];
+                if !c.ready && (c.eof || c.error.is_some()) {
+                    called_off = true;
+                }
+            }
+        }
+        called_off
+    }
+
+    /// Says `go` to every client back to back, then collects their records until every one
+    /// has ended (or been told to stop and had its grace time), showing each interval's row
+    /// once every client still running has reported past it. Returns the release and the
+    /// number of rows shown.
+    fn release_and_collect(&mut self, setup_ms: f64, obs: &mut dyn PlanObserver) -> (Release, u32) {
+        let w0 = Instant::now();
+        for c in &mut self.clients {
+            c.say("go");
+        }
+        let write_ms = w0.elapsed().as_secs_f64() * 1000.0;
+        let limit = step_limit(self.step);
+        let started = Instant::now();
+        let mut stopped_at: Option<Instant> = None;
+        let mut released: Option<Release> = None;
+        let mut rows: BTreeMap<u32, TimelineRow> = BTreeMap::new();
+        let mut emitted = 0u32;
+        while !self.clients.iter().all(|c| c.eof) {
+            let over = started.elapsed() > limit;
+            if stopped_at.is_none() && (self.opts.stop.load(Ordering::Acquire) || over) {
+                if over {
+                    self.errors.push(format!(
+                        "{}: still running {} s after its start; told every client to stop",
+                        self.at,
+                        limit.as_secs()
+                    ));
+                }
+                for c in &mut self.clients {
+                    c.say("stop");
+                }
+                stopped_at = Some(Instant::now());
+            }
+            if stopped_at.is_some_and(|t| t.elapsed() > GRACE) {
+                break;
+            }
+            self.servers_died();
+            if let Ok((i, ev)) = self.rx.recv_timeout(Duration::from_millis(50)) {
+                if let Ev::Interval(rec) = &ev {
+                    let c = &self.clients[i];
+                    add_record(&mut rows, &c.sender, &c.receiver, rec);
+                }
+                handle(&mut self.clients[i], ev, Some(Instant::now()));
+            }
+            if released.is_none() && self.clients.iter().all(|c| c.ack.is_some() || c.eof) {
+                let rel = release(&self.clients, setup_ms, write_ms);
+                obs.on_release(self.step, &rel);
+                released = Some(rel);
+            }
+            // A row is complete once every client still running has reported past it.
+            let live_min = self
+                .clients
+                .iter()
+                .filter(|c| !c.eof && c.result.is_none())
+                .map(|c| c.last_index.map_or(0, |i| i + 1))
+                .min();
+            let complete = live_min.unwrap_or(u32::MAX);
+            while emitted < complete {
+                match rows.get(&emitted) {
+                    Some(row) => obs.on_row(self.step, &in_plan_order(row, &self.clients)),
+                    None if rows.keys().any(|&k| k > emitted) => {}
+                    None => break,
+                }
+                emitted += 1;
+            }
+        }
+        let release = released.unwrap_or_else(|| release(&self.clients, setup_ms, write_ms));
+        (release, emitted)
+    }
+
+    /// A receiver that died made its clients fail first; gives its launcher a moment to exit
+    /// so the step names the receiver, not only the clients.
+    fn await_dead_servers(&mut self) {
+        let any_failed = self
+            .clients
+            .iter()
+            .any(|c| c.result.is_none() || c.error.is_some());
+        let until = Instant::now()
+            + if any_failed {
+                SERVER_EXIT_WAIT
+            } else {
+                Duration::ZERO
+            };
+        loop {
+            self.servers_died();
+            if Instant::now() >= until {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Every client's run: its command, its result or why it has none.
+    fn runs(&mut self, called_off: bool) -> Vec<PlanRun> {
+        let mut runs = Vec::new();
+        for c in &self.clients {
+            let error = c.error.clone().or_else(|| {
+                if c.result.is_some() {
+                    None
+                } else {
+                    let st = tail(&c.stderr);
+                    Some(if called_off && c.ready {
+                        "called off before the start".to_string()
+                    } else if st.is_empty() {
+                        "the client ended without a result".to_string()
+                    } else {
+                        format!("the client ended without a result: {st}")
+                    })
+                }
+            });
+            if let Some(e) = &error {
+                if !(called_off && c.ready && c.error.is_none()) {
+                    self.errors.push(format!("{}: {}: {e}", self.at, c.name()));
+                }
+            }
+            runs.push(PlanRun {
+                sender: c.sender.clone(),
+                receiver: c.receiver.clone(),
+                command: c.command.clone(),
+                result: c.result.clone(),
+                error,
+            });
+        }
+        runs
+    }
 }
 
 /// A live row with its runs in the order of the plan (they arrive in any order).
