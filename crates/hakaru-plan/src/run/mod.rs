@@ -9,7 +9,7 @@ mod search;
 mod servers;
 mod step;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -21,7 +21,7 @@ use hakaru_model::plan::{
 use hakaru_model::rfc3339_utc;
 
 use crate::file::{parse_secs, PlanFile, Step};
-use hosts::{prepare_hosts, sources_of};
+use hosts::{prepare_hosts, sources_of, Ready};
 use search::run_search;
 use servers::{start_server, ServerSpec, Servers, Started};
 use step::run_step;
@@ -161,6 +161,39 @@ pub fn run(plan: &PlanFile, opts: &Options, obs: &mut dyn PlanObserver) -> PlanR
             return result;
         }
     };
+    let set = Setting {
+        plan,
+        steps: &steps,
+        ready: &ready,
+        setup,
+    };
+    let mut servers = start_servers(&set, &used, key, &mut result, obs);
+    if result.errors.is_empty() {
+        run_steps(&set, &mut servers, opts, &mut result, obs);
+    }
+    servers.stop_all(&mut result.errors);
+    result
+}
+
+/// What every step of a run shares once its hosts are prepared.
+struct Setting<'a> {
+    plan: &'a PlanFile,
+    steps: &'a [Step],
+    ready: &'a BTreeMap<String, Ready>,
+    /// Longest a step's set-up may take.
+    setup: Duration,
+}
+
+/// Starts a server on every receiver (or reuses the one on its port), open only to the
+/// plan's senders and holding the run's key; what fails is in `result.errors`.
+fn start_servers(
+    set: &Setting<'_>,
+    used: &[String],
+    key: String,
+    result: &mut PlanResult,
+    obs: &mut dyn PlanObserver,
+) -> Servers {
+    let (plan, steps, ready) = (set.plan, set.steps, set.ready);
     let mut servers = Servers {
         procs: Vec::new(),
         key,
@@ -171,7 +204,7 @@ pub fn run(plan: &PlanFile, opts: &Options, obs: &mut dyn PlanObserver) -> PlanR
         .filter(|h| steps.iter().any(|s| s.receivers.contains(h)))
     {
         let port = port_of(plan, name);
-        let allow = match sources_of(plan, &steps, name, &ready) {
+        let allow = match sources_of(plan, steps, name, ready) {
             Ok(a) => a,
             Err(e) => {
                 result.errors.extend(e);
@@ -189,7 +222,7 @@ pub fn run(plan: &PlanFile, opts: &Options, obs: &mut dyn PlanObserver) -> PlanR
             port,
             bind,
             allow,
-            max_duration: server_cap(&steps, name, setup),
+            max_duration: server_cap(steps, name, set.setup),
         };
         let mut started = start_server(name, &ready[name], &server, &servers.key);
         if let (Ok(Started::NotHere(why)), Some(ip)) = (&started, bind) {
@@ -204,12 +237,12 @@ pub fn run(plan: &PlanFile, opts: &Options, obs: &mut dyn PlanObserver) -> PlanR
         }
         match started {
             Ok(Started::Running(srv)) => {
-                set_server(&mut result, name, "started");
+                set_server(result, name, "started");
                 servers.keyed.insert(name.clone());
                 servers.procs.push(srv);
             }
             Ok(Started::InUse) => {
-                set_server(&mut result, name, "reused");
+                set_server(result, name, "reused");
                 obs.on_note(&format!(
                     "receiver `{name}`: port {port} is already in use there; using the server that listens on it (not stopped at the end; the plan's clients give it no key)"
                 ));
@@ -220,50 +253,55 @@ pub fn run(plan: &PlanFile, opts: &Options, obs: &mut dyn PlanObserver) -> PlanR
             Err(e) => result.errors.push(e),
         }
     }
-    if result.errors.is_empty() {
-        // A search runs many trials, each a step of the result: later steps move up.
-        let mut shift = 0u32;
-        for step in &steps {
-            if opts.stop.load(Ordering::Acquire) {
-                result.interrupted = true;
-                break;
-            }
-            let shifted;
-            let step = if shift > 0 {
-                shifted = Step {
-                    index: step.index + shift,
-                    ..step.clone()
-                };
-                &shifted
-            } else {
-                step
+    servers
+}
+
+/// Runs the steps in order (a search's trials each a step of the result), until the last or
+/// Ctrl-C.
+fn run_steps(
+    set: &Setting<'_>,
+    servers: &mut Servers,
+    opts: &Options,
+    result: &mut PlanResult,
+    obs: &mut dyn PlanObserver,
+) {
+    let (plan, ready, setup) = (set.plan, set.ready, set.setup);
+    // A search runs many trials, each a step of the result: later steps move up.
+    let mut shift = 0u32;
+    for step in set.steps {
+        if opts.stop.load(Ordering::Acquire) {
+            result.interrupted = true;
+            break;
+        }
+        let shifted;
+        let step = if shift > 0 {
+            shifted = Step {
+                index: step.index + shift,
+                ..step.clone()
             };
-            if let Some(fm) = &step.find_max {
-                let srs = run_search(plan, step, fm, &ready, &mut servers, setup, opts, obs);
-                shift += (srs.len() as u32).saturating_sub(1);
-                for sr in srs {
-                    result.errors.extend(sr.errors.iter().cloned());
-                    result.steps.push(sr);
-                }
-                if opts.stop.load(Ordering::Acquire) {
-                    result.interrupted = true;
-                    break;
-                }
-                continue;
+            &shifted
+        } else {
+            step
+        };
+        if let Some(fm) = &step.find_max {
+            let srs = run_search(plan, step, fm, ready, servers, setup, opts, obs);
+            shift += (srs.len() as u32).saturating_sub(1);
+            for sr in srs {
+                result.errors.extend(sr.errors.iter().cloned());
+                result.steps.push(sr);
             }
-            obs.on_step_start(step, steps.len());
-            let sr = run_step(plan, step, &ready, &mut servers, setup, opts, obs);
+        } else {
+            obs.on_step_start(step, set.steps.len());
+            let sr = run_step(plan, step, ready, servers, setup, opts, obs);
             result.errors.extend(sr.errors.iter().cloned());
             obs.on_step_end(&sr);
             result.steps.push(sr);
-            if opts.stop.load(Ordering::Acquire) {
-                result.interrupted = true;
-                break;
-            }
+        }
+        if opts.stop.load(Ordering::Acquire) {
+            result.interrupted = true;
+            break;
         }
     }
-    servers.stop_all(&mut result.errors);
-    result
 }
 
 fn set_server(result: &mut PlanResult, name: &str, how: &str) {
