@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use hakaru_model::capacity::{min_datagrams, DirFigures, FindMaxResult, Outcome, Search, Trial};
 use hakaru_model::plan::StepResult;
 use hakaru_model::FlowDir;
 
@@ -28,9 +29,6 @@ pub(super) fn run_search(
     opts: &Options,
     obs: &mut dyn PlanObserver,
 ) -> Vec<StepResult> {
-    use hakaru_model::capacity::{
-        min_datagrams, DirFigures, FindMaxResult, Outcome, Search, Trial,
-    };
     let pps = step.kind == crate::file::Kind::Pps;
     let flag_value = |flag: &str| {
         step.flags
@@ -61,49 +59,11 @@ pub(super) fn run_search(
             break;
         }
         let n = trials.len() as u32 + 1;
-        let mut t = step.clone();
-        t.index = index;
+        let t = trial_step(step, fm, (n, index), rate, pps);
         index += 1;
-        t.name = format!("{}: find-max trial {n}", step.name);
-        t.flags.extend([
-            if pps { "--rate" } else { "-b" }.to_string(),
-            format!("{rate}"),
-            "-t".into(),
-            format!("{}ms", fm.trial.as_millis()),
-        ]);
-        if !t.flags.iter().any(|f| f == "-O") {
-            t.flags
-                .extend(["-O".into(), format!("{}ms", fm.warmup.as_millis())]);
-        }
         obs.on_step_start(&t, 0);
         let mut sr = run_step(plan, &t, ready, servers, setup, opts, obs);
-        let mut trial = Trial::new(n, phase, rate, flows);
-        trial.sender_limited = sr.runs.iter().any(|r| {
-            r.result.as_ref().is_some_and(|res| {
-                res.totals
-                    .iter()
-                    .any(|d| d.rate_target.as_ref().is_some_and(|rt| rt.missed))
-            })
-        });
-        trial.error = sr.errors.first().cloned();
-        // Per direction, like `asked`: each direction's receivers summed, the worst receiver's
-        // loss.
-        let dirs: Vec<DirFigures> = [FlowDir::Up, FlowDir::Down]
-            .into_iter()
-            .filter_map(|dir| {
-                let of: Vec<_> = sr.aggregates.iter().filter(|a| a.dir == dir).collect();
-                (!of.is_empty()).then(|| DirFigures {
-                    sent_bps: of.iter().map(|a| a.sent_bps).sum(),
-                    sent_pps: of.iter().filter_map(|a| a.sent_pps).sum(),
-                    received_bps: of.iter().map(|a| a.received_bps).sum(),
-                    received_pps: of.iter().filter_map(|a| a.received_pps).sum(),
-                    loss_percent: of.iter().filter_map(|a| a.lost_percent).fold(0.0, f64::max),
-                    jitter_ms: None,
-                })
-            })
-            .collect();
-        trial.set_directions(&dirs, fm.loss);
-        trial.met = trial.error.is_none() && trial.loss_percent <= fm.loss;
+        let mut trial = judge(&sr, Trial::new(n, phase, rate, flows), fm.loss);
         if trial.error.is_some() {
             search.stop(format!("trial {n} failed"));
         } else {
@@ -168,6 +128,65 @@ pub(super) fn run_search(
         last.find_max = Some(result);
     }
     out
+}
+
+/// Trial `n`'s step, numbered `index` in the result: the search's step at `rate` per flow
+/// (`--rate` datagrams/s for pps, `-b` bit/s otherwise) for the trial's time, with the
+/// search's warm-up unless the step sets its own `-O`.
+fn trial_step(
+    step: &Step,
+    fm: &crate::file::FindMaxSettings,
+    (n, index): (u32, u32),
+    rate: f64,
+    pps: bool,
+) -> Step {
+    let mut t = step.clone();
+    t.index = index;
+    t.name = format!("{}: find-max trial {n}", step.name);
+    t.flags.extend([
+        if pps { "--rate" } else { "-b" }.to_string(),
+        format!("{rate}"),
+        "-t".into(),
+        format!("{}ms", fm.trial.as_millis()),
+    ]);
+    if !t.flags.iter().any(|f| f == "-O") {
+        t.flags
+            .extend(["-O".into(), format!("{}ms", fm.warmup.as_millis())]);
+    }
+    t
+}
+
+/// A trial judged on its step: failed (the step's first error), sender-limited (a client's
+/// senders fell short of the asked rate), and per direction the receivers' figures summed
+/// with the worst receiver's loss, met if that loss is within `loss` percent.
+fn judge(sr: &StepResult, mut trial: Trial, loss: f64) -> Trial {
+    trial.sender_limited = sr.runs.iter().any(|r| {
+        r.result.as_ref().is_some_and(|res| {
+            res.totals
+                .iter()
+                .any(|d| d.rate_target.as_ref().is_some_and(|rt| rt.missed))
+        })
+    });
+    trial.error = sr.errors.first().cloned();
+    // Per direction, like `asked`: each direction's receivers summed, the worst receiver's
+    // loss.
+    let dirs: Vec<DirFigures> = [FlowDir::Up, FlowDir::Down]
+        .into_iter()
+        .filter_map(|dir| {
+            let of: Vec<_> = sr.aggregates.iter().filter(|a| a.dir == dir).collect();
+            (!of.is_empty()).then(|| DirFigures {
+                sent_bps: of.iter().map(|a| a.sent_bps).sum(),
+                sent_pps: of.iter().filter_map(|a| a.sent_pps).sum(),
+                received_bps: of.iter().map(|a| a.received_bps).sum(),
+                received_pps: of.iter().filter_map(|a| a.received_pps).sum(),
+                loss_percent: of.iter().filter_map(|a| a.lost_percent).fold(0.0, f64::max),
+                jitter_ms: None,
+            })
+        })
+        .collect();
+    trial.set_directions(&dirs, loss);
+    trial.met = trial.error.is_none() && trial.loss_percent <= loss;
+    trial
 }
 
 /// One line for the plan's live output: the search's best rate and why it ended.
