@@ -177,16 +177,39 @@ fn interval_series(
 }
 
 fn run_metrics(b: &RunResult, n: &RunResult) -> Vec<Raw> {
-    let mut v = Vec::new();
-    let both = |f: &dyn Fn(&RunResult) -> Option<f64>| Some((f(b)?, f(n)?));
-    let mut push = |metric: String,
-                    unit: &'static str,
-                    better: Better,
-                    scale: Scale,
-                    vals: Option<(f64, f64)>,
-                    samples: Option<(Vec<f64>, Vec<f64>)>| {
+    let mut m = Metrics {
+        b,
+        n,
+        v: Vec::new(),
+    };
+    match &b.spec {
+        TestSpec::Latency(_) => latency_metrics(&mut m),
+        TestSpec::Http(_) => http_metrics(&mut m),
+        TestSpec::Connect(_) => connect_metrics(&mut m),
+        _ => bulk_metrics(&mut m),
+    }
+    m.v
+}
+
+/// The metrics of a baseline `b` and a new result `n`, as they are added.
+struct Metrics<'a> {
+    b: &'a RunResult,
+    n: &'a RunResult,
+    v: Vec<Raw>,
+}
+
+impl Metrics<'_> {
+    /// Adds a metric if both results have it.
+    fn push(
+        &mut self,
+        metric: String,
+        unit: &'static str,
+        (better, scale): (Better, Scale),
+        vals: Option<(f64, f64)>,
+        samples: Option<(Vec<f64>, Vec<f64>)>,
+    ) {
         if let Some((base, new)) = vals {
-            v.push(Raw {
+            self.v.push(Raw {
                 metric,
                 unit,
                 better,
@@ -196,199 +219,192 @@ fn run_metrics(b: &RunResult, n: &RunResult) -> Vec<Raw> {
                 samples,
             });
         }
+    }
+}
+
+fn latency_metrics(m: &mut Metrics<'_>) {
+    let (b, n) = (m.b, m.n);
+    let both = |f: &dyn Fn(&RunResult) -> Option<f64>| Some((f(b)?, f(n)?));
+    type Pick = fn(&hakaru_model::LatencyStats) -> f64;
+    let picks: [(&str, Pick); 5] = [
+        ("RTT p50", |s| s.p50_us),
+        ("RTT p90", |s| s.p90_us),
+        ("RTT p99", |s| s.p99_us),
+        ("RTT p99.9", |s| s.p999_us),
+        ("RTT mean", |s| s.mean_us),
+    ];
+    for (name, f) in picks {
+        let samples = (name == "RTT p50").then(|| {
+            let s =
+                |r: &RunResult| interval_series(r, &|rec| Some(rec.latency.as_ref()?.rtt.p50_us));
+            (s(b), s(n))
+        });
+        m.push(
+            name.into(),
+            "us",
+            (Better::Lower, Scale::Relative),
+            both(&|r| Some(f(&r.latency.as_ref()?.rtt))),
+            samples,
+        );
+    }
+    let s = |r: &RunResult| {
+        interval_series(r, &|rec| {
+            let l = rec.latency.as_ref()?;
+            Some(l.replies as f64 / (rec.end - rec.start).max(1e-9))
+        })
     };
-    match &b.spec {
-        TestSpec::Latency(_) => {
-            type Pick = fn(&hakaru_model::LatencyStats) -> f64;
-            let picks: [(&str, Pick); 5] = [
-                ("RTT p50", |s| s.p50_us),
-                ("RTT p90", |s| s.p90_us),
-                ("RTT p99", |s| s.p99_us),
-                ("RTT p99.9", |s| s.p999_us),
-                ("RTT mean", |s| s.mean_us),
-            ];
-            for (name, f) in picks {
-                let samples = (name == "RTT p50").then(|| {
-                    let s = |r: &RunResult| {
-                        interval_series(r, &|rec| Some(rec.latency.as_ref()?.rtt.p50_us))
-                    };
-                    (s(b), s(n))
-                });
-                push(
-                    name.into(),
-                    "us",
-                    Better::Lower,
-                    Scale::Relative,
-                    both(&|r| Some(f(&r.latency.as_ref()?.rtt))),
-                    samples,
-                );
-            }
-            let s = |r: &RunResult| {
+    m.push(
+        "transactions/s".into(),
+        "1/s",
+        (Better::Higher, Scale::Relative),
+        both(&|r| Some(r.latency.as_ref()?.transactions_per_second)),
+        Some((s(b), s(n))),
+    );
+}
+
+fn http_metrics(m: &mut Metrics<'_>) {
+    let (b, n) = (m.b, m.n);
+    let both = |f: &dyn Fn(&RunResult) -> Option<f64>| Some((f(b)?, f(n)?));
+    // Downloads are counted where they arrive, uploads where they leave: the client.
+    let s = |r: &RunResult| {
+        interval_series(r, &|rec| {
+            let d = rec.sums.first()?;
+            Some(d.receiver_bps.or(d.sender_bps)?.0)
+        })
+    };
+    m.push(
+        "goodput".into(),
+        "bit/s",
+        (Better::Higher, Scale::Relative),
+        both(&|r| Some(r.http.as_ref()?.bits_per_second.0)),
+        Some((s(b), s(n))),
+    );
+    m.push(
+        "time to first byte p50".into(),
+        "ms",
+        (Better::Lower, Scale::Relative),
+        both(&|r| Some(r.http.as_ref()?.ttfb_ms.as_ref()?.median_ms)),
+        None,
+    );
+    m.push(
+        "client bytes per CPU-second".into(),
+        "B/CPU-s",
+        (Better::Higher, Scale::Relative),
+        both(&|r| r.client.bytes_per_cpu_second),
+        None,
+    );
+}
+
+fn connect_metrics(m: &mut Metrics<'_>) {
+    let (b, n) = (m.b, m.n);
+    let both = |f: &dyn Fn(&RunResult) -> Option<f64>| Some((f(b)?, f(n)?));
+    let s = |r: &RunResult| {
+        interval_series(r, &|rec| Some(rec.connect.as_ref()?.connections_per_second))
+    };
+    m.push(
+        "connections/s".into(),
+        "1/s",
+        (Better::Higher, Scale::Relative),
+        both(&|r| Some(r.connect.as_ref()?.connections_per_second)),
+        Some((s(b), s(n))),
+    );
+    m.push(
+        "connect time p50".into(),
+        "us",
+        (Better::Lower, Scale::Relative),
+        both(&|r| Some(r.connect.as_ref()?.connect_time.p50_us)),
+        None,
+    );
+    m.push(
+        "connect time p99".into(),
+        "us",
+        (Better::Lower, Scale::Relative),
+        both(&|r| Some(r.connect.as_ref()?.connect_time.p99_us)),
+        None,
+    );
+}
+
+fn bulk_metrics(m: &mut Metrics<'_>) {
+    let (b, n) = (m.b, m.n);
+    let both = |f: &dyn Fn(&RunResult) -> Option<f64>| Some((f(b)?, f(n)?));
+    for dir in [FlowDir::Up, FlowDir::Down] {
+        let tot = |r: &RunResult| r.totals.iter().find(|t| t.dir == dir).cloned();
+        let (Some(_), Some(_)) = (tot(b), tot(n)) else {
+            continue;
+        };
+        let d = match dir {
+            FlowDir::Up => "client -> server",
+            FlowDir::Down => "server -> client",
+        };
+        let rate_s = |r: &RunResult| {
+            interval_series(r, &|rec| {
+                Some(rec.sums.iter().find(|s| s.dir == dir)?.receiver_bps?.0)
+            })
+        };
+        m.push(
+            format!("{d} received"),
+            "bit/s",
+            (Better::Higher, Scale::Relative),
+            both(&|r| Some(tot(r)?.receiver.bits_per_second.0)),
+            Some((rate_s(b), rate_s(n))),
+        );
+        if tot(b).and_then(|t| t.udp).is_some() {
+            let pps_s = |r: &RunResult| {
                 interval_series(r, &|rec| {
-                    let l = rec.latency.as_ref()?;
-                    Some(l.replies as f64 / (rec.end - rec.start).max(1e-9))
+                    let u = rec.sums.iter().find(|s| s.dir == dir)?.udp?;
+                    Some(u.datagrams as f64 / (rec.end - rec.start).max(1e-9))
                 })
             };
-            push(
-                "transactions/s".into(),
-                "1/s",
-                Better::Higher,
-                Scale::Relative,
-                both(&|r| Some(r.latency.as_ref()?.transactions_per_second)),
-                Some((s(b), s(n))),
+            m.push(
+                format!("{d} packets received"),
+                "pkt/s",
+                (Better::Higher, Scale::Relative),
+                both(&|r| Some(tot(r)?.udp?.received_pps)),
+                Some((pps_s(b), pps_s(n))),
             );
-        }
-        TestSpec::Http(_) => {
-            // Downloads are counted where they arrive, uploads where they leave: the client.
-            let s = |r: &RunResult| {
-                interval_series(r, &|rec| {
-                    let d = rec.sums.first()?;
-                    Some(d.receiver_bps.or(d.sender_bps)?.0)
-                })
-            };
-            push(
-                "goodput".into(),
-                "bit/s",
-                Better::Higher,
-                Scale::Relative,
-                both(&|r| Some(r.http.as_ref()?.bits_per_second.0)),
-                Some((s(b), s(n))),
+            m.push(
+                format!("{d} loss"),
+                "%",
+                (Better::Lower, Scale::Absolute),
+                both(&|r| Some(tot(r)?.udp?.lost_percent)),
+                None,
             );
-            push(
-                "time to first byte p50".into(),
+            m.push(
+                format!("{d} jitter"),
                 "ms",
-                Better::Lower,
-                Scale::Relative,
-                both(&|r| Some(r.http.as_ref()?.ttfb_ms.as_ref()?.median_ms)),
+                (Better::Lower, Scale::Relative),
+                both(&|r| tot(r)?.udp?.jitter_ms),
                 None,
             );
-            push(
-                "client bytes per CPU-second".into(),
-                "B/CPU-s",
-                Better::Higher,
-                Scale::Relative,
-                both(&|r| r.client.bytes_per_cpu_second),
+        } else {
+            m.push(
+                format!("{d} retransmits"),
+                RETRANSMITS_UNIT,
+                (Better::Lower, Scale::Relative),
+                both(&|r| {
+                    let t = tot(r)?;
+                    let retr = t.retransmits?;
+                    (t.sender.bytes > 0).then(|| retr as f64 / (t.sender.bytes as f64 / 1e9))
+                }),
                 None,
             );
-        }
-        TestSpec::Connect(_) => {
-            let s = |r: &RunResult| {
-                interval_series(r, &|rec| Some(rec.connect.as_ref()?.connections_per_second))
-            };
-            push(
-                "connections/s".into(),
-                "1/s",
-                Better::Higher,
-                Scale::Relative,
-                both(&|r| Some(r.connect.as_ref()?.connections_per_second)),
-                Some((s(b), s(n))),
-            );
-            push(
-                "connect time p50".into(),
-                "us",
-                Better::Lower,
-                Scale::Relative,
-                both(&|r| Some(r.connect.as_ref()?.connect_time.p50_us)),
-                None,
-            );
-            push(
-                "connect time p99".into(),
-                "us",
-                Better::Lower,
-                Scale::Relative,
-                both(&|r| Some(r.connect.as_ref()?.connect_time.p99_us)),
-                None,
-            );
-        }
-        _ => {
-            for dir in [FlowDir::Up, FlowDir::Down] {
-                let tot = |r: &RunResult| r.totals.iter().find(|t| t.dir == dir).cloned();
-                let (Some(_), Some(_)) = (tot(b), tot(n)) else {
-                    continue;
-                };
-                let d = match dir {
-                    FlowDir::Up => "client -> server",
-                    FlowDir::Down => "server -> client",
-                };
-                let rate_s = |r: &RunResult| {
-                    interval_series(r, &|rec| {
-                        Some(rec.sums.iter().find(|s| s.dir == dir)?.receiver_bps?.0)
-                    })
-                };
-                push(
-                    format!("{d} received"),
-                    "bit/s",
-                    Better::Higher,
-                    Scale::Relative,
-                    both(&|r| Some(tot(r)?.receiver.bits_per_second.0)),
-                    Some((rate_s(b), rate_s(n))),
-                );
-                if tot(b).and_then(|t| t.udp).is_some() {
-                    let pps_s = |r: &RunResult| {
-                        interval_series(r, &|rec| {
-                            let u = rec.sums.iter().find(|s| s.dir == dir)?.udp?;
-                            Some(u.datagrams as f64 / (rec.end - rec.start).max(1e-9))
-                        })
-                    };
-                    push(
-                        format!("{d} packets received"),
-                        "pkt/s",
-                        Better::Higher,
-                        Scale::Relative,
-                        both(&|r| Some(tot(r)?.udp?.received_pps)),
-                        Some((pps_s(b), pps_s(n))),
-                    );
-                    push(
-                        format!("{d} loss"),
-                        "%",
-                        Better::Lower,
-                        Scale::Absolute,
-                        both(&|r| Some(tot(r)?.udp?.lost_percent)),
-                        None,
-                    );
-                    push(
-                        format!("{d} jitter"),
-                        "ms",
-                        Better::Lower,
-                        Scale::Relative,
-                        both(&|r| tot(r)?.udp?.jitter_ms),
-                        None,
-                    );
-                } else {
-                    push(
-                        format!("{d} retransmits"),
-                        RETRANSMITS_UNIT,
-                        Better::Lower,
-                        Scale::Relative,
-                        both(&|r| {
-                            let t = tot(r)?;
-                            let retr = t.retransmits?;
-                            (t.sender.bytes > 0)
-                                .then(|| retr as f64 / (t.sender.bytes as f64 / 1e9))
-                        }),
-                        None,
-                    );
-                }
-            }
-            for (end, pick) in [("client", true), ("server", false)] {
-                push(
-                    format!("{end} bytes per CPU-second"),
-                    "B/CPU-s",
-                    Better::Higher,
-                    Scale::Relative,
-                    both(&|r| {
-                        if pick {
-                            r.client.bytes_per_cpu_second
-                        } else {
-                            r.server_end.bytes_per_cpu_second
-                        }
-                    }),
-                    None,
-                );
-            }
         }
     }
-    v
+    for (end, pick) in [("client", true), ("server", false)] {
+        m.push(
+            format!("{end} bytes per CPU-second"),
+            "B/CPU-s",
+            (Better::Higher, Scale::Relative),
+            both(&|r| {
+                if pick {
+                    r.client.bytes_per_cpu_second
+                } else {
+                    r.server_end.bytes_per_cpu_second
+                }
+            }),
+            None,
+        );
+    }
 }
 
 fn test_name(c: &Content) -> String {
