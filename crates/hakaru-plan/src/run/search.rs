@@ -81,13 +81,44 @@ pub(super) fn run_search(
         obs.on_step_end(&sr);
         out.push(sr);
     }
+    let interrupted = opts.stop.load(Ordering::Acquire);
+    let result = search_result(
+        step,
+        fm,
+        &search,
+        trials,
+        (flows, length, unit),
+        interrupted,
+    );
+    obs.on_note(&format!(
+        "step {} ({}): {}",
+        step.index,
+        step.name,
+        search_note(&result)
+    ));
+    if let Some(last) = out.last_mut() {
+        last.find_max = Some(result);
+    }
+    out
+}
+
+/// The search's result: its best rate (per flow and in all) and the trial that confirmed it,
+/// the first rate missed, why it ended, and every trial.
+fn search_result(
+    step: &Step,
+    fm: &crate::file::FindMaxSettings,
+    search: &Search,
+    trials: Vec<Trial>,
+    (flows, length, unit): (u32, f64, &str),
+    interrupted: bool,
+) -> FindMaxResult {
     let best = search.confirmed_best();
     let first_miss = trials
         .iter()
         .filter(|t| !t.met && t.error.is_none())
         .map(|t| t.asked_per_flow)
         .fold(None, |m: Option<f64>, r| Some(m.map_or(r, |m| m.min(r))));
-    let result = FindMaxResult {
+    FindMaxResult {
         schema_version: hakaru_model::SCHEMA_VERSION,
         test: "find_max".into(),
         kind: step.kind.name().into(),
@@ -115,19 +146,9 @@ pub(super) fn run_search(
             .map(|t| t.index),
         outcome: search.outcome().to_string(),
         sender_limited: search.sender_limited(),
-        interrupted: opts.stop.load(Ordering::Acquire),
+        interrupted,
         trials,
-    };
-    obs.on_note(&format!(
-        "step {} ({}): {}",
-        step.index,
-        step.name,
-        search_note(&result)
-    ));
-    if let Some(last) = out.last_mut() {
-        last.find_max = Some(result);
     }
-    out
 }
 
 /// Trial `n`'s step, numbered `index` in the result: the search's step at `rate` per flow
