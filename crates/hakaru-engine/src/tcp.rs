@@ -363,6 +363,43 @@ struct FlowState {
     last_progress: Instant,
     /// Bytes sent so far, for pacing.
     sent: u64,
+    /// Whether the flow has been logged as starved (once per flow).
+    starved: bool,
+}
+
+/// A blocked flow: past the stall timeout it fails (and true is returned), unless another
+/// flow of its role moved within it: then it is starved by them, logged once, and goes on.
+fn stalled(s: &Shared, f: &mut FlowState, now: Instant, now_ns: u64) -> bool {
+    let i = f.idx;
+    let still = now.duration_since(f.last_progress);
+    if still <= s.cfg.stall_timeout {
+        return false;
+    }
+    if s.same_role_moving(i, now_ns) {
+        if !f.starved {
+            f.starved = true;
+            tracing::warn!(
+                "flow {}: moved nothing for {:.1} s while the others moved: starved by them (TCP \
+                 retransmission back-off on a congested path?); the test goes on",
+                s.meta[i].id,
+                still.as_secs_f64()
+            );
+        }
+        return false;
+    }
+    let what = match s.meta[i].role {
+        Role::Sender => "the peer stopped reading",
+        Role::Receiver => "no data from the peer",
+    };
+    s.finish_flow(
+        i,
+        Some(format!(
+            "flow {}: {what} for {:.1} s (--stall-timeout)",
+            s.meta[i].id,
+            s.cfg.stall_timeout.as_secs_f64()
+        )),
+    );
+    true
 }
 
 fn worker(s: &Shared, mine: Vec<usize>, pin: Option<usize>) {
@@ -386,6 +423,7 @@ fn worker(s: &Shared, mine: Vec<usize>, pin: Option<usize>) {
             remaining: s.meta[idx].quota,
             last_progress: now,
             sent: 0,
+            starved: false,
         })
         .collect();
     // A sender with a zero quota has nothing to do.
@@ -447,21 +485,7 @@ fn worker(s: &Shared, mine: Vec<usize>, pin: Option<usize>) {
                     }
                 }
                 Step::Blocked => {
-                    if now.duration_since(f.last_progress) > s.cfg.stall_timeout
-                        && !s.same_role_moving(i, now_ns)
-                    {
-                        let what = match s.meta[i].role {
-                            Role::Sender => "the peer stopped reading",
-                            Role::Receiver => "no data from the peer",
-                        };
-                        s.finish_flow(
-                            i,
-                            Some(format!(
-                                "flow {}: {what} for {:.1} s (--stall-timeout)",
-                                s.meta[i].id,
-                                s.cfg.stall_timeout.as_secs_f64()
-                            )),
-                        );
+                    if stalled(s, f, now, now_ns) {
                         active.swap_remove(k);
                         continue;
                     }
@@ -706,19 +730,24 @@ mod tests {
         assert_eq!(report.flows[0].bytes, read, "sent count against bytes read");
     }
 
-    /// Two sending flows with a stall timeout of 0.5 s, and the peer's ends of them.
+    /// A side whose flows have these roles, with a stall timeout of `stall`, and the peer's
+    /// ends of them.
     #[cfg(target_os = "linux")]
-    fn two_senders() -> (SideRun, Vec<TcpStream>) {
+    fn side(roles: &[Role], stall: Duration) -> (SideRun, Vec<TcpStream>) {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let mut flows = Vec::new();
         let mut peers = Vec::new();
-        for id in 1..=2 {
+        for (id, &role) in (1..).zip(roles) {
             let stream = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
             peers.push(listener.accept().unwrap().0);
+            let dir = match role {
+                Role::Sender => FlowDir::Up,
+                Role::Receiver => FlowDir::Down,
+            };
             flows.push(FlowSocket {
                 id,
-                dir: FlowDir::Up,
-                role: Role::Sender,
+                dir,
+                role,
                 stream,
                 quota: None,
             });
@@ -726,9 +755,43 @@ mod tests {
         let mut c = cfg(16 << 10, None);
         c.end = hakaru_model::End::Client;
         c.half_close = false;
-        c.stall_timeout = Duration::from_millis(500);
+        c.stall_timeout = stall;
         let run = SideRun::start(c, flows, Box::new(|_| {}), Box::new(|| {})).unwrap();
         (run, peers)
+    }
+
+    /// Runs `peer` on a thread of its own until `running` is cleared; returns the stream.
+    #[cfg(target_os = "linux")]
+    fn keep(
+        mut stream: TcpStream,
+        running: &Arc<std::sync::atomic::AtomicBool>,
+        peer: fn(&mut TcpStream, &mut [u8]),
+    ) -> std::thread::JoinHandle<TcpStream> {
+        let r = Arc::clone(running);
+        std::thread::spawn(move || {
+            let mut buf = vec![b'x'; 64 << 10];
+            stream
+                .set_read_timeout(Some(Duration::from_millis(50)))
+                .unwrap();
+            stream
+                .set_write_timeout(Some(Duration::from_millis(50)))
+                .unwrap();
+            while r.load(Ordering::Acquire) {
+                peer(&mut stream, &mut buf);
+            }
+            stream
+        })
+    }
+
+    /// Waits (at most 10 s) for the side to finish and returns its report.
+    #[cfg(target_os = "linux")]
+    fn report_of(run: SideRun) -> SideReport {
+        let t = Instant::now();
+        while !run.is_done() && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(run.is_done(), "the side did not finish");
+        run.wait()
     }
 
     /// A flow that cannot send while another of its side's senders moves is starved (TCP's
@@ -738,23 +801,14 @@ mod tests {
     #[test]
     fn a_starved_flow_is_not_a_stalled_peer() {
         use std::io::Read;
-        use std::sync::atomic::AtomicBool;
-        let (run, mut peers) = two_senders();
-        // The peer reads flow 1 and never flow 2, for six stall timeouts.
-        let reading = Arc::new(AtomicBool::new(true));
-        let mut read_one = peers.remove(0);
-        let r = Arc::clone(&reading);
-        let reader = std::thread::spawn(move || {
-            let mut buf = vec![0u8; 64 << 10];
-            read_one
-                .set_read_timeout(Some(Duration::from_millis(50)))
-                .unwrap();
-            while r.load(Ordering::Acquire) {
-                let _ = read_one.read(&mut buf);
-            }
-            read_one
+        let (run, mut peers) = side(&[Role::Sender, Role::Sender], Duration::from_secs(1));
+        // The peer reads flow 1 and never flow 2, for four stall timeouts.
+        let reading = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let reader = keep(peers.remove(0), &reading, |s, b| {
+            let _ = s.read(b);
         });
-        std::thread::sleep(Duration::from_secs(3));
+        std::thread::sleep(Duration::from_secs(4));
+        assert_eq!(run.first_error(), None, "the starved flow was failed");
         run.stop_sending();
         let t = Instant::now();
         while !run.is_done() && t.elapsed() < Duration::from_secs(5) {
@@ -762,8 +816,7 @@ mod tests {
         }
         reading.store(false, Ordering::Release);
         let _held = (reader.join().unwrap(), peers);
-        assert!(run.is_done(), "the senders did not stop");
-        let report = run.wait();
+        let report = report_of(run);
         assert!(report.flows[0].bytes > report.flows[1].bytes);
         for f in &report.flows {
             assert_eq!(f.error, None, "flow {}", f.id);
@@ -775,13 +828,8 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn a_peer_that_reads_no_flow_is_stalled() {
-        let (run, _peers) = two_senders();
-        let t = Instant::now();
-        while !run.is_done() && t.elapsed() < Duration::from_secs(10) {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        assert!(run.is_done(), "a peer that reads nothing was not noticed");
-        let report = run.wait();
+        let (run, _peers) = side(&[Role::Sender, Role::Sender], Duration::from_secs(1));
+        let report = report_of(run);
         for f in &report.flows {
             let e = f.error.as_deref().unwrap_or("");
             assert!(
@@ -790,5 +838,62 @@ mod tests {
                 f.id
             );
         }
+    }
+
+    /// Receivers too: a silent flow is starved while another receives, and fails once the
+    /// others have ended and the stall timeout has passed with nothing moving.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_silent_receiver_fails_once_the_others_are_done() {
+        use std::io::Write;
+        let (run, mut peers) = side(&[Role::Receiver, Role::Receiver], Duration::from_secs(1));
+        let writing = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let writer = keep(peers.remove(0), &writing, |s, b| {
+            let _ = s.write(b);
+        });
+        std::thread::sleep(Duration::from_secs(3));
+        assert_eq!(
+            run.first_error(),
+            None,
+            "the silent flow failed while the other moved"
+        );
+        // Flow 1 ends (EOF); flow 2 stays open and silent.
+        writing.store(false, Ordering::Release);
+        drop(writer.join().unwrap());
+        let report = report_of(run);
+        assert_eq!(report.flows[0].error, None);
+        assert!(report.flows[0].bytes > 0);
+        let e = report.flows[1].error.as_deref().unwrap_or("");
+        assert!(e.contains("no data from the peer"), "flow 2: {e:?}");
+    }
+
+    /// Only flows of the same role excuse a blocked one: a receiver that moves does not keep
+    /// alive a sender whose peer stopped reading (a --bidir test).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_moving_receiver_does_not_excuse_a_blocked_sender() {
+        use std::io::Write;
+        let (run, mut peers) = side(&[Role::Sender, Role::Receiver], Duration::from_secs(1));
+        let writing = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let writer = keep(peers.remove(1), &writing, |s, b| {
+            let _ = s.write(b);
+        });
+        let t = Instant::now();
+        while run.first_error().is_none() && t.elapsed() < Duration::from_secs(8) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(!run.is_done(), "the receiver ended early");
+        let e = run.first_error().unwrap_or_default();
+        assert!(
+            e.contains("the peer stopped reading"),
+            "the blocked sender: {e:?}"
+        );
+        writing.store(false, Ordering::Release);
+        drop(writer.join().unwrap());
+        let report = report_of(run);
+        let e = report.flows[0].error.as_deref().unwrap_or("");
+        assert!(e.contains("the peer stopped reading"), "sender: {e:?}");
+        assert_eq!(report.flows[1].error, None, "receiver");
+        assert!(report.flows[1].bytes > 0);
     }
 }
