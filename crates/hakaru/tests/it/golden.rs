@@ -90,11 +90,14 @@ fn type_of(v: &Value) -> &'static str {
 }
 
 /// Adds every path under `v` to `out` with the types seen there; array elements share the
-/// path `PATH/*`. Object keys that are data (per-interface, per-label maps) would make a
+/// path `PATH/*` (a `notes` array's are left out). Object keys that are data (per-interface, per-label maps) would make a
 /// shape depend on the machine, so maps whose keys are not identifiers are collapsed too.
 fn walk(v: &Value, path: &str, out: &mut BTreeMap<String, BTreeSet<&'static str>>) {
     out.entry(path.to_string()).or_default().insert(type_of(v));
     match v {
+        // Notes are sentences that come and go with what a run met (a loaded machine adds
+        // some): the array stays, its strings are not shape.
+        Value::Array(_) if path.ends_with("/notes") => {}
         Value::Array(a) => a.iter().for_each(|x| walk(x, &format!("{path}/*"), out)),
         Value::Object(o) => {
             for (k, x) in o {
