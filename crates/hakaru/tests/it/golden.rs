@@ -90,8 +90,9 @@ fn type_of(v: &Value) -> &'static str {
 }
 
 /// Adds every path under `v` to `out` with the types seen there; array elements share the
-/// path `PATH/*` (a `notes` array's are left out). Object keys that are data (per-interface, per-label maps) would make a
-/// shape depend on the machine, so maps whose keys are not identifiers are collapsed too.
+/// path `PATH/*` (a `notes` array's are left out). Object keys that are data (per-interface,
+/// per-label maps) would make a shape depend on the machine, so maps whose keys are not
+/// identifiers are collapsed too.
 fn walk(v: &Value, path: &str, out: &mut BTreeMap<String, BTreeSet<&'static str>>) {
     out.entry(path.to_string()).or_default().insert(type_of(v));
     match v {
