@@ -66,7 +66,7 @@ impl Running {
         match self {
             Running::Tcp(r) => r.first_error(),
             Running::Udp(r) => r.first_error(),
-            Running::Echo(_) => None,
+            Running::Echo(e) => e.first_error(),
         }
     }
 

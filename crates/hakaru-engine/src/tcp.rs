@@ -375,7 +375,10 @@ fn stalled(s: &Shared, f: &mut FlowState, now: Instant, now_ns: u64) -> bool {
     if still <= s.cfg.stall_timeout {
         return false;
     }
-    if s.same_role_moving(i, now_ns) {
+    // Past the test's own end (and a stall timeout more) nothing excuses a still flow: a peer
+    // that trickles on one flow cannot keep the silent others alive until --max-duration.
+    let past_end = s.deadline().is_some_and(|d| now > d + s.cfg.stall_timeout);
+    if !past_end && s.same_role_moving(i, now_ns) {
         if !f.starved {
             f.starved = true;
             tracing::warn!(
@@ -734,6 +737,16 @@ mod tests {
     /// ends of them.
     #[cfg(target_os = "linux")]
     fn side(roles: &[Role], stall: Duration) -> (SideRun, Vec<TcpStream>) {
+        side_timed(roles, stall, None)
+    }
+
+    /// [`side`] of a timed test: `duration` is the test's own length.
+    #[cfg(target_os = "linux")]
+    fn side_timed(
+        roles: &[Role],
+        stall: Duration,
+        duration: Option<Duration>,
+    ) -> (SideRun, Vec<TcpStream>) {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let mut flows = Vec::new();
         let mut peers = Vec::new();
@@ -756,6 +769,7 @@ mod tests {
         c.end = hakaru_model::End::Client;
         c.half_close = false;
         c.stall_timeout = stall;
+        c.duration = duration;
         let run = SideRun::start(c, flows, Box::new(|_| {}), Box::new(|| {})).unwrap();
         (run, peers)
     }
@@ -865,6 +879,37 @@ mod tests {
         assert!(report.flows[0].bytes > 0);
         let e = report.flows[1].error.as_deref().unwrap_or("");
         assert!(e.contains("no data from the peer"), "flow 2: {e:?}");
+    }
+
+    /// A trickle on one flow excuses the silent others only within the test's own length: past
+    /// its end and a stall timeout more, a silent receiver fails although the other still
+    /// moves (a client could otherwise hold a test until --max-duration with one byte a second).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_trickle_excuses_silent_flows_only_until_the_test_ends() {
+        use std::io::Write;
+        let (run, mut peers) = side_timed(
+            &[Role::Receiver, Role::Receiver],
+            Duration::from_secs(1),
+            Some(Duration::from_secs(1)),
+        );
+        let trickling = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let writer = keep(peers.remove(0), &trickling, |s, _| {
+            let _ = s.write(b"x");
+            std::thread::sleep(Duration::from_millis(100));
+        });
+        let t = Instant::now();
+        while run.first_error().is_none() && t.elapsed() < Duration::from_secs(8) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let e = run.first_error().unwrap_or_default();
+        trickling.store(false, Ordering::Release);
+        drop(writer.join().unwrap());
+        assert!(e.contains("no data from the peer"), "silent flow: {e:?}");
+        // Not before the test's end plus the stall timeout (2 s), nor long after it.
+        let at = t.elapsed();
+        assert!(at >= Duration::from_secs(2), "failed at {at:?}");
+        drop((run, peers));
     }
 
     /// Only flows of the same role excuse a blocked one: a receiver that moves does not keep

@@ -3,7 +3,7 @@
 use std::io;
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -19,13 +19,22 @@ use crate::tcp::SideConfig;
 pub struct Echo {
     cfg: SideConfig,
     start: Instant,
-    stop: Arc<AtomicBool>,
+    shared: Arc<Shared>,
     left: Arc<AtomicUsize>,
-    echoed: Arc<AtomicU64>,
     threads: Vec<JoinHandle<()>>,
     /// Second handles on the TCP flows whose receives wait with no timeout: [`Echo::stop`]
-    /// shuts their receive side to end those waits.
+    /// shuts them (both directions) to end those waits and any blocked send.
     cutters: Vec<TcpStream>,
+}
+
+/// What the echo threads share with their owner.
+struct Shared {
+    stop: AtomicBool,
+    echoed: AtomicU64,
+    /// A reply that moved nothing for this long ends its flow: the peer stopped reading.
+    stall: Duration,
+    /// The first flow that ended that way, for the session to fail the test by name.
+    error: Mutex<Option<String>>,
 }
 
 impl Echo {
@@ -57,9 +66,13 @@ impl Echo {
         busy_poll: Option<u32>,
         hello_ack: Option<Arc<[u8]>>,
     ) -> io::Result<Echo> {
-        let stop = Arc::new(AtomicBool::new(false));
+        let shared = Arc::new(Shared {
+            stop: AtomicBool::new(false),
+            echoed: AtomicU64::new(0),
+            stall: cfg.stall_timeout.max(MIN_STALL),
+            error: Mutex::new(None),
+        });
         let left = Arc::new(AtomicUsize::new(flows.len()));
-        let echoed = Arc::new(AtomicU64::new(0));
         let mut threads = Vec::with_capacity(flows.len());
         let mut cutters = Vec::new();
         // A blocking receive waits and reads in one system call (receive, send per round trip).
@@ -70,7 +83,7 @@ impl Echo {
             if f.socket.waits_forever(blocking) {
                 cutters.push(f.socket.cutter()?);
             }
-            let (st, lf, n) = (Arc::clone(&stop), Arc::clone(&left), Arc::clone(&echoed));
+            let (sh, lf) = (Arc::clone(&shared), Arc::clone(&left));
             let ack = hello_ack.clone();
             let pin = (!cfg.affinity.is_empty()).then(|| cfg.affinity[i % cfg.affinity.len()]);
             let h = std::thread::Builder::new()
@@ -80,15 +93,22 @@ impl Echo {
                     if let Some(cpu) = pin {
                         let _ = sys::pin_current_thread(cpu);
                     }
-                    echo(&f.socket, spin || blocking, &st, &n, ack.as_deref());
+                    if let Err(why) = echo(&f.socket, spin || blocking, &sh, ack.as_deref()) {
+                        let why = format!("flow {}: {why}", f.id);
+                        if let Ok(mut e) = sh.error.lock() {
+                            e.get_or_insert(why);
+                        }
+                        // The peer sees the end too, and the socket's buffers go now.
+                        f.socket.shut();
+                    }
                     lf.fetch_sub(1, Ordering::AcqRel);
                 });
             match h {
                 Ok(h) => threads.push(h),
                 Err(e) => {
-                    stop.store(true, Ordering::Release);
+                    shared.stop.store(true, Ordering::Release);
                     for c in &cutters {
-                        let _ = c.shutdown(Shutdown::Read);
+                        let _ = c.shutdown(Shutdown::Both);
                     }
                     return Err(e);
                 }
@@ -97,9 +117,8 @@ impl Echo {
         Ok(Echo {
             cfg,
             start: Instant::now(),
-            stop,
+            shared,
             left,
-            echoed,
             threads,
             cutters,
         })
@@ -107,14 +126,21 @@ impl Echo {
 
     /// Requests answered so far, warm-up included (for the server's log).
     pub fn echoed(&self) -> u64 {
-        self.echoed.load(Ordering::Relaxed)
+        self.shared.echoed.load(Ordering::Relaxed)
     }
 
-    /// Asks every echo thread to end (the client is done).
+    /// The first flow that failed (its peer stopped reading replies for the stall timeout).
+    pub fn first_error(&self) -> Option<String> {
+        self.shared.error.lock().ok().and_then(|e| e.clone())
+    }
+
+    /// Asks every echo thread to end (the client is done, or gone). TCP flows are shut in both
+    /// directions, which ends a blocked receive and a blocked send at once; every thread is
+    /// then done within [`SEND_WAIT`](super::SEND_WAIT) whatever the peer does.
     pub fn stop(&self) {
-        self.stop.store(true, Ordering::Release);
+        self.shared.stop.store(true, Ordering::Release);
         for c in &self.cutters {
-            let _ = c.shutdown(Shutdown::Read);
+            let _ = c.shutdown(Shutdown::Both);
         }
     }
 
@@ -124,14 +150,27 @@ impl Echo {
     }
 
     /// Waits for the threads and reports this end.
-    pub fn wait(self) -> SideReport {
+    pub fn wait(mut self) -> SideReport {
         self.stop();
-        for t in self.threads {
+        for t in std::mem::take(&mut self.threads) {
             let _ = t.join();
         }
         bare_report(&self.cfg, self.start.elapsed().as_secs_f64(), "echo")
     }
 }
+
+impl Drop for Echo {
+    /// An echo dropped without [`Echo::wait`] (an aborted test) still ends its threads: they
+    /// return on their own within a send wait, closing their sockets.
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The shortest stall timeout an echo applies: a latency test's `--timeout` can be shorter
+/// than a reply takes to drain on a slow path; the dead-peer rule of every kind is never
+/// shorter than this (docs/security.md, "A peer that goes away").
+const MIN_STALL: Duration = Duration::from_secs(5);
 
 /// The report of an end that has no per-flow byte counts (latency tests): CPU and NIC use since
 /// the configuration's counter base, over `wall` seconds, and the environment.
@@ -161,17 +200,17 @@ pub fn bare_report(cfg: &SideConfig, wall: f64, mode: &str) -> SideReport {
 }
 
 /// Echoes until stopped. `no_wait`: the socket spins or blocks in its receive itself, so an
-/// empty receive goes straight back to receiving.
+/// empty receive goes straight back to receiving. An error: the peer stopped reading replies
+/// for the stall timeout.
 fn echo(
     sock: &PingSocket,
     no_wait: bool,
-    stop: &AtomicBool,
-    echoed: &AtomicU64,
+    sh: &Shared,
     hello_ack: Option<&[u8]>,
-) {
+) -> Result<(), String> {
     let mut buf = vec![0u8; 65_536];
     let mut replied = false;
-    while !stop.load(Ordering::Acquire) {
+    while !sh.stop.load(Ordering::Acquire) {
         // Right after a reply the next request cannot be there yet: wait before receiving
         // (poll, receive, send per round trip).
         if replied && !no_wait {
@@ -179,30 +218,22 @@ fn echo(
         }
         replied = false;
         match sock.recv(&mut buf) {
-            Ok(0) if sock.is_tcp() => return,
+            Ok(0) if sock.is_tcp() => return Ok(()),
             Ok(n) => {
+                let got = buf.get(..n).unwrap_or_default();
                 // A hello repeated after the flow opened is not a request.
-                if !sock.is_tcp() && FlowHello::decode(&buf[..n]).is_some() {
+                if !sock.is_tcp() && FlowHello::decode(got).is_some() {
                     if let Some(a) = hello_ack {
                         let _ = sock.send(a);
                     }
                     continue;
                 }
-                let mut off = 0;
-                while off < n && !stop.load(Ordering::Acquire) {
-                    match sock.send(&buf[off..n]) {
-                        Ok(m) if sock.is_tcp() => off += m,
-                        Ok(_) => off = n,
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                            sys::wait_fd(sock.fd(), sys::Interest::Write, Duration::from_millis(10))
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                        Err(_) => return,
-                    }
+                if !reply(sock, got, sh)? {
+                    return Ok(());
                 }
                 replied = true;
                 // Counted per receive: TCP may coalesce open-loop requests into one.
-                echoed.fetch_add(1, Ordering::Relaxed);
+                sh.echoed.fetch_add(1, Ordering::Relaxed);
             }
             Err(e)
                 if matches!(
@@ -220,7 +251,44 @@ fn echo(
             Err(_) if !sock.is_tcp() => {
                 sys::wait_fd(sock.fd(), sys::Interest::Read, Duration::from_millis(100))
             }
-            Err(_) => return,
+            Err(_) => return Ok(()),
         }
     }
+    Ok(())
+}
+
+/// Sends one reply whole. `Ok(false)`: stopped, or the connection is over. A reply that moves
+/// no byte for the stall timeout is an error: the peer stopped reading (every wait in a send
+/// is bounded, by SO_SNDTIMEO on a blocking socket or by the poll here).
+fn reply(sock: &PingSocket, msg: &[u8], sh: &Shared) -> Result<bool, String> {
+    let mut off = 0;
+    let mut moved = Instant::now();
+    while let Some(rest) = msg.get(off..).filter(|r| !r.is_empty()) {
+        if sh.stop.load(Ordering::Acquire) {
+            return Ok(false);
+        }
+        match sock.send(rest) {
+            Ok(m) if sock.is_tcp() => {
+                off += m;
+                if m > 0 {
+                    moved = Instant::now();
+                }
+            }
+            Ok(_) => return Ok(true),
+            Err(e)
+                if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::TimedOut =>
+            {
+                if moved.elapsed() > sh.stall {
+                    return Err(format!(
+                        "the peer stopped reading replies for {:.1} s",
+                        sh.stall.as_secs_f64()
+                    ));
+                }
+                sys::wait_fd(sock.fd(), sys::Interest::Write, Duration::from_millis(10));
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return Ok(false),
+        }
+    }
+    Ok(true)
 }

@@ -34,6 +34,10 @@ pub use crate::framing::Framing;
 use crate::hist::LatencyHistogram;
 use crate::sys::{self, AsRawFd, RawFd};
 
+/// Longest wait in one blocking TCP send of a round trip (SO_SNDTIMEO): the sender then looks
+/// at its stop flag and its deadline before trying again.
+const SEND_WAIT: Duration = Duration::from_millis(100);
+
 /// A flow's connected socket.
 #[derive(Debug)]
 pub enum PingSocket {
@@ -63,6 +67,9 @@ impl PingSocket {
         match self {
             PingSocket::Tcp(s) => {
                 s.set_nonblocking(false)?;
+                // A send never blocks for long either: a peer that stops reading must not
+                // hold the thread (the callers retry, watching their stop flag and deadline).
+                s.set_write_timeout(Some(SEND_WAIT))?;
                 s.set_read_timeout(t)
             }
             PingSocket::Udp(s) => {
@@ -84,6 +91,13 @@ impl PingSocket {
         match self {
             PingSocket::Tcp(s) => s.try_clone(),
             PingSocket::Udp(_) => Err(io::Error::other("no cutter for a UDP flow")),
+        }
+    }
+
+    /// Ends a TCP flow in both directions (its peer sees the end; a UDP flow has none).
+    fn shut(&self) {
+        if let PingSocket::Tcp(s) = self {
+            let _ = s.shutdown(std::net::Shutdown::Both);
         }
     }
 

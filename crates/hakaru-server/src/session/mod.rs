@@ -226,6 +226,18 @@ impl Driver<'_> {
             };
             return self.read(m, wait);
         }
+        // An echo whose peer stopped reading its replies (a latency test's flow, or the
+        // latency probes of a bulk test) fails the test within its stall timeout.
+        let echo_failed = match &self.side {
+            Side::Running(run) if run.echoed().is_some() => run
+                .first_error()
+                .map(|e| format!("{e} (--timeout, at least 5 s)")),
+            _ => None,
+        }
+        .or_else(|| self.probe.as_ref().and_then(probe::ProbePath::failed));
+        if let Some(why) = echo_failed {
+            return m.handle(Input::Failed(why), Instant::now());
+        }
         if matches!(&self.side, Side::Running(run) if run.is_done()) {
             if let Side::Running(run) = std::mem::replace(&mut self.side, Side::None) {
                 let report = self.report(run, m.spec());
@@ -581,16 +593,28 @@ impl Driver<'_> {
         Ok(usage.report(End::Server, Some(counts)))
     }
 
-    /// Logs how the session ended, and lets go of the test.
+    /// Logs how the session ended, and lets go of the test: its slot and memory go back
+    /// before any data-plane thread is joined (a thread blocked on a peer that stopped reading
+    /// must never hold them).
     fn finish(&mut self, m: &Session, how: Ending) {
         if let Side::Running(run) = &self.side {
             run.abort();
         }
-        self.side = Side::None;
-        if let Some(n) = self.probe.as_mut().and_then(probe::ProbePath::stop) {
+        let side = std::mem::replace(&mut self.side, Side::None);
+        let probe_echo = self.probe.as_mut().and_then(probe::ProbePath::stop);
+        if let Some(echo) = &probe_echo {
             self.summary
-                .push_str(&format!("; {n} latency probes echoed"));
+                .push_str(&format!("; {} latency probes echoed", echo.echoed()));
         }
+        self.release(m, how);
+        drop(side);
+        if let Some(echo) = probe_echo {
+            echo.wait();
+        }
+    }
+
+    /// Logs how the session ended; the test (slot, memory reservation, token) goes with it.
+    fn release(&mut self, m: &Session, how: Ending) {
         let (ctx, peer) = (self.ctx, self.peer);
         let Some(test) = self.test.take() else {
             match how {

@@ -19,6 +19,9 @@ use crate::Ctx;
 pub(super) struct ProbePath {
     flow: u32,
     probe: LatencyProbe,
+    /// The bulk test's stall timeout: the echo's too (a TCP probe in retransmission back-off
+    /// on a loaded path is slow, not dead).
+    stall: std::time::Duration,
     token: [u8; 16],
     /// UDP: the flow's server socket binds a port of its own (as the test's UDP flows do).
     own_port: bool,
@@ -43,6 +46,7 @@ impl ProbePath {
         Ok(Some(ProbePath {
             flow: spec.probe_flow(),
             probe: probe.clone(),
+            stall: spec.stall_timeout().0,
             token: token_bytes(token).ok_or("internal error: bad token")?,
             own_port,
             socket: None,
@@ -138,7 +142,8 @@ impl ProbePath {
             .take()
             .ok_or("internal error: the latency probes' path is not here")?;
         let spec = TestSpec::Latency(self.probe.as_latency());
-        let cfg = SideConfig::for_spec(End::Server, &spec, Vec::new(), None);
+        let mut cfg = SideConfig::for_spec(End::Server, &spec, Vec::new(), None);
+        cfg.stall_timeout = self.stall;
         // A hello repeated on a shared port lands on this socket: the echo answers it.
         let ack =
             (!self.own_port && matches!(socket, PingSocket::Udp(_))).then(|| self.ack_bytes());
@@ -155,11 +160,19 @@ impl ProbePath {
         Ok(())
     }
 
-    /// Stops the echo: the probes answered, for the log.
-    pub(super) fn stop(&mut self) -> Option<u64> {
+    /// Stops the echo without waiting for its thread: the caller joins it (`Echo::wait`)
+    /// once the test's slot and memory are given back.
+    pub(super) fn stop(&mut self) -> Option<Echo> {
         let echo = self.echo.take()?;
-        let n = echo.echoed();
-        echo.wait();
-        Some(n)
+        echo.stop();
+        Some(echo)
+    }
+
+    /// Why the echo failed, if it did (the client stopped reading the probes' replies).
+    pub(super) fn failed(&self) -> Option<String> {
+        self.echo
+            .as_ref()
+            .and_then(Echo::first_error)
+            .map(|e| format!("latency probes: {e} (--stall-timeout)"))
     }
 }

@@ -89,14 +89,14 @@ fn a_stock_iperf3_client_gets_short_paced_writes_from_the_server() {
 }
 
 /// A control session opened by hand: hello, welcome, test request, accepted.
-struct RawTest {
-    ctl: TcpStream,
-    dec: Decoder,
-    token: String,
+pub(crate) struct RawTest {
+    pub(crate) ctl: TcpStream,
+    pub(crate) dec: Decoder,
+    pub(crate) token: String,
 }
 
 impl RawTest {
-    fn start(port: u16, spec: TestSpec) -> RawTest {
+    pub(crate) fn start(port: u16, spec: TestSpec) -> RawTest {
         let mut ctl = connect_from("127.0.0.1", port);
         let mut dec = Decoder::new();
         ctl.write_all(&opening(&Message::Hello {
@@ -126,7 +126,7 @@ impl RawTest {
     }
 
     /// A data connection from `src` carrying this test's token for `flow`.
-    fn data(&self, src: &str, port: u16, flow: u32) -> TcpStream {
+    pub(crate) fn data(&self, src: &str, port: u16, flow: u32) -> TcpStream {
         let mut c = connect_from(src, port);
         c.write_all(&opening(&Message::DataHello {
             token: self.token.clone(),

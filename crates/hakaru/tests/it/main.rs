@@ -1,5 +1,6 @@
 //! hakaru's integration tests: one binary, one module per area.
 
+mod blocked_echo;
 mod cli;
 mod common;
 mod connect;
