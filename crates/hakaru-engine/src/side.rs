@@ -670,6 +670,22 @@ pub struct SideConfig {
     /// TCP -P 4 on loopback a third of its rate (docs/BENCHMARKS.md, packet rate with many
     /// flows).
     pub shares_host: bool,
+    /// Server: who may add a subflow to a flow's MPTCP connection (the access list checks
+    /// only the first subflow's address at accept); `None` checks nothing.
+    pub subflow_guard: Option<SubflowGuard>,
+}
+
+/// Decides whether a subflow from an address may belong to a flow's MPTCP connection: `None`
+/// lets it, `Some(why)` fails the flow (the connection is shut) saying why.
+#[derive(Clone)]
+pub struct SubflowGuard(
+    pub std::sync::Arc<dyn Fn(std::net::IpAddr) -> Option<String> + Send + Sync>,
+);
+
+impl std::fmt::Debug for SubflowGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SubflowGuard")
+    }
 }
 
 /// The bytes senders write. Receivers never look at them; peers' users sometimes do (iperf3's
@@ -754,6 +770,7 @@ impl SideConfig {
             half_close: true,
             window_at_peer_end: false,
             shares_host: false,
+            subflow_guard: None,
         }
     }
 }

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use hakaru_model::{FlowDir, IntervalSample, MptcpFlow, Role, SideReport, TcpInfo};
 
 use crate::side::{spawn_ticker, spawn_workers, Core, DoneFn, FlowMeta, TcpProbe, TickerOut};
-pub use crate::side::{Payload, SideConfig};
+pub use crate::side::{Payload, SideConfig, SubflowGuard};
 use crate::sys::{self, AsRawFd};
 
 /// One data connection handed to a side, with what it must do.
@@ -405,6 +405,33 @@ fn stalled(s: &Shared, f: &mut FlowState, now: Instant, now_ns: u64) -> bool {
     true
 }
 
+/// How often a server looks at where its flows' MPTCP subflows come from.
+const GUARD_EVERY: Duration = Duration::from_millis(250);
+
+/// False (and the flow failed, its connection shut) when a subflow of flow `i`'s MPTCP
+/// connection comes from an address the guard refuses. A plain TCP flow has none to check.
+fn subflows_allowed(s: &Shared, g: &SubflowGuard, i: usize) -> bool {
+    let Ok(peers) = sys::mptcp_subflow_peers(s.streams[i].as_raw_fd()) else {
+        return true;
+    };
+    match peers
+        .into_iter()
+        .find_map(|ip| (g.0)(ip).map(|why| (ip, why)))
+    {
+        None => true,
+        Some((ip, why)) => {
+            s.finish_flow(
+                i,
+                Some(format!(
+                    "flow {}: an MPTCP subflow joined from {ip}: {why}; the connection is closed",
+                    s.meta[i].id
+                )),
+            );
+            false
+        }
+    }
+}
+
 fn worker(s: &Shared, mine: Vec<usize>, pin: Option<usize>) {
     if let Some(cpu) = pin {
         if let Err(e) = sys::pin_current_thread(cpu) {
@@ -438,12 +465,17 @@ fn worker(s: &Shared, mine: Vec<usize>, pin: Option<usize>) {
             true
         }
     });
+    let mut next_guard = now;
     while !active.is_empty() {
         if s.abort.load(Ordering::Acquire) {
             return;
         }
         let now = Instant::now();
         let now_ns = now.duration_since(s.start).as_nanos() as u64;
+        if let Some(g) = s.cfg.subflow_guard.as_ref().filter(|_| now >= next_guard) {
+            next_guard = now + GUARD_EVERY;
+            active.retain(|f| subflows_allowed(s, g, f.idx));
+        }
         let stop = s.stop_send.load(Ordering::Acquire) || deadline.is_some_and(|d| now >= d);
         let mut progressed = false;
         let mut next_due: Option<Instant> = None;
@@ -672,6 +704,7 @@ mod tests {
             half_close: true,
             window_at_peer_end: false,
             shares_host: false,
+            subflow_guard: None,
         }
     }
 

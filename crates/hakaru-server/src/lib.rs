@@ -191,6 +191,20 @@ impl Ctx {
         })
     }
 
+    /// The data plane's check of MPTCP subflows: the access list applies to every subflow
+    /// of a flow's connection, not only to the first one that `accept` saw. `None` when
+    /// nothing can join (a plain TCP listener) or every address is allowed.
+    pub(crate) fn subflow_guard(&self) -> Option<hakaru_engine::tcp::SubflowGuard> {
+        if self.mptcp.is_err() || self.cfg.acl.is_open() {
+            return None;
+        }
+        let acl = self.cfg.acl.clone();
+        Some(hakaru_engine::tcp::SubflowGuard(Arc::new(move |ip| {
+            (!acl.permits(ip))
+                .then(|| "the server's access list denies it (--allow, --deny)".into())
+        })))
+    }
+
     /// Logs why a connection was refused: at most one line a second, with how many more
     /// were refused in between, so a flood cannot fill the log.
     pub(crate) fn log_refusal(&self, peer: SocketAddr, why: &str) {

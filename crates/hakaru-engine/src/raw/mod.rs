@@ -119,6 +119,7 @@ impl Meter {
             half_close: true,
             window_at_peer_end: false,
             shares_host: false,
+            subflow_guard: None,
         };
         let meta = (1..=flows.max(1) as u32)
             .map(|id| FlowMeta {

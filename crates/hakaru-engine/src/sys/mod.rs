@@ -61,8 +61,9 @@
 //!   comes back as [`std::io::ErrorKind::WouldBlock`]. sendfile has no MSG_NOSIGNAL: a send to
 //!   a closed peer raises SIGPIPE, which Rust programs ignore by default, so it surfaces as
 //!   `BrokenPipe`.
-//! - [`mptcp_socket`], [`mptcp_available`], [`mptcp_state`]: stream sockets with
-//!   IPPROTO_MPTCP and whether a connection ran MPTCP over how many subflows (`mptcp.rs`).
+//! - [`mptcp_socket`], [`mptcp_available`], [`mptcp_state`], [`mptcp_subflow_peers`]: stream
+//!   sockets with IPPROTO_MPTCP, whether a connection ran MPTCP over how many subflows, and
+//!   where its subflows come from (`mptcp.rs`).
 //!   Unsupported: [`std::io::ErrorKind::Unsupported`] naming why (no MPTCP in the kernel,
 //!   `net.mptcp.enabled` 0, or an OS without it).
 //! - [`recv_discard`] and [`DISCARD_SUPPORTED`]: drop received TCP bytes without copying them
@@ -131,7 +132,7 @@ pub use counters::{
     ProcessUsage,
 };
 pub use counters::{CpuSnapshot, NicSnapshot, UdpSnmp};
-pub use mptcp::{mptcp_available, mptcp_socket, mptcp_state, MptcpState};
+pub use mptcp::{mptcp_available, mptcp_socket, mptcp_state, mptcp_subflow_peers, MptcpState};
 pub use poll::{tighten_timer_slack, wait_fd, Interest, PollSet};
 pub use portable::{
     connect_bounded, is_connect_cut_short, is_gso_refused, is_not_found, is_out_of_buffers,

@@ -85,6 +85,24 @@ pub fn mptcp_state(fd: RawFd) -> io::Result<Option<MptcpState>> {
     }
 }
 
+/// The remote addresses of every subflow of a socket's MPTCP connection (the first included);
+/// empty for a plain TCP socket or one that fell back. Linux 5.17 and later
+/// (MPTCP_SUBFLOW_ADDRS); elsewhere, and on older kernels, an error.
+pub fn mptcp_subflow_peers(fd: RawFd) -> io::Result<Vec<std::net::IpAddr>> {
+    #[cfg(target_os = "linux")]
+    {
+        linux::subflow_peers(fd)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = fd;
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "no MPTCP on this OS",
+        ))
+    }
+}
+
 #[cfg(target_os = "linux")]
 mod linux {
     use std::io;
@@ -147,6 +165,75 @@ mod linux {
         Ok(Some(from_info(&raw.0[..n], is_mptcp)))
     }
 
+    /// getsockopt(SOL_MPTCP) option: every subflow's local and remote address (5.17).
+    const MPTCP_SUBFLOW_ADDRS: libc::c_int = 3;
+    /// `struct mptcp_subflow_data`: the header before the per-subflow records (16 bytes).
+    const SUBFLOW_DATA: usize = 16;
+    /// `struct mptcp_subflow_addrs`: two `__kernel_sockaddr_storage` (local, remote).
+    const SUBFLOW_ADDRS: usize = 256;
+    /// Most subflows read (the kernel's own limit is 8 per connection).
+    const MAX_SUBFLOWS: usize = 16;
+
+    #[repr(C, align(8))]
+    struct RawAddrs([u8; SUBFLOW_DATA + SUBFLOW_ADDRS * MAX_SUBFLOWS]);
+
+    pub(super) fn subflow_peers(fd: RawFd) -> io::Result<Vec<std::net::IpAddr>> {
+        let mut raw = RawAddrs([0; SUBFLOW_DATA + SUBFLOW_ADDRS * MAX_SUBFLOWS]);
+        // The header tells the kernel the sizes this program knows.
+        raw.0[0..4].copy_from_slice(&(SUBFLOW_DATA as u32).to_ne_bytes());
+        raw.0[12..16].copy_from_slice(&(SUBFLOW_ADDRS as u32).to_ne_bytes());
+        match getsockopt_into(fd, SOL_MPTCP, MPTCP_SUBFLOW_ADDRS, &mut raw.0) {
+            Ok(n) => Ok(parse_subflow_addrs(raw.0.get(..n).unwrap_or_default())),
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ENOPROTOOPT) | Some(libc::EOPNOTSUPP)
+                ) =>
+            {
+                Ok(Vec::new())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The remote addresses in the bytes MPTCP_SUBFLOW_ADDRS returned: the header says how
+    /// many records follow and how large the kernel's are.
+    pub(super) fn parse_subflow_addrs(b: &[u8]) -> Vec<std::net::IpAddr> {
+        let word = |at: usize| {
+            b.get(at..at + 4)
+                .and_then(|s| <[u8; 4]>::try_from(s).ok())
+                .map_or(0, u32::from_ne_bytes) as usize
+        };
+        let (header, count, kernel, user) = (word(0), word(4), word(8), word(12));
+        let step = kernel.min(user).min(SUBFLOW_ADDRS);
+        if step < SUBFLOW_ADDRS || header < SUBFLOW_DATA {
+            return Vec::new();
+        }
+        (0..count.min(MAX_SUBFLOWS))
+            .filter_map(|k| {
+                let rec = b.get(header + k * user..header + k * user + step)?;
+                sockaddr_ip(rec.get(SUBFLOW_ADDRS / 2..)?)
+            })
+            .collect()
+    }
+
+    /// The IP address of a `sockaddr_in` or `sockaddr_in6` in `b`.
+    fn sockaddr_ip(b: &[u8]) -> Option<std::net::IpAddr> {
+        let family = u16::from_ne_bytes(*b.first_chunk::<2>()?);
+        match i32::from(family) {
+            libc::AF_INET => {
+                let a: [u8; 4] = b.get(4..8)?.try_into().ok()?;
+                Some(std::net::IpAddr::from(a))
+            }
+            libc::AF_INET6 => {
+                let a: [u8; 16] = b.get(8..24)?.try_into().ok()?;
+                let v6 = std::net::Ipv6Addr::from(a);
+                Some(v6.to_ipv4_mapped().map_or(v6.into(), Into::into))
+            }
+            _ => None,
+        }
+    }
+
     /// Reads the fields hakaru reports from the bytes of a `struct mptcp_info`.
     pub(super) fn from_info(b: &[u8], is_mptcp: bool) -> MptcpState {
         let flags = b
@@ -172,6 +259,38 @@ mod tests {
     use super::*;
     use std::net::{TcpListener, TcpStream};
     use std::os::fd::AsRawFd;
+
+    #[test]
+    fn subflow_addresses_are_read_from_the_kernels_records() {
+        let mut b = vec![0u8; 16 + 2 * 256];
+        b[0..4].copy_from_slice(&16u32.to_ne_bytes());
+        b[4..8].copy_from_slice(&2u32.to_ne_bytes());
+        b[8..12].copy_from_slice(&256u32.to_ne_bytes());
+        b[12..16].copy_from_slice(&256u32.to_ne_bytes());
+        // Subflow 1: remote 10.0.0.9 (sockaddr_in in the second half of the record).
+        let r = 16 + 128;
+        b[r..r + 2].copy_from_slice(&(libc::AF_INET as u16).to_ne_bytes());
+        b[r + 4..r + 8].copy_from_slice(&[10, 0, 0, 9]);
+        // Subflow 2: remote ::ffff:10.0.0.7 (sockaddr_in6), read as IPv4.
+        let r = 16 + 256 + 128;
+        b[r..r + 2].copy_from_slice(&(libc::AF_INET6 as u16).to_ne_bytes());
+        b[r + 8 + 10..r + 8 + 12].copy_from_slice(&[0xff, 0xff]);
+        b[r + 8 + 12..r + 8 + 16].copy_from_slice(&[10, 0, 0, 7]);
+        let got = linux::parse_subflow_addrs(&b);
+        assert_eq!(
+            got,
+            vec![
+                "10.0.0.9".parse::<std::net::IpAddr>().unwrap(),
+                "10.0.0.7".parse().unwrap()
+            ]
+        );
+        // A count beyond the bytes, a short record size, nothing at all: no address, no panic.
+        b[4..8].copy_from_slice(&9u32.to_ne_bytes());
+        assert_eq!(linux::parse_subflow_addrs(&b).len(), 2);
+        b[8..12].copy_from_slice(&100u32.to_ne_bytes());
+        assert!(linux::parse_subflow_addrs(&b).is_empty());
+        assert!(linux::parse_subflow_addrs(&[]).is_empty());
+    }
 
     #[test]
     fn info_bytes_are_read_for_old_and_new_kernels() {

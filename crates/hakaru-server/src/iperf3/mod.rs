@@ -452,6 +452,7 @@ impl Driver<'_> {
         cfg.half_close = false;
         cfg.window_at_peer_end = matches!(plan.spec.amount(), hakaru_model::Amount::Time(_));
         cfg.stall_timeout = IDLE_LIMIT;
+        cfg.subflow_guard = self.ctx.subflow_guard();
         cfg.payload = if p.repeating_payload {
             Payload::Digits
         } else {

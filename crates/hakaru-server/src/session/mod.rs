@@ -455,12 +455,13 @@ impl Driver<'_> {
         let run = match remote {
             RemoteSpec::Tcp(tcp) => {
                 let flows = paths.tcp_flows(tcp)?;
-                let cfg = with_base(SideConfig::for_spec(
+                let mut cfg = with_base(SideConfig::for_spec(
                     End::Server,
                     spec,
                     tcp.server_affinity.clone(),
                     iface,
                 ));
+                cfg.subflow_guard = self.ctx.subflow_guard();
                 Running::Tcp(
                     SideRun::start(cfg, flows, on_interval, Box::new(|| {}))
                         .map_err(|e| e.to_string())?,

@@ -270,11 +270,9 @@ fn mptcp_is_refused_by_name_where_the_server_has_none() {
     );
 }
 
-#[test]
-fn tcp_mptcp_reports_mptcp_and_its_subflows() {
-    let Some(link) = plain_link() else { return };
-    // A second client address announced as a subflow endpoint: each connection gets a second
-    // subflow from it, so the count is checked above 1 too.
+/// Adds a second client address, announced as an MPTCP subflow endpoint: every MPTCP
+/// connection from the client gets a second subflow from it. Returns that address.
+fn subflow_endpoint(link: &Link) -> String {
     let extra = match link.server_ip.rsplit_once('.') {
         Some((net, _)) => format!("{net}.9"),
         None => panic!("server address {}", link.server_ip),
@@ -322,6 +320,50 @@ fn tcp_mptcp_reports_mptcp_and_its_subflows() {
         &link.client_dev,
         "subflow",
     ]);
+    extra
+}
+
+/// The access list covers every subflow of an MPTCP connection, not only the first one that
+/// `accept` saw: a flow whose connection gains a subflow from a denied address is failed and
+/// its connection closed, the log naming the address. (Before, `accept` checked the first
+/// subflow alone, and a denied address joined any connection opened from an allowed one.)
+#[test]
+fn a_subflow_from_a_denied_address_closes_its_connection() {
+    let Some(link) = plain_link() else { return };
+    let extra = subflow_endpoint(&link);
+    let srv = link.start_server_with(&["--deny", &format!("{extra}/32")]);
+    let port = srv.port_s();
+    let o = link.in_client(
+        &[
+            super::common::bin(),
+            "tcp",
+            &link.server_ip,
+            "-p",
+            &port,
+            "-t",
+            "4",
+            "--mptcp",
+            "-i",
+            "0",
+        ],
+        LIMIT,
+    );
+    let line = srv.wait_log("an MPTCP subflow joined from", Duration::from_secs(15));
+    eprintln!("client: {:?} {}\nserver: {line:?}", o.status, stderr(&o));
+    let line = line.expect("the server names the denied subflow");
+    assert!(line.contains(&extra), "{line}");
+    assert!(
+        !o.status.success(),
+        "the client's test went on over a denied subflow"
+    );
+}
+
+#[test]
+fn tcp_mptcp_reports_mptcp_and_its_subflows() {
+    let Some(link) = plain_link() else { return };
+    // A second client address announced as a subflow endpoint: each connection gets a second
+    // subflow from it, so the count is checked above 1 too.
+    subflow_endpoint(&link);
     let srv = link.start_server();
     let port = srv.port_s();
     for mptcp in [true, false] {
