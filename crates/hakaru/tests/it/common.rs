@@ -258,6 +258,180 @@ pub fn http_get(port: u16, path: &str) -> std::io::Result<String> {
     Ok(out)
 }
 
+/// Why a test returns early, or leaves a check out: the kind its SKIPPED line names.
+/// `.ci/run` run as root allows only [`SkipKind::Steal`]; a line of any other kind fails CI.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SkipKind {
+    /// Not root: no network namespaces.
+    Root,
+    /// A network namespace set-up failed (`ip netns add`).
+    Netns,
+    /// A program the test runs is not installed or not built (a peer).
+    Tool,
+    /// No IPv6 loopback (`::1`) here.
+    Ipv6,
+    /// The hypervisor stole CPU time during a run, so its rate check is not made.
+    Steal,
+}
+
+impl SkipKind {
+    /// The kind as the SKIPPED line spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            SkipKind::Root => "root",
+            SkipKind::Netns => "netns",
+            SkipKind::Tool => "tool",
+            SkipKind::Ipv6 => "ipv6",
+            SkipKind::Steal => "steal",
+        }
+    }
+}
+
+/// The one line a skip writes: `SKIPPED: <test>: <kind>: <reason>`, on one line whatever the
+/// reason holds (a command's stderr may have several).
+pub fn skip_line(test: &str, kind: SkipKind, reason: &str) -> String {
+    let reason = reason.split_whitespace().collect::<Vec<_>>().join(" ");
+    format!("SKIPPED: {test}: {}: {reason}", kind.name())
+}
+
+/// The running test's name: libtest runs each test on a thread named after it.
+pub fn test_name() -> String {
+    std::thread::current()
+        .name()
+        .unwrap_or("(unnamed thread)")
+        .to_string()
+}
+
+/// Says why the running test returns early (or leaves a check out), right before it does: one
+/// SKIPPED line on stderr and, when `HAKARU_TEST_SKIP_LOG` names a file, the same line appended
+/// to it, since cargo test hides the output of a passing test (`.ci/run` counts and lists the
+/// lines of that file).
+pub fn skip(kind: SkipKind, reason: &str) {
+    let log = SKIP_LOG_HERE.with(|l| l.borrow().clone()).or_else(|| {
+        std::env::var_os("HAKARU_TEST_SKIP_LOG")
+            .filter(|v| !v.is_empty())
+            .map(std::path::PathBuf::from)
+    });
+    skip_to(log.as_deref(), kind, reason);
+}
+
+thread_local! {
+    /// Where this thread's skips go instead of HAKARU_TEST_SKIP_LOG (set by [`skips_of`]).
+    static SKIP_LOG_HERE: std::cell::RefCell<Option<std::path::PathBuf>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` with the skips it makes going to a file of its own rather than to
+/// HAKARU_TEST_SKIP_LOG, and returns what `f` returned with those SKIPPED lines: for the tests
+/// of the skip helpers, whose skips are not the suite's (`.ci/run` would count them).
+pub fn skips_of<R>(f: impl FnOnce() -> R) -> (R, Vec<String>) {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!("hakaru-skips-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    SKIP_LOG_HERE.with(|l| *l.borrow_mut() = Some(path.clone()));
+    let got = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    SKIP_LOG_HERE.with(|l| *l.borrow_mut() = None);
+    let lines = std::fs::read_to_string(&path)
+        .unwrap_or_default()
+        .lines()
+        .map(String::from)
+        .collect();
+    let _ = std::fs::remove_file(&path);
+    match got {
+        Ok(r) => (r, lines),
+        Err(p) => std::panic::resume_unwind(p),
+    }
+}
+
+/// The message of a caught panic.
+pub fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
+/// [`skip`] with the log file given rather than read from the environment.
+pub fn skip_to(log: Option<&std::path::Path>, kind: SkipKind, reason: &str) {
+    use std::io::Write;
+    let line = skip_line(&test_name(), kind, reason);
+    eprintln!("{line}");
+    let Some(path) = log else { return };
+    // One write of a whole line in append mode: the lines of tests running at once, in this
+    // and in other test binaries, do not mix.
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .and_then(|mut f| f.write_all(format!("{line}\n").as_bytes()));
+    // A skip the log cannot show would pass unseen: that fails the test instead.
+    if let Err(e) = written {
+        panic!(
+            "cannot append to HAKARU_TEST_SKIP_LOG {}: {e} ({line})",
+            path.display()
+        );
+    }
+}
+
+/// What a network set-up this machine cannot make (no root, a failing `ip netns add`, no
+/// IPv6 loopback) does to its test: `HAKARU_TEST_NETNS=required` (set by `.ci/run` as root,
+/// where every one can be made) makes it a failure naming why; otherwise the test is skipped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetnsMode {
+    /// A set-up that cannot be made skips the test, saying why.
+    Optional,
+    /// A set-up that cannot be made fails the test.
+    Required,
+}
+
+impl NetnsMode {
+    /// The mode `HAKARU_TEST_NETNS` asks for.
+    pub fn from_env() -> NetnsMode {
+        NetnsMode::parse(std::env::var("HAKARU_TEST_NETNS").ok().as_deref())
+    }
+
+    /// The mode a value of `HAKARU_TEST_NETNS` asks for. A value that is neither `required`
+    /// nor `optional` (nor unset or empty) is a typo that would silently allow skips: refused.
+    pub fn parse(value: Option<&str>) -> NetnsMode {
+        match value {
+            Some("required") => NetnsMode::Required,
+            None | Some("" | "optional") => NetnsMode::Optional,
+            Some(other) => panic!(
+                "HAKARU_TEST_NETNS is {other:?}: only `required` or `optional` (the default) mean something"
+            ),
+        }
+    }
+}
+
+/// The network set-up the running test needs cannot be made here, for `why` (the command and
+/// what it printed, where one failed): under [`NetnsMode::Required`] a failure, otherwise a
+/// SKIPPED line of `kind`. The test returns early after this.
+pub fn netns_unavailable(mode: NetnsMode, kind: SkipKind, why: &str) {
+    if mode == NetnsMode::Required {
+        panic!("{why}; HAKARU_TEST_NETNS=required (.ci/run as root) requires this set-up");
+    }
+    skip(kind, why);
+}
+
+/// True when this machine has IPv6 loopback (`::1`). Where it does not, the IPv6 part of a
+/// test is left out with a SKIPPED line, or fails it under HAKARU_TEST_NETNS=required.
+pub fn ipv6_loopback() -> bool {
+    ipv6_loopback_with(NetnsMode::from_env())
+}
+
+/// [`ipv6_loopback`] with the mode given.
+pub fn ipv6_loopback_with(mode: NetnsMode) -> bool {
+    match std::net::TcpListener::bind("[::1]:0") {
+        Ok(_) => true,
+        Err(e) => {
+            let why = format!("no IPv6 loopback here (binding [::1]:0: {e})");
+            netns_unavailable(mode, SkipKind::Ipv6, &why);
+            false
+        }
+    }
+}
+
 /// What a missing peer does to its test: `HAKARU_TEST_PEERS=required` (set by `.ci/run` as
 /// root, where every peer is installed) makes it a failure; otherwise the test is skipped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -303,7 +477,10 @@ pub fn peer_with(mode: PeerMode, prog: &str, package: &str) -> bool {
     if mode == PeerMode::Required {
         panic!("{prog} is not installed, and .ci/run requires it (Debian package {package})");
     }
-    println!("SKIPPED: {prog} is not installed (.ci/run installs the Debian package {package})");
+    skip(
+        SkipKind::Tool,
+        &format!("{prog} is not installed (.ci/run installs the Debian package {package})"),
+    );
     false
 }
 
@@ -311,7 +488,15 @@ pub fn peer_with(mode: PeerMode, prog: &str, package: &str) -> bool {
 fn a_missing_peer_fails_when_peers_are_required() {
     let missing = "hakaru-no-such-peer-program";
     assert!(!have(missing));
-    assert!(!peer_with(PeerMode::Optional, missing, "iperf3"));
+    let (here, lines) = skips_of(|| peer_with(PeerMode::Optional, missing, "iperf3"));
+    assert!(!here);
+    assert_eq!(
+        lines,
+        [format!(
+            "SKIPPED: {}: tool: {missing} is not installed (.ci/run installs the Debian package iperf3)",
+            test_name()
+        )]
+    );
     let got = std::panic::catch_unwind(|| peer_with(PeerMode::Required, missing, "iperf3"));
     let msg = got.expect_err("a missing peer must fail the test when required");
     let msg = msg
@@ -365,9 +550,12 @@ pub fn built_peer_with(mode: PeerMode, name: &str, prog: &str) -> Option<std::pa
             path.display()
         );
     }
-    println!(
-        "SKIPPED: {} is not built (../shared/peers/build.sh {name})",
-        path.display()
+    skip(
+        SkipKind::Tool,
+        &format!(
+            "{} is not built (../shared/peers/build.sh {name})",
+            path.display()
+        ),
     );
     None
 }
@@ -381,7 +569,63 @@ fn a_missing_built_peer_fails_when_peers_are_required() {
         got.is_err(),
         "a missing built peer must fail the test when required"
     );
-    assert!(built_peer_with(PeerMode::Optional, "netperf", "hakaru-no-such-program").is_none());
+    let (path, lines) =
+        skips_of(|| built_peer_with(PeerMode::Optional, "netperf", "hakaru-no-such-program"));
+    assert!(path.is_none());
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0]
+        .contains(": tool: /opt/hakaru-peers/netperf/bin/hakaru-no-such-program is not built"));
+}
+
+#[test]
+fn netns_mode_is_required_only_when_asked_and_a_typo_is_refused() {
+    assert_eq!(NetnsMode::parse(None), NetnsMode::Optional);
+    assert_eq!(NetnsMode::parse(Some("")), NetnsMode::Optional);
+    assert_eq!(NetnsMode::parse(Some("optional")), NetnsMode::Optional);
+    assert_eq!(NetnsMode::parse(Some("required")), NetnsMode::Required);
+    let got = std::panic::catch_unwind(|| NetnsMode::parse(Some("requried")));
+    let msg = panic_text(&*got.expect_err("a misspelt mode must not mean optional"));
+    assert!(msg.contains("\"requried\""), "{msg}");
+}
+
+#[test]
+fn a_skip_is_one_line_naming_the_test_kind_and_reason() {
+    // libtest names the test's thread after it: the line says which test skipped.
+    assert_eq!(
+        test_name(),
+        "common::a_skip_is_one_line_naming_the_test_kind_and_reason"
+    );
+    let ((), lines) = skips_of(|| {
+        skip(
+            SkipKind::Netns,
+            "`ip netns add x` failed:\n  Cannot create\n",
+        );
+        skip(SkipKind::Steal, "the rate check of x");
+    });
+    assert_eq!(
+        lines,
+        [
+            "SKIPPED: common::a_skip_is_one_line_naming_the_test_kind_and_reason: netns: `ip netns add x` failed: Cannot create",
+            "SKIPPED: common::a_skip_is_one_line_naming_the_test_kind_and_reason: steal: the rate check of x",
+        ]
+    );
+}
+
+#[test]
+fn an_unavailable_network_set_up_fails_when_namespaces_are_required() {
+    let why = "`ip netns add hk-x` failed: Permission denied";
+    let (got, lines) = skips_of(|| {
+        std::panic::catch_unwind(|| netns_unavailable(NetnsMode::Required, SkipKind::Netns, why))
+    });
+    let msg = panic_text(&*got.expect_err("required: a failed set-up fails the test"));
+    assert!(
+        msg.contains(why) && msg.contains("HAKARU_TEST_NETNS=required"),
+        "{msg}"
+    );
+    assert!(lines.is_empty(), "a failure is not also a skip: {lines:?}");
+    let ((), lines) = skips_of(|| netns_unavailable(NetnsMode::Optional, SkipKind::Root, why));
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].ends_with(&format!(": root: {why}")), "{lines:?}");
 }
 
 /// Version line of a peer tool (`iperf3`, `sockperf`, `iperf`, ...), e.g. "3.12".

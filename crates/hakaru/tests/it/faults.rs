@@ -348,7 +348,7 @@ fn host_port_forms_are_accepted_and_conflicts_named() {
     );
     fails_with(&["udp", "127.0.0.1:http"], 2, &["\"http\""]);
     // [v6]:PORT against a server on ::1 (where the machine has IPv6 loopback).
-    if std::net::TcpListener::bind("[::1]:0").is_ok() {
+    if super::common::ipv6_loopback() {
         let s6 = ServerProc::start_with(super::common::hakaru(), "::1", &[]);
         let o = run(
             &["pps", &format!("[::1]:{}", s6.port), "-t", "1", "--json"],

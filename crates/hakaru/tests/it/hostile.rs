@@ -595,7 +595,7 @@ fn a_declared_64_mib_iperf3_results_message_is_refused_on_its_length() {
     assert!(s.alive());
     // The server serves the next test, hakaru's own and a stock iperf3 client's.
     legit(&s, None, &[]);
-    if super::common::have("iperf3") {
+    if super::common::peer("iperf3", "iperf3") {
         let o = super::common::run_cmd(
             std::process::Command::new("iperf3").args([
                 "-c",

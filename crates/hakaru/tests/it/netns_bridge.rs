@@ -37,9 +37,10 @@ pub(super) struct Bridge {
 }
 
 impl Bridge {
-    /// Builds the bridge, or prints why this machine cannot and returns `None` (the test then
-    /// passes without running). `tools` are the programs the test needs besides `ip`, each
-    /// with the Debian package `.ci/run` installs it from.
+    /// Builds the bridge, or says why this machine cannot and returns `None` (the test then
+    /// returns early; under HAKARU_TEST_NETNS=required it fails instead: `netns_setup`).
+    /// `tools` are the programs the test needs besides `ip`, each with the Debian package
+    /// `.ci/run` installs it from.
     pub fn setup(n: usize, tools: &[(&str, &str)]) -> Option<Bridge> {
         netns_setup(tools, || Bridge::create(n))
     }
@@ -57,7 +58,11 @@ impl Bridge {
         };
         let o = ip(&["netns", "add", &b.hub]);
         if !o.status.success() {
-            return Err(format!("`ip netns add` failed: {}", stderr(&o).trim()));
+            return Err(format!(
+                "`ip netns add {}` failed: {}",
+                b.hub,
+                stderr(&o).trim()
+            ));
         }
         b.created.push(b.hub.clone());
         let hub = b.hub.clone();

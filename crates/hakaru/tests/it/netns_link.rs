@@ -3,8 +3,10 @@
 //!
 //! Traffic goes only to the 198.18.0.0/15 (RFC 2544 benchmarking) addresses of the namespaces a
 //! test creates. Needs root and `ip` (plus whatever else a test names, e.g. `tc`, `nft`);
-//! without them [`Link::setup`] prints why and the test passes without running (a missing
-//! program fails it under HAKARU_TEST_PEERS=required: `common::peer`).
+//! without them [`Link::setup`] prints a SKIPPED line and the test passes without running. Under
+//! HAKARU_TEST_NETNS=required (`.ci/run` as root) no root or a failing `ip netns add` fails the
+//! test instead, naming the command and what it printed; a missing program fails it under
+//! HAKARU_TEST_PEERS=required (`common::peer`).
 
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -13,7 +15,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::common::{bin, is_root, json, peer, run_cmd, stderr, ServerProc};
+use super::common::{
+    bin, is_root, json, netns_unavailable, peer, run_cmd, skip, stderr, NetnsMode, ServerProc,
+    SkipKind,
+};
 
 /// Held by every live [`Link`]: namespace tests run one at a time, so that two of them never
 /// share the CPUs (their figures are timing-sensitive) and no test sees another's traffic.
@@ -72,8 +77,8 @@ pub(super) struct Link {
 }
 
 impl Link {
-    /// Builds the link, or prints why this machine cannot and returns `None` (the test then
-    /// passes without running). `tools` are the programs the test needs besides `ip`, each
+    /// Builds the link, or says why this machine cannot and returns `None` (the test then
+    /// returns early; under HAKARU_TEST_NETNS=required it fails instead: [`netns_setup`]). `tools` are the programs the test needs besides `ip`, each
     /// with the Debian package `.ci/run` installs it from.
     pub fn setup(tools: &[(&str, &str)], shaping: Shaping) -> Option<Link> {
         let tc = shaping
@@ -247,16 +252,29 @@ impl Drop for Link {
     }
 }
 
-/// Builds a namespace setup with `create`, or prints why this machine cannot and returns
-/// `None` (the test then passes without running): namespaces need root, `ip` and `tools`
-/// (program, Debian package). A missing program is a [`peer`]: under
-/// HAKARU_TEST_PEERS=required it fails the test instead.
+/// Builds a namespace setup with `create`, or says why this machine cannot and returns `None`
+/// (the test then returns early): namespaces need root, `ip` and `tools` (program, Debian
+/// package). Under HAKARU_TEST_NETNS=required no root or a failing `create` fails the test
+/// instead (`common::netns_unavailable`); a missing program is a [`peer`], which fails it under
+/// HAKARU_TEST_PEERS=required.
 pub(super) fn netns_setup<T>(
     tools: &[(&str, &str)],
     create: impl FnOnce() -> Result<T, String>,
 ) -> Option<T> {
-    if !is_root() {
-        eprintln!("skipped: network namespaces need root");
+    netns_setup_with(NetnsMode::from_env(), is_root(), tools, || {
+        forced_failure().map_or_else(create, Err)
+    })
+}
+
+/// [`netns_setup`] with the mode and whether this is root given.
+pub(super) fn netns_setup_with<T>(
+    mode: NetnsMode,
+    root: bool,
+    tools: &[(&str, &str)],
+    create: impl FnOnce() -> Result<T, String>,
+) -> Option<T> {
+    if !root {
+        netns_unavailable(mode, SkipKind::Root, "network namespaces need root");
         return None;
     }
     if ![("ip", "iproute2")]
@@ -269,10 +287,72 @@ pub(super) fn netns_setup<T>(
     match create() {
         Ok(v) => Some(v),
         Err(why) => {
-            eprintln!("skipped: {why}");
+            netns_unavailable(mode, SkipKind::Netns, &why);
             None
         }
     }
+}
+
+/// For checking what a failed set-up does: with `HAKARU_TEST_NETNS_FAIL=1` every namespace
+/// set-up fails, at a real `ip netns add` of a name `ip` refuses, before anything is made.
+fn forced_failure() -> Option<String> {
+    std::env::var_os("HAKARU_TEST_NETNS_FAIL").filter(|v| !v.is_empty())?;
+    let o = ip(&["netns", "add", "hk/forced-failure"]);
+    Some(format!(
+        "`ip netns add hk/forced-failure` failed ({}; HAKARU_TEST_NETNS_FAIL is set): {}",
+        o.status,
+        err(&o)
+    ))
+}
+
+#[test]
+fn a_namespace_set_up_that_fails_fails_the_test_when_namespaces_are_required() {
+    use super::common::{panic_text, skips_of};
+    let why = "`ip netns add hk-c-1-0` failed: mount --make-shared /run/netns failed";
+    let broken = || Err::<(), String>(why.to_string());
+    let (got, lines) = skips_of(|| {
+        std::panic::catch_unwind(|| netns_setup_with(NetnsMode::Required, true, &[], broken))
+    });
+    let msg = panic_text(&*got.expect_err("required: a failed set-up must fail the test"));
+    assert!(
+        msg.contains(why),
+        "the failure names the command and its stderr: {msg}"
+    );
+    assert!(lines.is_empty(), "{lines:?}");
+    let (got, lines) = skips_of(|| netns_setup_with(NetnsMode::Optional, true, &[], broken));
+    assert!(got.is_none());
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].ends_with(&format!(": netns: {why}")), "{lines:?}");
+    // A set-up that works is the same in both modes.
+    for mode in [NetnsMode::Optional, NetnsMode::Required] {
+        let (got, lines) = skips_of(|| netns_setup_with(mode, true, &[], || Ok(7)));
+        assert_eq!((got, lines.len()), (Some(7), 0));
+    }
+}
+
+#[test]
+fn no_root_fails_a_namespace_test_when_namespaces_are_required() {
+    use super::common::{panic_text, skips_of};
+    let made = std::cell::Cell::new(false);
+    let create = || {
+        made.set(true);
+        Ok(())
+    };
+    let (got, _) = skips_of(|| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            netns_setup_with(NetnsMode::Required, false, &[], create)
+        }))
+    });
+    let msg = panic_text(&*got.expect_err("required: no root must fail the test"));
+    assert!(msg.contains("need root"), "{msg}");
+    let (got, lines) = skips_of(|| netns_setup_with(NetnsMode::Optional, false, &[], create));
+    assert!(got.is_none());
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].ends_with(": root: network namespaces need root"),
+        "{lines:?}"
+    );
+    assert!(!made.get(), "nothing is made without root");
 }
 
 /// Runs `ip` with a time limit.
@@ -335,15 +415,19 @@ impl StealWatch {
         }
     }
 
-    /// True, after printing why, when more than 5 % of the CPU time was stolen.
+    /// True, after a SKIPPED line saying why (`common::skip`), when more than 5 % of the CPU
+    /// time was stolen.
     pub fn spoiled(&self, what: &str) -> bool {
         let share = self.share();
         let bad = share > STEAL_LIMIT;
         if bad {
-            eprintln!(
-                "SKIPPED the rate check of {what}: the hypervisor stole {:.1} % of the CPU time during the run (more than {:.0} %)",
-                share * 100.0,
-                STEAL_LIMIT * 100.0
+            skip(
+                SkipKind::Steal,
+                &format!(
+                    "the rate check of {what} is not made: the hypervisor stole {:.1} % of the CPU time during the run (more than {:.0} %)",
+                    share * 100.0,
+                    STEAL_LIMIT * 100.0
+                ),
             );
         }
         bad

@@ -32,7 +32,10 @@ fn ntttcp() -> Option<&'static str> {
     if PeerMode::from_env() == PeerMode::Required {
         panic!("{NTTTCP} is missing, and .ci/run builds it (../shared/peers/build.sh ntttcp)");
     }
-    println!("SKIPPED: {NTTTCP} is not built (../shared/peers/build.sh ntttcp)");
+    super::common::skip(
+        super::common::SkipKind::Tool,
+        &format!("{NTTTCP} is not built (../shared/peers/build.sh ntttcp)"),
+    );
     None
 }
 
