@@ -233,31 +233,11 @@ fn mptcp_is_refused_by_name_where_the_server_has_none() {
         .expect("the server logs the refusal");
     assert!(line.contains("plain TCP") && line.contains(off), "{line}");
     // hakaru's own client is told the reason.
-    let o = link.in_client(
-        &[
-            super::common::bin(),
-            "tcp",
-            &link.server_ip,
-            "-p",
-            &port,
-            "-t",
-            "1",
-        ],
-        LIMIT,
-    );
+    let o = hakaru_in(&link, &["tcp", &link.server_ip, "-p", &port, "-t", "1"]);
     assert!(o.status.success(), "a plain TCP test fails: {}", stderr(&o));
-    let o = link.in_client(
-        &[
-            super::common::bin(),
-            "tcp",
-            &link.server_ip,
-            "-p",
-            &port,
-            "-t",
-            "1",
-            "--mptcp",
-        ],
-        LIMIT,
+    let o = hakaru_in(
+        &link,
+        &["tcp", &link.server_ip, "-p", &port, "-t", "1", "--mptcp"],
     );
     assert!(
         !o.status.success(),
@@ -268,6 +248,13 @@ fn mptcp_is_refused_by_name_where_the_server_has_none() {
         "{}",
         stderr(&o)
     );
+}
+
+/// Runs this hakaru with `args` in the client namespace.
+fn hakaru_in(link: &Link, args: &[&str]) -> Output {
+    let mut argv = vec![super::common::bin()];
+    argv.extend_from_slice(args);
+    link.in_client(&argv, LIMIT)
 }
 
 /// Adds a second client address, announced as an MPTCP subflow endpoint: every MPTCP
@@ -333,9 +320,9 @@ fn a_subflow_from_a_denied_address_closes_its_connection() {
     let extra = subflow_endpoint(&link);
     let srv = link.start_server_with(&["--deny", &format!("{extra}/32")]);
     let port = srv.port_s();
-    let o = link.in_client(
+    let o = hakaru_in(
+        &link,
         &[
-            super::common::bin(),
             "tcp",
             &link.server_ip,
             "-p",
@@ -346,7 +333,6 @@ fn a_subflow_from_a_denied_address_closes_its_connection() {
             "-i",
             "0",
         ],
-        LIMIT,
     );
     let line = srv.wait_log("an MPTCP subflow joined from", Duration::from_secs(15));
     eprintln!("client: {:?} {}\nserver: {line:?}", o.status, stderr(&o));
