@@ -5,10 +5,11 @@
 //! them). The sync dialogue is `hakaru_session::ntttcp::server`; this module keeps
 //! what the sync connections share, the groups of senders (docs/protocol-notes.md, "ntttcp"):
 //!
-//! - without `--ntttcp-multi` a group is one sender, and senders on different addresses test
-//!   at once; a second sender from an address whose group is still here hears "running" (busy),
-//!   as from a stock receiver, because ntttcp's data connections carry no test id and can only
-//!   be told apart by address;
+//! - without `--ntttcp-multi` a group is one sender, and senders of different clients (an
+//!   address, or a network under `--client-prefix-v4`/`-v6`) test at once; a second sender
+//!   from a client whose group is still here hears "running" (busy), as from a stock
+//!   receiver, because ntttcp's data connections carry no test id and can only be told apart
+//!   by where they come from;
 //! - with `--ntttcp-multi` (`ntttcp -r -M`) every sender joins the one group until the sender
 //!   with `-L` arrives; the others were told 'W' and all start together.
 //!
