@@ -195,6 +195,7 @@ fn handle(ctx: &Ctx, mut stream: TcpStream, peer: SocketAddr, seq: u32, slot: Sl
                     }
                     Undelivered::WrongPeer(_) => "a data connection from an address that is not the test's client".to_string(),
                     Undelivered::Full(n) => format!("a data connection beyond its test's {n} flow(s)"),
+                    Undelivered::QueueFull => "a data connection while its test's queue is full of repeated UDP hellos".to_string(),
                 };
                 ctx.log_refusal_as(peer, "data_path", &why);
                 let _ = stream.set_nonblocking(true);

@@ -128,9 +128,11 @@ fn take_slot(slots: &Arc<Mutex<Slots>>, ip: IpAddr) -> Result<Slot, String> {
 fn accept_loop(ctx: &Arc<Ctx>, listener: &TcpListener) {
     let slots = Arc::new(Mutex::new(Slots::default()));
     let pattern: Arc<[u8]> = pattern().into();
+    let mut errors = crate::accept::AcceptErrors::new("http");
     while !ctx.shutdown.load(Ordering::Acquire) {
         match listener.accept() {
             Ok((stream, peer)) => {
+                errors.accepted();
                 if !ctx.cfg.acl.permits(peer.ip()) {
                     ctx.denied.fetch_add(1, Ordering::Relaxed);
                     continue;
@@ -163,10 +165,7 @@ fn accept_loop(ctx: &Arc<Ctx>, listener: &TcpListener) {
                 crate::wait_readable(listener);
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => {
-                tracing::warn!("http: accept failed: {e}");
-                std::thread::sleep(Duration::from_millis(50));
-            }
+            Err(e) => errors.failed(&e),
         }
     }
 }

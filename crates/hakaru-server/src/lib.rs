@@ -6,6 +6,7 @@
 //! thread; each test owns its sockets and worker threads and frees them however it ends, so
 //! one test's failure never touches another.
 
+mod accept;
 mod acl;
 mod budget;
 mod dispatch;
@@ -91,6 +92,9 @@ pub struct ServerConfig {
     pub ntttcp_ports: u16,
     /// Several ntttcp senders per test, started by the one with `-L` (ntttcp's `-r -M`).
     pub ntttcp_multi: bool,
+    /// Data connections one ntttcp sender may open for its test (`--ntttcp-max-conns`): the
+    /// room a synced sender has beyond the per-client handshake limit.
+    pub ntttcp_max_conns: u32,
     /// The netserver-compatible ports (`--netperf-port`).
     pub netperf: NetperfConfig,
 }
@@ -143,6 +147,7 @@ impl Default for ServerConfig {
             ntttcp_port: None,
             ntttcp_ports: hakaru_proto::ntttcp::DEFAULT_PORTS,
             ntttcp_multi: false,
+            ntttcp_max_conns: 64,
             netperf: NetperfConfig::default(),
         }
     }
@@ -462,9 +467,11 @@ impl Server {
     /// Accepts control connections (every protocol's first bytes go to dispatch) until the
     /// shutdown flag is set.
     fn accept_until_shutdown(&self) {
+        let mut errors = accept::AcceptErrors::new("control port");
         while !self.ctx.shutdown.load(Ordering::Acquire) {
             match self.listener.accept() {
                 Ok((stream, peer)) => {
+                    errors.accepted();
                     if !self.ctx.cfg.acl.permits(peer.ip()) {
                         // Closed before any byte is read; a flood of these is not worth a
                         // log line each.
@@ -482,11 +489,9 @@ impl Server {
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_readable(&self.listener),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    // Out of file descriptors and the like: log, back off, keep serving.
-                    tracing::warn!("accept failed: {e}");
-                    std::thread::sleep(Duration::from_millis(50));
-                }
+                // Out of file descriptors and the like: back off, log once a second, keep
+                // serving.
+                Err(e) => errors.failed(&e),
             }
         }
     }
@@ -689,6 +694,12 @@ pub mod fuzzing {
             max_rate: Some(1e9),
             ..crate::ServerConfig::default()
         }
+    }
+
+    /// The ntttcp receiver's groups of senders and their data connections, driven by a
+    /// script of events and checked against a model (panics when they disagree).
+    pub fn ntttcp_groups(data: &[u8]) {
+        crate::ntttcp::fuzz_groups(data);
     }
 
     /// Checks an iperf3 parameter document as the server does, up to the test it would run;

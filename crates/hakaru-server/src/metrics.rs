@@ -239,9 +239,11 @@ pub(crate) fn spawn(ctx: Arc<Ctx>, listener: TcpListener) -> io::Result<JoinHand
     std::thread::Builder::new()
         .name("hakaru-metrics".into())
         .spawn(move || {
+            let mut errors = crate::accept::AcceptErrors::new("metrics");
             while !ctx.shutdown.load(Ordering::Acquire) {
                 match listener.accept() {
                     Ok((mut s, peer)) => {
+                        errors.accepted();
                         if !ctx.cfg.acl.permits(peer.ip()) {
                             continue;
                         }
@@ -269,7 +271,8 @@ pub(crate) fn spawn(ctx: Arc<Ctx>, listener: TcpListener) -> io::Result<JoinHand
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                         crate::wait_readable(&listener)
                     }
-                    Err(_) => std::thread::sleep(Duration::from_millis(50)),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => errors.failed(&e),
                 }
             }
         })

@@ -4,11 +4,16 @@
 //! control connection (TCP and UDP alike), at most as many as the test has flows (a UDP hello
 //! repeated from the same socket is the same path), and only while the test collects them:
 //! the session retires the token as soon as every path has arrived.
+//!
+//! A test's queue is bounded ([`queue_len`]): a UDP hello repeated faster than the session
+//! takes them is dropped when the queue is full (the client repeats its hellos until
+//! answered), and counted.
 #![cfg_attr(not(test), deny(clippy::indexing_slicing))]
 
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr, TcpStream};
-use std::sync::mpsc::Sender;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{SyncSender, TrySendError};
 use std::sync::Mutex;
 
 /// A data path arriving for a test.
@@ -31,11 +36,22 @@ pub enum Undelivered {
     WrongPeer(IpAddr),
     /// The test already has every data path it asked for.
     Full(usize),
+    /// The test's queue is full (hellos repeated faster than the session takes them).
+    QueueFull,
+}
+
+/// Room in a test's queue of arriving data paths: every path it opens, plus this many
+/// repeated UDP hellos not yet taken.
+pub const QUEUE_REPEATS: usize = 64;
+
+/// The length of the queue for a test opening `paths` data paths.
+pub fn queue_len(paths: usize) -> usize {
+    paths.saturating_add(QUEUE_REPEATS)
 }
 
 struct Entry {
     peer: IpAddr,
-    tx: Sender<DataConn>,
+    tx: SyncSender<DataConn>,
     /// Data paths the test opens.
     paths: usize,
     /// TCP connections handed over so far.
@@ -48,6 +64,8 @@ struct Entry {
 #[derive(Default)]
 pub struct Registry {
     inner: Mutex<HashMap<String, Entry>>,
+    /// Paths dropped because their test's queue was full.
+    dropped: AtomicU64,
 }
 
 /// The address as IPv4 when it is an IPv4-mapped IPv6 address, so a dual-stack socket's view
@@ -62,7 +80,14 @@ pub fn canonical_ip(ip: IpAddr) -> IpAddr {
 impl Registry {
     /// Registers a test's token, the address of its client's control connection and how
     /// many data paths the test opens. False (nothing registered) when the token is taken.
-    pub fn insert(&self, token: String, peer: IpAddr, paths: usize, tx: Sender<DataConn>) -> bool {
+    /// `tx` is the sending end of a `sync_channel` of [`queue_len`]`(paths)`.
+    pub fn insert(
+        &self,
+        token: String,
+        peer: IpAddr,
+        paths: usize,
+        tx: SyncSender<DataConn>,
+    ) -> bool {
         let Ok(mut m) = self.inner.lock() else {
             return false;
         };
@@ -117,8 +142,13 @@ impl Registry {
             return Err((Undelivered::Full(e.paths), conn));
         }
         let is_tcp = matches!(conn, DataConn::Tcp(..));
-        if let Err(back) = e.tx.send(conn) {
-            return Err((Undelivered::UnknownToken, back.0));
+        match e.tx.try_send(conn) {
+            Ok(()) => {}
+            Err(TrySendError::Full(back)) => {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+                return Err((Undelivered::QueueFull, back));
+            }
+            Err(TrySendError::Disconnected(back)) => return Err((Undelivered::UnknownToken, back)),
         }
         if is_tcp {
             e.tcp += 1;
@@ -127,6 +157,11 @@ impl Registry {
             e.udp.insert(k);
         }
         Ok(())
+    }
+
+    /// Data paths dropped so far because their test's queue was full.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
     }
 }
 
@@ -139,7 +174,7 @@ mod tests {
     #[test]
     fn data_paths_only_from_the_client() {
         let r = Registry::default();
-        let (tx, rx) = mpsc::channel();
+        let (tx, rx) = mpsc::sync_channel(queue_len(4));
         let client = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1));
         assert!(r.insert("t".into(), client, 4, tx));
         let stranger: SocketAddr = "127.0.0.2:9".parse().unwrap();
@@ -161,14 +196,14 @@ mod tests {
             IpAddr::V6(Ipv6Addr::LOCALHOST)
         );
         // A token is not a second test's: the first registration keeps it.
-        let (tx2, _rx2) = mpsc::channel();
+        let (tx2, _rx2) = mpsc::sync_channel(1);
         assert!(!r.insert("t".into(), stranger.ip(), 1, tx2));
     }
 
     #[test]
     fn no_more_paths_than_flows() {
         let r = Registry::default();
-        let (tx, rx) = mpsc::channel();
+        let (tx, rx) = mpsc::sync_channel(queue_len(2));
         let client = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
         assert!(r.insert("u".into(), client, 2, tx));
         let a: SocketAddr = "10.0.0.1:4000".parse().unwrap();
@@ -186,7 +221,7 @@ mod tests {
         assert_eq!(e.0, Undelivered::Full(2));
         assert_eq!(rx.try_iter().count(), 7);
         // TCP: every connection is a path; the third of two is refused and handed back.
-        let (tx, rx) = mpsc::channel();
+        let (tx, rx) = mpsc::sync_channel(queue_len(2));
         assert!(r.insert("t".into(), client, 2, tx));
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let conn = || std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
@@ -206,5 +241,30 @@ mod tests {
             .deliver("t", client, DataConn::Tcp(1, conn(), Vec::new()))
             .unwrap_err();
         assert_eq!(e.0, Undelivered::UnknownToken);
+    }
+
+    #[test]
+    fn repeated_hellos_are_dropped_and_counted_when_the_queue_is_full() {
+        let r = Registry::default();
+        let (tx, rx) = mpsc::sync_channel(queue_len(1));
+        let client = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
+        assert!(r.insert("h".into(), client, 1, tx));
+        let a: SocketAddr = "10.0.0.1:4000".parse().unwrap();
+        let mut queued = 0;
+        for _ in 0..10_000 {
+            match r.deliver("h", client, DataConn::Udp(0, a)) {
+                Ok(()) => queued += 1,
+                Err((why, _)) => assert_eq!(why, Undelivered::QueueFull),
+            }
+        }
+        assert_eq!(
+            queued,
+            queue_len(1),
+            "the queue holds its length and no more"
+        );
+        assert_eq!(r.dropped(), 10_000 - queue_len(1) as u64);
+        // Once the session takes them, hellos are queued again.
+        assert_eq!(rx.try_iter().count(), queue_len(1));
+        r.deliver("h", client, DataConn::Udp(0, a)).unwrap();
     }
 }

@@ -316,17 +316,20 @@ fn serve_tcp(ctx: &Arc<Ctx>, l: &TcpListener) {
         MAX_TCP_CONNS_PER_CLIENT,
         MAX_TCP_CONNS,
     );
+    let mut errors = crate::accept::AcceptErrors::new("sockperf TCP");
     while !ctx.shutdown.load(Ordering::Acquire) {
         let (stream, peer) = match l.accept() {
-            Ok(v) => v,
+            Ok(v) => {
+                errors.accepted();
+                v
+            }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 wait_readable(l);
                 continue;
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => {
-                tracing::warn!("sockperf TCP accept failed: {e}");
-                std::thread::sleep(Duration::from_millis(50));
+                errors.failed(&e);
                 continue;
             }
         };

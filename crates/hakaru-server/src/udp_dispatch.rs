@@ -72,6 +72,9 @@ pub(crate) fn run(ctx: Arc<Ctx>, sock: UdpSocket) {
                         "a hello from an address that is not the test's client"
                     }
                     Err((Undelivered::Full(_), _)) => "a hello beyond its test's flows",
+                    Err((Undelivered::QueueFull, _)) => {
+                        "a hello repeated faster than its test takes them (its queue is full)"
+                    }
                 }
             }
             Some(FlowHello::Ack { .. } | FlowHello::Moved { .. }) => {

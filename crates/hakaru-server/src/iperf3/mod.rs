@@ -408,8 +408,8 @@ impl Driver<'_> {
             amount_words(params),
             plan::mode_words(params, plan.udp)
         );
-        let (tx, rx) = mpsc::channel();
         let streams = plan.flows.len();
+        let (tx, rx) = mpsc::sync_channel(crate::registry::queue_len(streams));
         if !self
             .ctx
             .registry

@@ -13,7 +13,7 @@ use hakaru_engine::{sys, Running};
 use hakaru_model::{Amount, Bytes, Dur, End, FlowDir, Role, SideReport, TcpSpec, TestSpec};
 use hakaru_session::ntttcp::server::{self as machine, Input, Output};
 
-use super::{DataConn, Front, Start};
+use super::{DataConn, Shared, Start};
 use crate::dispatch::CountGuard;
 use crate::limits::Slot;
 use crate::Ctx;
@@ -26,7 +26,7 @@ const STALL: Duration = Duration::from_secs(30);
 const TICK: Duration = Duration::from_millis(20);
 
 /// Starts a thread for a sync connection just accepted.
-pub(super) fn spawn(ctx: Arc<Ctx>, front: Arc<Front>, s: TcpStream, peer: SocketAddr) {
+pub(super) fn spawn(ctx: Arc<Ctx>, shared: Arc<Shared>, s: TcpStream, peer: SocketAddr) {
     let handshake = match ctx.admission.pending(peer.ip()) {
         Ok(h) => h,
         Err(why) => return ctx.log_refusal(peer, &format!("ntttcp sync: {why}")),
@@ -42,7 +42,7 @@ pub(super) fn spawn(ctx: Arc<Ctx>, front: Arc<Front>, s: TcpStream, peer: Socket
             let id = c.next_test.fetch_add(1, Ordering::Relaxed);
             let mut d = Driver {
                 ctx: &c,
-                front: &front,
+                shared: &shared,
                 s,
                 peer,
                 id,
@@ -61,7 +61,7 @@ pub(super) fn spawn(ctx: Arc<Ctx>, front: Arc<Front>, s: TcpStream, peer: Socket
             let mut m = machine::Session::new(Instant::now());
             d.drive(&mut m);
             if let Some(g) = d.group {
-                front.leave(g);
+                shared.front.leave(g);
             }
         });
     if let Err(e) = r {
@@ -73,13 +73,15 @@ pub(super) fn spawn(ctx: Arc<Ctx>, front: Arc<Front>, s: TcpStream, peer: Socket
 /// The I/O half of one sync session.
 struct Driver<'a> {
     ctx: &'a Ctx,
-    front: &'a Front,
+    shared: &'a Shared,
     s: TcpStream,
     peer: SocketAddr,
     id: u64,
     group: Option<u64>,
-    /// Held until the test is admitted (or the session ends).
+    /// Held until the sender has a group (or the session ends).
     handshake: Option<Slot>,
+    /// From the moment the sender joins a group: it counts as a test, whose data paths are
+    /// the connections it may open (`--ntttcp-max-conns`).
     slot: Option<Slot>,
     memory: Option<crate::budget::Reservation>,
     /// The data connections, (sender address, port) per flow, for the log.
@@ -121,7 +123,7 @@ impl Driver<'_> {
     /// Waits for the next event, no longer than the machine's next deadline.
     fn wait(&mut self, m: &mut machine::Session) {
         if m.is_waiting() {
-            if let Some(v) = self.group.and_then(|g| self.front.verdict(g)) {
+            if let Some(v) = self.group.and_then(|g| self.shared.front.verdict(g)) {
                 let input = match v {
                     Ok(()) => Input::Go { owner: false },
                     Err(why) => {
@@ -165,14 +167,13 @@ impl Driver<'_> {
                 let _ = self.s.write_all(&w);
             }
             Output::Join => {
-                self.group = self.front.join(self.peer.ip());
-                let busy = self.group.is_none();
+                let busy = !self.join();
                 m.handle(Input::Joined { busy }, Instant::now());
             }
             Output::Negotiate(p) => {
                 let max = self.ctx.cfg.max_duration;
                 let secs = match self.group {
-                    Some(g) => self.front.negotiate(g, p, max),
+                    Some(g) => self.shared.front.negotiate(g, p, max),
                     None => machine::negotiate(p, max),
                 };
                 m.handle(Input::Negotiated(secs), Instant::now());
@@ -213,31 +214,51 @@ impl Driver<'_> {
         })
     }
 
-    /// The sender's 'R' or 'L': admit the group's test through the server's limits.
+    /// Seats the sender in a group, as a test of its client: false (busy) when its client's
+    /// group is running or gathering, or the server's test limits are reached (logged).
+    fn join(&mut self) -> bool {
+        let (ctx, peer) = (self.ctx, self.peer);
+        let slot = match ctx
+            .admission
+            .test(peer.ip(), self.shared.front.per_sender())
+        {
+            Ok(s) => s,
+            Err(why) => {
+                ctx.metrics.refused("limits");
+                ctx.log.warn("ntttcp-sync", || {
+                    format!("ntttcp sender {peer} told busy: {why}")
+                });
+                return false;
+            }
+        };
+        self.group = self.shared.front.join(peer.ip());
+        if self.group.is_some() {
+            self.slot = Some(slot);
+            self.handshake = None;
+        }
+        self.group.is_some()
+    }
+
+    /// The sender's 'R' or 'L': admit the group's test through the server's budgets (its
+    /// test slot is the one it took when it joined).
     fn admit(&mut self, last: bool, cycle: i32) -> Input {
         let Some(g) = self.group else {
             return Input::Refused("internal error: no group".into());
         };
-        self.front.settle();
-        let (ctx, peer) = (self.ctx, self.peer);
+        self.shared.settle(self.ctx);
+        let ctx = self.ctx;
         let mut taken = None;
-        let verdict = self.front.start(g, last, |conns| {
+        let verdict = self.shared.front.start(g, last, |conns| {
             let spec = Self::spec(conns.len(), cycle);
-            let memory = ctx.memory.reserve(
+            taken = Some(ctx.memory.reserve(
                 &ctx.cfg.budgets,
                 crate::budget::server_memory(&spec, sys::online_cpus()),
-            )?;
-            let slot = ctx.admission.test(peer.ip(), conns.len())?;
-            taken = Some((slot, memory));
+            )?);
             Ok(())
         });
         match verdict {
             Start::Own(conns) => {
-                if let Some((slot, memory)) = taken {
-                    self.slot = Some(slot);
-                    self.memory = Some(memory);
-                }
-                self.handshake = None;
+                self.memory = taken;
                 self.take(conns);
                 Input::Go { owner: true }
             }
@@ -246,10 +267,10 @@ impl Driver<'_> {
         }
     }
 
-    /// Keeps the connections for the engine until StartSide.
+    /// Keeps the connections for the engine until StartSide; their handshake slots go back.
     fn take(&mut self, conns: Vec<DataConn>) {
-        self.conns = conns.iter().map(|(_, p, port)| (*p, *port)).collect();
-        self.pending = conns.into_iter().map(|(s, _, _)| s).collect();
+        self.conns = conns.iter().map(|c| (c.peer, c.port)).collect();
+        self.pending = conns.into_iter().map(|c| c.stream).collect();
     }
 
     /// Starts the engine: every connection a receiving flow, counted until its sender
@@ -317,12 +338,16 @@ impl Driver<'_> {
             machine::Ending::Finished => {
                 tracing::info!("ntttcp sender {peer} (test {id}) finished")
             }
-            machine::Ending::Refused(why) => {
-                tracing::warn!("ntttcp sender {peer} refused: {why}")
-            }
-            machine::Ending::Failed(why) => {
+            // A sender with no test of its own may be anyone: one line a second.
+            machine::Ending::Refused(why) => self.ctx.log.warn("ntttcp-sync", || {
+                format!("ntttcp sender {peer} refused: {why}")
+            }),
+            machine::Ending::Failed(why) if owner => {
                 tracing::warn!("ntttcp test {id} from {peer} ended: {why}")
             }
+            machine::Ending::Failed(why) => self.ctx.log.warn("ntttcp-sync", || {
+                format!("ntttcp sender {peer} (test {id}) ended: {why}")
+            }),
         }
     }
 

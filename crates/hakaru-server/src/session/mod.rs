@@ -363,7 +363,7 @@ impl Driver<'_> {
         // An admitted client may send its final report, which can be large.
         self.conn.set_max_frame(hakaru_proto::native::MAX_FRAME);
         let id = ctx.next_test.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = mpsc::channel();
+        let (tx, rx) = mpsc::sync_channel(crate::registry::queue_len(paths));
         let Some(token) =
             admit::new_token().filter(|t| ctx.registry.insert(t.clone(), peer.ip(), paths, tx))
         else {

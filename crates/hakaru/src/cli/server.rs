@@ -169,6 +169,13 @@ pub struct Args {
     /// (ntttcp's `-r -M`). Without it each sender address runs its own test.
     #[arg(long, requires = "ntttcp_port")]
     ntttcp_multi: bool,
+    /// Data connections one ntttcp sender may open for its test (ntttcp's default sender opens
+    /// 64: -P 16 ports, -n 4 threads each). A synced sender counts as a test
+    /// (--max-tests-per-client, --max-tests) and may have this many connections handshaking
+    /// beyond --max-pending-per-client until its test starts; more are closed. At most
+    /// --max-flows.
+    #[arg(long, value_name = "N", default_value_t = 64, requires = "ntttcp_port", value_parser = clap::value_parser!(u32).range(1..))]
+    ntttcp_max_conns: u32,
     /// Print `listening on ADDR` on stdout once serving, and stop when standard input closes:
     /// for launchers (`hakaru plan` over ssh, `ip netns exec`, `kubectl exec -i`), so the
     /// server ends with the connection that started it.
@@ -232,6 +239,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         ntttcp_port: a.ntttcp_port,
         ntttcp_ports: a.ntttcp_ports,
         ntttcp_multi: a.ntttcp_multi,
+        ntttcp_max_conns: a.ntttcp_max_conns,
         netperf: hakaru_server::NetperfConfig {
             ports: a.netperf_port,
             passphrase: a.netperf_passphrase.clone().map(String::into_bytes),

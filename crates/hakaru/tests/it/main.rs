@@ -35,6 +35,7 @@ mod netperf;
 mod netperf_client;
 mod nic;
 mod ntttcp;
+mod ntttcp_hostile;
 mod plan;
 mod probe;
 mod report;

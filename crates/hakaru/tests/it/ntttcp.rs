@@ -11,14 +11,14 @@ use std::time::{Duration, Instant};
 
 use super::common::{compat_pass, count, json, run_cmd, stderr, wait_child, PeerMode, ServerProc};
 
-const LIMIT: Duration = Duration::from_secs(40);
+pub(super) const LIMIT: Duration = Duration::from_secs(40);
 const NTTTCP: &str = "/opt/hakaru-peers/ntttcp/bin/ntttcp";
 const CI_RUN: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../.ci/run"));
 
 /// The stock ntttcp, when built (or on PATH). It is not a Debian package: `.ci/run` builds it
 /// with the shared peers' build.sh, and under HAKARU_TEST_PEERS=required a missing one fails
 /// the test.
-fn ntttcp() -> Option<&'static str> {
+pub(super) fn ntttcp() -> Option<&'static str> {
     assert!(
         CI_RUN.contains("build.sh ntttcp"),
         ".ci/run must build ntttcp (../shared/peers/build.sh ntttcp)"
@@ -42,7 +42,7 @@ fn ntttcp() -> Option<&'static str> {
 /// A first data port P such that P - 1 .. P + n - 1 are all free on loopback right now. The
 /// ranges lie below the kernel's ephemeral ports (32768 and up), where servers started with
 /// port 0 and outgoing connections land, and each test of this process takes its own stretch.
-fn free_range(n: u16) -> u16 {
+pub(super) fn free_range(n: u16) -> u16 {
     static NEXT: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
     let seed = (std::process::id() % 512) as u16 * 32;
     for _ in 0..200 {
@@ -59,7 +59,7 @@ fn free_range(n: u16) -> u16 {
 }
 
 /// `hakaru server` with an ntttcp receiver on `first` (and its sync port below it).
-fn server(first: u16, extra: &[&str]) -> ServerProc {
+pub(super) fn server(first: u16, extra: &[&str]) -> ServerProc {
     let p = first.to_string();
     let mut args = vec!["--ntttcp-port", p.as_str(), "--ntttcp-ports", "4"];
     args.extend_from_slice(extra);
@@ -69,7 +69,7 @@ fn server(first: u16, extra: &[&str]) -> ServerProc {
     s
 }
 
-fn sender(bin: &str, first: u16, threads: u32, extra: &[&str]) -> Child {
+pub(super) fn sender(bin: &str, first: u16, threads: u32, extra: &[&str]) -> Child {
     Command::new(bin)
         .args(["-s", "-t", "2", "-p", &first.to_string()])
         .args(["-m", &format!("{threads},*,127.0.0.1")])
@@ -81,7 +81,7 @@ fn sender(bin: &str, first: u16, threads: u32, extra: &[&str]) -> Child {
 }
 
 /// "total bytes", a tab, ":N" from ntttcp's output.
-fn ntttcp_total(o: &Output) -> u64 {
+pub(super) fn ntttcp_total(o: &Output) -> u64 {
     let text = String::from_utf8_lossy(&o.stdout);
     text.lines()
         .find(|l| l.contains("total bytes"))
@@ -91,7 +91,7 @@ fn ntttcp_total(o: &Output) -> u64 {
 }
 
 /// The server's lines for the next ntttcp test to end: its connections' bytes and its total.
-fn server_test(s: &ServerProc) -> (Vec<u64>, u64) {
+pub(super) fn server_test(s: &ServerProc) -> (Vec<u64>, u64) {
     let deadline = Instant::now() + LIMIT;
     let mut conns = vec![];
     loop {
@@ -124,7 +124,7 @@ const SEND_BUF: u64 = 128 << 10;
 /// its timer ends, and each thread's write in progress then completes after it: those writes
 /// reach the server but not the sender's total (seen on loopback: 4 threads, 4 x 128 KiB). So
 /// the server's count is the sender's plus at most one whole write per connection, never less.
-fn assert_same_bytes(sent: u64, received: u64, conns: u64) {
+pub(super) fn assert_same_bytes(sent: u64, received: u64, conns: u64) {
     assert!(sent > 0, "the sender sent nothing");
     let extra = received.checked_sub(sent).unwrap_or_else(|| {
         panic!("hakaru server counted {received} bytes, less than the {sent} the ntttcp sender printed")
