@@ -361,7 +361,9 @@ impl Driver<'_> {
                 "the test asks the server to send as fast as it can; it sends at most --max-rate, and netperf cannot pace it".into(),
             );
         }
-        let slot = match self.ctx.netperf_admission.test(self.peer.ip(), 1) {
+        // No data paths: a netperf test's data connection goes to its own listener, never
+        // through the handshake slots, so the test adds no room for more control connections.
+        let slot = match self.ctx.netperf_admission.test(self.peer.ip(), 0) {
             Ok(s) => s,
             Err(why) => return refused(errno::EAGAIN, why),
         };

@@ -18,7 +18,7 @@ pub(crate) fn netperf_bin() -> Option<PathBuf> {
 }
 
 /// A hakaru server with one netperf port; the port.
-fn server(extra: &[&str]) -> (ServerProc, u16) {
+pub(crate) fn server(extra: &[&str]) -> (ServerProc, u16) {
     let mut args = vec!["--netperf-port", "0"];
     args.extend_from_slice(extra);
     let s = ServerProc::start(&args);
@@ -34,7 +34,11 @@ fn server(extra: &[&str]) -> (ServerProc, u16) {
 }
 
 /// Runs netperf with `-k` output; exit status and the KEY=VALUE pairs.
-fn netperf(bin: &Path, port: u16, args: &[&str]) -> (bool, HashMap<String, String>, String) {
+pub(crate) fn netperf(
+    bin: &Path,
+    port: u16,
+    args: &[&str],
+) -> (bool, HashMap<String, String>, String) {
     let out = Command::new(bin)
         .args(["-H", "127.0.0.1", "-p", &port.to_string(), "-P", "0"])
         .args(args)
@@ -54,7 +58,7 @@ fn netperf(bin: &Path, port: u16, args: &[&str]) -> (bool, HashMap<String, Strin
     (out.status.success(), keys, text)
 }
 
-fn figure(keys: &HashMap<String, String>, key: &str, text: &str) -> f64 {
+pub(crate) fn figure(keys: &HashMap<String, String>, key: &str, text: &str) -> f64 {
     keys.get(key)
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no {key} in netperf's output:\n{text}"))
