@@ -805,6 +805,87 @@ mod tests {
         assert_eq!(unbounded.deadline, None);
     }
 
+    fn job(req: OmniRequest, stall: Option<Duration>) -> Job {
+        Job {
+            req,
+            peer_ip: "127.0.0.1".parse().unwrap(),
+            stop: Arc::default(),
+            max: None,
+            stall,
+            max_rate: None,
+        }
+    }
+
+    #[test]
+    fn buffers_are_asked_within_the_test_memory_and_reserved_as_granted() {
+        assert_eq!(asked_buf(100 << 20, Some(256 << 20)), Some(64 << 20));
+        assert_eq!(asked_buf(60 << 20, None), Some(60 << 20));
+        assert_eq!(asked_buf(-1, Some(256 << 20)), None);
+        let mut r = req(wire::direction::RECV, wire::PROTO_TCP, 1);
+        r.send_buf_size = i32::MAX;
+        r.recv_buf_size = i32::MAX;
+        let ip = "127.0.0.1".parse().unwrap();
+        let opts = BindOpts {
+            ports: hakaru_session::netperf::server::DEFAULT_DATA_PORTS,
+            test_memory: Some(256 << 20),
+        };
+        let b = bind(ip, &r, &opts).unwrap();
+        let granted = (b.resp.send_buf_size + b.resp.recv_buf_size) as u64;
+        assert!(b.memory <= 256 << 20, "{}", b.memory);
+        assert!(b.memory >= granted, "{} < {granted}", b.memory);
+        // Left to autotuning: budgeted at AUTOTUNED each.
+        let auto = bind(ip, &req(wire::direction::RECV, wire::PROTO_TCP, 1), &opts).unwrap();
+        assert!(auto.memory >= 2 * AUTOTUNED);
+    }
+
+    #[test]
+    fn a_narrow_port_range_is_where_the_data_socket_binds() {
+        let ip = "127.0.0.1".parse().unwrap();
+        let free = TcpListener::bind("127.0.0.1:0").unwrap();
+        let p = free.local_addr().unwrap().port();
+        drop(free);
+        let opts = BindOpts {
+            ports: (p, p),
+            test_memory: None,
+        };
+        let r = req(wire::direction::RECV, wire::PROTO_TCP, 1);
+        let first = bind(ip, &r, &opts).unwrap();
+        assert_eq!(first.resp.data_port, p);
+        let e = bind(ip, &r, &opts).err().unwrap();
+        assert!(e.to_string().contains("--netperf-data-ports"), "{e}");
+    }
+
+    #[test]
+    fn a_quiet_path_stalls_but_not_in_the_pad_and_not_while_paced() {
+        let now = Instant::now();
+        let r = req(wire::direction::RECV, wire::PROTO_TCP, 10);
+        let j = job(r.clone(), Some(Duration::ZERO));
+        let lim = limits(&r, now, None);
+        let mut c = Counts::default();
+        assert!(over(&j, &lim, &mut c) && c.stalled && !c.timed_out);
+        // Past the test's own length (in the pad), quiet is the test ending.
+        let lim = limits(&r, now - Duration::from_secs(11), None);
+        let mut c = Counts::default();
+        assert!(!over(&j, &lim, &mut c) && !c.stalled);
+        // Without a stall timeout, never.
+        let lim = limits(&r, now, None);
+        let mut c = Counts::default();
+        assert!(!over(&job(r.clone(), None), &lim, &mut c));
+        // Moving bytes keep it going.
+        let j = job(r.clone(), Some(Duration::from_secs(60)));
+        let mut c = Counts::default();
+        assert!(!over(&j, &lim, &mut c));
+        c.bytes_received += 1;
+        assert!(!over(&j, &lim, &mut c));
+        // A pacer's wait marks the path as moving: it is the server's own doing.
+        let mut p = Pacer::new(Some(8e6)).unwrap();
+        assert_eq!(p.chunk(), 50_000);
+        let mut c = Counts::default();
+        assert!(p.wait(10_000, &j, &lim, &mut c));
+        assert!(c.quiet_since.is_some());
+        assert!(Pacer::new(None).is_none() && Pacer::new(Some(0.0)).is_none());
+    }
+
     #[test]
     fn sizes_follow_the_request_within_bounds() {
         let mut rr = req(6, wire::PROTO_TCP, 1);

@@ -356,7 +356,7 @@ fn netperf_passphrase(a: &Args) -> anyhow::Result<Option<Vec<u8>>> {
         (Some(w), _) => (w.clone(), "--netperf-passphrase".to_string()),
         (None, Some(f)) if f.as_os_str() == "-" => {
             let flag = "--netperf-passphrase-file -".to_string();
-            let line = super::common::stdin_line(&flag, "the passphrase", max).map_err(usage)?;
+            let line = super::stdin::stdin_line(&flag, "the passphrase", max).map_err(usage)?;
             (line.trim().to_string(), flag)
         }
         (None, Some(f)) => {
