@@ -6,7 +6,7 @@
 //! server's limits and memory budget, binds its data socket on the control connection's local
 //! address and runs the data phase (`data`). netperf tests are single-connection tests, and the
 //! guides start 64 of them from one sender: they count against their own per-client limit
-//! (`--max-netperf-per-client`, 8: raise it for those scripts) and their own total
+//! (`--max-netperf-per-client`, 16: raise it for those scripts) and their own total
 //! (`--max-tests`), not against the native tests' 4 per client; their buffers share
 //! `--max-memory` with every other test. A test whose data path moves nothing for
 //! `--stall-timeout` fails; a wrong passphrase waits out a delay under a per-client budget
@@ -33,10 +33,11 @@ use socket2::{Domain, Protocol, Socket, Type};
 use crate::limits::{Admission, Slot};
 use crate::Ctx;
 
-/// Tests (and control connections) one client may have on the netperf ports by default: an
-/// eighth of the default `--max-tests`, so one address cannot take every netperf slot (the
-/// guides' packet-rate script, 64 netperf processes from one sender, needs it raised).
-pub const DEFAULT_PER_CLIENT: usize = 8;
+/// Tests (and control connections) one client may have on the netperf ports by default: a
+/// quarter of the default `--max-tests`, so one address cannot take every netperf slot, and
+/// enough for flent's rrul (11 netperf processes from one host; rrul_be 9). The guides'
+/// packet-rate script, 64 netperf processes from one sender, needs it raised.
+pub const DEFAULT_PER_CLIENT: usize = 16;
 /// How long a netperf test's data path may move nothing before the test fails
 /// (`--stall-timeout`; hakaru's own clients default to the same).
 pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(10);

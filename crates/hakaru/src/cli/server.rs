@@ -139,10 +139,10 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
     netperf_passphrase_failures: u32,
     /// netperf tests (and control connections) one client may have at once on the netperf
-    /// ports, so one address cannot take every one of --max-tests. Scripts that start many
-    /// netperf processes on one sender (the guides' 64) need it raised; each is one
-    /// connection or socket, and all share --max-memory.
-    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
+    /// ports, so one address cannot take every one of --max-tests (16 covers flent's rrul, 11
+    /// netperf processes). Scripts that start more on one sender (the guides' 64) need it
+    /// raised; each is one connection or socket, and all share --max-memory.
+    #[arg(long, value_name = "N", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
     max_netperf_per_client: u32,
     /// The ports a netperf test's data socket may take, FIRST-LAST: a port netperf asks
     /// for (-P ,PORT) outside them is refused, and without one the server picks one in

@@ -537,7 +537,7 @@ fn passphrase_guesses_are_delayed_and_cut_by_the_budget() {
     let _ = std::fs::remove_file(f);
 }
 
-/// One address could hold all 64 netperf slots; now 8 by default, and the refusal names the
+/// One address could hold all 64 netperf slots; now 16 by default, and the refusal names the
 /// flag.
 #[test]
 fn one_address_takes_at_most_its_share_and_the_refusal_names_the_flag() {
@@ -545,20 +545,20 @@ fn one_address_takes_at_most_its_share_and_the_refusal_names_the_flag() {
     let (s, port) = server(&[]);
     let pid = s.child.id();
     let before = figures("before", pid);
-    let held: Vec<TcpStream> = (0..8)
+    let held: Vec<TcpStream> = (0..16)
         .map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap())
         .collect();
     std::thread::sleep(Duration::from_millis(300));
-    let (_c, ninth) = omni(port, None, &tcp_stream(1));
+    let (_c, seventeenth) = omni(port, None, &tcp_stream(1));
     assert!(
-        ninth.is_none(),
-        "a ninth connection from one address was served"
+        seventeenth.is_none(),
+        "a 17th connection from one address was served"
     );
     let line = s
         .wait_log("netperf control connections", Duration::from_secs(5))
         .expect("the refusal in the log");
     assert!(line.contains("--max-netperf-per-client"), "{line}");
-    figures("8 idle connections", pid);
+    figures("16 idle connections", pid);
     let got = stream_from("127.0.0.2", port, None);
     assert_eq!(got, Some(100_000), "another address meanwhile");
     drop(held);
