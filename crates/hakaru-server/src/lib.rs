@@ -108,6 +108,14 @@ pub struct NetperfConfig {
     pub passphrase: Option<Vec<u8>>,
     /// netperf tests (and control connections) one client may have at once.
     pub per_client: usize,
+    /// A test whose data path moves nothing this long fails, freeing its slot and memory
+    /// (`--stall-timeout`).
+    pub stall_timeout: Duration,
+    /// The data ports a test may ask for, first and last (`--netperf-data-ports`).
+    pub data_ports: (u16, u16),
+    /// Wrong passphrases one client may send a minute before its connections are closed at
+    /// once (`--netperf-passphrase-failures`).
+    pub passphrase_failures: u32,
 }
 
 impl Default for NetperfConfig {
@@ -116,6 +124,9 @@ impl Default for NetperfConfig {
             ports: None,
             passphrase: None,
             per_client: netperf::DEFAULT_PER_CLIENT,
+            stall_timeout: netperf::DEFAULT_STALL_TIMEOUT,
+            data_ports: hakaru_session::netperf::server::DEFAULT_DATA_PORTS,
+            passphrase_failures: netperf::DEFAULT_PASSPHRASE_FAILURES,
         }
     }
 }
@@ -162,6 +173,8 @@ pub(crate) struct Ctx {
     pub admission: limits::Admission,
     /// Admission of netperf tests: their own per-client limit (`--max-netperf-per-client`).
     pub netperf_admission: limits::Admission,
+    /// Wrong netperf passphrases by client, and the failures waiting out their delay.
+    pub netperf_guards: netperf::Guards,
     pub threads: AtomicUsize,
     /// Address of the UDP port (same address and port number as the TCP listener).
     pub udp_addr: SocketAddr,
@@ -332,6 +345,7 @@ impl Server {
             ctx: Arc::new(Ctx {
                 admission: limits::Admission::new(cfg.limits),
                 netperf_admission: netperf::admission(&cfg),
+                netperf_guards: netperf::Guards::default(),
                 cfg,
                 registry: Registry::default(),
                 shutdown: Arc::new(AtomicBool::new(false)),

@@ -132,6 +132,8 @@ pub(crate) struct Admission {
     state: Arc<Mutex<State>>,
     /// What a pending slot is, and the flags that set its limits (for refusals).
     pending_words: (&'static str, &'static str, &'static str),
+    /// The flag that sets the tests one client may run (for refusals).
+    tests_flag: &'static str,
 }
 
 /// Which slot a guard holds.
@@ -186,6 +188,25 @@ impl Admission {
                 "--max-pending-per-client",
                 "--max-pending",
             ),
+            tests_flag: "--max-tests-per-client",
+        }
+    }
+
+    /// The netperf ports' slots: control connections and tests, both up to `per_client`
+    /// from one client (`--max-netperf-per-client`), `limits.tests` in all.
+    pub(crate) fn for_netperf(limits: Limits, per_client: usize) -> Admission {
+        Admission {
+            pending_words: (
+                "netperf control connections",
+                "--max-netperf-per-client",
+                "--max-pending",
+            ),
+            tests_flag: "--max-netperf-per-client",
+            ..Admission::new(Limits {
+                pending_per_client: per_client,
+                tests_per_client: per_client,
+                ..limits
+            })
         }
     }
 
@@ -266,8 +287,8 @@ impl Admission {
             Kind::Test(paths) => {
                 if mine.tests >= l.tests_per_client {
                     return Err(format!(
-                        "the server allows {} tests from {one}; {} are running from {client} (--max-tests-per-client)",
-                        l.tests_per_client, mine.tests
+                        "the server allows {} tests from {one}; {} are running from {client} ({})",
+                        l.tests_per_client, mine.tests, self.tests_flag
                     ));
                 }
                 if st.tests >= l.tests {
@@ -320,6 +341,21 @@ mod tests {
         // A slot given back is free again.
         drop(s1);
         assert!(a.pending(ip("10.0.0.3")).is_ok());
+    }
+
+    #[test]
+    fn netperf_refusals_name_their_own_flag() {
+        let a = Admission::for_netperf(Limits::default(), 1);
+        let _c = a.pending(ip("10.0.0.1")).unwrap();
+        let e = a.pending(ip("10.0.0.1")).unwrap_err();
+        assert!(
+            e.contains("allows 1 netperf control connections from one address")
+                && e.ends_with("(--max-netperf-per-client)"),
+            "{e}"
+        );
+        let _t = a.test(ip("10.0.0.1"), 1).unwrap();
+        let e = a.test(ip("10.0.0.1"), 1).unwrap_err();
+        assert!(e.ends_with("(--max-netperf-per-client)"), "{e}");
     }
 
     #[test]

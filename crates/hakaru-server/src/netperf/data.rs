@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use hakaru_engine::sys;
 use hakaru_proto::netperf::{self as wire, OmniRequest, OmniResponse, OmniResults};
+use hakaru_session::netperf::server::{errno, UDP_RR_FREE_RESPONSE};
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
 
 /// How long a blocking call waits before the loop looks at its stop flag and deadline.
@@ -36,28 +37,89 @@ pub(crate) enum DataSock {
     Udp(UdpSocket),
 }
 
+/// What binding a test's data socket may use.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BindOpts {
+    /// `--netperf-data-ports`: the ports a data socket may take.
+    pub ports: (u16, u16),
+    /// `--max-test-memory`: socket buffers are asked no larger than a quarter of it each
+    /// (the kernel doubles them, and there are two).
+    pub test_memory: Option<u64>,
+}
+
+/// A test's data socket, bound, with what netperf is told and the buffer memory it holds.
+pub(crate) struct Bound {
+    pub sock: DataSock,
+    pub resp: OmniResponse,
+    /// Bytes to reserve in `--max-memory`: the socket buffers the kernel granted (read back),
+    /// or [`AUTOTUNED`] each where the test left them to autotuning, plus the loop's buffers;
+    /// never more than `--max-test-memory`.
+    pub memory: u64,
+}
+
+/// What a TCP socket buffer left to autotuning is budgeted at.
+const AUTOTUNED: u64 = 4 << 20;
+
+/// Binds `sock` on `ip`: the asked port, else one of `ports` (any free one when they are
+/// every unprivileged port).
+fn bind_port(sock: &Socket, ip: IpAddr, asked: u32, ports: (u16, u16)) -> io::Result<()> {
+    let port = u16::try_from(asked)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "data port above 65535"))?;
+    let (lo, hi) = ports;
+    if port != 0 || (lo, hi) == hakaru_session::netperf::server::DEFAULT_DATA_PORTS {
+        return sock.bind(&SocketAddr::new(ip, port).into());
+    }
+    // A start that differs from test to test, so tests do not queue for the first port.
+    let span = u32::from(hi.saturating_sub(lo)) + 1;
+    let start = std::hash::BuildHasher::hash_one(
+        &std::collections::hash_map::RandomState::new(),
+        Instant::now(),
+    ) as u32
+        % span;
+    // Bounded by the range's length.
+    for i in 0..span {
+        let p = u32::from(lo) + (start + i) % span;
+        let p = u16::try_from(p).unwrap_or(hi);
+        match sock.bind(&SocketAddr::new(ip, p).into()) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::AddrInUse,
+        format!("every data port in {lo}-{hi} is taken (--netperf-data-ports)"),
+    ))
+}
+
+/// A socket buffer size asked by the test, no larger than `cap`.
+fn asked_buf(asked: i32, cap: Option<u64>) -> Option<usize> {
+    let n = u64::try_from(asked).ok().filter(|&n| n > 0)?;
+    let n = cap.map_or(n, |c| n.min((c / 4).max(4096)));
+    usize::try_from(n).ok()
+}
+
 /// Binds the test's data socket on `ip` (the control connection's local address) and says
 /// what netperf is told about it.
-pub(crate) fn bind(ip: IpAddr, req: &OmniRequest) -> io::Result<(DataSock, OmniResponse)> {
-    let port = u16::try_from(req.data_port)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "data port above 65535"))?;
-    let addr = SocketAddr::new(ip, port);
+pub(crate) fn bind(ip: IpAddr, req: &OmniRequest, opts: &BindOpts) -> io::Result<Bound> {
+    let domain = Domain::for_address(SocketAddr::new(ip, 0));
     let udp = req.protocol == wire::PROTO_UDP;
     let sock = if udp {
-        Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?
+        Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?
     } else {
-        Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?
+        Socket::new(domain, Type::STREAM, Some(Protocol::TCP))?
     };
     if !udp {
         sock.set_reuse_address(true)?;
     }
-    if req.send_buf_size > 0 {
-        sock.set_send_buffer_size(req.send_buf_size as usize)?;
+    if let Some(n) = asked_buf(req.send_buf_size, opts.test_memory) {
+        sock.set_send_buffer_size(n)?;
     }
-    if req.recv_buf_size > 0 {
-        sock.set_recv_buffer_size(req.recv_buf_size as usize)?;
+    if let Some(n) = asked_buf(req.recv_buf_size, opts.test_memory) {
+        sock.set_recv_buffer_size(n)?;
     }
-    sock.bind(&addr.into())?;
+    bind_port(&sock, ip, req.data_port, opts.ports)?;
+    // What the kernel granted (it clamps to its maximum and doubles).
     let sndbuf = sock.send_buffer_size().unwrap_or(0) as i32;
     let rcvbuf = sock.recv_buffer_size().unwrap_or(0) as i32;
     let local = sock
@@ -84,9 +146,21 @@ pub(crate) fn bind(ip: IpAddr, req: &OmniRequest) -> io::Result<(DataSock, OmniR
     };
     let (recv_size, send_size) = sizes(req, rcvbuf, sndbuf);
     let flags = req.flags & (wire::flag::NO_DELAY | wire::flag::MEASURE_CPU);
-    Ok((
-        data,
-        OmniResponse {
+    let kernel = |asked: i32, granted: i32| {
+        if asked > 0 || udp {
+            u64::try_from(granted).unwrap_or(0)
+        } else {
+            AUTOTUNED
+        }
+    };
+    let memory = kernel(req.send_buf_size, sndbuf)
+        + kernel(req.recv_buf_size, rcvbuf)
+        + (recv_size + send_size) as u64;
+    let memory = opts.test_memory.map_or(memory, |cap| memory.min(cap));
+    Ok(Bound {
+        sock: data,
+        memory,
+        resp: OmniResponse {
             recv_buf_size: rcvbuf,
             receive_size: if req.recv_only() || req.is_rr() {
                 recv_size as i32
@@ -111,7 +185,7 @@ pub(crate) fn bind(ip: IpAddr, req: &OmniRequest) -> io::Result<(DataSock, OmniR
             socket_prio: req.socket_prio,
             socket_tos: req.socket_tos,
         },
-    ))
+    })
 }
 
 /// Bytes per receive and per send: the transaction sizes of an RR test, else the asked sizes,
@@ -154,6 +228,9 @@ struct Limits {
     pad: Duration,
     /// Bytes (stream) or transactions (RR) when the length is a count.
     units: Option<u64>,
+    /// The end of a timed test's own length: past it (in netserver's pad) a quiet data path
+    /// is the test ending, not a stall.
+    nominal_end: Option<Instant>,
 }
 
 fn limits(req: &OmniRequest, start: Instant, max: Option<Duration>) -> Limits {
@@ -173,12 +250,14 @@ fn limits(req: &OmniRequest, start: Instant, max: Option<Duration>) -> Limits {
             deadline: Some(start + len + pad),
             pad,
             units: None,
+            nominal_end: Some(start + len),
         }
     } else {
         Limits {
             deadline: max.map(|m| start + m),
             pad: Duration::ZERO,
             units: Some(u64::from(req.test_length.unsigned_abs())),
+            nominal_end: None,
         }
     }
 }
@@ -195,6 +274,14 @@ struct Counts {
     timed_out: bool,
     /// The connection's socket buffers at the end.
     bufs: Option<(i32, i32)>,
+    /// Bytes moved either way when the loop last looked, and since when that has not changed.
+    moved: u64,
+    quiet_since: Option<Instant>,
+    /// The data path moved nothing for `--stall-timeout`.
+    stalled: bool,
+    /// UDP_RR requests left unanswered: their response would have been larger than both the
+    /// request and [`UDP_RR_FREE_RESPONSE`].
+    unanswered: u64,
 }
 
 /// Why a data phase stopped short: the errno netperf hears and the log line.
@@ -208,6 +295,10 @@ pub(crate) struct Job {
     pub stop: Arc<AtomicBool>,
     /// `--max-duration`.
     pub max: Option<Duration>,
+    /// `--stall-timeout`: a data path that moves nothing this long fails the test.
+    pub stall: Option<Duration>,
+    /// `--max-rate`, bits per second: what the server sends (RR responses) is paced to it.
+    pub max_rate: Option<f64>,
 }
 
 /// Runs the data phase to its end and gives netserver's figures.
@@ -236,6 +327,23 @@ pub(crate) fn run(sock: DataSock, job: &Job) -> Result<OmniResults, DataError> {
         DataSock::Tcp(l) => tcp_loop(&l, job, lim, recv_size, send_size),
     }
     .map_err(|e| (e.raw_os_error().unwrap_or(5), e.to_string()))?;
+    if counts.stalled {
+        let secs = job.stall.unwrap_or_default().as_secs_f64();
+        return Err((
+            errno::ETIMEDOUT,
+            format!(
+                "the data path moved nothing for {secs} s (--stall-timeout); {} bytes received, {} sent",
+                counts.bytes_received, counts.bytes_sent
+            ),
+        ));
+    }
+    if counts.unanswered > 0 {
+        tracing::debug!(
+            "netperf: {} UDP_RR request(s) from {} left unanswered: shorter than the response allows",
+            counts.unanswered,
+            job.peer_ip
+        );
+    }
     let mut elapsed = start.elapsed();
     if counts.timed_out {
         elapsed = elapsed.saturating_sub(lim.pad);
@@ -283,16 +391,78 @@ fn bufs(s: &SockRef<'_>) -> (i32, i32) {
     )
 }
 
-/// True once the loop should end: stopped, or past the timer (which it marks).
+/// True once the loop should end: stopped, past the timer, or stalled (which it marks).
 fn over(job: &Job, lim: &Limits, c: &mut Counts) -> bool {
     if job.stop.load(Ordering::Acquire) {
         return true;
     }
-    if lim.deadline.is_some_and(|d| Instant::now() >= d) {
+    let now = Instant::now();
+    if lim.deadline.is_some_and(|d| now >= d) {
         c.timed_out = true;
         return true;
     }
+    if let Some(stall) = job.stall {
+        let moved = c.bytes_received.saturating_add(c.bytes_sent);
+        if moved != c.moved || c.quiet_since.is_none() {
+            c.moved = moved;
+            c.quiet_since = Some(now);
+        }
+        let quiet = c
+            .quiet_since
+            .map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
+        if quiet >= stall && lim.nominal_end.is_none_or(|e| now < e) {
+            c.stalled = true;
+            return true;
+        }
+    }
     false
+}
+
+/// Paces what the server sends to `--max-rate`: each chunk goes at the start of its own slot
+/// (its bytes at the rate), so by any time the server has sent at most the rate times the
+/// time so far plus one chunk; idle time earns no credit.
+struct Pacer {
+    bytes_per_sec: f64,
+    next: Option<Instant>,
+}
+
+impl Pacer {
+    fn new(max_rate: Option<f64>) -> Option<Pacer> {
+        let bits = max_rate.filter(|r| r.is_finite() && *r > 0.0)?;
+        Some(Pacer {
+            bytes_per_sec: (bits / 8.0).max(1.0),
+            next: None,
+        })
+    }
+
+    /// Bytes a write may carry: 50 ms at the rate, between 512 bytes and 64 KiB.
+    fn chunk(&self) -> usize {
+        (self.bytes_per_sec * 0.05).clamp(512.0, 65536.0) as usize
+    }
+
+    /// Waits until `n` bytes may go; false when the loop is over first (stop or timer). The
+    /// wait is the server's own doing, so it does not count as the path being quiet.
+    fn wait(&mut self, n: usize, job: &Job, lim: &Limits, c: &mut Counts) -> bool {
+        let now = Instant::now();
+        let start = self.next.map_or(now, |t| t.max(now));
+        self.next = Some(start + Duration::from_secs_f64(n as f64 / self.bytes_per_sec));
+        // Bounded by `start`, the timer or the stop flag, checked every tick.
+        loop {
+            if job.stop.load(Ordering::Acquire) {
+                return false;
+            }
+            let now = Instant::now();
+            if lim.deadline.is_some_and(|d| now >= d) {
+                c.timed_out = true;
+                return false;
+            }
+            if now >= start {
+                c.quiet_since = Some(now);
+                return true;
+            }
+            std::thread::sleep((start - now).min(TICK));
+        }
+    }
 }
 
 fn is_tick(e: &io::Error) -> bool {
@@ -353,7 +523,9 @@ fn tcp_loop(
     };
     let req = &job.req;
     if req.is_rr() {
-        rr_on(&mut s, job, &lim, rsize, ssize, &mut c, false)?;
+        let mut pacer = Pacer::new(job.max_rate);
+        let sizes = (rsize, ssize);
+        rr_on(&mut s, job, &lim, sizes, &mut pacer, &mut c, false)?;
     } else if req.xmit_only() {
         let buf = vec![b'n'; ssize];
         let mut left = lim.units;
@@ -418,13 +590,23 @@ fn read_request(
     Ok(true)
 }
 
-/// Transactions on one connection (TCP_RR), or one transaction (TCP_CRR, `once`).
+/// True for the errors of a peer that went away mid-response (netperf closes its data
+/// connection when its own timer ends, whatever the server is sending).
+fn peer_gone(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+    )
+}
+
+/// Transactions on one connection (TCP_RR), or one transaction (TCP_CRR, `once`); `sizes`
+/// are the request's and the response's, the responses paced to `--max-rate`.
 fn rr_on(
     s: &mut TcpStream,
     job: &Job,
     lim: &Limits,
-    rsize: usize,
-    ssize: usize,
+    (rsize, ssize): (usize, usize),
+    pacer: &mut Option<Pacer>,
     c: &mut Counts,
     once: bool,
 ) -> io::Result<()> {
@@ -435,9 +617,13 @@ fn rr_on(
         if !read_request(s, &mut req, job, lim, c)? {
             return Ok(());
         }
-        write_all(s, &resp, job, lim, c)?;
+        match write_all(s, &resp, job, lim, pacer, c) {
+            Ok(true) => {}
+            Ok(false) => return Ok(()),
+            Err(e) if peer_gone(&e) => return Ok(()),
+            Err(e) => return Err(e),
+        }
         c.send_calls += 1;
-        c.bytes_sent += resp.len() as u64;
         c.trans += 1;
         if once {
             return Ok(());
@@ -446,25 +632,42 @@ fn rr_on(
     Ok(())
 }
 
+/// Writes `buf` whole (true), paced when there is a pacer, counting its bytes as they go;
+/// false when the loop ended first.
 fn write_all(
     s: &mut TcpStream,
     mut buf: &[u8],
     job: &Job,
     lim: &Limits,
+    pacer: &mut Option<Pacer>,
     c: &mut Counts,
-) -> io::Result<()> {
+) -> io::Result<bool> {
     // Bounded by the buffer, the timer or the stop flag.
     while !buf.is_empty() {
-        if over(job, lim, c) {
-            return Ok(());
+        let mut part = buf;
+        if let Some(p) = pacer.as_mut() {
+            part = buf.get(..p.chunk().min(buf.len())).unwrap_or(buf);
+            if !p.wait(part.len(), job, lim, c) {
+                return Ok(false);
+            }
         }
-        match s.write(buf) {
-            Ok(n) => buf = buf.get(n..).unwrap_or_default(),
-            Err(e) if is_tick(&e) => {}
-            Err(e) => return Err(e),
+        // Bounded by the part, the timer or the stop flag.
+        while !part.is_empty() {
+            if over(job, lim, c) {
+                return Ok(false);
+            }
+            match s.write(part) {
+                Ok(n) => {
+                    c.bytes_sent += n as u64;
+                    part = part.get(n..).unwrap_or_default();
+                    buf = buf.get(n..).unwrap_or_default();
+                }
+                Err(e) if is_tick(&e) => {}
+                Err(e) => return Err(e),
+            }
         }
     }
-    Ok(())
+    Ok(true)
 }
 
 /// TCP_CRR: a connection per transaction, until the timer or the count.
@@ -476,6 +679,7 @@ fn crr_loop(
     ssize: usize,
 ) -> io::Result<Counts> {
     let mut c = Counts::default();
+    let mut pacer = Pacer::new(job.max_rate);
     // Bounded by the timer, the transaction count or the stop flag.
     while lim.units.is_none_or(|u| c.trans < u) {
         let Some(mut s) = accept(l, job, &lim, &mut c)? else {
@@ -484,7 +688,7 @@ fn crr_loop(
         if c.bufs.is_none() {
             c.bufs = Some(bufs(&SockRef::from(&s)));
         }
-        match rr_on(&mut s, job, &lim, rsize, ssize, &mut c, true) {
+        match rr_on(&mut s, job, &lim, (rsize, ssize), &mut pacer, &mut c, true) {
             Ok(()) => {}
             // A client that gave up on one connection does not end the test.
             Err(e) if e.kind() == io::ErrorKind::ConnectionReset => {}
@@ -508,6 +712,7 @@ fn udp_loop(
     let mut buf = vec![0u8; rsize.max(1)];
     let resp = vec![b'r'; ssize];
     let rr = job.req.is_rr();
+    let mut pacer = Pacer::new(job.max_rate);
     // Bounded by the client's empty datagram, the timer or the stop flag.
     while !over(job, &lim, &mut c) {
         match u.recv_from(&mut buf) {
@@ -516,6 +721,18 @@ fn udp_loop(
             Ok((n, from)) => {
                 c.bytes_received += n as u64;
                 c.recv_calls += 1;
+                // One small datagram never buys a larger answer than the fixed allowance.
+                if rr && resp.len() > n.max(UDP_RR_FREE_RESPONSE) {
+                    c.unanswered += 1;
+                    continue;
+                }
+                if rr
+                    && pacer
+                        .as_mut()
+                        .is_some_and(|p| !p.wait(resp.len(), job, &lim, &mut c))
+                {
+                    break;
+                }
                 if rr {
                     match u.send_to(&resp, from) {
                         Ok(k) => {
@@ -586,6 +803,87 @@ mod tests {
         let unbounded = limits(&req(6, wire::PROTO_TCP, i32::MIN), now, None);
         assert_eq!(unbounded.units, Some(1 << 31));
         assert_eq!(unbounded.deadline, None);
+    }
+
+    fn job(req: OmniRequest, stall: Option<Duration>) -> Job {
+        Job {
+            req,
+            peer_ip: "127.0.0.1".parse().unwrap(),
+            stop: Arc::default(),
+            max: None,
+            stall,
+            max_rate: None,
+        }
+    }
+
+    #[test]
+    fn buffers_are_asked_within_the_test_memory_and_reserved_as_granted() {
+        assert_eq!(asked_buf(100 << 20, Some(256 << 20)), Some(64 << 20));
+        assert_eq!(asked_buf(60 << 20, None), Some(60 << 20));
+        assert_eq!(asked_buf(-1, Some(256 << 20)), None);
+        let mut r = req(wire::direction::RECV, wire::PROTO_TCP, 1);
+        r.send_buf_size = i32::MAX;
+        r.recv_buf_size = i32::MAX;
+        let ip = "127.0.0.1".parse().unwrap();
+        let opts = BindOpts {
+            ports: hakaru_session::netperf::server::DEFAULT_DATA_PORTS,
+            test_memory: Some(256 << 20),
+        };
+        let b = bind(ip, &r, &opts).unwrap();
+        let granted = (b.resp.send_buf_size + b.resp.recv_buf_size) as u64;
+        assert!(b.memory <= 256 << 20, "{}", b.memory);
+        assert!(b.memory >= granted, "{} < {granted}", b.memory);
+        // Left to autotuning: budgeted at AUTOTUNED each.
+        let auto = bind(ip, &req(wire::direction::RECV, wire::PROTO_TCP, 1), &opts).unwrap();
+        assert!(auto.memory >= 2 * AUTOTUNED);
+    }
+
+    #[test]
+    fn a_narrow_port_range_is_where_the_data_socket_binds() {
+        let ip = "127.0.0.1".parse().unwrap();
+        let free = TcpListener::bind("127.0.0.1:0").unwrap();
+        let p = free.local_addr().unwrap().port();
+        drop(free);
+        let opts = BindOpts {
+            ports: (p, p),
+            test_memory: None,
+        };
+        let r = req(wire::direction::RECV, wire::PROTO_TCP, 1);
+        let first = bind(ip, &r, &opts).unwrap();
+        assert_eq!(first.resp.data_port, p);
+        let e = bind(ip, &r, &opts).err().unwrap();
+        assert!(e.to_string().contains("--netperf-data-ports"), "{e}");
+    }
+
+    #[test]
+    fn a_quiet_path_stalls_but_not_in_the_pad_and_not_while_paced() {
+        let now = Instant::now();
+        let r = req(wire::direction::RECV, wire::PROTO_TCP, 10);
+        let j = job(r.clone(), Some(Duration::ZERO));
+        let lim = limits(&r, now, None);
+        let mut c = Counts::default();
+        assert!(over(&j, &lim, &mut c) && c.stalled && !c.timed_out);
+        // Past the test's own length (in the pad), quiet is the test ending.
+        let lim = limits(&r, now - Duration::from_secs(11), None);
+        let mut c = Counts::default();
+        assert!(!over(&j, &lim, &mut c) && !c.stalled);
+        // Without a stall timeout, never.
+        let lim = limits(&r, now, None);
+        let mut c = Counts::default();
+        assert!(!over(&job(r.clone(), None), &lim, &mut c));
+        // Moving bytes keep it going.
+        let j = job(r.clone(), Some(Duration::from_secs(60)));
+        let mut c = Counts::default();
+        assert!(!over(&j, &lim, &mut c));
+        c.bytes_received += 1;
+        assert!(!over(&j, &lim, &mut c));
+        // A pacer's wait marks the path as moving: it is the server's own doing.
+        let mut p = Pacer::new(Some(8e6)).unwrap();
+        assert_eq!(p.chunk(), 50_000);
+        let mut c = Counts::default();
+        assert!(p.wait(10_000, &j, &lim, &mut c));
+        assert!(c.quiet_since.is_some());
+        assert!(Pacer::new(None).is_none() && Pacer::new(Some(0.0)).is_none());
     }
 
     #[test]

@@ -6,11 +6,17 @@
 //! server's limits and memory budget, binds its data socket on the control connection's local
 //! address and runs the data phase (`data`). netperf tests are single-connection tests, and the
 //! guides start 64 of them from one sender: they count against their own per-client limit
-//! (`--max-netperf-per-client`, 64) and their own total (`--max-tests`), not against the
-//! native tests' 4 per client; their buffers share `--max-memory` with every other test.
+//! (`--max-netperf-per-client`, 16: raise it for those scripts) and their own total
+//! (`--max-tests`), not against the native tests' 4 per client; their buffers share
+//! `--max-memory` with every other test. A test whose data path moves nothing for
+//! `--stall-timeout` fails; a wrong passphrase waits out a delay under a per-client budget
+//! (`guard`).
 #![cfg_attr(not(test), deny(clippy::indexing_slicing))]
 
 mod data;
+mod guard;
+
+pub(crate) use guard::Guards;
 
 use std::io::{self, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
@@ -24,12 +30,19 @@ use hakaru_proto::netperf::{OmniRequest, OmniResponse};
 use hakaru_session::netperf::server::{self as machine, errno, Ending, Input, Output};
 use socket2::{Domain, Protocol, Socket, Type};
 
-use crate::limits::{Admission, Limits, Slot};
+use crate::limits::{Admission, Slot};
 use crate::Ctx;
 
-/// Tests (and control connections) one client may have on the netperf ports by default: the
-/// guides' packet-rate script runs 64 netperf processes from one sender.
-pub const DEFAULT_PER_CLIENT: usize = 64;
+/// Tests (and control connections) one client may have on the netperf ports by default: a
+/// quarter of the default `--max-tests`, so one address cannot take every netperf slot, and
+/// enough for flent's rrul (11 netperf processes from one host; rrul_be 9). The guides'
+/// packet-rate script, 64 netperf processes from one sender, needs it raised.
+pub const DEFAULT_PER_CLIENT: usize = 16;
+/// How long a netperf test's data path may move nothing before the test fails
+/// (`--stall-timeout`; hakaru's own clients default to the same).
+pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Wrong passphrases one client may send a minute (`--netperf-passphrase-failures`).
+pub const DEFAULT_PASSPHRASE_FAILURES: u32 = 10;
 /// How long a control read waits while a test runs (how soon its results go out).
 const RUNNING_TICK: Duration = Duration::from_millis(20);
 /// How long a control read waits between tests.
@@ -93,33 +106,30 @@ impl NetperfPorts {
 /// The netperf ports' admission: the server's limits with `--max-netperf-per-client` for
 /// what one client may have handshaking and running.
 pub(crate) fn admission(cfg: &crate::ServerConfig) -> Admission {
-    let per_client = cfg.netperf.per_client;
-    Admission::new(Limits {
-        pending_per_client: per_client,
-        tests_per_client: per_client,
-        ..cfg.limits
-    })
+    Admission::for_netperf(cfg.limits, cfg.netperf.per_client)
 }
 
 /// Accepts control connections until shutdown.
 fn accept_loop(ctx: &Arc<Ctx>, l: &TcpListener) {
     let adm = &ctx.netperf_admission;
+    let mut errors = crate::accept::AcceptErrors::new("netperf");
     // Bounded by the shutdown flag, checked every 200 ms.
     while !ctx.shutdown.load(Ordering::Acquire) {
         match l.accept() {
             Ok((stream, peer)) => {
+                errors.accepted();
                 if !ctx.cfg.acl.permits(peer.ip()) {
                     ctx.denied.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
                 ctx.metrics.connection("netperf");
+                if locked_out(ctx, peer) {
+                    continue;
+                }
                 let slot = match adm.pending(peer.ip()) {
                     Ok(s) => s,
                     Err(why) => {
-                        ctx.log_refusal(
-                            peer,
-                            &format!("netperf: {why} (--max-netperf-per-client)"),
-                        );
+                        ctx.log_refusal(peer, &format!("netperf: {why}"));
                         continue;
                     }
                 };
@@ -127,12 +137,33 @@ fn accept_loop(ctx: &Arc<Ctx>, l: &TcpListener) {
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => crate::wait_readable(l),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => {
-                tracing::warn!("netperf: accept failed: {e}");
-                std::thread::sleep(Duration::from_millis(50));
-            }
+            Err(e) => errors.failed(&e),
         }
     }
+}
+
+/// True (and the connection is to be closed at once, counted) when the peer's client has
+/// used its budget of wrong passphrases.
+fn locked_out(ctx: &Ctx, peer: SocketAddr) -> bool {
+    if ctx.cfg.netperf.passphrase.is_none() {
+        return false;
+    }
+    let client = ctx.cfg.limits.client_of(peer.ip());
+    let budget = ctx.cfg.netperf.passphrase_failures;
+    let Some(n) = ctx
+        .netperf_guards
+        .over_budget(client, budget, Instant::now())
+    else {
+        return false;
+    };
+    ctx.metrics.refused("auth_budget");
+    ctx.log.warn("auth_budget", || {
+        format!(
+            "refused connection from {peer}: netperf: {client} sent {n} wrong passphrases within {} s; the server allows {budget} (--netperf-passphrase-failures), closed at once",
+            guard::WINDOW.as_secs()
+        )
+    });
+    true
 }
 
 fn spawn_session(ctx: &Arc<Ctx>, stream: TcpStream, peer: SocketAddr, slot: Slot) {
@@ -206,6 +237,7 @@ impl Driver<'_> {
             passphrase: self.ctx.cfg.netperf.passphrase.clone(),
             cpus: u32::try_from(hakaru_engine::sys::online_cpus().max(1)).unwrap_or(1),
             max_duration: self.ctx.cfg.max_duration,
+            data_ports: self.ctx.cfg.netperf.data_ports,
         };
         let mut m = machine::Session::new(cfg, Instant::now());
         let mut buf = vec![0u8; 4096];
@@ -301,17 +333,16 @@ impl Driver<'_> {
                         tracing::debug!("netperf: {} closed after {tests} test(s)", self.peer)
                     }
                     Ending::Refused(why) => {
-                        let reason = if why.contains("passphrase") {
-                            "auth"
-                        } else {
-                            "limits"
-                        };
                         self.ctx
-                            .log_refusal_as(self.peer, reason, &format!("netperf: {why}"))
+                            .log_refusal_as(self.peer, "limits", &format!("netperf: {why}"))
                     }
-                    Ending::Failed(why) => {
-                        tracing::warn!("netperf session from {} ended: {why}", self.peer)
+                    Ending::BadPassphrase(why) => {
+                        self.ctx.netperf_guards.failed(self.ctx, self.peer, &why)
                     }
+                    // Strangers' connections end this way by the hundred: one line a second.
+                    Ending::Failed(why) => self.ctx.log.warn("netperf", || {
+                        format!("netperf session from {} ended: {why}", self.peer)
+                    }),
                 }
                 None
             }
@@ -330,36 +361,39 @@ impl Driver<'_> {
                 "the test asks the server to send as fast as it can; it sends at most --max-rate, and netperf cannot pace it".into(),
             );
         }
-        let slot = match self.ctx.netperf_admission.test(self.peer.ip(), 1) {
+        // No data paths: a netperf test's data connection goes to its own listener, never
+        // through the handshake slots, so the test adds no room for more control connections.
+        let slot = match self.ctx.netperf_admission.test(self.peer.ip(), 0) {
             Ok(s) => s,
-            Err(why) => {
-                return refused(
-                    errno::EAGAIN,
-                    format!("{why} (netperf: --max-netperf-per-client, --max-tests)"),
-                )
-            }
-        };
-        let reservation = match self.ctx.memory.reserve(&self.ctx.cfg.budgets, memory(&req)) {
-            Ok(r) => r,
             Err(why) => return refused(errno::EAGAIN, why),
         };
         let ip = self.ctl.local_addr().map_or(self.peer.ip(), |a| a.ip());
-        match data::bind(ip, &req) {
-            Ok((sock, resp)) => {
-                let resp: OmniResponse = resp;
-                self.pending = Some(Pending {
-                    sock,
-                    req,
-                    slot,
-                    reservation,
-                });
-                Input::Ready(resp)
+        let opts = data::BindOpts {
+            ports: self.ctx.cfg.netperf.data_ports,
+            test_memory: self.ctx.cfg.budgets.test_memory,
+        };
+        // Bound first: the reservation is what the kernel granted, not what was asked.
+        let bound = match data::bind(ip, &req, &opts) {
+            Ok(b) => b,
+            Err(e) => {
+                return refused(
+                    e.raw_os_error().unwrap_or(errno::EINVAL),
+                    format!("setting up the data socket: {e}"),
+                )
             }
-            Err(e) => refused(
-                e.raw_os_error().unwrap_or(errno::EINVAL),
-                format!("setting up the data socket: {e}"),
-            ),
-        }
+        };
+        let reservation = match self.ctx.memory.reserve(&self.ctx.cfg.budgets, bound.memory) {
+            Ok(r) => r,
+            Err(why) => return refused(errno::EAGAIN, why),
+        };
+        let resp: OmniResponse = bound.resp;
+        self.pending = Some(Pending {
+            sock: bound.sock,
+            req,
+            slot,
+            reservation,
+        });
+        Input::Ready(resp)
     }
 
     fn start(&mut self) -> Result<(), String> {
@@ -381,6 +415,8 @@ impl Driver<'_> {
             peer_ip: self.peer.ip(),
             stop: Arc::clone(&stop),
             max: self.ctx.cfg.max_duration,
+            stall: Some(self.ctx.cfg.netperf.stall_timeout).filter(|d| !d.is_zero()),
+            max_rate: self.ctx.cfg.max_rate,
         };
         let sock = p.sock;
         let thread = std::thread::Builder::new()
@@ -399,18 +435,6 @@ impl Driver<'_> {
         });
         Ok(())
     }
-}
-
-/// Buffer memory a test holds on the server: its socket buffers (the kernel doubles what is
-/// asked; 4 MiB each when left to autotuning) and one read buffer.
-fn memory(req: &OmniRequest) -> u64 {
-    let buf = |asked: i32| {
-        u64::try_from(asked)
-            .ok()
-            .filter(|&n| n > 0)
-            .map_or(4 << 20, |n| 2 * n)
-    };
-    buf(req.send_buf_size) + buf(req.recv_buf_size) + (1 << 20)
 }
 
 /// The classic test name a request stands for, for logs and metrics.

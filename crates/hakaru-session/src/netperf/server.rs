@@ -25,9 +25,18 @@ use hakaru_proto::netperf::{
 
 /// How long netserver waits for the passphrase when it has one.
 pub const PASSPHRASE_TIMEOUT: Duration = Duration::from_secs(20);
-/// How long a control connection may sit without a request (netserver waits forever; a
-/// server that strangers reach must not).
+/// How long a control connection may sit between tests (netserver waits forever; a server
+/// that strangers reach must not). Only progress restarts it: the passphrase accepted, a
+/// test's results sent; housekeeping requests (CPU_CALIBRATE, DEBUG, ...) do not.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Housekeeping requests (CPU_CALIBRATE, DEBUG, SYSINFO, unknown types) answered between two
+/// tests; netperf sends one or two. One more ends the session.
+pub const MAX_REQUESTS_BETWEEN_TESTS: u32 = 16;
+/// The UDP_RR response the server sends whatever the request's size: one Ethernet frame's
+/// payload (1500 - 20 - 8). A larger response must not be larger than the request.
+pub const UDP_RR_FREE_RESPONSE: usize = 1472;
+/// The data ports a test may ask for (`-P ,PORT`) by default: none of the privileged ones.
+pub const DEFAULT_DATA_PORTS: (u16, u16) = (1024, 65535);
 /// How long the driver may take to set a test up.
 pub const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
 /// Past the data phase's own end (its length plus netserver's pad, or `--max-duration`), how
@@ -50,10 +59,14 @@ pub mod errno {
     pub const EAFNOSUPPORT: i32 = 97;
     /// Resource temporarily unavailable: the server is busy.
     pub const EAGAIN: i32 = 11;
+    /// Permission denied: a data port outside `--netperf-data-ports`.
+    pub const EACCES: i32 = 13;
+    /// Timed out: the data path moved nothing for `--stall-timeout`.
+    pub const ETIMEDOUT: i32 = 110;
 }
 
 /// What the session needs to know of the server.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Config {
     /// The `-Z` passphrase every connection must send first; `None`: none asked.
     pub passphrase: Option<Vec<u8>>,
@@ -61,6 +74,19 @@ pub struct Config {
     pub cpus: u32,
     /// `--max-duration`: longer timed tests are refused, counted ones stopped there.
     pub max_duration: Option<Duration>,
+    /// `--netperf-data-ports`: the data ports a test may ask for (first and last).
+    pub data_ports: (u16, u16),
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            passphrase: None,
+            cpus: 0,
+            max_duration: None,
+            data_ports: DEFAULT_DATA_PORTS,
+        }
+    }
 }
 
 /// What happens to a session.
@@ -119,8 +145,11 @@ pub enum Ending {
         /// Tests whose results went out.
         tests: u32,
     },
-    /// Refused: wrong passphrase, or a test the server does not run (the client was told).
+    /// Refused: a test the server does not run (the client was told).
     Refused(String),
+    /// A wrong passphrase, or none where the server asks for one: closed without an answer
+    /// (the driver may first wait, and counts it against the client's budget).
+    BadPassphrase(String),
     /// Ended early.
     Failed(String),
 }
@@ -143,6 +172,8 @@ pub struct Session {
     out: VecDeque<Output>,
     deadline: Instant,
     tests: u32,
+    /// Housekeeping requests since the last test (or the start).
+    requests: u32,
 }
 
 impl Session {
@@ -160,6 +191,7 @@ impl Session {
             out: VecDeque::new(),
             deadline: now + wait,
             tests: 0,
+            requests: 0,
         }
     }
 
@@ -256,6 +288,7 @@ impl Session {
                 self.tests = self.tests.saturating_add(1);
                 self.phase = Phase::Idle;
                 self.deadline = now + IDLE_TIMEOUT;
+                self.requests = 0;
                 self.parse(now);
             }
             Input::DataFailed { errno, why } if self.phase == Phase::Running => {
@@ -297,17 +330,27 @@ impl Session {
                 .unwrap_or(Duration::from_secs(24 * 3600))
     }
 
-    /// Handles every whole message in the inbox while the session is between tests.
+    /// Handles every whole message in the inbox while the session is between tests. Only
+    /// progress (the passphrase accepted, a test set up) moves the deadline.
     fn parse(&mut self, now: Instant) {
         while matches!(self.phase, Phase::Idle | Phase::Passphrase) && self.inbox.len() >= MSG_LEN {
             let msg: Vec<u8> = self.inbox.drain(..MSG_LEN).collect();
             let Ok(req) = Request::decode(&msg) else {
                 continue;
             };
-            self.deadline = now + IDLE_TIMEOUT;
             if self.phase == Phase::Passphrase {
-                self.check_passphrase(req);
+                self.check_passphrase(req, now);
                 continue;
+            }
+            if !matches!(req, Request::Omni(_)) {
+                self.requests = self.requests.saturating_add(1);
+                if self.requests > MAX_REQUESTS_BETWEEN_TESTS {
+                    self.end(Ending::Failed(format!(
+                        "{} requests without a test (netperf sends one or two; at most {MAX_REQUESTS_BETWEEN_TESTS})",
+                        self.requests
+                    )));
+                    return;
+                }
             }
             match req {
                 // netserver ignores a passphrase after the first message.
@@ -336,12 +379,17 @@ impl Session {
         }
     }
 
-    fn check_passphrase(&mut self, req: Request) {
+    fn check_passphrase(&mut self, req: Request, now: Instant) {
         let want = self.cfg.passphrase.as_deref().unwrap_or_default();
         match req {
-            Request::Passphrase(p) if constant_time_eq(&p, want) => self.phase = Phase::Idle,
-            Request::Passphrase(_) => self.end(Ending::Refused("wrong passphrase (-Z)".into())),
-            _ => self.end(Ending::Refused(
+            Request::Passphrase(p) if constant_time_eq(&p, want) => {
+                self.phase = Phase::Idle;
+                self.deadline = now + IDLE_TIMEOUT;
+            }
+            Request::Passphrase(_) => {
+                self.end(Ending::BadPassphrase("wrong passphrase (-Z)".into()))
+            }
+            _ => self.end(Ending::BadPassphrase(
                 "no passphrase (-Z) in the first message; the server asks for one".into(),
             )),
         }
@@ -374,6 +422,10 @@ impl Session {
         if udp && o.test_length < 0 {
             return Err((errno::EINVAL, "a counted UDP test".into()));
         }
+        if udp && o.is_rr() {
+            check_udp_rr_sizes(o)?;
+        }
+        check_data_port(o.data_port, self.cfg.data_ports)?;
         if let (Some(max), Ok(secs)) = (self.cfg.max_duration, u64::try_from(o.test_length)) {
             if Duration::from_secs(secs) > max {
                 return Err((
@@ -393,6 +445,35 @@ impl Session {
         self.phase = Phase::Done;
         self.inbox = Vec::new();
     }
+}
+
+/// A UDP_RR test's response may be larger than its request only up to
+/// [`UDP_RR_FREE_RESPONSE`]: one small datagram must not buy a large one.
+fn check_udp_rr_sizes(o: &OmniRequest) -> Result<(), (i32, String)> {
+    let size = |n: i32| usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(1);
+    let (req, resp) = (size(o.request_size), size(o.response_size));
+    if resp > req.max(UDP_RR_FREE_RESPONSE) {
+        return Err((
+            errno::EINVAL,
+            format!(
+                "UDP_RR with {resp}-byte responses to {req}-byte requests (-r {req},{resp}): the server answers a UDP request with at most {UDP_RR_FREE_RESPONSE} bytes or the request's size, whichever is larger (fixed limit)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A data port the test asks for (`-P ,PORT`; 0: any) must lie in `--netperf-data-ports`.
+fn check_data_port(port: u32, (lo, hi): (u16, u16)) -> Result<(), (i32, String)> {
+    if port == 0 || (u32::from(lo)..=u32::from(hi)).contains(&port) {
+        return Ok(());
+    }
+    Err((
+        errno::EACCES,
+        format!(
+            "data port {port} asked (-P ,{port}): the server binds netperf data ports only in {lo}-{hi} (--netperf-data-ports)"
+        ),
+    ))
 }
 
 /// Compares without stopping at the first difference (the length is not secret).

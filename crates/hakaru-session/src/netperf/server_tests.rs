@@ -168,7 +168,7 @@ fn passphrase_first_then_test() {
     });
     let out = t.feed(PASSPHRASE);
     assert!(
-        matches!(out.as_slice(), [Output::End(Ending::Refused(_))]),
+        matches!(out.as_slice(), [Output::End(Ending::BadPassphrase(_))]),
         "{out:?}"
     );
 
@@ -176,7 +176,7 @@ fn passphrase_first_then_test() {
     let mut t = T::new(cfg.clone());
     let out = t.feed(TCP_STREAM);
     assert!(
-        matches!(out.as_slice(), [Output::End(Ending::Refused(_))]),
+        matches!(out.as_slice(), [Output::End(Ending::BadPassphrase(_))]),
         "{out:?}"
     );
 
@@ -435,4 +435,127 @@ fn every_input_in_every_phase_never_panics() {
             }
         }
     }
+}
+
+#[test]
+fn only_progress_restarts_the_idle_timer_and_housekeeping_is_bounded() {
+    // Housekeeping every 59 s does not keep a connection open past 60 s.
+    let mut t = T::new(Config::default());
+    assert!(t.advance(Duration::from_secs(30)).is_empty());
+    assert_eq!(sent(&t.feed(&message(kind::DEBUG_ON))).len(), 1);
+    let out = t.advance(Duration::from_secs(30));
+    assert!(
+        matches!(out.as_slice(), [Output::End(Ending::Failed(_))]),
+        "{out:?}"
+    );
+    // A test's results start a fresh minute.
+    let mut t = T::new(Config::default());
+    t.advance(Duration::from_secs(50));
+    one_test(&mut t, TCP_STREAM);
+    assert!(t.advance(Duration::from_secs(59)).is_empty());
+    assert!(!t.advance(Duration::from_secs(1)).is_empty());
+    // The accepted passphrase is progress too.
+    let mut t = T::new(Config {
+        passphrase: Some(b"secretword".to_vec()),
+        ..Config::default()
+    });
+    t.advance(Duration::from_secs(15));
+    assert!(t.feed(PASSPHRASE).is_empty());
+    assert!(t.advance(Duration::from_secs(59)).is_empty());
+    // A flood of housekeeping requests ends the session; a test resets the count.
+    let mut t = T::new(Config::default());
+    for _ in 0..MAX_REQUESTS_BETWEEN_TESTS {
+        assert_eq!(sent(&t.feed(&message(kind::CPU_CALIBRATE))).len(), 1);
+    }
+    one_test(&mut t, TCP_STREAM);
+    for _ in 0..MAX_REQUESTS_BETWEEN_TESTS {
+        assert_eq!(sent(&t.feed(&message(kind::DEBUG_ON))).len(), 1);
+    }
+    let out = t.feed(&message(kind::DEBUG_ON));
+    match out.as_slice() {
+        [Output::End(Ending::Failed(why))] => {
+            assert!(why.contains("requests without a test"), "{why}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn udp_rr_amplification_and_data_ports_are_refused_by_name() {
+    let udp_rr = |req: u32, resp: u32| {
+        omni_with(|m| {
+            set_word(m, 23, 17);
+            set_word(m, 24, 6);
+            set_word(m, 5, req);
+            set_word(m, 11, resp);
+        })
+    };
+    for (req, resp, ok) in [
+        (1, 1, true),
+        (1, 1472, true),
+        (4000, 4000, true),
+        (u32::MAX, 1472, true), // -1: the default, one byte
+        (1, 1473, false),
+        (1, 65507, false),
+        (2000, 2001, false),
+    ] {
+        let mut t = T::new(Config::default());
+        let out = t.feed(&udp_rr(req, resp));
+        if ok {
+            assert!(
+                matches!(out.as_slice(), [Output::SetUp(_)]),
+                "{req},{resp}: {out:?}"
+            );
+        } else {
+            assert_eq!(sent(&out)[0][4..8], errno::EINVAL.to_be_bytes());
+            match out.last() {
+                Some(Output::End(Ending::Refused(why))) => {
+                    assert!(why.contains("1472") && why.contains("UDP_RR"), "{why}")
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+    // TCP_RR keeps its sizes (TCP answers only a handshaken peer; --max-rate paces it).
+    let mut t = T::new(Config::default());
+    let out = t.feed(&omni_with(|m| {
+        set_word(m, 24, 6);
+        set_word(m, 5, 1);
+        set_word(m, 11, 1 << 20);
+    }));
+    assert!(matches!(out.as_slice(), [Output::SetUp(_)]), "{out:?}");
+
+    for (port, ok) in [
+        (0, true),
+        (1024, true),
+        (65535, true),
+        (80, false),
+        (53, false),
+        (70000, false),
+    ] {
+        let mut t = T::new(Config::default());
+        let out = t.feed(&omni_with(|m| set_word(m, 20, port)));
+        if ok {
+            assert!(
+                matches!(out.as_slice(), [Output::SetUp(_)]),
+                "{port}: {out:?}"
+            );
+        } else {
+            assert_eq!(sent(&out)[0][4..8], errno::EACCES.to_be_bytes(), "{port}");
+            match out.last() {
+                Some(Output::End(Ending::Refused(why))) => {
+                    assert!(why.contains("--netperf-data-ports"), "{why}")
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+    let mut t = T::new(Config {
+        data_ports: (50000, 50010),
+        ..Config::default()
+    });
+    assert!(matches!(
+        t.feed(&omni_with(|m| set_word(m, 20, 50011))).last(),
+        Some(Output::End(Ending::Refused(_)))
+    ));
 }

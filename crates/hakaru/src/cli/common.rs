@@ -777,24 +777,7 @@ fn stdin_key() -> Result<String, String> {
 /// buffer, so the lines after the key stay there for whoever reads standard input next (the
 /// server's lifeline, `--sync-start`'s `go` and `stop`).
 fn read_key_line(r: &mut impl std::io::BufRead) -> Result<String, String> {
-    use std::io::{BufRead, Read};
-    // A longer line is not a key: stop there rather than read without end.
-    let limit = hakaru_client::MAX_PSK_LEN as u64 + 2;
-    let mut line = String::new();
-    let n = r
-        .take(limit)
-        .read_line(&mut line)
-        .map_err(|e| format!("--psk-file -: cannot read standard input: {e}"))?;
-    if n == 0 {
-        return Err("--psk-file -: standard input ended before a line with the key".to_string());
-    }
-    if !line.ends_with('\n') && n as u64 == limit {
-        return Err(format!(
-            "--psk-file -: the first line of standard input is longer than {} bytes; it is not a key",
-            hakaru_client::MAX_PSK_LEN
-        ));
-    }
-    Ok(line)
+    super::stdin::read_line_of(r, "--psk-file -", "the key", hakaru_client::MAX_PSK_LEN)
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ mod schema;
 mod server;
 mod sink;
 mod source;
+mod stdin;
 mod sync;
 mod tcp;
 mod udp;

@@ -119,14 +119,41 @@ pub struct Args {
     netperf_port: Option<(u16, u16)>,
     /// The passphrase netperf clients must send with `-Z` (plaintext on the wire, as netperf
     /// sends it; not the key). Required with a key (--psk-file), where netperf clients
-    /// could otherwise test without one.
+    /// could otherwise test without one. It shows in the process list to every local user:
+    /// prefer --netperf-passphrase-file.
     #[arg(long, value_name = "WORD", requires = "netperf_port")]
     netperf_passphrase: Option<String>,
+    /// Read the netperf passphrase (see --netperf-passphrase) from FILE (its text, surrounding
+    /// whitespace trimmed, one line); `-` reads it from a line of standard input (the second
+    /// when --psk-file - takes the first), so it is on no command line.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "netperf_port",
+        conflicts_with = "netperf_passphrase"
+    )]
+    netperf_passphrase_file: Option<std::path::PathBuf>,
+    /// Wrong netperf passphrases one client (--client-prefix-v4/-v6) may send within a
+    /// minute; each waits 1 s before its connection closes, and past N the client's
+    /// connections are closed at once until the minute is over.
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    netperf_passphrase_failures: u32,
     /// netperf tests (and control connections) one client may have at once on the netperf
-    /// ports. The guides start 64 netperf processes on one sender, hence 64; each is one
-    /// connection or socket, and all share --max-memory.
-    #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    /// ports, so one address cannot take every one of --max-tests (16 covers flent's rrul, 11
+    /// netperf processes). Scripts that start more on one sender (the guides' 64) need it
+    /// raised; each is one connection or socket, and all share --max-memory.
+    #[arg(long, value_name = "N", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
     max_netperf_per_client: u32,
+    /// The ports a netperf test's data socket may take, FIRST-LAST: a port netperf asks
+    /// for (-P ,PORT) outside them is refused, and without one the server picks one in
+    /// them. The default leaves out the privileged ports.
+    #[arg(long, value_name = "FIRST-LAST", default_value = "1024-65535", value_parser = parse_data_ports)]
+    netperf_data_ports: (u16, u16),
+    /// How long a netperf test's data path may move nothing (no byte either way) before
+    /// the server fails the test and frees its slot and memory (0: never). hakaru's own
+    /// clients set theirs with their --stall-timeout.
+    #[arg(long, value_name = "TIME", default_value = "10s")]
+    stall_timeout: Dur,
     /// Also serve HTTP on this port (0 picks a free one): `GET /bytes/SIZE` sends SIZE bytes of
     /// generated data (Range supported), PUT and POST bodies are counted and discarded; for
     /// `hakaru http`, wget and curl where no web server is set up. Plain HTTP, no key.
@@ -196,15 +223,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     }
     let psk = super::common::load_psk(a.psk_file.as_deref())?;
     warn_unkeyed(&a, psk.is_some())?;
-    if let Some(p) = &a.netperf_passphrase {
-        if p.is_empty() || p.len() > hakaru_server::NETPERF_MAX_PASSPHRASE {
-            anyhow::bail!(
-                "--netperf-passphrase: {} bytes; netperf sends 1 to {} bytes",
-                p.len(),
-                hakaru_server::NETPERF_MAX_PASSPHRASE
-            );
-        }
+    if a.netperf_passphrase.is_some() {
+        tracing::warn!("--netperf-passphrase: the passphrase shows in the process list to every local user; --netperf-passphrase-file keeps it out");
     }
+    let netperf_passphrase = netperf_passphrase(&a)?;
     let server = Server::bind(ServerConfig {
         bind: a.bind,
         port: a.port,
@@ -242,8 +264,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         ntttcp_max_conns: a.ntttcp_max_conns,
         netperf: hakaru_server::NetperfConfig {
             ports: a.netperf_port,
-            passphrase: a.netperf_passphrase.clone().map(String::into_bytes),
+            passphrase: netperf_passphrase,
             per_client: a.max_netperf_per_client as usize,
+            stall_timeout: a.stall_timeout.0,
+            data_ports: a.netperf_data_ports,
+            passphrase_failures: a.netperf_passphrase_failures,
         },
     })
     .with_context(|| format!("starting the server on port {}", a.port))?;
@@ -289,8 +314,11 @@ fn warn_unkeyed(a: &Args, keyed: bool) -> anyhow::Result<()> {
         if a.sockperf_port.is_some() {
             tracing::warn!("--sockperf-port: sockperf clients are answered without the key (they cannot authenticate)");
         }
-        if a.netperf_port.is_some() && a.netperf_passphrase.is_none() {
-            anyhow::bail!("--netperf-port with a key: netperf clients cannot prove the key; give --netperf-passphrase WORD (netperf -Z WORD sends it in plaintext) or leave out --netperf-port");
+        if a.netperf_port.is_some()
+            && a.netperf_passphrase.is_none()
+            && a.netperf_passphrase_file.is_none()
+        {
+            anyhow::bail!("--netperf-port with a key: netperf clients cannot prove the key; give --netperf-passphrase-file FILE (netperf -Z WORD sends it in plaintext) or leave out --netperf-port");
         }
     }
     Ok(())
@@ -325,6 +353,59 @@ fn start_rpm(a: &Args, server: &Server) -> anyhow::Result<Option<hakaru_rpm::Rpm
         if a.tls_cert.is_none() { " (self-signed, made at start)" } else { "" }
     );
     Ok(Some(rpm))
+}
+
+/// The netperf passphrase from --netperf-passphrase or --netperf-passphrase-file, checked
+/// for what netperf can send.
+fn netperf_passphrase(a: &Args) -> anyhow::Result<Option<Vec<u8>>> {
+    let usage = |m: String| anyhow::Error::from(super::common::UsageError(m));
+    let max = hakaru_server::NETPERF_MAX_PASSPHRASE;
+    let (word, flag) = match (&a.netperf_passphrase, &a.netperf_passphrase_file) {
+        (Some(w), _) => (w.clone(), "--netperf-passphrase".to_string()),
+        (None, Some(f)) if f.as_os_str() == "-" => {
+            let flag = "--netperf-passphrase-file -".to_string();
+            let line = super::stdin::stdin_line(&flag, "the passphrase", max).map_err(usage)?;
+            (line.trim().to_string(), flag)
+        }
+        (None, Some(f)) => {
+            let flag = format!("--netperf-passphrase-file {}", f.display());
+            let text = std::fs::read_to_string(f)
+                .map_err(|e| usage(format!("{flag}: cannot read it: {e}")))?;
+            (text.trim().to_string(), flag)
+        }
+        (None, None) => return Ok(None),
+    };
+    if word.is_empty() || word.len() > max || word.contains(['\n', '\0']) {
+        return Err(usage(format!(
+            "{flag}: {} bytes{}; netperf sends one line of 1 to {max} bytes",
+            word.len(),
+            if word.contains('\n') {
+                " on several lines"
+            } else {
+                ""
+            }
+        )));
+    }
+    Ok(Some(word.into_bytes()))
+}
+
+/// `--netperf-data-ports FIRST-LAST` (or one port).
+fn parse_data_ports(s: &str) -> Result<(u16, u16), String> {
+    let port = |w: &str| {
+        w.trim()
+            .parse::<u16>()
+            .ok()
+            .filter(|&p| p > 0)
+            .ok_or_else(|| format!("{w:?} is not a port (1 to 65535)"))
+    };
+    let (first, last) = match s.split_once('-') {
+        Some((a, b)) => (port(a)?, port(b)?),
+        None => (port(s)?, port(s)?),
+    };
+    if last < first {
+        return Err(format!("{s}: give FIRST-LAST with FIRST <= LAST"));
+    }
+    Ok((first, last))
 }
 
 /// `PORT` or `FIRST-LAST` (at most 1024 ports).

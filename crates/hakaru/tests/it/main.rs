@@ -33,6 +33,7 @@ mod netns_rpm;
 mod netns_udp;
 mod netperf;
 mod netperf_client;
+mod netperf_hostile;
 mod nic;
 mod ntttcp;
 mod ntttcp_hostile;
