@@ -52,11 +52,14 @@ pub fn route(method: &str, path: &str) -> Route {
 
 /// The configuration for a request that named `authority` (or the local address).
 pub fn nq_document(authority: Option<&str>, local: Option<SocketAddr>) -> String {
+    // A plain host name or address with an optional port, which a client can parse back
+    // (an IPv6 address without its ']' passes the characters but not that).
     let ok = |a: &&str| {
         !a.is_empty()
             && a.len() < 256
             && a.bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b".-:[]_".contains(&b))
+            && crate::config::Target::parse(&format!("https://{a}")).is_ok_and(|t| t.path == "/")
     };
     let host = match (authority.filter(ok), local) {
         (Some(a), _) => a.to_string(),
@@ -208,8 +211,13 @@ mod tests {
         let c = crate::config::parse(d.as_bytes()).unwrap();
         assert_eq!(c.large.url(), "https://example.com:4443/large");
         let local: SocketAddr = "127.0.0.1:9".parse().unwrap();
-        let d = nq_document(Some("evil\"},{\"x"), Some(local));
+        for bad in ["evil\"},{\"x", "[2001:db8::13", "h:", "h:99999"] {
+            let d = nq_document(Some(bad), Some(local));
+            let c = crate::config::parse(d.as_bytes()).unwrap();
+            assert_eq!(c.small.url(), "https://127.0.0.1:9/small", "{bad}");
+        }
+        let d = nq_document(Some("[2001:db8::13]:8443"), None);
         let c = crate::config::parse(d.as_bytes()).unwrap();
-        assert_eq!(c.small.url(), "https://127.0.0.1:9/small");
+        assert_eq!(c.upload.url(), "https://[2001:db8::13]:8443/upload");
     }
 }
