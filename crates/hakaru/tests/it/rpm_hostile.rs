@@ -294,6 +294,18 @@ fn legit_rpm(port: u16, conns: &str) -> (Option<i32>, serde_json::Value, String)
     (o.status.code(), json(&o), stderr(&o))
 }
 
+/// One GET of `/small` from 127.0.0.1, answered: the port (its runtime, started beside the
+/// main server) is up before the baseline is measured.
+fn settle(port: u16) {
+    let o = run_cmd(
+        &mut python(&["get", "127.0.0.1", &port.to_string(), "127.0.0.1", "/small"]),
+        LIMIT,
+    );
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(out.contains("status 200 bytes 1"), "{out} {}", stderr(&o));
+    std::thread::sleep(Duration::from_millis(300));
+}
+
 /// The value of the sample of `/metrics` whose line starts with `series`.
 fn metric(metrics_port: u16, series: &str) -> f64 {
     let text = http_get(metrics_port, "/metrics").expect("metrics");
@@ -323,7 +335,7 @@ fn unread_request_bodies_are_dropped_not_buffered() {
     cmd.env("RUST_BACKTRACE", "0");
     let mut s = ServerProc::start_with(cmd, "127.0.0.1", &["--rpm-port", &port.to_string()]);
     let pid = s.child.id();
-    std::thread::sleep(Duration::from_millis(500));
+    settle(port);
     let (rss0, fds0, thr0) = (rss_kib(pid), fds_of(pid), threads_of(pid));
     let (conns, streams) = (8u64, 5u64);
     let mut attack = python(&[
@@ -433,6 +445,7 @@ fn a_flood_from_one_address_is_refused_and_others_are_served() {
         &format!("127.0.0.1:{metrics_port}"),
     ]);
     let pid = s.child.id();
+    settle(port);
     let (fds0, thr0) = (fds_of(pid), threads_of(pid));
     let p = port.to_string();
     let mut flood = python(&["hold", "127.0.0.1", &p, "127.0.0.1", "40", "5"])
@@ -489,7 +502,7 @@ fn a_flood_from_one_address_is_refused_and_others_are_served() {
     );
     assert!(limits >= 24.0, "rpm_limits {limits}");
     assert!(memory >= 1.0, "rpm_memory {memory}");
-    assert!(accepted >= 21.0, "accepted {accepted}");
+    assert!(accepted >= 22.0, "accepted {accepted}");
     assert_eq!(code, Some(0), "a legitimate rpm run after the flood: {err}");
     assert!(doc["rpm"]["rpm"].as_f64().is_some_and(|r| r > 0.0), "{doc}");
     assert!(fds1 <= fds0 + 20, "descriptors {fds0} -> {fds1}");
@@ -506,6 +519,7 @@ fn a_trickled_http1_head_is_closed_at_the_head_timeout() {
     let port = free_port();
     let mut s = ServerProc::start(&["--rpm-port", &port.to_string(), "--rpm-head-timeout", "1s"]);
     let pid = s.child.id();
+    settle(port);
     let fds0 = fds_of(pid);
     let o = run_cmd(
         &mut python(&["trickle", "127.0.0.1", &port.to_string(), "0.2", "12"]),
