@@ -2,6 +2,12 @@
 //! "Responsiveness Test Server Discovery"): a JSON object with `version` 1 and the three URLs,
 //! all on one host, and an optional `test_endpoint` to connect to instead of that host.
 //! Sans-IO: bytes in, a checked [`NqConfig`] or an error naming the problem out.
+//!
+//! The URLs have two sets of names: the ones Apple's networkQuality, goresponsiveness and
+//! Cloudflare's mach read (`small_https_download_url`, `large_https_download_url`,
+//! `https_upload_url`) and the draft's (`small_download_url`, `large_download_url`,
+//! `upload_url`). The server publishes both, as Apple's servers do; the client reads either,
+//! the `https_` names first.
 
 use serde_json::Value;
 
@@ -126,6 +132,9 @@ pub fn parse(body: &[u8]) -> Result<NqConfig, String> {
         "\"large_download_url\"",
         "\"small_download_url\"",
         "\"upload_url\"",
+        "\"large_https_download_url\"",
+        "\"small_https_download_url\"",
+        "\"https_upload_url\"",
         "\"test_endpoint\"",
     ] {
         let text = String::from_utf8_lossy(body);
@@ -151,17 +160,18 @@ pub fn parse(body: &[u8]) -> Result<NqConfig, String> {
         .get("urls")
         .and_then(Value::as_object)
         .ok_or("the configuration has no \"urls\" object")?;
-    let url = |name: &str| -> Result<Target, String> {
-        let s = urls
-            .get(name)
-            .and_then(Value::as_str)
-            .ok_or_else(|| format!("the configuration has no \"{name}\""))?;
+    // The vendors' name, else the draft's.
+    let url = |vendor: &str, draft: &str| -> Result<Target, String> {
+        let (name, s) = [vendor, draft]
+            .into_iter()
+            .find_map(|n| Some((n, urls.get(n)?.as_str()?)))
+            .ok_or_else(|| format!("the configuration has no \"{vendor}\" (or \"{draft}\")"))?;
         Target::parse(s).map_err(|e| format!("{name}: {e}"))
     };
     let (large, small, upload) = (
-        url("large_download_url")?,
-        url("small_download_url")?,
-        url("upload_url")?,
+        url("large_https_download_url", "large_download_url")?,
+        url("small_https_download_url", "small_download_url")?,
+        url("https_upload_url", "upload_url")?,
     );
     if large.host != small.host || large.host != upload.host {
         return Err(format!(
@@ -182,14 +192,23 @@ pub fn parse(body: &[u8]) -> Result<NqConfig, String> {
     })
 }
 
-/// The configuration a server at `base` (`https://host:port`) publishes for its own paths.
+/// The configuration a server at `base` (`https://host:port`) publishes for its own paths,
+/// under both sets of names.
 pub fn document(base: &str) -> String {
+    let (large, small, upload) = (
+        format!("{base}/large"),
+        format!("{base}/small"),
+        format!("{base}/upload"),
+    );
     serde_json::json!({
         "version": 1,
         "urls": {
-            "large_download_url": format!("{base}/large"),
-            "small_download_url": format!("{base}/small"),
-            "upload_url": format!("{base}/upload"),
+            "small_https_download_url": small,
+            "large_https_download_url": large,
+            "https_upload_url": upload,
+            "small_download_url": small,
+            "large_download_url": large,
+            "upload_url": upload,
         }
     })
     .to_string()
@@ -240,6 +259,41 @@ mod tests {
         let own = parse(document("https://127.0.0.1:4443").as_bytes()).unwrap();
         assert_eq!(own.small.url(), "https://127.0.0.1:4443/small");
         assert_eq!(own.test_endpoint, None);
+    }
+
+    #[test]
+    fn the_vendors_names_are_published_and_read_before_the_drafts() {
+        let doc: Value = serde_json::from_str(&document("https://h:1")).unwrap();
+        let urls = &doc["urls"];
+        for (vendor, draft, path) in [
+            ("small_https_download_url", "small_download_url", "/small"),
+            ("large_https_download_url", "large_download_url", "/large"),
+            ("https_upload_url", "upload_url", "/upload"),
+        ] {
+            assert_eq!(urls[vendor], format!("https://h:1{path}"), "{doc}");
+            assert_eq!(urls[draft], urls[vendor], "{doc}");
+        }
+        // What networkQuality's and goresponsiveness's servers publish alone.
+        let vendor = br#"{"version": 1, "urls": {
+            "small_https_download_url": "https://v.example/api/v1/small",
+            "large_https_download_url": "https://v.example/api/v1/large",
+            "https_upload_url": "https://v.example/api/v1/slurp"}}"#;
+        let c = parse(vendor).unwrap();
+        assert_eq!(c.upload.path, "/api/v1/slurp");
+        assert_eq!(c.small.path, "/api/v1/small");
+        // Both: the vendors' names win.
+        let both = br#"{"version": 1, "urls": {
+            "small_https_download_url": "https://v/s", "small_download_url": "https://v/old-s",
+            "large_https_download_url": "https://v/l", "large_download_url": "https://v/old-l",
+            "https_upload_url": "https://v/u", "upload_url": "https://v/old-u"}}"#;
+        let c = parse(both).unwrap();
+        assert_eq!(
+            (c.small.path.as_str(), c.upload.path.as_str()),
+            ("/s", "/u")
+        );
+        let dup = br#"{"version": 1, "urls": {"https_upload_url": "https://v/u", "https_upload_url": "https://v/u",
+            "small_https_download_url": "https://v/s", "large_https_download_url": "https://v/l"}}"#;
+        assert!(parse(dup).unwrap_err().contains("more than once"));
     }
 
     #[test]

@@ -10,9 +10,12 @@
 pub mod client;
 pub mod config;
 pub mod conn;
+mod http1;
+pub mod limits;
 pub mod ramp;
+pub mod route;
 pub mod server;
 pub mod stats;
 
 pub use client::run;
-pub use server::{start, RpmServer, ServerOptions};
+pub use server::{start, Event, Events, Limits, RpmServer, ServerOptions};

@@ -9,47 +9,50 @@
 //!   control allows;
 //! - `POST /upload` (or PUT): the body is read and discarded, then 200.
 //!
-//! Limits: connections at once in total and per address, a TLS handshake time, an idle time
-//! for a connection with no request in progress, a stall time for any transfer that makes no
-//! progress and a lifetime per connection (docs/security.md).
+//! Limits ([`Limits`], docs/security.md): connections at once in total and per client, the
+//! buffer memory they are counted at, a TLS handshake time, a time for the HTTP/2 preface and
+//! each HTTP/1.1 request head, an idle time for a connection with no request in progress, a
+//! stall time for any transfer that makes no progress and a lifetime per connection. A
+//! request's body is read only on `/upload`, and released as it is read; every other
+//! stream's is dropped unread at once, so HTTP/2 discards its DATA as it arrives.
 
-use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr, TcpListener};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use sha2::Digest;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::Instant;
 
-use crate::conn::{
-    Io, CONN_WINDOW, NOTSENT_LOWAT, READ_BUFFER, SEND_BUFFER, STREAM_WINDOW, TLS_BUFFER,
-};
+use crate::conn::{Io, NOTSENT_LOWAT, READ_BUFFER, SEND_BUFFER, TLS_BUFFER};
+use crate::limits::{Admission, MAX_HEAD, RECV_WINDOW};
+pub use crate::limits::{Limits, HANDSHAKE, IDLE, LIFETIME, STALL};
+pub use crate::route::LARGE;
+use crate::route::{nq_document, Route, ZEROS};
 
-/// Connections served at once.
-pub const MAX_CONNECTIONS: usize = 1024;
-/// Connections one address may hold at once (load connections, probes in flight).
-pub const MAX_PER_ADDRESS: usize = 192;
-/// Longest TLS handshake.
-pub const HANDSHAKE: Duration = Duration::from_secs(10);
-/// A connection with no request in progress is closed after this long.
-pub const IDLE: Duration = Duration::from_secs(30);
-/// A transfer that moves nothing for this long is reset.
-pub const STALL: Duration = Duration::from_secs(30);
-/// Longest a connection lives.
-pub const LIFETIME: Duration = Duration::from_secs(600);
-/// Size of `/large`.
-pub const LARGE: u64 = 8 << 30;
 /// Streams per HTTP/2 connection at once.
 const MAX_STREAMS: u32 = 128;
-/// Bytes per write.
-const CHUNK: usize = 256 << 10;
-/// Largest HTTP/1.1 request head.
-const MAX_HEAD: usize = 16 << 10;
+/// Streams the client reset before the server took them, waiting to be taken; more is a
+/// connection error (h2's default is 20).
+const PENDING_ACCEPT_RESETS: usize = 16;
+/// Streams the server reset whose late frames it still recognises (h2's default is 50).
+const RESET_STREAMS: usize = 32;
+/// Streams reset for the client's protocol errors before the connection is closed with
+/// ENHANCE_YOUR_CALM (h2's default is 1024).
+const ERROR_RESETS: usize = 128;
 
-static ZEROS: [u8; CHUNK] = [0u8; CHUNK];
+/// What the port did, for `hakaru server --metrics`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// A connection was admitted.
+    Accepted,
+    /// A connection was closed at once: `rpm_limits`, `rpm_memory` or `acl`.
+    Refused(&'static str),
+}
+
+/// Told every [`Event`].
+pub type Events = Arc<dyn Fn(Event) + Send + Sync>;
 
 /// Who may connect: `hakaru server`'s access list (`--allow`, `--deny`).
 pub type Permit = Arc<dyn Fn(IpAddr) -> bool + Send + Sync>;
@@ -64,6 +67,10 @@ pub struct ServerOptions {
     /// TCP congestion control of every connection (the downloads' sender); `None` keeps the
     /// system's default.
     pub congestion: Option<String>,
+    /// The port's bounds.
+    pub limits: Limits,
+    /// Told of admissions and refusals; `None` tells no one.
+    pub events: Option<Events>,
 }
 
 /// A running server; dropping it stops it.
@@ -159,12 +166,18 @@ pub fn start(ip: IpAddr, port: u16, opts: &ServerOptions) -> Result<RpmServer, S
         hakaru_engine::sys::set_congestion(&socket2::SockRef::from(&listener), cc)
             .map_err(|e| format!("--rpm-congestion {cc}: {e}"))?;
     }
-    let congestion = opts.congestion.clone();
     let addr = listener
         .local_addr()
         .map_err(|e| format!("--rpm-port {port}: {e}"))?;
     let (tx, rx) = tokio::sync::oneshot::channel();
-    let permit = opts.permit.clone();
+    let port = Port {
+        acceptor,
+        permit: opts.permit.clone(),
+        congestion: opts.congestion.clone(),
+        admission: Admission::new(opts.limits),
+        head_timeout: opts.limits.head_timeout,
+        events: opts.events.clone(),
+    };
     let thread = std::thread::Builder::new()
         .name("hakaru-rpm-port".into())
         .spawn(move || {
@@ -184,7 +197,7 @@ pub fn start(ip: IpAddr, port: u16, opts: &ServerOptions) -> Result<RpmServer, S
                     return;
                 }
             };
-            rt.block_on(accept_loop(listener, acceptor, permit, congestion, rx));
+            rt.block_on(accept_loop(listener, port, rx));
             rt.shutdown_timeout(Duration::from_millis(200));
         })
         .map_err(|e| format!("starting the rpm port's thread: {e}"))?;
@@ -196,52 +209,32 @@ pub fn start(ip: IpAddr, port: u16, opts: &ServerOptions) -> Result<RpmServer, S
     })
 }
 
-/// Connections held per address and in total.
-#[derive(Default)]
-struct Held {
-    per: Mutex<HashMap<IpAddr, usize>>,
-    total: AtomicUsize,
+/// What the accept loop needs besides the listener.
+struct Port {
+    acceptor: tokio_rustls::TlsAcceptor,
+    permit: Option<Permit>,
+    congestion: Option<String>,
+    admission: Arc<Admission>,
+    head_timeout: Duration,
+    events: Option<Events>,
 }
 
-/// Releases a connection's place when dropped.
-struct Place(Arc<Held>, IpAddr);
-
-impl Drop for Place {
-    fn drop(&mut self) {
-        self.0.total.fetch_sub(1, Ordering::Relaxed);
-        if let Ok(mut m) = self.0.per.lock() {
-            if let Some(n) = m.get_mut(&self.1) {
-                *n -= 1;
-                if *n == 0 {
-                    m.remove(&self.1);
-                }
-            }
+impl Port {
+    fn tell(&self, e: Event) {
+        if let Some(f) = &self.events {
+            f(e);
         }
     }
 }
 
-fn admit(held: &Arc<Held>, ip: IpAddr) -> Option<Place> {
-    let mut m = held.per.lock().ok()?;
-    let n = m.entry(ip).or_insert(0);
-    if *n >= MAX_PER_ADDRESS || held.total.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
-        return None;
-    }
-    *n += 1;
-    held.total.fetch_add(1, Ordering::Relaxed);
-    Some(Place(Arc::clone(held), ip))
-}
-
 async fn accept_loop(
     listener: TcpListener,
-    acceptor: tokio_rustls::TlsAcceptor,
-    permit: Option<Permit>,
-    congestion: Option<String>,
+    port: Port,
     mut stop: tokio::sync::oneshot::Receiver<()>,
 ) {
     let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
         return;
     };
-    let held = Arc::new(Held::default());
     let mut refused = 0u64;
     loop {
         let (tcp, peer) = tokio::select! {
@@ -254,28 +247,35 @@ async fn accept_loop(
                 }
             },
         };
-        if permit.as_ref().is_some_and(|p| !p(peer.ip())) {
+        if port.permit.as_ref().is_some_and(|p| !p(peer.ip())) {
+            port.tell(Event::Refused("acl"));
             continue;
         }
-        let Some(place) = admit(&held, peer.ip()) else {
-            refused += 1;
-            if refused.is_power_of_two() {
-                tracing::warn!(
-                    "rpm port: refused {refused} connection(s) over the limits (last from {})",
-                    peer.ip()
-                );
+        let place = match port.admission.admit(peer.ip()) {
+            Ok(p) => p,
+            Err(why) => {
+                port.tell(Event::Refused(why.reason()));
+                refused += 1;
+                if refused.is_power_of_two() {
+                    tracing::warn!(
+                        "rpm port: refused {refused} connection(s) so far; the last from {}: {why}",
+                        peer.ip()
+                    );
+                }
+                continue;
             }
-            continue;
         };
+        port.tell(Event::Accepted);
         let _ = tcp.set_nodelay(true);
         let sock = socket2::SockRef::from(&tcp);
         let _ = hakaru_engine::sys::set_notsent_lowat(&sock, NOTSENT_LOWAT);
-        if let Some(cc) = &congestion {
+        if let Some(cc) = &port.congestion {
             // Accepted sockets may inherit it from the listener; set it where they do not.
             let _ = hakaru_engine::sys::set_congestion(&sock, cc);
         }
         let local = tcp.local_addr().ok();
-        let acceptor = acceptor.clone();
+        let acceptor = port.acceptor.clone();
+        let head_timeout = port.head_timeout;
         tokio::spawn(async move {
             let _place = place;
             let tcp = tokio::io::BufReader::with_capacity(READ_BUFFER, tcp);
@@ -286,57 +286,94 @@ async fn accept_loop(
             tls.get_mut().1.set_buffer_limit(Some(TLS_BUFFER));
             let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
             let io: Box<dyn Io> = Box::new(tls);
-            let _ = tokio::time::timeout(LIFETIME, async {
-                if h2 {
-                    let _ = serve_h2(io, local).await;
-                } else {
-                    let _ = serve_h1(io, local).await;
-                }
-            })
-            .await;
+            let until = Instant::now() + LIFETIME;
+            if h2 {
+                let _ = serve_h2(io, local, head_timeout, until).await;
+            } else {
+                let _ =
+                    tokio::time::timeout_at(until, crate::http1::serve(io, local, head_timeout))
+                        .await;
+            }
         });
     }
 }
 
-/// The configuration for a request that named `authority` (or the local address).
-fn nq_document(authority: Option<&str>, local: Option<SocketAddr>) -> String {
-    let ok = |a: &&str| {
-        !a.is_empty()
-            && a.len() < 256
-            && a.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b".-:[]_".contains(&b))
-    };
-    let host = match (authority.filter(ok), local) {
-        (Some(a), _) => a.to_string(),
-        (None, Some(l)) => l.to_string(),
-        (None, None) => "localhost".into(),
-    };
-    crate::config::document(&format!("https://{host}"))
-}
-
-async fn serve_h2(io: Box<dyn Io>, local: Option<SocketAddr>) -> Result<(), h2::Error> {
-    let mut conn = h2::server::Builder::new()
-        .initial_window_size(STREAM_WINDOW)
-        .initial_connection_window_size(CONN_WINDOW)
+/// The HTTP/2 server's settings: header lists as large as an HTTP/1.1 head may be, receive
+/// windows of [`RECV_WINDOW`] (what a connection may make the server hold), and bounds on the
+/// reset streams h2 keeps.
+fn h2_builder() -> h2::server::Builder {
+    let mut b = h2::server::Builder::new();
+    b.initial_window_size(RECV_WINDOW)
+        .initial_connection_window_size(RECV_WINDOW)
+        .max_header_list_size(MAX_HEAD as u32)
         .max_concurrent_streams(MAX_STREAMS)
         .max_send_buffer_size(SEND_BUFFER)
-        .handshake(io)
-        .await?;
-    let active = Arc::new(AtomicUsize::new(0));
+        .max_pending_accept_reset_streams(PENDING_ACCEPT_RESETS)
+        .max_concurrent_reset_streams(RESET_STREAMS)
+        .max_local_error_reset_streams(Some(ERROR_RESETS));
+    b
+}
+
+async fn serve_h2(
+    io: Box<dyn Io>,
+    local: Option<SocketAddr>,
+    head_timeout: Duration,
+    until: Instant,
+) -> Result<(), h2::Error> {
+    // The client's preface and SETTINGS within the head timeout.
+    let Ok(conn) = tokio::time::timeout(head_timeout, h2_builder().handshake(io)).await else {
+        return Ok(());
+    };
+    let mut conn = conn?;
+    let mut streams = tokio::task::JoinSet::new();
+    let end = accept_h2(&mut conn, &mut streams, local, until).await;
+    // The streams' tasks, and their handles, end before the connection is dropped: h2 does
+    // not expect streams still held when its connection goes (a debug assertion).
+    streams.shutdown().await;
+    drop(conn);
+    end
+}
+
+/// Takes the connection's requests, each served by a task in `streams`, until the client
+/// closes, nothing is in progress for [`IDLE`], or `until`.
+async fn accept_h2(
+    conn: &mut h2::server::Connection<Box<dyn Io>, Bytes>,
+    streams: &mut tokio::task::JoinSet<()>,
+    local: Option<SocketAddr>,
+    until: Instant,
+) -> Result<(), h2::Error> {
     loop {
-        let next = match tokio::time::timeout(IDLE, conn.accept()).await {
+        while streams.try_join_next().is_some() {}
+        let next = match tokio::time::timeout_at((Instant::now() + IDLE).min(until), conn.accept())
+            .await
+        {
             Ok(n) => n,
+            Err(_) if Instant::now() >= until => return Ok(()),
             // Idle only if nothing is in progress; a long download keeps it open.
-            Err(_) if active.load(Ordering::Relaxed) == 0 => return Ok(()),
+            Err(_) if streams.is_empty() => return Ok(()),
             Err(_) => continue,
         };
         let Some(r) = next else { return Ok(()) };
         let (req, respond) = r?;
-        let active = Arc::clone(&active);
-        active.fetch_add(1, Ordering::Relaxed);
-        tokio::spawn(async move {
-            let _ = h2_request(req, respond, local).await;
-            active.fetch_sub(1, Ordering::Relaxed);
+        // Only an upload's body is read; any other is dropped here, unread: h2 then discards
+        // what it had buffered and whatever DATA still comes for the stream, giving the
+        // connection's window back as it goes (and, once the answer is sent, resets the
+        // stream with NO_ERROR to tell the client to stop).
+        let (parts, body) = req.into_parts();
+        let route = crate::route::route(parts.method.as_str(), parts.uri.path());
+        let body = if route.reads_body() {
+            Some(body)
+        } else {
+            drop(body);
+            None
+        };
+        let authority = match route {
+            Route::Config => parts.uri.authority().map(|a| a.to_string()),
+            _ => None,
+        };
+        drop(parts);
+        streams.spawn(async move {
+            let _ = h2_request(route, authority, body, respond, local).await;
         });
     }
 }
@@ -361,67 +398,36 @@ fn head(status: u16, len: Option<u64>, json: bool) -> http::Response<()> {
 }
 
 async fn h2_request(
-    req: http::Request<h2::RecvStream>,
+    route: Route,
+    authority: Option<String>,
+    body: Option<h2::RecvStream>,
     mut respond: h2::server::SendResponse<Bytes>,
     local: Option<SocketAddr>,
 ) -> Result<(), h2::Error> {
-    let path = req.uri().path().to_string();
-    let get = req.method() == http::Method::GET;
-    let upload = req.method() == http::Method::POST || req.method() == http::Method::PUT;
-    match (path.as_str(), get, upload) {
-        ("/.well-known/nq", true, _) => {
-            let doc = nq_document(req.uri().authority().map(|a| a.as_str()), local);
+    match (route, body) {
+        (Route::Config, _) => {
+            let doc = nq_document(authority.as_deref(), local);
             let mut s = respond.send_response(head(200, Some(doc.len() as u64), true), false)?;
             s.send_data(Bytes::from(doc), true)
         }
-        ("/small", true, _) => {
+        (Route::Small, _) => {
             let mut s = respond.send_response(head(200, Some(1), false), false)?;
             s.send_data(Bytes::from_static(b"x"), true)
         }
-        ("/large", true, _) => {
-            let mut s = respond.send_response(head(200, Some(LARGE), false), false)?;
-            let mut left = LARGE;
-            while left > 0 {
-                s.reserve_capacity(SEND_BUFFER.min(left as usize));
-                let cap = match tokio::time::timeout(
-                    STALL,
-                    std::future::poll_fn(|cx| s.poll_capacity(cx)),
-                )
-                .await
-                {
-                    Ok(Some(Ok(n))) => n.min(SEND_BUFFER),
-                    Ok(Some(Err(e))) => return Err(e),
-                    Ok(None) => return Ok(()),
-                    Err(_) => {
-                        s.send_reset(h2::Reason::CANCEL);
-                        return Ok(());
-                    }
-                };
-                left -= cap as u64;
-                crate::conn::send_frames(&mut s, &ZEROS, cap, left == 0)?;
-            }
-            Ok(())
+        (Route::Large, _) => {
+            let s = respond.send_response(head(200, Some(LARGE), false), false)?;
+            send_large(s).await
         }
-        ("/upload", _, true) => {
-            let mut body = req.into_body();
-            loop {
-                match tokio::time::timeout(STALL, body.data()).await {
-                    Ok(Some(Ok(chunk))) => {
-                        let _ = body.flow_control().release_capacity(chunk.len());
-                    }
-                    Ok(None) => break,
-                    Ok(Some(Err(e))) => return Err(e),
-                    Err(_) => {
-                        respond.send_reset(h2::Reason::CANCEL);
-                        return Ok(());
-                    }
-                }
+        (Route::Upload, Some(body)) => {
+            if !discard(body).await? {
+                respond.send_reset(h2::Reason::CANCEL);
+                return Ok(());
             }
             respond
                 .send_response(head(200, Some(0), false), true)
                 .map(|_| ())
         }
-        ("/.well-known/nq" | "/small" | "/large" | "/upload", _, _) => respond
+        (Route::MethodNotAllowed, _) => respond
             .send_response(head(405, Some(0), false), true)
             .map(|_| ()),
         _ => respond
@@ -430,125 +436,40 @@ async fn h2_request(
     }
 }
 
-/// HTTP/1.1 (a client that did not offer h2): the same four URLs, one request at a time.
-async fn serve_h1(mut io: Box<dyn Io>, local: Option<SocketAddr>) -> std::io::Result<()> {
-    let mut buf: Vec<u8> = Vec::new();
-    let mut tmp = vec![0u8; CHUNK];
-    loop {
-        // The head, within the idle time.
-        let (method, path, host, len) = loop {
-            let mut headers = [httparse::EMPTY_HEADER; 64];
-            let mut req = httparse::Request::new(&mut headers);
-            if let Ok(httparse::Status::Complete(n)) = req.parse(&buf) {
-                let find = |name: &str| {
-                    req.headers
-                        .iter()
-                        .find(|h| h.name.eq_ignore_ascii_case(name))
-                        .and_then(|h| std::str::from_utf8(h.value).ok())
-                        .map(str::to_string)
-                };
-                let len: u64 = find("content-length")
-                    .and_then(|v| v.trim().parse().ok())
-                    .unwrap_or(0);
-                let r = (
-                    req.method.unwrap_or("").to_string(),
-                    req.path.unwrap_or("/").to_string(),
-                    find("host"),
-                    len,
-                );
-                buf.drain(..n);
-                break r;
-            }
-            if buf.len() > MAX_HEAD {
+/// Sends `/large` as the client's flow control allows; a stream that takes nothing for
+/// [`STALL`] is reset.
+async fn send_large(mut s: h2::SendStream<Bytes>) -> Result<(), h2::Error> {
+    let mut left = LARGE;
+    while left > 0 {
+        s.reserve_capacity(SEND_BUFFER.min(left as usize));
+        let cap = match tokio::time::timeout(STALL, std::future::poll_fn(|cx| s.poll_capacity(cx)))
+            .await
+        {
+            Ok(Some(Ok(n))) => n.min(SEND_BUFFER),
+            Ok(Some(Err(e))) => return Err(e),
+            Ok(None) => return Ok(()),
+            Err(_) => {
+                s.send_reset(h2::Reason::CANCEL);
                 return Ok(());
             }
-            let n = match tokio::time::timeout(IDLE, io.read(&mut tmp)).await {
-                Ok(r) => r?,
-                Err(_) => return Ok(()),
-            };
-            if n == 0 {
-                return Ok(());
-            }
-            buf.extend_from_slice(tmp.get(..n).unwrap_or_default());
         };
-        let path = path.split('?').next().unwrap_or("/").to_string();
-        let reply = |status: &str, ty: &str, len: u64| {
-            format!("HTTP/1.1 {status}\r\nContent-Type: {ty}\r\nContent-Length: {len}\r\n\r\n")
-        };
-        match (method.as_str(), path.as_str()) {
-            ("GET", "/.well-known/nq") => {
-                let doc = nq_document(host.as_deref(), local);
-                io.write_all(reply("200 OK", "application/json", doc.len() as u64).as_bytes())
-                    .await?;
-                io.write_all(doc.as_bytes()).await?;
-            }
-            ("GET", "/small") => {
-                io.write_all(reply("200 OK", "application/octet-stream", 1).as_bytes())
-                    .await?;
-                io.write_all(b"x").await?;
-            }
-            ("GET", "/large") => {
-                io.write_all(reply("200 OK", "application/octet-stream", LARGE).as_bytes())
-                    .await?;
-                let mut left = LARGE;
-                while left > 0 {
-                    let n = CHUNK.min(left as usize);
-                    match tokio::time::timeout(STALL, io.write(ZEROS.get(..n).unwrap_or_default()))
-                        .await
-                    {
-                        Ok(Ok(w)) if w > 0 => left -= w as u64,
-                        _ => return Ok(()),
-                    }
-                }
-            }
-            ("POST" | "PUT", "/upload") => {
-                let mut left = len.saturating_sub(buf.len() as u64);
-                buf.clear();
-                while left > 0 {
-                    let n = match tokio::time::timeout(STALL, io.read(&mut tmp)).await {
-                        Ok(Ok(n)) if n > 0 => n,
-                        _ => return Ok(()),
-                    };
-                    left = left.saturating_sub(n as u64);
-                }
-                io.write_all(reply("200 OK", "application/octet-stream", 0).as_bytes())
-                    .await?;
-            }
-            _ => {
-                io.write_all(reply("404 Not Found", "text/plain", 0).as_bytes())
-                    .await?;
-            }
-        }
-        io.flush().await?;
+        left -= cap as u64;
+        crate::conn::send_frames(&mut s, &ZEROS, cap, left == 0)?;
     }
+    Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_configuration_names_the_asked_host_or_the_local_address() {
-        let d = nq_document(Some("example.com:4443"), None);
-        let c = crate::config::parse(d.as_bytes()).unwrap();
-        assert_eq!(c.large.url(), "https://example.com:4443/large");
-        let local: SocketAddr = "127.0.0.1:9".parse().unwrap();
-        let d = nq_document(Some("evil\"},{\"x"), Some(local));
-        let c = crate::config::parse(d.as_bytes()).unwrap();
-        assert_eq!(c.small.url(), "https://127.0.0.1:9/small");
-    }
-
-    #[test]
-    fn places_are_limited_per_address_and_given_back() {
-        let held = Arc::new(Held::default());
-        let ip: IpAddr = "192.0.2.1".parse().unwrap();
-        let places: Vec<Place> = (0..MAX_PER_ADDRESS)
-            .map(|_| admit(&held, ip).unwrap())
-            .collect();
-        assert!(admit(&held, ip).is_none());
-        assert!(admit(&held, "192.0.2.2".parse().unwrap()).is_some());
-        drop(places);
-        assert!(admit(&held, ip).is_some());
-        assert_eq!(held.total.load(Ordering::Relaxed), 0);
+/// Reads an upload's body to its end, releasing the window as each piece arrives; `false`
+/// when nothing came for [`STALL`].
+async fn discard(mut body: h2::RecvStream) -> Result<bool, h2::Error> {
+    loop {
+        match tokio::time::timeout(STALL, body.data()).await {
+            Ok(Some(Ok(chunk))) => {
+                let _ = body.flow_control().release_capacity(chunk.len());
+            }
+            Ok(None) => return Ok(true),
+            Ok(Some(Err(e))) => return Err(e),
+            Err(_) => return Ok(false),
+        }
     }
 }

@@ -35,6 +35,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 pub use acl::Acl;
 pub use budget::{server_memory, Budgets};
 pub use limits::Limits;
+pub use metrics::MetricsSink;
 pub use registry::Registry;
 pub use sockperf::{SockperfCounts, UDP_CLIENT_IDLE as SOCKPERF_UDP_CLIENT_IDLE};
 
@@ -383,6 +384,11 @@ impl Server {
     /// The address `/metrics` is served on, when it is.
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
         self.metrics.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
+    /// Where another port's connections and refusals are counted for `/metrics`.
+    pub fn metrics_sink(&self) -> MetricsSink {
+        MetricsSink(Arc::clone(&self.ctx))
     }
 
     /// Flag that stops the server when set (wire it to SIGINT/SIGTERM).

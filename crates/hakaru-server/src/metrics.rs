@@ -222,6 +222,29 @@ impl Metrics {
     }
 }
 
+/// What a port served outside this crate (the rpm port) counts in `/metrics`: its
+/// connections under `hakaru_connections_total{protocol}` and its refusals under
+/// `hakaru_clients_refused_total{reason}`, beside the server's own.
+#[derive(Clone)]
+pub struct MetricsSink(pub(crate) Arc<Ctx>);
+
+impl MetricsSink {
+    /// A connection of `protocol` was accepted.
+    pub fn connection(&self, protocol: &str) {
+        self.0.metrics.connection(protocol);
+    }
+
+    /// A client was turned away for `reason` (`acl`: counted with the access list's other
+    /// denials).
+    pub fn refused(&self, reason: &str) {
+        if reason == "acl" {
+            self.0.denied.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.0.metrics.refused(reason);
+        }
+    }
+}
+
 /// Scrapes answered at once, and from one address: a scraper that stalls holds one of these
 /// for at most [`SCRAPE_DEADLINE`], and the others are answered meanwhile.
 const SCRAPES: usize = 8;

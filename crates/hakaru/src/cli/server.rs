@@ -176,6 +176,30 @@ pub struct Args {
     /// the rpm downloads; unset, the system's default. Linux only.
     #[arg(long, value_name = "ALGO", requires = "rpm_port")]
     rpm_congestion: Option<String>,
+    /// Most --rpm-port connections at once, all clients together; beyond, a connection is
+    /// closed at once (logged, counted in the metrics).
+    #[arg(long, value_name = "N", default_value_t = 1024, requires = "rpm_port", value_parser = clap::value_parser!(u32).range(1..=65536))]
+    rpm_max_connections: u32,
+    /// Most --rpm-port connections at once from one client (an address, or a network under
+    /// --client-prefix-v4/-v6): a responsiveness test's load connections and its probes in
+    /// flight.
+    #[arg(long, value_name = "N", default_value_t = 192, requires = "rpm_port", value_parser = clap::value_parser!(u32).range(1..=65536))]
+    rpm_max_per_client: u32,
+    /// Most buffer memory --rpm-port's connections may take together, each counted at 2.5 MiB
+    /// from accept to close (its HTTP/2 receive window, read, TLS and framing buffers);
+    /// beyond, a connection is closed at once. 0 for no limit.
+    #[arg(long, value_name = "SIZE", default_value = "1G", requires = "rpm_port")]
+    rpm_max_memory: hakaru_model::Bytes,
+    /// How long an HTTP/1.1 request head may take on --rpm-port from its first byte
+    /// (absolute, however slowly it trickles; then 408 and close), and the HTTP/2 preface
+    /// from the end of the TLS handshake.
+    #[arg(
+        long,
+        value_name = "TIME",
+        default_value = "10s",
+        requires = "rpm_port"
+    )]
+    rpm_head_timeout: Dur,
     /// Serve Prometheus metrics at http://ADDR:PORT/metrics: tests started and finished by
     /// kind and outcome, payload bytes by kind and direction, clients refused by reason,
     /// connections by protocol, the interfaces' counters, the process's CPU, memory and
@@ -339,10 +363,28 @@ fn start_rpm(a: &Args, server: &Server) -> anyhow::Result<Option<hakaru_rpm::Rpm
             super::common::UsageError(e.0.replace("-C/--congestion", "--rpm-congestion"))
         })?;
     }
+    if a.rpm_head_timeout.0.is_zero() {
+        return Err(
+            super::common::UsageError("--rpm-head-timeout must be more than 0".into()).into(),
+        );
+    }
+    let sink = server.metrics_sink();
     let opts = hakaru_rpm::ServerOptions {
         files: a.tls_cert.clone().zip(a.tls_key.clone()),
         permit: Some(std::sync::Arc::new(move |ip| acl.permits(ip))),
         congestion: a.rpm_congestion.clone(),
+        limits: hakaru_rpm::Limits {
+            connections: a.rpm_max_connections as usize,
+            per_client: a.rpm_max_per_client as usize,
+            memory: Some(a.rpm_max_memory.0).filter(|&b| b > 0),
+            prefix_v4: a.client_prefix_v4,
+            prefix_v6: a.client_prefix_v6,
+            head_timeout: a.rpm_head_timeout.0,
+        },
+        events: Some(std::sync::Arc::new(move |e| match e {
+            hakaru_rpm::Event::Accepted => sink.connection("rpm"),
+            hakaru_rpm::Event::Refused(reason) => sink.refused(reason),
+        })),
     };
     let rpm = hakaru_rpm::start(ip, port, &opts).map_err(anyhow::Error::msg)?;
     tracing::info!(

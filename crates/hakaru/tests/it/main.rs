@@ -42,6 +42,7 @@ mod probe;
 mod report;
 mod report_render;
 mod rpm;
+mod rpm_hostile;
 mod schema;
 mod sink;
 mod sockperf;
