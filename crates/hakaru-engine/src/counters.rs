@@ -25,6 +25,9 @@ pub struct FlowCounters {
     ignored: AtomicU64,
     /// Cumulative SO_RXQ_OVFL count, or NONE.
     socket_drops: AtomicU64,
+    /// TCP receiver: bytes read after the measured window closed that reached the host
+    /// before it (their arrival stamps), e.g. held out of order behind a lost segment.
+    arrived_in_window: AtomicU64,
 }
 
 impl Default for FlowCounters {
@@ -41,6 +44,7 @@ impl Default for FlowCounters {
             jitter: AtomicU64::new(NONE),
             ignored: AtomicU64::new(0),
             socket_drops: AtomicU64::new(NONE),
+            arrived_in_window: AtomicU64::new(0),
         }
     }
 }
@@ -77,6 +81,17 @@ fn bump(a: &AtomicU64, n: u64) {
 }
 
 impl FlowCounters {
+    /// Adds `n` bytes read after the window closed that arrived before it.
+    #[inline]
+    pub fn add_arrived_in_window(&self, n: u64) {
+        bump(&self.arrived_in_window, n);
+    }
+
+    /// Bytes read after the window closed that arrived before it, so far.
+    pub fn arrived_in_window(&self) -> u64 {
+        self.arrived_in_window.load(Ordering::Relaxed)
+    }
+
     /// Adds one call that moved `n` bytes at `at_ns` since the start.
     #[inline]
     pub fn add(&self, n: u64, at_ns: u64) {

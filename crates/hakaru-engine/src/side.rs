@@ -57,6 +57,9 @@ pub(crate) struct Core {
     /// the ticker at the end of a timed TCP test, or when the peer ends the test (iperf3's
     /// TEST_END).
     window_mark: Mutex<Option<(u64, Vec<CounterSnapshot>)>>,
+    /// The window's end on the wall clock, nanoseconds since the Unix epoch; 0 until marked.
+    /// Set after the mark's snapshot, so a read that starts once this is set is not in it.
+    window_unix_ns: AtomicU64,
     errors: Mutex<Vec<Option<String>>>,
     on_done: Mutex<Option<DoneFn>>,
     wake: (Mutex<()>, Condvar),
@@ -78,6 +81,7 @@ impl Core {
             remaining: AtomicUsize::new(n),
             end_ns: AtomicU64::new(0),
             window_mark: Mutex::new(None),
+            window_unix_ns: AtomicU64::new(0),
             errors: Mutex::new(vec![None; n]),
             on_done: Mutex::new(Some(on_done)),
             wake: (Mutex::new(()), Condvar::new()),
@@ -146,7 +150,11 @@ impl Core {
     /// Closes the measured window now, unless it is closed already.
     pub fn mark_window(&self, at_ns: u64, counts: Vec<CounterSnapshot>) {
         if let Ok(mut m) = self.window_mark.lock() {
-            m.get_or_insert((at_ns, counts));
+            if m.is_none() {
+                *m = Some((at_ns, counts));
+                let unix_ns = (self.start_unix * 1e9) as u64 + at_ns;
+                self.window_unix_ns.store(unix_ns.max(1), Ordering::Release);
+            }
         }
     }
 
@@ -159,6 +167,16 @@ impl Core {
             self.mark_window(self.now_ns(), counts);
         }
         self.notify();
+    }
+
+    /// The closed window's end on the wall clock (nanoseconds since the Unix epoch), or `None`
+    /// while it is open. A receiver that reads this before a read, and gets `Some`, knows the
+    /// read's bytes are not in the window's snapshot.
+    pub fn window_end_unix_ns(&self) -> Option<u64> {
+        match self.window_unix_ns.load(Ordering::Acquire) {
+            0 => None,
+            w => Some(w),
+        }
     }
 
     fn window_mark(&self) -> Option<(u64, Vec<CounterSnapshot>)> {
@@ -228,10 +246,15 @@ impl Core {
                     Some((w_ns, counts)) if m.role == Role::Receiver => {
                         let w_ns = *w_ns;
                         let at = counts.get(i).copied().unwrap_or(fin);
-                        let late = fin.bytes.saturating_sub(at.bytes);
+                        // Bytes read after the mark that had reached the host before it (out
+                        // of order behind a lost segment, released by its retransmission)
+                        // crossed the path inside the window.
+                        let early = self.counters[i].arrived_in_window();
+                        let counted = at.bytes.saturating_add(early).min(fin.bytes);
+                        let late = fin.bytes.saturating_sub(counted);
                         let last = self.counters[i].last_ns();
                         (
-                            at.bytes,
+                            counted,
                             w_ns.saturating_sub(t.omit_ns) as f64 / 1e9,
                             late,
                             if late > 0 {

@@ -71,6 +71,8 @@ struct Shared {
     drain: std::sync::atomic::AtomicBool,
     /// Paced senders: true when the kernel paces every sending socket too.
     kernel_paced: bool,
+    /// The kernel stamps arrivals on (some of) the receiving flows (SO_TIMESTAMPNS).
+    rx_stamps: bool,
     /// Most bytes per write: the configured length, or for paced senders about 10 ms of the
     /// rate, so a flow never runs a whole large write ahead of its schedule.
     write_cap: usize,
@@ -164,6 +166,10 @@ impl SideRun {
         let mut streams = Vec::with_capacity(flows.len());
         let mut meta = Vec::with_capacity(flows.len());
         let mut kernel_paced = cfg.pace_bps.is_some();
+        // A window that closes while flows still run (a timed test, or the peer's TEST_END)
+        // counts by arrival what TCP releases after it (see recv_step).
+        let stamp_arrivals = cfg.duration.is_some() || cfg.window_at_peer_end;
+        let mut rx_stamps = false;
         for f in flows {
             if let (Some(bps), Role::Sender) = (cfg.pace_bps, f.role) {
                 // The kernel spreads each flow's segments over time (no bursts of a whole
@@ -171,6 +177,9 @@ impl SideRun {
                 // kernel's cap leaves room for headers so it never undercuts the payload rate.
                 let bytes = (bps as f64 / 8.0 * KERNEL_PACING_HEADROOM).ceil() as u64;
                 kernel_paced &= sys::set_max_pacing_rate(f.stream.as_raw_fd(), bytes).is_ok();
+            }
+            if f.role == Role::Receiver && stamp_arrivals {
+                rx_stamps |= sys::tcp_enable_rx_stamps(&f.stream);
             }
             f.stream
                 .set_nonblocking(true)
@@ -201,6 +210,7 @@ impl SideRun {
             zc,
             drain: std::sync::atomic::AtomicBool::new(false),
             kernel_paced,
+            rx_stamps,
             write_cap: cfg_write_cap(&core.cfg),
         });
         let probe: TcpProbe = {
@@ -615,9 +625,34 @@ fn send_step(s: &Shared, i: usize, remaining: Option<u64>) -> Step {
     classify(r, Role::Sender)
 }
 
+/// Bytes per read once the measured window is closed (see `recv_step`).
+const AFTER_WINDOW_READ: usize = 16 << 10;
+
 fn recv_step(s: &Shared, i: usize, buf: &mut [u8]) -> Step {
     let stream = &s.streams[i];
-    let r = if s.cfg.discard && sys::DISCARD_SUPPORTED {
+    let discard = s.cfg.discard && sys::DISCARD_SUPPORTED;
+    // Once the window is closed (read before the read, so these bytes are not in the window's
+    // snapshot), each read says when its bytes reached the host: those that arrived in time,
+    // held out of order behind a lost segment until its retransmission, count in the window.
+    if let Some(end) = s.window_end_unix_ns().filter(|_| s.rx_stamps) {
+        // Small reads: a read's stamp is its last segment's, so a read that also takes
+        // segments that came after the end would leave out the ones that came before.
+        let len = s.cfg.length.min(AFTER_WINDOW_READ);
+        let take = len.min(buf.len());
+        let buf = if discard {
+            &mut [][..]
+        } else {
+            &mut buf[..take]
+        };
+        let r = sys::stream_recv_stamped(stream, buf, len);
+        if let Ok((n, Some(at))) = r {
+            if n > 0 && at <= end {
+                s.counters[i].add_arrived_in_window(n as u64);
+            }
+        }
+        return classify(r.map(|(n, _)| n), Role::Receiver);
+    }
+    let r = if discard {
         sys::recv_discard(stream.as_raw_fd(), s.cfg.length)
     } else {
         sys::stream_recv(stream, buf)

@@ -272,7 +272,9 @@ pub struct FlowSide {
     /// Bytes moved during the omitted warm-up.
     pub omitted_bytes: u64,
     /// Bytes that arrived after the measured window of a timed TCP test, not in `bytes`
-    /// (receivers only: the flow was still draining after the senders stopped).
+    /// (receivers only: the flow was still draining after the senders stopped). Bytes read
+    /// after the window that reached the host inside it (by their kernel arrival stamps) are
+    /// in `bytes`, not here.
     // Defaulted so a report from a peer built before this field existed still decodes.
     #[serde(default)]
     pub late_bytes: u64,
@@ -387,7 +389,8 @@ pub struct Counted {
     pub calls: u64,
     /// Receivers of timed TCP tests: bytes that arrived after the window (flows still
     /// recovering losses or draining queues when the senders stopped); in neither `bytes`
-    /// nor the rate.
+    /// nor the rate. Bytes that reached the host inside the window but were read after it
+    /// (held out of order behind a lost segment) count in the window by their arrival stamps.
     // Defaulted so results written before these fields existed still decode.
     #[serde(default)]
     pub late_bytes: u64,

@@ -161,6 +161,23 @@ pub fn recv_discard(_sock: RawFd, _len: usize) -> io::Result<usize> {
 /// Whether [`recv_discard`] really discards: not here.
 pub const DISCARD_SUPPORTED: bool = false;
 
+/// Arrival stamps on TCP reads: not here (reads carry no stamp).
+pub fn tcp_enable_rx_stamps(_stream: &std::net::TcpStream) -> bool {
+    false
+}
+
+/// A read without an arrival stamp; an empty `buf` (discard) is unsupported here.
+pub fn stream_recv_stamped(
+    stream: &std::net::TcpStream,
+    buf: &mut [u8],
+    _len: usize,
+) -> io::Result<(usize, Option<u64>)> {
+    if buf.is_empty() {
+        return Err(unsupported("receive without copying (--discard)"));
+    }
+    super::stream_recv(stream, buf).map(|n| (n, None))
+}
+
 /// Largest number of GSO segments one send may carry that we use (the same as on Linux, so
 /// callers can size batches alike; GSO itself is unsupported here).
 pub const MAX_GSO_SEGMENTS: usize = 64;

@@ -32,7 +32,12 @@ const MMSG_MAX: usize = 1024;
 const SEND_STACK_MSGS: usize = 64;
 
 /// Sets an `int` socket option.
-fn set_int(fd: RawFd, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
+pub(super) fn set_int(
+    fd: RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
     // SAFETY: `value` is a live c_int and the length passed is its size; the kernel only reads
     // it.
     let rc = unsafe {
@@ -397,7 +402,7 @@ unsafe fn read_control(hdr: &libc::msghdr, m: &mut Meta, drops: &mut Option<u32>
 }
 
 /// A timespec as nanoseconds since the epoch; `None` if before it or out of range.
-fn timespec_ns(sec: i64, nsec: i64) -> Option<u64> {
+pub(super) fn timespec_ns(sec: i64, nsec: i64) -> Option<u64> {
     let sec = u64::try_from(sec).ok()?;
     let nsec = u64::try_from(nsec).ok().filter(|&n| n < 1_000_000_000)?;
     sec.checked_mul(1_000_000_000)?.checked_add(nsec)

@@ -68,6 +68,8 @@
 //!   `net.mptcp.enabled` 0, or an OS without it).
 //! - [`recv_discard`] and [`DISCARD_SUPPORTED`]: drop received TCP bytes without copying them
 //!   (--discard). Where [`DISCARD_SUPPORTED`] is false the caller must read into a buffer.
+//! - [`tcp_enable_rx_stamps`] and [`stream_recv_stamped`]: a TCP read that also says when the
+//!   last segment it took reached the host (SO_TIMESTAMPNS); elsewhere `false` and no stamp.
 //!
 //! The UDP fast path, on UDP sockets:
 //!
@@ -146,8 +148,8 @@ pub use linux::{
     accept_nonblocking, available_congestion, bind_address_no_port, cpu_snapshot, environment,
     interface_for_addr, is_virtual_interface, local_port_range, nic_snapshot, nic_snapshot_all,
     online_cpus, pin_current_thread, process_usage, recv_discard, send_zerocopy, set_busy_poll,
-    set_max_pacing_rate, tcp_defer_accept, tcp_info, tcp_peer_window, tcp_send_queue,
-    ZeroCopySource, DISCARD_SUPPORTED,
+    set_max_pacing_rate, stream_recv_stamped, tcp_defer_accept, tcp_enable_rx_stamps, tcp_info,
+    tcp_peer_window, tcp_send_queue, ZeroCopySource, DISCARD_SUPPORTED,
 };
 
 #[cfg(target_os = "linux")]
@@ -160,7 +162,8 @@ pub use linux_udp::{
 pub use fallback::{
     accept_nonblocking, available_congestion, bind_address_no_port, environment,
     is_virtual_interface, local_port_range, pin_current_thread, recv_discard, send_zerocopy,
-    set_busy_poll, set_max_pacing_rate, tcp_defer_accept, ZeroCopySource, DISCARD_SUPPORTED,
+    set_busy_poll, set_max_pacing_rate, stream_recv_stamped, tcp_defer_accept,
+    tcp_enable_rx_stamps, ZeroCopySource, DISCARD_SUPPORTED,
 };
 
 #[cfg(not(any(target_os = "linux", target_os = "macos", windows)))]
