@@ -95,7 +95,8 @@ def run(tool, port):
     t0 = time.time()
     R = ["-R"] if REV else []
     if tool == "hakaru":
-        o = sh("ip", "netns", "exec", C, H, "tcp", SIP, "-p", str(port), "-P", str(P), "-t", str(SECS), "--json", "-i", "0.5", "-C", CC, *R, *HX)
+        o = sh("ip", "netns", "exec", C, H, "tcp", SIP, "-p", str(port), "-P", str(P), "-t", str(SECS), "--json", "-i", "0.5", "-C", CC, *R, *HX, check=False)
+        if o.returncode: sys.exit(f"hakaru exited {o.returncode}: {o.stderr[-800:]}")
         v = json.loads(o.stdout); t = v["totals"][0]
         head = t["receiver"]["bits_per_second"] / 1e6
         whole = sum(f["receiver"]["bytes"] + f["receiver"]["omitted_bytes"] + f["receiver"].get("late_bytes", 0) for f in v["flows"])
