@@ -560,13 +560,14 @@ fn accept_all(
         ctx.metrics.connection("sockperf");
         ctx.threads.fetch_add(1, Ordering::AcqRel);
         let c = Arc::clone(ctx);
+        let port = stream.local_addr().map(|a| a.port()).unwrap_or(0);
         let spawned = std::thread::Builder::new()
             .name("hakaru-sockperf-conn".into())
             .stack_size(256 << 10)
             .spawn(move || {
                 let _slot = slot;
                 let counts = serve_conn(&c, stream, peer);
-                tracing::info!("sockperf TCP client {peer} done: {counts}");
+                tracing::info!("sockperf TCP client {peer} (port {port}) done: {counts}");
                 c.threads.fetch_sub(1, Ordering::AcqRel);
             });
         if let Err(e) = spawned {
