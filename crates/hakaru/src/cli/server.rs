@@ -108,7 +108,8 @@ pub struct Args {
     /// port, like `sockperf sr` (sockperf's default is 11111; 0 picks a free port), or on
     /// every port of a range FIRST-LAST (at most 1024 ports), so scripts that start one
     /// `sockperf sr --port $port` per client run against this one process. Each client's
-    /// messages, bytes and replies are logged when it ends.
+    /// messages, bytes and replies are logged when it ends. The UDP sockets' receive buffers
+    /// are 8 MiB each, 128 MiB for the whole range beyond 16 ports.
     #[arg(long, value_name = "PORT|FIRST-LAST", value_parser = parse_port_range)]
     sockperf_port: Option<(u16, u16)>,
     /// Receiver threads serving the sockperf ports, each polling its share of them
