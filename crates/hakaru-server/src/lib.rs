@@ -37,10 +37,17 @@ pub use budget::{server_memory, Budgets};
 pub use limits::Limits;
 pub use metrics::MetricsSink;
 pub use registry::Registry;
-pub use sockperf::{SockperfCounts, UDP_CLIENT_IDLE as SOCKPERF_UDP_CLIENT_IDLE};
+pub use sockperf::{
+    rcvbuf_for as sockperf_rcvbuf_for, threads_for as sockperf_threads_for, SockperfCounts,
+    MAX_THREADS as SOCKPERF_MAX_THREADS, PORTS_PER_THREAD as SOCKPERF_PORTS_PER_THREAD,
+    UDP_CLIENT_IDLE as SOCKPERF_UDP_CLIENT_IDLE, UDP_RCVBUF_BUDGET as SOCKPERF_UDP_RCVBUF_BUDGET,
+};
 
 /// Default control port (iperf3's, so firewalls already open for iperf3 work).
 pub const DEFAULT_PORT: u16 = 5201;
+/// Most ports in one `FIRST-LAST` range (`--sockperf-port`, `--netperf-port`): each port is a
+/// socket or two and a share of a thread, so a range is bounded.
+pub const MAX_PORT_RANGE: u16 = 1024;
 /// sockperf's default port, for `--sockperf-port` and `latency --sockperf`.
 pub const SOCKPERF_DEFAULT_PORT: u16 = hakaru_proto::sockperf::DEFAULT_PORT;
 
@@ -74,8 +81,12 @@ pub struct ServerConfig {
     /// Server output for iperf3 clients that ask for it (`--get-server-output`) as iperf3's
     /// JSON document instead of its text.
     pub iperf3_json_output: bool,
-    /// Also answer stock sockperf clients (UDP and TCP) on this port; 0 picks a free one.
-    pub sockperf_port: Option<u16>,
+    /// Also answer stock sockperf clients (UDP and TCP) on every port of `FIRST..=LAST` (at
+    /// most [`MAX_PORT_RANGE`]); (0, 0) picks one free port.
+    pub sockperf_ports: Option<(u16, u16)>,
+    /// Receiver threads serving the sockperf ports; `None`: one per
+    /// [`SOCKPERF_PORTS_PER_THREAD`] ports, at most [`SOCKPERF_MAX_THREADS`].
+    pub sockperf_threads: Option<usize>,
     /// Most sockperf UDP replies per second to one source address; `None`: one reply per
     /// message that asks, as `sockperf sr` does.
     pub sockperf_reply_rate: Option<u32>,
@@ -151,7 +162,8 @@ impl Default for ServerConfig {
             max_rate: None,
             max_flows: 1024,
             iperf3_json_output: false,
-            sockperf_port: None,
+            sockperf_ports: None,
+            sockperf_threads: None,
             sockperf_reply_rate: None,
             http_port: None,
             metrics: None,
@@ -245,7 +257,7 @@ fn bind_side_ports(
     cfg: &ServerConfig,
     bound: SocketAddr,
 ) -> io::Result<(
-    Option<sockperf::SockperfPort>,
+    Option<sockperf::SockperfPorts>,
     Option<http::HttpPort>,
     Option<TcpListener>,
 )> {
@@ -253,10 +265,15 @@ fn bind_side_ports(
     let named = |flag: String| {
         move |e: io::Error| io::Error::new(e.kind(), format!("{flag}: {e}{}", in_use_hint(&e)))
     };
-    let sockperf = match cfg.sockperf_port {
-        Some(p) => Some(
-            sockperf::SockperfPort::bind(bound.ip(), p, v6)
-                .map_err(named(format!("--sockperf-port {p}")))?,
+    let sockperf = match cfg.sockperf_ports {
+        Some((first, last)) => Some(
+            sockperf::SockperfPorts::bind(bound.ip(), first, last, v6).map_err(named(
+                if first == last {
+                    format!("--sockperf-port {first}")
+                } else {
+                    format!("--sockperf-port {first}-{last}")
+                },
+            ))?,
         ),
         None => None,
     };
@@ -277,7 +294,7 @@ fn bind_side_ports(
 pub struct Server {
     listener: TcpListener,
     udp: UdpSocket,
-    sockperf: Option<sockperf::SockperfPort>,
+    sockperf: Option<sockperf::SockperfPorts>,
     http: Option<http::HttpPort>,
     metrics: Option<TcpListener>,
     ntttcp: Option<ntttcp::NtttcpPorts>,
@@ -404,9 +421,17 @@ impl Server {
     /// Serves until the shutdown flag is set, then waits up to 5 s for tests to wind down.
     pub fn run(mut self) -> io::Result<()> {
         self.listener.set_nonblocking(true)?;
-        let sockperf_addr = self.sockperf_addr();
+        let sockperf_addr = self.sockperf.as_ref().map(|s| {
+            (
+                s.describe(),
+                sockperf::threads_for(s.len(), self.ctx.cfg.sockperf_threads),
+            )
+        });
         let sockperf_threads = match self.sockperf.take() {
-            Some(sp) => sp.spawn(Arc::clone(&self.ctx))?,
+            Some(sp) => {
+                let n = sockperf::threads_for(sp.len(), self.ctx.cfg.sockperf_threads);
+                sp.spawn(Arc::clone(&self.ctx), n)?
+            }
             None => Vec::new(),
         };
         let http_addr = self.http_addr();
@@ -443,8 +468,11 @@ impl Server {
             Err(why) => tracing::info!("TCP listener is plain TCP, no MPTCP: {why}"),
         }
         // After the line above, which scripts read the control port from.
-        if let Some(a) = sockperf_addr {
-            tracing::info!("sockperf listening on {a} (UDP and TCP)");
+        if let Some((a, threads)) = sockperf_addr {
+            tracing::info!(
+                "sockperf listening on {a} (UDP and TCP, {threads} receiver thread{})",
+                if threads == 1 { "" } else { "s" }
+            );
         }
         if let Some(a) = ntttcp_addr {
             tracing::info!(

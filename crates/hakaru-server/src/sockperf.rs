@@ -1,9 +1,14 @@
-//! The sockperf port: answers stock `sockperf pp`, `ul` and `tp` clients like `sockperf sr`.
+//! The sockperf ports: answer stock `sockperf pp`, `ul` and `tp` clients like `sockperf sr`,
+//! on one port or on every port of a range (the guides' packet-rate script starts one
+//! `sockperf tp` per port, 64 of them, against one `sockperf sr` each).
 //!
 //! sockperf has no handshake and no control channel: every message is handled on its own
-//! (`proto::sockperf`). UDP is one socket answering each datagram to its sender, so any number
-//! of clients share it; a client's figures are summarised once it has been silent for
-//! [`UDP_CLIENT_IDLE`]. TCP gets a thread per connection and a summary when it closes.
+//! (`proto::sockperf`). Each port is a UDP socket answering each datagram to its sender, so any
+//! number of clients share it, and a TCP listener. A few receiver threads (one per
+//! [`PORTS_PER_THREAD`] ports by default, `--sockperf-threads`) each poll their share of the
+//! ports; a client's UDP figures are summarised once it has been silent for
+//! [`UDP_CLIENT_IDLE`]. TCP gets a thread per connection and a summary when it closes; the
+//! TCP connection limits and the reply budgets are per client across the whole range.
 //! Malformed input is counted and ignored (UDP) or ends that one connection (TCP, where the
 //! framing is lost); nothing a client sends can stop the port serving the others.
 #![cfg_attr(not(test), deny(clippy::indexing_slicing))]
@@ -12,7 +17,7 @@ use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hakaru_proto::sockperf::{
@@ -36,6 +41,16 @@ const MAX_TCP_CONNS_PER_CLIENT: usize = 16;
 pub const TCP_IDLE: Duration = Duration::from_secs(30);
 /// A TCP client that does not read its replies for this long is dropped.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Ports one receiver thread serves by default (`--sockperf-threads`).
+pub const PORTS_PER_THREAD: usize = 8;
+/// Most receiver threads for the sockperf ports.
+pub const MAX_THREADS: usize = 64;
+/// A sockperf UDP socket's receive buffer when the range is small (capped by the kernel at
+/// net.core.rmem_max).
+pub const UDP_RCVBUF: usize = 8 << 20;
+/// The receive buffers of all the sockperf UDP sockets together: a range of more than 16
+/// ports gets smaller ones (at least 256 KiB each).
+pub const UDP_RCVBUF_BUDGET: usize = 128 << 20;
 /// How often blocked calls come back to check for shutdown.
 const TICK: Duration = Duration::from_millis(200);
 
@@ -83,46 +98,152 @@ impl std::fmt::Display for SockperfCounts {
     }
 }
 
-/// The sockperf port's two sockets, bound and not yet served.
-pub(crate) struct SockperfPort {
-    pub tcp: TcpListener,
-    pub udp: UdpSocket,
+/// The sockperf ports' sockets (TCP and UDP on each port of the range), bound and not yet
+/// served.
+pub(crate) struct SockperfPorts {
+    ports: Vec<(TcpListener, UdpSocket)>,
+    /// Each UDP socket's receive buffer, as asked of the kernel (bytes).
+    rcvbuf: usize,
 }
 
-impl SockperfPort {
-    /// Binds TCP and UDP on `ip:port`; port 0 picks one free for both.
-    pub fn bind(ip: std::net::IpAddr, port: u16, v6_only: bool) -> io::Result<SockperfPort> {
-        // With port 0 the TCP port the kernel picks may be taken for UDP: try a few.
-        let tries = if port == 0 { 16 } else { 1 };
-        let mut last = None;
-        for _ in 0..tries {
-            let tcp = bind_tcp(SocketAddr::new(ip, port), v6_only)?;
-            let addr = tcp.local_addr()?;
-            match bind_plain_udp(addr, v6_only) {
-                Ok(udp) => return Ok(SockperfPort { tcp, udp }),
-                Err(e) => last = Some(e),
+/// The receiver threads for `ports` ports: `asked`, else one per [`PORTS_PER_THREAD`] ports,
+/// at most [`MAX_THREADS`]; never more than there are ports, never fewer than one.
+pub fn threads_for(ports: usize, asked: Option<usize>) -> usize {
+    asked
+        .unwrap_or_else(|| ports.div_ceil(PORTS_PER_THREAD))
+        .clamp(1, MAX_THREADS)
+        .min(ports.max(1))
+}
+
+/// Each UDP socket's receive buffer for a range of `ports` ports: [`UDP_RCVBUF`], less when
+/// the range would take more than [`UDP_RCVBUF_BUDGET`] together (at least 256 KiB).
+pub fn rcvbuf_for(ports: usize) -> usize {
+    (UDP_RCVBUF_BUDGET / ports.max(1)).clamp(256 << 10, UDP_RCVBUF)
+}
+
+impl SockperfPorts {
+    /// Binds TCP and UDP on every port of `first..=last` on `ip`; port 0 picks one free port
+    /// for both. A range longer than [`crate::MAX_PORT_RANGE`] is refused.
+    pub fn bind(
+        ip: std::net::IpAddr,
+        first: u16,
+        last: u16,
+        v6_only: bool,
+    ) -> io::Result<SockperfPorts> {
+        if last < first {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{first}-{last}: FIRST is above LAST"),
+            ));
+        }
+        let n = usize::from(last - first) + 1;
+        if n > usize::from(crate::MAX_PORT_RANGE) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{n} ports; at most {} in one range", crate::MAX_PORT_RANGE),
+            ));
+        }
+        let rcvbuf = rcvbuf_for(n);
+        let mut ports = Vec::with_capacity(n);
+        for port in first..=last {
+            ports.push(bind_pair(ip, port, v6_only, rcvbuf)?);
+        }
+        Ok(SockperfPorts { ports, rcvbuf })
+    }
+
+    /// The address of the first port (both sockets of a port share it).
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        match self.ports.first() {
+            Some((t, _)) => t.local_addr(),
+            None => Err(io::Error::other("no sockperf port")),
+        }
+    }
+
+    /// Number of ports.
+    pub fn len(&self) -> usize {
+        self.ports.len()
+    }
+
+    /// What is bound, for the log line scripts read: `ADDR:PORT` or `ADDR:FIRST-LAST`.
+    pub fn describe(&self) -> String {
+        let first = self.ports.first().and_then(|p| p.0.local_addr().ok());
+        let last = self.ports.last().and_then(|p| p.0.local_addr().ok());
+        match (first, last) {
+            (Some(a), Some(b)) if self.ports.len() > 1 => format!("{a}-{}", b.port()),
+            (Some(a), _) => a.to_string(),
+            _ => String::new(),
+        }
+    }
+
+    /// Serves every port until the server shuts down: `threads` receiver threads (see
+    /// [`threads_for`]), port `i` on thread `i % threads`, each polling its ports' UDP
+    /// sockets and TCP listeners. The per-client limits (TCP connections, reply budgets) are
+    /// shared by all of them: one client on every port of the range is still one client.
+    pub fn spawn(
+        self,
+        ctx: Arc<Ctx>,
+        threads: usize,
+    ) -> io::Result<Vec<std::thread::JoinHandle<()>>> {
+        let threads = threads.clamp(1, self.ports.len().max(1));
+        tracing::debug!(
+            "sockperf: {} port(s) on {threads} receiver thread(s), UDP receive buffers of {} KiB asked",
+            self.ports.len(),
+            self.rcvbuf >> 10
+        );
+        let shared = Arc::new(Shared {
+            tcp_open: Admission::for_connections(
+                "sockperf TCP connections",
+                MAX_TCP_CONNS_PER_CLIENT,
+                MAX_TCP_CONNS,
+            ),
+            budgets: ctx
+                .cfg
+                .sockperf_reply_rate
+                .map(|r| Mutex::new(ReplyBudgets::new(Some(r)))),
+            max_udp_clients: (MAX_UDP_CLIENTS / threads).max(64),
+        });
+        let mut shares: Vec<Vec<(TcpListener, UdpSocket)>> =
+            (0..threads).map(|_| Vec::new()).collect();
+        for (i, p) in self.ports.into_iter().enumerate() {
+            if let Some(s) = shares.get_mut(i % threads) {
+                s.push(p);
             }
         }
-        let e = last.unwrap_or_else(|| io::Error::other("no port"));
-        Err(io::Error::new(e.kind(), format!("binding UDP: {e}")))
+        let mut handles = Vec::with_capacity(threads);
+        for share in shares {
+            let ctx = Arc::clone(&ctx);
+            let shared = Arc::clone(&shared);
+            handles.push(
+                std::thread::Builder::new()
+                    .name("hakaru-sockperf".into())
+                    .spawn(move || serve(&ctx, &shared, &share))?,
+            );
+        }
+        Ok(handles)
     }
+}
 
-    /// The address both sockets are bound to.
-    pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.tcp.local_addr()
+/// Binds TCP and UDP on `ip:port`; port 0 picks one free for both.
+fn bind_pair(
+    ip: std::net::IpAddr,
+    port: u16,
+    v6_only: bool,
+    rcvbuf: usize,
+) -> io::Result<(TcpListener, UdpSocket)> {
+    // With port 0 the TCP port the kernel picks may be taken for UDP: try a few.
+    let tries = if port == 0 { 16 } else { 1 };
+    let mut last = None;
+    for _ in 0..tries {
+        let tcp = bind_tcp(SocketAddr::new(ip, port), v6_only)?;
+        let addr = tcp.local_addr()?;
+        match bind_plain_udp(addr, v6_only, rcvbuf) {
+            Ok(udp) => return Ok((tcp, udp)),
+            Err(e) => last = Some((addr, e)),
+        }
     }
-
-    /// Serves both sockets on their own threads until the server shuts down.
-    pub fn spawn(self, ctx: Arc<Ctx>) -> io::Result<Vec<std::thread::JoinHandle<()>>> {
-        let SockperfPort { tcp, udp } = self;
-        let c1 = Arc::clone(&ctx);
-        let u = std::thread::Builder::new()
-            .name("hakaru-sockperf-udp".into())
-            .spawn(move || serve_udp(&c1, &udp))?;
-        let t = std::thread::Builder::new()
-            .name("hakaru-sockperf-tcp".into())
-            .spawn(move || serve_tcp(&ctx, &tcp))?;
-        Ok(vec![u, t])
+    match last {
+        Some((addr, e)) => Err(io::Error::new(e.kind(), format!("binding UDP {addr}: {e}"))),
+        None => Err(io::Error::other("no port")),
     }
 }
 
@@ -135,52 +256,147 @@ fn bind_tcp(addr: SocketAddr, v6_only: bool) -> io::Result<TcpListener> {
     s.bind(&addr.into())
         .map_err(|e| io::Error::new(e.kind(), format!("binding TCP {addr}: {e}")))?;
     s.listen(1024)?;
-    Ok(s.into())
+    let l: TcpListener = s.into();
+    l.set_nonblocking(true)?;
+    Ok(l)
 }
 
 /// No SO_REUSEADDR here: a second sockperf server on the port must fail, not share it.
-fn bind_plain_udp(addr: SocketAddr, v6_only: bool) -> io::Result<UdpSocket> {
+fn bind_plain_udp(addr: SocketAddr, v6_only: bool, rcvbuf: usize) -> io::Result<UdpSocket> {
     let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
     if addr.is_ipv6() {
         let _ = s.set_only_v6(v6_only);
     }
-    // Bursts of `tp --mps max` outrun one thread briefly; a deep queue absorbs them.
-    let _ = s.set_recv_buffer_size(8 << 20);
+    // Bursts of `tp --mps max` outrun a thread briefly; a deep queue absorbs them. The
+    // kernel caps it at net.core.rmem_max.
+    let _ = s.set_recv_buffer_size(rcvbuf);
     s.bind(&addr.into())?;
+    s.set_nonblocking(true)?;
     Ok(s.into())
+}
+
+/// What the receiver threads share: the per-client limits across the whole range.
+struct Shared {
+    /// TCP connections open, per client and in total.
+    tcp_open: Admission,
+    /// Replies left per source address (`--sockperf-reply-rate`); `None`: no limit, no lock.
+    budgets: Option<Mutex<ReplyBudgets>>,
+    /// UDP clients one thread tracks at once (its share of [`MAX_UDP_CLIENTS`]).
+    max_udp_clients: usize,
+}
+
+impl Shared {
+    fn take_reply(&self, ip: std::net::IpAddr) -> bool {
+        match &self.budgets {
+            None => true,
+            Some(b) => b.lock().map(|mut b| b.take(ip)).unwrap_or(true),
+        }
+    }
+
+    fn sweep_budgets(&self) {
+        if let Some(Ok(mut b)) = self.budgets.as_ref().map(|b| b.lock()) {
+            b.sweep();
+        }
+    }
 }
 
 struct UdpClient {
     counts: SockperfCounts,
     last: Instant,
+    /// The local port it sent to.
+    port: u16,
 }
 
-/// Answers every datagram until shutdown.
-fn serve_udp(ctx: &Ctx, sock: &UdpSocket) {
-    let _ = sock.set_read_timeout(Some(TICK));
+/// Datagrams read from one socket before the thread turns to its next ready socket, so one
+/// busy port cannot starve the others of the thread.
+const BURST: usize = 64;
+
+/// One receiver thread: answers every datagram and accepts every connection on its share of
+/// the ports until shutdown.
+fn serve(ctx: &Arc<Ctx>, shared: &Shared, ports: &[(TcpListener, UdpSocket)]) {
+    use hakaru_engine::sys::{AsRawFd, Interest, PollSet};
     let mut buf = vec![0u8; 65_536];
     let mut clients: HashMap<SocketAddr, UdpClient> = HashMap::new();
-    let mut budgets = ReplyBudgets::new(ctx.cfg.sockperf_reply_rate);
     let mut total = SockperfCounts::default();
     let mut last_sweep = Instant::now();
+    let mut errors = crate::accept::AcceptErrors::new("sockperf TCP");
+    let local: Vec<u16> = ports
+        .iter()
+        .map(|(t, _)| t.local_addr().map(|a| a.port()).unwrap_or(0))
+        .collect();
+    let mut set = PollSet::new();
+    for (t, u) in ports {
+        set.push(u.as_raw_fd(), Interest::Read);
+        set.push(t.as_raw_fd(), Interest::Read);
+    }
+    let mut busy = vec![false; ports.len()];
+    // Bounded by the shutdown flag, checked at least every TICK.
     while !ctx.shutdown.load(Ordering::Acquire) {
         if last_sweep.elapsed() >= TICK {
             sweep(&mut clients, &mut total, UDP_CLIENT_IDLE);
-            budgets.sweep();
+            shared.sweep_budgets();
             last_sweep = Instant::now();
         }
-        let (n, from) = match sock.recv_from(&mut buf) {
-            Ok(v) => v,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                        | io::ErrorKind::Interrupted
-                ) =>
-            {
-                continue
+        set.wait(TICK);
+        for (i, (t, _)) in ports.iter().enumerate() {
+            if set.ready(2 * i + 1) {
+                accept_all(ctx, shared, t, &mut errors);
             }
+            if let Some(b) = busy.get_mut(i) {
+                *b = set.ready(2 * i);
+            }
+        }
+        // Round after round over the ready sockets, BURST datagrams each, until all are
+        // drained; the round is bounded by the time (sockets that keep filling are left for
+        // the next wait after a TICK).
+        let drain_start = Instant::now();
+        while busy.iter().any(|&b| b) && drain_start.elapsed() < TICK {
+            for (i, (_, u)) in ports.iter().enumerate() {
+                if !busy.get(i).copied().unwrap_or(false) {
+                    continue;
+                }
+                let port = local.get(i).copied().unwrap_or(0);
+                let more = recv_burst(ctx, shared, u, port, &mut buf, &mut clients, &mut total);
+                if let Some(b) = busy.get_mut(i) {
+                    *b = more;
+                }
+            }
+        }
+    }
+    sweep(&mut clients, &mut total, Duration::ZERO);
+    if total != SockperfCounts::default() {
+        tracing::info!("sockperf UDP total: {total}");
+    }
+}
+
+/// Sends one reply; when the socket's send buffer is full, waits for room a little (the
+/// socket is non-blocking, as the thread serves other ports too).
+fn send_reply(sock: &UdpSocket, msg: &[u8], to: SocketAddr) -> io::Result<usize> {
+    use hakaru_engine::sys::{wait_fd, AsRawFd, Interest};
+    match sock.send_to(msg, to) {
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+            wait_fd(sock.as_raw_fd(), Interest::Write, Duration::from_millis(10));
+            sock.send_to(msg, to)
+        }
+        r => r,
+    }
+}
+
+/// Reads and answers up to [`BURST`] datagrams from `sock`; true when it may hold more.
+fn recv_burst(
+    ctx: &Ctx,
+    shared: &Shared,
+    sock: &UdpSocket,
+    port: u16,
+    buf: &mut [u8],
+    clients: &mut HashMap<SocketAddr, UdpClient>,
+    total: &mut SockperfCounts,
+) -> bool {
+    for _ in 0..BURST {
+        let (n, from) = match sock.recv_from(buf) {
+            Ok(v) => v,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => {
                 // ICMP port unreachable from a client that has gone, and the like.
                 tracing::debug!("sockperf UDP: {e}");
@@ -191,15 +407,16 @@ fn serve_udp(ctx: &Ctx, sock: &UdpSocket) {
             ctx.denied.fetch_add(1, Ordering::Relaxed);
             continue;
         }
-        if !clients.contains_key(&from) && clients.len() >= MAX_UDP_CLIENTS {
-            let oldest = oldest_idle(&clients);
-            sweep(&mut clients, &mut total, oldest);
+        if !clients.contains_key(&from) && clients.len() >= shared.max_udp_clients {
+            let oldest = oldest_idle(clients);
+            sweep(clients, total, oldest);
         }
         let c = clients.entry(from).or_insert_with(|| {
-            tracing::debug!("sockperf UDP client {from}: first message");
+            tracing::debug!("sockperf UDP client {from}: first message (port {port})");
             UdpClient {
                 counts: SockperfCounts::default(),
                 last: Instant::now(),
+                port,
             }
         });
         c.last = Instant::now();
@@ -216,11 +433,11 @@ fn serve_udp(ctx: &Ctx, sock: &UdpSocket) {
                 v => {
                     c.counts.messages += 1;
                     c.counts.bytes += n as u64;
-                    if v == Verdict::Reply && !budgets.take(from.ip()) {
+                    if v == Verdict::Reply && !shared.take_reply(from.ip()) {
                         c.counts.withheld += 1;
                     } else if v == Verdict::Reply {
                         make_reply(msg);
-                        match sock.send_to(msg, from) {
+                        match send_reply(sock, msg, from) {
                             Ok(_) => c.counts.replies += 1,
                             Err(e) => tracing::debug!("sockperf UDP client {from}: reply: {e}"),
                         }
@@ -229,8 +446,7 @@ fn serve_udp(ctx: &Ctx, sock: &UdpSocket) {
             },
         }
     }
-    sweep(&mut clients, &mut total, Duration::ZERO);
-    tracing::info!("sockperf UDP total: {total}");
+    true
 }
 
 /// Replies per source address (`--sockperf-reply-rate`): a token bucket of one second's
@@ -299,38 +515,34 @@ fn sweep(clients: &mut HashMap<SocketAddr, UdpClient>, total: &mut SockperfCount
         if c.last.elapsed() < idle {
             return true;
         }
-        tracing::info!("sockperf UDP client {addr} done: {}", c.counts);
+        tracing::info!(
+            "sockperf UDP client {addr} (port {}) done: {}",
+            c.port,
+            c.counts
+        );
         total.add(&c.counts);
         false
     });
 }
 
-/// Accepts TCP connections until shutdown, one thread each.
-fn serve_tcp(ctx: &Arc<Ctx>, l: &TcpListener) {
-    if let Err(e) = l.set_nonblocking(true) {
-        tracing::warn!("sockperf TCP: {e}; not serving TCP");
-        return;
-    }
-    let open = Admission::for_connections(
-        "sockperf TCP connections",
-        MAX_TCP_CONNS_PER_CLIENT,
-        MAX_TCP_CONNS,
-    );
-    let mut errors = crate::accept::AcceptErrors::new("sockperf TCP");
-    while !ctx.shutdown.load(Ordering::Acquire) {
+/// Accepts the TCP connections waiting on `l` (at most [`BURST`]), one thread each.
+fn accept_all(
+    ctx: &Arc<Ctx>,
+    shared: &Shared,
+    l: &TcpListener,
+    errors: &mut crate::accept::AcceptErrors,
+) {
+    for _ in 0..BURST {
         let (stream, peer) = match l.accept() {
             Ok(v) => {
                 errors.accepted();
                 v
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                wait_readable(l);
-                continue;
-            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => {
                 errors.failed(&e);
-                continue;
+                return;
             }
         };
         if !ctx.cfg.acl.permits(peer.ip()) {
@@ -338,7 +550,7 @@ fn serve_tcp(ctx: &Arc<Ctx>, l: &TcpListener) {
             tracing::debug!("sockperf TCP client {peer}: not allowed (--allow/--deny)");
             continue;
         }
-        let slot = match open.pending(peer.ip()) {
+        let slot = match shared.tcp_open.pending(peer.ip()) {
             Ok(s) => s,
             Err(why) => {
                 ctx.log_refusal(peer, &format!("sockperf TCP: {why}"));
@@ -348,13 +560,14 @@ fn serve_tcp(ctx: &Arc<Ctx>, l: &TcpListener) {
         ctx.metrics.connection("sockperf");
         ctx.threads.fetch_add(1, Ordering::AcqRel);
         let c = Arc::clone(ctx);
+        let port = stream.local_addr().map(|a| a.port()).unwrap_or(0);
         let spawned = std::thread::Builder::new()
             .name("hakaru-sockperf-conn".into())
             .stack_size(256 << 10)
             .spawn(move || {
                 let _slot = slot;
                 let counts = serve_conn(&c, stream, peer);
-                tracing::info!("sockperf TCP client {peer} done: {counts}");
+                tracing::info!("sockperf TCP client {peer} (port {port}) done: {counts}");
                 c.threads.fetch_sub(1, Ordering::AcqRel);
             });
         if let Err(e) = spawned {
@@ -453,10 +666,6 @@ fn serve_conn(ctx: &Ctx, mut s: TcpStream, peer: SocketAddr) -> SockperfCounts {
     counts
 }
 
-fn wait_readable(l: &TcpListener) {
-    crate::wait_readable_for(l, TICK);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -471,7 +680,7 @@ mod tests {
         let s = Server::bind(ServerConfig {
             bind: Some("127.0.0.1".parse().unwrap()),
             port: 0,
-            sockperf_port: Some(0),
+            sockperf_ports: Some((0, 0)),
             sockperf_reply_rate: reply_rate,
             ..ServerConfig::default()
         })
@@ -573,6 +782,108 @@ mod tests {
         let ip = "10.0.0.1".parse().unwrap();
         assert!(b.take(ip) && b.take(ip) && !b.take(ip));
         assert!(ReplyBudgets::new(None).take(ip));
+    }
+
+    /// A server on `n` consecutive ports (found free by trying), `threads` receiver threads.
+    fn range_server(
+        n: u16,
+        threads: usize,
+        reply_rate: Option<u32>,
+    ) -> (crate::ServerHandle, Vec<SocketAddr>) {
+        for _ in 0..50 {
+            let base = UdpSocket::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let Some(last) = base.checked_add(n - 1) else {
+                continue;
+            };
+            let Ok(s) = Server::bind(ServerConfig {
+                bind: Some("127.0.0.1".parse().unwrap()),
+                port: 0,
+                sockperf_ports: Some((base, last)),
+                sockperf_threads: Some(threads),
+                sockperf_reply_rate: reply_rate,
+                ..ServerConfig::default()
+            }) else {
+                continue;
+            };
+            let h = s.spawn().unwrap();
+            let addrs = (base..=last)
+                .map(|p| SocketAddr::from(([127, 0, 0, 1], p)))
+                .collect();
+            return (h, addrs);
+        }
+        panic!("no {n} consecutive free ports");
+    }
+
+    #[test]
+    fn every_port_of_a_range_answers_udp_and_tcp() {
+        let (_h, addrs) = range_server(5, 2, None);
+        let c = UdpSocket::bind("127.0.0.1:0").unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        for (i, a) in addrs.iter().enumerate() {
+            let seq = 10 + i as u64;
+            c.send_to(&msg(seq, 0x3, 64), a).unwrap();
+            let mut buf = [0u8; 128];
+            let (n, from) = c.recv_from(&mut buf).unwrap();
+            assert_eq!((n, from), (64, *a));
+            let h = sp::parse(&buf[..n], sp::MAX_UDP_MESSAGE).unwrap();
+            assert_eq!((h.seq, h.flags), (seq, 0x2));
+            let mut s = TcpStream::connect(a).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            s.write_all(&msg(seq, 0x3, 14)).unwrap();
+            let mut r = [0u8; 14];
+            s.read_exact(&mut r).unwrap();
+            assert_eq!(&r[8..10], &[0, 2]);
+        }
+    }
+
+    #[test]
+    fn the_reply_budget_is_per_client_across_the_range() {
+        let (_h, addrs) = range_server(4, 4, Some(20));
+        let c = UdpSocket::bind("127.0.0.1:0").unwrap();
+        c.set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        // 50 requests to each of 4 ports, each port on its own thread: one budget of 20.
+        for seq in 0..200u64 {
+            c.send_to(&msg(seq, 0x3, 64), addrs[seq as usize % 4])
+                .unwrap();
+        }
+        let mut buf = [0u8; 128];
+        let mut replies = 0;
+        while c.recv(&mut buf).is_ok() {
+            replies += 1;
+        }
+        assert!((20..=32).contains(&replies), "{replies} replies");
+    }
+
+    #[test]
+    fn threads_and_buffers_follow_the_range() {
+        assert_eq!(threads_for(1, None), 1);
+        assert_eq!(threads_for(8, None), 1);
+        assert_eq!(threads_for(9, None), 2);
+        assert_eq!(threads_for(64, None), 8);
+        assert_eq!(threads_for(1024, None), MAX_THREADS);
+        assert_eq!(threads_for(4, Some(16)), 4);
+        assert_eq!(threads_for(64, Some(3)), 3);
+        assert_eq!(threads_for(64, Some(0)), 1);
+        assert_eq!(rcvbuf_for(1), UDP_RCVBUF);
+        assert_eq!(rcvbuf_for(16), UDP_RCVBUF);
+        assert_eq!(rcvbuf_for(64), 2 << 20);
+        assert_eq!(rcvbuf_for(1024), 256 << 10);
+        assert!(rcvbuf_for(1024) * 1024 <= 2 * UDP_RCVBUF_BUDGET);
+    }
+
+    #[test]
+    fn a_range_over_the_limit_is_refused() {
+        let ip = "127.0.0.1".parse().unwrap();
+        let e = SockperfPorts::bind(ip, 2000, 2000 + crate::MAX_PORT_RANGE, false)
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("at most 1024"), "{e}");
+        assert!(SockperfPorts::bind(ip, 5, 3, false).is_err());
     }
 
     #[test]

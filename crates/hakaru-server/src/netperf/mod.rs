@@ -54,8 +54,16 @@ pub(crate) struct NetperfPorts {
 }
 
 impl NetperfPorts {
-    /// Binds `first..=last` on `ip` (port 0: one free port).
+    /// Binds `first..=last` on `ip` (port 0: one free port); at most
+    /// [`crate::MAX_PORT_RANGE`] ports.
     pub fn bind(ip: IpAddr, first: u16, last: u16, v6_only: bool) -> io::Result<NetperfPorts> {
+        let n = usize::from(last.max(first) - first) + 1;
+        if n > usize::from(crate::MAX_PORT_RANGE) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{n} ports; at most {} in one range", crate::MAX_PORT_RANGE),
+            ));
+        }
         let mut listeners = Vec::new();
         for port in first..=last.max(first) {
             let addr = SocketAddr::new(ip, port);

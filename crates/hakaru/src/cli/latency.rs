@@ -233,7 +233,7 @@ fn run_sockperf(a: &Args, test: TestSpec) -> anyhow::Result<()> {
         let server = Server::bind(ServerConfig {
             bind: Some(ip),
             port: 0,
-            sockperf_port: Some(0),
+            sockperf_ports: Some((0, 0)),
             ..ServerConfig::default()
         })
         .and_then(Server::spawn)

@@ -60,7 +60,8 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Serve tests for any number of clients on one port (replaces netserver, iperf3 -s).
-    Server(server::Args),
+    // Boxed: its many flags make it by far the largest variant.
+    Server(Box<server::Args>),
     /// TCP bulk-transfer throughput, one flow or many, either direction (replaces netperf
     /// TCP_STREAM, iperf3, iperf2 --parallel, ntttcp). Without HOST, runs against an
     /// in-process server on loopback.
@@ -159,7 +160,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     common::init_logging(cli.verbose + default_level);
     hakaru_engine::sys::raise_fd_limit();
     match cli.command {
-        Command::Server(a) => server::run(a),
+        Command::Server(a) => server::run(*a),
         Command::Plan(a) => plan::run(a),
         Command::Tcp(a) => tcp::run(*a),
         Command::Udp(a) => udp::run_udp(*a),

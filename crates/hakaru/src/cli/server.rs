@@ -1,12 +1,15 @@
 //! `hakaru server`: one process, one control port, many clients and tests at once. The same
 //! port serves stock iperf3 clients (3.12 and later), each test isolated; with
-//! `--sockperf-port` it also answers stock sockperf clients, like `sockperf sr`.
+//! `--sockperf-port` it also answers stock sockperf clients, like `sockperf sr` (on one port or
+//! a range of them).
 
 use std::net::IpAddr;
 
 use anyhow::Context;
 use hakaru_model::Dur;
-use hakaru_server::{Acl, Budgets, Family, Limits, Server, ServerConfig, DEFAULT_PORT};
+use hakaru_server::{
+    Acl, Budgets, Family, Limits, Server, ServerConfig, DEFAULT_PORT, MAX_PORT_RANGE,
+};
 
 /// Checks one --allow/--deny value (so a bad one is a usage error, exit 2).
 fn parse_net(s: &str) -> Result<String, String> {
@@ -102,12 +105,19 @@ pub struct Args {
     #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"])]
     iperf3_server_output: String,
     /// Also answer stock sockperf clients (`sockperf pp`, `ul`, `tp`, UDP and `--tcp`) on this
-    /// port, like `sockperf sr` (sockperf's default is 11111; 0 picks a free port). Each
-    /// client's messages, bytes and replies are logged when it ends.
-    #[arg(long, value_name = "PORT")]
-    sockperf_port: Option<u16>,
-    /// Most sockperf UDP replies per second to one source address. The sockperf port, like
-    /// `sockperf sr`, answers any source (one reply per message, never larger), so a forged
+    /// port, like `sockperf sr` (sockperf's default is 11111; 0 picks a free port), or on
+    /// every port of a range FIRST-LAST (at most 1024 ports), so scripts that start one
+    /// `sockperf sr --port $port` per client run against this one process. Each client's
+    /// messages, bytes and replies are logged when it ends. The UDP sockets' receive buffers
+    /// are 8 MiB each, 128 MiB for the whole range beyond 16 ports.
+    #[arg(long, value_name = "PORT|FIRST-LAST", value_parser = parse_port_range)]
+    sockperf_port: Option<(u16, u16)>,
+    /// Receiver threads serving the sockperf ports, each polling its share of them
+    /// (default: one per 8 ports, at most 64; never more than the ports).
+    #[arg(long, value_name = "N", requires = "sockperf_port", value_parser = clap::value_parser!(u32).range(1..=64))]
+    sockperf_threads: Option<u32>,
+    /// Most sockperf UDP replies per second to one source address, all the sockperf ports
+    /// together. The sockperf port, like `sockperf sr`, answers any source (one reply per message, never larger), so a forged
     /// source address gets replies; this caps what it can get. Default: no limit.
     #[arg(long, value_name = "N", requires = "sockperf_port", value_parser = clap::value_parser!(u32).range(1..))]
     sockperf_reply_rate: Option<u32>,
@@ -278,7 +288,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         },
         psk: psk.clone(),
         iperf3_json_output: a.iperf3_server_output == "json",
-        sockperf_port: a.sockperf_port,
+        sockperf_ports: a.sockperf_port,
+        sockperf_threads: a.sockperf_threads.map(|n| n as usize),
         sockperf_reply_rate: a.sockperf_reply_rate,
         http_port: a.http_port,
         metrics: a.metrics,
@@ -450,7 +461,8 @@ fn parse_data_ports(s: &str) -> Result<(u16, u16), String> {
     Ok((first, last))
 }
 
-/// `PORT` or `FIRST-LAST` (at most 1024 ports).
+/// `PORT` or `FIRST-LAST` (at most [`MAX_PORT_RANGE`] ports), for `--netperf-port` and
+/// `--sockperf-port`; a single 0 picks a free port.
 fn parse_port_range(s: &str) -> Result<(u16, u16), String> {
     let port = |w: &str| {
         w.trim()
@@ -464,11 +476,38 @@ fn parse_port_range(s: &str) -> Result<(u16, u16), String> {
     if last < first || (first == 0 && last != 0) {
         return Err(format!("{s}: give FIRST-LAST with 1 <= FIRST <= LAST"));
     }
-    if last - first >= 1024 {
+    if last - first >= MAX_PORT_RANGE {
         return Err(format!(
-            "{s}: {} ports; at most 1024",
+            "{s}: {} ports; at most {MAX_PORT_RANGE} in one range",
             u32::from(last - first) + 1
         ));
     }
     Ok((first, last))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_port_range;
+
+    #[test]
+    fn port_ranges() {
+        assert_eq!(parse_port_range("0"), Ok((0, 0)));
+        assert_eq!(parse_port_range("11111"), Ok((11111, 11111)));
+        assert_eq!(parse_port_range("6666-6729"), Ok((6666, 6729)));
+        assert_eq!(parse_port_range(" 7 - 7 "), Ok((7, 7)));
+        assert_eq!(parse_port_range("1000-2023"), Ok((1000, 2023)));
+        let e = parse_port_range("1000-2024").unwrap_err();
+        assert!(
+            e.contains("1025 ports") && e.contains("at most 1024"),
+            "{e}"
+        );
+        let e = parse_port_range("5-3").unwrap_err();
+        assert!(e.contains("FIRST <= LAST"), "{e}");
+        assert!(parse_port_range("0-5").is_err());
+        assert!(parse_port_range("65536")
+            .unwrap_err()
+            .contains("not a port"));
+        assert!(parse_port_range("a-b").is_err());
+        assert!(parse_port_range("").is_err());
+    }
 }

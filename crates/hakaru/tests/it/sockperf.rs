@@ -634,3 +634,293 @@ fn latency_sockperf_against_the_embedded_port() {
     );
     assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
 }
+
+/// `n` consecutive ports free for both TCP and UDP on 127.0.0.1 right now: the first.
+fn free_range(n: u16) -> u16 {
+    for _ in 0..100 {
+        let base = free_port();
+        let Some(last) = base.checked_add(n - 1) else {
+            continue;
+        };
+        let free = (base..=last).all(|p| {
+            TcpListener::bind(("127.0.0.1", p)).is_ok() && UdpSocket::bind(("127.0.0.1", p)).is_ok()
+        });
+        if free {
+            return base;
+        }
+    }
+    panic!("no {n} consecutive free ports");
+}
+
+/// A hakaru server answering sockperf on `n` consecutive ports, with `extra` flags; returns
+/// it and the first port once its "sockperf listening on ADDR:FIRST-LAST" line came.
+fn range_server(n: u16, extra: &[&str]) -> (ServerProc, u16) {
+    // Another process may take a port between the probe and the bind: try again then.
+    for _ in 0..5 {
+        let base = free_range(n);
+        let range = format!("{base}-{}", base + n - 1);
+        let mut args = vec!["--sockperf-port", &range];
+        args.extend_from_slice(extra);
+        let started = std::panic::catch_unwind(|| ServerProc::start(&args));
+        let Ok(s) = started else { continue };
+        let line = s
+            .wait_log("sockperf listening on", Duration::from_secs(10))
+            .expect("no 'sockperf listening on' line");
+        assert!(
+            line.contains(&format!("127.0.0.1:{range} (UDP and TCP")),
+            "{line}"
+        );
+        return (s, base);
+    }
+    panic!("no server on {n} consecutive ports");
+}
+
+/// The figures of the clients of `proto` served on each of `ports` (one client a port), as
+/// their summaries come, in any order; other summaries are skipped.
+fn done_by_port(
+    s: &ServerProc,
+    proto: &str,
+    ports: &[u16],
+    deadline: Instant,
+) -> std::collections::HashMap<u16, Counts> {
+    let tag = format!("sockperf {proto} client ");
+    let mut got = std::collections::HashMap::new();
+    while got.len() < ports.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = s
+            .wait_log(" done: messages=", left)
+            .unwrap_or_else(|| panic!("{proto} summaries missing: have {got:?} of {ports:?}"));
+        let port = line
+            .split(" (port ")
+            .nth(1)
+            .and_then(|r| r.split(')').next())
+            .and_then(|p| p.parse::<u16>().ok());
+        let Some(port) = port.filter(|p| line.contains(&tag) && ports.contains(p)) else {
+            continue;
+        };
+        let field = |k: &str| -> u64 {
+            line.split(&format!(" {k}="))
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("no {k} in {line}"))
+        };
+        let c = Counts {
+            messages: field("messages"),
+            bytes: field("bytes"),
+            replies: field("replies"),
+            ignored: field("ignored"),
+            malformed: field("malformed"),
+        };
+        assert!(
+            got.insert(port, c).is_none(),
+            "two summaries on port {port}"
+        );
+    }
+    got
+}
+
+/// The figures of the next client of `proto` served on local port `port` to end.
+fn done_on(s: &ServerProc, proto: &str, port: u16, deadline: Instant) -> Counts {
+    done_by_port(s, proto, &[port], deadline)
+        .remove(&port)
+        .expect("a summary")
+}
+
+/// Every port of a range answers, on receiver threads that each serve several ports: stock
+/// ping-pong clients (UDP and TCP) and a throughput client on the first, middle and last
+/// ports, each counted by the server on the port it used.
+#[test]
+fn every_port_of_a_range_answers() {
+    if skip() {
+        return;
+    }
+    let n = 16;
+    let (s, base) = range_server(n, &["--sockperf-threads", "3"]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for port in [base, base + 1, base + 7, base + n - 1] {
+        let p = port.to_string();
+        let out = sockperf(&["pp", "-i", "127.0.0.1", "-p", &p, "-t", "1", "-m", "64"]);
+        let (sent, received, dropped) = pp_totals(&out);
+        let c = done_on(&s, "UDP", port, deadline);
+        assert!(sent > 0, "{out}");
+        assert_eq!((c.messages, c.replies), (sent, sent), "port {port}: {c:?}");
+        assert_eq!(c.bytes, sent * 64, "port {port}: {c:?}");
+        assert!(received + 1 >= sent && dropped == 0, "port {port}: {out}");
+    }
+    for port in [base + 2, base + n - 2] {
+        let p = port.to_string();
+        let out = sockperf(&["pp", "-i", "127.0.0.1", "-p", &p, "-t", "1", "--tcp"]);
+        let (sent, _, dropped) = pp_totals(&out);
+        let c = done_on(&s, "TCP", port, deadline);
+        assert!(sent > 0, "{out}");
+        assert_eq!((c.messages, c.replies), (sent, sent), "port {port}: {c:?}");
+        assert_eq!(dropped, 0, "{out}");
+    }
+    let p = (base + 5).to_string();
+    let out = sockperf(&[
+        "tp",
+        "-i",
+        "127.0.0.1",
+        "-p",
+        &p,
+        "-t",
+        "1",
+        "--mps",
+        "10000",
+        "-m",
+        "14",
+    ]);
+    let sent = figure(&out, "messages sent", "Total of");
+    let c = done_on(&s, "UDP", base + 5, deadline);
+    assert_eq!(
+        (c.messages, c.replies),
+        (sent, 0),
+        "{c:?} against {sent} sent"
+    );
+    compat_pass(
+        "sockperf",
+        "server",
+        "pp UDP/TCP and tp on ports of --sockperf-port FIRST-LAST",
+        "client -> server -> client",
+    );
+}
+
+/// The guides' shape: 64 throughput clients, one per port of a 64-port range, all at once
+/// (at a modest rate each: the machine under test is shared); each port's messages are
+/// counted on that port, none more than its client sent.
+#[test]
+fn one_throughput_client_per_port_at_once() {
+    if skip() {
+        return;
+    }
+    let n = 64;
+    let (s, base) = range_server(n, &[]);
+    let clients: Vec<_> = (base..base + n)
+        .map(|port| {
+            std::thread::spawn(move || {
+                let p = port.to_string();
+                let out = sockperf(&[
+                    "tp",
+                    "-i",
+                    "127.0.0.1",
+                    "-p",
+                    &p,
+                    "-t",
+                    "1",
+                    "--mps",
+                    "2000",
+                    "-m",
+                    "14",
+                ]);
+                (port, figure(&out, "messages sent", "Total of"))
+            })
+        })
+        .collect();
+    let sent: Vec<(u16, u64)> = clients.into_iter().map(|h| h.join().unwrap()).collect();
+    let ports: Vec<u16> = sent.iter().map(|c| c.0).collect();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let counted = done_by_port(&s, "UDP", &ports, deadline);
+    for (port, sent) in sent {
+        let got = counted[&port].messages;
+        assert!(
+            sent > 0 && got > 0 && got <= sent,
+            "port {port}: {got} of {sent}"
+        );
+    }
+    compat_pass(
+        "sockperf",
+        "server",
+        "64 x tp UDP -m 14 on a 64-port range",
+        "client -> server",
+    );
+}
+
+/// A bad range is refused before anything is bound, naming why.
+#[test]
+fn bad_sockperf_ranges_are_refused() {
+    for (args, says) in [
+        (&["--sockperf-port", "5-3"][..], "FIRST <= LAST"),
+        (
+            &["--sockperf-port", "2000-3024"][..],
+            "1025 ports; at most 1024",
+        ),
+        (&["--sockperf-port", "0-10"][..], "FIRST <= LAST"),
+        (&["--sockperf-port", "70000"][..], "not a port"),
+        (
+            &["--sockperf-port", "7000-7010", "--sockperf-threads", "65"][..],
+            "65",
+        ),
+        (&["--sockperf-threads", "2"][..], "--sockperf-port"),
+    ] {
+        let mut all = vec!["server", "-B", "127.0.0.1", "-p", "0"];
+        all.extend_from_slice(args);
+        let o = run(&all, LIMIT);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
+
+/// `--sockperf-reply-rate` is one budget per client across the whole range, whichever port
+/// and thread its messages arrive on: four clients from one address on four ports, each port
+/// on its own thread, get the budget's replies between them, not four times it.
+#[test]
+fn the_reply_rate_holds_across_the_range() {
+    if skip() {
+        return;
+    }
+    let rate = 200u64;
+    let (s, base) = range_server(
+        4,
+        &[
+            "--sockperf-threads",
+            "4",
+            "--sockperf-reply-rate",
+            &rate.to_string(),
+        ],
+    );
+    let start = Instant::now();
+    let clients: Vec<_> = (base..base + 4)
+        .map(|port| {
+            std::thread::spawn(move || {
+                let p = port.to_string();
+                let out = sockperf(&[
+                    "ul",
+                    "-i",
+                    "127.0.0.1",
+                    "-p",
+                    &p,
+                    "-t",
+                    "2",
+                    "--mps",
+                    "1000",
+                    "--reply-every",
+                    "1",
+                ]);
+                (port, pp_totals(&out).0)
+            })
+        })
+        .collect();
+    let sent: Vec<(u16, u64)> = clients.into_iter().map(|h| h.join().unwrap()).collect();
+    // Every token the budget can have given: a full bucket to start, then `rate` a second.
+    let bound = rate * (start.elapsed().as_secs() + 2);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let ports: Vec<u16> = sent.iter().map(|c| c.0).collect();
+    let counted = done_by_port(&s, "UDP", &ports, deadline);
+    let mut replies = 0;
+    for &(port, sent) in &sent {
+        let c = &counted[&port];
+        assert_eq!(c.messages, sent, "port {port}: {c:?}");
+        replies += c.replies;
+    }
+    let asked: u64 = sent.iter().map(|c| c.1).sum();
+    assert!(
+        asked > 2 * bound,
+        "too few requests to test the budget: {asked}"
+    );
+    assert!(
+        replies >= rate && replies <= bound,
+        "{replies} replies to {asked} requests; one budget of {rate}/s allows at most {bound}"
+    );
+}
