@@ -87,6 +87,12 @@ fn mach_reads_the_config_and_completes_against_the_rpm_port() {
             "{dir}: {doc}"
         );
         assert!(d["rpm"].as_f64().is_some_and(|v| v > 0.0), "{dir}: {doc}");
+        // Load connections that ended early with an error (present only when not 0).
+        assert_eq!(
+            d["failed_connections"].as_u64().unwrap_or(0),
+            0,
+            "{dir}: {doc}"
+        );
     }
     // The server saw it: connections accepted on the rpm port, none refused. mach opens more
     // than the per-client limit over the run; each over it closed an idle one (logged).
