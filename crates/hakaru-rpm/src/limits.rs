@@ -7,9 +7,20 @@
 //! A client is a source address, or a network of them: IPv4 by address and IPv6 by /64 by
 //! default, as the main port counts clients (`--client-prefix-v4`, `--client-prefix-v6`),
 //! since one host usually holds a whole /64.
+//!
+//! At its per-client limit a client's new connection is not refused while the client has an
+//! idle HTTP/2 connection (no request in progress): the one idle longest is told to close
+//! ([`Place::closing`]; the server sends GOAWAY) and the new one takes its place. Clients such
+//! as Cloudflare's mach open a new connection for each latency probe and leave it open, so a
+//! 12 s test holds hundreds of idle connections; refusing the next one would fail the test. A
+//! connection told to close stops counting against its client at once, but still counts in the
+//! total and the memory budget until it has closed, which it must within [`CLOSE_GRACE`]; at
+//! most [`MAX_CLOSING`] of a client's connections are closing at once, so a client that opens
+//! connections faster than its old ones close is refused as before.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -41,6 +52,12 @@ pub const IDLE: Duration = Duration::from_secs(30);
 pub const STALL: Duration = Duration::from_secs(30);
 /// Longest a connection lives.
 pub const LIFETIME: Duration = Duration::from_secs(600);
+/// Longest an idle connection told to close (to make room for its client's new one) may take
+/// to close after its GOAWAY.
+pub const CLOSE_GRACE: Duration = Duration::from_secs(2);
+/// Most connections of one client closing at once to make room for its new ones; beyond, a
+/// new connection at the per-client limit is refused.
+pub const MAX_CLOSING: usize = 16;
 
 /// The rpm port's bounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,11 +147,56 @@ impl std::fmt::Display for Refusal {
     }
 }
 
+/// One client's connections.
+#[derive(Debug, Default)]
+struct Held {
+    /// Counted against the per-client limit: all but those told to close.
+    count: usize,
+    /// Told to close and not closed yet.
+    closing: usize,
+    /// The idle ones that may be told to close, by when they became idle (oldest first).
+    idle: BTreeMap<u64, Arc<Closing>>,
+}
+
 #[derive(Debug, Default)]
 struct State {
-    per: HashMap<Client, usize>,
+    per: HashMap<Client, Held>,
     total: usize,
     memory: u64,
+    /// Stamps the order in which connections became idle.
+    ticks: u64,
+    /// Connections told to close so far.
+    closed_for_room: u64,
+}
+
+/// A connection's signal to close, set when its place was given to a new connection.
+#[derive(Debug, Default)]
+pub struct Closing {
+    told: AtomicBool,
+    notify: tokio::sync::Notify,
+}
+
+impl Closing {
+    /// True once told.
+    pub fn told(&self) -> bool {
+        self.told.load(Ordering::Acquire)
+    }
+
+    /// Returns once told (at once if told already).
+    pub async fn wait(&self) {
+        loop {
+            let n = self.notify.notified();
+            if self.told() {
+                return;
+            }
+            n.await;
+        }
+    }
+
+    fn tell(&self) {
+        self.told.store(true, Ordering::Release);
+        self.notify.notify_waiters();
+    }
 }
 
 /// Places handed out under [`Limits`].
@@ -149,6 +211,9 @@ pub struct Admission {
 pub struct Place {
     adm: Arc<Admission>,
     client: Client,
+    /// Where it stands among its client's idle connections, while it is idle.
+    idle_since: Option<u64>,
+    closing: Arc<Closing>,
 }
 
 impl Admission {
@@ -168,7 +233,36 @@ impl Admission {
             .state
             .lock()
             .map_err(|_| Refusal::Connections("the rpm port's counts are unusable".into()))?;
-        let here = s.per.get(&client).copied().unwrap_or(0);
+        let s = &mut *s;
+        let here = s.per.get(&client).map_or(0, |h| h.count);
+        let room = here >= l.per_client
+            && s.total < l.connections
+            && l.memory
+                .is_none_or(|max| s.memory + CONNECTION_MEMORY <= max)
+            && s.per.get_mut(&client).is_some_and(|h| {
+                if h.closing >= MAX_CLOSING {
+                    return false;
+                }
+                let Some((_, c)) = h.idle.pop_first() else {
+                    return false;
+                };
+                c.tell();
+                h.count -= 1;
+                h.closing += 1;
+                true
+            });
+        if room {
+            s.closed_for_room += 1;
+            if s.closed_for_room.is_power_of_two() {
+                tracing::info!(
+                    "rpm port: closed {} idle connection(s) so far to make room for new ones of the same client (--rpm-max-per-client {}); the last of {}",
+                    s.closed_for_room,
+                    l.per_client,
+                    name(client)
+                );
+            }
+        }
+        let here = s.per.get(&client).map_or(0, |h| h.count);
         if here >= l.per_client {
             let one = if client.1 == if client.0.is_ipv4() { 32 } else { 128 } {
                 "one address".to_string()
@@ -198,12 +292,14 @@ impl Admission {
                 )));
             }
         }
-        *s.per.entry(client).or_insert(0) += 1;
+        s.per.entry(client).or_default().count += 1;
         s.total += 1;
         s.memory += CONNECTION_MEMORY;
         Ok(Place {
             adm: Arc::clone(self),
             client,
+            idle_since: None,
+            closing: Arc::new(Closing::default()),
         })
     }
 
@@ -216,14 +312,51 @@ impl Admission {
     }
 }
 
+impl Place {
+    /// Says whether the connection is idle (HTTP/2 with no request in progress): an idle
+    /// one may be told to close to make room for its client's new connection.
+    pub fn set_idle(&mut self, idle: bool) {
+        if idle == self.idle_since.is_some() || self.closing.told() {
+            return;
+        }
+        let Ok(mut s) = self.adm.state.lock() else {
+            return;
+        };
+        let s = &mut *s;
+        let Some(h) = s.per.get_mut(&self.client) else {
+            return;
+        };
+        if let Some(t) = self.idle_since.take() {
+            h.idle.remove(&t);
+        }
+        if idle {
+            s.ticks += 1;
+            h.idle.insert(s.ticks, Arc::clone(&self.closing));
+            self.idle_since = Some(s.ticks);
+        }
+    }
+
+    /// The signal telling this connection to close.
+    pub fn closing(&self) -> Arc<Closing> {
+        Arc::clone(&self.closing)
+    }
+}
+
 impl Drop for Place {
     fn drop(&mut self) {
         if let Ok(mut s) = self.adm.state.lock() {
             s.total = s.total.saturating_sub(1);
             s.memory = s.memory.saturating_sub(CONNECTION_MEMORY);
-            if let Some(n) = s.per.get_mut(&self.client) {
-                *n = n.saturating_sub(1);
-                if *n == 0 {
+            if let Some(h) = s.per.get_mut(&self.client) {
+                if let Some(t) = self.idle_since {
+                    h.idle.remove(&t);
+                }
+                if self.closing.told() {
+                    h.closing = h.closing.saturating_sub(1);
+                } else {
+                    h.count = h.count.saturating_sub(1);
+                }
+                if h.count == 0 && h.closing == 0 {
                     s.per.remove(&self.client);
                 }
             }
@@ -317,5 +450,106 @@ mod tests {
             ..Limits::default()
         });
         assert!(free.admit(ip("10.0.0.3")).is_ok());
+    }
+
+    #[test]
+    fn at_the_per_client_limit_the_longest_idle_connection_makes_room() {
+        let adm = Admission::new(Limits {
+            per_client: 3,
+            ..Limits::default()
+        });
+        let mut p: Vec<Place> = (0..3)
+            .map(|_| adm.admit(ip("192.0.2.1")).unwrap())
+            .collect();
+        // None idle: refused as before.
+        assert!(adm.admit(ip("192.0.2.1")).is_err());
+        // 1 became idle before 0; 2 was idle and is busy again.
+        p[2].set_idle(true);
+        p[1].set_idle(true);
+        p[0].set_idle(true);
+        p[2].set_idle(false);
+        let (c0, c1, c2) = (p[0].closing(), p[1].closing(), p[2].closing());
+        let new = adm.admit(ip("192.0.2.1")).expect("room made");
+        assert!(c1.told() && !c0.told() && !c2.told());
+        // The one closing still counts in the total until it has closed.
+        assert_eq!(adm.held().0, 4);
+        let newer = adm.admit(ip("192.0.2.1")).expect("room made");
+        assert!(c0.told() && !c2.told());
+        // Nothing idle is left: refused, and another client is not touched.
+        assert!(adm.admit(ip("192.0.2.1")).is_err());
+        let other = adm.admit(ip("192.0.2.2")).unwrap();
+        // A connection told to close no longer goes idle; once it closes, its client's count
+        // is what it was.
+        p[1].set_idle(true);
+        drop(p.remove(1));
+        drop(p.remove(0));
+        assert_eq!(adm.held().0, 4);
+        assert!(adm.admit(ip("192.0.2.1")).is_err());
+        drop((p, new, newer, other));
+        assert_eq!(adm.held(), (0, 0));
+        assert!(adm.state.lock().unwrap().per.is_empty());
+    }
+
+    #[test]
+    fn a_client_whose_closing_connections_linger_is_refused() {
+        let adm = Admission::new(Limits {
+            per_client: MAX_CLOSING,
+            ..Limits::default()
+        });
+        let mut held: Vec<Place> = Vec::new();
+        for _ in 0..MAX_CLOSING {
+            let mut p = adm.admit(ip("192.0.2.1")).unwrap();
+            p.set_idle(true);
+            held.push(p);
+        }
+        // Each new one makes room by telling an idle one to close, none of which closes.
+        for _ in 0..MAX_CLOSING {
+            let mut p = adm.admit(ip("192.0.2.1")).expect("room made");
+            p.set_idle(true);
+            held.push(p);
+        }
+        assert!(held[..MAX_CLOSING].iter().all(|p| p.closing.told()));
+        let e = adm.admit(ip("192.0.2.1")).unwrap_err();
+        assert!(e.to_string().contains("(--rpm-max-per-client)"), "{e}");
+        // One closes: room again.
+        drop(held.remove(0));
+        assert!(adm.admit(ip("192.0.2.1")).is_ok());
+    }
+
+    #[test]
+    fn the_total_limit_is_not_bent_to_make_room() {
+        let adm = Admission::new(Limits {
+            per_client: 1,
+            connections: 1,
+            ..Limits::default()
+        });
+        let mut p = adm.admit(ip("192.0.2.1")).unwrap();
+        p.set_idle(true);
+        let e = adm.admit(ip("192.0.2.1")).unwrap_err();
+        assert!(!p.closing.told());
+        assert!(e.to_string().contains("--rpm-max-per-client"), "{e}");
+    }
+
+    #[test]
+    fn a_told_connection_wakes_its_waiter() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let adm = Admission::new(Limits {
+            per_client: 1,
+            ..Limits::default()
+        });
+        let mut p = adm.admit(ip("192.0.2.1")).unwrap();
+        p.set_idle(true);
+        let c = p.closing();
+        let waiter = std::thread::spawn(move || rt.block_on(c.wait()));
+        let _new = adm.admit(ip("192.0.2.1")).unwrap();
+        waiter.join().unwrap();
+        // Told before waiting: returns at once.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(p.closing().wait());
     }
 }

@@ -26,7 +26,7 @@ use sha2::Digest;
 use tokio::time::Instant;
 
 use crate::conn::{Io, NOTSENT_LOWAT, READ_BUFFER, SEND_BUFFER, TLS_BUFFER};
-use crate::limits::{Admission, MAX_HEAD, RECV_WINDOW};
+use crate::limits::{Admission, Place, CLOSE_GRACE, MAX_HEAD, RECV_WINDOW};
 pub use crate::limits::{Limits, HANDSHAKE, IDLE, LIFETIME, STALL};
 pub use crate::route::LARGE;
 use crate::route::{nq_document, Route, ZEROS};
@@ -277,7 +277,7 @@ async fn accept_loop(
         let acceptor = port.acceptor.clone();
         let head_timeout = port.head_timeout;
         tokio::spawn(async move {
-            let _place = place;
+            let mut place = place;
             let tcp = tokio::io::BufReader::with_capacity(READ_BUFFER, tcp);
             let Ok(Ok(mut tls)) = tokio::time::timeout(HANDSHAKE, acceptor.accept(tcp)).await
             else {
@@ -288,7 +288,7 @@ async fn accept_loop(
             let io: Box<dyn Io> = Box::new(tls);
             let until = Instant::now() + LIFETIME;
             if h2 {
-                let _ = serve_h2(io, local, head_timeout, until).await;
+                let _ = serve_h2(io, local, head_timeout, until, &mut place).await;
             } else {
                 let _ =
                     tokio::time::timeout_at(until, crate::http1::serve(io, local, head_timeout))
@@ -319,6 +319,7 @@ async fn serve_h2(
     local: Option<SocketAddr>,
     head_timeout: Duration,
     until: Instant,
+    place: &mut Place,
 ) -> Result<(), h2::Error> {
     // The client's preface and SETTINGS within the head timeout.
     let Ok(conn) = tokio::time::timeout(head_timeout, h2_builder().handshake(io)).await else {
@@ -326,7 +327,7 @@ async fn serve_h2(
     };
     let mut conn = conn?;
     let mut streams = tokio::task::JoinSet::new();
-    let end = accept_h2(&mut conn, &mut streams, local, until).await;
+    let end = accept_h2(&mut conn, &mut streams, local, until, place).await;
     // The streams' tasks, and their handles, end before the connection is dropped: h2 does
     // not expect streams still held when its connection goes (a debug assertion).
     streams.shutdown().await;
@@ -335,25 +336,42 @@ async fn serve_h2(
 }
 
 /// Takes the connection's requests, each served by a task in `streams`, until the client
-/// closes, nothing is in progress for [`IDLE`], or `until`.
+/// closes, nothing is in progress for [`IDLE`], or `until`. While nothing is in progress the
+/// connection is idle in its `place`: told to close then (to make room for its client's new
+/// connection, [`crate::limits`]), it sends GOAWAY and has [`CLOSE_GRACE`] to finish.
 async fn accept_h2(
     conn: &mut h2::server::Connection<Box<dyn Io>, Bytes>,
     streams: &mut tokio::task::JoinSet<()>,
     local: Option<SocketAddr>,
-    until: Instant,
+    mut until: Instant,
+    place: &mut Place,
 ) -> Result<(), h2::Error> {
+    let closing = place.closing();
+    let mut told = false;
     loop {
         while streams.try_join_next().is_some() {}
-        let next = match tokio::time::timeout_at((Instant::now() + IDLE).min(until), conn.accept())
-            .await
-        {
-            Ok(n) => n,
-            Err(_) if Instant::now() >= until => return Ok(()),
-            // Idle only if nothing is in progress; a long download keeps it open.
-            Err(_) if streams.is_empty() => return Ok(()),
-            Err(_) => continue,
+        place.set_idle(streams.is_empty());
+        let idle_at = (Instant::now() + IDLE).min(until);
+        let next = tokio::select! {
+            n = conn.accept() => n,
+            // A stream ended: the connection may be idle now.
+            Some(_) = streams.join_next(), if !streams.is_empty() => continue,
+            () = closing.wait(), if !told => {
+                told = true;
+                until = until.min(Instant::now() + CLOSE_GRACE);
+                conn.graceful_shutdown();
+                continue;
+            }
+            () = tokio::time::sleep_until(idle_at) => {
+                if Instant::now() >= until || streams.is_empty() {
+                    return Ok(());
+                }
+                // Idle only if nothing is in progress; a long download keeps it open.
+                continue;
+            }
         };
         let Some(r) = next else { return Ok(()) };
+        place.set_idle(false);
         let (req, respond) = r?;
         // Only an upload's body is read; any other is dropped here, unread: h2 then discards
         // what it had buffered and whatever DATA still comes for the stream, giving the

@@ -192,7 +192,8 @@ pub struct Args {
     rpm_max_connections: u32,
     /// Most --rpm-port connections at once from one client (an address, or a network under
     /// --client-prefix-v4/-v6): a responsiveness test's load connections and its probes in
-    /// flight.
+    /// flight. At the limit, the client's longest idle HTTP/2 connection is closed (GOAWAY)
+    /// to make room; with none idle, or 16 closing already, the new one is closed at once.
     #[arg(long, value_name = "N", default_value_t = 192, requires = "rpm_port", value_parser = clap::value_parser!(u32).range(1..=65536))]
     rpm_max_per_client: u32,
     /// Most buffer memory --rpm-port's connections may take together, each counted at 2.5 MiB

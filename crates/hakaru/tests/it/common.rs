@@ -634,13 +634,14 @@ pub fn peer_version(tool: &str) -> String {
         "iperf" => "-v",
         _ => "--version",
     };
-    // Peers built from the shared sources live in /opt/hakaru-peers (netperf: `-V`).
+    // Peers built from the shared sources live in /opt/hakaru-peers (netperf: `-V`; mach).
     let built = std::path::Path::new("/opt/hakaru-peers")
         .join(tool)
         .join("bin")
         .join(tool);
     let (prog, flag) = match tool {
         "netperf" => (built.as_os_str(), "-V"),
+        "mach" => (built.as_os_str(), flag),
         _ => (std::ffi::OsStr::new(tool), flag),
     };
     let out = Command::new(prog).arg(flag).output();

@@ -43,6 +43,7 @@ mod report;
 mod report_render;
 mod rpm;
 mod rpm_hostile;
+mod rpm_mach;
 mod schema;
 mod sink;
 mod sockperf;

@@ -12,6 +12,9 @@
 //!   above (cubic backs off by 30 %, so the queue is not always full); the self probes wait
 //!   behind the queue too. With a 25 KB queue (10 ms) the one-packet probes read low and the
 //!   self probes fall;
+//! - Cloudflare's mach (built by `.ci/run`) across the 250 KB queue: its download stage
+//!   reads the bottleneck (goodput, self probes behind the full queue, RPM), its upload stage,
+//!   not shaped, a higher RPM;
 //! - against nginx (Debian's nginx-light, HTTP/2 over TLS, the draft's four URLs) on the same
 //!   path the RPM agrees with `hakaru server --rpm-port`'s within 10 %; both send with the
 //!   namespace's default congestion control, set to reno (a namespace may not default to
@@ -35,7 +38,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::common::{bin, json, kill, make_certs, peer, run_cmd, stderr, ServerProc};
+use super::common::{bin, built_peer, json, kill, make_certs, peer, run_cmd, stderr, ServerProc};
 use super::netns_bridge::{in_ns_must, Bridge};
 
 /// Bottleneck rate, bit/s, as tc spells it and as a number.
@@ -275,6 +278,68 @@ fn a_full_tbf_queue_reads_as_its_delay_and_a_small_one_reads_low() {
             assert!(own > tcp, "self {own:.1} ms under the queue's {tcp:.1} ms");
         }
     }
+}
+
+/// Cloudflare's mach on the client host against `hakaru server --rpm-port` across the
+/// 250 KB queue (100 ms full) toward the client, cubic on the server: its download stage reads
+/// the bottleneck (goodput under the tbf's rate, self probes behind the full queue, an RPM
+/// under what 85 ms would give), and its upload stage, the other way and not shaped, reads a
+/// higher RPM. mach is built by `.ci/run` (tests/it/rpm_mach.rs has the loopback run).
+#[test]
+fn mach_reads_the_full_queue_on_the_download() {
+    let Some(mach) = built_peer("mach", "mach") else {
+        return;
+    };
+    let Some(path) = RpmPath::new(250_000, "cubic") else {
+        return;
+    };
+    let config = format!("https://{}:{RPM_PORT}/.well-known/nq", path.server_ip());
+    let o = run_cmd(
+        Command::new("ip")
+            .args(["netns", "exec", &path.bridge.members[CLIENT].ns])
+            .arg(&mach)
+            .args([
+                "rpm",
+                "--config",
+                &config,
+                "--insecure",
+                "--disable-aim-scores",
+                "--test-duration",
+                "10000",
+            ]),
+        Duration::from_secs(120),
+    );
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(o.status.success(), "mach: {out}\n{}", stderr(&o));
+    let doc: Value = serde_json::from_str(&out)
+        .unwrap_or_else(|e| panic!("mach's stdout is not JSON ({e}): {out}\n{}", stderr(&o)));
+    eprintln!("netns rpm: mach across a 100 ms queue: {doc}");
+    let (down, up) = (&doc["download"], &doc["upload"]);
+    let num = |v: &Value, k: &str| v[k].as_f64().unwrap_or_else(|| panic!("no {k}: {doc}"));
+    for d in [down, up] {
+        assert_eq!(d["failed_connections"].as_u64().unwrap_or(0), 0, "{doc}");
+    }
+    let bps = num(down, "throughput");
+    assert!(
+        bps > 0.5 * RATE.1 && bps < RATE.1,
+        "mach's download goodput {bps} on a {} path",
+        RATE.0
+    );
+    let full_ms = 100.0;
+    let own = num(down, "loaded_latency_ms");
+    assert!(
+        own >= FULL * full_ms,
+        "mach's self probes {own:.1} ms behind a {full_ms} ms queue"
+    );
+    let (rpm_down, rpm_up) = (num(down, "rpm"), num(up, "rpm"));
+    assert!(
+        rpm_down > 0.0 && rpm_down < 60_000.0 / (FULL * full_ms),
+        "mach's download RPM {rpm_down} across a {full_ms} ms queue"
+    );
+    assert!(
+        rpm_up > rpm_down,
+        "the upload, not shaped, {rpm_up} RPM; the download {rpm_down}"
+    );
 }
 
 /// nginx in the server namespace, serving the draft's four URLs over HTTP/2 and TLS; killed

@@ -1,7 +1,7 @@
 //! Hostile peers against `hakaru server --rpm-port`, the real binary on loopback, driven by a
 //! Python HTTP/2 client (the `h2` package, which `.ci/run` installs with pip): request bodies
 //! the server never reads, header blocks that never end, a connection flood from one address,
-//! and an HTTP/1.1 head trickled a byte at a time. Each measures the server (RSS, descriptors,
+//! idle HTTP/2 connections that ignore GOAWAY, and an HTTP/1.1 head trickled a byte at a time. Each measures the server (RSS, descriptors,
 //! threads from /proc) and checks that a legitimate client from the same address is served
 //! during or after the attack.
 
@@ -213,6 +213,34 @@ def trickle(host, port, every, upto):
             return
     print("open", round(time.time() - t0, 1), flush=True)
 
+def idle(host, port, src, n, wait, secs):
+    # HTTP/2 connections that say nothing after their preface and never answer the server
+    # (not its GOAWAY, not its PING): those still open after `wait` s were kept.
+    import h2.config, h2.connection
+    socks = []
+    for _ in range(n):
+        try:
+            s = tls(host, port, src, "h2")
+            c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+            c.initiate_connection()
+            s.sendall(c.data_to_send())
+            socks.append(s)
+        except OSError:
+            pass
+    time.sleep(wait)
+    kept = 0
+    for s in socks:
+        s.settimeout(0.2)
+        try:
+            while s.recv(1 << 16):
+                pass
+        except socket.timeout:
+            kept += 1
+        except OSError:
+            pass
+    print("opened", len(socks), "kept", kept, flush=True)
+    time.sleep(secs)
+
 mode, args = sys.argv[1], sys.argv[2:]
 if mode == "unread":
     unread(args[0], int(args[1]), int(args[2]), int(args[3]), int(args[4]), float(args[5]))
@@ -220,6 +248,8 @@ elif mode == "headers":
     headers(args[0], int(args[1]), int(args[2]), int(args[3]))
 elif mode == "hold":
     hold(args[0], int(args[1]), args[2], int(args[3]), float(args[4]))
+elif mode == "idle":
+    idle(args[0], int(args[1]), args[2], int(args[3]), float(args[4]), float(args[5]))
 elif mode == "get":
     get(args[0], int(args[1]), args[2], args[3])
 elif mode == "trickle":
@@ -503,6 +533,74 @@ fn a_flood_from_one_address_is_refused_and_others_are_served() {
     assert_eq!(code, Some(0), "a legitimate rpm run after the flood: {err}");
     assert!(doc["rpm"]["rpm"].as_f64().is_some_and(|r| r > 0.0), "{doc}");
     assert!(fds1 <= fds0 + 20, "descriptors {fds0} -> {fds1}");
+}
+
+/// Forty HTTP/2 connections from one address that go idle after their preface and never
+/// answer the server, under --rpm-max-per-client 16: each one past the sixteenth closes the
+/// longest idle (GOAWAY, then at most 2 s however the client behaves) or, with sixteen closing
+/// already, is refused; so four seconds on the address keeps sixteen.
+/// A real `hakaru rpm` from that address, while it holds its sixteen idle connections, runs:
+/// its connections make room by closing idle ones (before, every one was refused).
+#[test]
+fn idle_http2_connections_make_room_for_their_clients_new_ones() {
+    if !python_h2() {
+        return;
+    }
+    let port = free_port();
+    let metrics_port = free_port();
+    let mut s = ServerProc::start(&[
+        "--rpm-port",
+        &port.to_string(),
+        "--rpm-max-per-client",
+        "16",
+        "--metrics",
+        &format!("127.0.0.1:{metrics_port}"),
+    ]);
+    let pid = s.child.id();
+    settle(port);
+    let fds0 = fds_of(pid);
+    let p = port.to_string();
+    let mut held = python(&["idle", "127.0.0.1", &p, "127.0.0.1", "40", "4", "30"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut lines =
+        std::io::BufRead::lines(std::io::BufReader::new(held.stdout.take().expect("stdout")));
+    let held_line = lines.next().and_then(Result::ok).unwrap_or_default();
+    let fds1 = fds_of(pid);
+    let refused_before = metric(
+        metrics_port,
+        "hakaru_clients_refused_total{reason=\"rpm_limits\"}",
+    );
+    // The same address, while its sixteen idle connections are held.
+    let (code, doc, err) = legit_rpm(port, "4");
+    let refused_after = metric(
+        metrics_port,
+        "hakaru_clients_refused_total{reason=\"rpm_limits\"}",
+    );
+    let _ = held.kill();
+    let _ = held.wait();
+    eprintln!(
+        "idle: {held_line:?}; refused {refused_before} then {refused_after}; fds {fds0} -> {fds1}"
+    );
+    assert!(s.alive());
+    assert_eq!(figure(&held_line, "kept"), 16.0, "{held_line}");
+    assert!(figure(&held_line, "opened") >= 16.0, "{held_line}");
+    assert!(fds1 <= fds0 + 20, "descriptors {fds0} -> {fds1}");
+    assert_eq!(code, Some(0), "rpm beside sixteen idle connections: {err}");
+    assert!(doc["rpm"]["rpm"].as_f64().is_some_and(|r| r > 0.0), "{doc}");
+    assert_eq!(
+        refused_after, refused_before,
+        "the rpm run's connections were refused"
+    );
+    assert!(
+        s.wait_log(
+            "idle connection(s) so far to make room",
+            Duration::from_secs(5)
+        )
+        .is_some(),
+        "no idle connection was closed to make room"
+    );
 }
 
 /// An HTTP/1.1 head trickled a byte every 200 ms: before, it lived until the connection's
