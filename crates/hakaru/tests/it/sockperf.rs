@@ -44,6 +44,26 @@ struct Counts {
     malformed: u64,
 }
 
+impl Counts {
+    /// The figures of a "... done: messages=M bytes=B ..." summary line.
+    fn of(line: &str) -> Counts {
+        let field = |k: &str| -> u64 {
+            line.split(&format!(" {k}="))
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("no {k} in {line}"))
+        };
+        Counts {
+            messages: field("messages"),
+            bytes: field("bytes"),
+            replies: field("replies"),
+            ignored: field("ignored"),
+            malformed: field("malformed"),
+        }
+    }
+}
+
 /// Waits for the next "sockperf PROTO client ... done:" line: its protocol and figures.
 fn next_done(s: &ServerProc, deadline: Instant) -> (String, Counts) {
     let left = deadline.saturating_duration_since(Instant::now());
@@ -56,20 +76,7 @@ fn next_done(s: &ServerProc, deadline: Instant) -> (String, Counts) {
         .and_then(|r| r.split_whitespace().next())
         .unwrap_or("?")
         .to_string();
-    let field = |k: &str| -> u64 {
-        line.split(&format!(" {k}="))
-            .nth(1)
-            .and_then(|r| r.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no {k} in {line}"))
-    };
-    let c = Counts {
-        messages: field("messages"),
-        bytes: field("bytes"),
-        replies: field("replies"),
-        ignored: field("ignored"),
-        malformed: field("malformed"),
-    };
+    let c = Counts::of(&line);
     (proto, c)
 }
 
@@ -698,20 +705,7 @@ fn done_by_port(
         let Some(port) = port.filter(|p| line.contains(&tag) && ports.contains(p)) else {
             continue;
         };
-        let field = |k: &str| -> u64 {
-            line.split(&format!(" {k}="))
-                .nth(1)
-                .and_then(|r| r.split_whitespace().next())
-                .and_then(|v| v.parse().ok())
-                .unwrap_or_else(|| panic!("no {k} in {line}"))
-        };
-        let c = Counts {
-            messages: field("messages"),
-            bytes: field("bytes"),
-            replies: field("replies"),
-            ignored: field("ignored"),
-            malformed: field("malformed"),
-        };
+        let c = Counts::of(&line);
         assert!(
             got.insert(port, c).is_none(),
             "two summaries on port {port}"
