@@ -5,8 +5,9 @@
 //! sockperf has no handshake and no control channel: every message is handled on its own
 //! (`proto::sockperf`). Each port is a UDP socket answering each datagram to its sender, so any
 //! number of clients share it, and a TCP listener. A few receiver threads (one per
-//! [`PORTS_PER_THREAD`] ports by default, `--sockperf-threads`) each poll their share of the
-//! ports; a client's UDP figures are summarised once it has been silent for
+//! [`PORTS_PER_THREAD`] ports by default, `--sockperf-threads`) each serve their share of the
+//! UDP sockets (one socket: a blocking receive, as `sockperf sr`; several: poll), one thread
+//! accepts on every TCP listener; a client's UDP figures are summarised once it has been silent for
 //! [`UDP_CLIENT_IDLE`]. TCP gets a thread per connection and a summary when it closes; the
 //! TCP connection limits and the reply budgets are per client across the whole range.
 //! Malformed input is counted and ignored (UDP) or ends that one connection (TCP, where the
@@ -176,8 +177,10 @@ impl SockperfPorts {
     }
 
     /// Serves every port until the server shuts down: `threads` receiver threads (see
-    /// [`threads_for`]), port `i` on thread `i % threads`, each polling its ports' UDP
-    /// sockets and TCP listeners. The per-client limits (TCP connections, reply budgets) are
+    /// [`threads_for`]), port `i`'s UDP socket on thread `i % threads`, and one thread that
+    /// accepts on every port's TCP listener (a connection is served by a thread of its own).
+    /// A receiver thread with one socket waits in a blocking receive, like `sockperf sr`: one
+    /// system call per datagram instead of a poll and two receives. The per-client limits (TCP connections, reply budgets) are
     /// shared by all of them: one client on every port of the range is still one client.
     pub fn spawn(
         self,
@@ -202,21 +205,30 @@ impl SockperfPorts {
                 .map(|r| Mutex::new(ReplyBudgets::new(Some(r)))),
             max_udp_clients: (MAX_UDP_CLIENTS / threads).max(64),
         });
-        let mut shares: Vec<Vec<(TcpListener, UdpSocket)>> =
-            (0..threads).map(|_| Vec::new()).collect();
-        for (i, p) in self.ports.into_iter().enumerate() {
+        let (listeners, udp): (Vec<TcpListener>, Vec<UdpSocket>) = self.ports.into_iter().unzip();
+        let mut shares: Vec<Vec<UdpSocket>> = (0..threads).map(|_| Vec::new()).collect();
+        for (i, u) in udp.into_iter().enumerate() {
             if let Some(s) = shares.get_mut(i % threads) {
-                s.push(p);
+                s.push(u);
             }
         }
-        let mut handles = Vec::with_capacity(threads);
+        let mut handles = Vec::with_capacity(threads + 1);
+        {
+            let ctx = Arc::clone(&ctx);
+            let shared = Arc::clone(&shared);
+            handles.push(
+                std::thread::Builder::new()
+                    .name("hakaru-sockperf-accept".into())
+                    .spawn(move || serve_accept(&ctx, &shared, &listeners))?,
+            );
+        }
         for share in shares {
             let ctx = Arc::clone(&ctx);
             let shared = Arc::clone(&shared);
             handles.push(
                 std::thread::Builder::new()
                     .name("hakaru-sockperf".into())
-                    .spawn(move || serve(&ctx, &shared, &share))?,
+                    .spawn(move || serve_udp(&ctx, &shared, &share))?,
             );
         }
         Ok(handles)
@@ -311,25 +323,52 @@ struct UdpClient {
 /// busy port cannot starve the others of the thread.
 const BURST: usize = 64;
 
-/// One receiver thread: answers every datagram and accepts every connection on its share of
-/// the ports until shutdown.
-fn serve(ctx: &Arc<Ctx>, shared: &Shared, ports: &[(TcpListener, UdpSocket)]) {
+/// The accept thread: takes the connections of every port's TCP listener until shutdown.
+fn serve_accept(ctx: &Arc<Ctx>, shared: &Shared, listeners: &[TcpListener]) {
+    use hakaru_engine::sys::{AsRawFd, Interest, PollSet};
+    let mut errors = crate::accept::AcceptErrors::new("sockperf TCP");
+    let mut set = PollSet::new();
+    for l in listeners {
+        set.push(l.as_raw_fd(), Interest::Read);
+    }
+    // Bounded by the shutdown flag, checked at least every TICK.
+    while !ctx.shutdown.load(Ordering::Acquire) {
+        set.wait(TICK);
+        for (i, l) in listeners.iter().enumerate() {
+            if set.ready(i) {
+                accept_all(ctx, shared, l, &mut errors);
+            }
+        }
+    }
+}
+
+/// One receiver thread: answers every datagram on its share of the ports until shutdown.
+fn serve_udp(ctx: &Arc<Ctx>, shared: &Shared, socks: &[UdpSocket]) {
     use hakaru_engine::sys::{AsRawFd, Interest, PollSet};
     let mut buf = vec![0u8; 65_536];
     let mut clients: HashMap<SocketAddr, UdpClient> = HashMap::new();
     let mut total = SockperfCounts::default();
     let mut last_sweep = Instant::now();
-    let mut errors = crate::accept::AcceptErrors::new("sockperf TCP");
-    let local: Vec<u16> = ports
+    let local: Vec<u16> = socks
         .iter()
-        .map(|(t, _)| t.local_addr().map(|a| a.port()).unwrap_or(0))
+        .map(|u| u.local_addr().map(|a| a.port()).unwrap_or(0))
         .collect();
+    // One socket: a blocking receive that comes back at least every TICK (the socket is this
+    // thread's alone). Several: poll them and drain the ready ones.
+    let blocking = match socks {
+        [u] => u
+            .set_nonblocking(false)
+            .and_then(|_| u.set_read_timeout(Some(TICK)))
+            .and_then(|_| u.set_write_timeout(Some(REPLY_WAIT)))
+            .map_err(|e| tracing::debug!("sockperf UDP: blocking receive not set up: {e}"))
+            .is_ok(),
+        _ => false,
+    };
     let mut set = PollSet::new();
-    for (t, u) in ports {
+    for u in socks {
         set.push(u.as_raw_fd(), Interest::Read);
-        set.push(t.as_raw_fd(), Interest::Read);
     }
-    let mut busy = vec![false; ports.len()];
+    let mut busy = vec![false; socks.len()];
     // Bounded by the shutdown flag, checked at least every TICK.
     while !ctx.shutdown.load(Ordering::Acquire) {
         if last_sweep.elapsed() >= TICK {
@@ -337,21 +376,24 @@ fn serve(ctx: &Arc<Ctx>, shared: &Shared, ports: &[(TcpListener, UdpSocket)]) {
             shared.sweep_budgets();
             last_sweep = Instant::now();
         }
+        if blocking {
+            let port = local.first().copied().unwrap_or(0);
+            if let Some(u) = socks.first() {
+                // At most BURST datagrams, or TICK without one, between the checks above.
+                recv_burst(ctx, shared, u, port, &mut buf, &mut clients, &mut total);
+            }
+            continue;
+        }
         set.wait(TICK);
-        for (i, (t, _)) in ports.iter().enumerate() {
-            if set.ready(2 * i + 1) {
-                accept_all(ctx, shared, t, &mut errors);
-            }
-            if let Some(b) = busy.get_mut(i) {
-                *b = set.ready(2 * i);
-            }
+        for (i, b) in busy.iter_mut().enumerate() {
+            *b = set.ready(i);
         }
         // Round after round over the ready sockets, BURST datagrams each, until all are
         // drained; the round is bounded by the time (sockets that keep filling are left for
         // the next wait after a TICK).
         let drain_start = Instant::now();
         while busy.iter().any(|&b| b) && drain_start.elapsed() < TICK {
-            for (i, (_, u)) in ports.iter().enumerate() {
+            for (i, u) in socks.iter().enumerate() {
                 if !busy.get(i).copied().unwrap_or(false) {
                     continue;
                 }
@@ -369,13 +411,16 @@ fn serve(ctx: &Arc<Ctx>, shared: &Shared, ports: &[(TcpListener, UdpSocket)]) {
     }
 }
 
-/// Sends one reply; when the socket's send buffer is full, waits for room a little (the
-/// socket is non-blocking, as the thread serves other ports too).
+/// How long a reply may wait for room in a full send buffer (twice at most).
+const REPLY_WAIT: Duration = Duration::from_millis(10);
+
+/// Sends one reply; when the socket's send buffer is full, waits for room a little (a
+/// non-blocking socket polls for it, a blocking one has REPLY_WAIT as its send timeout).
 fn send_reply(sock: &UdpSocket, msg: &[u8], to: SocketAddr) -> io::Result<usize> {
     use hakaru_engine::sys::{wait_fd, AsRawFd, Interest};
     match sock.send_to(msg, to) {
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-            wait_fd(sock.as_raw_fd(), Interest::Write, Duration::from_millis(10));
+            wait_fd(sock.as_raw_fd(), Interest::Write, REPLY_WAIT);
             sock.send_to(msg, to)
         }
         r => r,
