@@ -3,7 +3,7 @@
 connections.
 
 One `hakaru server --rpm-port` on loopback (self-signed, so both clients get --insecure). Each
-round runs, back to back and alternating which goes first: `hakaru rpm` downloading with at
+round runs, back to back and alternating which goes first: `hakaru rpm -d down` downloading with at
 most N connections (its goodput is the moving average at the end, when all N have been open
 for the whole window), and `hakaru http -P N` fetching the same `/large` over the same TLS
 port (HTTP/1.1: hakaru http offers no ALPN, so the server answers in HTTP/1.1) for the same
@@ -36,7 +36,7 @@ def start_server():
 
 
 def rpm(port, conns, secs):
-    out = subprocess.run([HAKARU, "rpm", f"https://127.0.0.1:{port}", "--insecure",
+    out = subprocess.run([HAKARU, "rpm", f"https://127.0.0.1:{port}", "--insecure", "-d", "down",
                           "--max-connections", str(conns), "-t", str(secs), "--json"],
                          capture_output=True, text=True, timeout=secs + 30, check=True)
     x = json.loads(out.stdout)["rpm"]

@@ -18,9 +18,10 @@ pub struct Args {
     /// Without a URL, an in-process endpoint on loopback serves the test.
     #[arg(value_name = "URL")]
     url: Option<String>,
-    /// Load direction: down (GET of the large URL), up (POST to the upload URL) or both at
-    /// once on connections of their own.
-    #[arg(short = 'd', long, value_name = "DIR", default_value = "down", value_parser = ["down", "up", "both"])]
+    /// Load direction: both at once on connections of their own (the default, as
+    /// networkQuality does), or only down (GET of the large URL) or up (POST to the upload
+    /// URL).
+    #[arg(short = 'd', long, value_name = "DIR", default_value = "both", value_parser = ["down", "up", "both"])]
     direction: String,
     /// Most load-generating connections per direction (the draft's MNP).
     #[arg(long, value_name = "N", default_value = "16")]
@@ -78,8 +79,8 @@ impl Args {
             url,
             direction: match self.direction.as_str() {
                 "up" => RpmDirection::Up,
-                "both" => RpmDirection::Both,
-                _ => RpmDirection::Down,
+                "down" => RpmDirection::Down,
+                _ => RpmDirection::Both,
             },
             max_connections: self.max_connections,
             interval: self.interval,

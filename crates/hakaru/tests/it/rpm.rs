@@ -54,10 +54,16 @@ fn check(doc: &Value, protocol: &str, down: bool, up: bool) {
 
 #[test]
 fn the_embedded_endpoint_serves_every_direction_over_h2_and_http1() {
+    // The default loads both directions at once, as networkQuality does: a download and an
+    // upload goodput, and a connection of each direction per interval.
     let (code, doc, err) = rpm(&[]);
     assert_eq!(code, Some(0), "{err}");
-    check(&doc, "h2", true, false);
+    check(&doc, "h2", true, true);
     assert_eq!(doc["embedded_server"], true);
+    assert_eq!(doc["spec"]["direction"], "both", "{}", doc["spec"]);
+    let (code, doc, err) = rpm(&["-d", "down"]);
+    assert_eq!(code, Some(0), "{err}");
+    check(&doc, "h2", true, false);
     let (code, doc, err) = rpm(&["-d", "up"]);
     assert_eq!(code, Some(0), "{err}");
     check(&doc, "h2", false, true);
