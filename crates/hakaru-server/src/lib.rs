@@ -407,6 +407,14 @@ impl Server {
         self.listener.local_addr()
     }
 
+    /// Starts serving the udpst port, when there is one: its address and thread.
+    fn spawn_udpst(&mut self) -> io::Result<Option<(SocketAddr, JoinHandle<()>)>> {
+        match self.udpst.take() {
+            Some(u) => Ok(Some((u.local_addr()?, u.spawn(Arc::clone(&self.ctx))?))),
+            None => Ok(None),
+        }
+    }
+
     /// The address of the udpst control port, when there is one.
     pub fn udpst_addr(&self) -> Option<SocketAddr> {
         self.udpst.as_ref().and_then(|s| s.local_addr().ok())
@@ -478,11 +486,7 @@ impl Server {
             Some(n) => n.spawn(Arc::clone(&self.ctx))?,
             None => Vec::new(),
         };
-        let udpst_addr = self.udpst_addr();
-        let udpst_thread = match self.udpst.take() {
-            Some(u) => Some(u.spawn(Arc::clone(&self.ctx))?),
-            None => None,
-        };
+        let udpst = self.spawn_udpst()?;
         let udp_thread = {
             let ctx = Arc::clone(&self.ctx);
             let sock = self.udp.try_clone()?;
@@ -513,7 +517,7 @@ impl Server {
         if let Some(a) = netperf_addr {
             tracing::info!("netperf listening on {a}");
         }
-        if let Some(a) = udpst_addr {
+        if let Some((a, _)) = &udpst {
             tracing::info!("udpst listening on {a} (UDP, OB-UDPST protocol version 20)");
         }
         if let Some(a) = metrics_addr {
@@ -538,10 +542,11 @@ impl Server {
         if let Some(t) = ntttcp_thread {
             let _ = t.join();
         }
-        if let Some(t) = udpst_thread {
-            let _ = t.join();
-        }
-        for t in sockperf_threads.into_iter().chain(netperf_threads) {
+        for t in sockperf_threads
+            .into_iter()
+            .chain(netperf_threads)
+            .chain(udpst.map(|u| u.1))
+        {
             let _ = t.join();
         }
         Ok(())

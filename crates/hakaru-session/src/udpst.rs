@@ -117,6 +117,39 @@ pub struct UdpstTest {
     load_seq: u32,
 }
 
+/// The reference's coercion of an activation's parameters to their bounds and the server's.
+fn coerce(act: &mut Activation, lim: Limits) {
+    act.low_thresh = clamp(act.low_thresh, LOW);
+    act.upper_thresh = clamp(act.upper_thresh, UPPER);
+    if act.low_thresh > act.upper_thresh {
+        act.low_thresh = LOW.2;
+        act.upper_thresh = UPPER.2;
+    }
+    act.trial_int = clamp(act.trial_int, TRIAL);
+    act.test_int_time = clamp(act.test_int_time, (5, 3600, 10)).min(lim.max_duration_s.max(5));
+    act.sub_int_period = clamp(act.sub_int_period, SUBINT);
+    if u32::from(act.sub_int_period) > u32::from(act.test_int_time) * 1000 {
+        act.test_int_time = 10u16.min(lim.max_duration_s.max(5));
+        act.sub_int_period = SUBINT.2;
+    }
+    if act.high_speed_delta == 0 {
+        act.high_speed_delta = 10;
+    }
+    if act.slow_adj_thresh == 0 {
+        act.slow_adj_thresh = 3;
+    }
+    if act.use_ow_del_var > 1 {
+        act.use_ow_del_var = 0;
+    }
+    if act.ignore_ooo_dup > 1 {
+        act.ignore_ooo_dup = 1;
+    }
+    if act.rate_adj_algo > 1 {
+        act.rate_adj_algo = 0;
+    }
+    act.sr_adj_supp = 0; // suppression is not implemented: say so in the response
+}
+
 impl UdpstTest {
     /// Accepts an activation: coerces its parameters to the reference's bounds and the
     /// server's limits, and gives the machine and the response to send.
@@ -128,35 +161,7 @@ impl UdpstTest {
         now: Instant,
     ) -> (Self, Vec<u8>) {
         let (table, hs) = u::sending_rates(jumbo, trad);
-        act.low_thresh = clamp(act.low_thresh, LOW);
-        act.upper_thresh = clamp(act.upper_thresh, UPPER);
-        if act.low_thresh > act.upper_thresh {
-            act.low_thresh = LOW.2;
-            act.upper_thresh = UPPER.2;
-        }
-        act.trial_int = clamp(act.trial_int, TRIAL);
-        act.test_int_time = clamp(act.test_int_time, (5, 3600, 10)).min(lim.max_duration_s.max(5));
-        act.sub_int_period = clamp(act.sub_int_period, SUBINT);
-        if u32::from(act.sub_int_period) > u32::from(act.test_int_time) * 1000 {
-            act.test_int_time = 10u16.min(lim.max_duration_s.max(5));
-            act.sub_int_period = SUBINT.2;
-        }
-        if act.high_speed_delta == 0 {
-            act.high_speed_delta = 10;
-        }
-        if act.slow_adj_thresh == 0 {
-            act.slow_adj_thresh = 3;
-        }
-        if act.use_ow_del_var > 1 {
-            act.use_ow_del_var = 0;
-        }
-        if act.ignore_ooo_dup > 1 {
-            act.ignore_ooo_dup = 1;
-        }
-        if act.rate_adj_algo > 1 {
-            act.rate_adj_algo = 0;
-        }
-        act.sr_adj_supp = 0; // suppression is not implemented: say so in the response
+        coerce(&mut act, lim);
         let max_row = lim.max_row.min(table.len() - 1);
         let mut sr_index = 0;
         let mut static_rate = false;

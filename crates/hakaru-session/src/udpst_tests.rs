@@ -1,3 +1,5 @@
+#![allow(clippy::indexing_slicing)]
+
 use super::*;
 use hakaru_proto::udpst::{Activation, ACT_ID, ACT_LEN};
 
