@@ -25,6 +25,7 @@ pub mod netperf;
 pub mod ntttcp;
 pub mod preamble;
 pub mod sockperf;
+pub mod udpst;
 
 pub use native::{
     Decoder, Message, ProtoError, ServerInfo, TestKind, MAGIC, MAX_FRAME, PROTOCOL_VERSION,

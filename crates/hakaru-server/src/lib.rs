@@ -22,6 +22,7 @@ mod registry;
 mod session;
 mod sockperf;
 mod udp_dispatch;
+mod udpst;
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, UdpSocket};
@@ -102,6 +103,11 @@ pub struct ServerConfig {
     pub ntttcp_port: Option<u16>,
     /// Data ports from `ntttcp_port` (ntttcp's `-P`).
     pub ntttcp_ports: u16,
+    /// Also serve stock OB-UDPST clients (RFC 9946) on this UDP port (0 picks a free one).
+    pub udpst_port: Option<u16>,
+    /// Most Mbit/s a udpst test may ask for or be sent at (`--udpst-max-rate`); `None`: the
+    /// sending-rate table's top, or `max_rate` when that is lower.
+    pub udpst_max_mbps: Option<u32>,
     /// Several ntttcp senders per test, started by the one with `-L` (ntttcp's `-r -M`).
     pub ntttcp_multi: bool,
     /// Data connections one ntttcp sender may open for its test (`--ntttcp-max-conns`): the
@@ -170,6 +176,8 @@ impl Default for ServerConfig {
             budgets: Budgets::default(),
             ntttcp_port: None,
             ntttcp_ports: hakaru_proto::ntttcp::DEFAULT_PORTS,
+            udpst_port: None,
+            udpst_max_mbps: None,
             ntttcp_multi: false,
             ntttcp_max_conns: 64,
             netperf: NetperfConfig::default(),
@@ -299,6 +307,7 @@ pub struct Server {
     metrics: Option<TcpListener>,
     ntttcp: Option<ntttcp::NtttcpPorts>,
     netperf: Option<netperf::NetperfPorts>,
+    udpst: Option<udpst::UdpstPort>,
     ctx: Arc<Ctx>,
 }
 
@@ -352,7 +361,17 @@ impl Server {
         let ntttcp = ntttcp::NtttcpPorts::bind_for(&cfg, bound.ip())?;
         let netperf = bind_netperf(&cfg, bound.ip())?;
         let udp_port = udp.try_clone()?;
+        let udpst = match cfg.udpst_port {
+            Some(p) => Some(udpst::UdpstPort::bind(bound.ip(), p).map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("--udpst-port {p}: {e}{}", in_use_hint(&e)),
+                )
+            })?),
+            None => None,
+        };
         Ok(Server {
+            udpst,
             ntttcp,
             netperf,
             listener,
@@ -386,6 +405,19 @@ impl Server {
     /// The address actually bound.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.listener.local_addr()
+    }
+
+    /// Starts serving the udpst port, when there is one: its address and thread.
+    fn spawn_udpst(&mut self) -> io::Result<Option<(SocketAddr, JoinHandle<()>)>> {
+        match self.udpst.take() {
+            Some(u) => Ok(Some((u.local_addr()?, u.spawn(Arc::clone(&self.ctx))?))),
+            None => Ok(None),
+        }
+    }
+
+    /// The address of the udpst control port, when there is one.
+    pub fn udpst_addr(&self) -> Option<SocketAddr> {
+        self.udpst.as_ref().and_then(|s| s.local_addr().ok())
     }
 
     /// The address of the sockperf port, when there is one.
@@ -454,6 +486,7 @@ impl Server {
             Some(n) => n.spawn(Arc::clone(&self.ctx))?,
             None => Vec::new(),
         };
+        let udpst = self.spawn_udpst()?;
         let udp_thread = {
             let ctx = Arc::clone(&self.ctx);
             let sock = self.udp.try_clone()?;
@@ -484,6 +517,9 @@ impl Server {
         if let Some(a) = netperf_addr {
             tracing::info!("netperf listening on {a}");
         }
+        if let Some((a, _)) = &udpst {
+            tracing::info!("udpst listening on {a} (UDP, OB-UDPST protocol version 20)");
+        }
         if let Some(a) = metrics_addr {
             tracing::info!("metrics at http://{a}/metrics");
         }
@@ -506,7 +542,11 @@ impl Server {
         if let Some(t) = ntttcp_thread {
             let _ = t.join();
         }
-        for t in sockperf_threads.into_iter().chain(netperf_threads) {
+        for t in sockperf_threads
+            .into_iter()
+            .chain(netperf_threads)
+            .chain(udpst.map(|u| u.1))
+        {
             let _ = t.join();
         }
         Ok(())

@@ -27,6 +27,7 @@ pub mod iperf3;
 pub mod netperf;
 pub mod ntttcp;
 pub mod server;
+pub mod udpst;
 
 #[cfg(test)]
 mod pair_tests;

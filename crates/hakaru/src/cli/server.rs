@@ -238,6 +238,19 @@ pub struct Args {
     /// --max-flows.
     #[arg(long, value_name = "N", default_value_t = 64, requires = "ntttcp_port", value_parser = clap::value_parser!(u32).range(1..))]
     ntttcp_max_conns: u32,
+    /// Also serve stock OB-UDPST clients (`udpst -u` / `udpst -d`, RFC 9946 UDP Speed Test
+    /// Protocol version 20) on this UDP port (RFC 9946's is 24601; 0 picks a free one): one
+    /// connection per test, without authentication (a client asking for -a gets "auth not
+    /// configured"). Each test counts against --max-tests-per-client and --max-tests, lasts
+    /// at most --max-duration (the client's -t is coerced down) and is sent at most
+    /// --max-rate / --udpst-max-rate. Off by default: udpst clients are not authenticated.
+    #[arg(long, value_name = "PORT")]
+    udpst_port: Option<u16>,
+    /// Most Mbit/s a udpst test may reach: the sending-rate search stops at the table row
+    /// below it, in both directions, and a client whose -B asks for more is refused with
+    /// "capacity exceeded".
+    #[arg(long, value_name = "MBPS", requires = "udpst_port", value_parser = clap::value_parser!(u32).range(1..=100000))]
+    udpst_max_rate: Option<u32>,
     /// Print `listening on ADDR` on stdout once serving, and stop when standard input closes:
     /// for launchers (`hakaru plan` over ssh, `ip netns exec`, `kubectl exec -i`), so the
     /// server ends with the connection that started it.
@@ -298,6 +311,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         ntttcp_ports: a.ntttcp_ports,
         ntttcp_multi: a.ntttcp_multi,
         ntttcp_max_conns: a.ntttcp_max_conns,
+        udpst_port: a.udpst_port,
+        udpst_max_mbps: a.udpst_max_rate,
         netperf: hakaru_server::NetperfConfig {
             ports: a.netperf_port,
             passphrase: netperf_passphrase,
@@ -343,6 +358,9 @@ fn warn_unkeyed(a: &Args, keyed: bool) -> anyhow::Result<()> {
         }
         if a.rpm_port.is_some() {
             tracing::warn!("--rpm-port: responsiveness clients are served without the key");
+        }
+        if a.udpst_port.is_some() {
+            tracing::warn!("--udpst-port: udpst clients are served without the key (authentication is not implemented)");
         }
         if a.ntttcp_port.is_some() {
             tracing::warn!("--ntttcp-port: ntttcp senders are served without the key (they cannot authenticate)");

@@ -48,3 +48,4 @@ mod schema;
 mod sink;
 mod sockperf;
 mod udp;
+mod udpst;

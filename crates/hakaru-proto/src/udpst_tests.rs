@@ -1,0 +1,172 @@
+use super::*;
+
+fn setup_bytes(version: u16, bw: u16) -> Vec<u8> {
+    let mut b = vec![0u8; SETUP_LEN];
+    b[0..2].copy_from_slice(&SETUP_ID.to_be_bytes());
+    b[2..4].copy_from_slice(&version.to_be_bytes());
+    b[4] = 0;
+    b[5] = 1;
+    b[6..8].copy_from_slice(&7u16.to_be_bytes());
+    b[8] = CREQ_SETUP;
+    b[10..12].copy_from_slice(&bw.to_be_bytes());
+    b[14] = MOD_JUMBO;
+    b
+}
+
+#[test]
+fn setup_request_reads_and_answers() {
+    let r = SetupRequest::parse(&setup_bytes(20, USDIR_BIT | 300)).unwrap();
+    assert_eq!((r.version, r.mc_count, r.mc_ident), (20, 1, 7));
+    assert_eq!(
+        (r.max_bandwidth, r.upstream, r.modifiers),
+        (300, true, MOD_JUMBO)
+    );
+    let resp = r.response(SetupCode::Ack, 40000);
+    assert_eq!(resp.len(), SETUP_LEN);
+    assert_eq!((resp[8], resp[9]), (CRSP_SETUP, 1));
+    assert_eq!(u16::from_be_bytes([resp[12], resp[13]]), 40000);
+    let old = SetupRequest::parse(&setup_bytes(9, 0)).unwrap();
+    let resp = old.response(SetupCode::BadVersion, 0);
+    assert_eq!(u16::from_be_bytes([resp[2], resp[3]]), PROTOCOL_VER);
+    assert_eq!(resp[9], SetupCode::BadVersion as u8);
+}
+
+#[test]
+fn short_long_and_foreign_input_is_an_error() {
+    let b = setup_bytes(20, 0);
+    for n in [0, 1, 2, 10, SETUP_LEN - 1] {
+        assert!(matches!(
+            SetupRequest::parse(&b[..n]),
+            Err(UdpstError::Size { .. })
+        ));
+    }
+    let mut long = b.clone();
+    long.push(0);
+    assert!(SetupRequest::parse(&long).is_err());
+    let mut bad = b.clone();
+    bad[0] = 0x12;
+    assert!(matches!(
+        SetupRequest::parse(&bad),
+        Err(UdpstError::Id { .. })
+    ));
+    let mut cmd = b.clone();
+    cmd[8] = 9;
+    assert!(matches!(
+        SetupRequest::parse(&cmd),
+        Err(UdpstError::Field { .. })
+    ));
+    assert!(Activation::parse(&[0xAC, 0xE2]).is_err());
+    assert!(LoadHdr::parse(&[0xBE, 0xEF, 0, 0]).is_err());
+    assert!(Status::parse(&[0u8; STATUS_LEN - 36]).is_err());
+    // Every prefix of every PDU: an error, never a panic.
+    let st = Status::default().encode();
+    for n in 0..STATUS_LEN {
+        assert!(Status::parse(&st[..n]).is_err());
+        let _ = Activation::parse(&st[..n.min(ACT_LEN)]);
+        let _ = LoadHdr::parse(&st[..n]);
+    }
+}
+
+#[test]
+fn checksum_set_is_checked_zero_is_skipped() {
+    let mut b = setup_bytes(20, 0);
+    assert!(SetupRequest::parse(&b).is_ok());
+    let c = checksum(&b);
+    b[54..56].copy_from_slice(&c.to_le_bytes());
+    assert_eq!(checksum(&b), 0);
+    assert!(SetupRequest::parse(&b).is_ok());
+    b[20] ^= 1;
+    assert!(matches!(
+        SetupRequest::parse(&b),
+        Err(UdpstError::Checksum { .. })
+    ));
+}
+
+#[test]
+fn activation_round_trip() {
+    let mut b = vec![0u8; ACT_LEN];
+    b[0..2].copy_from_slice(&ACT_ID.to_be_bytes());
+    b[2..4].copy_from_slice(&20u16.to_be_bytes());
+    b[4] = ACT_UPSTREAM;
+    b[10..12].copy_from_slice(&50u16.to_be_bytes());
+    b[12..14].copy_from_slice(&5u16.to_be_bytes());
+    b[16..18].copy_from_slice(&SRIDX_AUTO.to_be_bytes());
+    b[56..58].copy_from_slice(&1000u16.to_be_bytes());
+    let a = Activation::parse(&b).unwrap();
+    assert_eq!(
+        (a.command, a.trial_int, a.test_int_time),
+        (ACT_UPSTREAM, 50, 5)
+    );
+    assert_eq!((a.sr_index_conf, a.sub_int_period), (SRIDX_AUTO, 1000));
+    let (t, _) = sending_rates(true, false);
+    let r = a.response(ACT_ACK, Some(t[5]));
+    assert_eq!(r[5], ACT_ACK);
+    assert_eq!(SendingRate::read(&r, 28), t[5]);
+    let again = Activation::parse(&{
+        let mut x = r.clone();
+        x[5] = 0;
+        x
+    })
+    .unwrap();
+    assert_eq!(again.trial_int, 50);
+    b[4] = 3;
+    assert!(Activation::parse(&b).is_err());
+}
+
+#[test]
+fn load_and_status_round_trip() {
+    let h = LoadHdr {
+        test_action: ACTION_STOP2,
+        rx_stopped: true,
+        seq: 123_456,
+        udp_payload: 1222,
+        spdu_seq_err: 2,
+        spdu_time: (1, 2),
+        lpdu_time: (3, 4),
+        rtt_resp_delay: 5,
+    };
+    let mut b = vec![0u8; 1222];
+    h.write(&mut b);
+    assert_eq!(LoadHdr::parse(&b).unwrap(), h);
+    b[2] = 7;
+    assert!(LoadHdr::parse(&b).is_err());
+    let s = Status {
+        seq: 9,
+        rate: sending_rates(true, false).0[700],
+        sub_int_seq: 3,
+        sis: SubIntStats {
+            rx_bytes: (5u64 << 32) | 7,
+            accum_time: 3000,
+            ..Default::default()
+        },
+        rtt_min: NODEL,
+        ti_rx_bytes: 99,
+        spdu_time: (10, 11),
+        ..Default::default()
+    };
+    assert_eq!(Status::parse(&s.encode()).unwrap(), s);
+}
+
+#[test]
+fn sending_rate_table_matches_the_reference() {
+    for (j, t) in [(true, false), (false, false), (false, true), (true, true)] {
+        let (rows, hs) = sending_rates(j, t);
+        assert_eq!(rows.len(), MAX_SENDING_RATES);
+        assert_eq!(hs, 1000);
+    }
+    let (rows, _) = sending_rates(true, false);
+    // Row 0: one random add-on datagram every 50 ms; row N (N <= 1000) about N Mbit/s.
+    assert_eq!(rows[0].tx_interval2, 50_000);
+    assert_eq!(rows[1].l3_bps(), 1e6);
+    assert!(
+        (rows[100].l3_bps() - 100e6).abs() < 1e6,
+        "{}",
+        rows[100].l3_bps()
+    );
+    assert!(
+        (rows[1000].l3_bps() - 1000e6).abs() < 1e6,
+        "{}",
+        rows[1000].l3_bps()
+    );
+    assert_eq!(rows[1001].payload1, 1375 - 28);
+}

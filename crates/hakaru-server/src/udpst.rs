@@ -1,0 +1,372 @@
+//! The udpst port (`--udpst-port`): serves stock OB-UDPST clients (`udpst -u`, `udpst -d`,
+//! RFC 9946 protocol version 20), one connection per setup request, without authentication.
+//!
+//! The control port answers setup requests (`proto::udpst`): a valid one from an allowed
+//! address that the admission lets in gets a new UDP socket (the test port) and a thread that
+//! sends the null request, takes the test activation from that same address only, and runs
+//! the test through `session::udpst` (upstream: count load, send status feedback every trial
+//! interval; downstream: send load at the machine's sending-rate row, read status feedback).
+//! Garbage and datagrams from addresses that never set up a test get no answer at all (no
+//! reflection); a setup request the server refuses gets the RFC's error response, which is
+//! never larger than the request.
+#![cfg_attr(not(test), deny(clippy::indexing_slicing))]
+
+use std::io;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use hakaru_proto::udpst::{self as u, Activation, LoadHdr, SetupCode, SetupRequest, Status};
+use hakaru_session::udpst::{Dir, Limits, UdpstTest, Wall};
+
+use crate::Ctx;
+
+/// How often blocked calls come back to check for shutdown.
+const TICK: Duration = Duration::from_millis(200);
+/// A test port that gets no activation within this long is closed.
+const ACTIVATION_WAIT: Duration = Duration::from_secs(3);
+/// Most connections one client may ask for in one setup (the reference's maximum).
+const MAX_MC_COUNT: u8 = 24;
+/// A downstream sender that falls this many intervals behind starts afresh instead of
+/// catching up in one burst.
+const MAX_CATCH_UP: u32 = 20;
+
+/// The bound udpst control port.
+pub struct UdpstPort {
+    sock: UdpSocket,
+}
+
+impl UdpstPort {
+    /// Binds the control port on `ip`.
+    pub fn bind(ip: IpAddr, port: u16) -> io::Result<UdpstPort> {
+        Ok(UdpstPort {
+            sock: UdpSocket::bind(SocketAddr::new(ip, port))?,
+        })
+    }
+
+    /// The control port's address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.sock.local_addr()
+    }
+
+    /// Serves the control port on its own thread until shutdown.
+    pub(crate) fn spawn(self, ctx: Arc<Ctx>) -> io::Result<std::thread::JoinHandle<()>> {
+        self.sock.set_read_timeout(Some(TICK))?;
+        std::thread::Builder::new()
+            .name("hakaru-udpst".into())
+            .spawn(move || serve(&ctx, &self.sock))
+    }
+}
+
+fn wall() -> Wall {
+    let d = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    (d.as_secs() as u32, d.subsec_nanos())
+}
+
+fn serve(ctx: &Arc<Ctx>, sock: &UdpSocket) {
+    let mut buf = [0u8; 2048];
+    while !ctx.shutdown.load(Ordering::Acquire) {
+        let (n, peer) = match sock.recv_from(&mut buf) {
+            Ok(x) => x,
+            Err(_) => continue, // timeout, or an ICMP error from an earlier send
+        };
+        if !ctx.cfg.acl.permits(peer.ip()) {
+            ctx.denied.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
+        let req = match SetupRequest::parse(buf.get(..n).unwrap_or_default()) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::debug!("udpst: ignored datagram from {peer}: {e}");
+                continue;
+            }
+        };
+        if let Some(reply) = setup(ctx, &req, peer) {
+            let _ = sock.send_to(&reply, peer);
+        }
+    }
+}
+
+/// Answers one setup request: the response to send (always the request's size).
+fn setup(ctx: &Arc<Ctx>, req: &SetupRequest, peer: SocketAddr) -> Option<Vec<u8>> {
+    let refuse = |code: SetupCode, why: String| {
+        tracing::warn!("udpst: refused setup request from {peer}: {why}");
+        Some(req.response(code, 0))
+    };
+    if req.version != u::PROTOCOL_VER {
+        return refuse(
+            SetupCode::BadVersion,
+            format!(
+                "protocol version {} (this server speaks {})",
+                req.version,
+                u::PROTOCOL_VER
+            ),
+        );
+    }
+    if req.mc_count == 0 || req.mc_count > MAX_MC_COUNT || req.mc_index >= req.mc_count {
+        return refuse(
+            SetupCode::BadMultiConn,
+            format!(
+                "connection {} of {} (at most {MAX_MC_COUNT})",
+                req.mc_index, req.mc_count
+            ),
+        );
+    }
+    if req.auth_mode != 0 {
+        return refuse(
+            SetupCode::AuthNotConfigured,
+            format!(
+                "authentication mode {} asked for; this server has no udpst keys",
+                req.auth_mode
+            ),
+        );
+    }
+    if let Some(max) = ctx.cfg.udpst_max_mbps {
+        if u32::from(req.max_bandwidth) > max {
+            return refuse(
+                SetupCode::CapacityExceeded,
+                format!(
+                    "{} Mbit/s required, --udpst-max-rate allows {max}",
+                    req.max_bandwidth
+                ),
+            );
+        }
+    }
+    let slot = match ctx.admission.test(peer.ip(), 1) {
+        Ok(s) => s,
+        Err(why) => return refuse(SetupCode::ConnFail, why),
+    };
+    let local = SocketAddr::new(ctx.udpst_ip(), 0);
+    let test = match UdpSocket::bind(local) {
+        Ok(s) => s,
+        Err(e) => return refuse(SetupCode::ConnFail, format!("no test socket: {e}")),
+    };
+    let port = test.local_addr().map(|a| a.port()).unwrap_or(0);
+    let jumbo = req.modifiers & u::MOD_JUMBO != 0;
+    let trad = req.modifiers & u::MOD_TRADITIONAL != 0;
+    let version = req.version;
+    let ctx2 = Arc::clone(ctx);
+    ctx.threads.fetch_add(1, Ordering::AcqRel);
+    let spawned = std::thread::Builder::new()
+        .name("hakaru-udpst-test".into())
+        .spawn(move || {
+            let _slot = slot;
+            if let Err(e) = run_test(&ctx2, &test, peer, version, jumbo, trad) {
+                tracing::warn!("udpst: test with {peer} failed: {e}");
+            }
+            ctx2.threads.fetch_sub(1, Ordering::AcqRel);
+        });
+    if let Err(e) = spawned {
+        ctx.threads.fetch_sub(1, Ordering::AcqRel);
+        return refuse(SetupCode::ConnFail, format!("no test thread: {e}"));
+    }
+    Some(req.response(SetupCode::Ack, port))
+}
+
+fn limits(ctx: &Ctx, jumbo: bool, trad: bool) -> Limits {
+    let max_duration_s = ctx
+        .cfg
+        .max_duration
+        .map_or(3600, |d| d.as_secs().clamp(5, 3600) as u16);
+    let (table, _) = u::sending_rates(jumbo, trad);
+    let cap_bps = [
+        ctx.cfg.max_rate,
+        ctx.cfg.udpst_max_mbps.map(|m| f64::from(m) * 1e6),
+    ]
+    .into_iter()
+    .flatten()
+    .fold(f64::INFINITY, f64::min);
+    let max_row = table
+        .iter()
+        .rposition(|r| r.l3_bps() <= cap_bps)
+        .unwrap_or(0);
+    Limits {
+        max_duration_s,
+        max_row,
+    }
+}
+
+/// One test: null request, activation, then the test until it ends.
+fn run_test(
+    ctx: &Ctx,
+    sock: &UdpSocket,
+    peer: SocketAddr,
+    version: u16,
+    jumbo: bool,
+    trad: bool,
+) -> io::Result<()> {
+    sock.send_to(&u::null_request(version), peer)?;
+    sock.set_read_timeout(Some(Duration::from_millis(100)))?;
+    let mut buf = vec![0u8; 65536];
+    let until = Instant::now() + ACTIVATION_WAIT;
+    let (act, from) = loop {
+        if Instant::now() >= until || ctx.shutdown.load(Ordering::Acquire) {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "no test activation within 3 s",
+            ));
+        }
+        let Ok((n, from)) = sock.recv_from(&mut buf) else {
+            continue;
+        };
+        if from.ip() != peer.ip() {
+            continue; // only the address that set the test up may activate it
+        }
+        match Activation::parse(buf.get(..n).unwrap_or_default()) {
+            Ok(a) => break (a, from),
+            Err(e) => tracing::debug!("udpst: ignored datagram from {from}: {e}"),
+        }
+    };
+    sock.connect(from)?;
+    let (mut t, resp) = UdpstTest::new(act, jumbo, trad, limits(ctx, jumbo, trad), Instant::now());
+    sock.send(&resp)?;
+    let a = t.activation();
+    tracing::info!(
+        "udpst: {} test from {from} for {} s (trial {} ms, algorithm {})",
+        if t.dir == Dir::Up {
+            "upstream"
+        } else {
+            "downstream"
+        },
+        a.test_int_time,
+        a.trial_int,
+        if a.rate_adj_algo == 1 { "C" } else { "B" },
+    );
+    match t.dir {
+        Dir::Up => upstream(ctx, sock, &mut t, &mut buf)?,
+        Dir::Down => downstream(ctx, sock, &mut t, &mut buf, from.is_ipv6())?,
+    }
+    tracing::info!(
+        "udpst: test from {from} ended at sending-rate row {}",
+        t.row()
+    );
+    Ok(())
+}
+
+fn upstream(ctx: &Ctx, sock: &UdpSocket, t: &mut UdpstTest, buf: &mut [u8]) -> io::Result<()> {
+    sock.set_read_timeout(Some(Duration::from_millis(2)))?;
+    while !t.ended() && !ctx.shutdown.load(Ordering::Acquire) {
+        if let Ok(n) = sock.recv(buf) {
+            match LoadHdr::parse(buf.get(..n).unwrap_or_default()) {
+                Ok(h) => t.on_load(&h, Instant::now(), wall()),
+                Err(e) => tracing::debug!("udpst: ignored datagram: {e}"),
+            }
+        }
+        if let Some(s) = t.on_tick(Instant::now(), wall()) {
+            let _ = sock.send(&s);
+        }
+    }
+    Ok(())
+}
+
+/// A tiny generator for the random datagram sizes the table asks for.
+struct Rng(u64);
+impl Rng {
+    fn upto(&mut self, min: u32, max: u32) -> u32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        if max <= min {
+            return max;
+        }
+        min + (self.0 % u64::from(max - min + 1)) as u32
+    }
+}
+
+fn size(field: u32, v6: bool, rng: &mut Rng) -> u32 {
+    let min = (u::LOAD_HDR_LEN as u32) + 20;
+    let mut s = field & !u::RAND_BIT;
+    if v6 && s >= min {
+        s -= 20;
+    }
+    if s > 0 && field & u::RAND_BIT != 0 {
+        s = rng.upto(if v6 { min - 20 } else { min }, s);
+    }
+    s
+}
+
+fn send_burst(sock: &UdpSocket, t: &mut UdpstTest, buf: &mut [u8], sizes: &[u32]) {
+    for &s in sizes {
+        let len = (s as usize).clamp(u::LOAD_HDR_LEN, buf.len());
+        let h = t.next_load(len as u16, Instant::now(), wall());
+        h.write(buf);
+        if sock.send(buf.get(..len).unwrap_or_default()).is_err() {
+            t.unsent();
+        }
+    }
+}
+
+// hot loop: the downstream sender's two transmitters and the status feedback.
+fn downstream(
+    ctx: &Ctx,
+    sock: &UdpSocket,
+    t: &mut UdpstTest,
+    buf: &mut [u8],
+    v6: bool,
+) -> io::Result<()> {
+    sock.set_nonblocking(true)?;
+    let mut rng = Rng(u64::from(wall().1) | 1);
+    let mut rx = [0u8; 512];
+    let start = Instant::now() + Duration::from_millis(5);
+    let (mut next1, mut next2) = (start, start);
+    let mut sizes = Vec::with_capacity(101);
+    while !t.ended() && !ctx.shutdown.load(Ordering::Acquire) {
+        let now = Instant::now();
+        let r = t.rate();
+        for (interval, next, tx) in [
+            (r.tx_interval1, &mut next1, 1),
+            (r.tx_interval2, &mut next2, 2),
+        ] {
+            let iv = Duration::from_micros(u64::from(interval.max(100)));
+            if interval == 0 {
+                *next = now + iv;
+                continue;
+            }
+            if now.saturating_duration_since(*next) > iv * MAX_CATCH_UP {
+                *next = now;
+            }
+            while *next <= now {
+                sizes.clear();
+                let (burst, payload) = if tx == 1 {
+                    (r.burst1, r.payload1)
+                } else {
+                    (r.burst2, r.payload2)
+                };
+                for _ in 0..burst.min(100) {
+                    sizes.push(size(payload, v6, &mut rng));
+                }
+                if tx == 2 && r.addon2 != 0 {
+                    sizes.push(size(r.addon2, v6, &mut rng));
+                }
+                if t.stopping() {
+                    sizes.truncate(1);
+                }
+                send_burst(sock, t, buf, &sizes);
+                *next += iv;
+            }
+        }
+        while let Ok(n) = sock.recv(&mut rx) {
+            match Status::parse(rx.get(..n).unwrap_or_default()) {
+                Ok(s) => t.on_status(&s, Instant::now()),
+                Err(e) => tracing::debug!("udpst: ignored datagram: {e}"),
+            }
+        }
+        let _ = t.on_tick(Instant::now(), wall());
+        let wake = next1.min(next2);
+        let now = Instant::now();
+        if wake > now {
+            std::thread::sleep((wake - now).min(Duration::from_millis(5)));
+        }
+    }
+    Ok(())
+}
+
+impl Ctx {
+    /// The address test sockets bind to: the server's own.
+    fn udpst_ip(&self) -> IpAddr {
+        self.udp_addr.ip()
+    }
+}

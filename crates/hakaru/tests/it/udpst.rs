@@ -1,0 +1,152 @@
+//! Interop with the stock OB-UDPST 9.0.0 (`udpst`, built by `.ci/run` from `../shared/peers`):
+//! `udpst -u` and `udpst -d` against `hakaru server --udpst-port`, and the same client against a
+//! stock `udpst` server, at a fixed sending-rate row (`-I 100`: 100 Mbit/s at L3, the truth),
+//! on loopback. Then bad input: garbage, a wrong protocol version and a client asking for more
+//! than the server allows, after which a real test still runs.
+
+use std::net::UdpSocket;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use super::common::{built_peer, run_cmd, wait_child, ServerProc};
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+fn free_udp() -> u16 {
+    UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// "…Maximum Mbps(L3/IP): 99.71, …" from the client's summary.
+fn max_l3(out: &str) -> Option<f64> {
+    let line = out.lines().find(|l| l.contains("Maximum Mbps(L3/IP):"))?;
+    let v = line.split("Maximum Mbps(L3/IP):").nth(1)?;
+    v.trim().split(',').next()?.trim().parse().ok()
+}
+
+fn client(udpst: &std::path::Path, dir: &str, port: u16, extra: &[&str]) -> (bool, String) {
+    let o = run_cmd(
+        Command::new(udpst)
+            .args([dir, "-t", "5", "-s"])
+            .args(extra)
+            .arg(format!("127.0.0.1:{port}")),
+        LIMIT,
+    );
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    (o.status.success(), text)
+}
+
+fn stock_server(udpst: &std::path::Path, port: u16) -> std::process::Child {
+    let c = Command::new(udpst)
+        .args(["-1", "-p", &port.to_string(), "127.0.0.1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn stock udpst server");
+    std::thread::sleep(Duration::from_millis(300));
+    c
+}
+
+#[test]
+fn udpst_up_and_down_match_a_stock_server() {
+    let Some(udpst) = built_peer("udpst", "udpst") else {
+        return;
+    };
+    let port = free_udp();
+    let mut srv = ServerProc::start(&["--udpst-port", &port.to_string()]);
+    assert!(srv
+        .wait_log("udpst listening", Duration::from_secs(5))
+        .is_some());
+    for dir in ["-u", "-d"] {
+        let (ok, out) = client(&udpst, dir, port, &["-I", "100"]);
+        assert!(ok, "udpst {dir} against hakaru failed:\n{out}");
+        let ours = max_l3(&out).unwrap_or_else(|| panic!("no maximum in:\n{out}"));
+        let sport = free_udp();
+        let stock = stock_server(&udpst, sport);
+        let (ok, sout) = client(&udpst, dir, sport, &["-I", "100"]);
+        let _ = wait_child(stock, Duration::from_secs(10));
+        assert!(ok, "udpst {dir} against stock udpst failed:\n{sout}");
+        let theirs = max_l3(&sout).unwrap();
+        eprintln!("udpst {dir}: hakaru {ours} Mbit/s, stock {theirs} Mbit/s (row 100 = 100)");
+        assert!(
+            (ours - theirs).abs() / theirs < 0.05,
+            "{dir}: {ours} vs {theirs}"
+        );
+        assert!(
+            (ours - 100.0).abs() < 5.0,
+            "{dir}: {ours} Mbit/s, row 100 is 100"
+        );
+    }
+    assert!(srv.alive());
+    let _ = srv.child.kill();
+    let _ = srv.child.wait();
+}
+
+#[test]
+fn udpst_bad_input_is_refused_and_the_port_keeps_serving() {
+    let Some(udpst) = built_peer("udpst", "udpst") else {
+        return;
+    };
+    let port = free_udp();
+    let mut srv =
+        ServerProc::start(&["--udpst-port", &port.to_string(), "--udpst-max-rate", "200"]);
+    assert!(srv
+        .wait_log("udpst listening", Duration::from_secs(5))
+        .is_some());
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    for junk in [
+        &b""[..],
+        b"x",
+        &[0xAC, 0xE1, 0, 20],
+        &[0u8; 56],
+        &[0xFFu8; 1400],
+    ] {
+        s.send_to(junk, ("127.0.0.1", port)).unwrap();
+    }
+    let mut buf = [0u8; 2048];
+    assert!(
+        s.recv_from(&mut buf).is_err(),
+        "garbage must get no answer (no reflection)"
+    );
+    // A setup request with protocol version 9: the RFC's bad-version answer, carrying 20.
+    let mut req = [0u8; 56];
+    req[0..2].copy_from_slice(&0xACE1u16.to_be_bytes());
+    req[2..4].copy_from_slice(&9u16.to_be_bytes());
+    req[5] = 1;
+    req[8] = 1;
+    req[14] = 1;
+    s.send_to(&req, ("127.0.0.1", port)).unwrap();
+    let (n, _) = s.recv_from(&mut buf).expect("an answer to a wrong version");
+    assert_eq!(n, 56);
+    assert_eq!((buf[8], buf[9]), (2, 2), "setup response, bad version");
+    assert_eq!(u16::from_be_bytes([buf[2], buf[3]]), 20);
+    assert!(srv
+        .wait_log("protocol version 9", Duration::from_secs(2))
+        .is_some());
+    // More than --udpst-max-rate: refused with capacity exceeded, named in the log.
+    let (ok, out) = client(&udpst, "-d", port, &["-B", "500"]);
+    assert!(!ok, "a 500 Mbit/s request must be refused:\n{out}");
+    assert!(srv
+        .wait_log("--udpst-max-rate allows 200", Duration::from_secs(2))
+        .is_some());
+    // And a real test still runs, searching (algorithm B) under the 200 Mbit/s cap.
+    let (ok, out) = client(&udpst, "-u", port, &[]);
+    assert!(ok, "udpst -u after bad input failed:\n{out}");
+    let max = max_l3(&out).unwrap();
+    assert!(
+        max > 10.0 && max < 205.0,
+        "search under a 200 Mbit/s cap gave {max}"
+    );
+    assert!(srv.alive());
+    let _ = srv.child.kill();
+    let _ = srv.child.wait();
+}
