@@ -630,6 +630,18 @@ fn an_unavailable_network_set_up_fails_when_namespaces_are_required() {
 
 /// Version line of a peer tool (`iperf3`, `sockperf`, `iperf`, ...), e.g. "3.12".
 pub fn peer_version(tool: &str) -> String {
+    if tool == "udpst" {
+        // `udpst -v` prints its version and then serves: the build's source tarball names it
+        // (obudpst-9.0.0-....tar.gz).
+        let from =
+            std::fs::read_to_string("/opt/hakaru-peers/udpst/BUILT_FROM").unwrap_or_default();
+        return from
+            .split('-')
+            .nth(1)
+            .filter(|v| v.contains('.'))
+            .unwrap_or("?")
+            .to_string();
+    }
     let flag = match tool {
         "iperf" => "-v",
         _ => "--version",

@@ -8,7 +8,7 @@ use std::net::UdpSocket;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use super::common::{built_peer, run_cmd, wait_child, ServerProc};
+use super::common::{built_peer, compat_pass, run_cmd, wait_child, ServerProc};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -83,6 +83,12 @@ fn udpst_up_and_down_match_a_stock_server() {
             (ours - 100.0).abs() < 5.0,
             "{dir}: {ours} Mbit/s, row 100 is 100"
         );
+        let direction = if dir == "-u" {
+            "client to hakaru (upstream)"
+        } else {
+            "hakaru to client (downstream)"
+        };
+        compat_pass("udpst", "server", &format!("{dir} -I 100 -t 5"), direction);
     }
     assert!(srv.alive());
     let _ = srv.child.kill();
