@@ -97,15 +97,7 @@ pub fn sending_rates(jumbo: bool, traditional: bool) -> (Vec<SendingRate>, usize
     let mut t: Vec<SendingRate> = Vec::with_capacity(MAX_SENDING_RATES);
     'outer: for k in 0..=kmax {
         for i in 0..10u32 {
-            let mut sr = SendingRate::default();
-            if k > 0 {
-                sr = SendingRate {
-                    tx_interval1: 100,
-                    payload1: payload,
-                    burst1: k,
-                    ..sr
-                };
-            }
+            let mut sr = first_transmitter(k, payload);
             if i > 0 {
                 sr.tx_interval2 = 1000;
                 sr.payload2 = payload;
@@ -121,15 +113,7 @@ pub fn sending_rates(jumbo: bool, traditional: bool) -> (Vec<SendingRate>, usize
                 break;
             }
             for j in 1..=jmax {
-                let mut sr = SendingRate::default();
-                if k > 0 {
-                    sr = SendingRate {
-                        tx_interval1: 100,
-                        payload1: payload,
-                        burst1: k,
-                        ..sr
-                    };
-                }
+                let mut sr = first_transmitter(k, payload);
                 sr.tx_interval2 = 1000;
                 if i > 0 {
                     sr.payload2 = payload;
@@ -172,4 +156,17 @@ pub fn sending_rates(jumbo: bool, traditional: bool) -> (Vec<SendingRate>, usize
         j += 1;
     }
     (t, hs)
+}
+
+/// A row's first transmitter: `k` datagrams of `payload` bytes every 100 us (none for k = 0).
+fn first_transmitter(k: u32, payload: u32) -> SendingRate {
+    if k == 0 {
+        return SendingRate::default();
+    }
+    SendingRate {
+        tx_interval1: 100,
+        payload1: payload,
+        burst1: k,
+        ..SendingRate::default()
+    }
 }
