@@ -226,8 +226,9 @@ def iperf2_server(port):
     return [IPERF2, "-s", "-p", str(port)]
 
 
-def cases():
+def cases(cc=None):
     out = []
+    extra = ["-C", cc] if cc else []
     for ver, binary in (("3.21", I3_NEW), ("3.12", I3_OLD)):
         for label, args in (("-c", []), ("-R", ["-R"]), ("--bidir", ["--bidir"]), ("-P 4", ["-P", "4"]),
                             ("-u -b 0 -l 16", ["-u", "-b", "0", "-l", "16"]),
@@ -235,7 +236,8 @@ def cases():
             if ver == "3.12" and label == "--skip-rx-copy":
                 continue
             unit = "datagrams/s" if "-u" in args else "Gbit/s"
-            out.append((f"iperf3 {ver} {label}", unit, True, iperf3_client(binary, args),
+            out.append((f"iperf3 {ver} {label}" + (f" -C {cc}" if cc else ""), unit, True,
+                        iperf3_client(binary, args + extra),
                         hk_server, iperf3_server(binary), "tcp"))
     out += [
         ("sockperf tp --pps max -m 14", "datagrams/s", True, sockperf_client("tp", ["--pps", "max", "-m", "14"]),
@@ -322,13 +324,15 @@ def main():
     ap.add_argument("--only", help="comma-separated substrings of row names to run")
     ap.add_argument("--placements", default="unpinned,apart,together")
     ap.add_argument("--write")
+    ap.add_argument("--cc", help="congestion control for the iperf3 rows (iperf3 -C; both servers "
+                    "use it too); default: the system's")
     a = ap.parse_args()
     global SECS
     SECS = a.time
     for b in (HAKARU, I3_NEW, I3_OLD, SOCKPERF, NETPERF, NTTTCP, IPERF2):
         if not os.access(b, os.X_OK):
             sys.exit(f"missing {b}: build it (cargo build --release; ../shared/peers/build.sh NAME)")
-    todo = [c for c in cases() if not a.only or any(s in c[0] for s in a.only.split(","))]
+    todo = [c for c in cases(a.cc) if not a.only or any(s in c[0] for s in a.only.split(","))]
     placements = a.placements.split(",")
     load_before = loadavg()
     rows, low = [], []

@@ -13,6 +13,7 @@ pub mod connect;
 pub mod http;
 pub mod kind;
 pub mod latency;
+pub mod latency_base;
 pub mod metrics;
 pub mod nic;
 pub mod plan;

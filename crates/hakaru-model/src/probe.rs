@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::latency::{LatencyInterval, LatencyStats, LatencyTransport};
+use crate::latency_base::{LatencyInterval, LatencyStats, LatencyTransport};
 use crate::units::Dur;
 
 /// Default probes per second.
@@ -58,23 +58,6 @@ impl LatencyProbe {
             )));
         }
         Ok(())
-    }
-}
-
-impl LatencyProbe {
-    /// The probe flow as a latency test of one open-loop flow (to configure the pinger, the
-    /// echo and their sockets).
-    pub fn as_latency(&self) -> crate::latency::LatencySpec {
-        crate::latency::LatencySpec {
-            transport: self.transport,
-            flows: 1,
-            length: crate::Bytes(PROBE_LENGTH),
-            duration: Dur::from_secs(86_400),
-            warmup: Dur::default(),
-            rate: Some(self.rate),
-            timeout: Dur(std::time::Duration::from_millis(PROBE_TIMEOUT_MS)),
-            ..crate::latency::LatencySpec::default()
-        }
     }
 }
 

@@ -18,7 +18,7 @@ use std::fmt::Write;
 use hakaru_model::{BitRate, Bytes, FlowDir, RunResult, TestSpec};
 use serde::Serialize;
 
-use crate::html::{Content, Input};
+use crate::input::{Content, Input};
 
 /// Which way is better for a metric.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

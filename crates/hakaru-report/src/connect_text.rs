@@ -6,7 +6,7 @@ use std::fmt::Write;
 use hakaru_model::{Bytes, ConnectSpec, IntervalRecord, RunResult};
 
 use crate::latency_text::{stats_heading, stats_line};
-use crate::text::{end_lines, span, trailer};
+use crate::text_parts::{end_lines, span, trailer};
 
 /// The line that opens a connection-rate run.
 pub fn header(spec: &ConnectSpec, server: &str, embedded: bool) -> String {

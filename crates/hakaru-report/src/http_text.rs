@@ -7,7 +7,7 @@ use hakaru_model::{
     Bytes, HttpConnection, HttpMethod, HttpSpec, IntervalRecord, RunResult, TimeStats,
 };
 
-use crate::text::{end_lines, span, RULE};
+use crate::text_parts::{end_lines, span, RULE};
 use crate::View;
 
 /// The line that opens a run.

@@ -7,7 +7,7 @@ use hakaru_model::{
     IntervalRecord, LatencyPeer, LatencySpec, LatencyStats, LatencyTransport, RunResult,
 };
 
-use crate::text::{end_lines, span, trailer};
+use crate::text_parts::{end_lines, span, trailer};
 
 fn transport(t: LatencyTransport) -> &'static str {
     match t {

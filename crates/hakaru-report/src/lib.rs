@@ -37,6 +37,7 @@ pub mod rpm_text;
 pub mod schema;
 pub mod summary;
 pub mod text;
+pub mod text_parts;
 pub mod trend;
 pub mod udp_text;
 

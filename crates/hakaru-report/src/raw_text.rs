@@ -7,7 +7,7 @@ use hakaru_model::{
     BitRate, Bytes, IntervalRecord, Iperf2Info, RawProtocol, RawResult, RawRole, RawSpec, RunResult,
 };
 
-use crate::text::{end_lines, span};
+use crate::text_parts::{end_lines, span};
 
 /// The line that opens a run: what listens or where it sends.
 pub fn header(spec: &RawSpec, addr: &str) -> String {

@@ -6,7 +6,7 @@ use std::fmt::Write;
 
 use hakaru_model::{RpmResult, RpmSpec, RunResult};
 
-use crate::text::{end_lines, RULE};
+use crate::text_parts::{end_lines, RULE};
 use crate::View;
 
 /// The line that opens a run.

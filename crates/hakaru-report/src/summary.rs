@@ -5,7 +5,7 @@ use hakaru_model::capacity::FindMaxResult;
 use hakaru_model::config::Direction;
 use hakaru_model::{FlowDir, RunResult};
 
-use crate::html::Content;
+use crate::input::Content;
 
 /// The figures a list row shows for a result.
 #[derive(Debug, Clone, PartialEq, Default)]

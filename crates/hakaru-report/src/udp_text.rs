@@ -8,7 +8,7 @@ use hakaru_model::{
     UdpRate, UdpSpec, UdpTick,
 };
 
-use crate::text::{
+use crate::text_parts::{
     direction_words, end_lines, flow_dir_words, hidden_flows_line, span, trailer, RULE,
 };
 use crate::View;

@@ -12,6 +12,8 @@ use hakaru_server::{Server, ServerConfig, DEFAULT_PORT};
 
 use crate::output::{self, Format};
 
+pub use super::files::write_whole;
+
 /// Where a client test runs and how it reports: flags shared by every client subcommand.
 #[derive(Debug, clap::Args)]
 pub struct Target {
@@ -111,7 +113,7 @@ pub struct OutputFiles {
     pub report: Option<std::path::PathBuf>,
     /// The archive and the Pushgateway.
     #[command(flatten)]
-    pub keep: super::history::Keep,
+    pub keep: super::keep::Keep,
 }
 
 impl OutputFiles {
@@ -131,7 +133,7 @@ impl OutputFiles {
         run: Option<&hakaru_model::RunResult>,
         json: String,
     ) -> anyhow::Result<()> {
-        self.keep.keep(super::history::Finished {
+        self.keep.keep(super::keep::Finished {
             summary,
             run,
             json,
@@ -187,25 +189,6 @@ impl OutputFiles {
     }
 }
 
-/// Writes `bytes` to a temporary file beside `path` and renames it into place, so a failed
-/// write leaves no partial file behind.
-pub fn write_whole(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "out".into());
-    let tmp = dir
-        .map(|d| d.to_path_buf())
-        .unwrap_or_default()
-        .join(format!(".{name}.{}.tmp", std::process::id()));
-    let res = std::fs::write(&tmp, bytes).and_then(|_| std::fs::rename(&tmp, path));
-    if res.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    res
-}
-
 /// How much of a text report to print (JSON always has everything).
 #[derive(Debug, Clone, Copy, clap::Args)]
 pub struct ViewFlags {
@@ -256,7 +239,20 @@ impl Target {
             ))
             .into());
         }
-        super::netperf::check(self)?;
+        let max = hakaru_client::NETPERF_MAX_PASSPHRASE;
+        if let Some(p) = self.netperf_passphrase.as_ref().filter(|p| p.len() > max) {
+            return Err(UsageError(format!(
+                "--netperf-passphrase: {} bytes; a netperf passphrase is at most {max}",
+                p.len()
+            ))
+            .into());
+        }
+        if self.netperf && self.iperf3 {
+            return Err(UsageError(
+                "--netperf and --iperf3 name different servers: give one".into(),
+            )
+            .into());
+        }
         if self.sync_start && self.iperf3 {
             return Err(UsageError(
                 "--sync-start needs a hakaru server: an iperf3 server cannot hold its start (drop --iperf3)".into(),

@@ -1,7 +1,7 @@
 //! `--netperf` on the client subcommands (tcp, udp, pps, latency, connect): the flag and
 //! where its tests go.
 
-use super::common::{run_and_print, Endpoint, Target, UsageError};
+use super::common::{run_and_print, Endpoint, Target};
 use hakaru_model::TestSpec;
 
 /// `--netperf`: on the subcommands a stock netserver can run (tcp, udp, pps, latency,
@@ -28,24 +28,6 @@ impl NetperfPeer {
         t.netperf = self.netperf;
         t.netperf_passphrase = self.netperf_passphrase.clone();
     }
-}
-
-/// What `--netperf` cannot be combined with.
-pub fn check(t: &Target) -> anyhow::Result<()> {
-    let max = hakaru_client::NETPERF_MAX_PASSPHRASE;
-    if let Some(p) = t.netperf_passphrase.as_ref().filter(|p| p.len() > max) {
-        return Err(UsageError(format!(
-            "--netperf-passphrase: {} bytes; a netperf passphrase is at most {max}",
-            p.len()
-        ))
-        .into());
-    }
-    if t.netperf && t.iperf3 {
-        return Err(
-            UsageError("--netperf and --iperf3 name different servers: give one".into()).into(),
-        );
-    }
-    Ok(())
 }
 
 impl Target {

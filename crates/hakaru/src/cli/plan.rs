@@ -51,7 +51,7 @@ struct RunArgs {
     output: Option<PathBuf>,
     /// The archive and the Pushgateway (`save = true` and `[labels]` in the plan do the same).
     #[command(flatten)]
-    keep: super::history::Keep,
+    keep: super::keep::Keep,
 }
 
 #[derive(Debug, clap::Args)]
@@ -195,7 +195,7 @@ fn run_plan(r: RunArgs) -> anyhow::Result<()> {
     let mut keep = r.keep.clone();
     keep.save |= plan.save.unwrap_or(false);
     for (k, v) in &plan.labels {
-        let label = super::history::parse_label(&format!("{k}={v}"))
+        let label = super::keep::parse_label(&format!("{k}={v}"))
             .map_err(|e| UsageError(format!("{}: [labels]: {e}", r.file.display())))?;
         if !keep.labels.iter().any(|(have, _)| have == k) {
             keep.labels.push(label);
@@ -218,7 +218,7 @@ fn run_plan(r: RunArgs) -> anyhow::Result<()> {
             .with_context(|| format!("writing the result to {}", path.display()))?;
     }
     let content = hakaru_report::html::Content::Plan(Box::new(result.clone()));
-    keep.keep(super::history::Finished {
+    keep.keep(super::keep::Finished {
         summary: hakaru_report::summary::of_content(&content),
         run: None,
         json,
