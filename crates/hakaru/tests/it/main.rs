@@ -31,6 +31,7 @@ mod netns_plan;
 mod netns_probe;
 mod netns_rpm;
 mod netns_udp;
+mod netns_udpst;
 mod netperf;
 mod netperf_client;
 mod netperf_hostile;

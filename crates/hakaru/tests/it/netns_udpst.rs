@@ -1,0 +1,97 @@
+//! RFC 9946 through a shaped link, with the truth from the kernel: the stock OB-UDPST client's
+//! search (algorithm B, no fixed row) against `hakaru server --udpst-port` and against a stock
+//! `udpst` server on the same link, both directions. tbf on each end's egress at 100 Mbit/s
+//! counts whole frames (the 14-byte Ethernet header included), so a datagram of the table's
+//! default 1222-byte payload (1250 bytes at L3) gives 100 × 1250 / 1264 ≈ 98.9 Mbit/s at L3.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use super::common::{built_peer, compat_pass, wait_child};
+use super::netns_link::{Link, Shaping, StealWatch};
+
+/// The shaped rate (tc's "100mbit" is 10^8 bit/s) and the truth at L3 for 1250-byte packets.
+const SHAPED_MBPS: f64 = 100.0;
+const TRUTH_L3: f64 = SHAPED_MBPS * 1250.0 / 1264.0;
+
+/// "…Maximum Mbps(L3/IP): 99.71, …" from the client's summary.
+fn max_l3(out: &str) -> Option<f64> {
+    let line = out.lines().find(|l| l.contains("Maximum Mbps(L3/IP):"))?;
+    let v = line.split("Maximum Mbps(L3/IP):").nth(1)?;
+    v.trim().split(',').next()?.trim().parse().ok()
+}
+
+fn search(link: &Link, udpst: &str, dir: &str, port: u16) -> f64 {
+    let target = format!("{}:{port}", link.server_ip);
+    let o = link.in_client(
+        &[udpst, dir, "-t", "10", "-s", &target],
+        Duration::from_secs(40),
+    );
+    let out = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(o.status.success(), "udpst {dir} to {target} failed:\n{out}");
+    max_l3(&out).unwrap_or_else(|| panic!("no maximum in:\n{out}"))
+}
+
+#[test]
+fn udpst_search_through_a_shaped_link_reads_the_truth_against_either_server() {
+    let Some(udpst) = built_peer("udpst", "udpst") else {
+        return;
+    };
+    let Some(link) = Link::setup(&[], Shaping::both("100mbit")) else {
+        return;
+    };
+    let udpst = udpst.to_str().expect("utf-8 path");
+    let steal = StealWatch::start();
+    let port = 24601u16;
+    let mut srv = link.start_server_with(&["--udpst-port", &port.to_string()]);
+    assert!(srv
+        .wait_log("udpst listening", Duration::from_secs(5))
+        .is_some());
+    let mut rows = Vec::new();
+    for dir in ["-u", "-d"] {
+        let ours = search(&link, udpst, dir, port);
+        let sport = port + 1;
+        let stock = Command::new("ip")
+            .args(["netns", "exec", &link.server_ns, udpst, "-1", "-p"])
+            .arg(sport.to_string())
+            .arg(&link.server_ip)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn stock udpst server");
+        std::thread::sleep(Duration::from_millis(300));
+        let theirs = search(&link, udpst, dir, sport);
+        let _ = wait_child(stock, Duration::from_secs(10));
+        eprintln!(
+            "udpst {dir} through 100 Mbit/s: hakaru server {ours:.2}, stock server {theirs:.2}, \
+             truth {TRUTH_L3:.2} Mbit/s (L3)"
+        );
+        rows.push((dir, ours, theirs));
+    }
+    assert!(srv.alive(), "hakaru server died");
+    let _ = srv.child.kill();
+    let _ = srv.child.wait();
+    if steal.spoiled("udpst through a shaped link") {
+        return;
+    }
+    for (dir, ours, theirs) in rows {
+        assert!(
+            (ours - theirs).abs() / theirs <= 0.03,
+            "{dir}: {ours:.2} Mbit/s against hakaru, {theirs:.2} against a stock server (3 % allowed)"
+        );
+        assert!(
+            (ours - TRUTH_L3).abs() / TRUTH_L3 <= 0.03,
+            "{dir}: {ours:.2} Mbit/s, the shaped truth is {TRUTH_L3:.2} (3 % allowed)"
+        );
+        let direction = if dir == "-u" {
+            "client to hakaru (upstream), 100 Mbit/s tbf: search within 3 % of truth"
+        } else {
+            "hakaru to client (downstream), 100 Mbit/s tbf: search within 3 % of truth"
+        };
+        compat_pass("udpst", "server", &format!("{dir} -t 10 (algorithm B)"), direction);
+    }
+}
