@@ -418,7 +418,7 @@ fn open_session(
     stream: TcpStream,
     server_addr: SocketAddr,
 ) -> Result<drive::Control, ClientError> {
-    let nonce = sys::auth_nonce()
+    let nonce = sys::random_hex(hakaru_proto::auth::NONCE_LEN)
         .map_err(|e| ClientError::Auth(format!("no OS randomness for a nonce: {e}")))?;
     let cfg = SessionConfig {
         peer: server_addr.to_string(),

@@ -20,7 +20,8 @@ pub mod running;
 pub mod seq;
 pub mod side;
 pub mod sockopt;
-pub mod sys;
+/// The OS layer, a crate of its own (`hakaru-sys`); re-exported so `engine::sys::X` still names it.
+pub use hakaru_sys as sys;
 pub mod tcp;
 pub mod udp;
 

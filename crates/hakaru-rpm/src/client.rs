@@ -35,7 +35,7 @@ struct Shared {
     down: AtomicU64,
     up: AtomicU64,
     senders: Mutex<Vec<h2::client::SendRequest<Bytes>>>,
-    fds: Mutex<Vec<(u64, hakaru_engine::sys::RawFd)>>,
+    fds: Mutex<Vec<(u64, hakaru_sys::RawFd)>>,
     errors: Mutex<Vec<String>>,
     tls: Mutex<Option<String>>,
     failed: AtomicU64,
@@ -490,7 +490,7 @@ async fn self_probe(
         let fd = sh.fds.lock().ok().and_then(|v| {
             let (_, fd) = v.get(which % v.len().max(1))?;
             // Read under the lock: the connection cannot close meanwhile.
-            hakaru_engine::sys::tcp_info(*fd).ok().map(|i| i.rtt_us)
+            hakaru_sys::tcp_info(*fd).ok().map(|i| i.rtt_us)
         });
         return Ok(fd.map(|us| Probe::Own(f64::from(us) / 1000.0)));
     }

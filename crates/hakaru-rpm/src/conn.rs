@@ -98,7 +98,7 @@ pub struct Opened {
     /// TLS version and suite.
     pub tls: Option<String>,
     /// The socket's descriptor (for TCP_INFO).
-    pub fd: hakaru_engine::sys::RawFd,
+    pub fd: hakaru_sys::RawFd,
 }
 
 fn ms(d: Duration) -> f64 {
@@ -122,7 +122,7 @@ impl Dialer {
 
     /// Connects and handshakes, timed.
     pub async fn open(&self) -> Result<Opened, String> {
-        use hakaru_engine::sys::AsRawFd;
+        use hakaru_sys::AsRawFd;
         let t0 = Instant::now();
         let tcp = tokio::time::timeout(self.timeout, TcpStream::connect(self.addr))
             .await
@@ -136,10 +136,10 @@ impl Dialer {
         let tcp_ms = ms(t0.elapsed());
         let _ = tcp.set_nodelay(true);
         let sock = socket2::SockRef::from(&tcp);
-        let _ = hakaru_engine::sys::set_notsent_lowat(&sock, NOTSENT_LOWAT);
+        let _ = hakaru_sys::set_notsent_lowat(&sock, NOTSENT_LOWAT);
         if let Some(cc) = &self.congestion {
             // Before any data; the handshake does not depend on it. Refused, not ignored.
-            hakaru_engine::sys::set_congestion(&sock, cc).map_err(|e| format!("-C {cc}: {e}"))?;
+            hakaru_sys::set_congestion(&sock, cc).map_err(|e| format!("-C {cc}: {e}"))?;
         }
         let fd = tcp.as_raw_fd();
         let Some((connector, name)) = &self.tls else {

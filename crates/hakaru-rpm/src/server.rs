@@ -163,7 +163,7 @@ pub fn start(ip: IpAddr, port: u16, opts: &ServerOptions) -> Result<RpmServer, S
         .map_err(|e| format!("--rpm-port {port}: {e}"))?;
     // Set on the listener first: a name the kernel does not have is refused at start, by name.
     if let Some(cc) = &opts.congestion {
-        hakaru_engine::sys::set_congestion(&socket2::SockRef::from(&listener), cc)
+        hakaru_sys::set_congestion(&socket2::SockRef::from(&listener), cc)
             .map_err(|e| format!("--rpm-congestion {cc}: {e}"))?;
     }
     let addr = listener
@@ -268,10 +268,10 @@ async fn accept_loop(
         port.tell(Event::Accepted);
         let _ = tcp.set_nodelay(true);
         let sock = socket2::SockRef::from(&tcp);
-        let _ = hakaru_engine::sys::set_notsent_lowat(&sock, NOTSENT_LOWAT);
+        let _ = hakaru_sys::set_notsent_lowat(&sock, NOTSENT_LOWAT);
         if let Some(cc) = &port.congestion {
             // Accepted sockets may inherit it from the listener; set it where they do not.
-            let _ = hakaru_engine::sys::set_congestion(&sock, cc);
+            let _ = hakaru_sys::set_congestion(&sock, cc);
         }
         let local = tcp.local_addr().ok();
         let acceptor = port.acceptor.clone();

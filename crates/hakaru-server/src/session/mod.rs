@@ -101,7 +101,7 @@ pub(crate) fn control(ctx: &Ctx, o: Opening) {
     let host = sys::host_id();
     let same_host = host.is_some() && host == o.host;
     let nonce = match &ctx.cfg.psk {
-        Some(_) => match sys::auth_nonce() {
+        Some(_) => match sys::random_hex(hakaru_proto::auth::NONCE_LEN) {
             Ok(n) => Some(n),
             Err(_) => {
                 tracing::warn!(

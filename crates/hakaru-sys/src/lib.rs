@@ -240,7 +240,7 @@ pub type RawFd = std::os::windows::io::RawSocket;
 pub type RawFd = i32;
 
 /// `as_raw_fd()` on every socket type, whatever the OS calls its descriptors: callers write
-/// `use crate::sys::AsRawFd` and pass the result to the functions here.
+/// `use crate::AsRawFd` and pass the result to the functions here.
 #[cfg(unix)]
 pub use std::os::fd::AsRawFd;
 
@@ -281,11 +281,11 @@ pub fn now_unix() -> f64 {
         .unwrap_or(0.0)
 }
 
-/// A fresh key-authentication nonce from the OS (`proto::auth`), hex.
-pub fn auth_nonce() -> std::io::Result<String> {
-    let mut b = [0u8; hakaru_proto::auth::NONCE_LEN];
+/// `bytes` fresh random bytes from the OS, hex (a key-authentication nonce: `proto::auth`).
+pub fn random_hex(bytes: usize) -> std::io::Result<String> {
+    let mut b = vec![0u8; bytes];
     getrandom::fill(&mut b).map_err(|e| std::io::Error::other(e.to_string()))?;
-    Ok(hakaru_proto::auth::hex(&b))
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }
 
 /// This kernel's identity for this boot (Linux: `/proc/sys/kernel/random/boot_id`), or `None`

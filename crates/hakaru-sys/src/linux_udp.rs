@@ -1,4 +1,4 @@
-//! Linux UDP fast path of [`crate::sys`]: batched sends and receives (sendmmsg, recvmmsg),
+//! Linux UDP fast path of the OS layer ([`crate`]): batched sends and receives (sendmmsg, recvmmsg),
 //! segmentation offload (UDP_SEGMENT, UDP_GRO), per-datagram receive metadata (kernel
 //! timestamps, the socket's drop counter) and the system-wide UDP counters.
 

@@ -1,4 +1,4 @@
-//! Fallback backend of [`crate::sys`] for systems without a native one: compiles everywhere and
+//! Fallback backend of the OS layer ([`crate`]) for systems without a native one: compiles everywhere and
 //! reports "unsupported" (or "unknown", for optional facts) instead of measuring.
 
 use std::io::{self, IoSlice};

@@ -1,4 +1,4 @@
-//! Linux backend of [`crate::sys`]: TCP_INFO, /proc and /sys counters, affinity, sendfile and
+//! Linux backend of the OS layer ([`crate`]): TCP_INFO, /proc and /sys counters, affinity, sendfile and
 //! MSG_TRUNC discard.
 
 use std::fs;

@@ -147,11 +147,8 @@ mod tests {
     use std::time::Duration;
 
     fn readable(s: &std::net::TcpStream, wait: Duration) -> bool {
-        let mut p = crate::sys::PollSet::new();
-        p.push(
-            std::os::fd::AsRawFd::as_raw_fd(s),
-            crate::sys::Interest::Read,
-        );
+        let mut p = crate::PollSet::new();
+        p.push(std::os::fd::AsRawFd::as_raw_fd(s), crate::Interest::Read);
         p.wait(wait);
         p.ready(0)
     }
