@@ -4,9 +4,8 @@
 //! Every field is big-endian at a fixed offset (the C structs of OB-UDPST 9.0.0's
 //! `udpst_protocol.h` with their natural alignment; docs/protocol-notes.md lists them). The
 //! 16-bit header checksum is optional: zero means none, and a non-zero one is checked as an
-//! Internet checksum over the whole PDU. Authentication fields are read but this module does
-//! not compute digests: a request with an authentication mode is answered by the server with
-//! the RFC's "authentication not configured" response.
+//! Internet checksum over the whole PDU. Authentication (mode 1: digests on the control PDUs)
+//! is in [`auth`].
 #![cfg_attr(not(test), deny(clippy::indexing_slicing))]
 
 use thiserror::Error;
@@ -77,6 +76,14 @@ pub enum SetupCode {
     BadJumbo = 3,
     /// Authentication asked for but not configured.
     AuthNotConfigured = 4,
+    /// This server requires authentication and the request has none.
+    AuthRequired = 5,
+    /// An authentication mode this server does not know.
+    AuthInvalid = 6,
+    /// The digest does not verify under the key.
+    AuthFail = 7,
+    /// The request's timestamp is outside the time window.
+    AuthTime = 8,
     /// Required bandwidth over what the server allows.
     CapacityExceeded = 10,
     /// Multi-connection parameters invalid.
@@ -288,6 +295,9 @@ pub fn null_request(version: u16) -> [u8; NULL_LEN] {
     put8(&mut b, 4, 1);
     b
 }
+
+#[path = "udpst_auth.rs"]
+pub mod auth;
 
 #[path = "udpst_rates.rs"]
 mod rates;

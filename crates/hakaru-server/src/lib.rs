@@ -23,6 +23,7 @@ mod session;
 mod sockperf;
 mod udp_dispatch;
 mod udpst;
+pub use udpst::UdpstKeys;
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, UdpSocket};
@@ -108,6 +109,9 @@ pub struct ServerConfig {
     /// Most Mbit/s a udpst test may ask for or be sent at (`--udpst-max-rate`); `None`: the
     /// sending-rate table's top, or `max_rate` when that is lower.
     pub udpst_max_mbps: Option<u32>,
+    /// udpst authentication (`--udpst-key`, `--udpst-key-file`): with any key, every setup
+    /// request must be signed (RFC 9946 mode 1).
+    pub udpst_keys: UdpstKeys,
     /// Several ntttcp senders per test, started by the one with `-L` (ntttcp's `-r -M`).
     pub ntttcp_multi: bool,
     /// Data connections one ntttcp sender may open for its test (`--ntttcp-max-conns`): the
@@ -178,6 +182,7 @@ impl Default for ServerConfig {
             ntttcp_ports: hakaru_proto::ntttcp::DEFAULT_PORTS,
             udpst_port: None,
             udpst_max_mbps: None,
+            udpst_keys: UdpstKeys::default(),
             ntttcp_multi: false,
             ntttcp_max_conns: 64,
             netperf: NetperfConfig::default(),

@@ -1,5 +1,6 @@
 //! The udpst port (`--udpst-port`): serves stock OB-UDPST clients (`udpst -u`, `udpst -d`,
-//! RFC 9946 protocol version 20), one connection per setup request, without authentication.
+//! RFC 9946 protocol version 20), one connection per setup request, with authentication
+//! (mode 1: signed control PDUs) when the server has keys.
 //!
 //! The control port answers setup requests (`proto::udpst`): a valid one from an allowed
 //! address that the admission lets in gets a new UDP socket (the test port) and a thread that
@@ -17,6 +18,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use hakaru_proto::udpst::auth::{self, Keys};
 use hakaru_proto::udpst::{self as u, Activation, LoadHdr, SetupCode, SetupRequest, Status};
 use hakaru_session::udpst::{Dir, Limits, UdpstTest, Wall};
 
@@ -31,6 +33,87 @@ const MAX_MC_COUNT: u8 = 24;
 /// A downstream sender that falls this many intervals behind starts afresh instead of
 /// catching up in one burst.
 const MAX_CATCH_UP: u32 = 20;
+
+/// The keys a udpst server checks setup requests with: the reference's key file (`KEYID,KEY`
+/// lines: the request's key ID picks one) and one key for any ID (`-a`); with neither, a
+/// signed request gets "authentication not configured", and with either an unsigned one gets
+/// "authentication required".
+#[derive(Clone, Default)]
+pub struct UdpstKeys {
+    /// Keys by key ID (`--udpst-key-file`).
+    pub by_id: Vec<(u8, String)>,
+    /// The key tried when the ID has none in the file, or its key fails (`--udpst-key`).
+    pub any: Option<String>,
+}
+
+impl std::fmt::Debug for UdpstKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "UdpstKeys({} by id, {} for any)",
+            self.by_id.len(),
+            u8::from(self.any.is_some())
+        )
+    }
+}
+
+impl UdpstKeys {
+    /// Longest key (characters), as the reference's `-a`.
+    pub const MAX_KEY_LEN: usize = auth::MAX_KEY_LEN;
+
+    /// The keys from a key file's text (the reference's format) and a key for any ID.
+    pub fn new(any: Option<String>, file_text: Option<&str>) -> Result<UdpstKeys, String> {
+        if let Some(k) = &any {
+            if k.is_empty() || k.len() > auth::MAX_KEY_LEN {
+                return Err(format!(
+                    "a udpst key has 1 to {} characters, this one {}",
+                    auth::MAX_KEY_LEN,
+                    k.len()
+                ));
+            }
+        }
+        let by_id = match file_text {
+            None => Vec::new(),
+            Some(t) => auth::parse_key_file(t).map_err(|e| e.to_string())?,
+        };
+        Ok(UdpstKeys { by_id, any })
+    }
+
+    /// Whether the server has any key (and so requires authentication).
+    pub fn any_key(&self) -> bool {
+        self.any.is_some() || !self.by_id.is_empty()
+    }
+
+    /// Checks a signed setup request: the keys of its test, or the refusal and why.
+    fn check(&self, req: &SetupRequest, now: u32) -> Result<(Keys, u8), (SetupCode, String)> {
+        let (time, id) = auth::stamp(&req.raw, auth::SETUP)
+            .ok_or((SetupCode::AuthFail, "no authentication fields".to_string()))?;
+        let candidates = self
+            .by_id
+            .iter()
+            .filter(|(i, _)| *i == id)
+            .map(|(_, k)| k)
+            .chain(self.any.as_ref());
+        let keys = candidates
+            .map(|k| auth::derive(k.as_bytes(), time))
+            .find(|k| auth::verify(&req.raw, auth::SETUP, &k.client))
+            .ok_or((
+                SetupCode::AuthFail,
+                format!("the digest does not verify under key ID {id}"),
+            ))?;
+        let skew = i64::from(time) - i64::from(now);
+        if skew.abs() > auth::TIME_WINDOW_S {
+            return Err((
+                SetupCode::AuthTime,
+                format!(
+                    "timestamp {skew:+} s from this clock (at most {} s)",
+                    auth::TIME_WINDOW_S
+                ),
+            ));
+        }
+        Ok((keys, id))
+    }
+}
 
 /// The bound udpst control port.
 pub struct UdpstPort {
@@ -92,10 +175,27 @@ fn serve(ctx: &Arc<Ctx>, sock: &UdpSocket) {
 
 /// Answers one setup request: the response to send (always the request's size).
 fn setup(ctx: &Arc<Ctx>, req: &SetupRequest, peer: SocketAddr) -> Option<Vec<u8>> {
-    let refuse = |code: SetupCode, why: String| {
-        tracing::warn!("udpst: refused setup request from {peer}: {why}");
-        Some(req.response(code, 0))
+    let now = wall().0;
+    let mut signer: Option<(Keys, u8)> = None;
+    let sign = |mut r: Vec<u8>, signer: &Option<(Keys, u8)>| {
+        match signer {
+            Some((k, id)) => auth::sign(&mut r, auth::SETUP, &k.server, *id, now),
+            None => auth::clear(&mut r, auth::SETUP),
+        }
+        r
     };
+    let refuse = |code: SetupCode, why: String, signer: &Option<(Keys, u8)>| {
+        tracing::warn!("udpst: refused setup request from {peer}: {why}");
+        Some(sign(req.response(code, 0), signer))
+    };
+    let keys = &ctx.cfg.udpst_keys;
+    if req.auth_mode == auth::MODE_CONTROL && keys.any_key() {
+        match keys.check(req, now) {
+            Ok(k) => signer = Some(k),
+            Err((code, why)) => return refuse(code, format!("authentication: {why}"), &None),
+        }
+    }
+    let refuse = |code: SetupCode, why: String| refuse(code, why, &signer);
     if req.version != u::PROTOCOL_VER {
         return refuse(
             SetupCode::BadVersion,
@@ -115,11 +215,26 @@ fn setup(ctx: &Arc<Ctx>, req: &SetupRequest, peer: SocketAddr) -> Option<Vec<u8>
             ),
         );
     }
-    if req.auth_mode != 0 {
+    if req.auth_mode != 0 && !keys.any_key() {
         return refuse(
             SetupCode::AuthNotConfigured,
             format!(
-                "authentication mode {} asked for; this server has no udpst keys",
+                "authentication mode {} asked for; this server has no udpst keys (--udpst-key)",
+                req.auth_mode
+            ),
+        );
+    }
+    if req.auth_mode == 0 && keys.any_key() {
+        return refuse(
+            SetupCode::AuthRequired,
+            "no authentication; this server requires it (--udpst-key)".to_string(),
+        );
+    }
+    if req.auth_mode > auth::MODE_CONTROL {
+        return refuse(
+            SetupCode::AuthInvalid,
+            format!(
+                "authentication mode {} (this server knows 1)",
                 req.auth_mode
             ),
         );
@@ -148,13 +263,21 @@ fn setup(ctx: &Arc<Ctx>, req: &SetupRequest, peer: SocketAddr) -> Option<Vec<u8>
     let jumbo = req.modifiers & u::MOD_JUMBO != 0;
     let trad = req.modifiers & u::MOD_TRADITIONAL != 0;
     let version = req.version;
+    let test_keys = signer.clone();
     let ctx2 = Arc::clone(ctx);
     ctx.threads.fetch_add(1, Ordering::AcqRel);
     let spawned = std::thread::Builder::new()
         .name("hakaru-udpst-test".into())
         .spawn(move || {
             let _slot = slot;
-            if let Err(e) = run_test(&ctx2, &test, peer, version, jumbo, trad) {
+            let how = TestSetup {
+                peer,
+                version,
+                jumbo,
+                trad,
+                keys: test_keys,
+            };
+            if let Err(e) = run_test(&ctx2, &test, &how) {
                 tracing::warn!("udpst: test with {peer} failed: {e}");
             }
             ctx2.threads.fetch_sub(1, Ordering::AcqRel);
@@ -163,7 +286,7 @@ fn setup(ctx: &Arc<Ctx>, req: &SetupRequest, peer: SocketAddr) -> Option<Vec<u8>
         ctx.threads.fetch_sub(1, Ordering::AcqRel);
         return refuse(SetupCode::ConnFail, format!("no test thread: {e}"));
     }
-    Some(req.response(SetupCode::Ack, port))
+    Some(sign(req.response(SetupCode::Ack, port), &signer))
 }
 
 fn limits(ctx: &Ctx, jumbo: bool, trad: bool) -> Limits {
@@ -189,16 +312,49 @@ fn limits(ctx: &Ctx, jumbo: bool, trad: bool) -> Limits {
     }
 }
 
-/// One test: null request, activation, then the test until it ends.
-fn run_test(
-    ctx: &Ctx,
-    sock: &UdpSocket,
+/// What a setup request settled for its test.
+struct TestSetup {
     peer: SocketAddr,
     version: u16,
     jumbo: bool,
     trad: bool,
-) -> io::Result<()> {
-    sock.send_to(&u::null_request(version), peer)?;
+    /// The test's keys and key ID when the setup was signed.
+    keys: Option<(Keys, u8)>,
+}
+
+impl TestSetup {
+    /// Whether an activation request comes from the test's client: signed with its key and
+    /// within the time window when the setup was signed.
+    fn trusts(&self, pdu: &[u8]) -> Result<(), &'static str> {
+        let Some((k, _)) = &self.keys else {
+            return Ok(());
+        };
+        if !auth::verify(pdu, auth::ACTIVATION, &k.client) {
+            return Err("authentication failure");
+        }
+        let (time, _) = auth::stamp(pdu, auth::ACTIVATION).unwrap_or_default();
+        if (i64::from(time) - i64::from(wall().0)).abs() > auth::TIME_WINDOW_S {
+            return Err("authentication time outside the window");
+        }
+        Ok(())
+    }
+
+    /// Signs a PDU the server sends (null request, activation response), or clears its
+    /// authentication fields.
+    fn sign(&self, pdu: &mut [u8], at: auth::AuthAt) {
+        match &self.keys {
+            Some((k, id)) => auth::sign(pdu, at, &k.server, *id, wall().0),
+            None => auth::clear(pdu, at),
+        }
+    }
+}
+
+/// One test: null request, activation, then the test until it ends.
+fn run_test(ctx: &Ctx, sock: &UdpSocket, how: &TestSetup) -> io::Result<()> {
+    let (peer, jumbo, trad) = (how.peer, how.jumbo, how.trad);
+    let mut null = u::null_request(how.version);
+    how.sign(&mut null, auth::NULL);
+    sock.send_to(&null, peer)?;
     sock.set_read_timeout(Some(Duration::from_millis(100)))?;
     let mut buf = vec![0u8; 65536];
     let until = Instant::now() + ACTIVATION_WAIT;
@@ -215,13 +371,19 @@ fn run_test(
         if from.ip() != peer.ip() {
             continue; // only the address that set the test up may activate it
         }
-        match Activation::parse(buf.get(..n).unwrap_or_default()) {
-            Ok(a) => break (a, from),
+        let pdu = buf.get(..n).unwrap_or_default();
+        match Activation::parse(pdu) {
+            Ok(a) => match how.trusts(pdu) {
+                Ok(()) => break (a, from),
+                Err(why) => tracing::warn!("udpst: ignored test activation from {from}: {why}"),
+            },
             Err(e) => tracing::debug!("udpst: ignored datagram from {from}: {e}"),
         }
     };
     sock.connect(from)?;
-    let (mut t, resp) = UdpstTest::new(act, jumbo, trad, limits(ctx, jumbo, trad), Instant::now());
+    let (mut t, mut resp) =
+        UdpstTest::new(act, jumbo, trad, limits(ctx, jumbo, trad), Instant::now());
+    how.sign(&mut resp, auth::ACTIVATION);
     sock.send(&resp)?;
     let a = t.activation();
     tracing::info!(

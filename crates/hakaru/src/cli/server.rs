@@ -239,11 +239,12 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = 64, requires = "ntttcp_port", value_parser = clap::value_parser!(u32).range(1..))]
     ntttcp_max_conns: u32,
     /// Also serve stock OB-UDPST clients (`udpst -u` / `udpst -d`, RFC 9946 UDP Speed Test
-    /// Protocol version 20) on this UDP port (RFC 9946's is 24601; 0 picks a free one): one
-    /// connection per test, without authentication (a client asking for -a gets "auth not
-    /// configured"). Each test counts against --max-tests-per-client and --max-tests, lasts
-    /// at most --max-duration (the client's -t is coerced down) and is sent at most
-    /// --max-rate / --udpst-max-rate. Off by default: udpst clients are not authenticated.
+    /// Protocol version 20) on this UDP port (RFC 9946's is 24601; 0 picks a free one), one or
+    /// several connections per test (-C). Without --udpst-key / --udpst-key-file clients are
+    /// not authenticated (one asking for -a gets "auth not configured"); with them every client
+    /// must sign its requests. Each test counts against --max-tests-per-client and
+    /// --max-tests, lasts at most --max-duration (the client's -t is coerced down) and is sent
+    /// at most --max-rate / --udpst-max-rate. Off by default.
     #[arg(long, value_name = "PORT")]
     udpst_port: Option<u16>,
     /// Most Mbit/s a udpst test may reach: the sending-rate search stops at the table row
@@ -251,6 +252,16 @@ pub struct Args {
     /// "capacity exceeded".
     #[arg(long, value_name = "MBPS", requires = "udpst_port", value_parser = clap::value_parser!(u32).range(1..=100000))]
     udpst_max_rate: Option<u32>,
+    /// Require RFC 9946 authentication of udpst clients with this shared key (the client's
+    /// `-a KEY`; at most 64 characters), whatever key ID the client names. Read from the
+    /// HAKARU_UDPST_KEY environment variable when set there, so it stays out of `ps`.
+    #[arg(long, value_name = "KEY", env = "HAKARU_UDPST_KEY", hide_env_values = true, requires = "udpst_port", value_parser = udpst_key)]
+    udpst_key: Option<String>,
+    /// Require RFC 9946 authentication with the keys of this file, in the reference's format
+    /// (`KEYID,KEY` a line, KEYID 0-255, `#` comments; the client's `-K`/`-y`): the client's key
+    /// ID picks the key. With --udpst-key too, that key is tried when the ID's fails.
+    #[arg(long, value_name = "FILE", requires = "udpst_port")]
+    udpst_key_file: Option<std::path::PathBuf>,
     /// Print `listening on ADDR` on stdout once serving, and stop when standard input closes:
     /// for launchers (`hakaru plan` over ssh, `ip netns exec`, `kubectl exec -i`), so the
     /// server ends with the connection that started it.
@@ -313,6 +324,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         ntttcp_max_conns: a.ntttcp_max_conns,
         udpst_port: a.udpst_port,
         udpst_max_mbps: a.udpst_max_rate,
+        udpst_keys: udpst_keys(a.udpst_key.clone(), a.udpst_key_file.as_deref())?,
         netperf: hakaru_server::NetperfConfig {
             ports: a.netperf_port,
             passphrase: netperf_passphrase,
@@ -359,8 +371,8 @@ fn warn_unkeyed(a: &Args, keyed: bool) -> anyhow::Result<()> {
         if a.rpm_port.is_some() {
             tracing::warn!("--rpm-port: responsiveness clients are served without the key");
         }
-        if a.udpst_port.is_some() {
-            tracing::warn!("--udpst-port: udpst clients are served without the key (authentication is not implemented)");
+        if a.udpst_port.is_some() && a.udpst_key.is_none() && a.udpst_key_file.is_none() {
+            tracing::warn!("--udpst-port: udpst clients are served without authentication (--udpst-key or --udpst-key-file requires it)");
         }
         if a.ntttcp_port.is_some() {
             tracing::warn!("--ntttcp-port: ntttcp senders are served without the key (they cannot authenticate)");
@@ -502,6 +514,29 @@ fn parse_port_range(s: &str) -> Result<(u16, u16), String> {
         ));
     }
     Ok((first, last))
+}
+
+/// `--udpst-key`: 1 to 64 characters, as the reference's `-a`.
+fn udpst_key(s: &str) -> Result<String, String> {
+    hakaru_server::UdpstKeys::new(Some(s.to_string()), None).map(|_| s.to_string())
+}
+
+/// The udpst keys from `--udpst-key` and `--udpst-key-file`.
+fn udpst_keys(
+    any: Option<String>,
+    file: Option<&std::path::Path>,
+) -> anyhow::Result<hakaru_server::UdpstKeys> {
+    let text = match file {
+        None => None,
+        Some(p) => Some(
+            std::fs::read_to_string(p)
+                .map_err(|e| anyhow::anyhow!("--udpst-key-file {}: {e}", p.display()))?,
+        ),
+    };
+    hakaru_server::UdpstKeys::new(any, text.as_deref()).map_err(|e| match file {
+        Some(p) => anyhow::anyhow!("--udpst-key-file {}: {e}", p.display()),
+        None => anyhow::anyhow!("--udpst-key: {e}"),
+    })
 }
 
 #[cfg(test)]

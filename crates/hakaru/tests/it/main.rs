@@ -50,3 +50,4 @@ mod sink;
 mod sockperf;
 mod udp;
 mod udpst;
+mod udpst_auth;

@@ -92,6 +92,11 @@ fn udpst_search_through_a_shaped_link_reads_the_truth_against_either_server() {
         } else {
             "hakaru to client (downstream), 100 Mbit/s tbf: search within 3 % of truth"
         };
-        compat_pass("udpst", "server", &format!("{dir} -t 10 (algorithm B)"), direction);
+        compat_pass(
+            "udpst",
+            "server",
+            &format!("{dir} -t 10 (algorithm B)"),
+            direction,
+        );
     }
 }
