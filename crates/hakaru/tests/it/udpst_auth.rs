@@ -143,3 +143,47 @@ fn udpst_key_flags_are_checked_before_serving() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("line 1") && err.contains("KEYID"), "{err}");
 }
+
+#[test]
+fn udpst_multi_connection_runs_every_connection_against_hakaru_as_against_a_stock_server() {
+    let Some(udpst) = built_peer("udpst", "udpst") else {
+        return;
+    };
+    let port = free_udp();
+    let mut srv = ServerProc::start(&["--udpst-port", &port.to_string()]);
+    assert!(srv
+        .wait_log("udpst listening", Duration::from_secs(5))
+        .is_some());
+    // Two connections, each at the 100 Mbit/s row: 200 Mbit/s in all.
+    let (ok, out) = client(&udpst, port, &["-C", "2"]);
+    assert!(ok, "udpst -C 2 against hakaru failed:\n{out}");
+    assert!(out.contains("Active Connections: 2"), "{out}");
+    let ours = max_l3(&out).unwrap();
+    let sport = free_udp();
+    let stock = Command::new(&udpst)
+        .args(["-1", "-p", &sport.to_string(), "127.0.0.1"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn stock udpst server");
+    std::thread::sleep(Duration::from_millis(300));
+    let (ok, sout) = client(&udpst, sport, &["-C", "2"]);
+    let _ = super::common::wait_child(stock, Duration::from_secs(10));
+    assert!(ok, "udpst -C 2 against a stock server failed:\n{sout}");
+    let theirs = max_l3(&sout).unwrap();
+    eprintln!("udpst -C 2 -I 100: hakaru {ours}, stock {theirs} Mbit/s (truth 200)");
+    assert!(
+        (ours - 200.0).abs() < 10.0,
+        "{ours} Mbit/s, two rows of 100"
+    );
+    assert!((ours - theirs).abs() / theirs < 0.05, "{ours} vs {theirs}");
+    assert!(srv.alive());
+    let _ = srv.child.kill();
+    let _ = srv.child.wait();
+    compat_pass(
+        "udpst",
+        "server",
+        "-d -C 2 -I 100 -t 5",
+        "hakaru to client (downstream), two connections",
+    );
+}
