@@ -219,6 +219,7 @@ pub(crate) fn run_result(
         raw: None,
         http: None,
         rpm: None,
+        udpst: None,
         server_clock_offset: at.clock,
         server_on_this_host: at.same_host,
         probe: None,

@@ -16,6 +16,7 @@ mod probe;
 pub mod push;
 mod sockperf;
 mod udp;
+pub mod udpst;
 
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::atomic::AtomicBool;

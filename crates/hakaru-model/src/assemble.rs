@@ -408,6 +408,7 @@ pub fn assemble(i: Inputs) -> RunResult {
         http: None,
         probe: None,
         rpm: None,
+        udpst: None,
         server_clock_offset: None,
         server_on_this_host: false,
     }

@@ -24,6 +24,7 @@ pub mod result;
 pub mod rpm;
 pub mod spec;
 pub mod udp;
+pub mod udpst;
 pub mod units;
 
 pub use assemble::{assemble, end_result, merge_interval, Inputs as AssembleInputs};
@@ -40,4 +41,5 @@ pub use result::*;
 pub use rpm::*;
 pub use spec::*;
 pub use udp::*;
+pub use udpst::*;
 pub use units::*;

@@ -51,9 +51,10 @@ impl TryFrom<TestSpec> for RemoteSpec {
             TestSpec::Udp(u) => Ok(RemoteSpec::Udp(u)),
             TestSpec::Latency(l) => Ok(RemoteSpec::Latency(l)),
             TestSpec::Connect(c) => Ok(RemoteSpec::Connect(c)),
-            local @ (TestSpec::Raw(_) | TestSpec::Http(_) | TestSpec::Rpm(_)) => {
-                Err(NotRemote(local.name()))
-            }
+            local @ (TestSpec::Raw(_)
+            | TestSpec::Http(_)
+            | TestSpec::Rpm(_)
+            | TestSpec::Udpst(_)) => Err(NotRemote(local.name())),
         }
     }
 }

@@ -660,6 +660,9 @@ pub struct RunResult {
     /// Responsiveness figures, for `hakaru rpm` runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rpm: Option<crate::rpm::RpmResult>,
+    /// Maximum IP-layer capacity figures, for `hakaru capacity` runs (RFC 9946).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udpst: Option<crate::udpst::UdpstResult>,
     /// The server's wall clock against the client's, for tests against a hakaru server.
     #[serde(default)]
     pub server_clock_offset: Option<ClockOffset>,

@@ -28,6 +28,8 @@ pub enum TestSpec {
     Http(crate::http::HttpSpec),
     /// The responsiveness test (`hakaru rpm`); never sent to a hakaru server.
     Rpm(crate::rpm::RpmSpec),
+    /// Maximum IP-layer capacity (`hakaru capacity`, RFC 9946); never sent to a hakaru server.
+    Udpst(crate::udpst::UdpstSpec),
 }
 
 impl TestSpec {
@@ -42,6 +44,7 @@ impl TestSpec {
             TestSpec::Raw(r) => r,
             TestSpec::Http(h) => h,
             TestSpec::Rpm(r) => r,
+            TestSpec::Udpst(u) => u,
         }
     }
 

@@ -287,6 +287,97 @@ impl SetupRequest {
     }
 }
 
+/// What a client asks for in its setup request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SetupParams {
+    /// The protocol version to offer ([`PROTOCOL_VER`]).
+    pub version: u16,
+    /// Random non-zero multi-connection identifier.
+    pub mc_ident: u16,
+    /// Required bandwidth (Mbit/s, 0 none).
+    pub max_bandwidth: u16,
+    /// The bandwidth is for upstream.
+    pub upstream: bool,
+    /// Modifier bitmap ([`MOD_JUMBO`], [`MOD_TRADITIONAL`]).
+    pub modifiers: u8,
+}
+
+impl SetupParams {
+    /// The setup request of one connection (index 0 of 1), no authentication.
+    pub fn encode(&self) -> [u8; SETUP_LEN] {
+        let mut b = [0u8; SETUP_LEN];
+        put16(&mut b, 0, SETUP_ID);
+        put16(&mut b, 2, self.version);
+        put8(&mut b, 4, 0);
+        put8(&mut b, 5, 1);
+        put16(&mut b, 6, self.mc_ident);
+        put8(&mut b, 8, CREQ_SETUP);
+        let mut bw = self.max_bandwidth & !USDIR_BIT;
+        if self.upstream && bw > 0 {
+            bw |= USDIR_BIT;
+        }
+        put16(&mut b, 10, bw);
+        put8(&mut b, 14, self.modifiers);
+        b
+    }
+}
+
+/// A setup response, as the client reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SetupResponse {
+    /// The server's version (its own when it refused ours).
+    pub version: u16,
+    /// Response code (1 accepted; see [`SetupCode`]).
+    pub code: u8,
+    /// The test port to activate the test on.
+    pub test_port: u16,
+}
+
+impl SetupResponse {
+    /// Reads a setup response (a setup request or anything else is an error).
+    pub fn parse(b: &[u8]) -> Result<Self, UdpstError> {
+        const W: &str = "setup response";
+        check(W, b, SETUP_LEN, SETUP_ID, 54)?;
+        let cmd = u8_at(b, 8);
+        if cmd != CRSP_SETUP {
+            return Err(UdpstError::Field {
+                what: W,
+                field: "command",
+                value: cmd.into(),
+            });
+        }
+        Ok(SetupResponse {
+            version: u16_at(b, 2),
+            code: u8_at(b, 9),
+            test_port: u16_at(b, 12),
+        })
+    }
+
+    /// The reason of a refusal in words (the reference's wording), `None` when accepted.
+    pub fn refusal(&self) -> Option<String> {
+        let why = match self.code {
+            1 => return None,
+            2 => format!(
+                "protocol version {PROTOCOL_VER} not accepted by the server (it speaks {})",
+                self.version
+            ),
+            3 => "the jumbo datagram size option does not match the server".into(),
+            4 => "authentication is not configured on the server".into(),
+            5 => "the server requires authentication".into(),
+            6 => "the authentication method does not match the server".into(),
+            7 => "authentication failed at the server".into(),
+            8 => "authentication time outside the server's window".into(),
+            9 => "the server requires a max bandwidth option".into(),
+            10 => "the required max bandwidth exceeds the server's available capacity".into(),
+            11 => "the traditional MTU option does not match the server".into(),
+            12 => "the server rejected the multi-connection parameters".into(),
+            13 => "the server could not allocate a connection".into(),
+            c => format!("unexpected setup response code {c}"),
+        };
+        Some(why)
+    }
+}
+
 /// The null request the server sends from a new test port (version 20).
 pub fn null_request(version: u16) -> [u8; NULL_LEN] {
     let mut b = [0u8; NULL_LEN];
@@ -338,6 +429,10 @@ pub struct Activation {
     pub sr_adj_supp: u16,
     /// Authentication mode.
     pub auth_mode: u8,
+    /// Response code (0 in a request, [`ACT_ACK`] accepted).
+    pub code: u8,
+    /// The first sending rate an upstream response carries.
+    pub start_rate: SendingRate,
     /// The PDU as received (the response echoes it with the accepted values).
     pub raw: Vec<u8>,
 }
@@ -372,8 +467,34 @@ impl Activation {
             sub_int_period: u16_at(b, 56),
             sr_adj_supp: u16_at(b, 60),
             auth_mode: u8_at(b, 63),
+            code: u8_at(b, 5),
+            start_rate: SendingRate::read(b, 28),
             raw: b.to_vec(),
         })
+    }
+
+    /// A client's request with these parameters (`raw` is not read).
+    pub fn encode(&self) -> [u8; ACT_LEN] {
+        let mut r = [0u8; ACT_LEN];
+        put16(&mut r, 0, ACT_ID);
+        put16(&mut r, 2, PROTOCOL_VER);
+        put8(&mut r, 4, self.command);
+        put16(&mut r, 6, self.low_thresh);
+        put16(&mut r, 8, self.upper_thresh);
+        put16(&mut r, 10, self.trial_int);
+        put16(&mut r, 12, self.test_int_time);
+        put16(&mut r, 16, self.sr_index_conf);
+        put8(&mut r, 18, self.use_ow_del_var);
+        put8(&mut r, 19, self.high_speed_delta);
+        put16(&mut r, 20, self.slow_adj_thresh);
+        put16(&mut r, 22, self.seq_err_thresh);
+        put8(&mut r, 24, self.ignore_ooo_dup);
+        put8(&mut r, 25, self.modifiers);
+        put8(&mut r, 26, self.rate_adj_algo);
+        put16(&mut r, 56, self.sub_int_period);
+        put16(&mut r, 60, self.sr_adj_supp);
+        put8(&mut r, 63, self.auth_mode);
+        r
     }
 
     /// The response: the request with the accepted parameters written back, the response

@@ -170,3 +170,63 @@ fn sending_rate_table_matches_the_reference() {
     );
     assert_eq!(rows[1001].payload1, 1375 - 28);
 }
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// A stock udpst 9.0.0 server's answers, captured on loopback: the setup response to a
+/// request (jumbo, ident 0x1234) and the activation response to an upstream
+/// test at fixed row 100 (5 s, trial 50 ms, sub-interval 1000 ms).
+const STOCK_SETUP_RESPONSE: &str = "ace100140001123402010000e6b6010000000000000000000000000000000000000000000000000000000000000000000000000000000000";
+const STOCK_ACT_RESPONSE: &str = "ace200140101001e005a0032000500000064000a0003000a0100000000000064000004c6000000010000000000000000000000000000000003e800000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000";
+
+#[test]
+fn a_stock_servers_answers_parse() {
+    let r = SetupResponse::parse(&unhex(STOCK_SETUP_RESPONSE)).unwrap();
+    assert_eq!((r.version, r.code, r.test_port), (20, 1, 0xe6b6));
+    assert_eq!(r.refusal(), None);
+    let a = Activation::parse(&unhex(STOCK_ACT_RESPONSE)).unwrap();
+    assert_eq!((a.command, a.code), (ACT_UPSTREAM, ACT_ACK));
+    assert_eq!(
+        (a.trial_int, a.test_int_time, a.sub_int_period),
+        (50, 5, 1000)
+    );
+    assert_eq!(a.sr_index_conf, 100);
+    let (rows, _) = sending_rates(true, false);
+    assert_eq!(a.start_rate, rows[100]);
+}
+
+#[test]
+fn client_requests_round_trip() {
+    let p = SetupParams {
+        version: PROTOCOL_VER,
+        mc_ident: 0x1234,
+        max_bandwidth: 500,
+        upstream: true,
+        modifiers: MOD_JUMBO,
+    };
+    let r = SetupRequest::parse(&p.encode()).unwrap();
+    assert_eq!((r.version, r.mc_count, r.mc_ident), (20, 1, 0x1234));
+    assert_eq!(
+        (r.max_bandwidth, r.upstream, r.modifiers),
+        (500, true, MOD_JUMBO)
+    );
+    // A setup request is not a response, and a refusal is told in words.
+    assert!(SetupResponse::parse(&p.encode()).is_err());
+    let no = SetupResponse::parse(&r.response(SetupCode::CapacityExceeded, 0)).unwrap();
+    assert!(no.refusal().unwrap().contains("capacity"));
+    let mut act = Activation::parse(&unhex(STOCK_ACT_RESPONSE)).unwrap();
+    act.code = 0;
+    act.start_rate = SendingRate::default();
+    act.raw = Vec::new();
+    let back = Activation::parse(&act.encode()).unwrap();
+    assert_eq!(
+        (back.command, back.sr_index_conf, back.trial_int, back.code),
+        (ACT_UPSTREAM, 100, 50, 0)
+    );
+    assert_eq!(back.start_rate, SendingRate::default());
+}

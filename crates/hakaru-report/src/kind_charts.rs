@@ -29,6 +29,7 @@ pub(crate) fn of(spec: &TestSpec) -> &dyn KindCharts {
         TestSpec::Raw(r) => r,
         TestSpec::Http(h) => h,
         TestSpec::Rpm(r) => r,
+        TestSpec::Udpst(u) => u,
     }
 }
 

@@ -50,5 +50,6 @@ pub(crate) fn of(spec: &TestSpec) -> &dyn KindText {
         TestSpec::Raw(r) => r,
         TestSpec::Http(h) => h,
         TestSpec::Rpm(r) => r,
+        TestSpec::Udpst(u) => u,
     }
 }

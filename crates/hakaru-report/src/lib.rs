@@ -40,6 +40,7 @@ pub mod text;
 pub mod text_parts;
 pub mod trend;
 pub mod udp_text;
+pub mod udpst_text;
 
 /// How much of a human text report to show. JSON output always carries everything.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use hakaru_proto::udpst::auth::{self, Keys};
 use hakaru_proto::udpst::{self as u, Activation, LoadHdr, SetupCode, SetupRequest, Status};
 use hakaru_session::udpst::{Dir, Limits, UdpstTest, Wall};
+use hakaru_session::udpst_pace::Pacer;
 
 use crate::Ctx;
 
@@ -30,9 +31,6 @@ const TICK: Duration = Duration::from_millis(200);
 const ACTIVATION_WAIT: Duration = Duration::from_secs(3);
 /// Most connections one client may ask for in one setup (the reference's maximum).
 const MAX_MC_COUNT: u8 = 24;
-/// A downstream sender that falls this many intervals behind starts afresh instead of
-/// catching up in one burst.
-const MAX_CATCH_UP: u32 = 20;
 
 /// The keys a udpst server checks setup requests with: the reference's key file (`KEYID,KEY`
 /// lines: the request's key ID picks one) and one key for any ID (`-a`); with neither, a
@@ -424,32 +422,6 @@ fn upstream(ctx: &Ctx, sock: &UdpSocket, t: &mut UdpstTest, buf: &mut [u8]) -> i
     Ok(())
 }
 
-/// A tiny generator for the random datagram sizes the table asks for.
-struct Rng(u64);
-impl Rng {
-    fn upto(&mut self, min: u32, max: u32) -> u32 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        if max <= min {
-            return max;
-        }
-        min + (self.0 % u64::from(max - min + 1)) as u32
-    }
-}
-
-fn size(field: u32, v6: bool, rng: &mut Rng) -> u32 {
-    let min = (u::LOAD_HDR_LEN as u32) + 20;
-    let mut s = field & !u::RAND_BIT;
-    if v6 && s >= min {
-        s -= 20;
-    }
-    if s > 0 && field & u::RAND_BIT != 0 {
-        s = rng.upto(if v6 { min - 20 } else { min }, s);
-    }
-    s
-}
-
 fn send_burst(sock: &UdpSocket, t: &mut UdpstTest, buf: &mut [u8], sizes: &[u32]) {
     for &s in sizes {
         let len = (s as usize).clamp(u::LOAD_HDR_LEN, buf.len());
@@ -461,7 +433,7 @@ fn send_burst(sock: &UdpSocket, t: &mut UdpstTest, buf: &mut [u8], sizes: &[u32]
     }
 }
 
-// hot loop: the downstream sender's two transmitters and the status feedback.
+// hot loop: the downstream sender's load (`session::udpst_pace`) and the status feedback.
 fn downstream(
     ctx: &Ctx,
     sock: &UdpSocket,
@@ -470,46 +442,16 @@ fn downstream(
     v6: bool,
 ) -> io::Result<()> {
     sock.set_nonblocking(true)?;
-    let mut rng = Rng(u64::from(wall().1) | 1);
+    let mut pacer = Pacer::new(
+        Instant::now() + Duration::from_millis(5),
+        u64::from(wall().1),
+    );
     let mut rx = [0u8; 512];
-    let start = Instant::now() + Duration::from_millis(5);
-    let (mut next1, mut next2) = (start, start);
-    let mut sizes = Vec::with_capacity(101);
+    let mut sizes = Vec::with_capacity(128);
     while !t.ended() && !ctx.shutdown.load(Ordering::Acquire) {
-        let now = Instant::now();
-        let r = t.rate();
-        for (interval, next, tx) in [
-            (r.tx_interval1, &mut next1, 1),
-            (r.tx_interval2, &mut next2, 2),
-        ] {
-            let iv = Duration::from_micros(u64::from(interval.max(100)));
-            if interval == 0 {
-                *next = now + iv;
-                continue;
-            }
-            if now.saturating_duration_since(*next) > iv * MAX_CATCH_UP {
-                *next = now;
-            }
-            while *next <= now {
-                sizes.clear();
-                let (burst, payload) = if tx == 1 {
-                    (r.burst1, r.payload1)
-                } else {
-                    (r.burst2, r.payload2)
-                };
-                for _ in 0..burst.min(100) {
-                    sizes.push(size(payload, v6, &mut rng));
-                }
-                if tx == 2 && r.addon2 != 0 {
-                    sizes.push(size(r.addon2, v6, &mut rng));
-                }
-                if t.stopping() {
-                    sizes.truncate(1);
-                }
-                send_burst(sock, t, buf, &sizes);
-                *next += iv;
-            }
-        }
+        sizes.clear();
+        pacer.due(&t.rate(), Instant::now(), v6, t.stopping(), &mut sizes);
+        send_burst(sock, t, buf, &sizes);
         while let Ok(n) = sock.recv(&mut rx) {
             match Status::parse(rx.get(..n).unwrap_or_default()) {
                 Ok(s) => t.on_status(&s, Instant::now()),
@@ -517,7 +459,7 @@ fn downstream(
             }
         }
         let _ = t.on_tick(Instant::now(), wall());
-        let wake = next1.min(next2);
+        let wake = pacer.next_wake();
         let now = Instant::now();
         if wake > now {
             std::thread::sleep((wake - now).min(Duration::from_millis(5)));

@@ -28,6 +28,9 @@ pub mod netperf;
 pub mod ntttcp;
 pub mod server;
 pub mod udpst;
+pub mod udpst_client;
+pub mod udpst_pace;
+mod udpst_rx;
 
 #[cfg(test)]
 mod pair_tests;

@@ -9,8 +9,7 @@
 use std::time::{Duration, Instant};
 
 use hakaru_proto::udpst::{
-    self as u, Activation, LoadHdr, SendingRate, Status, SubIntStats, ACTION_STOP2, ACTION_TEST,
-    NODEL,
+    self as u, Activation, LoadHdr, SendingRate, Status, ACTION_STOP2, ACTION_TEST, NODEL,
 };
 
 /// A test whose client sends nothing for this long is over (the reference's watchdog).
@@ -23,14 +22,7 @@ const SUBINT: (u16, u16, u16) = (100, 10_000, 1000);
 const HS_DELTA_BACKUP: usize = 3;
 const RETRY_THRESH_ALGOC: u32 = 5;
 
-/// Wall-clock time as the protocol carries it.
-pub type Wall = (u32, u32);
-
-fn ms_between(later: Wall, earlier: Wall) -> i64 {
-    let a = i64::from(later.0) * 1000 + i64::from(later.1) / 1_000_000;
-    let b = i64::from(earlier.0) * 1000 + i64::from(earlier.1) / 1_000_000;
-    a - b
-}
+pub use crate::udpst_rx::{Receiver, Wall};
 
 fn clamp(v: u16, (min, max, def): (u16, u16, u16)) -> u16 {
     if v < min || v > max {
@@ -58,21 +50,6 @@ pub enum Dir {
     Down,
 }
 
-/// Load and delay accounting over a trial interval (the receiver's side).
-#[derive(Debug, Default)]
-struct Trial {
-    loss: u32,
-    ooo: u32,
-    dup: u32,
-    dv_min: u32,
-    dv_max: u32,
-    dv_sum: u32,
-    dv_cnt: u32,
-    rtt_var_sample: u32,
-    rx_datagrams: u32,
-    rx_bytes: u32,
-}
-
 /// One test connection.
 #[derive(Debug)]
 pub struct UdpstTest {
@@ -93,22 +70,8 @@ pub struct UdpstTest {
     last_rx: Instant,
     ended: bool,
     // receiver side (upstream)
-    trial: Trial,
-    sis: SubIntStats,
-    sis_sav: SubIntStats,
-    sub_int_seq: u32,
-    sub_int_start: Option<Instant>,
-    test_start: Instant,
-    trial_start: Instant,
+    rx: Receiver,
     next_status: Instant,
-    lpdu_seq: u32,
-    history: [u32; 32],
-    hist_idx: usize,
-    clock_delta_min: Option<i64>,
-    rtt_min: u32,
-    delay_min_upd: bool,
-    last_spdu_echo: Wall,
-    spdu_seq: u32,
     // sender side (downstream)
     peer_spdu_seq: u32,
     spdu_seq_err: u16,
@@ -197,30 +160,8 @@ impl UdpstTest {
             stop_at,
             last_rx: now,
             ended: false,
-            trial: Trial {
-                dv_min: NODEL,
-                rtt_var_sample: NODEL,
-                ..Default::default()
-            },
-            sis: SubIntStats {
-                delay_var_min: NODEL,
-                rtt_var_min: NODEL,
-                ..Default::default()
-            },
-            sis_sav: SubIntStats::default(),
-            sub_int_seq: 0,
-            sub_int_start: None,
-            test_start: now,
-            trial_start: now,
+            rx: Receiver::new(act.trial_int, act.sub_int_period, now),
             next_status: now + trial,
-            lpdu_seq: 0,
-            history: [0; 32],
-            hist_idx: 0,
-            clock_delta_min: None,
-            rtt_min: NODEL,
-            delay_min_upd: false,
-            last_spdu_echo: (0, 0),
-            spdu_seq: 0,
             peer_spdu_seq: 0,
             spdu_seq_err: 0,
             peer_spdu_time: (0, 0),
@@ -277,91 +218,20 @@ impl UdpstTest {
     }
 
     fn status(&mut self, now: Instant, wall: Wall) -> Option<[u8; u::STATUS_LEN]> {
-        if self.lpdu_seq == 0 && self.action == ACTION_TEST {
+        if !self.rx.seen_load() && self.action == ACTION_TEST {
             return None; // no load yet
         }
         if self.action == ACTION_TEST {
-            let (seqerr, delay) = self.own_congestion();
+            let (seqerr, delay) = self
+                .rx
+                .congestion(self.act.ignore_ooo_dup == 1, self.act.use_ow_del_var == 1);
             self.adjust(seqerr, delay);
         }
-        self.spdu_seq = self.spdu_seq.wrapping_add(1);
-        let t = std::mem::replace(
-            &mut self.trial,
-            Trial {
-                dv_min: NODEL,
-                rtt_var_sample: NODEL,
-                ..Default::default()
-            },
-        );
-        let s = Status {
-            test_action: self.action,
-            rx_stopped: now.saturating_duration_since(self.last_rx) >= Duration::from_secs(1),
-            seq: self.spdu_seq,
-            rate: self.rate(),
-            sub_int_seq: self.sub_int_seq,
-            sis: self.sis_sav,
-            loss: t.loss,
-            ooo: t.ooo,
-            dup: t.dup,
-            clock_delta_min: self.clock_delta_min.unwrap_or(0) as u32,
-            delay_var_min: t.dv_min,
-            delay_var_max: t.dv_max,
-            delay_var_sum: t.dv_sum,
-            delay_var_cnt: t.dv_cnt,
-            rtt_min: self.rtt_min,
-            rtt_var_sample: t.rtt_var_sample,
-            delay_min_upd: std::mem::take(&mut self.delay_min_upd),
-            ti_delta_time: now.saturating_duration_since(self.trial_start).as_micros() as u32,
-            ti_rx_datagrams: t.rx_datagrams,
-            ti_rx_bytes: t.rx_bytes,
-            spdu_time: wall,
-            auth_mode: 0,
-        };
-        self.trial_start = now;
-        self.sub_interval(now);
+        let rx_stopped = now.saturating_duration_since(self.last_rx) >= Duration::from_secs(1);
+        let (s, _) = self
+            .rx
+            .status(now, wall, self.action, self.rate(), rx_stopped);
         Some(s.encode())
-    }
-
-    fn sub_interval(&mut self, now: Instant) {
-        let period = u128::from(self.act.sub_int_period) - u128::from(self.act.trial_int / 2);
-        match self.sub_int_start {
-            None => self.new_sub_interval(now),
-            Some(start) if now.saturating_duration_since(start).as_millis() > period => {
-                self.sub_int_seq = self.sub_int_seq.wrapping_add(1);
-                let el = now.saturating_duration_since(start);
-                self.sis.delta_time = el.as_micros() as u32;
-                self.sis.accum_time =
-                    now.saturating_duration_since(self.test_start).as_millis() as u32;
-                self.sis_sav = self.sis;
-                self.new_sub_interval(now);
-            }
-            Some(_) => {}
-        }
-    }
-
-    fn new_sub_interval(&mut self, now: Instant) {
-        if self.sub_int_start.is_none() {
-            self.test_start = now;
-        }
-        self.sis = SubIntStats {
-            delay_var_min: NODEL,
-            rtt_var_min: NODEL,
-            ..Default::default()
-        };
-        self.sub_int_start = Some(now);
-    }
-
-    fn own_congestion(&self) -> (u32, Option<u32>) {
-        let mut seqerr = self.trial.loss;
-        if self.act.ignore_ooo_dup == 0 {
-            seqerr += self.trial.ooo + self.trial.dup;
-        }
-        let delay = if self.act.use_ow_del_var == 1 {
-            (self.trial.dv_cnt > 0).then(|| (self.trial.dv_sum * 10 / self.trial.dv_cnt + 5) / 10)
-        } else {
-            (self.trial.rtt_var_sample != NODEL).then_some(self.trial.rtt_var_sample)
-        };
-        (seqerr, delay)
     }
 
     /// A load datagram of an upstream test (header already read, `len` bytes received).
@@ -376,72 +246,7 @@ impl UdpstTest {
             return;
         }
         self.last_rx = now;
-        let payload = u32::from(h.udp_payload);
-        self.sis.rx_datagrams += 1;
-        self.sis.rx_bytes += u64::from(payload);
-        self.trial.rx_datagrams += 1;
-        self.trial.rx_bytes = self.trial.rx_bytes.wrapping_add(payload);
-        let first = self.lpdu_seq == 0;
-        if h.seq > self.lpdu_seq {
-            let lost = h.seq - self.lpdu_seq - 1;
-            self.trial.loss += lost;
-            self.sis.loss += lost;
-            self.lpdu_seq = h.seq;
-        } else if self.history.contains(&h.seq) {
-            self.trial.dup += 1;
-            self.sis.dup += 1;
-            return;
-        } else {
-            self.trial.ooo += 1;
-            self.sis.ooo += 1;
-            self.trial.loss = self.trial.loss.saturating_sub(1);
-            self.sis.loss = self.sis.loss.saturating_sub(1);
-            self.remember(h.seq);
-            return;
-        }
-        self.remember(h.seq);
-        if h.spdu_time != self.last_spdu_echo && h.spdu_time != (0, 0) {
-            let rtt = ms_between(wall, h.spdu_time) - i64::from(h.rtt_resp_delay);
-            let rtt = rtt.max(0) as u32;
-            if rtt < self.rtt_min {
-                self.rtt_min = rtt;
-                self.delay_min_upd = true;
-            }
-            let var = rtt - self.rtt_min;
-            self.trial.rtt_var_sample = var;
-            self.sis.rtt_var_min = self.sis.rtt_var_min.min(var);
-            self.sis.rtt_var_max = self.sis.rtt_var_max.max(var);
-            self.last_spdu_echo = h.spdu_time;
-        }
-        let delta = ms_between(wall, h.lpdu_time);
-        match self.clock_delta_min {
-            Some(min) if !first => {
-                if delta < min {
-                    self.clock_delta_min = Some(delta);
-                    self.delay_min_upd = true;
-                }
-                let dv = (delta - self.clock_delta_min.unwrap_or(delta)).max(0) as u32;
-                self.trial.dv_min = self.trial.dv_min.min(dv);
-                self.trial.dv_max = self.trial.dv_max.max(dv);
-                self.trial.dv_sum = self.trial.dv_sum.wrapping_add(dv);
-                self.trial.dv_cnt += 1;
-                self.sis.delay_var_min = self.sis.delay_var_min.min(dv);
-                self.sis.delay_var_max = self.sis.delay_var_max.max(dv);
-                self.sis.delay_var_sum = self.sis.delay_var_sum.wrapping_add(dv);
-                self.sis.delay_var_cnt += 1;
-            }
-            _ => {
-                self.clock_delta_min = Some(delta);
-                self.delay_min_upd = true;
-            }
-        }
-    }
-
-    fn remember(&mut self, seq: u32) {
-        if let Some(slot) = self.history.get_mut(self.hist_idx) {
-            *slot = seq;
-        }
-        self.hist_idx = (self.hist_idx + 1) % self.history.len();
+        self.rx.on_load(h, wall);
     }
 
     /// A status PDU of a downstream test: the client's view of our load; adjusts the rate.

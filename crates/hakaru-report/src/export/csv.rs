@@ -16,7 +16,7 @@ impl Exporter for Csv {
 
     fn supports(&self, doc: DocKind) -> bool {
         match doc {
-            DocKind::Run(k) => k != RunKind::Raw,
+            DocKind::Run(k) => !matches!(k, RunKind::Raw | RunKind::Capacity),
             DocKind::History | DocKind::Trend => true,
             _ => false,
         }

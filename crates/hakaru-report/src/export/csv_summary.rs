@@ -13,7 +13,7 @@ impl Exporter for CsvSummary {
     }
 
     fn supports(&self, doc: DocKind) -> bool {
-        matches!(doc, DocKind::Run(k) if k != RunKind::Raw)
+        matches!(doc, DocKind::Run(k) if !matches!(k, RunKind::Raw | RunKind::Capacity))
     }
 
     fn help(&self, _doc: DocKind) -> &'static str {

@@ -50,6 +50,8 @@ pub enum RunKind {
     Http,
     /// `hakaru rpm`: the responsiveness test.
     Rpm,
+    /// `hakaru capacity`: RFC 9946's maximum IP-layer capacity.
+    Capacity,
     /// `sink` and `source`: a plain stream to or from any peer.
     Raw,
 }
@@ -65,6 +67,7 @@ impl RunKind {
             TestSpec::Connect(_) => RunKind::Connect,
             TestSpec::Http(_) => RunKind::Http,
             TestSpec::Rpm(_) => RunKind::Rpm,
+            TestSpec::Udpst(_) => RunKind::Capacity,
             TestSpec::Raw(_) => RunKind::Raw,
         }
     }
@@ -79,6 +82,7 @@ impl RunKind {
             RunKind::Connect => "connect",
             RunKind::Http => "http",
             RunKind::Rpm => "rpm",
+            RunKind::Capacity => "capacity",
             RunKind::Raw => "sink or source",
         }
     }

@@ -6,7 +6,7 @@ use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use hakaru_report::export::{formats_for, DocKind, Format, RunKind};
 
 /// The document each subcommand with the shared `--format` flags prints.
-const DOCUMENTS: [(&str, DocKind); 11] = [
+const DOCUMENTS: [(&str, DocKind); 12] = [
     ("tcp", DocKind::Run(RunKind::Tcp)),
     ("udp", DocKind::Run(RunKind::Udp)),
     ("pps", DocKind::Run(RunKind::Pps)),
@@ -14,6 +14,7 @@ const DOCUMENTS: [(&str, DocKind); 11] = [
     ("connect", DocKind::Run(RunKind::Connect)),
     ("http", DocKind::Run(RunKind::Http)),
     ("rpm", DocKind::Run(RunKind::Rpm)),
+    ("capacity", DocKind::Run(RunKind::Capacity)),
     ("sink", DocKind::Run(RunKind::Raw)),
     ("source", DocKind::Run(RunKind::Raw)),
     ("quick", DocKind::Quick),

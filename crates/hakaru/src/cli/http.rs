@@ -274,6 +274,7 @@ fn assemble(
         raw: None,
         http: Some(o.result),
         rpm: None,
+        udpst: None,
         server_clock_offset: None,
         server_on_this_host: embedded,
         probe: None,

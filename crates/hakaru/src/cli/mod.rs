@@ -1,5 +1,6 @@
 //! The command line: one module per subcommand, each owning its `Args` and `run`.
 
+mod capacity;
 mod common;
 mod compare;
 mod connect;
@@ -99,6 +100,10 @@ enum Command {
     /// networkQuality, goresponsiveness). Without URL, runs against an in-process endpoint on
     /// loopback.
     Rpm(Box<rpm::Args>),
+    /// Maximum IP-layer capacity of RFC 9946 against an OB-UDPST server (udpst, or `hakaru
+    /// server --udpst-port`): the server searches the sending rate, the receiver's best
+    /// sub-interval is the capacity (replaces the udpst client).
+    Capacity(Box<capacity::Args>),
     /// Per-interface packet and byte rates every interval (replaces sar -n DEV 1).
     Nic(nic::Args),
     /// Many machines, one test: run a plan of senders and receivers over ssh, netns or any
@@ -173,6 +178,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Nic(a) => nic::run(a),
         Command::Http(a) => http::run(*a),
         Command::Rpm(a) => rpm::run(*a),
+        Command::Capacity(a) => capacity::run(*a),
         Command::Latency(a) => latency::run(*a),
         Command::Quick(a) => quick::run(*a),
         Command::Schema(a) => schema::run(a),

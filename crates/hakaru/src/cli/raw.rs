@@ -203,6 +203,7 @@ fn assemble(
         raw: Some(o.result),
         http: None,
         rpm: None,
+        udpst: None,
         server_clock_offset: None,
         server_on_this_host: false,
         probe: None,

@@ -179,6 +179,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         http: None,
         probe: None,
         rpm: Some(x),
+        udpst: None,
         server_clock_offset: None,
         server_on_this_host: embedded.is_some(),
     };

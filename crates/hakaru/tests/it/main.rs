@@ -8,6 +8,7 @@ mod doc_links;
 mod e2e;
 mod faults;
 // Network namespaces and a process group per flent run: Linux only.
+mod capacity;
 #[cfg(target_os = "linux")]
 mod flent;
 mod golden;

@@ -12,7 +12,7 @@ use super::common::{built_peer, compat_pass, run_cmd, wait_child, ServerProc};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
-fn free_udp() -> u16 {
+pub(super) fn free_udp() -> u16 {
     UdpSocket::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -21,13 +21,18 @@ fn free_udp() -> u16 {
 }
 
 /// "…Maximum Mbps(L3/IP): 99.71, …" from the client's summary.
-fn max_l3(out: &str) -> Option<f64> {
+pub(super) fn max_l3(out: &str) -> Option<f64> {
     let line = out.lines().find(|l| l.contains("Maximum Mbps(L3/IP):"))?;
     let v = line.split("Maximum Mbps(L3/IP):").nth(1)?;
     v.trim().split(',').next()?.trim().parse().ok()
 }
 
-fn client(udpst: &std::path::Path, dir: &str, port: u16, extra: &[&str]) -> (bool, String) {
+pub(super) fn client(
+    udpst: &std::path::Path,
+    dir: &str,
+    port: u16,
+    extra: &[&str],
+) -> (bool, String) {
     let o = run_cmd(
         Command::new(udpst)
             .args([dir, "-t", "5", "-s"])
@@ -43,7 +48,7 @@ fn client(udpst: &std::path::Path, dir: &str, port: u16, extra: &[&str]) -> (boo
     (o.status.success(), text)
 }
 
-fn stock_server(udpst: &std::path::Path, port: u16) -> std::process::Child {
+pub(super) fn stock_server(udpst: &std::path::Path, port: u16) -> std::process::Child {
     let c = Command::new(udpst)
         .args(["-1", "-p", &port.to_string(), "127.0.0.1"])
         .stdout(Stdio::piped())

@@ -1,0 +1,224 @@
+//! Human text for `hakaru capacity` (RFC 9946): the opening line, one line per sub-interval
+//! as the receiver counted it (the IP-layer rate, loss, reordering, duplicates, one-way delay
+//! variation and RTT variation), the summary over the test, and the headline: the maximum
+//! IP-layer capacity with its layer 2 and layer 1 equivalents.
+
+use std::fmt::Write;
+
+use hakaru_model::{RunResult, UdpstResult, UdpstSpec, UdpstSubInterval};
+
+use crate::text_parts::RULE;
+use crate::View;
+
+/// The line that opens a run.
+pub fn header(spec: &UdpstSpec) -> String {
+    let row = match (spec.row, spec.start_only) {
+        (Some(r), false) => format!("fixed sending-rate row {r}"),
+        (Some(r), true) => format!("rate search from row {r}"),
+        (None, _) => "rate search".into(),
+    };
+    format!(
+        "hakaru capacity {} (RFC 9946, OB-UDPST protocol 20): {}, {} s, {}, algorithm {}{}{}\n",
+        spec.server,
+        spec.direction.as_str(),
+        spec.duration_s,
+        row,
+        if spec.algorithm_c { "C" } else { "B" },
+        if spec.jumbo { "" } else { ", no jumbo sizes" },
+        if spec.traditional {
+            ", 1500-byte MTU"
+        } else {
+            ""
+        },
+    )
+}
+
+fn range(v: Option<[u32; 3]>) -> String {
+    v.map_or("-".into(), |[a, b, c]| format!("{a}/{b}/{c}"))
+}
+
+/// The column heading of the sub-interval lines.
+pub fn heading() -> String {
+    format!(
+        "{:>4} {:>8} {:>12} {:>8} {:>6} {:>6} {:>6} {:>14} {:>10}\n",
+        "#", "end s", "Mbit/s L3", "dgrams", "loss", "ooo", "dup", "owd var ms", "rtt var ms"
+    )
+}
+
+/// One sub-interval line.
+pub fn sub_interval(i: &UdpstSubInterval) -> String {
+    format!(
+        "{:>4} {:>8.2} {:>12.2} {:>8} {:>6} {:>6} {:>6} {:>14} {:>10}\n",
+        i.index,
+        i.end_s,
+        i.ip_mbps,
+        i.datagrams,
+        i.loss,
+        i.reordered,
+        i.duplicated,
+        range(i.delay_var_ms),
+        i.rtt_var_ms.map_or("-".into(), |[a, b]| format!("{a}/{b}")),
+    )
+}
+
+fn sums(x: &UdpstResult) -> String {
+    format!(
+        "summary: mean {:.2} Mbit/s (L3), delivered {:.2} %, loss/ooo/dup {}/{}/{}, one-way delay variation {} ms, RTT variation {} ms (min/avg/max), minimum RTT {}\n",
+        x.mean_ip_mbps,
+        x.delivered_percent,
+        x.loss,
+        x.reordered,
+        x.duplicated,
+        range(x.delay_var_ms),
+        range(x.rtt_var_ms),
+        x.rtt_min_ms.map_or("-".into(), |v| format!("{v} ms")),
+    )
+}
+
+/// The headline.
+pub fn headline(r: &RunResult) -> String {
+    let Some(x) = &r.udpst else {
+        return String::new();
+    };
+    format!(
+        "capacity: maximum {:.2} Mbit/s at L3/IP ({:.2} at L2, {:.2} at L1), {}, sub-interval {} of {}\n",
+        x.max_ip_capacity_mbps,
+        x.max_l2_mbps,
+        x.max_l1_mbps,
+        x.direction,
+        x.max_index,
+        x.sub_intervals.len(),
+    )
+}
+
+/// The summary: every sub-interval, the sums, the notes, the headline.
+pub fn summary(r: &RunResult) -> String {
+    let Some(x) = &r.udpst else {
+        return String::new();
+    };
+    let mut s = heading();
+    for i in &x.sub_intervals {
+        s.push_str(&sub_interval(i));
+    }
+    s.push_str(RULE);
+    s.push('\n');
+    s.push_str(&sums(x));
+    if x.ended_by_watchdog {
+        s.push_str(
+            "note: the server went silent; the test ended by the watchdog, not the stop exchange\n",
+        );
+    }
+    if r.interrupted {
+        s.push_str("  (interrupted: the figures cover the time it ran)\n");
+    }
+    for n in &r.notes {
+        let _ = writeln!(s, "note: {n}");
+    }
+    s.push_str(&headline(r));
+    s
+}
+
+impl crate::kind_text::KindText for UdpstSpec {
+    fn header(&self, _server: &str, _embedded: bool) -> String {
+        header(self)
+    }
+    fn interval_heading(&self, _view: &View) -> String {
+        String::new()
+    }
+    fn summary(&self, r: &RunResult, _view: &View) -> String {
+        summary(r)
+    }
+    fn sums_and_headline(&self, r: &RunResult, _view: &View) -> String {
+        r.udpst.as_ref().map(sums).unwrap_or_default() + &headline(r)
+    }
+    fn row(&self, r: &RunResult, s: &mut crate::kind_text::Row) {
+        s.direction = self.direction.as_str().into();
+        s.flows = Some(1);
+        s.headline = r.udpst.as_ref().map(|x| x.max_ip_capacity_mbps * 1e6);
+        s.unit = "bit/s".into();
+        s.peer = Some(self.server.clone());
+    }
+}
+
+impl crate::kind_charts::KindCharts for UdpstSpec {
+    fn what(&self, _r: &RunResult) -> String {
+        format!("Maximum IP-layer capacity ({})", self.direction.as_str())
+    }
+    fn charts(&self, p: &str, r: &RunResult) -> Vec<crate::charts::Chart> {
+        vec![rate_chart(format!("{p}-capacity-rate"), &[("L3/IP", r)])]
+    }
+    fn overlay(&self, runs: &[(&str, &RunResult)]) -> Vec<crate::charts::Chart> {
+        vec![rate_chart("overlay-capacity".into(), runs)]
+    }
+}
+
+fn rate_chart(id: String, runs: &[(&str, &RunResult)]) -> crate::charts::Chart {
+    use crate::charts::{Chart, Series, Stroke};
+    let series = runs
+        .iter()
+        .enumerate()
+        .map(|(i, (label, r))| Series {
+            name: (*label).into(),
+            points: r.udpst.as_ref().map_or_else(Vec::new, |x| {
+                x.sub_intervals
+                    .iter()
+                    .map(|s| (s.end_s, s.ip_mbps))
+                    .collect()
+            }),
+            stroke: Stroke::Thick,
+            color: i,
+            legend: true,
+        })
+        .collect();
+    Chart {
+        id,
+        title: "IP-layer rate of each sub-interval".into(),
+        x_desc: "time (s)".into(),
+        y_desc: "Mbit/s".into(),
+        y_scale: 1.0,
+        log_x: false,
+        log_y: false,
+        series,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sub_interval_lines_and_headline() {
+        let row = UdpstSubInterval {
+            index: 2,
+            end_s: 2.0,
+            seconds: 1.0,
+            ip_mbps: 99.5,
+            datagrams: 10_000,
+            loss: 3,
+            delay_var_ms: Some([0, 1, 4]),
+            ..Default::default()
+        };
+        let line = sub_interval(&row);
+        assert!(line.contains("99.50") && line.contains("0/1/4"), "{line}");
+        let x = UdpstResult {
+            direction: "down".into(),
+            max_ip_capacity_mbps: 99.5,
+            max_l2_mbps: 101.0,
+            max_l1_mbps: 101.5,
+            max_index: 2,
+            sub_intervals: vec![row],
+            ..Default::default()
+        };
+        let text = std::fs::read_to_string(format!(
+            "{}/tests/fixtures/hakaru/tcp_p2_omit1.json",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .expect("fixture");
+        let mut r: RunResult = serde_json::from_str(&text).expect("fixture parses");
+        r.udpst = Some(x);
+        assert_eq!(
+            headline(&r),
+            "capacity: maximum 99.50 Mbit/s at L3/IP (101.00 at L2, 101.50 at L1), down, sub-interval 2 of 1\n"
+        );
+    }
+}

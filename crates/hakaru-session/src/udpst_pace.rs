@@ -1,0 +1,114 @@
+//! The load pattern of an OB-UDPST sending-rate row, without a socket or clock: which
+//! datagram sizes are due at `now` from the row's two transmitters (a burst every interval,
+//! the second with its add-on datagram; sizes with the random bit drawn up to their size,
+//! 20 bytes less over IPv6). A sender that falls far behind starts afresh instead of
+//! catching up in one burst.
+
+use std::time::{Duration, Instant};
+
+use hakaru_proto::udpst::{SendingRate, LOAD_HDR_LEN, RAND_BIT};
+
+/// Intervals a transmitter may fall behind before it starts afresh.
+const MAX_CATCH_UP: u32 = 20;
+/// Most datagrams of one burst (the table's largest).
+const MAX_BURST: u32 = 100;
+
+/// The two transmitters' clocks.
+#[derive(Debug)]
+pub struct Pacer {
+    next: [Instant; 2],
+    rng: u64,
+}
+
+impl Pacer {
+    /// Transmitters that start at `start`; `seed` draws the random sizes.
+    pub fn new(start: Instant, seed: u64) -> Self {
+        Pacer {
+            next: [start; 2],
+            rng: seed | 1,
+        }
+    }
+
+    fn upto(&mut self, min: u32, max: u32) -> u32 {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        if max <= min {
+            return max;
+        }
+        min + (self.rng % u64::from(max - min + 1)) as u32
+    }
+
+    fn size(&mut self, field: u32, v6: bool) -> u32 {
+        let min = LOAD_HDR_LEN as u32 + 20;
+        let mut s = field & !RAND_BIT;
+        if v6 && s >= min {
+            s -= 20;
+        }
+        if s > 0 && field & RAND_BIT != 0 {
+            s = self.upto(if v6 { min - 20 } else { min }, s);
+        }
+        s.max(LOAD_HDR_LEN as u32)
+    }
+
+    /// Appends to `out` the sizes of the datagrams due by `now` at row `r` (one per burst
+    /// while `stopping`).
+    pub fn due(
+        &mut self,
+        r: &SendingRate,
+        now: Instant,
+        v6: bool,
+        stopping: bool,
+        out: &mut Vec<u32>,
+    ) {
+        let tx = [
+            (r.tx_interval1, r.burst1, r.payload1, 0),
+            (r.tx_interval2, r.burst2, r.payload2, r.addon2),
+        ];
+        for (i, (interval, burst, payload, addon)) in tx.into_iter().enumerate() {
+            let iv = Duration::from_micros(u64::from(interval.max(100)));
+            let Some(next) = self.next.get(i).copied() else {
+                continue;
+            };
+            if interval == 0 {
+                self.set(i, now + iv);
+                continue;
+            }
+            let mut next = if now.saturating_duration_since(next) > iv * MAX_CATCH_UP {
+                now
+            } else {
+                next
+            };
+            let mut rounds = 0;
+            while next <= now && rounds <= MAX_CATCH_UP {
+                let first = out.len();
+                for _ in 0..burst.min(MAX_BURST) {
+                    let s = self.size(payload, v6);
+                    out.push(s);
+                }
+                if addon != 0 {
+                    let s = self.size(addon, v6);
+                    out.push(s);
+                }
+                if stopping {
+                    out.truncate(first + 1);
+                }
+                next += iv;
+                rounds += 1;
+            }
+            self.set(i, next);
+        }
+    }
+
+    fn set(&mut self, i: usize, at: Instant) {
+        if let Some(n) = self.next.get_mut(i) {
+            *n = at;
+        }
+    }
+
+    /// When the next burst is due.
+    pub fn next_wake(&self) -> Instant {
+        let [a, b] = self.next;
+        a.min(b)
+    }
+}

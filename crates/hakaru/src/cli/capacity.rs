@@ -1,0 +1,164 @@
+//! `hakaru capacity HOST[:PORT]`: the maximum IP-layer capacity of RFC 9946 against any
+//! OB-UDPST server (`udpst` run as a server, `hakaru server --udpst-port`), one direction per
+//! run. The server searches the sending rate; hakaru reads the receiver's sub-intervals.
+
+use std::net::ToSocketAddrs;
+
+use anyhow::Context;
+use hakaru_model::{rfc3339_utc, RunResult, TestSpec, UdpstDirection, UdpstSpec, SCHEMA_VERSION};
+
+use super::common::{split_host_port, stop_flag, Formats, OutputFiles, UsageError, ViewFlags};
+use crate::output;
+
+/// Options of `hakaru capacity`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The OB-UDPST server: HOST, HOST:PORT, [v6]:PORT (port 24601 by default).
+    #[arg(value_name = "HOST[:PORT]")]
+    server: String,
+    /// Upstream: this end sends the load, the server counts it (udpst -u).
+    #[arg(short = 'u', long, conflicts_with = "down")]
+    up: bool,
+    /// Downstream: the server sends the load, this end counts it (udpst -d; the default).
+    #[arg(short = 'd', long)]
+    down: bool,
+    /// Test duration in seconds, 5 to 3600 (udpst -t).
+    #[arg(short = 't', long, value_name = "SECONDS", default_value = "10")]
+    time: u16,
+    /// Sending-rate row: a fixed rate (row N is about N Mbit/s up to 1000), or with a
+    /// leading @ where the search starts (udpst -I).
+    #[arg(short = 'I', long, value_name = "[@]ROW")]
+    row: Option<String>,
+    /// The bandwidth the server must have for the test (Mbit/s; a server with less
+    /// refuses, udpst -B).
+    #[arg(short = 'B', long, value_name = "MBPS", default_value = "0")]
+    max_rate: u16,
+    /// No jumbo datagram sizes above 1 Gbit/s (udpst -j).
+    #[arg(short = 'j', long)]
+    no_jumbo: bool,
+    /// Traditional 1500-byte MTU datagram sizes (udpst -T).
+    #[arg(short = 'T', long)]
+    traditional: bool,
+    /// Rate adjustment algorithm: b or c (udpst -A).
+    #[arg(short = 'A', long, value_name = "ALGO", default_value = "b", value_parser = ["b", "c", "B", "C"])]
+    algorithm: String,
+    /// Trial (status feedback) interval in ms, 5 to 250 (udpst -i).
+    #[arg(long, value_name = "MS", default_value = "50")]
+    trial: u16,
+    /// Sub-interval length in ms, 100 to 10000 (udpst -P).
+    #[arg(short = 'P', long, value_name = "MS", default_value = "1000")]
+    sub_interval: u16,
+    #[command(flatten)]
+    formats: Formats,
+    #[command(flatten)]
+    view: ViewFlags,
+    #[command(flatten)]
+    files: OutputFiles,
+}
+
+impl Args {
+    fn spec(&self) -> anyhow::Result<(UdpstSpec, String, u16)> {
+        let (host, port) = split_host_port(&self.server).map_err(UsageError)?;
+        let port = port.unwrap_or(hakaru_model::UDPST_DEFAULT_PORT);
+        let (row, start_only) = match &self.row {
+            None => (None, false),
+            Some(r) => {
+                let (n, start) = match r.strip_prefix('@') {
+                    Some(n) => (n, true),
+                    None => (r.as_str(), false),
+                };
+                let n: u16 = n
+                    .parse()
+                    .map_err(|_| UsageError(format!("-I {r}: a row number, or @ and one")))?;
+                (Some(n), start)
+            }
+        };
+        let shown = if host.contains(':') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        };
+        let spec = UdpstSpec {
+            server: shown,
+            direction: if self.up && !self.down {
+                UdpstDirection::Up
+            } else {
+                UdpstDirection::Down
+            },
+            duration_s: self.time,
+            jumbo: !self.no_jumbo,
+            traditional: self.traditional,
+            row,
+            start_only,
+            max_mbps: self.max_rate,
+            algorithm_c: self.algorithm.eq_ignore_ascii_case("c"),
+            trial_ms: self.trial,
+            sub_interval_ms: self.sub_interval,
+        };
+        spec.validate().map_err(|e| UsageError(e.0))?;
+        Ok((spec, host, port))
+    }
+}
+
+/// Runs `hakaru capacity`.
+pub fn run(a: Args) -> anyhow::Result<()> {
+    let (spec, host, port) = a.spec()?;
+    let to = (host.as_str(), port)
+        .to_socket_addrs()
+        .with_context(|| format!("resolving {host}"))?
+        .next()
+        .with_context(|| format!("{host} has no address"))?;
+    let format = a.formats.format();
+    let view = a.view.view();
+    let stop = stop_flag()?;
+    let mut observer = output::observer(format, view);
+    let tspec = TestSpec::Udpst(spec.clone());
+    observer.on_start(&tspec, &spec.server, false);
+    let mut progress = output::Progress::new(output::is_quiet(format, view, &tspec));
+    progress.step("capacity".into());
+    progress.started(Some(std::time::Duration::from_secs(spec.duration_s.into())));
+    let started_unix = hakaru_engine::sys::now_unix();
+    let outcome = hakaru_client::udpst::run(&spec, to, &stop, &mut |_| {});
+    progress.finish();
+    let x = match outcome {
+        Ok(x) => x,
+        Err(e) => {
+            observer.on_error(&e);
+            anyhow::bail!("capacity test with {}: {e}", spec.server);
+        }
+    };
+    let r = RunResult {
+        schema_version: SCHEMA_VERSION,
+        tool: "hakaru".into(),
+        tool_version: env!("CARGO_PKG_VERSION").into(),
+        test: "capacity".into(),
+        started_at: rfc3339_utc(started_unix),
+        started_at_unix: started_unix,
+        server: spec.server.clone(),
+        embedded_server: false,
+        local_address: x.local,
+        remote_address: x.remote,
+        spec: tspec,
+        intervals: Vec::new(),
+        flows: Vec::new(),
+        totals: Vec::new(),
+        client: super::raw::end_result(None),
+        server_end: super::raw::end_result(None),
+        interrupted: stop.load(std::sync::atomic::Ordering::Relaxed),
+        notes: vec![
+            "rates count UDP payload plus 28 bytes of UDP/IPv4 header per datagram (48 over IPv6), as the receiver counted them".into(),
+        ],
+        latency: None,
+        connect: None,
+        raw: None,
+        http: None,
+        probe: None,
+        rpm: None,
+        udpst: Some(x.result),
+        server_clock_offset: None,
+        server_on_this_host: false,
+    };
+    output::finish(format, view, &r)?;
+    a.files.write(&r)?;
+    Ok(())
+}

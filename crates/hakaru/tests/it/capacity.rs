@@ -1,0 +1,163 @@
+//! `hakaru capacity` (the RFC 9946 / OB-UDPST client) against a stock `udpst` server and
+//! against `hakaru server --udpst-port`, on loopback at a fixed sending-rate row (`-I 100`:
+//! 100 Mbit/s at L3, the truth), both directions; the stock client against the same kind of
+//! server is the reference figure. Then the errors: a server that refuses (wrong protocol
+//! version, not enough capacity) and one that never answers.
+
+use std::net::UdpSocket;
+use std::time::{Duration, Instant};
+
+use super::common::{built_peer, compat_pass, json, num, run, stderr, wait_child, ServerProc};
+use super::udpst::{client, free_udp, max_l3, stock_server};
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// `hakaru capacity` against `port`: its JSON document, or its stderr when it failed.
+fn capacity(port: u16, args: &[&str]) -> Result<serde_json::Value, String> {
+    let target = format!("127.0.0.1:{port}");
+    let mut a = vec!["capacity", target.as_str(), "-J"];
+    a.extend_from_slice(args);
+    let o = run(&a, LIMIT);
+    if o.status.success() {
+        Ok(json(&o))
+    } else {
+        Err(stderr(&o))
+    }
+}
+
+/// hakaru's maximum and the stock client's, each against a fresh stock server.
+fn against_stock(udpst: &std::path::Path, dir: &str) -> (f64, f64) {
+    let port = free_udp();
+    let srv = stock_server(udpst, port);
+    let doc = capacity(port, &[dir, "-t", "5", "-I", "100"]);
+    let _ = wait_child(srv, Duration::from_secs(10));
+    let doc = doc.unwrap_or_else(|e| panic!("hakaru capacity {dir} against stock udpst: {e}"));
+    assert_eq!(
+        doc["udpst"]["sub_intervals"].as_array().map(Vec::len),
+        Some(5)
+    );
+    let ours = num(&doc, "/udpst/max_ip_capacity_mbps");
+    let sport = free_udp();
+    let stock = stock_server(udpst, sport);
+    let (ok, out) = client(udpst, dir, sport, &["-I", "100"]);
+    let _ = wait_child(stock, Duration::from_secs(10));
+    assert!(ok, "stock udpst {dir} failed:\n{out}");
+    (
+        ours,
+        max_l3(&out).unwrap_or_else(|| panic!("no maximum in:\n{out}")),
+    )
+}
+
+#[test]
+fn capacity_matches_the_stock_client_against_a_stock_server() {
+    let Some(udpst) = built_peer("udpst", "udpst") else {
+        return;
+    };
+    for dir in ["-u", "-d"] {
+        // Two tries: on a shared 2-core machine one sub-interval of either run can miss its
+        // pacing; a real difference fails both.
+        let mut last = (0.0, 0.0);
+        let close = (0..2).any(|_| {
+            last = against_stock(&udpst, dir);
+            eprintln!(
+                "capacity {dir}: hakaru {} Mbit/s, stock {} Mbit/s",
+                last.0, last.1
+            );
+            (last.0 - last.1).abs() / last.1 < 0.03
+        });
+        let (ours, theirs) = last;
+        assert!(
+            close,
+            "{dir}: hakaru {ours} vs stock client {theirs} Mbit/s"
+        );
+        assert!(
+            (ours - 100.0).abs() < 10.0,
+            "{dir}: {ours} Mbit/s, row 100 is 100"
+        );
+        let direction = if dir == "-u" {
+            "hakaru to udpst (upstream)"
+        } else {
+            "udpst to hakaru (downstream)"
+        };
+        compat_pass("udpst", "client", &format!("{dir} -I 100 -t 5"), direction);
+    }
+}
+
+#[test]
+fn capacity_against_hakaru_server_both_directions() {
+    let port = free_udp();
+    let mut srv =
+        ServerProc::start(&["--udpst-port", &port.to_string(), "--udpst-max-rate", "200"]);
+    assert!(srv
+        .wait_log("udpst listening", Duration::from_secs(5))
+        .is_some());
+    for dir in ["-u", "-d"] {
+        let doc = capacity(port, &[dir, "-t", "5", "-I", "100"])
+            .unwrap_or_else(|e| panic!("capacity {dir} against hakaru: {e}"));
+        let x = &doc["udpst"];
+        let max = num(&doc, "/udpst/max_ip_capacity_mbps");
+        eprintln!("capacity {dir} against hakaru server: {max} Mbit/s");
+        assert!(
+            (max - 100.0).abs() < 5.0,
+            "{dir}: {max} Mbit/s, row 100 is 100"
+        );
+        assert!(num(&doc, "/udpst/max_l2_mbps") > max);
+        assert!(num(&doc, "/udpst/max_l1_mbps") > num(&doc, "/udpst/max_l2_mbps"));
+        assert_eq!(x["sub_intervals"].as_array().map(Vec::len), Some(5));
+        assert_eq!(x["direction"], if dir == "-u" { "up" } else { "down" });
+        assert_eq!(doc["test"], "capacity");
+    }
+    // The search (algorithm B) under the server's 200 Mbit/s cap.
+    let doc = capacity(port, &["-u", "-t", "5"]).unwrap_or_else(|e| panic!("search: {e}"));
+    let max = num(&doc, "/udpst/max_ip_capacity_mbps");
+    assert!(
+        max > 10.0 && max < 205.0,
+        "search under a 200 Mbit/s cap gave {max}"
+    );
+    // More than the server allows: its refusal, in words.
+    let err = capacity(port, &["-d", "-t", "5", "-B", "500"]).unwrap_err();
+    assert!(
+        err.contains("exceeds the server's available capacity"),
+        "{err}"
+    );
+    assert!(srv.alive());
+    let _ = srv.child.kill();
+    let _ = srv.child.wait();
+}
+
+#[test]
+fn capacity_fails_clearly_on_a_refusal_or_silence() {
+    // A server that refuses the protocol version (it speaks 21).
+    let fake = UdpSocket::bind("127.0.0.1:0").unwrap();
+    fake.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let port = fake.local_addr().unwrap().port();
+    let answer = std::thread::spawn(move || {
+        let mut b = [0u8; 2048];
+        let (n, from) = fake.recv_from(&mut b).expect("a setup request");
+        assert_eq!(n, 56, "setup request size");
+        assert_eq!(u16::from_be_bytes([b[2], b[3]]), 20, "offered version");
+        b[2..4].copy_from_slice(&21u16.to_be_bytes());
+        b[8] = 2; // setup response
+        b[9] = 2; // bad version
+        fake.send_to(&b[..n], from).unwrap();
+    });
+    let err = capacity(port, &["-d", "-t", "5"]).unwrap_err();
+    answer.join().unwrap();
+    assert!(
+        err.contains("protocol version 20 not accepted by the server (it speaks 21)"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+    // A port that never answers: a bounded wait, then the reason.
+    let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let t0 = Instant::now();
+    let err = capacity(port, &["-u", "-t", "5"]).unwrap_err();
+    assert!(t0.elapsed() < Duration::from_secs(8), "{:?}", t0.elapsed());
+    assert!(
+        err.contains("no setup response from the server within 3 s"),
+        "{err}"
+    );
+    drop(silent);
+}
