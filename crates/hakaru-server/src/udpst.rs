@@ -12,7 +12,7 @@
 //! never larger than the request.
 #![cfg_attr(not(test), deny(clippy::indexing_slicing))]
 
-use std::io;
+use std::io::{self, IoSlice};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -23,6 +23,8 @@ use hakaru_proto::udpst::{self as u, Activation, LoadHdr, SetupCode, SetupReques
 use hakaru_session::udpst::{Dir, Limits, UdpstTest, Wall};
 use hakaru_session::udpst_pace::Pacer;
 
+use hakaru_engine::sys::{self, AsRawFd};
+
 use crate::Ctx;
 
 /// How often blocked calls come back to check for shutdown.
@@ -31,6 +33,17 @@ const TICK: Duration = Duration::from_millis(200);
 const ACTIVATION_WAIT: Duration = Duration::from_secs(3);
 /// Most connections one client may ask for in one setup (the reference's maximum).
 const MAX_MC_COUNT: u8 = 24;
+/// Most datagrams one sendmmsg call of the downstream sender carries.
+const MAX_BATCH: usize = 256;
+/// Room for one sendmmsg call's datagrams (at most 65535 bytes each).
+const BATCH_BYTES: usize = 1 << 20;
+/// Most bytes of one GSO message (the UDP length field's room, less the headers).
+const GSO_BYTES: usize = 65_000;
+/// SO_SNDBUF and SO_RCVBUF asked for on a test socket (the reference's default, 1,024,000
+/// bytes; the kernel doubles it and caps it at net.core.wmem_max / rmem_max).
+const TEST_SOCKET_BUF: usize = 1_024_000;
+/// Most load datagrams one recvmmsg call of the upstream receiver takes.
+const RECV_BATCH: usize = 64;
 
 /// The keys a udpst server checks setup requests with: the reference's key file (`KEYID,KEY`
 /// lines: the request's key ID picks one) and one key for any ID (`-a`); with neither, a
@@ -171,6 +184,30 @@ fn serve(ctx: &Arc<Ctx>, sock: &UdpSocket) {
     }
 }
 
+/// A request's authentication mode that this server's keys do not allow, and why.
+fn auth_mismatch(mode: u8, keyed: bool) -> Option<(SetupCode, String)> {
+    if mode != 0 && !keyed {
+        return Some((
+            SetupCode::AuthNotConfigured,
+            format!(
+                "authentication mode {mode} asked for; this server has no udpst keys (--udpst-key)"
+            ),
+        ));
+    }
+    if mode == 0 && keyed {
+        return Some((
+            SetupCode::AuthRequired,
+            "no authentication; this server requires it (--udpst-key)".to_string(),
+        ));
+    }
+    (mode > auth::MODE_CONTROL).then(|| {
+        (
+            SetupCode::AuthInvalid,
+            format!("authentication mode {mode} (this server knows 1)"),
+        )
+    })
+}
+
 /// Answers one setup request: the response to send (always the request's size).
 fn setup(ctx: &Arc<Ctx>, req: &SetupRequest, peer: SocketAddr) -> Option<Vec<u8>> {
     let now = wall().0;
@@ -213,29 +250,8 @@ fn setup(ctx: &Arc<Ctx>, req: &SetupRequest, peer: SocketAddr) -> Option<Vec<u8>
             ),
         );
     }
-    if req.auth_mode != 0 && !keys.any_key() {
-        return refuse(
-            SetupCode::AuthNotConfigured,
-            format!(
-                "authentication mode {} asked for; this server has no udpst keys (--udpst-key)",
-                req.auth_mode
-            ),
-        );
-    }
-    if req.auth_mode == 0 && keys.any_key() {
-        return refuse(
-            SetupCode::AuthRequired,
-            "no authentication; this server requires it (--udpst-key)".to_string(),
-        );
-    }
-    if req.auth_mode > auth::MODE_CONTROL {
-        return refuse(
-            SetupCode::AuthInvalid,
-            format!(
-                "authentication mode {} (this server knows 1)",
-                req.auth_mode
-            ),
-        );
+    if let Some((code, why)) = auth_mismatch(req.auth_mode, keys.any_key()) {
+        return refuse(code, why);
     }
     if let Some(max) = ctx.cfg.udpst_max_mbps {
         if u32::from(req.max_bandwidth) > max {
@@ -257,6 +273,11 @@ fn setup(ctx: &Arc<Ctx>, req: &SetupRequest, peer: SocketAddr) -> Option<Vec<u8>
         Ok(s) => s,
         Err(e) => return refuse(SetupCode::ConnFail, format!("no test socket: {e}")),
     };
+    // The reference's socket buffers: a top row's burst (100 jumbo datagrams every 100 us)
+    // overflows the kernel's default and reads as loss (docs/performance-notes.md, section 10).
+    let sref = socket2::SockRef::from(&test);
+    let _ = sref.set_send_buffer_size(TEST_SOCKET_BUF);
+    let _ = sref.set_recv_buffer_size(TEST_SOCKET_BUF);
     let port = test.local_addr().map(|a| a.port()).unwrap_or(0);
     let jumbo = req.modifiers & u::MOD_JUMBO != 0;
     let trad = req.modifiers & u::MOD_TRADITIONAL != 0;
@@ -396,8 +417,8 @@ fn run_test(ctx: &Ctx, sock: &UdpSocket, how: &TestSetup) -> io::Result<()> {
         if a.rate_adj_algo == 1 { "C" } else { "B" },
     );
     match t.dir {
-        Dir::Up => upstream(ctx, sock, &mut t, &mut buf)?,
-        Dir::Down => downstream(ctx, sock, &mut t, &mut buf, from.is_ipv6())?,
+        Dir::Up => upstream(ctx, sock, &mut t)?,
+        Dir::Down => downstream(ctx, sock, &mut t, from.is_ipv6())?,
     }
     tracing::info!(
         "udpst: test from {from} ended at sending-rate row {}",
@@ -406,13 +427,20 @@ fn run_test(ctx: &Ctx, sock: &UdpSocket, how: &TestSetup) -> io::Result<()> {
     Ok(())
 }
 
-fn upstream(ctx: &Ctx, sock: &UdpSocket, t: &mut UdpstTest, buf: &mut [u8]) -> io::Result<()> {
+/// Upstream: load datagrams are taken up to [`RECV_BATCH`] per recvmmsg call, only their
+/// headers copied (the machine counts the size the header names, as the stock server does
+/// with MSG_TRUNC).
+fn upstream(ctx: &Ctx, sock: &UdpSocket, t: &mut UdpstTest) -> io::Result<()> {
     sock.set_read_timeout(Some(Duration::from_millis(2)))?;
+    let mut batch = sys::RecvBatch::new(RECV_BATCH, u::LOAD_HDR_LEN);
     while !t.ended() && !ctx.shutdown.load(Ordering::Acquire) {
-        if let Ok(n) = sock.recv(buf) {
-            match LoadHdr::parse(buf.get(..n).unwrap_or_default()) {
-                Ok(h) => t.on_load(&h, Instant::now(), wall()),
-                Err(e) => tracing::debug!("udpst: ignored datagram: {e}"),
+        if let Ok(n) = sys::recv_batch(sock.as_raw_fd(), &mut batch, true) {
+            let (now, stamp) = (Instant::now(), wall());
+            for i in 0..n {
+                match LoadHdr::parse(batch.data(i)) {
+                    Ok(h) => t.on_load(&h, now, stamp),
+                    Err(e) => tracing::debug!("udpst: ignored datagram: {e}"),
+                }
             }
         }
         if let Some(s) = t.on_tick(Instant::now(), wall()) {
@@ -422,25 +450,118 @@ fn upstream(ctx: &Ctx, sock: &UdpSocket, t: &mut UdpstTest, buf: &mut [u8]) -> i
     Ok(())
 }
 
-fn send_burst(sock: &UdpSocket, t: &mut UdpstTest, buf: &mut [u8], sizes: &[u32]) {
-    for &s in sizes {
-        let len = (s as usize).clamp(u::LOAD_HDR_LEN, buf.len());
-        let h = t.next_load(len as u16, Instant::now(), wall());
-        h.write(buf);
-        if sock.send(buf.get(..len).unwrap_or_default()).is_err() {
-            t.unsent();
+/// The downstream sender's buffers and its GSO state.
+struct Burst {
+    /// The datagrams of one sendmmsg call, back to back.
+    batch: Vec<u8>,
+    /// Where each datagram ends in `batch`.
+    ends: Vec<usize>,
+    /// The messages of the call: start, end and datagrams in each.
+    msgs: Vec<(usize, usize, usize)>,
+    /// The socket's UDP_SEGMENT size now (0: off), or `None` once GSO failed.
+    gso: Option<u16>,
+}
+
+impl Burst {
+    fn new() -> Burst {
+        Burst {
+            batch: vec![0u8; BATCH_BYTES],
+            ends: Vec::with_capacity(MAX_BATCH),
+            msgs: Vec::with_capacity(MAX_BATCH),
+            gso: Some(0),
+        }
+    }
+
+    /// Groups the packed datagrams into messages: runs of the largest size become one GSO
+    /// message each (at most 64 segments and 64 KB), every other datagram a message of its
+    /// own; the socket's segment size is set to that largest size when it changes.
+    fn group(&mut self, fd: sys::RawFd) {
+        self.msgs.clear();
+        let mut start = 0;
+        let mut seg = 0;
+        for &end in &self.ends {
+            seg = seg.max(end - start);
+            start = end;
+        }
+        let mut per_msg = 1;
+        if let Some(cur) = self.gso {
+            let want = u16::try_from(seg).unwrap_or(0);
+            if want != cur && sys::udp_set_gso(fd, want).is_err() {
+                self.gso = None;
+            } else {
+                self.gso = Some(want);
+                per_msg = (GSO_BYTES / seg.max(1)).clamp(1, sys::MAX_GSO_SEGMENTS);
+            }
+        }
+        start = 0;
+        for &end in &self.ends {
+            let len = end - start;
+            match self.msgs.last_mut() {
+                Some((s0, e, n)) if len == seg && *n < per_msg && *e - *s0 == *n * seg => {
+                    *e = end;
+                    *n += 1;
+                }
+                _ => self.msgs.push((start, end, 1)),
+            }
+            start = end;
         }
     }
 }
 
+/// Sends a burst's datagrams, packed one after another, with as few sendmmsg calls as the
+/// batch's room allows and runs of equal size as GSO messages (the stock server does both).
+/// Datagrams the socket does not take are not sent at all: their sequence numbers are used
+/// again (`unsent`), and the rest of the burst is dropped, as a full socket buffer means the
+/// sender is ahead of the kernel.
+fn send_burst(sock: &UdpSocket, t: &mut UdpstTest, b: &mut Burst, sizes: &[u32]) {
+    let fd = sock.as_raw_fd();
+    let mut rest = sizes;
+    while !rest.is_empty() {
+        b.ends.clear();
+        let (now, stamp) = (Instant::now(), wall());
+        let mut used = 0;
+        for &s in rest.iter().take(MAX_BATCH) {
+            let len = (s as usize).clamp(u::LOAD_HDR_LEN, u16::MAX as usize);
+            let Some(slot) = b.batch.get_mut(used..used + len) else {
+                break;
+            };
+            t.next_load(len as u16, now, stamp).write(slot);
+            used += len;
+            b.ends.push(used);
+        }
+        if b.ends.is_empty() {
+            return;
+        }
+        b.group(fd);
+        let slices: Vec<IoSlice<'_>> = b
+            .msgs
+            .iter()
+            .map(|&(s, e, _)| IoSlice::new(b.batch.get(s..e).unwrap_or_default()))
+            .collect();
+        let sent_msgs = match sys::send_batch(fd, &slices, false) {
+            Ok(k) => k,
+            Err(e) => {
+                if e.kind() != io::ErrorKind::WouldBlock && b.gso.is_some_and(|g| g > 0) {
+                    // A device that cannot segment: plain datagrams from now on.
+                    let _ = sys::udp_set_gso(fd, 0);
+                    b.gso = None;
+                }
+                0
+            }
+        };
+        let sent: usize = b.msgs.iter().take(sent_msgs).map(|m| m.2).sum();
+        for _ in sent..b.ends.len() {
+            t.unsent();
+        }
+        if sent < b.ends.len() {
+            return;
+        }
+        rest = rest.get(b.ends.len()..).unwrap_or_default();
+    }
+}
+
 // hot loop: the downstream sender's load (`session::udpst_pace`) and the status feedback.
-fn downstream(
-    ctx: &Ctx,
-    sock: &UdpSocket,
-    t: &mut UdpstTest,
-    buf: &mut [u8],
-    v6: bool,
-) -> io::Result<()> {
+fn downstream(ctx: &Ctx, sock: &UdpSocket, t: &mut UdpstTest, v6: bool) -> io::Result<()> {
     sock.set_nonblocking(true)?;
     let mut pacer = Pacer::new(
         Instant::now() + Duration::from_millis(5),
@@ -448,10 +569,12 @@ fn downstream(
     );
     let mut rx = [0u8; 512];
     let mut sizes = Vec::with_capacity(128);
+    let mut burst = Burst::new();
+    sys::tighten_timer_slack();
     while !t.ended() && !ctx.shutdown.load(Ordering::Acquire) {
         sizes.clear();
         pacer.due(&t.rate(), Instant::now(), v6, t.stopping(), &mut sizes);
-        send_burst(sock, t, buf, &sizes);
+        send_burst(sock, t, &mut burst, &sizes);
         while let Ok(n) = sock.recv(&mut rx) {
             match Status::parse(rx.get(..n).unwrap_or_default()) {
                 Ok(s) => t.on_status(&s, Instant::now()),

@@ -100,3 +100,84 @@ fn udpst_search_through_a_shaped_link_reads_the_truth_against_either_server() {
         );
     }
 }
+
+/// `hakaru capacity` (its own search, algorithm B) through the same shaped link against a
+/// stock `udpst` server, beside the stock client against the same server: both within 3 % of
+/// each other and of the truth, both directions.
+#[test]
+fn capacity_search_through_a_shaped_link_reads_what_the_stock_client_reads() {
+    let Some(udpst) = built_peer("udpst", "udpst") else {
+        return;
+    };
+    let Some(link) = Link::setup(&[], Shaping::both("100mbit")) else {
+        return;
+    };
+    let udpst = udpst.to_str().expect("utf-8 path");
+    let steal = StealWatch::start();
+    let port = 24601u16;
+    let stock = Stop(
+        Command::new("ip")
+            .args(["netns", "exec", &link.server_ns, udpst, "-p"])
+            .arg(port.to_string())
+            .arg(&link.server_ip)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn stock udpst server"),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let target = format!("{}:{port}", link.server_ip);
+    let mut rows = Vec::new();
+    for dir in ["-u", "-d"] {
+        let doc = link.client_json(
+            &["capacity", &target, dir, "-t", "10", "-J"],
+            Duration::from_secs(40),
+        );
+        let ours = doc
+            .pointer("/udpst/max_ip_capacity_mbps")
+            .and_then(serde_json::Value::as_f64)
+            .unwrap_or_else(|| panic!("no udpst.max_ip_capacity_mbps in {doc}"));
+        let theirs = search(&link, udpst, dir, port);
+        eprintln!(
+            "capacity {dir} through 100 Mbit/s: hakaru capacity {ours:.2}, stock client \
+             {theirs:.2}, truth {TRUTH_L3:.2} Mbit/s (L3)"
+        );
+        rows.push((dir, ours, theirs));
+    }
+    drop(stock);
+    if steal.spoiled("capacity through a shaped link") {
+        return;
+    }
+    for (dir, ours, theirs) in rows {
+        assert!(
+            (ours - theirs).abs() / theirs <= 0.03,
+            "{dir}: hakaru capacity {ours:.2} Mbit/s, the stock client {theirs:.2} (3 % allowed)"
+        );
+        assert!(
+            (ours - TRUTH_L3).abs() / TRUTH_L3 <= 0.03,
+            "{dir}: {ours:.2} Mbit/s, the shaped truth is {TRUTH_L3:.2} (3 % allowed)"
+        );
+        let direction = if dir == "-u" {
+            "hakaru to udpst (upstream), 100 Mbit/s tbf: within 3 % of the stock client"
+        } else {
+            "udpst to hakaru (downstream), 100 Mbit/s tbf: within 3 % of the stock client"
+        };
+        compat_pass(
+            "udpst",
+            "client",
+            &format!("capacity {dir} -t 10 (algorithm B)"),
+            direction,
+        );
+    }
+}
+
+/// A stock server stopped by its PID however the test ends (`ip netns exec` execs it, so the
+/// child's PID is the server's).
+struct Stop(std::process::Child);
+
+impl Drop for Stop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
