@@ -133,6 +133,7 @@ fn exit_codes_over_every_subcommand() {
         (&["http", "-P", "0"], "-P"),
         (&["rpm", "--max-connections", "0"], "--max-connections"),
         (&["history", "--since", "3x"], "--since"),
+        (&["capacity", "127.0.0.1", "-I", "5000"], "0 to 1152"),
     ];
     for (args, needle) in cases {
         let o = run(args, LIMIT);
