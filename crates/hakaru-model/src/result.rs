@@ -674,6 +674,51 @@ pub struct RunResult {
     pub server_on_this_host: bool,
 }
 
+impl RunResult {
+    /// Whether the result carries no figure at all (no intervals, totals or any kind's
+    /// result): a report or a comparison has nothing to read. Every field is named, so a new
+    /// kind's result field must be placed here to compile.
+    pub fn has_no_figures(&self) -> bool {
+        let RunResult {
+            schema_version: _,
+            tool: _,
+            tool_version: _,
+            test: _,
+            started_at: _,
+            started_at_unix: _,
+            server: _,
+            embedded_server: _,
+            local_address: _,
+            remote_address: _,
+            spec: _,
+            intervals,
+            flows: _,
+            totals,
+            client: _,
+            server_end: _,
+            interrupted: _,
+            notes: _,
+            latency,
+            connect,
+            raw,
+            http,
+            probe: _,
+            rpm,
+            udpst,
+            server_clock_offset: _,
+            server_on_this_host: _,
+        } = self;
+        intervals.is_empty()
+            && totals.is_empty()
+            && latency.is_none()
+            && connect.is_none()
+            && raw.is_none()
+            && http.is_none()
+            && rpm.is_none()
+            && udpst.is_none()
+    }
+}
+
 /// Formats Unix seconds as an RFC 3339 UTC timestamp with milliseconds.
 pub fn rfc3339_utc(unix: f64) -> String {
     let total_ms = (unix * 1000.0).floor() as i64;

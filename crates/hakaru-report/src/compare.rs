@@ -15,7 +15,7 @@
 
 use std::fmt::Write;
 
-use hakaru_model::{BitRate, Bytes, FlowDir, RunResult, TestSpec};
+use hakaru_model::{BitRate, Bytes, RunResult};
 use serde::Serialize;
 
 use crate::input::{Content, Input};
@@ -51,7 +51,7 @@ pub enum Verdict {
 pub const RETRANSMITS_FLOOR_PER_GB: f64 = 100.0;
 
 /// Unit of the retransmit rows.
-const RETRANSMITS_UNIT: &str = "retransmits/GB";
+pub(crate) const RETRANSMITS_UNIT: &str = "retransmits/GB";
 
 /// How a metric's change is measured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -112,14 +112,14 @@ pub struct Comparison {
 }
 
 /// A metric before judging: values and interval samples.
-struct Raw {
-    metric: String,
-    unit: &'static str,
-    better: Better,
-    scale: Scale,
-    base: f64,
-    new: f64,
-    samples: Option<(Vec<f64>, Vec<f64>)>,
+pub(crate) struct Raw {
+    pub(crate) metric: String,
+    pub(crate) unit: &'static str,
+    pub(crate) better: Better,
+    pub(crate) scale: Scale,
+    pub(crate) base: f64,
+    pub(crate) new: f64,
+    pub(crate) samples: Option<(Vec<f64>, Vec<f64>)>,
 }
 
 /// Mean and coefficient of variation of samples (None under two samples or a zero mean).
@@ -165,246 +165,14 @@ pub fn verdict(better: Better, scale: Scale, base: f64, new: f64, threshold: f64
     }
 }
 
-fn interval_series(
-    r: &RunResult,
-    f: &dyn Fn(&hakaru_model::IntervalRecord) -> Option<f64>,
-) -> Vec<f64> {
-    r.intervals
-        .iter()
-        .filter(|rec| !rec.omitted && rec.end - rec.start > 0.5 * r.spec.interval().secs_f64())
-        .filter_map(f)
-        .collect()
-}
-
 fn run_metrics(b: &RunResult, n: &RunResult) -> Vec<Raw> {
-    let mut m = Metrics {
+    let mut m = crate::compare_metrics::Metrics {
         b,
         n,
         v: Vec::new(),
     };
-    match &b.spec {
-        TestSpec::Latency(_) => latency_metrics(&mut m),
-        TestSpec::Http(_) => http_metrics(&mut m),
-        TestSpec::Connect(_) => connect_metrics(&mut m),
-        _ => bulk_metrics(&mut m),
-    }
+    crate::compare_metrics::of(&b.spec).metrics(&mut m);
     m.v
-}
-
-/// The metrics of a baseline `b` and a new result `n`, as they are added.
-struct Metrics<'a> {
-    b: &'a RunResult,
-    n: &'a RunResult,
-    v: Vec<Raw>,
-}
-
-impl Metrics<'_> {
-    /// Adds a metric if both results have it.
-    fn push(
-        &mut self,
-        metric: String,
-        unit: &'static str,
-        (better, scale): (Better, Scale),
-        vals: Option<(f64, f64)>,
-        samples: Option<(Vec<f64>, Vec<f64>)>,
-    ) {
-        if let Some((base, new)) = vals {
-            self.v.push(Raw {
-                metric,
-                unit,
-                better,
-                scale,
-                base,
-                new,
-                samples,
-            });
-        }
-    }
-}
-
-fn latency_metrics(m: &mut Metrics<'_>) {
-    let (b, n) = (m.b, m.n);
-    let both = |f: &dyn Fn(&RunResult) -> Option<f64>| Some((f(b)?, f(n)?));
-    type Pick = fn(&hakaru_model::LatencyStats) -> f64;
-    let picks: [(&str, Pick); 5] = [
-        ("RTT p50", |s| s.p50_us),
-        ("RTT p90", |s| s.p90_us),
-        ("RTT p99", |s| s.p99_us),
-        ("RTT p99.9", |s| s.p999_us),
-        ("RTT mean", |s| s.mean_us),
-    ];
-    for (name, f) in picks {
-        let samples = (name == "RTT p50").then(|| {
-            let s =
-                |r: &RunResult| interval_series(r, &|rec| Some(rec.latency.as_ref()?.rtt.p50_us));
-            (s(b), s(n))
-        });
-        m.push(
-            name.into(),
-            "us",
-            (Better::Lower, Scale::Relative),
-            both(&|r| Some(f(&r.latency.as_ref()?.rtt))),
-            samples,
-        );
-    }
-    let s = |r: &RunResult| {
-        interval_series(r, &|rec| {
-            let l = rec.latency.as_ref()?;
-            Some(l.replies as f64 / (rec.end - rec.start).max(1e-9))
-        })
-    };
-    m.push(
-        "transactions/s".into(),
-        "1/s",
-        (Better::Higher, Scale::Relative),
-        both(&|r| Some(r.latency.as_ref()?.transactions_per_second)),
-        Some((s(b), s(n))),
-    );
-}
-
-fn http_metrics(m: &mut Metrics<'_>) {
-    let (b, n) = (m.b, m.n);
-    let both = |f: &dyn Fn(&RunResult) -> Option<f64>| Some((f(b)?, f(n)?));
-    // Downloads are counted where they arrive, uploads where they leave: the client.
-    let s = |r: &RunResult| {
-        interval_series(r, &|rec| {
-            let d = rec.sums.first()?;
-            Some(d.receiver_bps.or(d.sender_bps)?.0)
-        })
-    };
-    m.push(
-        "goodput".into(),
-        "bit/s",
-        (Better::Higher, Scale::Relative),
-        both(&|r| Some(r.http.as_ref()?.bits_per_second.0)),
-        Some((s(b), s(n))),
-    );
-    m.push(
-        "time to first byte p50".into(),
-        "ms",
-        (Better::Lower, Scale::Relative),
-        both(&|r| Some(r.http.as_ref()?.ttfb_ms.as_ref()?.median_ms)),
-        None,
-    );
-    m.push(
-        "client bytes per CPU-second".into(),
-        "B/CPU-s",
-        (Better::Higher, Scale::Relative),
-        both(&|r| r.client.bytes_per_cpu_second),
-        None,
-    );
-}
-
-fn connect_metrics(m: &mut Metrics<'_>) {
-    let (b, n) = (m.b, m.n);
-    let both = |f: &dyn Fn(&RunResult) -> Option<f64>| Some((f(b)?, f(n)?));
-    let s = |r: &RunResult| {
-        interval_series(r, &|rec| Some(rec.connect.as_ref()?.connections_per_second))
-    };
-    m.push(
-        "connections/s".into(),
-        "1/s",
-        (Better::Higher, Scale::Relative),
-        both(&|r| Some(r.connect.as_ref()?.connections_per_second)),
-        Some((s(b), s(n))),
-    );
-    m.push(
-        "connect time p50".into(),
-        "us",
-        (Better::Lower, Scale::Relative),
-        both(&|r| Some(r.connect.as_ref()?.connect_time.p50_us)),
-        None,
-    );
-    m.push(
-        "connect time p99".into(),
-        "us",
-        (Better::Lower, Scale::Relative),
-        both(&|r| Some(r.connect.as_ref()?.connect_time.p99_us)),
-        None,
-    );
-}
-
-fn bulk_metrics(m: &mut Metrics<'_>) {
-    let (b, n) = (m.b, m.n);
-    let both = |f: &dyn Fn(&RunResult) -> Option<f64>| Some((f(b)?, f(n)?));
-    for dir in [FlowDir::Up, FlowDir::Down] {
-        let tot = |r: &RunResult| r.totals.iter().find(|t| t.dir == dir).cloned();
-        let (Some(_), Some(_)) = (tot(b), tot(n)) else {
-            continue;
-        };
-        let d = match dir {
-            FlowDir::Up => "client -> server",
-            FlowDir::Down => "server -> client",
-        };
-        let rate_s = |r: &RunResult| {
-            interval_series(r, &|rec| {
-                Some(rec.sums.iter().find(|s| s.dir == dir)?.receiver_bps?.0)
-            })
-        };
-        m.push(
-            format!("{d} received"),
-            "bit/s",
-            (Better::Higher, Scale::Relative),
-            both(&|r| Some(tot(r)?.receiver.bits_per_second.0)),
-            Some((rate_s(b), rate_s(n))),
-        );
-        if tot(b).and_then(|t| t.udp).is_some() {
-            let pps_s = |r: &RunResult| {
-                interval_series(r, &|rec| {
-                    let u = rec.sums.iter().find(|s| s.dir == dir)?.udp?;
-                    Some(u.datagrams as f64 / (rec.end - rec.start).max(1e-9))
-                })
-            };
-            m.push(
-                format!("{d} packets received"),
-                "pkt/s",
-                (Better::Higher, Scale::Relative),
-                both(&|r| Some(tot(r)?.udp?.received_pps)),
-                Some((pps_s(b), pps_s(n))),
-            );
-            m.push(
-                format!("{d} loss"),
-                "%",
-                (Better::Lower, Scale::Absolute),
-                both(&|r| Some(tot(r)?.udp?.lost_percent)),
-                None,
-            );
-            m.push(
-                format!("{d} jitter"),
-                "ms",
-                (Better::Lower, Scale::Relative),
-                both(&|r| tot(r)?.udp?.jitter_ms),
-                None,
-            );
-        } else {
-            m.push(
-                format!("{d} retransmits"),
-                RETRANSMITS_UNIT,
-                (Better::Lower, Scale::Relative),
-                both(&|r| {
-                    let t = tot(r)?;
-                    let retr = t.retransmits?;
-                    (t.sender.bytes > 0).then(|| retr as f64 / (t.sender.bytes as f64 / 1e9))
-                }),
-                None,
-            );
-        }
-    }
-    for (end, pick) in [("client", true), ("server", false)] {
-        m.push(
-            format!("{end} bytes per CPU-second"),
-            "B/CPU-s",
-            (Better::Higher, Scale::Relative),
-            both(&|r| {
-                if pick {
-                    r.client.bytes_per_cpu_second
-                } else {
-                    r.server_end.bytes_per_cpu_second
-                }
-            }),
-            None,
-        );
-    }
 }
 
 fn test_name(c: &Content) -> String {
@@ -438,10 +206,11 @@ fn spec_differences(b: &Content, n: &Content) -> Vec<String> {
     let mut keys: Vec<&String> = bs.keys().chain(ns.keys()).collect();
     keys.sort();
     keys.dedup();
-    // Two runs against the embedded endpoint differ only in the port it happened to get.
+    // Two runs against the embedded endpoint differ only in the port it happened to get
+    // (http's urls, rpm's url, capacity's server).
     let both_embedded = b.embedded_server && n.embedded_server;
     keys.into_iter()
-        .filter(|k| !(both_embedded && matches!(b.spec, TestSpec::Http(_)) && *k == "urls"))
+        .filter(|k| !(both_embedded && matches!(k.as_str(), "urls" | "url" | "server")))
         .filter(|k| bs.get(*k) != ns.get(*k))
         .map(|k| {
             let show =

@@ -68,13 +68,7 @@ impl Input {
             "plan" => Content::Plan(Box::new(serde_json::from_value(v).map_err(bad)?)),
             _ => {
                 let r: RunResult = serde_json::from_value(v).map_err(bad)?;
-                if r.intervals.is_empty()
-                    && r.totals.is_empty()
-                    && r.latency.is_none()
-                    && r.connect.is_none()
-                    && r.raw.is_none()
-                    && r.rpm.is_none()
-                {
+                if r.has_no_figures() {
                     return Err(format!(
                         "{label}: an empty result (no intervals, totals or figures)"
                     ));

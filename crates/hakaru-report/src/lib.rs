@@ -6,6 +6,7 @@ pub mod capacity_text;
 pub mod charts;
 pub mod compare;
 mod compare_html;
+mod compare_metrics;
 mod connect_charts;
 pub mod connect_text;
 pub mod csv;

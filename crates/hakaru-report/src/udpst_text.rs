@@ -11,15 +11,20 @@ use crate::text_parts::RULE;
 use crate::View;
 
 /// The line that opens a run.
-pub fn header(spec: &UdpstSpec) -> String {
+pub fn header(spec: &UdpstSpec, embedded: bool) -> String {
     let row = match (spec.row, spec.start_only) {
         (Some(r), false) => format!("fixed sending-rate row {r}"),
         (Some(r), true) => format!("rate search from row {r}"),
         (None, _) => "rate search".into(),
     };
     format!(
-        "hakaru capacity {} (RFC 9946, OB-UDPST protocol 20): {}, {} s, {}, algorithm {}{}{}\n",
+        "hakaru capacity {}{} (RFC 9946, OB-UDPST protocol 20): {}, {} s, {}, algorithm {}{}{}\n",
         spec.server,
+        if embedded {
+            ", embedded loopback server"
+        } else {
+            ""
+        },
         spec.direction.as_str(),
         spec.duration_s,
         row,
@@ -119,8 +124,8 @@ pub fn summary(r: &RunResult) -> String {
 }
 
 impl crate::kind_text::KindText for UdpstSpec {
-    fn header(&self, _server: &str, _embedded: bool) -> String {
-        header(self)
+    fn header(&self, _server: &str, embedded: bool) -> String {
+        header(self, embedded)
     }
     fn interval_heading(&self, _view: &View) -> String {
         String::new()

@@ -594,6 +594,7 @@ impl Server {
         let addr = self.local_addr()?;
         let sockperf = self.sockperf_addr();
         let http = self.http_addr();
+        let udpst = self.udpst_addr();
         let flag = self.shutdown_flag();
         let thread = std::thread::Builder::new()
             .name("hakaru-server".into())
@@ -602,6 +603,7 @@ impl Server {
             addr,
             sockperf,
             http,
+            udpst,
             flag,
             thread: Some(thread),
         })
@@ -613,6 +615,7 @@ pub struct ServerHandle {
     addr: SocketAddr,
     sockperf: Option<SocketAddr>,
     http: Option<SocketAddr>,
+    udpst: Option<SocketAddr>,
     flag: Arc<AtomicBool>,
     thread: Option<JoinHandle<io::Result<()>>>,
 }
@@ -631,6 +634,11 @@ impl ServerHandle {
     /// Address of the HTTP port, when the server has one.
     pub fn http_addr(&self) -> Option<SocketAddr> {
         self.http
+    }
+
+    /// Address of the udpst control port, when the server has one.
+    pub fn udpst_addr(&self) -> Option<SocketAddr> {
+        self.udpst
     }
 
     /// Stops the server and waits for it.

@@ -1,6 +1,7 @@
-//! `hakaru capacity HOST[:PORT]`: the maximum IP-layer capacity of RFC 9946 against any
+//! `hakaru capacity [HOST[:PORT]]`: the maximum IP-layer capacity of RFC 9946 against any
 //! OB-UDPST server (`udpst` run as a server, `hakaru server --udpst-port`), one direction per
-//! run. The server searches the sending rate; hakaru reads the receiver's sub-intervals.
+//! run; without HOST against an embedded server's udpst port on loopback. The server searches
+//! the sending rate; hakaru reads the receiver's sub-intervals.
 
 use std::net::ToSocketAddrs;
 
@@ -13,9 +14,10 @@ use crate::output;
 /// Options of `hakaru capacity`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The OB-UDPST server: HOST, HOST:PORT, [v6]:PORT (port 24601 by default).
+    /// The OB-UDPST server: HOST, HOST:PORT, [v6]:PORT (port 24601 by default). Without it,
+    /// an embedded server on loopback (what this machine's own stack can carry).
     #[arg(value_name = "HOST[:PORT]")]
-    server: String,
+    server: Option<String>,
     /// Upstream: this end sends the load, the server counts it (udpst -u).
     #[arg(short = 'u', long, conflicts_with = "down")]
     up: bool,
@@ -42,7 +44,7 @@ pub struct Args {
     /// Rate adjustment algorithm: b or c (udpst -A).
     #[arg(short = 'A', long, value_name = "ALGO", default_value = "b", value_parser = ["b", "c", "B", "C"])]
     algorithm: String,
-    /// Trial (status feedback) interval in ms, 5 to 250 (udpst -i).
+    /// Trial (status feedback) interval in ms, 5 to 250 (udpst -F).
     #[arg(long, value_name = "MS", default_value = "50")]
     trial: u16,
     /// Sub-interval length in ms, 100 to 10000 (udpst -P).
@@ -57,8 +59,8 @@ pub struct Args {
 }
 
 impl Args {
-    fn spec(&self) -> anyhow::Result<(UdpstSpec, String, u16)> {
-        let (host, port) = split_host_port(&self.server).map_err(UsageError)?;
+    fn spec(&self, server: &str) -> anyhow::Result<(UdpstSpec, String, u16)> {
+        let (host, port) = split_host_port(server).map_err(UsageError)?;
         let port = port.unwrap_or(hakaru_model::UDPST_DEFAULT_PORT);
         let (row, start_only) = match &self.row {
             None => (None, false),
@@ -102,7 +104,16 @@ impl Args {
 
 /// Runs `hakaru capacity`.
 pub fn run(a: Args) -> anyhow::Result<()> {
-    let (spec, host, port) = a.spec()?;
+    a.spec(a.server.as_deref().unwrap_or("127.0.0.1"))?;
+    let embedded = match a.server {
+        Some(_) => None,
+        None => Some(embedded()?),
+    };
+    let server = match &embedded {
+        Some((_, addr)) => addr.to_string(),
+        None => a.server.clone().unwrap_or_default(),
+    };
+    let (spec, host, port) = a.spec(&server)?;
     let to = (host.as_str(), port)
         .to_socket_addrs()
         .with_context(|| format!("resolving {host}"))?
@@ -113,7 +124,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let stop = stop_flag()?;
     let mut observer = output::observer(format, view);
     let tspec = TestSpec::Udpst(spec.clone());
-    observer.on_start(&tspec, &spec.server, false);
+    observer.on_start(&tspec, &spec.server, embedded.is_some());
     let mut progress = output::Progress::new(output::is_quiet(format, view, &tspec));
     progress.step("capacity".into());
     progress.started(Some(std::time::Duration::from_secs(spec.duration_s.into())));
@@ -135,7 +146,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         started_at: rfc3339_utc(started_unix),
         started_at_unix: started_unix,
         server: spec.server.clone(),
-        embedded_server: false,
+        embedded_server: embedded.is_some(),
         local_address: x.local,
         remote_address: x.remote,
         spec: tspec,
@@ -156,9 +167,27 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         rpm: None,
         udpst: Some(x.result),
         server_clock_offset: None,
-        server_on_this_host: false,
+        server_on_this_host: embedded.is_some(),
     };
     output::finish(format, view, &r)?;
     a.files.write(&r)?;
     Ok(())
+}
+
+/// A server on loopback with only its udpst port open to this run (an ephemeral port).
+fn embedded() -> anyhow::Result<(hakaru_server::ServerHandle, std::net::SocketAddr)> {
+    let ip = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+    let server = hakaru_server::Server::bind(hakaru_server::ServerConfig {
+        bind: Some(ip),
+        port: 0,
+        udpst_port: Some(0),
+        budgets: hakaru_server::Budgets::local(),
+        ..hakaru_server::ServerConfig::default()
+    })
+    .and_then(hakaru_server::Server::spawn)
+    .context("starting the embedded loopback server")?;
+    let addr = server
+        .udpst_addr()
+        .context("the embedded server has no udpst port")?;
+    Ok((server, addr))
 }

@@ -8,7 +8,7 @@ use std::net::UdpSocket;
 use std::time::{Duration, Instant};
 
 use super::common::{built_peer, compat_pass, json, num, run, stderr, wait_child, ServerProc};
-use super::udpst::{client, free_udp, max_l3, stock_server};
+use super::udpst::{alone, client, free_udp, max_l3, stock_server};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -53,6 +53,7 @@ fn capacity_matches_the_stock_client_against_a_stock_server() {
     let Some(udpst) = built_peer("udpst", "udpst") else {
         return;
     };
+    let _alone = alone();
     for dir in ["-u", "-d"] {
         // Two tries: on a shared 2-core machine one sub-interval of either run can miss its
         // pacing; a real difference fails both.
@@ -160,4 +161,91 @@ fn capacity_fails_clearly_on_a_refusal_or_silence() {
         "{err}"
     );
     drop(silent);
+}
+
+/// Without HOST, `hakaru capacity` runs against an embedded server on loopback; its results
+/// go to the archive with the maximum as headline, and `compare` judges the capacity figures.
+#[test]
+fn capacity_on_the_embedded_server_is_saved_and_compared() {
+    let _alone = super::udpst::alone();
+    use super::common::{hakaru, run_cmd};
+    let dir = std::env::temp_dir().join(format!("hakaru-capacity-keep-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let db = dir.join("results.db");
+    let (a, b) = (dir.join("a.json"), dir.join("b.json"));
+    for (row, out) in [("40", &a), ("20", &b)] {
+        let o = run_cmd(
+            hakaru()
+                .args(["capacity", "-t", "5", "-u", "-I", row, "-q", "--save", "-o"])
+                .arg(out)
+                .env("HAKARU_DB", &db),
+            LIMIT,
+        );
+        assert!(o.status.success(), "capacity -I {row}: {}", stderr(&o));
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(text.contains("capacity: maximum"), "{text}");
+    }
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&a).unwrap()).unwrap();
+    assert_eq!(doc["embedded_server"], true);
+    let max = num(&doc, "/udpst/max_ip_capacity_mbps");
+    assert!((max - 40.0).abs() < 2.0, "row 40 read {max}");
+    // The archive lists both runs, the maximum as the headline.
+    let o = run_cmd(
+        hakaru()
+            .args(["history", "--kind", "capacity", "--format", "json"])
+            .env("HAKARU_DB", &db),
+        LIMIT,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let list = String::from_utf8_lossy(&o.stdout);
+    let rows: Vec<serde_json::Value> = match serde_json::from_str(&list) {
+        Ok(serde_json::Value::Array(v)) => v,
+        _ => list
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect(),
+    };
+    let _alone = alone();
+    assert_eq!(rows.len(), 2, "{list}");
+    let heads: Vec<f64> = rows
+        .iter()
+        .filter_map(|r| r.pointer("/headline").and_then(serde_json::Value::as_f64))
+        .collect();
+    assert!(
+        heads.iter().any(|h| (h / 1e6 - 40.0).abs() < 2.0),
+        "headlines {heads:?} in {list}"
+    );
+    // The new run's maximum is half the base's: compare fails on it (the rows differ: --force).
+    let o = run(
+        &[
+            "compare",
+            a.to_str().unwrap(),
+            b.to_str().unwrap(),
+            "--force",
+            "--format",
+            "json",
+        ],
+        LIMIT,
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let c = json(&o);
+    let rows = c["rows"].as_array().unwrap();
+    let max_row = rows
+        .iter()
+        .find(|r| r["metric"] == "maximum IP capacity")
+        .unwrap_or_else(|| panic!("no capacity row in {c}"));
+    assert_eq!(max_row["verdict"], "worse", "{max_row}");
+    assert!(
+        rows.iter()
+            .all(|r| r["metric"] != "client -> server received"),
+        "a capacity result is not compared as a bulk test: {c}"
+    );
+    // Without --force the different rows are named.
+    let o = run(
+        &["compare", a.to_str().unwrap(), b.to_str().unwrap()],
+        LIMIT,
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("row: 40 vs 20"), "{}", stderr(&o));
 }

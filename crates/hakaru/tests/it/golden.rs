@@ -61,6 +61,8 @@ const KINDS: &[(&str, &[&str])] = &[
             "2",
         ],
     ),
+    // The embedded server's udpst port, a fixed 50 Mbit/s row for the shortest test (5 s).
+    ("capacity", &["capacity", "-t", "5", "-I", "50"]),
 ];
 
 /// The formats, as `--format` spells them.

@@ -52,3 +52,4 @@ mod sockperf;
 mod udp;
 mod udpst;
 mod udpst_auth;
+mod udpst_options;

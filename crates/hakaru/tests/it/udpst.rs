@@ -12,6 +12,16 @@ use super::common::{built_peer, compat_pass, run_cmd, wait_child, ServerProc};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
+/// Held by the loopback tests that compare rates (up to 1.1 Gbit/s of udpst load): one at a
+/// time, so that one's load does not starve another's pacing on a 2-core machine.
+static LOUD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Waits for the other rate-comparing udpst tests to finish (a failed one does not block).
+pub(super) fn alone() -> std::sync::MutexGuard<'static, ()> {
+    LOUD.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 pub(super) fn free_udp() -> u16 {
     UdpSocket::bind("127.0.0.1:0")
         .unwrap()
@@ -64,6 +74,7 @@ fn udpst_up_and_down_match_a_stock_server() {
     let Some(udpst) = built_peer("udpst", "udpst") else {
         return;
     };
+    let _alone = alone();
     let port = free_udp();
     let mut srv = ServerProc::start(&["--udpst-port", &port.to_string()]);
     assert!(srv

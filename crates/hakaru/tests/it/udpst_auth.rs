@@ -149,6 +149,7 @@ fn udpst_multi_connection_runs_every_connection_against_hakaru_as_against_a_stoc
     let Some(udpst) = built_peer("udpst", "udpst") else {
         return;
     };
+    let _alone = super::udpst::alone();
     let port = free_udp();
     let mut srv = ServerProc::start(&["--udpst-port", &port.to_string()]);
     assert!(srv
