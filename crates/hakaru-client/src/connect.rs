@@ -12,8 +12,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use hakaru_engine::connect::{ConnectConfig, ConnectOutcome, ConnectRun, ConnectTick, Usage};
 use hakaru_engine::{sys, Observer};
 use hakaru_model::{
-    rfc3339_utc, ConnectInterval, ConnectResult, ConnectSpec, End, IntervalRecord, RunResult,
-    SideReport, TestSpec, SCHEMA_VERSION,
+    ConnectInterval, ConnectResult, ConnectSpec, End, IntervalRecord, RunResult, SideReport,
+    TestSpec,
 };
 
 use crate::drive::{unexpected_output, Control, Local};
@@ -196,33 +196,18 @@ pub(crate) fn run_result(
     }
     let connect = connect_result(cs, outcome, remote.connect);
     RunResult {
-        schema_version: SCHEMA_VERSION,
-        tool: "hakaru".into(),
-        tool_version: env!("CARGO_PKG_VERSION").into(),
-        test: spec.name().into(),
-        started_at: rfc3339_utc(at.started_unix),
-        started_at_unix: at.started_unix,
-        server: at.addr.clone(),
         embedded_server: at.embedded,
         local_address: at.local_address,
-        remote_address: at.addr,
-        spec: spec.clone(),
+        remote_address: at.addr.clone(),
         intervals: records,
-        flows: Vec::new(),
-        totals: Vec::new(),
         client: no_bytes(end_result(&local)),
         server_end: no_bytes(end_result(&remote)),
         interrupted,
         notes,
         connect: Some(connect),
-        latency: None,
-        raw: None,
-        http: None,
-        rpm: None,
-        udpst: None,
         server_clock_offset: at.clock,
         server_on_this_host: at.same_host,
-        probe: None,
+        ..RunResult::begin(spec.clone(), at.started_unix, at.addr)
     }
 }
 

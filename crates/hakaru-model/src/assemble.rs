@@ -3,9 +3,9 @@
 use std::collections::BTreeMap;
 
 use crate::{
-    rfc3339_utc, BitRate, Counted, DirectionInterval, DirectionTotal, EndResult, FlowDir,
-    FlowInterval, FlowResult, FlowSide, IntervalRecord, IntervalSample, Role, RunResult,
-    SideReport, TestSpec, UdpCounts, UdpTick, SCHEMA_VERSION,
+    BitRate, Counted, DirectionInterval, DirectionTotal, EndResult, FlowDir, FlowInterval,
+    FlowResult, FlowSide, IntervalRecord, IntervalSample, Role, RunResult, SideReport, TestSpec,
+    UdpCounts, UdpTick,
 };
 
 /// Merges this end's and the server's sample for one interval. The client's own timestamps
@@ -384,17 +384,9 @@ pub fn assemble(i: Inputs) -> RunResult {
         ));
     }
     RunResult {
-        schema_version: SCHEMA_VERSION,
-        tool: "hakaru".into(),
-        tool_version: env!("CARGO_PKG_VERSION").into(),
-        test: i.spec.name().into(),
-        started_at: rfc3339_utc(i.started_unix),
-        started_at_unix: i.started_unix,
-        server: i.server,
         embedded_server: i.embedded,
         local_address: i.local_address,
         remote_address: i.remote_address,
-        spec: i.spec,
         intervals: i.intervals,
         flows,
         totals,
@@ -402,15 +394,7 @@ pub fn assemble(i: Inputs) -> RunResult {
         server_end,
         interrupted: i.interrupted,
         notes,
-        latency: None,
-        connect: None,
-        raw: None,
-        http: None,
-        probe: None,
-        rpm: None,
-        udpst: None,
-        server_clock_offset: None,
-        server_on_this_host: false,
+        ..RunResult::begin(i.spec, i.started_unix, i.server)
     }
 }
 

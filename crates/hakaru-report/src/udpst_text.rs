@@ -96,16 +96,13 @@ pub fn headline(r: &RunResult) -> String {
     )
 }
 
-/// The summary: every sub-interval, the sums, the notes, the headline.
+/// The summary after the sub-interval lines (printed live, or replayed from a saved result):
+/// the sums, the notes, the headline.
 pub fn summary(r: &RunResult) -> String {
     let Some(x) = &r.udpst else {
         return String::new();
     };
-    let mut s = heading();
-    for i in &x.sub_intervals {
-        s.push_str(&sub_interval(i));
-    }
-    s.push_str(RULE);
+    let mut s = String::from(RULE);
     s.push('\n');
     s.push_str(&sums(x));
     if x.ended_by_watchdog {
@@ -128,7 +125,7 @@ impl crate::kind_text::KindText for UdpstSpec {
         header(self, embedded)
     }
     fn interval_heading(&self, _view: &View) -> String {
-        String::new()
+        heading()
     }
     fn summary(&self, r: &RunResult, _view: &View) -> String {
         summary(r)

@@ -45,6 +45,17 @@ impl LiveObserver {
     }
 }
 
+/// A format's live output as a function of its items, for the commands that are not driven
+/// by the engine (a capacity test's sub-intervals, a saved run replayed).
+pub fn printer(format: Format, view: View) -> impl FnMut(&LiveItem<'_>) {
+    let mut live = format.live(view);
+    move |item| {
+        if let Some(s) = live.item(item) {
+            out(&s);
+        }
+    }
+}
+
 /// The live observer for a format; `view` shapes text output.
 pub fn observer(format: Format, view: View) -> Box<dyn Observer> {
     Box::new(LiveObserver(format.live(view)))

@@ -84,6 +84,7 @@ impl Live for StreamLive {
             }
             LiveItem::PlanStepEnd(s) => jsonl::event("step_end", s),
             LiveItem::NicInterval(rec) => jsonl::event("interval", rec),
+            LiveItem::SubInterval(row) => jsonl::event("sub_interval", row),
             LiveItem::SearchStart { .. } | LiveItem::QuickLine(_) | LiveItem::NicStart { .. } => {
                 String::new()
             }

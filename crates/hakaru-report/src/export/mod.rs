@@ -237,6 +237,8 @@ pub enum LiveItem<'a> {
     },
     /// One `hakaru nic` interval.
     NicInterval(&'a NicInterval),
+    /// One sub-interval of a capacity test, as its receiver counted it.
+    SubInterval(&'a hakaru_model::UdpstSubInterval),
 }
 
 /// A plan step as it starts.

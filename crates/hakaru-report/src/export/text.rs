@@ -4,7 +4,8 @@ use hakaru_model::TestSpec;
 
 use super::{DocKind, Document, Exporter, Live, LiveItem};
 use crate::{
-    capacity_text, history, http_text, nic, plan_text, quick_text, raw_text, text, trend, View,
+    capacity_text, history, http_text, nic, plan_text, quick_text, raw_text, text, trend,
+    udpst_text, View,
 };
 
 /// Human text (the default).
@@ -150,6 +151,10 @@ impl Live for TextLive {
                 count,
             } => nic::intro(interfaces, *interval, *count),
             LiveItem::NicInterval(rec) => nic::interval_text(rec),
+            LiveItem::SubInterval(_) if v.summary_only => return None,
+            LiveItem::SubInterval(row) => {
+                self.heading.take().unwrap_or_default() + &udpst_text::sub_interval(row)
+            }
         })
     }
 }

@@ -6,10 +6,11 @@
 use std::net::ToSocketAddrs;
 
 use anyhow::Context;
-use hakaru_model::{rfc3339_utc, RunResult, TestSpec, UdpstDirection, UdpstSpec, SCHEMA_VERSION};
+use hakaru_model::{RunResult, TestSpec, UdpstDirection, UdpstSpec};
 
 use super::common::{split_host_port, stop_flag, Formats, OutputFiles, UsageError, ViewFlags};
 use crate::output;
+use hakaru_report::export::LiveItem;
 
 /// Options of `hakaru capacity`.
 #[derive(Debug, clap::Args)]
@@ -122,52 +123,39 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let format = a.formats.format();
     let view = a.view.view();
     let stop = stop_flag()?;
-    let mut observer = output::observer(format, view);
+    let mut print = output::printer(format, view);
     let tspec = TestSpec::Udpst(spec.clone());
-    observer.on_start(&tspec, &spec.server, embedded.is_some());
+    print(&LiveItem::Start {
+        spec: &tspec,
+        server: &spec.server,
+        embedded: embedded.is_some(),
+    });
     let mut progress = output::Progress::new(output::is_quiet(format, view, &tspec));
     progress.step("capacity".into());
     progress.started(Some(std::time::Duration::from_secs(spec.duration_s.into())));
     let started_unix = hakaru_engine::sys::now_unix();
-    let outcome = hakaru_client::udpst::run(&spec, to, &stop, &mut |_| {});
+    let outcome = hakaru_client::udpst::run(&spec, to, &stop, &mut |row| {
+        print(&LiveItem::SubInterval(row));
+    });
     progress.finish();
     let x = match outcome {
         Ok(x) => x,
         Err(e) => {
-            observer.on_error(&e);
+            print(&LiveItem::Error(&e));
             anyhow::bail!("capacity test with {}: {e}", spec.server);
         }
     };
     let r = RunResult {
-        schema_version: SCHEMA_VERSION,
-        tool: "hakaru".into(),
-        tool_version: env!("CARGO_PKG_VERSION").into(),
-        test: "capacity".into(),
-        started_at: rfc3339_utc(started_unix),
-        started_at_unix: started_unix,
-        server: spec.server.clone(),
         embedded_server: embedded.is_some(),
         local_address: x.local,
         remote_address: x.remote,
-        spec: tspec,
-        intervals: Vec::new(),
-        flows: Vec::new(),
-        totals: Vec::new(),
-        client: super::raw::end_result(None),
-        server_end: super::raw::end_result(None),
         interrupted: stop.load(std::sync::atomic::Ordering::Relaxed),
         notes: vec![
             "rates count UDP payload plus 28 bytes of UDP/IPv4 header per datagram (48 over IPv6), as the receiver counted them".into(),
         ],
-        latency: None,
-        connect: None,
-        raw: None,
-        http: None,
-        probe: None,
-        rpm: None,
         udpst: Some(x.result),
-        server_clock_offset: None,
         server_on_this_host: embedded.is_some(),
+        ..RunResult::begin(tspec, started_unix, spec.server.clone())
     };
     output::finish(format, view, &r)?;
     a.files.write(&r)?;

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use hakaru_archive::{Archive, Filter, Run};
 use hakaru_model::RunResult;
-use hakaru_report::export::{DocKind, Document, Format};
+use hakaru_report::export::{DocKind, Document, Format, LiveItem};
 use hakaru_report::history::HistoryRun;
 use hakaru_report::html::{Content, Input};
 use hakaru_report::summary;
@@ -337,10 +337,17 @@ fn doc_text(doc: &str) -> String {
 
 /// Prints a test result the way its run printed it: the header, each interval, the sums.
 fn replay(r: &RunResult, format: Format, view: hakaru_report::View) -> anyhow::Result<()> {
-    let mut obs = output::observer(format, view);
-    obs.on_start(&r.spec, &r.server, r.embedded_server);
+    let mut print = output::printer(format, view);
+    print(&LiveItem::Start {
+        spec: &r.spec,
+        server: &r.server,
+        embedded: r.embedded_server,
+    });
     for rec in &r.intervals {
-        obs.on_interval(rec);
+        print(&LiveItem::Interval(rec));
+    }
+    for row in r.udpst.iter().flat_map(|u| &u.sub_intervals) {
+        print(&LiveItem::SubInterval(row));
     }
     output::finish(format, view, r)
 }

@@ -7,10 +7,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::mpsc;
 
 use anyhow::Context;
-use hakaru_model::{
-    rfc3339_utc, Bytes, Dur, EndResult, FlowDir, HttpMethod, HttpSpec, RunResult, TestSpec,
-    SCHEMA_VERSION,
-};
+use hakaru_model::{Bytes, Dur, EndResult, FlowDir, HttpMethod, HttpSpec, RunResult, TestSpec};
 use hakaru_server::{Server, ServerConfig};
 
 use super::common::{stop_flag, Formats, OutputFiles, UsageError, ViewFlags};
@@ -251,32 +248,18 @@ fn assemble(
         );
     }
     RunResult {
-        schema_version: SCHEMA_VERSION,
-        tool: "hakaru".into(),
-        tool_version: env!("CARGO_PKG_VERSION").into(),
-        test: "http".into(),
-        started_at: rfc3339_utc(o.started_unix),
-        started_at_unix: o.started_unix,
-        server: spec.urls.first().cloned().unwrap_or_default(),
         embedded_server: embedded,
-        local_address: String::new(),
         remote_address: peer,
-        spec: TestSpec::Http(spec.clone()),
         intervals,
-        flows: Vec::new(),
-        totals: Vec::new(),
         client,
-        server_end: super::raw::end_result(None),
         interrupted: o.interrupted,
         notes,
-        latency: None,
-        connect: None,
-        raw: None,
         http: Some(o.result),
-        rpm: None,
-        udpst: None,
-        server_clock_offset: None,
         server_on_this_host: embedded,
-        probe: None,
+        ..RunResult::begin(
+            TestSpec::Http(spec.clone()),
+            o.started_unix,
+            spec.urls.first().cloned().unwrap_or_default(),
+        )
     }
 }

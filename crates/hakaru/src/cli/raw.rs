@@ -7,8 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use hakaru_engine::raw::{RawOutcome, SampleFn};
 use hakaru_model::{
-    rfc3339_utc, EndResult, FlowDir, IntervalRecord, RawRole, RawSpec, RunResult, SideReport,
-    TestSpec, SCHEMA_VERSION,
+    EndResult, FlowDir, IntervalRecord, RawRole, RawSpec, RunResult, SideReport, TestSpec,
 };
 use hakaru_report::export::{DocKind, Document, Live, LiveItem};
 use hakaru_report::View;
@@ -141,19 +140,7 @@ impl RawOutput {
 /// This end's figures; a peer that reports nothing gets an empty end.
 pub(crate) fn end_result(r: Option<&SideReport>) -> EndResult {
     let Some(r) = r else {
-        return EndResult {
-            cpu: None,
-            nic: None,
-            env: Default::default(),
-            bytes_per_cpu_second: None,
-            send_mode: "copy".into(),
-            recv_mode: "copy".into(),
-            udp_paths: None,
-            udp_kernel: None,
-            stray_datagrams: None,
-            window_start_unix: None,
-            window_end_unix: None,
-        };
+        return EndResult::unreported();
     };
     hakaru_model::end_result(r)
 }
@@ -180,32 +167,14 @@ fn assemble(
         );
     }
     RunResult {
-        schema_version: SCHEMA_VERSION,
-        tool: "hakaru".into(),
-        tool_version: env!("CARGO_PKG_VERSION").into(),
-        test: spec.role_name().into(),
-        started_at: rfc3339_utc(o.started_unix),
-        started_at_unix: o.started_unix,
-        server,
-        embedded_server: false,
         local_address: local.to_string(),
         remote_address: peer,
-        spec: TestSpec::Raw(spec.clone()),
         intervals,
-        flows: Vec::new(),
-        totals: Vec::new(),
         client,
         server_end,
         interrupted: o.interrupted,
         notes,
-        latency: None,
-        connect: None,
         raw: Some(o.result),
-        http: None,
-        rpm: None,
-        udpst: None,
-        server_clock_offset: None,
-        server_on_this_host: false,
-        probe: None,
+        ..RunResult::begin(TestSpec::Raw(spec.clone()), o.started_unix, server)
     }
 }

@@ -6,7 +6,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 
 use anyhow::Context;
-use hakaru_model::{rfc3339_utc, Dur, RpmDirection, RpmSpec, RunResult, TestSpec, SCHEMA_VERSION};
+use hakaru_model::{Dur, RpmDirection, RpmSpec, RunResult, TestSpec};
 
 use super::common::{stop_flag, Formats, OutputFiles, UsageError, ViewFlags};
 use crate::output;
@@ -155,33 +155,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let peer = x.peer.clone();
     let errors = x.errors.clone();
     let r = RunResult {
-        schema_version: SCHEMA_VERSION,
-        tool: "hakaru".into(),
-        tool_version: env!("CARGO_PKG_VERSION").into(),
-        test: "rpm".into(),
-        started_at: rfc3339_utc(started_unix),
-        started_at_unix: started_unix,
-        server: spec.url.clone(),
         embedded_server: embedded.is_some(),
-        local_address: String::new(),
         remote_address: peer,
-        spec: tspec,
-        intervals: Vec::new(),
-        flows: Vec::new(),
-        totals: Vec::new(),
-        client: super::raw::end_result(None),
-        server_end: super::raw::end_result(None),
         interrupted,
         notes,
-        latency: None,
-        connect: None,
-        raw: None,
-        http: None,
-        probe: None,
         rpm: Some(x),
-        udpst: None,
-        server_clock_offset: None,
         server_on_this_host: embedded.is_some(),
+        ..RunResult::begin(tspec, started_unix, spec.url.clone())
     };
     drop(embedded);
     output::finish(format, view, &r)?;

@@ -86,6 +86,7 @@ fn capacity_matches_the_stock_client_against_a_stock_server() {
 
 #[test]
 fn capacity_against_hakaru_server_both_directions() {
+    let _alone = alone();
     let port = free_udp();
     let mut srv =
         ServerProc::start(&["--udpst-port", &port.to_string(), "--udpst-max-rate", "200"]);
@@ -167,8 +168,8 @@ fn capacity_fails_clearly_on_a_refusal_or_silence() {
 /// go to the archive with the maximum as headline, and `compare` judges the capacity figures.
 #[test]
 fn capacity_on_the_embedded_server_is_saved_and_compared() {
-    let _alone = super::udpst::alone();
     use super::common::{hakaru, run_cmd};
+    let _alone = alone();
     let dir = std::env::temp_dir().join(format!("hakaru-capacity-keep-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let db = dir.join("results.db");
@@ -206,7 +207,6 @@ fn capacity_on_the_embedded_server_is_saved_and_compared() {
             .filter_map(|l| serde_json::from_str(l).ok())
             .collect(),
     };
-    let _alone = alone();
     assert_eq!(rows.len(), 2, "{list}");
     let heads: Vec<f64> = rows
         .iter()

@@ -134,12 +134,12 @@ fn json_shape(docs: &[Value]) -> String {
     s
 }
 
-/// JSON Lines: the shape of each event type.
+/// JSON Lines: the shape of each event type (the `type` of the `{"type", "data"}` envelope).
 fn stream_shape(out: &str) -> String {
     let mut by_event: BTreeMap<String, Vec<Value>> = BTreeMap::new();
     for line in out.lines().filter(|l| !l.trim().is_empty()) {
         let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
-        let event = v["event"].as_str().unwrap_or("?").to_string();
+        let event = v["type"].as_str().unwrap_or("?").to_string();
         by_event.entry(event).or_default().push(v);
     }
     by_event

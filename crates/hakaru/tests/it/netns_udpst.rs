@@ -10,17 +10,11 @@ use std::time::Duration;
 
 use super::common::{built_peer, compat_pass, wait_child};
 use super::netns_link::{Link, Shaping, StealWatch};
+use super::udpst::max_l3;
 
 /// The shaped rate (tc's "100mbit" is 10^8 bit/s) and the truth at L3 for 1250-byte packets.
 const SHAPED_MBPS: f64 = 100.0;
 const TRUTH_L3: f64 = SHAPED_MBPS * 1250.0 / 1264.0;
-
-/// "…Maximum Mbps(L3/IP): 99.71, …" from the client's summary.
-fn max_l3(out: &str) -> Option<f64> {
-    let line = out.lines().find(|l| l.contains("Maximum Mbps(L3/IP):"))?;
-    let v = line.split("Maximum Mbps(L3/IP):").nth(1)?;
-    v.trim().split(',').next()?.trim().parse().ok()
-}
 
 /// The stock client's search. Algorithm C doubles its way up, and a late feedback on a busy
 /// machine can take it past row 1000, where the default table's jumbo datagrams cannot be

@@ -3,19 +3,11 @@
 //! signed setup, null request and activation, keys derived per test), and every wrong way in
 //! is refused with the reference's answer while the port keeps serving.
 
-use std::net::UdpSocket;
 use std::process::Command;
 use std::time::Duration;
 
 use super::common::{built_peer, compat_pass, run_cmd, ServerProc};
-
-fn free_udp() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use super::udpst::{free_udp, max_l3};
 
 /// Runs the stock client for 5 s at the 100 Mbit/s row: success and its output.
 fn client(udpst: &std::path::Path, port: u16, extra: &[&str]) -> (bool, String) {
@@ -32,12 +24,6 @@ fn client(udpst: &std::path::Path, port: u16, extra: &[&str]) -> (bool, String) 
         String::from_utf8_lossy(&o.stderr)
     );
     (o.status.success(), text)
-}
-
-fn max_l3(out: &str) -> Option<f64> {
-    let line = out.lines().find(|l| l.contains("Maximum Mbps(L3/IP):"))?;
-    let v = line.split("Maximum Mbps(L3/IP):").nth(1)?;
-    v.trim().split(',').next()?.trim().parse().ok()
 }
 
 #[test]
