@@ -1,11 +1,12 @@
-//! Merging both ends' samples and reports into the model's result types.
+//! Merging both ends' samples and reports into the model's result types, and the shared part every
+//! kind's result starts from (`RunResult::begin`).
 
 use std::collections::BTreeMap;
 
 use crate::{
-    BitRate, Counted, DirectionInterval, DirectionTotal, EndResult, FlowDir, FlowInterval,
-    FlowResult, FlowSide, IntervalRecord, IntervalSample, Role, RunResult, SideReport, TestSpec,
-    UdpCounts, UdpTick,
+    rfc3339_utc, BitRate, Counted, DirectionInterval, DirectionTotal, EndResult, FlowDir,
+    FlowInterval, FlowResult, FlowSide, IntervalRecord, IntervalSample, Role, RunResult,
+    SideReport, TestSpec, UdpCounts, UdpTick,
 };
 
 /// Merges this end's and the server's sample for one interval. The client's own timestamps
@@ -395,6 +396,107 @@ pub fn assemble(i: Inputs) -> RunResult {
         interrupted: i.interrupted,
         notes,
         ..RunResult::begin(i.spec, i.started_unix, i.server)
+    }
+}
+
+impl EndResult {
+    /// An end that reported nothing (a stock peer, or a kind that counts no CPU): no figures,
+    /// plain copies.
+    pub fn unreported() -> EndResult {
+        EndResult {
+            cpu: None,
+            nic: None,
+            env: Default::default(),
+            bytes_per_cpu_second: None,
+            send_mode: "copy".into(),
+            recv_mode: "copy".into(),
+            udp_paths: None,
+            udp_kernel: None,
+            stray_datagrams: None,
+            window_start_unix: None,
+            window_end_unix: None,
+        }
+    }
+}
+
+impl RunResult {
+    /// The shared part of a result of `spec`, started at `started_unix` (Unix seconds)
+    /// against `server`, with no figures: each kind sets its own fields on it
+    /// (`RunResult { rpm: Some(x), ..RunResult::begin(..) }`), so a new kind's field is added
+    /// here once rather than as a `None` in every other kind's builder.
+    pub fn begin(spec: TestSpec, started_unix: f64, server: String) -> RunResult {
+        RunResult {
+            schema_version: crate::SCHEMA_VERSION,
+            tool: "hakaru".into(),
+            tool_version: env!("CARGO_PKG_VERSION").into(),
+            test: spec.name().into(),
+            started_at: rfc3339_utc(started_unix),
+            started_at_unix: started_unix,
+            server,
+            embedded_server: false,
+            local_address: String::new(),
+            remote_address: String::new(),
+            spec,
+            intervals: Vec::new(),
+            flows: Vec::new(),
+            totals: Vec::new(),
+            client: EndResult::unreported(),
+            server_end: EndResult::unreported(),
+            interrupted: false,
+            notes: Vec::new(),
+            latency: None,
+            connect: None,
+            raw: None,
+            http: None,
+            probe: None,
+            rpm: None,
+            udpst: None,
+            server_clock_offset: None,
+            server_on_this_host: false,
+        }
+    }
+
+    /// Whether the result carries no figure at all (no intervals, totals or any kind's
+    /// result): a report or a comparison has nothing to read. Every field is named, so a new
+    /// kind's result field must be placed here to compile.
+    pub fn has_no_figures(&self) -> bool {
+        let RunResult {
+            schema_version: _,
+            tool: _,
+            tool_version: _,
+            test: _,
+            started_at: _,
+            started_at_unix: _,
+            server: _,
+            embedded_server: _,
+            local_address: _,
+            remote_address: _,
+            spec: _,
+            intervals,
+            flows: _,
+            totals,
+            client: _,
+            server_end: _,
+            interrupted: _,
+            notes: _,
+            latency,
+            connect,
+            raw,
+            http,
+            probe: _,
+            rpm,
+            udpst,
+            server_clock_offset: _,
+            server_on_this_host: _,
+        } = self;
+        intervals.is_empty()
+            && totals.is_empty()
+            && latency.is_none()
+            && connect.is_none()
+            && raw.is_none()
+            && http.is_none()
+            && rpm.is_none()
+            && udpst.is_none()
     }
 }
 

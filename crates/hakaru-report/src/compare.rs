@@ -18,17 +18,9 @@ use std::fmt::Write;
 use hakaru_model::{BitRate, Bytes, RunResult};
 use serde::Serialize;
 
+pub use crate::compare_metrics::{Better, Scale};
+use crate::compare_metrics::{Raw, RETRANSMITS_UNIT};
 use crate::input::{Content, Input};
-
-/// Which way is better for a metric.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Better {
-    /// Larger is better (rates).
-    Higher,
-    /// Smaller is better (latency, loss, retransmits).
-    Lower,
-}
 
 /// A row's verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -49,19 +41,6 @@ pub enum Verdict {
 /// Retransmits per GB (10^9 bytes sent) below which a result's retransmits are not material:
 /// 100 per GB is about one segment in 7000 at a 1448-byte MSS.
 pub const RETRANSMITS_FLOOR_PER_GB: f64 = 100.0;
-
-/// Unit of the retransmit rows.
-pub(crate) const RETRANSMITS_UNIT: &str = "retransmits/GB";
-
-/// How a metric's change is measured.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Scale {
-    /// Relative to the base value, against `--threshold`.
-    Relative,
-    /// In the metric's own unit (percentage points of loss), against `--loss-threshold`.
-    Absolute,
-}
 
 /// One metric of both results.
 #[derive(Debug, Clone, Serialize)]
@@ -109,17 +88,6 @@ pub struct Comparison {
     pub rows: Vec<Row>,
     /// Rows worse than their threshold.
     pub worse: usize,
-}
-
-/// A metric before judging: values and interval samples.
-pub(crate) struct Raw {
-    pub(crate) metric: String,
-    pub(crate) unit: &'static str,
-    pub(crate) better: Better,
-    pub(crate) scale: Scale,
-    pub(crate) base: f64,
-    pub(crate) new: f64,
-    pub(crate) samples: Option<(Vec<f64>, Vec<f64>)>,
 }
 
 /// Mean and coefficient of variation of samples (None under two samples or a zero mean).

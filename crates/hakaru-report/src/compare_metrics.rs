@@ -4,7 +4,41 @@
 
 use hakaru_model::{FlowDir, RunResult, TestSpec};
 
-use crate::compare::{Better, Raw, Scale, RETRANSMITS_UNIT};
+use serde::Serialize;
+
+/// Which way is better for a metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Better {
+    /// Larger is better (rates).
+    Higher,
+    /// Smaller is better (latency, loss, retransmits).
+    Lower,
+}
+
+/// How a metric's change is measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scale {
+    /// Relative to the base value, against `--threshold`.
+    Relative,
+    /// In the metric's own unit (percentage points of loss), against `--loss-threshold`.
+    Absolute,
+}
+
+/// A metric before judging: values and interval samples.
+pub(crate) struct Raw {
+    pub(crate) metric: String,
+    pub(crate) unit: &'static str,
+    pub(crate) better: Better,
+    pub(crate) scale: Scale,
+    pub(crate) base: f64,
+    pub(crate) new: f64,
+    pub(crate) samples: Option<(Vec<f64>, Vec<f64>)>,
+}
+
+/// Unit of the retransmit rows.
+pub(crate) const RETRANSMITS_UNIT: &str = "retransmits/GB";
 
 /// What a kind compares.
 pub(crate) trait KindMetrics {
