@@ -51,12 +51,9 @@ pub fn run(
     };
     let sock = socket(any)?;
     let seed = u64::from(wall().1) ^ u64::from(std::process::id()) << 20;
-    let (mut c, req) = UdpstClient::new(
-        spec,
-        (seed % 65535) as u16 + 1,
-        to.is_ipv6(),
-        Instant::now(),
-    );
+    // `::ffff:a.b.c.d` needs an IPv6 socket but travels over IPv4: IPv4's sizes.
+    let v6 = u::ipv6_on_wire(to);
+    let (mut c, req) = UdpstClient::new(spec, (seed % 65535) as u16 + 1, v6, Instant::now());
     sock.send_to(&req, to)
         .map_err(|e| io_err(&format!("sending the setup request to {to}"), e))?;
     let port = setup(&sock, &mut c, to, stop)?;
@@ -67,7 +64,7 @@ pub fn run(
         .map_err(|e| io_err("sending the test activation", e))?;
     sock.set_nonblocking(true)
         .map_err(|e| io_err("socket", e))?;
-    test_loop(&sock, &mut c, stop, on_sub, seed)?;
+    test_loop(&sock, &mut c, stop, on_sub, (seed, v6))?;
     let local = sock.local_addr().map(|a| a.to_string()).unwrap_or_default();
     match c.phase() {
         Phase::Failed(why) => Err(why.clone()),
@@ -132,9 +129,8 @@ fn test_loop(
     c: &mut UdpstClient,
     stop: &AtomicBool,
     on_sub: &mut dyn FnMut(&UdpstSubInterval),
-    seed: u64,
+    (seed, v6): (u64, bool),
 ) -> Result<(), String> {
-    let v6 = sock.local_addr().map(|a| a.is_ipv6()).unwrap_or(false);
     let mut buf = vec![0u8; 65536];
     let mut pacer = Pacer::new(Instant::now() + Duration::from_millis(5), seed);
     let mut sizes = Vec::with_capacity(128);

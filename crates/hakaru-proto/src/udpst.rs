@@ -15,6 +15,16 @@ pub const PROTOCOL_VER: u16 = 20;
 /// RFC 9946's control port.
 pub const DEFAULT_PORT: u16 = 24601;
 
+/// Whether datagrams to `peer` carry IPv6 headers, so the table's sizes are 20 bytes smaller
+/// and each counts 48 header bytes instead of 28. An IPv4-mapped address (`::ffff:a.b.c.d`,
+/// how a dual-stack socket names an IPv4 peer) travels over IPv4.
+pub fn ipv6_on_wire(peer: std::net::SocketAddr) -> bool {
+    match peer {
+        std::net::SocketAddr::V4(_) => false,
+        std::net::SocketAddr::V6(a) => a.ip().to_ipv4_mapped().is_none(),
+    }
+}
+
 /// Setup request/response PDU id, and its size.
 pub const SETUP_ID: u16 = 0xACE1;
 /// Size of a setup request or response (version 20).

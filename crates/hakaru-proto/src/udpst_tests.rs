@@ -230,3 +230,15 @@ fn client_requests_round_trip() {
     );
     assert_eq!(back.start_rate, SendingRate::default());
 }
+
+#[test]
+fn ipv4_mapped_peers_are_ipv4_on_the_wire() {
+    use super::ipv6_on_wire;
+    let at = |s: &str| s.parse::<std::net::SocketAddr>().unwrap();
+    assert!(!ipv6_on_wire(at("192.0.2.7:24601")));
+    assert!(!ipv6_on_wire(at("[::ffff:192.0.2.7]:24601")));
+    assert!(ipv6_on_wire(at("[2001:db8::7]:24601")));
+    assert!(ipv6_on_wire(at("[::1]:24601")));
+    // The deprecated IPv4-compatible form is an IPv6 address on the wire.
+    assert!(ipv6_on_wire(at("[::c000:207]:24601")));
+}

@@ -238,7 +238,7 @@ pub fn compare(
         }
         _ => {
             return Err(
-                "compare takes test results (tcp, udp, pps, latency, connect, http) and quick results; plan results are compared per run: write each run with -o".into(),
+                "compare takes test results (tcp, udp, pps, latency, connect, http, sink, source, rpm, capacity) and quick results; plan results are compared per run: write each run with -o".into(),
             )
         }
     };
@@ -300,6 +300,7 @@ pub(crate) fn value(v: f64, unit: &str) -> String {
         "bit/s" => BitRate(v).to_string(),
         "B/CPU-s" => format!("{}/CPU-s", Bytes(v.max(0.0) as u64)),
         RETRANSMITS_UNIT => format!("{v:.1}/GB"),
+        "1/min" => format!("{v:.0} RPM"),
         "pkt/s" | "1/s" => format!("{v:.0}{}", if unit == "pkt/s" { " pkt/s" } else { "/s" }),
         "us" => format!("{v:.1} us"),
         "ms" => format!("{v:.3} ms"),

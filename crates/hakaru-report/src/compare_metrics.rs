@@ -336,11 +336,20 @@ fn rpm_metrics(m: &mut Metrics<'_>) {
     );
 }
 
-/// The capacity figures and the loss. Delay variation and RTT come in whole milliseconds from
-/// the protocol: a change of one unit is a resolution step, not a verdict, so they stay out.
+/// The capacity figures, and for two fixed-row runs the loss. In a search the server raises
+/// the rate until it sees loss, so a search's loss and the climb of its sub-interval rates say
+/// how the search went, not how the path changed: a search is judged on its maximum and mean
+/// alone, without the sub-interval spread as noise. Delay variation and RTT come in whole
+/// milliseconds from the protocol: a change of one unit is a resolution step, not a verdict,
+/// so they stay out.
 fn udpst_metrics(m: &mut Metrics<'_>) {
     let (b, n) = (m.b, m.n);
     let both = |f: &dyn Fn(&RunResult) -> Option<f64>| Some((f(b)?, f(n)?));
+    let fixed = |r: &RunResult| match &r.spec {
+        TestSpec::Udpst(s) => s.row.is_some() && !s.start_only,
+        _ => false,
+    };
+    let fixed_rows = fixed(b) && fixed(n);
     let subs = |r: &RunResult| -> Vec<f64> {
         r.udpst
             .iter()
@@ -359,15 +368,17 @@ fn udpst_metrics(m: &mut Metrics<'_>) {
         "bit/s",
         (Better::Higher, Scale::Relative),
         both(&|r| Some(r.udpst.as_ref()?.mean_ip_mbps * 1e6)),
-        Some((subs(b), subs(n))),
+        fixed_rows.then(|| (subs(b), subs(n))),
     );
-    m.push(
-        "loss".into(),
-        "%",
-        (Better::Lower, Scale::Absolute),
-        both(&|r| Some(100.0 - r.udpst.as_ref()?.delivered_percent)),
-        None,
-    );
+    if fixed_rows {
+        m.push(
+            "loss".into(),
+            "%",
+            (Better::Lower, Scale::Absolute),
+            both(&|r| Some(100.0 - r.udpst.as_ref()?.delivered_percent)),
+            None,
+        );
+    }
 }
 
 #[cfg(test)]
@@ -422,8 +433,21 @@ mod tests {
         assert_eq!(verdict(&c, "mean IP rate"), Verdict::Worse);
         assert_eq!(verdict(&c, "loss"), Verdict::Worse);
         assert_eq!(c.worse, 3);
-        let same = pair(base.clone(), base);
+        let same = pair(base.clone(), base.clone());
         assert_eq!(same.worse, 0);
+        // Two searches: no loss row (a search looks for loss), the maximum still judged.
+        let search = |mut r: RunResult| {
+            if let hakaru_model::TestSpec::Udpst(s) = &mut r.spec {
+                s.row = None;
+            }
+            r
+        };
+        let mut lossy = search(base.clone());
+        lossy.udpst.as_mut().unwrap().delivered_percent = 97.0;
+        let c = pair(search(base), lossy);
+        let metrics: Vec<&str> = c.rows.iter().map(|r| r.metric.as_str()).collect();
+        assert_eq!(metrics, ["maximum IP capacity", "mean IP rate"]);
+        assert_eq!(c.worse, 0);
     }
 
     #[test]

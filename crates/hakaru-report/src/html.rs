@@ -387,13 +387,14 @@ fn run_section(html: &mut String, label: &str, r: &RunResult, figures: &[Figure]
     for f in figures {
         html.push_str(&figure_html(f));
     }
-    let full = crate::text::summary(
-        r,
-        &View {
-            wide: true,
-            ..View::default()
-        },
-    );
+    let full = crate::udpst_text::table(r)
+        + &crate::text::summary(
+            r,
+            &View {
+                wide: true,
+                ..View::default()
+            },
+        );
     let _ = writeln!(
         html,
         "<details><summary>full summary</summary><pre>{}</pre></details></section>",

@@ -96,6 +96,19 @@ pub fn headline(r: &RunResult) -> String {
     )
 }
 
+/// The sub-interval table as the run printed it live (a report's full summary has no live
+/// lines before it); empty for other kinds.
+pub fn table(r: &RunResult) -> String {
+    let Some(x) = &r.udpst else {
+        return String::new();
+    };
+    let mut s = heading();
+    for i in &x.sub_intervals {
+        s.push_str(&sub_interval(i));
+    }
+    s
+}
+
 /// The summary after the sub-interval lines (printed live, or replayed from a saved result):
 /// the sums, the notes, the headline.
 pub fn summary(r: &RunResult) -> String {

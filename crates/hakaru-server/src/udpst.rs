@@ -420,7 +420,7 @@ fn run_test(ctx: &Ctx, sock: &UdpSocket, how: &TestSetup) -> io::Result<()> {
         Dir::Up => upstream(ctx, sock, &mut t)?,
         // A dual-stack socket sees IPv4 clients as ::ffff:a.b.c.d: their datagrams carry
         // IPv4 headers, so the sizes are IPv4's (20 bytes more payload than over IPv6).
-        Dir::Down => downstream(ctx, sock, &mut t, over_ipv6(from))?,
+        Dir::Down => downstream(ctx, sock, &mut t, u::ipv6_on_wire(from))?,
     }
     tracing::info!(
         "udpst: test from {from} ended at sending-rate row {}",
@@ -591,14 +591,6 @@ fn downstream(ctx: &Ctx, sock: &UdpSocket, t: &mut UdpstTest, v6: bool) -> io::R
         }
     }
     Ok(())
-}
-
-/// Whether datagrams to `peer` travel over IPv6 (an IPv4-mapped address does not).
-fn over_ipv6(peer: SocketAddr) -> bool {
-    match peer {
-        SocketAddr::V4(_) => false,
-        SocketAddr::V6(a) => a.ip().to_ipv4_mapped().is_none(),
-    }
 }
 
 impl Ctx {

@@ -171,6 +171,8 @@ fn capacity_on_the_embedded_server_is_saved_and_compared() {
     use super::common::{hakaru, run_cmd};
     let _alone = alone();
     let dir = std::env::temp_dir().join(format!("hakaru-capacity-keep-{}", std::process::id()));
+    // A directory left by an earlier process with the same PID would hold its runs too.
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let db = dir.join("results.db");
     let (a, b) = (dir.join("a.json"), dir.join("b.json"));
