@@ -407,7 +407,7 @@ pub fn json(c: &Comparison) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -460,7 +460,8 @@ mod tests {
         c.rows.iter().find(|r| r.metric == metric).expect(metric)
     }
 
-    fn run_pair(b: RunResult, n: RunResult) -> Comparison {
+    /// Compares two results at a 5 % threshold and 0.1 pp of loss.
+    pub(crate) fn run_pair(b: RunResult, n: RunResult) -> Comparison {
         compare(
             &Input::run("base.json".into(), b),
             &Input::run("new.json".into(), n),

@@ -383,29 +383,10 @@ fn udpst_metrics(m: &mut Metrics<'_>) {
 
 #[cfg(test)]
 mod tests {
-    use crate::compare::{compare, Comparison, Verdict};
-    use crate::input::Input;
+    use crate::compare::tests::run_pair as pair;
+    use crate::compare::{Comparison, Verdict};
+    use crate::html_tests::fixture;
     use hakaru_model::RunResult;
-
-    fn fixture(name: &str) -> RunResult {
-        let text = std::fs::read_to_string(format!(
-            "{}/tests/fixtures/hakaru/{name}",
-            env!("CARGO_MANIFEST_DIR")
-        ))
-        .expect("fixture");
-        serde_json::from_str(&text).expect("fixture parses")
-    }
-
-    fn pair(b: RunResult, n: RunResult) -> Comparison {
-        compare(
-            &Input::run("base.json".into(), b),
-            &Input::run("new.json".into(), n),
-            0.05,
-            0.1,
-            false,
-        )
-        .unwrap()
-    }
 
     fn verdict(c: &Comparison, metric: &str) -> Verdict {
         c.rows
@@ -417,7 +398,7 @@ mod tests {
 
     #[test]
     fn capacity_compares_its_maximum_mean_and_loss_not_bulk_rows() {
-        let base = fixture("capacity_up.json");
+        let base = fixture("capacity_up");
         let mut worse = base.clone();
         let u = worse.udpst.as_mut().unwrap();
         u.max_ip_capacity_mbps *= 0.8;
@@ -452,7 +433,7 @@ mod tests {
 
     #[test]
     fn rpm_compares_its_responsiveness_not_bulk_rows() {
-        let base = fixture("rpm_embedded.json");
+        let base = fixture("rpm_embedded");
         let mut worse = base.clone();
         let r = worse.rpm.as_mut().unwrap();
         r.rpm /= 2.0;

@@ -6,7 +6,8 @@ use hakaru_model::{QuickLine, QuickResult, RunResult};
 
 use crate::html::{all_charts, report, svgs, Content, Input};
 
-fn fixture(name: &str) -> RunResult {
+/// A result from tests/fixtures/hakaru/NAME.json (real runs).
+pub(crate) fn fixture(name: &str) -> RunResult {
     let text = std::fs::read_to_string(format!(
         "{}/tests/fixtures/hakaru/{name}.json",
         env!("CARGO_MANIFEST_DIR")
