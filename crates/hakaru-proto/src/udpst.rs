@@ -506,20 +506,40 @@ impl LoadHdr {
         })
     }
 
-    /// Writes the header into the first [`LOAD_HDR_LEN`] bytes of `b` (checksum 0).
+    /// The header's bytes (checksum 0).
+    pub fn to_bytes(&self) -> [u8; LOAD_HDR_LEN] {
+        let mut b = [0u8; LOAD_HDR_LEN];
+        put16(&mut b, 0, LOAD_ID);
+        put8(&mut b, 2, self.test_action);
+        put8(&mut b, 3, u8::from(self.rx_stopped));
+        put32(&mut b, 4, self.seq);
+        put16(&mut b, 8, self.udp_payload);
+        put16(&mut b, 10, self.spdu_seq_err);
+        put32(&mut b, 12, self.spdu_time.0);
+        put32(&mut b, 16, self.spdu_time.1);
+        put32(&mut b, 20, self.lpdu_time.0);
+        put32(&mut b, 24, self.lpdu_time.1);
+        put16(&mut b, 28, self.rtt_resp_delay);
+        b
+    }
+
+    /// Writes the header into the first [`LOAD_HDR_LEN`] bytes of `b` (checksum 0; nothing
+    /// when `b` is shorter).
     pub fn write(&self, b: &mut [u8]) {
-        put16(b, 0, LOAD_ID);
-        put8(b, 2, self.test_action);
-        put8(b, 3, u8::from(self.rx_stopped));
-        put32(b, 4, self.seq);
-        put16(b, 8, self.udp_payload);
-        put16(b, 10, self.spdu_seq_err);
-        put32(b, 12, self.spdu_time.0);
-        put32(b, 16, self.spdu_time.1);
-        put32(b, 20, self.lpdu_time.0);
-        put32(b, 24, self.lpdu_time.1);
-        put16(b, 28, self.rtt_resp_delay);
-        put16(b, 30, 0);
+        if let Some(h) = b.get_mut(..LOAD_HDR_LEN) {
+            h.copy_from_slice(&self.to_bytes());
+        }
+    }
+
+    /// Writes a burst's shared header bytes (`template`, from [`LoadHdr::to_bytes`]) into
+    /// `b` with one datagram's sequence number and size: the fields that differ within a
+    /// burst, so a sender builds the rest once per burst.
+    pub fn stamp(template: &[u8; LOAD_HDR_LEN], seq: u32, udp_payload: u16, b: &mut [u8]) {
+        if let Some(h) = b.get_mut(..LOAD_HDR_LEN) {
+            h.copy_from_slice(template);
+            put32(h, 4, seq);
+            put16(h, 8, udp_payload);
+        }
     }
 }
 

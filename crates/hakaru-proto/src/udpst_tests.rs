@@ -130,6 +130,19 @@ fn load_and_status_round_trip() {
     assert_eq!(LoadHdr::parse(&b).unwrap(), h);
     b[2] = 7;
     assert!(LoadHdr::parse(&b).is_err());
+    // A burst's template stamped with another datagram's sequence number and size reads
+    // as that datagram, every other field the template's; a short buffer is left alone.
+    LoadHdr::stamp(&h.to_bytes(), 123_457, 1000, &mut b);
+    let next = LoadHdr {
+        seq: 123_457,
+        udp_payload: 1000,
+        ..h
+    };
+    assert_eq!(LoadHdr::parse(&b).unwrap(), next);
+    let mut short = [9u8; 31];
+    LoadHdr::stamp(&h.to_bytes(), 1, 1, &mut short);
+    h.write(&mut short);
+    assert_eq!(short, [9u8; 31]);
     let s = Status {
         seq: 9,
         rate: sending_rates(true, false).0[700],

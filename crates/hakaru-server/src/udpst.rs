@@ -520,16 +520,23 @@ fn send_burst(sock: &UdpSocket, t: &mut UdpstTest, b: &mut Burst, sizes: &[u32])
     let mut rest = sizes;
     while !rest.is_empty() {
         b.ends.clear();
-        let (now, stamp) = (Instant::now(), wall());
+        // One header per sendmmsg call; each datagram gets its own sequence number and size.
+        let first = t.next_load(0, Instant::now(), wall());
+        let template = first.to_bytes();
+        let mut seq = Some(first.seq);
         let mut used = 0;
         for &s in rest.iter().take(MAX_BATCH) {
             let len = (s as usize).clamp(u::LOAD_HDR_LEN, u16::MAX as usize);
             let Some(slot) = b.batch.get_mut(used..used + len) else {
                 break;
             };
-            t.next_load(len as u16, now, stamp).write(slot);
+            let n = seq.take().unwrap_or_else(|| t.next_seq());
+            LoadHdr::stamp(&template, n, len as u16, slot);
             used += len;
             b.ends.push(used);
+        }
+        if seq.is_some() {
+            t.unsent(); // not even the first datagram fitted
         }
         if b.ends.is_empty() {
             return;
@@ -563,6 +570,8 @@ fn send_burst(sock: &UdpSocket, t: &mut UdpstTest, b: &mut Burst, sizes: &[u32])
 }
 
 // hot loop: the downstream sender's load (`session::udpst_pace`) and the status feedback.
+// Between bursts the thread waits on the socket until the next one is due, so a status PDU
+// (every 50 ms) is read when it comes and no wake-up costs a receive that finds nothing.
 fn downstream(ctx: &Ctx, sock: &UdpSocket, t: &mut UdpstTest, v6: bool) -> io::Result<()> {
     sock.set_nonblocking(true)?;
     let mut pacer = Pacer::new(
@@ -572,12 +581,16 @@ fn downstream(ctx: &Ctx, sock: &UdpSocket, t: &mut UdpstTest, v6: bool) -> io::R
     let mut rx = [0u8; 512];
     let mut sizes = Vec::with_capacity(128);
     let mut burst = Burst::new();
+    let mut wait = sys::PollSet::new();
+    wait.push(sock.as_raw_fd(), sys::Interest::Read);
+    let mut readable = true;
     sys::tighten_timer_slack();
     while !t.ended() && !ctx.shutdown.load(Ordering::Acquire) {
         sizes.clear();
         pacer.due(&t.rate(), Instant::now(), v6, t.stopping(), &mut sizes);
         send_burst(sock, t, &mut burst, &sizes);
-        while let Ok(n) = sock.recv(&mut rx) {
+        while readable {
+            let Ok(n) = sock.recv(&mut rx) else { break };
             match Status::parse(rx.get(..n).unwrap_or_default()) {
                 Ok(s) => t.on_status(&s, Instant::now()),
                 Err(e) => tracing::debug!("udpst: ignored datagram: {e}"),
@@ -586,9 +599,12 @@ fn downstream(ctx: &Ctx, sock: &UdpSocket, t: &mut UdpstTest, v6: bool) -> io::R
         let _ = t.on_tick(Instant::now(), wall());
         let wake = pacer.next_wake();
         let now = Instant::now();
-        if wake > now {
-            std::thread::sleep((wake - now).min(Duration::from_millis(5)));
-        }
+        readable = if wake > now {
+            wait.wait((wake - now).min(Duration::from_millis(5)));
+            wait.ready(0)
+        } else {
+            true
+        };
     }
     Ok(())
 }

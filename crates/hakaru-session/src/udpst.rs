@@ -304,6 +304,14 @@ impl UdpstTest {
         }
     }
 
+    /// The sequence number of one more datagram of the burst whose first header
+    /// [`UdpstTest::next_load`] gave: a burst shares every other field, so a sender builds
+    /// that header once and stamps each datagram with this and its size.
+    pub fn next_seq(&mut self) -> u32 {
+        self.load_seq = self.load_seq.wrapping_add(1);
+        self.load_seq
+    }
+
     /// A datagram the sender could not queue: its sequence number is used again, as the
     /// reference does, so the client does not count the server's own backpressure as loss.
     pub fn unsent(&mut self) {
