@@ -589,8 +589,7 @@ fn downstream(ctx: &Ctx, sock: &UdpSocket, t: &mut UdpstTest, v6: bool) -> io::R
         sizes.clear();
         pacer.due(&t.rate(), Instant::now(), v6, t.stopping(), &mut sizes);
         send_burst(sock, t, &mut burst, &sizes);
-        while readable {
-            let Ok(n) = sock.recv(&mut rx) else { break };
+        while let Some(Ok(n)) = readable.then(|| sock.recv(&mut rx)) {
             match Status::parse(rx.get(..n).unwrap_or_default()) {
                 Ok(s) => t.on_status(&s, Instant::now()),
                 Err(e) => tracing::debug!("udpst: ignored datagram: {e}"),
