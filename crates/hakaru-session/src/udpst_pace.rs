@@ -123,7 +123,7 @@ mod tests {
 
     /// Row 1076 of the jumbo table: 24 datagrams of 8972 bytes every 100 µs, nothing else.
     fn bursts_due_after(late_us: u64) -> usize {
-        let row = sending_rates(true, false).0[1076];
+        let row = sending_rates(true, false).0.get(1076).copied().unwrap();
         assert_eq!(
             (row.tx_interval1, row.burst1, row.payload1),
             (100, 24, 8972)
