@@ -448,12 +448,7 @@ pub(crate) mod tests {
     }
 
     fn tcp_fixture() -> RunResult {
-        let text = std::fs::read_to_string(format!(
-            "{}/tests/fixtures/hakaru/tcp_p2_omit1.json",
-            env!("CARGO_MANIFEST_DIR")
-        ))
-        .expect("fixture");
-        serde_json::from_str(&text).expect("fixture parses")
+        crate::tests::fixture("tcp_p2_omit1")
     }
 
     fn row<'a>(c: &'a Comparison, metric: &str) -> &'a Row {

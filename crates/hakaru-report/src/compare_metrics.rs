@@ -385,7 +385,7 @@ fn udpst_metrics(m: &mut Metrics<'_>) {
 mod tests {
     use crate::compare::tests::run_pair as pair;
     use crate::compare::{Comparison, Verdict};
-    use crate::html_tests::fixture;
+    use crate::tests::fixture;
     use hakaru_model::RunResult;
 
     fn verdict(c: &Comparison, metric: &str) -> Verdict {

@@ -534,14 +534,7 @@ mod tests {
             .contains("not JSON"));
     }
 
-    fn fixture(name: &str) -> RunResult {
-        let text = std::fs::read_to_string(format!(
-            "{}/tests/fixtures/hakaru/{name}.json",
-            env!("CARGO_MANIFEST_DIR")
-        ))
-        .expect("fixture");
-        serde_json::from_str(&text).expect("fixture parses")
-    }
+    use crate::tests::fixture;
 
     /// Issue 13e: results without intervals (`quick`, `-i 0`) draw no empty time chart; the
     /// quick section still shows each test's headline.

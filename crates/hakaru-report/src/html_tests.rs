@@ -5,16 +5,7 @@
 use hakaru_model::{QuickLine, QuickResult, RunResult};
 
 use crate::html::{all_charts, report, svgs, Content, Input};
-
-/// A result from tests/fixtures/hakaru/NAME.json (real runs).
-pub(crate) fn fixture(name: &str) -> RunResult {
-    let text = std::fs::read_to_string(format!(
-        "{}/tests/fixtures/hakaru/{name}.json",
-        env!("CARGO_MANIFEST_DIR")
-    ))
-    .expect("fixture");
-    serde_json::from_str(&text).expect("fixture parses")
-}
+use crate::tests::fixture;
 
 fn quick() -> Input {
     let runs: Vec<RunResult> = ["tcp_bidir", "udp_reverse", "tcp_bidir"]

@@ -1,17 +1,22 @@
 //! hakaru-report: renderers. Each output format is one module over the model's types;
 //! each returns text and never prints.
 
+#[cfg(feature = "charts")]
 mod bulk_charts;
 pub mod capacity_text;
+#[cfg(feature = "charts")]
 pub mod charts;
 pub mod compare;
+#[cfg(feature = "charts")]
 mod compare_html;
 mod compare_metrics;
+#[cfg(feature = "charts")]
 mod connect_charts;
 pub mod connect_text;
 pub mod csv;
 pub mod export;
 pub mod history;
+#[cfg(feature = "charts")]
 pub mod html;
 pub mod http_text;
 mod input;
@@ -20,19 +25,25 @@ pub mod iperf3_text;
 mod iperf3_view;
 pub mod json;
 pub mod jsonl;
+#[cfg(feature = "charts")]
 mod kind_charts;
 mod kind_text;
+#[cfg(feature = "charts")]
 mod latency_charts;
 pub mod latency_text;
 pub mod nic;
+#[cfg(feature = "charts")]
 mod plan_matrix;
 pub mod plan_text;
+#[cfg(feature = "charts")]
 mod probe_charts;
 pub mod probe_text;
 pub mod prometheus;
 pub mod quick_text;
+#[cfg(feature = "charts")]
 mod raw_charts;
 pub mod raw_text;
+#[cfg(feature = "charts")]
 mod rpm_charts;
 pub mod rpm_text;
 pub mod schema;
@@ -41,6 +52,8 @@ pub mod text;
 pub mod text_parts;
 pub mod trend;
 pub mod udp_text;
+#[cfg(feature = "charts")]
+mod udpst_charts;
 pub mod udpst_text;
 
 /// How much of a human text report to show. JSON output always carries everything.
@@ -139,6 +152,16 @@ fn tokens(s: &str) -> Vec<(&str, &str)> {
 mod tests {
     use super::*;
 
+    /// A result from tests/fixtures/hakaru/NAME.json.
+    pub(crate) fn fixture(name: &str) -> hakaru_model::RunResult {
+        let text = std::fs::read_to_string(format!(
+            "{}/tests/fixtures/hakaru/{name}.json",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .expect("fixture");
+        serde_json::from_str(&text).expect("fixture parses")
+    }
+
     #[test]
     fn fold_keeps_short_lines_and_folds_long_ones_at_spaces() {
         assert_eq!(fold("short\nline\n", 10), "short\nline\n");
@@ -176,5 +199,5 @@ mod tests {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "charts"))]
 mod html_tests;

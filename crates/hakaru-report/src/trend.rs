@@ -3,7 +3,9 @@
 
 use std::fmt::Write;
 
+#[cfg(feature = "charts")]
 use crate::charts::{self, Chart, Series, Stroke};
+#[cfg(feature = "charts")]
 use crate::html::esc;
 use crate::summary::headline_text;
 
@@ -120,6 +122,7 @@ pub fn text(series: &[TrendSeries]) -> String {
 }
 
 /// One chart per unit, each series a line over days (or hours) since the first run.
+#[cfg(feature = "charts")]
 pub fn charts(series: &[TrendSeries]) -> Vec<Chart> {
     let t0 = series
         .iter()
@@ -182,6 +185,7 @@ pub fn charts(series: &[TrendSeries]) -> Vec<Chart> {
 }
 
 /// A self-contained HTML page with the charts and the table.
+#[cfg(feature = "charts")]
 pub fn page(title: &str, series: &[TrendSeries]) -> Result<String, String> {
     let mut html = String::with_capacity(32 << 10);
     let _ = writeln!(
@@ -252,6 +256,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "charts")]
     fn charts_group_by_unit_in_days_or_hours() {
         let mut lat = series();
         lat.unit = "us".into();

@@ -155,48 +155,6 @@ impl crate::kind_text::KindText for UdpstSpec {
     }
 }
 
-impl crate::kind_charts::KindCharts for UdpstSpec {
-    fn what(&self, _r: &RunResult) -> String {
-        format!("Maximum IP-layer capacity ({})", self.direction.as_str())
-    }
-    fn charts(&self, p: &str, r: &RunResult) -> Vec<crate::charts::Chart> {
-        vec![rate_chart(format!("{p}-capacity-rate"), &[("L3/IP", r)])]
-    }
-    fn overlay(&self, runs: &[(&str, &RunResult)]) -> Vec<crate::charts::Chart> {
-        vec![rate_chart("overlay-capacity".into(), runs)]
-    }
-}
-
-fn rate_chart(id: String, runs: &[(&str, &RunResult)]) -> crate::charts::Chart {
-    use crate::charts::{Chart, Series, Stroke};
-    let series = runs
-        .iter()
-        .enumerate()
-        .map(|(i, (label, r))| Series {
-            name: (*label).into(),
-            points: r.udpst.as_ref().map_or_else(Vec::new, |x| {
-                x.sub_intervals
-                    .iter()
-                    .map(|s| (s.end_s, s.ip_mbps))
-                    .collect()
-            }),
-            stroke: Stroke::Thick,
-            color: i,
-            legend: true,
-        })
-        .collect();
-    Chart {
-        id,
-        title: "IP-layer rate of each sub-interval".into(),
-        x_desc: "time (s)".into(),
-        y_desc: "Mbit/s".into(),
-        y_scale: 1.0,
-        log_x: false,
-        log_y: false,
-        series,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -224,12 +182,7 @@ mod tests {
             sub_intervals: vec![row],
             ..Default::default()
         };
-        let text = std::fs::read_to_string(format!(
-            "{}/tests/fixtures/hakaru/tcp_p2_omit1.json",
-            env!("CARGO_MANIFEST_DIR")
-        ))
-        .expect("fixture");
-        let mut r: RunResult = serde_json::from_str(&text).expect("fixture parses");
+        let mut r = crate::tests::fixture("tcp_p2_omit1");
         r.udpst = Some(x);
         assert_eq!(
             headline(&r),

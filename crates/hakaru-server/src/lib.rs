@@ -9,7 +9,10 @@
 mod accept;
 mod acl;
 mod budget;
+mod config;
 mod dispatch;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod http;
 mod iperf3;
 mod iperf3_output;
@@ -36,6 +39,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 pub use acl::Acl;
 pub use budget::{server_memory, Budgets};
+pub use config::{NetperfConfig, ServerConfig, NETPERF_DEFAULT_PORT, NETPERF_MAX_PASSPHRASE};
 pub use limits::Limits;
 pub use metrics::MetricsSink;
 pub use registry::Registry;
@@ -54,141 +58,6 @@ pub const MAX_PORT_RANGE: u16 = 1024;
 pub const SOCKPERF_DEFAULT_PORT: u16 = hakaru_proto::sockperf::DEFAULT_PORT;
 
 pub use hakaru_model::Family;
-
-/// How the server listens and what it allows.
-#[derive(Debug, Clone)]
-pub struct ServerConfig {
-    /// Address to bind; `None` binds the wildcard of the family.
-    pub bind: Option<IpAddr>,
-    /// Port; 0 picks a free one.
-    pub port: u16,
-    /// Family restriction.
-    pub family: Family,
-    /// Connections and tests allowed per source address and in total.
-    pub limits: Limits,
-    /// Source addresses the server talks to.
-    pub acl: Acl,
-    /// Longest test the server runs (time-based tests ask for at most this much, warm-up
-    /// included; byte- and block-count tests are stopped there). `None`: no limit.
-    pub max_duration: Option<Duration>,
-    /// Pre-shared key every native client must prove it holds; `None`: no authentication.
-    pub psk: Option<hakaru_proto::auth::Psk>,
-    /// Answer stock iperf3 clients on the control port (they cannot authenticate).
-    pub iperf3: bool,
-    /// Most payload bits per second the server sends in one UDP test (-R, --bidir), all
-    /// flows together; `None`: no limit.
-    pub max_rate: Option<f64>,
-    /// Most flows (connectors, for connection-rate tests) per direction in one test.
-    pub max_flows: u32,
-    /// Server output for iperf3 clients that ask for it (`--get-server-output`) as iperf3's
-    /// JSON document instead of its text.
-    pub iperf3_json_output: bool,
-    /// Also answer stock sockperf clients (UDP and TCP) on every port of `FIRST..=LAST` (at
-    /// most [`MAX_PORT_RANGE`]); (0, 0) picks one free port.
-    pub sockperf_ports: Option<(u16, u16)>,
-    /// Receiver threads serving the sockperf ports; `None`: one per
-    /// [`SOCKPERF_PORTS_PER_THREAD`] ports, at most [`SOCKPERF_MAX_THREADS`].
-    pub sockperf_threads: Option<usize>,
-    /// Most sockperf UDP replies per second to one source address; `None`: one reply per
-    /// message that asks, as `sockperf sr` does.
-    pub sockperf_reply_rate: Option<u32>,
-    /// Also serve HTTP (`GET /bytes/SIZE`, PUT/POST bodies counted) on this port; 0 picks a
-    /// free one.
-    pub http_port: Option<u16>,
-    /// Serve Prometheus metrics at `GET /metrics` on this address (`--metrics`).
-    pub metrics: Option<SocketAddr>,
-    /// Memory and busy-polling budgets (docs/security.md).
-    pub budgets: Budgets,
-    /// Also act as an `ntttcp -r` receiver whose first data port is this (`--ntttcp-port`);
-    /// its sync port is one lower.
-    pub ntttcp_port: Option<u16>,
-    /// Data ports from `ntttcp_port` (ntttcp's `-P`).
-    pub ntttcp_ports: u16,
-    /// Also serve stock OB-UDPST clients (RFC 9946) on this UDP port (0 picks a free one).
-    pub udpst_port: Option<u16>,
-    /// Most Mbit/s a udpst test may ask for or be sent at (`--udpst-max-rate`); `None`: the
-    /// sending-rate table's top, or `max_rate` when that is lower.
-    pub udpst_max_mbps: Option<u32>,
-    /// udpst authentication (`--udpst-key`, `--udpst-key-file`): with any key, every setup
-    /// request must be signed (RFC 9946 mode 1).
-    pub udpst_keys: UdpstKeys,
-    /// Several ntttcp senders per test, started by the one with `-L` (ntttcp's `-r -M`).
-    pub ntttcp_multi: bool,
-    /// Data connections one ntttcp sender may open for its test (`--ntttcp-max-conns`): the
-    /// room a synced sender has beyond the per-client handshake limit.
-    pub ntttcp_max_conns: u32,
-    /// The netserver-compatible ports (`--netperf-port`).
-    pub netperf: NetperfConfig,
-}
-
-/// What `--netperf-port` and its companions ask.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NetperfConfig {
-    /// First and last port to answer netperf on; `None`: off. (0, 0) picks a free port.
-    pub ports: Option<(u16, u16)>,
-    /// The `-Z` passphrase netperf clients must send first; `None`: none asked.
-    pub passphrase: Option<Vec<u8>>,
-    /// netperf tests (and control connections) one client may have at once.
-    pub per_client: usize,
-    /// A test whose data path moves nothing this long fails, freeing its slot and memory
-    /// (`--stall-timeout`).
-    pub stall_timeout: Duration,
-    /// The data ports a test may ask for, first and last (`--netperf-data-ports`).
-    pub data_ports: (u16, u16),
-    /// Wrong passphrases one client may send a minute before its connections are closed at
-    /// once (`--netperf-passphrase-failures`).
-    pub passphrase_failures: u32,
-}
-
-impl Default for NetperfConfig {
-    fn default() -> Self {
-        NetperfConfig {
-            ports: None,
-            passphrase: None,
-            per_client: netperf::DEFAULT_PER_CLIENT,
-            stall_timeout: netperf::DEFAULT_STALL_TIMEOUT,
-            data_ports: hakaru_session::netperf::server::DEFAULT_DATA_PORTS,
-            passphrase_failures: netperf::DEFAULT_PASSPHRASE_FAILURES,
-        }
-    }
-}
-
-/// Longest `-Z` passphrase netperf can send, in bytes.
-pub const NETPERF_MAX_PASSPHRASE: usize = hakaru_proto::netperf::SPEC_BYTES - 1;
-/// netserver's default control port.
-pub const NETPERF_DEFAULT_PORT: u16 = hakaru_proto::netperf::DEFAULT_PORT;
-
-impl Default for ServerConfig {
-    fn default() -> Self {
-        ServerConfig {
-            bind: None,
-            port: DEFAULT_PORT,
-            family: Family::Any,
-            limits: Limits::default(),
-            acl: Acl::default(),
-            max_duration: None,
-            psk: None,
-            iperf3: true,
-            max_rate: None,
-            max_flows: 1024,
-            iperf3_json_output: false,
-            sockperf_ports: None,
-            sockperf_threads: None,
-            sockperf_reply_rate: None,
-            http_port: None,
-            metrics: None,
-            budgets: Budgets::default(),
-            ntttcp_port: None,
-            ntttcp_ports: hakaru_proto::ntttcp::DEFAULT_PORTS,
-            udpst_port: None,
-            udpst_max_mbps: None,
-            udpst_keys: UdpstKeys::default(),
-            ntttcp_multi: false,
-            ntttcp_max_conns: 64,
-            netperf: NetperfConfig::default(),
-        }
-    }
-}
 
 /// State shared by every connection thread.
 pub(crate) struct Ctx {
@@ -740,6 +609,15 @@ pub(crate) fn check_send_rate(
     }
 }
 
+/// What to try when a port is taken.
+fn in_use_hint(e: &io::Error) -> &'static str {
+    if e.kind() == io::ErrorKind::AddrInUse {
+        " (is another server running there? choose another port with -p)"
+    } else {
+        ""
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::check_send_rate;
@@ -775,191 +653,5 @@ mod tests {
         assert!(iperf3_session([0, 0], &[&[12], &framed]).is_none());
         http_request(b"GET /bytes/1M?x HTTP/1.1\r\nRange: bytes=10-19\r\n\r\n");
         http_request(b"HEAD /bytes/1K HTTP/1.0\r\n\r\n");
-    }
-}
-
-/// Entry points for the fuzz targets in `fuzz/`; not an API.
-#[doc(hidden)]
-pub mod fuzzing {
-    use std::net::SocketAddr;
-    use std::time::Duration;
-
-    use hakaru_model::{End, FlowDir, FlowSide, Role, SideReport, UdpFlowSide};
-    use hakaru_proto::http::{self as http_wire, BodyKind, RangeAnswer};
-    use hakaru_proto::iperf3::{Inbox, Params, Protocol, State, MAX_RESULTS_JSON};
-    use serde_json::Value;
-
-    fn limits() -> crate::ServerConfig {
-        crate::ServerConfig {
-            max_duration: Some(Duration::from_secs(3600)),
-            max_rate: Some(1e9),
-            ..crate::ServerConfig::default()
-        }
-    }
-
-    /// The ntttcp receiver's groups of senders and their data connections, driven by a
-    /// script of events and checked against a model (panics when they disagree).
-    pub fn ntttcp_groups(data: &[u8]) {
-        crate::ntttcp::fuzz_groups(data);
-    }
-
-    /// Checks an iperf3 parameter document as the server does, up to the test it would run;
-    /// true when the server would run it.
-    pub fn iperf3_params(v: &Value) -> bool {
-        match Params::from_json(v) {
-            Ok(p) => crate::iperf3::check(&p, &limits()).is_ok(),
-            Err(_) => false,
-        }
-    }
-
-    /// What an iperf3 session reads once its test runs, as `reads` deliver the bytes: state
-    /// bytes until TEST_END (anything else ends the session), the client's results (framed,
-    /// at most [`MAX_RESULTS_JSON`]), what the server makes of them (the client's side as a
-    /// report, this end's results with the server output the client asked for), then
-    /// IPERF_DONE. `setup` picks the test: its first byte's bits are UDP, `-R`, `--bidir`,
-    /// `--get-server-output`, JSON server output and 64-bit UDP counters; the second is
-    /// `-P` (1 to 128). Returns the server's results document when it got that far.
-    pub fn iperf3_session(setup: [u8; 2], reads: &[&[u8]]) -> Option<Value> {
-        let bit = |n: u8| setup[0] & (1 << n) != 0;
-        let udp = bit(0);
-        let params = Params {
-            protocol: Some(if udp { Protocol::Udp } else { Protocol::Tcp }),
-            time: 1.0,
-            parallel: 1 + u32::from(setup[1] % 128),
-            reverse: bit(1),
-            bidirectional: bit(2),
-            get_server_output: bit(3),
-            udp_counters_64bit: bit(5),
-            bandwidth: Some(1_000_000),
-            client_version: Some("3.12".into()),
-            ..Params::default()
-        };
-        let plan = crate::iperf3::check(&params, &limits()).ok()?;
-        // This end's report of the test: what the engine would have counted.
-        let flows = plan
-            .flows
-            .iter()
-            .map(|&(id, dir)| {
-                let role = if dir == FlowDir::Down {
-                    Role::Sender
-                } else {
-                    Role::Receiver
-                };
-                FlowSide {
-                    id,
-                    dir,
-                    role,
-                    bytes: 1_000_000,
-                    omitted_bytes: 0,
-                    late_bytes: 0,
-                    late_seconds: 0.0,
-                    calls: 10,
-                    seconds: 1.0,
-                    tcp_info: None,
-                    udp: udp.then(|| UdpFlowSide {
-                        datagrams: 1000,
-                        omitted_datagrams: 0,
-                        next_seq: 1000,
-                        lost: 0,
-                        out_of_order: 0,
-                        duplicates: 0,
-                        jitter_ms: (role == Role::Receiver).then_some(0.1),
-                        ignored: 0,
-                        socket_drops: None,
-                    }),
-                    error: None,
-                    mptcp: None,
-                }
-            })
-            .collect();
-        let report = SideReport::flows_only(End::Server, flows);
-        let peer: SocketAddr = "192.0.2.1:40000".parse().ok()?;
-        let mut inbox = Inbox::new();
-        let mut ended = false;
-        let mut answer = None;
-        for read in reads {
-            inbox.feed(read);
-            while !ended {
-                match inbox.take_state() {
-                    None => break,
-                    Some(State::TestEnd) => ended = true,
-                    Some(_) => return None,
-                }
-            }
-            if ended && answer.is_none() {
-                match inbox.take_results(MAX_RESULTS_JSON) {
-                    Ok(None) => continue,
-                    Err(_) => return None,
-                    Ok(Some(theirs)) => {
-                        let mine = crate::iperf3::answer_results(
-                            &plan,
-                            &report,
-                            &theirs,
-                            &[],
-                            peer,
-                            "192.0.2.2:5201".into(),
-                            bit(4),
-                        )
-                        .ok()?;
-                        answer = Some(mine.to_json());
-                    }
-                }
-            }
-            if answer.is_some() {
-                let _ = inbox.take_state();
-            }
-        }
-        answer
-    }
-
-    /// A request head as the HTTP endpoint reads and answers it: `GET /bytes/SIZE` with its
-    /// range, or a body's framing. Panics if the answer's head does not say what was meant
-    /// (its length and range read back as sent).
-    pub fn http_request(buf: &[u8]) {
-        let Ok(Some(req)) = http_wire::parse_request(buf) else {
-            return;
-        };
-        assert!(req.head_len <= buf.len());
-        let path = req.path.split('?').next().unwrap_or("");
-        let Some(Ok(size)) = crate::http::bytes_size(path) else {
-            return;
-        };
-        let (status, range) = match http_wire::answer_range(req.range.as_deref(), size) {
-            RangeAnswer::Whole => (200, None),
-            RangeAnswer::Part(r) => {
-                assert!(r.first <= r.last && r.last < size, "{r:?} of {size}");
-                (206, Some(r))
-            }
-            RangeAnswer::Unsatisfiable => return,
-        };
-        let len = range.map_or(size, |r| r.len());
-        let headers: Vec<(&str, String)> = range
-            .map(|r| {
-                (
-                    "Content-Range",
-                    format!("bytes {}-{}/{size}", r.first, r.last),
-                )
-            })
-            .into_iter()
-            .collect();
-        let head = http_wire::response_head(status, "X", len, &headers, req.keep_alive);
-        let back = http_wire::parse_response(&head, false)
-            .expect("the endpoint's own head parses")
-            .expect("the endpoint's own head is whole");
-        assert_eq!(back.status, status);
-        assert_eq!(back.head_len, head.len());
-        assert_eq!(back.body, BodyKind::Length(len));
-        if let Some(r) = range {
-            assert_eq!(back.content_range, Some((r, Some(size))));
-        }
-    }
-}
-
-/// What to try when a port is taken.
-fn in_use_hint(e: &io::Error) -> &'static str {
-    if e.kind() == io::ErrorKind::AddrInUse {
-        " (is another server running there? choose another port with -p)"
-    } else {
-        ""
     }
 }
