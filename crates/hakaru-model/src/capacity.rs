@@ -296,91 +296,107 @@ impl Search {
             self.passes.push(rate);
         }
         match self.phase {
-            Phase::Ramp => {
-                self.ramp += 1;
-                if !o.met && self.best.is_none() && rate <= self.floor_rate * 1.0001 {
-                    self.miss = Some(rate);
-                    self.done = Some(
-                        "no rate met the target: even the lowest rate tried missed it (lower rates carry too few datagrams per trial to measure the target)".into(),
-                    );
-                    return;
-                }
-                if o.met {
-                    self.best = Some(rate);
-                    if rate >= self.ceiling || self.ramp >= MAX_RAMP {
-                        self.phase = Phase::Confirm;
-                    }
-                } else {
-                    self.miss = Some(rate);
-                    self.phase = if self.best.is_some() {
-                        Phase::Search
-                    } else {
-                        Phase::Floor
-                    };
-                }
-            }
-            Phase::Floor => {
-                self.floor += 1;
-                if o.met {
-                    self.best = Some(rate);
-                    self.phase = Phase::Search;
-                } else {
-                    self.miss = Some(rate);
-                    if self.floor >= MAX_FLOOR || rate <= self.floor_rate * 1.0001 {
-                        self.done = Some(
-                            "no rate met the target: even the lowest rate tried missed it (lower rates carry too few datagrams per trial to measure the target)".into(),
-                        );
-                    }
-                }
-            }
-            Phase::Search => {
-                self.bisect += 1;
-                if o.met {
-                    self.best = Some(rate);
-                } else {
-                    self.miss = Some(rate);
-                }
-                if self.narrow() || self.bisect >= MAX_BISECT {
-                    self.phase = Phase::Confirm;
-                }
-            }
-            Phase::Confirm => {
-                self.confirm += 1;
-                if !o.met && rate <= self.floor_rate * 1.0001 {
-                    self.miss = Some(rate);
-                    self.best = None;
-                    self.done = Some("no rate met the target twice: the lowest measurable rate passed and then missed".into());
-                    return;
-                }
-                if o.met {
-                    self.confirmed = self.best;
-                } else {
-                    // The edge did not hold: it becomes the miss, and the search goes on below,
-                    // from the highest pass below it (the bracket narrows from above; it never
-                    // widens to a tenth of the rate while a pass below is known).
-                    self.miss = Some(rate);
-                    self.passes.retain(|&p| p < rate);
-                    self.best = self.passes.iter().copied().reduce(f64::max);
-                    if self.best.is_some() {
-                        self.phase = if self.narrow() {
-                            Phase::Confirm
-                        } else {
-                            Phase::Search
-                        };
-                    } else {
-                        self.phase = Phase::Floor;
-                        self.floor = 0;
-                    }
-                    if self.confirm >= MAX_CONFIRM {
-                        self.done = Some(
-                            "the rate at the edge passed and missed by turns; no rate held twice"
-                                .into(),
-                        );
-                    }
-                }
-            }
+            Phase::Ramp => self.after_ramp(rate, o.met),
+            Phase::Floor => self.after_floor(rate, o.met),
+            Phase::Search => self.after_search(rate, o.met),
+            Phase::Confirm => self.after_confirm(rate, o.met),
         }
         self.maybe_done();
+    }
+
+    /// A ramp trial: up by steps while the rate meets the target; the first miss starts the
+    /// search (or, with no pass yet, the way down to the floor).
+    fn after_ramp(&mut self, rate: f64, met: bool) {
+        self.ramp += 1;
+        if !met && self.best.is_none() && rate <= self.floor_rate * 1.0001 {
+            self.miss = Some(rate);
+            self.done = Some(
+                "no rate met the target: even the lowest rate tried missed it (lower rates carry too few datagrams per trial to measure the target)".into(),
+            );
+            return;
+        }
+        if met {
+            self.best = Some(rate);
+            if rate >= self.ceiling || self.ramp >= MAX_RAMP {
+                self.phase = Phase::Confirm;
+            }
+        } else {
+            self.miss = Some(rate);
+            self.phase = if self.best.is_some() {
+                Phase::Search
+            } else {
+                Phase::Floor
+            };
+        }
+    }
+
+    /// A trial on the way down after a first miss with no pass yet.
+    fn after_floor(&mut self, rate: f64, met: bool) {
+        self.floor += 1;
+        if met {
+            self.best = Some(rate);
+            self.phase = Phase::Search;
+        } else {
+            self.miss = Some(rate);
+            if self.floor >= MAX_FLOOR || rate <= self.floor_rate * 1.0001 {
+                self.done = Some(
+                    "no rate met the target: even the lowest rate tried missed it (lower rates carry too few datagrams per trial to measure the target)".into(),
+                );
+            }
+        }
+    }
+
+    /// A bisection trial between the best pass and the lowest miss.
+    fn after_search(&mut self, rate: f64, met: bool) {
+        self.bisect += 1;
+        if met {
+            self.best = Some(rate);
+        } else {
+            self.miss = Some(rate);
+        }
+        if self.narrow() || self.bisect >= MAX_BISECT {
+            self.phase = Phase::Confirm;
+        }
+    }
+
+    /// A repeat of the best pass: it holds (found) or becomes the miss and the search goes on
+    /// below it.
+    fn after_confirm(&mut self, rate: f64, met: bool) {
+        self.confirm += 1;
+        if !met && rate <= self.floor_rate * 1.0001 {
+            self.miss = Some(rate);
+            self.best = None;
+            self.done = Some(
+                "no rate met the target twice: the lowest measurable rate passed and then missed"
+                    .into(),
+            );
+            return;
+        }
+        if met {
+            self.confirmed = self.best;
+        } else {
+            // The edge did not hold: it becomes the miss, and the search goes on below,
+            // from the highest pass below it (the bracket narrows from above; it never
+            // widens to a tenth of the rate while a pass below is known).
+            self.miss = Some(rate);
+            self.passes.retain(|&p| p < rate);
+            self.best = self.passes.iter().copied().reduce(f64::max);
+            if self.best.is_some() {
+                self.phase = if self.narrow() {
+                    Phase::Confirm
+                } else {
+                    Phase::Search
+                };
+            } else {
+                self.phase = Phase::Floor;
+                self.floor = 0;
+            }
+            if self.confirm >= MAX_CONFIRM {
+                self.done = Some(
+                    "the rate at the edge passed and missed by turns; no rate held twice".into(),
+                );
+            }
+        }
     }
 
     fn narrow(&self) -> bool {

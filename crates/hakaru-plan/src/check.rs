@@ -64,48 +64,8 @@ pub fn check(plan: &PlanFile) -> Vec<Problem> {
     }
     for (i, s) in plan.steps.iter().enumerate() {
         let at = format!("step {} ({})", i + 1, s.kind.name());
-        if s.receivers.is_empty() {
-            fatal(format!("{at}: no receivers"));
-        }
-        if s.senders.is_empty() {
-            fatal(format!("{at}: no senders"));
-        }
-        for (role, list) in [("receiver", &s.receivers), ("sender", &s.senders)] {
-            for (j, h) in list.iter().enumerate() {
-                if list[..j].contains(h) {
-                    fatal(format!("{at}: {role} `{h}` is listed twice"));
-                }
-                match plan.hosts.get(h) {
-                    None => fatal(format!(
-                        "{at}: {role} `{h}` is not a host of the plan (hosts: {})",
-                        plan.hosts.keys().cloned().collect::<Vec<_>>().join(", ")
-                    )),
-                    Some(spec) if role == "receiver" && spec.address.is_none() => fatal(format!(
-                        "{at}: receiver `{h}` has no address for the senders to test against"
-                    )),
-                    // A plan's server accepts only its senders' addresses; those of local and
-                    // netns senders are looked up on this machine.
-                    Some(spec)
-                        if role == "sender"
-                            && spec.address.is_none()
-                            && (spec.ssh.is_some() || spec.exec.is_some()) =>
-                    {
-                        fatal(format!(
-                            "{at}: sender `{h}` has no address: the plan's servers accept only its senders, so set its address (the one its connections come from, as the receivers see it)"
-                        ))
-                    }
-                    Some(_) => {}
-                }
-            }
-        }
+        step_hosts(plan, s, &at, &mut fatal);
         netserver_step(plan, s, &at, &mut fatal);
-        for h in &s.senders {
-            if s.receivers.contains(h) {
-                fatal(format!(
-                    "{at}: `{h}` is both a sender and a receiver; a host does not test against itself in a plan"
-                ));
-            }
-        }
         if s.repeat == Some(0) {
             fatal(format!("{at}: repeat must be at least 1"));
         }
@@ -116,46 +76,7 @@ pub fn check(plan: &PlanFile) -> Vec<Problem> {
             fatal(format!("{at}: time and bytes exclude each other"));
         }
         check_probe(s, &at, &mut fatal);
-        if let Some(fm) = &s.find_max {
-            if !matches!(s.kind, Kind::Udp | Kind::Pps) {
-                fatal(format!("{at}: find_max searches udp and pps steps"));
-            }
-            let set: Vec<&str> = [
-                ("time", s.time.is_some()),
-                ("bytes", s.bytes.is_some()),
-                ("bitrate", s.bitrate.is_some()),
-                ("rate", s.rate.is_some()),
-                ("bitrate_up", s.bitrate_up.is_some()),
-                ("bitrate_down", s.bitrate_down.is_some()),
-                ("rate_up", s.rate_up.is_some()),
-                ("rate_down", s.rate_down.is_some()),
-            ]
-            .iter()
-            .filter(|(_, on)| *on)
-            .map(|(k, _)| *k)
-            .collect();
-            if !set.is_empty() {
-                fatal(format!(
-                    "{at}: find_max sets the rate and the time of each trial; drop {}",
-                    set.join(", ")
-                ));
-            }
-            if fm.loss.is_some_and(|l| !(0.0..=100.0).contains(&l)) {
-                fatal(format!("{at}: find_max.loss must be 0 to 100 (percent)"));
-            }
-            if fm.precision.is_some_and(|p| !(p > 0.0 && p <= 100.0)) {
-                fatal(format!(
-                    "{at}: find_max.precision must be more than 0 and at most 100 (percent)"
-                ));
-            }
-            if let Some(t) = &fm.trial {
-                if parse_secs(&t.to_string()).is_none_or(|d| d.is_zero()) {
-                    fatal(format!(
-                        "{at}: find_max.trial `{t}` is not a time (2, 3s, 500ms)"
-                    ));
-                }
-            }
-        }
+        check_find_max(s, &at, &mut fatal);
         for (key, t) in [
             ("time", &s.time),
             ("omit", &s.omit),
@@ -188,6 +109,98 @@ pub fn check(plan: &PlanFile) -> Vec<Problem> {
         }
     }
     out
+}
+
+/// A step's receivers and senders: listed, hosts of the plan, once each, with the addresses
+/// the step needs, and no host on both sides.
+fn step_hosts(plan: &PlanFile, s: &StepSpec, at: &str, fatal: &mut impl FnMut(String)) {
+    if s.receivers.is_empty() {
+        fatal(format!("{at}: no receivers"));
+    }
+    if s.senders.is_empty() {
+        fatal(format!("{at}: no senders"));
+    }
+    for (role, list) in [("receiver", &s.receivers), ("sender", &s.senders)] {
+        for (j, h) in list.iter().enumerate() {
+            if list[..j].contains(h) {
+                fatal(format!("{at}: {role} `{h}` is listed twice"));
+            }
+            match plan.hosts.get(h) {
+                None => fatal(format!(
+                    "{at}: {role} `{h}` is not a host of the plan (hosts: {})",
+                    plan.hosts.keys().cloned().collect::<Vec<_>>().join(", ")
+                )),
+                Some(spec) if role == "receiver" && spec.address.is_none() => fatal(format!(
+                    "{at}: receiver `{h}` has no address for the senders to test against"
+                )),
+                // A plan's server accepts only its senders' addresses; those of local and
+                // netns senders are looked up on this machine.
+                Some(spec)
+                    if role == "sender"
+                        && spec.address.is_none()
+                        && (spec.ssh.is_some() || spec.exec.is_some()) =>
+                {
+                    fatal(format!(
+                        "{at}: sender `{h}` has no address: the plan's servers accept only its senders, so set its address (the one its connections come from, as the receivers see it)"
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    for h in &s.senders {
+        if s.receivers.contains(h) {
+            fatal(format!(
+                "{at}: `{h}` is both a sender and a receiver; a host does not test against itself in a plan"
+            ));
+        }
+    }
+}
+
+/// A find_max step: a udp or pps step that leaves the rate and time to the search, with a
+/// loss, precision and trial that make sense.
+fn check_find_max(s: &StepSpec, at: &str, fatal: &mut impl FnMut(String)) {
+    let Some(fm) = &s.find_max else {
+        return;
+    };
+    if !matches!(s.kind, Kind::Udp | Kind::Pps) {
+        fatal(format!("{at}: find_max searches udp and pps steps"));
+    }
+    let set: Vec<&str> = [
+        ("time", s.time.is_some()),
+        ("bytes", s.bytes.is_some()),
+        ("bitrate", s.bitrate.is_some()),
+        ("rate", s.rate.is_some()),
+        ("bitrate_up", s.bitrate_up.is_some()),
+        ("bitrate_down", s.bitrate_down.is_some()),
+        ("rate_up", s.rate_up.is_some()),
+        ("rate_down", s.rate_down.is_some()),
+    ]
+    .iter()
+    .filter(|(_, on)| *on)
+    .map(|(k, _)| *k)
+    .collect();
+    if !set.is_empty() {
+        fatal(format!(
+            "{at}: find_max sets the rate and the time of each trial; drop {}",
+            set.join(", ")
+        ));
+    }
+    if fm.loss.is_some_and(|l| !(0.0..=100.0).contains(&l)) {
+        fatal(format!("{at}: find_max.loss must be 0 to 100 (percent)"));
+    }
+    if fm.precision.is_some_and(|p| !(p > 0.0 && p <= 100.0)) {
+        fatal(format!(
+            "{at}: find_max.precision must be more than 0 and at most 100 (percent)"
+        ));
+    }
+    if let Some(t) = &fm.trial {
+        if parse_secs(&t.to_string()).is_none_or(|d| d.is_zero()) {
+            fatal(format!(
+                "{at}: find_max.trial `{t}` is not a time (2, 3s, 500ms)"
+            ));
+        }
+    }
 }
 
 /// What is wrong with a host's launchers: none or several, or any on a netserver host.

@@ -68,24 +68,9 @@ fn error_frame(why: &str) -> Vec<u8> {
 }
 
 fn handle(ctx: &Ctx, mut stream: TcpStream, peer: SocketAddr, seq: u32, slot: Slot) {
-    let mut first = Vec::with_capacity(64);
     let deadline = Instant::now() + FIRST_BYTES_TIMEOUT;
-    let mut buf = [0u8; 4096];
-    let kind = loop {
-        if let Some(k) = classify(&first) {
-            break k;
-        }
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() || ctx.shutdown.load(Ordering::Acquire) {
-            ctx.log.info("silent", || {
-                format!("closed connection from {peer}: it sent nothing recognisable within 10 s")
-            });
-            return;
-        }
-        match read_some(&mut stream, &mut buf, left.min(Duration::from_millis(500))) {
-            Some(n) => first.extend_from_slice(buf.get(..n).unwrap_or_default()),
-            None => return,
-        }
+    let Some((kind, mut first)) = first_bytes(ctx, &mut stream, peer, deadline) else {
+        return;
     };
     match kind {
         Preamble::Hakaru => ctx.metrics.connection("hakaru"),
@@ -102,28 +87,10 @@ fn handle(ctx: &Ctx, mut stream: TcpStream, peer: SocketAddr, seq: u32, slot: Sl
             return;
         }
         Preamble::Iperf3Cookie => {
-            while first.len() < hakaru_proto::iperf3::COOKIE_LEN {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() || ctx.shutdown.load(Ordering::Acquire) {
-                    ctx.log.info("silent", || {
-                        format!(
-                            "closed connection from {peer}: no complete iperf3 cookie within 10 s"
-                        )
-                    });
-                    return;
-                }
-                match read_some(
-                    &mut stream,
-                    buf.get_mut(..hakaru_proto::iperf3::COOKIE_LEN - first.len())
-                        .unwrap_or_default(),
-                    left,
-                ) {
-                    Some(n) => first.extend_from_slice(buf.get(..n).unwrap_or_default()),
-                    None => return,
-                }
+            if iperf3_cookie(ctx, &mut stream, peer, &mut first, deadline) {
+                ctx.metrics.connection("iperf3");
+                crate::iperf3::accept(ctx, stream, peer, first, seq, slot);
             }
-            ctx.metrics.connection("iperf3");
-            crate::iperf3::accept(ctx, stream, peer, first, seq, slot);
             return;
         }
         Preamble::Unknown => {
@@ -137,9 +104,74 @@ fn handle(ctx: &Ctx, mut stream: TcpStream, peer: SocketAddr, seq: u32, slot: Sl
             return;
         }
     }
+    native(ctx, stream, peer, &first, deadline, slot);
+}
+
+/// Reads until the first bytes say which client this is; `None` (logged) when the
+/// connection closes or says nothing recognisable by `deadline`.
+fn first_bytes(
+    ctx: &Ctx,
+    stream: &mut TcpStream,
+    peer: SocketAddr,
+    deadline: Instant,
+) -> Option<(Preamble, Vec<u8>)> {
+    let mut first = Vec::with_capacity(64);
+    let mut buf = [0u8; 4096];
+    loop {
+        if let Some(k) = classify(&first) {
+            return Some((k, first));
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || ctx.shutdown.load(Ordering::Acquire) {
+            ctx.log.info("silent", || {
+                format!("closed connection from {peer}: it sent nothing recognisable within 10 s")
+            });
+            return None;
+        }
+        let n = read_some(stream, &mut buf, left.min(Duration::from_millis(500)))?;
+        first.extend_from_slice(buf.get(..n).unwrap_or_default());
+    }
+}
+
+/// Completes an iperf3 client's cookie in `first`; false (logged) when it does not come by
+/// `deadline`.
+fn iperf3_cookie(
+    ctx: &Ctx,
+    stream: &mut TcpStream,
+    peer: SocketAddr,
+    first: &mut Vec<u8>,
+    deadline: Instant,
+) -> bool {
+    let mut buf = [0u8; hakaru_proto::iperf3::COOKIE_LEN];
+    while first.len() < hakaru_proto::iperf3::COOKIE_LEN {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || ctx.shutdown.load(Ordering::Acquire) {
+            ctx.log.info("silent", || {
+                format!("closed connection from {peer}: no complete iperf3 cookie within 10 s")
+            });
+            return false;
+        }
+        let want = hakaru_proto::iperf3::COOKIE_LEN - first.len();
+        let Some(n) = read_some(stream, buf.get_mut(..want).unwrap_or_default(), left) else {
+            return false;
+        };
+        first.extend_from_slice(buf.get(..n).unwrap_or_default());
+    }
+    true
+}
+
+/// A hakaru client: its first frame says whether this is a control or a data connection.
+fn native(
+    ctx: &Ctx,
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    first: &[u8],
+    deadline: Instant,
+    slot: Slot,
+) {
+    let mut buf = [0u8; 4096];
     let mut dec = Decoder::with_max(hakaru_proto::native::MAX_FIRST_FRAMES);
-    dec.feed(&first);
-    // The first frame says whether this is a control or a data connection.
+    dec.feed(first);
     let msg = loop {
         match dec.next_message() {
             Ok(Some(m)) => break m,

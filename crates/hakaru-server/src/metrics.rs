@@ -93,6 +93,14 @@ impl Metrics {
 
     /// Every family, with the server's gauges and the process's and interfaces' figures.
     pub fn families(&self, ctx: &Ctx) -> Vec<MetricFamily> {
+        let mut out = self.test_families(ctx);
+        out.extend(Self::process_families());
+        out.extend(Self::nic_families());
+        out
+    }
+
+    /// The tests', connections' and refusals' counters.
+    fn test_families(&self, ctx: &Ctx) -> Vec<MetricFamily> {
         use MetricKind::{Counter, Gauge};
         let mut started = MetricFamily::new(
             "hakaru_tests_started_total",
@@ -141,7 +149,7 @@ impl Metrics {
         if denied > 0 {
             refused = refused.with(&[("reason", "acl")], denied as f64);
         }
-        let mut out = vec![
+        vec![
             started,
             finished,
             bytes,
@@ -157,7 +165,13 @@ impl Metrics {
                 Counter,
             )
             .with(&[], ctx.strays.load(Ordering::Relaxed) as f64),
-        ];
+        ]
+    }
+
+    /// The server process's CPU, memory and descriptors, where the OS counts them.
+    fn process_families() -> Vec<MetricFamily> {
+        use MetricKind::{Counter, Gauge};
+        let mut out = Vec::new();
         if let Some(p) = hakaru_engine::sys::process_usage() {
             out.push(
                 MetricFamily::new(
@@ -187,6 +201,12 @@ impl Metrics {
                 );
             }
         }
+        out
+    }
+
+    /// Every interface's packet and byte counters.
+    fn nic_families() -> Vec<MetricFamily> {
+        let mut out = Vec::new();
         let nics = hakaru_engine::sys::nic_snapshot_all();
         type Pick = fn(&hakaru_engine::sys::NicSnapshot) -> u64;
         let nic_families: [(&str, &str, Pick); 4] = [
@@ -212,7 +232,7 @@ impl Metrics {
             ),
         ];
         for (name, help, pick) in nic_families {
-            let mut f = MetricFamily::new(name, help, Counter);
+            let mut f = MetricFamily::new(name, help, MetricKind::Counter);
             for n in &nics {
                 f = f.with(&[("interface", &n.interface)], pick(n) as f64);
             }

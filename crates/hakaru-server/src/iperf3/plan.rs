@@ -42,7 +42,22 @@ pub(super) fn mode_words(p: &Params, udp: bool) -> String {
 
 /// Checks the parameters as iperf3 3.18+ does and turns them into a hakaru test spec.
 pub(crate) fn check(p: &Params, limits: &crate::ServerConfig) -> Result<Plan, Fail> {
-    let (max_duration, max_rate) = (limits.max_duration, limits.max_rate);
+    let (udp, length) = check_params(p, limits)?;
+    let spec = spec_of(p, udp, length);
+    check_admission(p, &spec, limits)?;
+    let flows = spec.flow_plan();
+    Ok(Plan {
+        params: p.clone(),
+        spec,
+        udp,
+        flows,
+    })
+}
+
+/// The parameters' own checks and the server's limits on them: whether the test is UDP, and
+/// its block length.
+fn check_params(p: &Params, limits: &crate::ServerConfig) -> Result<(bool, u64), Fail> {
+    let max_duration = limits.max_duration;
     let tell = |code: i32, why: String| Err(Fail::Tell(code, why));
     if p.authtoken.is_some() {
         return tell(
@@ -110,7 +125,26 @@ pub(crate) fn check(p: &Params, limits: &crate::ServerConfig) -> Result<Plan, Fa
             "no -t, -n or -k: the test would never end".into(),
         );
     }
-    let length = match (udp, p.len) {
+    let length = block_length(p, udp)?;
+    if let Some(cc) = &p.congestion {
+        let avail = sys::available_congestion();
+        if !avail.is_empty() && !avail.iter().any(|a| a == cc) {
+            return tell(
+                errno::IESETCONGESTION,
+                format!(
+                    "-C {cc}: not available here (available: {})",
+                    avail.join(" ")
+                ),
+            );
+        }
+    }
+    Ok((udp, length))
+}
+
+/// The block length the test asks for (`-l`), or iperf3's default, within iperf3's bounds.
+fn block_length(p: &Params, udp: bool) -> Result<u64, Fail> {
+    let tell = |code: i32, why: String| Err(Fail::Tell(code, why));
+    Ok(match (udp, p.len) {
         (false, None | Some(0)) => 128 * 1024,
         (false, Some(l)) if l > 1 << 20 => {
             return tell(errno::IEBLOCKSIZE, format!("-l {l} (at most 1048576)"))
@@ -127,19 +161,11 @@ pub(crate) fn check(p: &Params, limits: &crate::ServerConfig) -> Result<Plan, Fa
             l
         }
         (false, Some(l)) => l,
-    };
-    if let Some(cc) = &p.congestion {
-        let avail = sys::available_congestion();
-        if !avail.is_empty() && !avail.iter().any(|a| a == cc) {
-            return tell(
-                errno::IESETCONGESTION,
-                format!(
-                    "-C {cc}: not available here (available: {})",
-                    avail.join(" ")
-                ),
-            );
-        }
-    }
+    })
+}
+
+/// The test the parameters describe, as hakaru's own spec.
+fn spec_of(p: &Params, udp: bool, length: u64) -> TestSpec {
     let direction = if p.bidirectional {
         Direction::Bidir
     } else if p.reverse {
@@ -159,7 +185,7 @@ pub(crate) fn check(p: &Params, limits: &crate::ServerConfig) -> Result<Plan, Fa
     let omit = Dur(Duration::try_from_secs_f64(p.omit).unwrap_or_default());
     let window = p.window.map(Bytes);
     let tos = p.tos.map(|t| t as u8);
-    let spec = if udp {
+    if udp {
         TestSpec::Udp(UdpSpec {
             flows: p.parallel,
             direction,
@@ -194,8 +220,14 @@ pub(crate) fn check(p: &Params, limits: &crate::ServerConfig) -> Result<Plan, Fa
             mptcp: p.mptcp,
             ..TcpSpec::default()
         })
-    };
-    if let TestSpec::Udp(u) = &spec {
+    }
+}
+
+/// What the server allows this test to send and hold: `--max-rate` and `--max-memory`.
+fn check_admission(p: &Params, spec: &TestSpec, limits: &crate::ServerConfig) -> Result<(), Fail> {
+    let max_rate = limits.max_rate;
+    let tell = |code: i32, why: String| Err(Fail::Tell(code, why));
+    if let TestSpec::Udp(u) = spec {
         let rate = match u.rate {
             UdpRate::Bits(b) if b.0 > 0.0 => Some(b.0),
             _ => None,
@@ -212,15 +244,9 @@ pub(crate) fn check(p: &Params, limits: &crate::ServerConfig) -> Result<Plan, Fa
             return tell(errno::IETOTALRATE, why);
         }
     }
-    let need = crate::budget::server_memory(&spec, sys::online_cpus());
+    let need = crate::budget::server_memory(spec, sys::online_cpus());
     if let Err(why) = crate::budget::check_test_memory(&limits.budgets, need) {
         return tell(errno::IEBLOCKSIZE, why);
     }
-    let flows = spec.flow_plan();
-    Ok(Plan {
-        params: p.clone(),
-        spec,
-        udp,
-        flows,
-    })
+    Ok(())
 }
