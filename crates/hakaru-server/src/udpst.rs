@@ -454,94 +454,118 @@ fn upstream(ctx: &Ctx, sock: &UdpSocket, t: &mut UdpstTest) -> io::Result<()> {
 
 /// The downstream sender's buffers and its GSO state.
 struct Burst {
-    /// The datagrams of one sendmmsg call, back to back.
+    /// The datagrams of one sendmmsg call: those of one message back to back, each message
+    /// starting on a cache line.
     batch: Vec<u8>,
-    /// Where each datagram ends in `batch`.
-    ends: Vec<usize>,
     /// The messages of the call: start, end and datagrams in each.
     msgs: Vec<(usize, usize, usize)>,
     /// The socket's UDP_SEGMENT size now (0: off), or `None` once GSO failed.
     gso: Option<u16>,
+    /// The call's largest datagram size, and how many of them one message carries.
+    seg: usize,
+    per_msg: usize,
+    /// Datagrams of the largest size in the last message so far.
+    run: usize,
 }
+
+/// Where each message starts in the batch: the kernel copies a message from its start, and a
+/// copy from a cache-line boundary is the fast one (the stock server's messages each start a
+/// 64 KiB buffer).
+const MSG_ALIGN: usize = 64;
 
 impl Burst {
     fn new() -> Burst {
         Burst {
             batch: vec![0u8; BATCH_BYTES],
-            ends: Vec::with_capacity(MAX_BATCH),
             msgs: Vec::with_capacity(MAX_BATCH),
             gso: Some(0),
+            seg: 0,
+            per_msg: 1,
+            run: 0,
         }
     }
 
-    /// Groups the packed datagrams into messages: runs of the largest size become one GSO
-    /// message each (at most 64 segments and 64 KB), every other datagram a message of its
-    /// own; the socket's segment size is set to that largest size when it changes.
-    fn group(&mut self, fd: sys::RawFd) {
+    /// Starts a call whose largest datagram is `seg` bytes: the socket's segment size is set
+    /// to it when it changes, and up to 64 segments and 64 KB of it make one GSO message.
+    fn start(&mut self, fd: sys::RawFd, seg: usize) {
         self.msgs.clear();
-        let mut start = 0;
-        let mut seg = 0;
-        for &end in &self.ends {
-            seg = seg.max(end - start);
-            start = end;
-        }
-        let mut per_msg = 1;
+        self.seg = seg;
+        self.per_msg = 1;
+        self.run = 0;
         if let Some(cur) = self.gso {
             let want = u16::try_from(seg).unwrap_or(0);
             if want != cur && sys::udp_set_gso(fd, want).is_err() {
                 self.gso = None;
             } else {
                 self.gso = Some(want);
-                per_msg = (GSO_BYTES / seg.max(1)).clamp(1, sys::MAX_GSO_SEGMENTS);
+                self.per_msg = (GSO_BYTES / seg.max(1)).clamp(1, sys::MAX_GSO_SEGMENTS);
             }
         }
-        start = 0;
-        for &end in &self.ends {
-            let len = end - start;
-            match self.msgs.last_mut() {
-                Some((s0, e, n)) if len == seg && *n < per_msg && *e - *s0 == *n * seg => {
-                    *e = end;
-                    *n += 1;
-                }
-                _ => self.msgs.push((start, end, 1)),
+    }
+
+    /// Room for the next datagram of `len` bytes: it extends the last message when both are
+    /// of the largest size and the message has room, else it opens a message of its own.
+    fn place(&mut self, len: usize) -> Option<&mut [u8]> {
+        let end = self.msgs.last().map_or(0, |m| m.1);
+        let extend = len == self.seg && self.run > 0 && self.run < self.per_msg;
+        let start = if extend {
+            end
+        } else {
+            end.next_multiple_of(MSG_ALIGN)
+        };
+        let slot = self.batch.get_mut(start..start + len)?;
+        match self.msgs.last_mut() {
+            Some(m) if extend => {
+                m.1 = start + len;
+                m.2 += 1;
+                self.run += 1;
             }
-            start = end;
+            _ => {
+                self.msgs.push((start, start + len, 1));
+                self.run = usize::from(len == self.seg);
+            }
         }
+        Some(slot)
     }
 }
 
-/// Sends a burst's datagrams, packed one after another, with as few sendmmsg calls as the
-/// batch's room allows and runs of equal size as GSO messages (the stock server does both).
-/// Datagrams the socket does not take are not sent at all: their sequence numbers are used
-/// again (`unsent`), and the rest of the burst is dropped, as a full socket buffer means the
-/// sender is ahead of the kernel.
+/// Sends a burst's datagrams with as few sendmmsg calls as the batch's room allows and runs
+/// of equal size as GSO messages (the stock server does both). Datagrams the socket does not
+/// take are not sent at all: their sequence numbers are used again (`unsent`), and the rest
+/// of the burst is dropped, as a full socket buffer means the sender is ahead of the kernel.
 fn send_burst(sock: &UdpSocket, t: &mut UdpstTest, b: &mut Burst, sizes: &[u32]) {
     let fd = sock.as_raw_fd();
     let mut rest = sizes;
     while !rest.is_empty() {
-        b.ends.clear();
+        // The datagrams that fit even with every message padded to its alignment.
+        let (mut count, mut room, mut seg) = (0, 0, 0);
+        for &s in rest.iter().take(MAX_BATCH) {
+            let len = (s as usize).clamp(u::LOAD_HDR_LEN, u16::MAX as usize);
+            if room + len + MSG_ALIGN > BATCH_BYTES {
+                break;
+            }
+            (count, room, seg) = (count + 1, room + len + MSG_ALIGN, seg.max(len));
+        }
+        if count == 0 {
+            return;
+        }
+        b.start(fd, seg);
         // One header per sendmmsg call; each datagram gets its own sequence number and size.
         let first = t.next_load(0, Instant::now(), wall());
         let template = first.to_bytes();
         let mut seq = Some(first.seq);
-        let mut used = 0;
-        for &s in rest.iter().take(MAX_BATCH) {
+        for &s in rest.iter().take(count) {
             let len = (s as usize).clamp(u::LOAD_HDR_LEN, u16::MAX as usize);
-            let Some(slot) = b.batch.get_mut(used..used + len) else {
+            let Some(slot) = b.place(len) else {
                 break;
             };
             let n = seq.take().unwrap_or_else(|| t.next_seq());
             LoadHdr::stamp(&template, n, len as u16, slot);
-            used += len;
-            b.ends.push(used);
         }
         if seq.is_some() {
-            t.unsent(); // not even the first datagram fitted
+            t.unsent(); // not even the first datagram was placed
         }
-        if b.ends.is_empty() {
-            return;
-        }
-        b.group(fd);
+        let placed: usize = b.msgs.iter().map(|m| m.2).sum();
         let slices: Vec<IoSlice<'_>> = b
             .msgs
             .iter()
@@ -559,13 +583,13 @@ fn send_burst(sock: &UdpSocket, t: &mut UdpstTest, b: &mut Burst, sizes: &[u32])
             }
         };
         let sent: usize = b.msgs.iter().take(sent_msgs).map(|m| m.2).sum();
-        for _ in sent..b.ends.len() {
+        for _ in sent..placed {
             t.unsent();
         }
-        if sent < b.ends.len() {
+        if sent < placed || placed == 0 {
             return;
         }
-        rest = rest.get(b.ends.len()..).unwrap_or_default();
+        rest = rest.get(placed..).unwrap_or_default();
     }
 }
 
