@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use hakaru_model::{UdpstResult, UdpstSpec, UdpstSubInterval};
 use hakaru_proto::udpst as u;
 use hakaru_session::udpst_client::{summarize, Phase, UdpstClient, Wall};
-use hakaru_session::udpst_pace::Pacer;
+use hakaru_session::udpst_pace::{self, Pacer};
 
 /// What one test gave.
 #[derive(Debug)]
@@ -132,7 +132,11 @@ fn test_loop(
     (seed, v6): (u64, bool),
 ) -> Result<(), String> {
     let mut buf = vec![0u8; 65536];
-    let mut pacer = Pacer::new(Instant::now() + Duration::from_millis(5), seed);
+    let mut pacer = Pacer::new(
+        Instant::now() + Duration::from_millis(5),
+        seed,
+        udpst_pace::CATCH_UP_COARSE,
+    );
     let mut sizes = Vec::with_capacity(128);
     let mut shown = 0;
     while matches!(c.phase(), Phase::Activating | Phase::Testing) && !stop.load(Ordering::Relaxed) {

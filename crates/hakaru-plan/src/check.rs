@@ -66,6 +66,7 @@ pub fn check(plan: &PlanFile) -> Vec<Problem> {
         let at = format!("step {} ({})", i + 1, s.kind.name());
         step_hosts(plan, s, &at, &mut fatal);
         netserver_step(plan, s, &at, &mut fatal);
+        both_sides(s, &at, &mut fatal);
         if s.repeat == Some(0) {
             fatal(format!("{at}: repeat must be at least 1"));
         }
@@ -112,7 +113,7 @@ pub fn check(plan: &PlanFile) -> Vec<Problem> {
 }
 
 /// A step's receivers and senders: listed, hosts of the plan, once each, with the addresses
-/// the step needs, and no host on both sides.
+/// the step needs.
 fn step_hosts(plan: &PlanFile, s: &StepSpec, at: &str, fatal: &mut impl FnMut(String)) {
     if s.receivers.is_empty() {
         fatal(format!("{at}: no receivers"));
@@ -148,6 +149,10 @@ fn step_hosts(plan: &PlanFile, s: &StepSpec, at: &str, fatal: &mut impl FnMut(St
             }
         }
     }
+}
+
+/// No host on both sides of a step.
+fn both_sides(s: &StepSpec, at: &str, fatal: &mut impl FnMut(String)) {
     for h in &s.senders {
         if s.receivers.contains(h) {
             fatal(format!(

@@ -208,12 +208,7 @@ mod tests {
         };
         let t = intervals(&x);
         assert!(t.contains("1500"), "{t}");
-        let text = std::fs::read_to_string(format!(
-            "{}/tests/fixtures/hakaru/tcp_p2_omit1.json",
-            env!("CARGO_MANIFEST_DIR")
-        ))
-        .expect("fixture");
-        let mut r: RunResult = serde_json::from_str(&text).expect("fixture parses");
+        let mut r = crate::tests::fixture("tcp_p2_omit1");
         r.rpm = Some(x);
         let s = sums(&r);
         assert!(

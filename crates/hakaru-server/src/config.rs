@@ -35,10 +35,10 @@ pub struct ServerConfig {
     /// JSON document instead of its text.
     pub iperf3_json_output: bool,
     /// Also answer stock sockperf clients (UDP and TCP) on every port of `FIRST..=LAST` (at
-    /// most [`MAX_PORT_RANGE`]); (0, 0) picks one free port.
+    /// most [`crate::MAX_PORT_RANGE`]); (0, 0) picks one free port.
     pub sockperf_ports: Option<(u16, u16)>,
     /// Receiver threads serving the sockperf ports; `None`: one per
-    /// [`SOCKPERF_PORTS_PER_THREAD`] ports, at most [`SOCKPERF_MAX_THREADS`].
+    /// [`crate::SOCKPERF_PORTS_PER_THREAD`] ports, at most [`crate::SOCKPERF_MAX_THREADS`].
     pub sockperf_threads: Option<usize>,
     /// Most sockperf UDP replies per second to one source address; `None`: one reply per
     /// message that asks, as `sockperf sr` does.

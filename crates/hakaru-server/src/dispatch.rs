@@ -107,8 +107,8 @@ fn handle(ctx: &Ctx, mut stream: TcpStream, peer: SocketAddr, seq: u32, slot: Sl
     native(ctx, stream, peer, &first, deadline, slot);
 }
 
-/// Reads until the first bytes say which client this is; `None` (logged) when the
-/// connection closes or says nothing recognisable by `deadline`.
+/// Reads until the first bytes say which client this is; `None` when the connection closes
+/// or fails, or (logged) says nothing recognisable by `deadline`.
 fn first_bytes(
     ctx: &Ctx,
     stream: &mut TcpStream,

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use hakaru_proto::udpst::auth::{self, Keys};
 use hakaru_proto::udpst::{self as u, Activation, LoadHdr, SetupCode, SetupRequest, Status};
 use hakaru_session::udpst::{Dir, Limits, UdpstTest, Wall};
-use hakaru_session::udpst_pace::Pacer;
+use hakaru_session::udpst_pace::{self, Pacer};
 
 use hakaru_engine::sys::{self, AsRawFd};
 
@@ -455,8 +455,10 @@ fn upstream(ctx: &Ctx, sock: &UdpSocket, t: &mut UdpstTest) -> io::Result<()> {
 /// The downstream sender's buffers and its GSO state.
 struct Burst {
     /// The datagrams of one sendmmsg call: those of one message back to back, each message
-    /// starting on a cache line.
+    /// starting on a cache line (at `base` plus a multiple of [`MSG_ALIGN`]).
     batch: Vec<u8>,
+    /// The first offset in `batch` on a cache line (the allocator aligns to 16 bytes only).
+    base: usize,
     /// The messages of the call: start, end and datagrams in each.
     msgs: Vec<(usize, usize, usize)>,
     /// The socket's UDP_SEGMENT size now (0: off), or `None` once GSO failed.
@@ -475,8 +477,11 @@ const MSG_ALIGN: usize = 64;
 
 impl Burst {
     fn new() -> Burst {
+        let batch = vec![0u8; BATCH_BYTES + MSG_ALIGN];
+        let base = batch.as_ptr().align_offset(MSG_ALIGN).min(MSG_ALIGN);
         Burst {
-            batch: vec![0u8; BATCH_BYTES],
+            batch,
+            base,
             msgs: Vec::with_capacity(MAX_BATCH),
             gso: Some(0),
             seg: 0,
@@ -506,12 +511,12 @@ impl Burst {
     /// Room for the next datagram of `len` bytes: it extends the last message when both are
     /// of the largest size and the message has room, else it opens a message of its own.
     fn place(&mut self, len: usize) -> Option<&mut [u8]> {
-        let end = self.msgs.last().map_or(0, |m| m.1);
+        let end = self.msgs.last().map_or(self.base, |m| m.1);
         let extend = len == self.seg && self.run > 0 && self.run < self.per_msg;
         let start = if extend {
             end
         } else {
-            end.next_multiple_of(MSG_ALIGN)
+            self.base + (end - self.base).next_multiple_of(MSG_ALIGN)
         };
         let slot = self.batch.get_mut(start..start + len)?;
         match self.msgs.last_mut() {
@@ -574,7 +579,7 @@ fn send_burst(sock: &UdpSocket, t: &mut UdpstTest, b: &mut Burst, sizes: &[u32])
         let sent_msgs = match sys::send_batch(fd, &slices, false) {
             Ok(k) => k,
             Err(e) => {
-                if e.kind() != io::ErrorKind::WouldBlock && b.gso.is_some_and(|g| g > 0) {
+                if sys::is_gso_refused(&e) && b.gso.is_some_and(|g| g > 0) {
                     // A device that cannot segment: plain datagrams from now on.
                     let _ = sys::udp_set_gso(fd, 0);
                     b.gso = None;
@@ -601,6 +606,7 @@ fn downstream(ctx: &Ctx, sock: &UdpSocket, t: &mut UdpstTest, v6: bool) -> io::R
     let mut pacer = Pacer::new(
         Instant::now() + Duration::from_millis(5),
         u64::from(wall().1),
+        udpst_pace::CATCH_UP_TIGHT,
     );
     let mut rx = [0u8; 512];
     let mut sizes = Vec::with_capacity(128);

@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 
 use super::*;
 use crate::udpst::{Limits, UdpstTest};
-use crate::udpst_pace::Pacer;
+use crate::udpst_pace::{Pacer, CATCH_UP_COARSE};
 use hakaru_proto::udpst::{SetupCode, SetupRequest};
 
 fn spec(dir: UdpstDirection) -> UdpstSpec {
@@ -234,7 +234,7 @@ fn pair(dir: UdpstDirection, cap_bps: f64, row: Option<u16>) -> UdpstResult {
     assert_eq!(c.phase(), &Phase::Testing);
     let mut fwd = Link::new(cap_bps, 20);
     let mut rev = Link::new(1e10, 1000);
-    let mut pacer = Pacer::new(t0 + Duration::from_millis(5), 7);
+    let mut pacer = Pacer::new(t0 + Duration::from_millis(5), 7, CATCH_UP_COARSE);
     let mut sizes = Vec::new();
     let step = Duration::from_micros(100);
     let mut now = t0;

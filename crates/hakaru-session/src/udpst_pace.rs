@@ -9,10 +9,14 @@ use std::time::{Duration, Instant};
 use hakaru_proto::udpst::{SendingRate, LOAD_HDR_LEN, RAND_BIT};
 
 /// Intervals a transmitter may fall behind before it starts afresh (sends one burst and
-/// counts on from now). A sender on a busy CPU that piled up every missed burst into one
-/// send would overflow its socket and the receiver, which the client reads as loss; the
-/// reference never catches up at all (its next burst is timed from when it sent the last).
-const MAX_CATCH_UP: u32 = 2;
+/// counts on from now), for a sender that waits for each burst with tight timer slack (the
+/// server): one that piled up every missed burst of a busy CPU into one send would overflow
+/// its socket and the receiver, which the client reads as loss. The reference never catches
+/// up at all (its next burst is timed from when it sent the last).
+pub const CATCH_UP_TIGHT: u32 = 2;
+/// The same for a sender that sleeps up to a millisecond between bursts (the client): it
+/// catches up what its sleep missed.
+pub const CATCH_UP_COARSE: u32 = 20;
 /// Most datagrams of one burst (the table's largest).
 const MAX_BURST: u32 = 100;
 
@@ -21,14 +25,18 @@ const MAX_BURST: u32 = 100;
 pub struct Pacer {
     next: [Instant; 2],
     rng: u64,
+    catch_up: u32,
 }
 
 impl Pacer {
-    /// Transmitters that start at `start`; `seed` draws the random sizes.
-    pub fn new(start: Instant, seed: u64) -> Self {
+    /// Transmitters that start at `start`; `seed` draws the random sizes; a transmitter
+    /// more than `catch_up` intervals behind starts afresh ([`CATCH_UP_TIGHT`],
+    /// [`CATCH_UP_COARSE`]).
+    pub fn new(start: Instant, seed: u64, catch_up: u32) -> Self {
         Pacer {
             next: [start; 2],
             rng: seed | 1,
+            catch_up,
         }
     }
 
@@ -77,13 +85,13 @@ impl Pacer {
                 self.set(i, now + iv);
                 continue;
             }
-            let mut next = if now.saturating_duration_since(next) > iv * MAX_CATCH_UP {
+            let mut next = if now.saturating_duration_since(next) > iv * self.catch_up {
                 now
             } else {
                 next
             };
             let mut rounds = 0;
-            while next <= now && rounds <= MAX_CATCH_UP {
+            while next <= now && rounds <= self.catch_up {
                 let first = out.len();
                 for _ in 0..burst.min(MAX_BURST) {
                     let s = self.size(payload, v6);
@@ -123,13 +131,17 @@ mod tests {
 
     /// Row 1076 of the jumbo table: 24 datagrams of 8972 bytes every 100 µs, nothing else.
     fn bursts_due_after(late_us: u64) -> usize {
+        bursts_with(CATCH_UP_TIGHT, late_us)
+    }
+
+    fn bursts_with(catch_up: u32, late_us: u64) -> usize {
         let row = sending_rates(true, false).0.get(1076).copied().unwrap();
         assert_eq!(
             (row.tx_interval1, row.burst1, row.payload1),
             (100, 24, 8972)
         );
         let t0 = Instant::now();
-        let mut p = Pacer::new(t0, 1);
+        let mut p = Pacer::new(t0, 1, catch_up);
         let mut out = Vec::new();
         p.due(&row, t0, false, false, &mut out);
         assert_eq!(out.len(), 24, "one burst at the start");
@@ -161,5 +173,9 @@ mod tests {
         // the socket and the receiver as loss): one burst, and the clock starts afresh.
         assert_eq!(bursts_due_after(250), 1);
         assert_eq!(bursts_due_after(5_000), 1);
+        // A sender that sleeps coarsely catches up what its sleep missed, up to 20 intervals.
+        assert_eq!(bursts_with(CATCH_UP_COARSE, 250), 3);
+        assert_eq!(bursts_with(CATCH_UP_COARSE, 1_000), 11);
+        assert_eq!(bursts_with(CATCH_UP_COARSE, 2_100), 1);
     }
 }
