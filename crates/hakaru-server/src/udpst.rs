@@ -454,11 +454,8 @@ fn upstream(ctx: &Ctx, sock: &UdpSocket, t: &mut UdpstTest) -> io::Result<()> {
 
 /// The downstream sender's buffers and its GSO state.
 struct Burst {
-    /// The datagrams of one sendmmsg call: those of one message back to back, each message
-    /// starting on a cache line (at `base` plus a multiple of [`MSG_ALIGN`]).
+    /// The datagrams of one sendmmsg call, back to back.
     batch: Vec<u8>,
-    /// The first offset in `batch` on a cache line (the allocator aligns to 16 bytes only).
-    base: usize,
     /// The messages of the call: start, end and datagrams in each.
     msgs: Vec<(usize, usize, usize)>,
     /// The socket's UDP_SEGMENT size now (0: off), or `None` once GSO failed.
@@ -470,18 +467,10 @@ struct Burst {
     run: usize,
 }
 
-/// Where each message starts in the batch: the kernel copies a message from its start, and a
-/// copy from a cache-line boundary is the fast one (the stock server's messages each start a
-/// 64 KiB buffer).
-const MSG_ALIGN: usize = 64;
-
 impl Burst {
     fn new() -> Burst {
-        let batch = vec![0u8; BATCH_BYTES + MSG_ALIGN];
-        let base = batch.as_ptr().align_offset(MSG_ALIGN).min(MSG_ALIGN);
         Burst {
-            batch,
-            base,
+            batch: vec![0u8; BATCH_BYTES],
             msgs: Vec::with_capacity(MAX_BATCH),
             gso: Some(0),
             seg: 0,
@@ -511,13 +500,8 @@ impl Burst {
     /// Room for the next datagram of `len` bytes: it extends the last message when both are
     /// of the largest size and the message has room, else it opens a message of its own.
     fn place(&mut self, len: usize) -> Option<&mut [u8]> {
-        let end = self.msgs.last().map_or(self.base, |m| m.1);
+        let start = self.msgs.last().map_or(0, |m| m.1);
         let extend = len == self.seg && self.run > 0 && self.run < self.per_msg;
-        let start = if extend {
-            end
-        } else {
-            self.base + (end - self.base).next_multiple_of(MSG_ALIGN)
-        };
         let slot = self.batch.get_mut(start..start + len)?;
         match self.msgs.last_mut() {
             Some(m) if extend => {
@@ -542,14 +526,14 @@ fn send_burst(sock: &UdpSocket, t: &mut UdpstTest, b: &mut Burst, sizes: &[u32])
     let fd = sock.as_raw_fd();
     let mut rest = sizes;
     while !rest.is_empty() {
-        // The datagrams that fit even with every message padded to its alignment.
+        // The datagrams that fit in the batch, and the largest of them.
         let (mut count, mut room, mut seg) = (0, 0, 0);
         for &s in rest.iter().take(MAX_BATCH) {
             let len = (s as usize).clamp(u::LOAD_HDR_LEN, u16::MAX as usize);
-            if room + len + MSG_ALIGN > BATCH_BYTES {
+            if room + len > BATCH_BYTES {
                 break;
             }
-            (count, room, seg) = (count + 1, room + len + MSG_ALIGN, seg.max(len));
+            (count, room, seg) = (count + 1, room + len, seg.max(len));
         }
         if count == 0 {
             return;
