@@ -14,11 +14,13 @@ pub fn render(families: &[MetricFamily]) -> String {
         let kind = match f.kind {
             MetricKind::Counter => "counter",
             MetricKind::Gauge => "gauge",
+            MetricKind::Histogram => "histogram",
         };
         let _ = writeln!(s, "# HELP {} {}", f.name, escape_help(&f.help));
         let _ = writeln!(s, "# TYPE {} {kind}", f.name);
         for m in &f.samples {
             s.push_str(&f.name);
+            s.push_str(m.suffix);
             if !m.labels.is_empty() {
                 let labels: Vec<String> = m
                     .labels
@@ -77,6 +79,7 @@ pub fn run_families(
             f.samples.push(hakaru_model::metrics::MetricSample {
                 labels: l,
                 value: v,
+                suffix: "",
             });
         }
     };
@@ -187,6 +190,21 @@ mod tests {
              # HELP up Up.\n# TYPE up gauge\nup 1\n"
         );
         assert_eq!(value(f64::NAN), "NaN");
+        let h = MetricFamily::new("rtt_seconds", "RTT.", MetricKind::Histogram).with_histogram(
+            &[("peer".into(), "a".into())],
+            &[0.001, 0.01],
+            &[2, 0, 1],
+            0.5,
+            3,
+        );
+        assert_eq!(
+            render(&[h]),
+            "# HELP rtt_seconds RTT.\n# TYPE rtt_seconds histogram\n\
+             rtt_seconds_bucket{peer=\"a\",le=\"0.001\"} 2\n\
+             rtt_seconds_bucket{peer=\"a\",le=\"0.01\"} 2\n\
+             rtt_seconds_bucket{peer=\"a\",le=\"+Inf\"} 3\n\
+             rtt_seconds_sum{peer=\"a\"} 0.5\nrtt_seconds_count{peer=\"a\"} 3\n"
+        );
         assert_eq!(value(f64::INFINITY), "+Inf");
     }
 }

@@ -63,6 +63,9 @@ pub struct ServerConfig {
     /// udpst authentication (`--udpst-key`, `--udpst-key-file`): with any key, every setup
     /// request must be signed (RFC 9946 mode 1).
     pub udpst_keys: UdpstKeys,
+    /// Be a mesh agent too (`--mesh`): probe these peers on the mesh port and serve the
+    /// view (`/mesh`) and `/metrics` on its TCP side. `None`: no mesh.
+    pub mesh: Option<hakaru_mesh::MeshConfig>,
     /// Several ntttcp senders per test, started by the one with `-L` (ntttcp's `-r -M`).
     pub ntttcp_multi: bool,
     /// Data connections one ntttcp sender may open for its test (`--ntttcp-max-conns`): the
@@ -134,6 +137,7 @@ impl Default for ServerConfig {
             udpst_port: None,
             udpst_max_mbps: None,
             udpst_keys: UdpstKeys::default(),
+            mesh: None,
             ntttcp_multi: false,
             ntttcp_max_conns: 64,
             netperf: NetperfConfig::default(),

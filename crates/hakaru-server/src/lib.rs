@@ -17,6 +17,7 @@ pub mod http;
 mod iperf3;
 mod iperf3_output;
 mod limits;
+mod mesh;
 mod metrics;
 mod netperf;
 mod ntttcp;
@@ -90,6 +91,8 @@ pub(crate) struct Ctx {
     pub metrics: metrics::Metrics,
     /// Buffer memory reserved by running tests (`--max-memory`).
     pub memory: budget::MemoryPool,
+    /// The mesh agent (`--mesh`), for `/mesh` and its metric families.
+    pub mesh: Option<hakaru_mesh::Agent>,
     /// `Ok` when the TCP listener is an MPTCP one (it accepts MPTCP and plain TCP
     /// connections); otherwise why it is plain TCP.
     pub mptcp: Result<(), String>,
@@ -182,6 +185,7 @@ pub struct Server {
     ntttcp: Option<ntttcp::NtttcpPorts>,
     netperf: Option<netperf::NetperfPorts>,
     udpst: Option<udpst::UdpstPort>,
+    mesh: Option<mesh::MeshPort>,
     ctx: Arc<Ctx>,
 }
 
@@ -244,6 +248,7 @@ impl Server {
             })?),
             None => None,
         };
+        let mesh = mesh::MeshPort::bind(&cfg, bound.ip())?;
         Ok(Server {
             udpst,
             ntttcp,
@@ -271,8 +276,10 @@ impl Server {
                 log: ratelog::RateLog::default(),
                 metrics: metrics::Metrics::default(),
                 memory: budget::MemoryPool::default(),
+                mesh: mesh.as_ref().map(|m| m.agent.clone()),
                 mptcp,
             }),
+            mesh,
         })
     }
 
@@ -292,6 +299,11 @@ impl Server {
     /// The address of the udpst control port, when there is one.
     pub fn udpst_addr(&self) -> Option<SocketAddr> {
         self.udpst.as_ref().and_then(|s| s.local_addr().ok())
+    }
+
+    /// The mesh port's address (UDP and TCP), when the server is a mesh agent.
+    pub fn mesh_addr(&self) -> Option<SocketAddr> {
+        self.ctx.mesh.as_ref().and_then(|a| a.local_addr().ok())
     }
 
     /// The address of the sockperf port, when there is one.
@@ -361,6 +373,11 @@ impl Server {
             None => Vec::new(),
         };
         let udpst = self.spawn_udpst()?;
+        let mesh_addr = self.mesh_addr();
+        let mesh_threads = match self.mesh.take() {
+            Some(m) => m.spawn(Arc::clone(&self.ctx))?,
+            None => Vec::new(),
+        };
         let udp_thread = {
             let ctx = Arc::clone(&self.ctx);
             let sock = self.udp.try_clone()?;
@@ -394,6 +411,9 @@ impl Server {
         if let Some((a, _)) = &udpst {
             tracing::info!("udpst listening on {a} (UDP, OB-UDPST protocol version 20)");
         }
+        if let Some(a) = mesh_addr {
+            tracing::info!("mesh agent on {a} (UDP probes; /mesh and /metrics over TCP)");
+        }
         if let Some(a) = metrics_addr {
             tracing::info!("metrics at http://{a}/metrics");
         }
@@ -419,6 +439,7 @@ impl Server {
         for t in sockperf_threads
             .into_iter()
             .chain(netperf_threads)
+            .chain(mesh_threads)
             .chain(udpst.map(|u| u.1))
         {
             let _ = t.join();

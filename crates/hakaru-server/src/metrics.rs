@@ -96,6 +96,9 @@ impl Metrics {
         let mut out = self.test_families(ctx);
         out.extend(Self::process_families());
         out.extend(Self::nic_families());
+        if let Some(m) = &ctx.mesh {
+            out.extend(m.families());
+        }
         out
     }
 
@@ -371,10 +374,19 @@ fn answer(ctx: &Ctx, mut s: TcpStream, peer: SocketAddr) {
             hakaru_report::prometheus::render(&ctx.metrics.families(ctx)),
             hakaru_report::prometheus::CONTENT_TYPE,
         ),
+        ("GET", "/mesh") => match &ctx.mesh {
+            Some(m) => (200, "OK", m.view_json(), "application/json"),
+            None => (
+                404,
+                "Not Found",
+                "this server is no mesh agent (--mesh)\n".to_string(),
+                "text/plain",
+            ),
+        },
         ("GET", _) => (
             404,
             "Not Found",
-            "metrics are at /metrics\n".to_string(),
+            "metrics are at /metrics (a mesh agent's view at /mesh)\n".to_string(),
             "text/plain",
         ),
         _ => (

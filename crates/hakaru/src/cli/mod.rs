@@ -12,6 +12,7 @@ mod history;
 mod http;
 mod keep;
 mod latency;
+mod mesh;
 mod netperf;
 mod nic;
 mod plan;
@@ -104,6 +105,9 @@ enum Command {
     /// server --udpst-port`): the server searches the sending rate, the receiver's best
     /// sub-interval is the capacity (replaces the udpst client).
     Capacity(Box<capacity::Args>),
+    /// The fleet mesh of `hakaru server --mesh` agents: `report` asks every agent for its view
+    /// and names the hosts whose pairs lose packets or add latency (docs/mesh.md).
+    Mesh(mesh::Args),
     /// Per-interface packet and byte rates every interval (replaces sar -n DEV 1).
     Nic(nic::Args),
     /// Many machines, one test: run a plan of senders and receivers over ssh, netns or any
@@ -179,6 +183,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Http(a) => http::run(*a),
         Command::Rpm(a) => rpm::run(*a),
         Command::Capacity(a) => capacity::run(*a),
+        Command::Mesh(a) => mesh::run(a),
         Command::Latency(a) => latency::run(*a),
         Command::Quick(a) => quick::run(*a),
         Command::Schema(a) => schema::run(a),

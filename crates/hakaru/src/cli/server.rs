@@ -267,6 +267,8 @@ pub struct Args {
     /// server ends with the connection that started it.
     #[arg(long)]
     exit_on_stdin_eof: bool,
+    #[command(flatten)]
+    mesh: super::mesh::ServerFlags,
 }
 
 /// Runs the server until SIGINT or SIGTERM.
@@ -325,6 +327,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         udpst_port: a.udpst_port,
         udpst_max_mbps: a.udpst_max_rate,
         udpst_keys: udpst_keys(a.udpst_key.clone(), a.udpst_key_file.as_deref())?,
+        mesh: a.mesh.config(psk.clone())?,
         netperf: hakaru_server::NetperfConfig {
             ports: a.netperf_port,
             passphrase: netperf_passphrase,

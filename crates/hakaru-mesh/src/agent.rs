@@ -1,0 +1,244 @@
+//! The agent: the prober's driver and the responder, on one UDP socket, and the thread that
+//! reads the peer list again every refresh. `hakaru server --mesh` starts one beside its
+//! listeners; its view and metrics are served by the server's HTTP endpoints.
+
+use std::collections::HashSet;
+use std::io;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::peers::Peer;
+use crate::prober::Prober;
+use crate::wire::{Header, Type, WireError, MAX_LEN};
+use crate::MeshConfig;
+
+/// Counters of the responder and of what it refused.
+#[derive(Default)]
+pub(crate) struct Responder {
+    pub(crate) answered: AtomicU64,
+    pub(crate) stranger: AtomicU64,
+    pub(crate) tag: AtomicU64,
+    pub(crate) rate: AtomicU64,
+    pub(crate) malformed: AtomicU64,
+}
+
+/// A token bucket: at most `rate` a second, a second's worth at once.
+struct Bucket {
+    rate: f64,
+    tokens: f64,
+    at: u64,
+}
+
+impl Bucket {
+    fn new(rate: u32) -> Bucket {
+        Bucket {
+            rate: f64::from(rate),
+            tokens: f64::from(rate),
+            at: 0,
+        }
+    }
+
+    fn take(&mut self, now: u64) -> bool {
+        let dt = now.saturating_sub(self.at) as f64 / 1e9;
+        self.at = now;
+        self.tokens = (self.tokens + dt * self.rate).min(self.rate);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) cfg: MeshConfig,
+    pub(crate) prober: Mutex<Prober>,
+    /// Addresses whose probes are answered (the listed peers' IPs), without a key.
+    allowed: Mutex<HashSet<IpAddr>>,
+    /// A list read by the refresher, for the probing thread to take.
+    pending: Mutex<Option<Vec<Peer>>>,
+    /// The last refresh's error, if it failed (the old list is kept).
+    pub(crate) peers_error: Mutex<Option<String>>,
+    pub(crate) responder: Responder,
+    pub(crate) epoch: Instant,
+    socket: UdpSocket,
+}
+
+impl Inner {
+    pub(crate) fn now(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+}
+
+/// A running (or ready) agent.
+#[derive(Clone)]
+pub struct Agent {
+    pub(crate) inner: Arc<Inner>,
+}
+
+fn random_id() -> u64 {
+    let hex = hakaru_sys::random_hex(8).unwrap_or_default();
+    u64::from_str_radix(&hex, 16)
+        .unwrap_or_else(|_| u64::from(std::process::id()) << 32 | 1)
+        .max(1)
+}
+
+impl Agent {
+    /// An agent on `socket` (the mesh port) with its peer list read once: a list that cannot
+    /// be read is an error here, so a server does not start with a mesh it cannot probe.
+    pub fn new(cfg: MeshConfig, socket: UdpSocket) -> Result<Agent, String> {
+        let peers = cfg.source.load(cfg.port, cfg.max_peers)?;
+        let mut prober = Prober::new(cfg.probe, random_id(), 0);
+        let allowed = peers.iter().map(|p| p.addr.ip()).collect();
+        prober.set_peers(peers);
+        Ok(Agent {
+            inner: Arc::new(Inner {
+                cfg,
+                prober: Mutex::new(prober),
+                allowed: Mutex::new(allowed),
+                pending: Mutex::new(None),
+                peers_error: Mutex::new(None),
+                responder: Responder::default(),
+                epoch: Instant::now(),
+                socket,
+            }),
+        })
+    }
+
+    /// The mesh port's address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.socket.local_addr()
+    }
+
+    /// Starts probing, answering and refreshing until `stop` is set: two threads.
+    pub fn spawn(&self, stop: Arc<AtomicBool>) -> io::Result<Vec<JoinHandle<()>>> {
+        let a = Arc::clone(&self.inner);
+        let s = Arc::clone(&stop);
+        let probe = std::thread::Builder::new()
+            .name("hakaru-mesh".into())
+            .spawn(move || run_socket(&a, &s))?;
+        let a = Arc::clone(&self.inner);
+        let refresh = std::thread::Builder::new()
+            .name("hakaru-mesh-peers".into())
+            .spawn(move || run_refresh(&a, &stop))?;
+        Ok(vec![probe, refresh])
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Reads the list again every refresh; a failure keeps the old list and is logged once per
+/// distinct error.
+fn run_refresh(a: &Inner, stop: &AtomicBool) {
+    let mut last = Instant::now();
+    while !stop.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(100));
+        if last.elapsed() < a.cfg.refresh {
+            continue;
+        }
+        last = Instant::now();
+        match a.cfg.source.load(a.cfg.port, a.cfg.max_peers) {
+            Ok(peers) => {
+                *lock(&a.allowed) = peers.iter().map(|p| p.addr.ip()).collect();
+                *lock(&a.pending) = Some(peers);
+                *lock(&a.peers_error) = None;
+            }
+            Err(e) => {
+                let mut err = lock(&a.peers_error);
+                if err.as_deref() != Some(e.as_str()) {
+                    tracing::warn!("mesh: {e}; probing the last list read");
+                }
+                *err = Some(e);
+            }
+        }
+    }
+}
+
+fn run_socket(a: &Inner, stop: &AtomicBool) {
+    let mut buf = vec![0u8; MAX_LEN + 1];
+    let mut out = Vec::with_capacity(MAX_LEN);
+    let mut bucket = Bucket::new(a.cfg.max_reply_pps);
+    while !stop.load(Ordering::Acquire) {
+        let now = a.now();
+        let wake = {
+            let mut p = lock(&a.prober);
+            if let Some(peers) = lock(&a.pending).take() {
+                p.set_peers(peers);
+            }
+            p.handle_timeout(now);
+            while let Some((addr, h)) = p.poll_send(now) {
+                h.encode(a.cfg.key.as_ref(), &mut out);
+                if let Err(e) = a.socket.send_to(&out, addr) {
+                    tracing::debug!("mesh: probe to {addr}: {e}");
+                }
+            }
+            p.timeout()
+        };
+        // Wake for the next send or expiry, and at least every 100 ms for the stop flag.
+        let wait = wake
+            .map(|w| Duration::from_nanos(w.saturating_sub(a.now())))
+            .unwrap_or(Duration::MAX)
+            .clamp(Duration::from_millis(1), Duration::from_millis(100));
+        let _ = a.socket.set_read_timeout(Some(wait));
+        let (n, from) = match a.socket.recv_from(&mut buf) {
+            Ok(r) => r,
+            Err(_) => continue,
+        };
+        datagram(a, &buf[..n], from, &mut bucket, &mut out);
+    }
+}
+
+fn datagram(a: &Inner, b: &[u8], from: SocketAddr, bucket: &mut Bucket, out: &mut Vec<u8>) {
+    let r = &a.responder;
+    let h = match Header::decode(b, a.cfg.key.as_ref()) {
+        Ok(h) => h,
+        Err(WireError::Tag) => {
+            r.tag.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        Err(_) => {
+            r.malformed.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+    };
+    match h.kind {
+        Type::Reply => lock(&a.prober).on_reply(from, &h, a.now()),
+        Type::Probe => {
+            // With a key the tag was checked; without one only listed peers are answered.
+            if a.cfg.key.is_none() && !lock(&a.allowed).contains(&from.ip()) {
+                r.stranger.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            if !bucket.take(a.now()) {
+                r.rate.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            let id = lock(&a.prober).id();
+            h.reply(id).encode(a.cfg.key.as_ref(), out);
+            if a.socket.send_to(out, from).is_ok() {
+                r.answered.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bucket_allows_its_rate_and_a_second_of_burst() {
+        let mut b = Bucket::new(10);
+        let taken = (0..100).filter(|_| b.take(0)).count();
+        assert_eq!(taken, 10);
+        // Half a second later: five more.
+        let taken = (0..100).filter(|_| b.take(500_000_000)).count();
+        assert_eq!(taken, 5);
+    }
+}

@@ -1,0 +1,243 @@
+//! What an agent says about its peers: the JSON of `GET /mesh` (read by `hakaru mesh
+//! report`) and the `hakaru_mesh_` metric families of `/metrics`.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+
+use hakaru_model::metrics::{MetricFamily, MetricKind};
+use serde::{Deserialize, Serialize};
+
+use crate::agent::Agent;
+use crate::prober::PeerFigures;
+use crate::stats::{Totals, BUCKETS_S};
+
+/// One peer as an agent sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PeerView {
+    /// The peer's name in the list.
+    pub dst: String,
+    /// Its labels.
+    pub labels: BTreeMap<String, String>,
+    /// Probes sent since the agent started.
+    pub sent: u64,
+    /// Probes lost since the agent started.
+    pub lost: u64,
+    /// Replies after their probe was counted lost.
+    pub late: u64,
+    /// Replies in the window.
+    pub window_replied: u64,
+    /// Losses in the window.
+    pub window_lost: u64,
+    /// Lost over probed in the window (null before any probe ended).
+    pub loss: Option<f64>,
+    /// Median RTT in the window, µs.
+    pub rtt_p50_us: Option<f64>,
+    /// 99th percentile RTT in the window, µs.
+    pub rtt_p99_us: Option<f64>,
+}
+
+/// An agent's whole view.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentView {
+    /// The agent's instance id (hex), new at every start.
+    pub agent: String,
+    /// Seconds between two probes of one peer now (the interval, stretched by the cap).
+    pub cycle_s: f64,
+    /// Seconds the window covers.
+    pub window_s: f64,
+    /// Seconds since the agent started.
+    pub uptime_s: f64,
+    /// Why the last reading of the peer list failed, if it did (the previous list is used).
+    pub peers_error: Option<String>,
+    /// Its peers, in list order.
+    pub peers: Vec<PeerView>,
+}
+
+fn peer_view(f: &PeerFigures) -> PeerView {
+    PeerView {
+        dst: f.peer.name.clone(),
+        labels: f.peer.labels.iter().cloned().collect(),
+        sent: f.totals.sent,
+        lost: f.totals.lost,
+        late: f.totals.late,
+        window_replied: f.window.replied,
+        window_lost: f.window.lost,
+        loss: f.window.loss(),
+        rtt_p50_us: f.window.p50_us,
+        rtt_p99_us: f.window.p99_us,
+    }
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Agent {
+    /// The view now.
+    pub fn view(&self) -> AgentView {
+        let a = &self.inner;
+        let now = a.now();
+        let p = lock(&a.prober);
+        AgentView {
+            agent: format!("{:016x}", p.id()),
+            cycle_s: p.cycle(p.peer_count()).as_secs_f64(),
+            window_s: a.cfg.probe.window.as_secs_f64(),
+            uptime_s: a.epoch.elapsed().as_secs_f64(),
+            peers_error: lock(&a.peers_error).clone(),
+            peers: p.figures(now).iter().map(peer_view).collect(),
+        }
+    }
+
+    /// The view as `GET /mesh` serves it.
+    pub fn view_json(&self) -> String {
+        serde_json::to_string_pretty(&self.view()).unwrap_or_default() + "\n"
+    }
+
+    /// The `hakaru_mesh_` families: per peer up to `metrics_peers` peers, per group past it.
+    pub fn families(&self) -> Vec<MetricFamily> {
+        let a = &self.inner;
+        let figures = {
+            let p = lock(&a.prober);
+            p.figures(a.now())
+        };
+        let series = series(&figures, a.cfg.metrics_peers, &a.cfg.group_by);
+        let mut sent = MetricFamily::new(
+            "hakaru_mesh_probes_sent_total",
+            "Mesh probes sent, by peer (or peer group).",
+            MetricKind::Counter,
+        );
+        let mut lost = MetricFamily::new(
+            "hakaru_mesh_probes_lost_total",
+            "Mesh probes with no reply within --mesh-timeout, by peer (or peer group).",
+            MetricKind::Counter,
+        );
+        let mut late = MetricFamily::new(
+            "hakaru_mesh_replies_late_total",
+            "Mesh replies that came after their probe was counted lost.",
+            MetricKind::Counter,
+        );
+        let mut rtt = MetricFamily::new(
+            "hakaru_mesh_rtt_seconds",
+            "Round-trip time of mesh probes, by peer (or peer group).",
+            MetricKind::Histogram,
+        );
+        for (labels, t) in &series {
+            let l: Vec<(&str, &str)> = labels
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            sent = sent.with(&l, t.sent as f64);
+            lost = lost.with(&l, t.lost as f64);
+            late = late.with(&l, t.late as f64);
+            rtt = rtt.with_histogram(labels, &BUCKETS_S, &t.buckets, t.rtt_sum_s, t.replied);
+        }
+        let r = &a.responder;
+        let mut refused = MetricFamily::new(
+            "hakaru_mesh_probes_refused_total",
+            "Mesh probes not answered, by reason (stranger: not a listed peer; tag: no or a wrong tag for the key; rate: over --mesh-max-reply-rate; malformed).",
+            MetricKind::Counter,
+        );
+        for (reason, c) in [
+            ("stranger", &r.stranger),
+            ("tag", &r.tag),
+            ("rate", &r.rate),
+            ("malformed", &r.malformed),
+        ] {
+            refused = refused.with(&[("reason", reason)], c.load(Ordering::Relaxed) as f64);
+        }
+        vec![
+            MetricFamily::new(
+                "hakaru_mesh_peers",
+                "Peers this agent probes now.",
+                MetricKind::Gauge,
+            )
+            .with(&[], figures.len() as f64),
+            sent,
+            lost,
+            late,
+            rtt,
+            MetricFamily::new(
+                "hakaru_mesh_probes_answered_total",
+                "Mesh probes this agent answered.",
+                MetricKind::Counter,
+            )
+            .with(&[], r.answered.load(Ordering::Relaxed) as f64),
+            refused,
+        ]
+    }
+}
+
+/// The label sets and their totals: each peer (`peer` and its labels) when there are at
+/// most `per_peer` of them, else one set per value of `group_by` (`group`), the values past
+/// `per_peer` together as `other`.
+pub fn series(
+    figures: &[PeerFigures],
+    per_peer: usize,
+    group_by: &str,
+) -> Vec<(Vec<(String, String)>, Totals)> {
+    if figures.len() <= per_peer {
+        return figures
+            .iter()
+            .map(|f| {
+                let mut l = vec![("peer".to_string(), f.peer.name.clone())];
+                l.extend(f.peer.labels.iter().cloned());
+                (l, f.totals.clone())
+            })
+            .collect();
+    }
+    let mut groups: BTreeMap<String, Totals> = BTreeMap::new();
+    for f in figures {
+        let g = f.peer.label(group_by).unwrap_or("").to_string();
+        let key = if groups.contains_key(&g) || groups.len() < per_peer.max(1) {
+            g
+        } else {
+            "other".to_string()
+        };
+        groups.entry(key).or_default().add(&f.totals);
+    }
+    groups
+        .into_iter()
+        .map(|(g, t)| (vec![("group".to_string(), g)], t))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::peers::Peer;
+    use crate::stats::WindowFigures;
+
+    fn fig(i: u8, zone: &str, sent: u64) -> PeerFigures {
+        PeerFigures {
+            peer: Peer {
+                name: format!("h{i}"),
+                addr: std::net::SocketAddr::from(([10, 0, 0, i], 1)),
+                labels: vec![("zone".into(), zone.into())],
+            },
+            totals: Totals {
+                sent,
+                ..Default::default()
+            },
+            window: WindowFigures::default(),
+        }
+    }
+
+    #[test]
+    fn series_per_peer_then_per_group() {
+        let f = vec![fig(1, "a", 1), fig(2, "a", 2), fig(3, "b", 4)];
+        let s = series(&f, 3, "zone");
+        assert_eq!(s.len(), 3);
+        assert_eq!(
+            s[0].0,
+            vec![("peer".into(), "h1".into()), ("zone".into(), "a".into())]
+        );
+        let s = series(&f, 2, "zone");
+        assert_eq!(s.len(), 2);
+        assert_eq!((s[0].0[0].1.as_str(), s[0].1.sent), ("a", 3));
+        assert_eq!((s[1].0[0].1.as_str(), s[1].1.sent), ("b", 4));
+        // Past the limit in groups too: the rest is `other`.
+        let s = series(&f, 1, "zone");
+        assert_eq!(s.len(), 2);
+        assert_eq!((s[1].0[0].1.as_str(), s[1].1.sent), ("other", 4));
+    }
+}

@@ -1,0 +1,184 @@
+//! The fleet mesh's flags: `hakaru server --mesh PEERS` (one struct, flattened into the
+//! server's options) and `hakaru mesh report`.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::Context;
+use hakaru_mesh::report::{self, Thresholds};
+use hakaru_mesh::{MeshConfig, PeerSource, ProbeConfig};
+use hakaru_model::Dur;
+
+/// `hakaru server`'s mesh options.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServerFlags {
+    /// Also be a mesh agent: probe every peer continuously (UDP round trips on the mesh port,
+    /// loss counted by sequence) while serving tests, and serve the view at /mesh and the
+    /// server's /metrics (hakaru_mesh_ series) on the mesh port's TCP side. PEERS is a file
+    /// (`HOST[:PORT] [key=value ...]` a line, `#` comments) or `dns:NAME[:PORT]` (every
+    /// address of a name, e.g. a Kubernetes headless Service), read again every
+    /// --mesh-refresh. Without a key (--psk-file / HAKARU_PSK) only listed peers' probes are
+    /// answered; with one, only probes tagged with it (docs/mesh.md).
+    #[arg(long, value_name = "PEERS")]
+    pub mesh: Option<String>,
+    /// The mesh port, UDP and TCP.
+    #[arg(long, value_name = "PORT", default_value_t = hakaru_mesh::DEFAULT_PORT, requires = "mesh")]
+    pub mesh_port: u16,
+    /// Each peer at most once per this (stretched when the peers times the rate would pass
+    /// --mesh-max-rate).
+    #[arg(long, value_name = "TIME", default_value = "1s", requires = "mesh")]
+    pub mesh_interval: Dur,
+    /// A probe with no reply after this is counted lost.
+    #[arg(long, value_name = "TIME", default_value = "2s", requires = "mesh")]
+    pub mesh_timeout: Dur,
+    /// Most probes a second this agent sends, all peers together: a longer list is sampled,
+    /// every peer once per cycle of peers/rate seconds.
+    #[arg(long, value_name = "N", default_value_t = 100, requires = "mesh", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub mesh_max_rate: u32,
+    /// Most replies a second this agent sends (probes past it go unanswered and are counted).
+    #[arg(long, value_name = "N", default_value_t = 1000, requires = "mesh", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub mesh_max_reply_rate: u32,
+    /// The view's loss and RTT quantiles cover this much recent time.
+    #[arg(long, value_name = "TIME", default_value = "60s", requires = "mesh")]
+    pub mesh_window: Dur,
+    /// Probe datagram size in bytes (48-1472; 80 at least with a key).
+    #[arg(long, value_name = "BYTES", default_value_t = 64, requires = "mesh", value_parser = clap::value_parser!(u16).range(48..=1472))]
+    pub mesh_size: u16,
+    /// How often the peer list is read again (a file, or DNS).
+    #[arg(long, value_name = "TIME", default_value = "30s", requires = "mesh")]
+    pub mesh_refresh: Dur,
+    /// Most peers in the list; a longer one is refused (at start) or ignored (later reads).
+    #[arg(long, value_name = "N", default_value_t = 10_000, requires = "mesh", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub mesh_max_peers: u32,
+    /// Up to this many peers /metrics has series per peer; past it, per value of
+    /// --mesh-group-by (the cardinality bound).
+    #[arg(long, value_name = "N", default_value_t = 100, requires = "mesh", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub mesh_metrics_peers: u32,
+    /// The peers-file label that groups peers in /metrics past --mesh-metrics-peers.
+    #[arg(long, value_name = "LABEL", default_value = "zone", requires = "mesh")]
+    pub mesh_group_by: String,
+}
+
+fn positive(d: Dur, flag: &str) -> anyhow::Result<Duration> {
+    anyhow::ensure!(!d.0.is_zero(), "{flag} must be more than 0");
+    Ok(d.0)
+}
+
+impl ServerFlags {
+    /// The agent's settings, when --mesh is given; `key` is the server's.
+    pub fn config(&self, key: Option<hakaru_client::Psk>) -> anyhow::Result<Option<MeshConfig>> {
+        let Some(spec) = &self.mesh else {
+            return Ok(None);
+        };
+        let source = PeerSource::parse(spec, self.mesh_port)
+            .map_err(anyhow::Error::msg)
+            .context("--mesh")?;
+        let keyed = key.is_some();
+        if keyed && usize::from(self.mesh_size) < hakaru_mesh::wire::min_len(true) {
+            anyhow::bail!(
+                "--mesh-size {}: with a key a probe carries a 32-byte tag; at least {} bytes",
+                self.mesh_size,
+                hakaru_mesh::wire::min_len(true)
+            );
+        }
+        let window = positive(self.mesh_window, "--mesh-window")?;
+        let interval = positive(self.mesh_interval, "--mesh-interval")?;
+        anyhow::ensure!(
+            window >= interval,
+            "--mesh-window {:?} is shorter than --mesh-interval {:?}: it would hold no probe",
+            window,
+            interval
+        );
+        Ok(Some(MeshConfig {
+            source,
+            port: self.mesh_port,
+            probe: ProbeConfig {
+                interval,
+                timeout: positive(self.mesh_timeout, "--mesh-timeout")?,
+                max_pps: self.mesh_max_rate,
+                window,
+                size: usize::from(self.mesh_size),
+                keyed,
+            },
+            refresh: positive(self.mesh_refresh, "--mesh-refresh")?,
+            max_peers: self.mesh_max_peers as usize,
+            metrics_peers: self.mesh_metrics_peers as usize,
+            group_by: self.mesh_group_by.clone(),
+            max_reply_pps: self.mesh_max_reply_rate,
+            key,
+        }))
+    }
+}
+
+/// `hakaru mesh`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    command: Sub,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Sub {
+    /// Ask every agent of PEERS for its view and print the matrix (RTT p50, loss) and the
+    /// suspects: hosts whose pairs are bad while the pairs without them are not.
+    Report(ReportArgs),
+}
+
+/// `hakaru mesh report`.
+#[derive(Debug, clap::Args)]
+pub struct ReportArgs {
+    /// The agents: the same peers file or `dns:NAME[:PORT]` they probe.
+    #[arg(long, value_name = "PEERS")]
+    peers: String,
+    /// The mesh port of peers written without one.
+    #[arg(long, value_name = "PORT", default_value_t = hakaru_mesh::DEFAULT_PORT)]
+    port: u16,
+    /// A pair is bad when it loses more than this fraction of its probes (0.02 = 2 %).
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.02)]
+    loss_above: f64,
+    /// A pair is also bad when its RTT p99 is over this (default: RTT alone makes no pair bad).
+    #[arg(long, value_name = "TIME")]
+    rtt_p99_above: Option<Dur>,
+    /// How long to wait for each agent.
+    #[arg(long, value_name = "TIME", default_value = "3s")]
+    timeout: Dur,
+    /// The report as JSON (`pairs[]`, `suspects[]`, `hosts[]`; docs/mesh.md).
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `hakaru mesh`.
+pub fn run(a: Args) -> anyhow::Result<()> {
+    match a.command {
+        Sub::Report(r) => report_cmd(r),
+    }
+}
+
+fn report_cmd(a: ReportArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        (0.0..=1.0).contains(&a.loss_above),
+        "--loss-above {}: a fraction from 0 to 1",
+        a.loss_above
+    );
+    let source = PeerSource::parse(&a.peers, a.port).map_err(anyhow::Error::msg)?;
+    let peers = source
+        .load(a.port, 100_000)
+        .map_err(anyhow::Error::msg)
+        .context("--peers")?;
+    anyhow::ensure!(!peers.is_empty(), "--peers {}: no peer in it", a.peers);
+    let addrs: Vec<SocketAddr> = peers.iter().map(|p| p.addr).collect();
+    let views = hakaru_mesh::fetch::fetch_all(&addrs, positive(a.timeout, "--timeout")?);
+    let r = report::build(
+        peers.into_iter().map(|p| p.name).zip(views).collect(),
+        Thresholds {
+            loss: a.loss_above,
+            rtt_p99_us: a.rtt_p99_above.map(|d| d.0.as_secs_f64() * 1e6),
+        },
+    );
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        print!("{}", report::text(&r));
+    }
+    Ok(())
+}
