@@ -204,6 +204,11 @@ pub fn parse_list(
         let mut words = line.split_whitespace();
         let host = words.next().unwrap_or_default();
         let (h, p) = split_host(host, port).map_err(at)?;
+        if p == 0 {
+            return Err(at(format!(
+                "{host} has no port, and the mesh port is 0: write HOST:PORT"
+            )));
+        }
         let addr = match h.parse::<IpAddr>() {
             Ok(ip) => SocketAddr::new(ip, p),
             Err(_) => resolve(&h, p).map_err(|e| at(format!("{h}: {e}")))?,
@@ -270,6 +275,11 @@ mod tests {
         assert!(e("10.0.0.1 peer=a\n").contains("the agent's own"));
         assert!(e("10.0.0.1 a=\"x\"\n").contains("without quotes"));
         assert!(e("10.0.0.1:0\n").contains("`0` is not a port"));
+        let p0 = parse_list("10.0.0.1\n", 0, 3, &no_dns).unwrap_err();
+        assert!(
+            p0.contains("line 1: 10.0.0.1 has no port, and the mesh port is 0"),
+            "{p0}"
+        );
         assert!(e("host.example\n").contains("line 1: host.example: no resolver"));
         assert!(e("1.1.1.1\n1.1.1.2\n1.1.1.3\n1.1.1.4\n").contains("more than 3 peers"));
     }

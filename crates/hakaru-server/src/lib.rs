@@ -339,52 +339,14 @@ impl Server {
     /// Serves until the shutdown flag is set, then waits up to 5 s for tests to wind down.
     pub fn run(mut self) -> io::Result<()> {
         self.listener.set_nonblocking(true)?;
-        let sockperf_addr = self.sockperf.as_ref().map(|s| {
-            (
-                s.describe(),
-                sockperf::threads_for(s.len(), self.ctx.cfg.sockperf_threads),
-            )
-        });
-        let sockperf_threads = match self.sockperf.take() {
-            Some(sp) => {
-                let n = sockperf::threads_for(sp.len(), self.ctx.cfg.sockperf_threads);
-                sp.spawn(Arc::clone(&self.ctx), n)?
-            }
-            None => Vec::new(),
-        };
-        let http_addr = self.http_addr();
-        let http_thread = match self.http.take() {
-            Some(h) => Some(h.spawn(Arc::clone(&self.ctx))?),
-            None => None,
-        };
-        let metrics_addr = self.metrics_addr();
-        let metrics_thread = match self.metrics.take() {
-            Some(l) => Some(metrics::spawn(Arc::clone(&self.ctx), l)?),
-            None => None,
-        };
-        let ntttcp_addr = self.ntttcp.as_ref().and_then(|n| n.sync_addr().ok());
-        let ntttcp_thread = match self.ntttcp.take() {
-            Some(n) => Some(n.spawn(Arc::clone(&self.ctx), self.ctx.cfg.ntttcp_multi)?),
-            None => None,
-        };
-        let netperf_addr = self.netperf.as_ref().map(|n| n.describe());
-        let netperf_threads = match self.netperf.take() {
-            Some(n) => n.spawn(Arc::clone(&self.ctx))?,
-            None => Vec::new(),
-        };
-        let udpst = self.spawn_udpst()?;
-        let mesh_addr = self.mesh_addr();
-        let mesh_threads = match self.mesh.take() {
-            Some(m) => m.spawn(Arc::clone(&self.ctx))?,
-            None => Vec::new(),
-        };
-        let udp_thread = {
+        let (mut threads, lines) = self.spawn_side_ports()?;
+        threads.push({
             let ctx = Arc::clone(&self.ctx);
             let sock = self.udp.try_clone()?;
             std::thread::Builder::new()
                 .name("hakaru-udp-port".into())
                 .spawn(move || udp_dispatch::run(ctx, sock))?
-        };
+        });
         // Said only once both the TCP and the UDP side are being served.
         tracing::info!("listening on {}", self.local_addr()?);
         match &self.ctx.mptcp {
@@ -392,33 +354,8 @@ impl Server {
             Err(why) => tracing::info!("TCP listener is plain TCP, no MPTCP: {why}"),
         }
         // After the line above, which scripts read the control port from.
-        if let Some((a, threads)) = sockperf_addr {
-            tracing::info!(
-                "sockperf listening on {a} (UDP and TCP, {threads} receiver thread{})",
-                if threads == 1 { "" } else { "s" }
-            );
-        }
-        if let Some(a) = ntttcp_addr {
-            tracing::info!(
-                "ntttcp receiver: sync on {a}, data on ports {}-{}",
-                a.port() + 1,
-                u32::from(a.port()) + u32::from(self.ctx.cfg.ntttcp_ports.max(1))
-            );
-        }
-        if let Some(a) = netperf_addr {
-            tracing::info!("netperf listening on {a}");
-        }
-        if let Some((a, _)) = &udpst {
-            tracing::info!("udpst listening on {a} (UDP, OB-UDPST protocol version 20)");
-        }
-        if let Some(a) = mesh_addr {
-            tracing::info!("mesh agent on {a} (UDP probes; /mesh and /metrics over TCP)");
-        }
-        if let Some(a) = metrics_addr {
-            tracing::info!("metrics at http://{a}/metrics");
-        }
-        if let Some(a) = http_addr {
-            tracing::info!("http listening on {a} (GET /bytes/SIZE, PUT and POST bodies)");
+        for l in lines {
+            tracing::info!("{l}");
         }
         self.accept_until_shutdown();
         tracing::info!("shutting down");
@@ -426,25 +363,70 @@ impl Server {
         while self.ctx.threads.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }
-        let _ = udp_thread.join();
-        if let Some(t) = http_thread {
-            let _ = t.join();
-        }
-        if let Some(t) = metrics_thread {
-            let _ = t.join();
-        }
-        if let Some(t) = ntttcp_thread {
-            let _ = t.join();
-        }
-        for t in sockperf_threads
-            .into_iter()
-            .chain(netperf_threads)
-            .chain(mesh_threads)
-            .chain(udpst.map(|u| u.1))
-        {
+        for t in threads {
             let _ = t.join();
         }
         Ok(())
+    }
+
+    /// Starts every port beside the control port: their threads, and a line each saying
+    /// where it listens.
+    fn spawn_side_ports(&mut self) -> io::Result<(Vec<JoinHandle<()>>, Vec<String>)> {
+        let ctx = Arc::clone(&self.ctx);
+        let mut threads = Vec::new();
+        let mut lines = Vec::new();
+        if let Some(sp) = self.sockperf.take() {
+            let n = sockperf::threads_for(sp.len(), ctx.cfg.sockperf_threads);
+            lines.push(format!(
+                "sockperf listening on {} (UDP and TCP, {n} receiver thread{})",
+                sp.describe(),
+                if n == 1 { "" } else { "s" }
+            ));
+            threads.extend(sp.spawn(Arc::clone(&ctx), n)?);
+        }
+        if let Some(n) = self.ntttcp.take() {
+            if let Ok(a) = n.sync_addr() {
+                lines.push(format!(
+                    "ntttcp receiver: sync on {a}, data on ports {}-{}",
+                    a.port() + 1,
+                    u32::from(a.port()) + u32::from(ctx.cfg.ntttcp_ports.max(1))
+                ));
+            }
+            threads.push(n.spawn(Arc::clone(&ctx), ctx.cfg.ntttcp_multi)?);
+        }
+        if let Some(n) = self.netperf.take() {
+            lines.push(format!("netperf listening on {}", n.describe()));
+            threads.extend(n.spawn(Arc::clone(&ctx))?);
+        }
+        if let Some((a, t)) = self.spawn_udpst()? {
+            lines.push(format!(
+                "udpst listening on {a} (UDP, OB-UDPST protocol version 20)"
+            ));
+            threads.push(t);
+        }
+        if let Some(m) = self.mesh.take() {
+            if let Some(a) = self.mesh_addr() {
+                lines.push(format!(
+                    "mesh agent on {a} (UDP probes; /mesh and /metrics over TCP)"
+                ));
+            }
+            threads.extend(m.spawn(Arc::clone(&ctx))?);
+        }
+        if let Some(l) = self.metrics.take() {
+            if let Ok(a) = l.local_addr() {
+                lines.push(format!("metrics at http://{a}/metrics"));
+            }
+            threads.push(metrics::spawn(Arc::clone(&ctx), l)?);
+        }
+        if let Some(h) = self.http.take() {
+            if let Ok(a) = h.local_addr() {
+                lines.push(format!(
+                    "http listening on {a} (GET /bytes/SIZE, PUT and POST bodies)"
+                ));
+            }
+            threads.push(h.spawn(Arc::clone(&ctx))?);
+        }
+        Ok((threads, lines))
     }
 
     /// Accepts control connections (every protocol's first bytes go to dispatch) until the

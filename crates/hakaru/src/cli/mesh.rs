@@ -41,9 +41,10 @@ pub struct ServerFlags {
     /// The view's loss and RTT quantiles cover this much recent time.
     #[arg(long, value_name = "TIME", default_value = "60s", requires = "mesh")]
     pub mesh_window: Dur,
-    /// Probe datagram size in bytes (48-1472; 80 at least with a key).
-    #[arg(long, value_name = "BYTES", default_value_t = 64, requires = "mesh", value_parser = clap::value_parser!(u16).range(48..=1472))]
-    pub mesh_size: u16,
+    /// Probe datagram size in bytes, 48-1472 (default 64, or 80 with a key: a probe then
+    /// carries a 32-byte tag).
+    #[arg(long, value_name = "BYTES", requires = "mesh", value_parser = clap::value_parser!(u16).range(48..=1472))]
+    pub mesh_size: Option<u16>,
     /// How often the peer list is read again (a file, or DNS).
     #[arg(long, value_name = "TIME", default_value = "30s", requires = "mesh")]
     pub mesh_refresh: Dur,
@@ -74,11 +75,11 @@ impl ServerFlags {
             .map_err(anyhow::Error::msg)
             .context("--mesh")?;
         let keyed = key.is_some();
-        if keyed && usize::from(self.mesh_size) < hakaru_mesh::wire::min_len(true) {
+        let min = hakaru_mesh::wire::min_len(keyed);
+        let size = self.mesh_size.map_or(min.max(64), usize::from);
+        if size < min {
             anyhow::bail!(
-                "--mesh-size {}: with a key a probe carries a 32-byte tag; at least {} bytes",
-                self.mesh_size,
-                hakaru_mesh::wire::min_len(true)
+                "--mesh-size {size}: with a key a probe carries a 32-byte tag; at least {min} bytes"
             );
         }
         let window = positive(self.mesh_window, "--mesh-window")?;
@@ -97,7 +98,7 @@ impl ServerFlags {
                 timeout: positive(self.mesh_timeout, "--mesh-timeout")?,
                 max_pps: self.mesh_max_rate,
                 window,
-                size: usize::from(self.mesh_size),
+                size,
                 keyed,
             },
             refresh: positive(self.mesh_refresh, "--mesh-refresh")?,

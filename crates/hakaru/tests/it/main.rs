@@ -20,6 +20,7 @@ mod iperf3;
 mod iperf3_json;
 mod iperf3_mptcp;
 mod latency;
+mod mesh;
 mod metrics;
 mod netns;
 mod netns_bridge;
