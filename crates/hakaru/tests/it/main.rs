@@ -27,6 +27,7 @@ mod netns_bridge;
 mod netns_find_max;
 mod netns_latency;
 mod netns_link;
+mod netns_mesh;
 mod netns_pacing;
 mod netns_partition;
 mod netns_plan;
