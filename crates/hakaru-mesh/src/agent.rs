@@ -19,6 +19,7 @@ use crate::MeshConfig;
 #[derive(Default)]
 pub(crate) struct Responder {
     pub(crate) answered: AtomicU64,
+    pub(crate) acl: AtomicU64,
     pub(crate) stranger: AtomicU64,
     pub(crate) tag: AtomicU64,
     pub(crate) rate: AtomicU64,
@@ -63,10 +64,17 @@ pub(crate) struct Inner {
     pending: Mutex<Option<Vec<Peer>>>,
     /// The last refresh's error, if it failed (the old list is kept).
     pub(crate) peers_error: Mutex<Option<String>>,
+    /// Readings of the list that failed.
+    pub(crate) list_errors: AtomicU64,
     pub(crate) responder: Responder,
     pub(crate) epoch: Instant,
     socket: UdpSocket,
+    /// The server's access list: datagrams from elsewhere are dropped unread.
+    permits: Permits,
 }
+
+/// Whether the server's access list lets an address in.
+pub type Permits = Box<dyn Fn(IpAddr) -> bool + Send + Sync>;
 
 impl Inner {
     pub(crate) fn now(&self) -> u64 {
@@ -88,10 +96,22 @@ fn random_id() -> u64 {
 }
 
 impl Agent {
-    /// An agent on `socket` (the mesh port) with its peer list read once: a list that cannot
-    /// be read is an error here, so a server does not start with a mesh it cannot probe.
-    pub fn new(cfg: MeshConfig, socket: UdpSocket) -> Result<Agent, String> {
-        let peers = cfg.source.load(cfg.port, cfg.max_peers)?;
+    /// An agent on `socket` (the mesh port) with its peer list read once. A file that cannot
+    /// be read is an error here, so a server does not start with a mesh it cannot probe; a DNS
+    /// name that does not resolve yet (the first member of a Service) starts the agent with no
+    /// peers, says why, and is looked up again every refresh. Datagrams from addresses
+    /// `permits` refuses are dropped before they are read.
+    pub fn new(cfg: MeshConfig, socket: UdpSocket, permits: Permits) -> Result<Agent, String> {
+        let (peers, first_error) = match cfg.source.load(cfg.port, cfg.max_peers) {
+            Ok(p) => (p, None),
+            Err(e) if matches!(cfg.source, crate::PeerSource::Dns { .. }) => {
+                tracing::warn!(
+                    "mesh: {e}; no peers until the name resolves (looked up every --mesh-refresh)"
+                );
+                (Vec::new(), Some(e))
+            }
+            Err(e) => return Err(e),
+        };
         let mut prober = Prober::new(cfg.probe, random_id(), 0);
         let allowed = peers.iter().map(|p| p.addr.ip()).collect();
         prober.set_peers(peers);
@@ -101,10 +121,12 @@ impl Agent {
                 prober: Mutex::new(prober),
                 allowed: Mutex::new(allowed),
                 pending: Mutex::new(None),
-                peers_error: Mutex::new(None),
+                list_errors: AtomicU64::new(u64::from(first_error.is_some())),
+                peers_error: Mutex::new(first_error),
                 responder: Responder::default(),
                 epoch: Instant::now(),
                 socket,
+                permits,
             }),
         })
     }
@@ -150,6 +172,7 @@ fn run_refresh(a: &Inner, stop: &AtomicBool) {
                 *lock(&a.peers_error) = None;
             }
             Err(e) => {
+                a.list_errors.fetch_add(1, Ordering::Relaxed);
                 let mut err = lock(&a.peers_error);
                 if err.as_deref() != Some(e.as_str()) {
                     tracing::warn!("mesh: {e}; probing the last list read");
@@ -160,10 +183,21 @@ fn run_refresh(a: &Inner, stop: &AtomicBool) {
     }
 }
 
+/// Datagrams read per wake-up at most, so a flood cannot hold the probes back.
+const READS_PER_WAKE: usize = 256;
+
 fn run_socket(a: &Inner, stop: &AtomicBool) {
+    use hakaru_sys::AsRawFd;
     let mut buf = vec![0u8; MAX_LEN + 1];
     let mut out = Vec::with_capacity(MAX_LEN);
     let mut bucket = Bucket::new(a.cfg.max_reply_pps);
+    if let Err(e) = a.socket.set_nonblocking(true) {
+        tracing::warn!("mesh: the socket cannot be made non-blocking ({e}); the agent stops");
+        return;
+    }
+    // Probes go out on a schedule of a few ms per slot with many peers: wake on time.
+    hakaru_sys::tighten_timer_slack();
+    let fd = a.socket.as_raw_fd();
     while !stop.load(Ordering::Acquire) {
         let now = a.now();
         let wake = {
@@ -184,18 +218,26 @@ fn run_socket(a: &Inner, stop: &AtomicBool) {
         let wait = wake
             .map(|w| Duration::from_nanos(w.saturating_sub(a.now())))
             .unwrap_or(Duration::MAX)
-            .clamp(Duration::from_millis(1), Duration::from_millis(100));
-        let _ = a.socket.set_read_timeout(Some(wait));
-        let (n, from) = match a.socket.recv_from(&mut buf) {
-            Ok(r) => r,
-            Err(_) => continue,
-        };
-        datagram(a, &buf[..n], from, &mut bucket, &mut out);
+            .min(Duration::from_millis(100));
+        hakaru_sys::wait_fd(fd, hakaru_sys::Interest::Read, wait);
+        for _ in 0..READS_PER_WAKE {
+            match a.socket.recv_from(&mut buf) {
+                Ok((n, from)) => datagram(a, &buf[..n], from, &mut bucket, &mut out),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                // WouldBlock: all read; anything else (an ICMP error reported on the socket)
+                // is nothing to act on.
+                Err(_) => break,
+            }
+        }
     }
 }
 
 fn datagram(a: &Inner, b: &[u8], from: SocketAddr, bucket: &mut Bucket, out: &mut Vec<u8>) {
     let r = &a.responder;
+    if !(a.permits)(from.ip()) {
+        r.acl.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
     let h = match Header::decode(b, a.cfg.key.as_ref()) {
         Ok(h) => h,
         Err(WireError::Tag) => {

@@ -134,10 +134,11 @@ impl Agent {
         let r = &a.responder;
         let mut refused = MetricFamily::new(
             "hakaru_mesh_probes_refused_total",
-            "Mesh probes not answered, by reason (stranger: not a listed peer; tag: no or a wrong tag for the key; rate: over --mesh-max-reply-rate; malformed).",
+            "Mesh datagrams dropped, by reason (acl: --allow/--deny; stranger: a probe from no listed peer; tag: no or a wrong tag for the key; rate: over --mesh-max-reply-rate; malformed).",
             MetricKind::Counter,
         );
         for (reason, c) in [
+            ("acl", &r.acl),
             ("stranger", &r.stranger),
             ("tag", &r.tag),
             ("rate", &r.rate),
@@ -152,6 +153,12 @@ impl Agent {
                 MetricKind::Gauge,
             )
             .with(&[], figures.len() as f64),
+            MetricFamily::new(
+                "hakaru_mesh_peer_list_errors_total",
+                "Readings of the peer list (the file, or the DNS name) that failed; the last list read is probed meanwhile.",
+                MetricKind::Counter,
+            )
+            .with(&[], a.list_errors.load(Ordering::Relaxed) as f64),
             sent,
             lost,
             late,

@@ -35,7 +35,9 @@ impl MeshPort {
             }
         };
         listener.set_nonblocking(true)?;
-        let agent = hakaru_mesh::Agent::new(m.clone(), udp)
+        let acl = cfg.acl.clone();
+        let permits = Box::new(move |ip| acl.permits(ip));
+        let agent = hakaru_mesh::Agent::new(m.clone(), udp, permits)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("--mesh: {e}")))?;
         Ok(Some(MeshPort { agent, listener }))
     }

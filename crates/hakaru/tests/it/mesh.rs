@@ -255,7 +255,7 @@ fn strangers_get_no_answer_and_an_answer_is_never_larger_than_its_probe() {
         "stranger",
         "127.0.0.2\n127.0.0.3\n",
         &["127.0.0.2"],
-        &["--mesh-max-reply-rate", "20"],
+        &["--mesh-max-reply-rate", "20", "--deny", "127.0.0.8"],
     );
     let to = ("127.0.0.2", a.port);
     // A stranger (127.0.0.9 is not listed): nothing comes back, whatever it sends.
@@ -264,6 +264,11 @@ fn strangers_get_no_answer_and_an_answer_is_never_larger_than_its_probe() {
         s.send_to(&probe(64, seq), to).unwrap();
     }
     assert!(replies(&s, Duration::from_millis(800)).is_empty());
+    // An address the access list denies: dropped before it is read.
+    let d = UdpSocket::bind("127.0.0.8:0").unwrap();
+    d.send_to(&probe(64, 1), to).unwrap();
+    d.send_to(b"junk", to).unwrap();
+    assert!(replies(&d, Duration::from_millis(500)).is_empty());
     // A listed address: answered, with exactly the bytes it sent, small or large.
     let l = UdpSocket::bind("127.0.0.3:0").unwrap();
     for len in [48, 64, 1472] {
