@@ -151,6 +151,29 @@ impl Agent {
     }
 }
 
+/// An address as the peer list writes it: an IPv4-mapped IPv6 source (a dual-stack socket's
+/// view of an IPv4 peer) as plain IPv4.
+fn canonical(a: SocketAddr) -> SocketAddr {
+    match a {
+        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
+            Some(v4) => SocketAddr::new(IpAddr::V4(v4), v6.port()),
+            None => a,
+        },
+        v4 => v4,
+    }
+}
+
+/// A destination as `socket` can send to it: an IPv4 peer as IPv4-mapped IPv6 from a
+/// dual-stack (IPv6) socket.
+fn sendable(socket_v6: bool, a: SocketAddr) -> SocketAddr {
+    match a {
+        SocketAddr::V4(v4) if socket_v6 => {
+            SocketAddr::new(IpAddr::V6(v4.ip().to_ipv6_mapped()), v4.port())
+        }
+        other => other,
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -198,6 +221,7 @@ fn run_socket(a: &Inner, stop: &AtomicBool) {
     // Probes go out on a schedule of a few ms per slot with many peers: wake on time.
     hakaru_sys::tighten_timer_slack();
     let fd = a.socket.as_raw_fd();
+    let v6 = a.socket.local_addr().is_ok_and(|l| l.is_ipv6());
     while !stop.load(Ordering::Acquire) {
         let now = a.now();
         let wake = {
@@ -208,7 +232,7 @@ fn run_socket(a: &Inner, stop: &AtomicBool) {
             p.handle_timeout(now);
             while let Some((addr, h)) = p.poll_send(now) {
                 h.encode(a.cfg.key.as_ref(), &mut out);
-                if let Err(e) = a.socket.send_to(&out, addr) {
+                if let Err(e) = a.socket.send_to(&out, sendable(v6, addr)) {
                     tracing::debug!("mesh: probe to {addr}: {e}");
                 }
             }
@@ -232,8 +256,9 @@ fn run_socket(a: &Inner, stop: &AtomicBool) {
     }
 }
 
-fn datagram(a: &Inner, b: &[u8], from: SocketAddr, bucket: &mut Bucket, out: &mut Vec<u8>) {
+fn datagram(a: &Inner, b: &[u8], raw_from: SocketAddr, bucket: &mut Bucket, out: &mut Vec<u8>) {
     let r = &a.responder;
+    let from = canonical(raw_from);
     if !(a.permits)(from.ip()) {
         r.acl.fetch_add(1, Ordering::Relaxed);
         return;
@@ -263,7 +288,7 @@ fn datagram(a: &Inner, b: &[u8], from: SocketAddr, bucket: &mut Bucket, out: &mu
             }
             let id = lock(&a.prober).id();
             h.reply(id).encode(a.cfg.key.as_ref(), out);
-            if a.socket.send_to(out, from).is_ok() {
+            if a.socket.send_to(out, raw_from).is_ok() {
                 r.answered.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -273,6 +298,18 @@ fn datagram(a: &Inner, b: &[u8], from: SocketAddr, bucket: &mut Bucket, out: &mu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mapped_addresses_read_as_the_list_writes_them() {
+        let mapped: SocketAddr = "[::ffff:10.0.0.1]:5209".parse().unwrap();
+        let v4: SocketAddr = "10.0.0.1:5209".parse().unwrap();
+        let v6: SocketAddr = "[2001:db8::1]:5209".parse().unwrap();
+        assert_eq!(canonical(mapped), v4);
+        assert_eq!(canonical(v6), v6);
+        assert_eq!(sendable(true, v4), mapped);
+        assert_eq!(sendable(false, v4), v4);
+        assert_eq!(sendable(true, v6), v6);
+    }
 
     #[test]
     fn the_bucket_allows_its_rate_and_a_second_of_burst() {

@@ -145,8 +145,11 @@ fn replies(s: &UdpSocket, wait: Duration) -> Vec<usize> {
         match s.recv(&mut buf) {
             Ok(n) => {
                 assert_eq!(&buf[..4], b"HKMS");
-                assert_eq!(buf[5], 2, "an answer is a reply");
-                got.push(n);
+                // The agent's own probes (to a socket on a listed peer's port) are not answers.
+                if buf[5] != 1 {
+                    assert_eq!(buf[5], 2, "an answer is a reply");
+                    got.push(n);
+                }
             }
             Err(_) => return got,
         }
@@ -525,4 +528,70 @@ fn bad_peer_lists_and_flags_are_refused_by_name() {
         "{r}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_agent_on_the_dual_stack_wildcard_talks_to_ipv4_peers() {
+    // The agent binds [::] (IPv6 and IPv4): IPv4 peers reach it as IPv4-mapped addresses,
+    // which must still read as the listed peers, and its probes to IPv4 peers must leave.
+    let dir = tmpdir("dual");
+    let other = free_port();
+    let peers = dir.join("peers.txt");
+    std::fs::write(&peers, format!("127.0.0.1\n127.0.0.3:{other}\n")).unwrap();
+    let port = free_port();
+    let ps = port.to_string();
+    let f = peers.display().to_string();
+    let s = ServerProc::start_with(
+        hakaru(),
+        "::",
+        &["--mesh", &f, "--mesh-port", &ps, "--mesh-interval", "100ms"],
+    );
+    assert!(s
+        .wait_log("mesh agent on", Duration::from_secs(10))
+        .is_some());
+    // Play the peer at 127.0.0.3: answer the agent's probes by hand for 1.5 s.
+    let t = UdpSocket::bind(("127.0.0.3", other)).unwrap();
+    let deadline = Instant::now() + Duration::from_millis(1500);
+    let mut answered = 0;
+    let mut buf = [0u8; 2048];
+    while Instant::now() < deadline {
+        t.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        if let Ok((n, from)) = t.recv_from(&mut buf) {
+            assert_eq!(&buf[..4], b"HKMS");
+            assert_eq!(buf[5], 1, "a probe");
+            assert_eq!(from, std::net::SocketAddr::from(([127, 0, 0, 1], port)));
+            buf[5] = 2;
+            buf[32..40].copy_from_slice(&7u64.to_be_bytes());
+            t.send_to(&buf[..n], from).unwrap();
+            answered += 1;
+        }
+    }
+    assert!(answered >= 8, "{answered} probes reached the IPv4 peer");
+    // Its own probes are answered too (the peer is listed).
+    t.send_to(&probe(64, 1), ("127.0.0.1", port)).unwrap();
+    assert_eq!(replies(&t, Duration::from_millis(800)), vec![64]);
+    let v = http_get_at("127.0.0.1", port, "/mesh");
+    let body: Value = serde_json::from_str(&v[v.find("\r\n\r\n").unwrap() + 4..]).unwrap();
+    let list = body["peers"].as_array().unwrap();
+    // 127.0.0.1 is the agent itself, found through the mapped address of its own reply.
+    assert_eq!(list.len(), 1, "{body}");
+    assert_eq!(list[0]["dst"], format!("127.0.0.3:{other}"));
+    assert!(list[0]["window_replied"].as_u64().unwrap() >= 8, "{body}");
+    assert_eq!(list[0]["lost"].as_u64(), Some(0), "{body}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn http_get_at(ip: &str, port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect((ip, port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
 }
