@@ -42,6 +42,8 @@ mod nic;
 mod ntttcp;
 mod ntttcp_hostile;
 mod plan;
+#[cfg(target_os = "linux")]
+mod podman_mesh;
 mod probe;
 mod report;
 mod report_render;
