@@ -1,6 +1,7 @@
 //! `hakaru mesh report`: every agent's view as pairs, and the suspects: hosts whose pairs are
 //! bad while the pairs without them are not (Pingmesh's reading of a mesh), with the evidence.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
 use serde::{Deserialize, Serialize};
@@ -44,15 +45,30 @@ pub struct Host {
     pub answered: bool,
     /// Why it did not.
     pub error: Option<String>,
+    /// Its labels in the list.
+    pub labels: BTreeMap<String, String>,
 }
 
-/// A host the mesh points at.
+/// A host (or a label group of hosts) the mesh points at.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Suspect {
-    /// Its name.
+    /// The host's name, or the group as `key=value` (`rack=r3`).
     pub host: String,
+    /// For a group, its hosts; empty for a host.
+    pub members: Vec<String>,
     /// Why, with the evidence.
     pub reason: String,
+}
+
+/// One host as the report asks it: its name and labels in the list, and its agent's view or
+/// why there is none.
+pub struct Asked {
+    /// The name.
+    pub host: String,
+    /// The labels.
+    pub labels: Vec<(String, String)>,
+    /// The view.
+    pub view: Result<AgentView, String>,
 }
 
 /// The report.
@@ -76,25 +92,20 @@ fn pct(x: f64) -> String {
     format!("{:.1} %", x * 100.0)
 }
 
-/// Builds the report from `views`: each host's name with its agent's view (or the error).
-pub fn build(views: Vec<(String, Result<AgentView, String>)>, t: Thresholds) -> MeshReport {
+/// Builds the report from every host's view (or the error).
+pub fn build(asked: Vec<Asked>, t: Thresholds) -> MeshReport {
     let mut hosts = Vec::new();
     let mut pairs = Vec::new();
-    for (host, v) in views {
-        match v {
+    for a in asked {
+        let (answered, error) = match a.view {
             Ok(v) => {
-                hosts.push(Host {
-                    host: host.clone(),
-                    answered: true,
-                    error: None,
-                });
                 for p in v.peers {
                     let probes = p.window_replied + p.window_lost;
                     let bad = probes > 0
                         && (p.loss.is_some_and(|l| l > t.loss)
                             || matches!((p.rtt_p99_us, t.rtt_p99_us), (Some(a), Some(b)) if a > b));
                     pairs.push(Pair {
-                        src: host.clone(),
+                        src: a.host.clone(),
                         dst: p.dst,
                         rtt_p50_us: p.rtt_p50_us,
                         rtt_p99_us: p.rtt_p99_us,
@@ -103,15 +114,24 @@ pub fn build(views: Vec<(String, Result<AgentView, String>)>, t: Thresholds) -> 
                         bad,
                     });
                 }
+                (true, None)
             }
-            Err(e) => hosts.push(Host {
-                host,
-                answered: false,
-                error: Some(e),
-            }),
-        }
+            Err(e) => (false, Some(e)),
+        };
+        hosts.push(Host {
+            host: a.host,
+            answered,
+            error,
+            labels: a.labels.into_iter().collect(),
+        });
     }
-    let suspects = suspects(&hosts, &pairs);
+    let mut suspects = group_suspects(&hosts, &pairs);
+    // A suspect group explains its hosts' bad pairs: they are listed one by one only when
+    // their agent did not answer.
+    let grouped: BTreeSet<String> = suspects.iter().flat_map(|s| s.members.clone()).collect();
+    suspects.extend(host_suspects(&hosts, &pairs).into_iter().filter(|s| {
+        !grouped.contains(&s.host) || s.reason.starts_with("its agent did not answer")
+    }));
     MeshReport {
         test: "mesh".into(),
         loss_threshold: t.loss,
@@ -122,11 +142,34 @@ pub fn build(views: Vec<(String, Result<AgentView, String>)>, t: Thresholds) -> 
     }
 }
 
-/// Hosts whose agent did not answer, then hosts with at least two bad pairs that are at
-/// least half of their pairs, while under half of the pairs without them are bad; worst first.
-fn suspects(hosts: &[Host], pairs: &[Pair]) -> Vec<Suspect> {
+fn frac(b: usize, n: usize) -> f64 {
+    if n == 0 {
+        0.0
+    } else {
+        b as f64 / n as f64
+    }
+}
+
+fn mean_loss(v: &[&&Pair]) -> Option<f64> {
+    let l: Vec<f64> = v.iter().filter_map(|p| p.loss).collect();
+    (!l.is_empty()).then(|| l.iter().sum::<f64>() / l.len() as f64)
+}
+
+fn pct_or(x: Option<f64>) -> String {
+    x.map(pct).unwrap_or_else(|| "unmeasured".into())
+}
+
+/// Whether `bad` of `with` pairs stand out against `bad_out` of `without`: at least two and
+/// at least half of them bad, while under half of the others are.
+fn stands_out(bad: usize, with: usize, bad_out: usize, without: usize) -> bool {
+    bad >= 2 && frac(bad, with) >= 0.5 && frac(bad_out, without) < 0.5
+}
+
+/// Hosts whose agent did not answer, then hosts whose pairs stand out; worst first.
+fn host_suspects(hosts: &[Host], pairs: &[Pair]) -> Vec<Suspect> {
     let mut out = Vec::new();
     let measured: Vec<&Pair> = pairs.iter().filter(|p| p.probes > 0).collect();
+    let all_bad = measured.iter().filter(|p| p.bad).count();
     let mut ranked = Vec::new();
     for h in hosts {
         let with: Vec<&&Pair> = measured
@@ -135,44 +178,105 @@ fn suspects(hosts: &[Host], pairs: &[Pair]) -> Vec<Suspect> {
             .collect();
         let without = measured.len() - with.len();
         let bad_with = with.iter().filter(|p| p.bad).count();
-        let bad_without = measured.iter().filter(|p| p.bad).count() - bad_with;
-        let loss_of = |sel: &dyn Fn(&Pair) -> bool| {
-            let v: Vec<f64> = with
-                .iter()
-                .filter(|p| sel(p))
-                .filter_map(|p| p.loss)
-                .collect();
-            (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
-        };
-        let to = loss_of(&|p| p.dst == h.host);
-        let from = loss_of(&|p| p.src == h.host);
+        let bad_without = all_bad - bad_with;
+        let to: Vec<&&Pair> = with.iter().copied().filter(|p| p.dst == h.host).collect();
+        let from: Vec<&&Pair> = with.iter().copied().filter(|p| p.src == h.host).collect();
         let evidence = format!(
             "{bad_with} of {} pairs with it are bad (mean loss to it {}, from it {}); pairs without it: {bad_without} of {without} bad",
             with.len(),
-            to.map(pct).unwrap_or_else(|| "unmeasured".into()),
-            from.map(pct).unwrap_or_else(|| "unmeasured".into()),
+            pct_or(mean_loss(&to)),
+            pct_or(mean_loss(&from)),
         );
+        let suspect = |reason| Suspect {
+            host: h.host.clone(),
+            members: Vec::new(),
+            reason,
+        };
         if let Some(e) = &h.error {
-            out.push(Suspect {
-                host: h.host.clone(),
-                reason: format!("its agent did not answer ({e}); {evidence}"),
-            });
-            continue;
-        }
-        let frac = |b: usize, n: usize| if n == 0 { 0.0 } else { b as f64 / n as f64 };
-        if bad_with >= 2 && frac(bad_with, with.len()) >= 0.5 && frac(bad_without, without) < 0.5 {
-            ranked.push((
-                frac(bad_with, with.len()),
-                Suspect {
-                    host: h.host.clone(),
-                    reason: evidence,
-                },
-            ));
+            out.push(suspect(format!(
+                "its agent did not answer ({e}); {evidence}"
+            )));
+        } else if stands_out(bad_with, with.len(), bad_without, without) {
+            ranked.push((frac(bad_with, with.len()), suspect(evidence)));
         }
     }
     ranked.sort_by(|a, b| b.0.total_cmp(&a.0));
     out.extend(ranked.into_iter().map(|r| r.1));
     out
+}
+
+/// Label groups (every `key=value` with two hosts or more, and two or more pairs without
+/// it) whose pairs with the other hosts stand out against the pairs without the group: a rack's uplink, a
+/// zone's link, where no single host does.
+fn group_suspects(hosts: &[Host], pairs: &[Pair]) -> Vec<Suspect> {
+    let mut groups: BTreeMap<(String, String), BTreeSet<&str>> = BTreeMap::new();
+    for h in hosts {
+        for (k, v) in &h.labels {
+            groups
+                .entry((k.clone(), v.clone()))
+                .or_default()
+                .insert(h.host.as_str());
+        }
+    }
+    let measured: Vec<&Pair> = pairs.iter().filter(|p| p.probes > 0).collect();
+    let mut ranked = Vec::new();
+    for ((k, v), members) in groups {
+        if members.len() < 2 || members.len() == hosts.len() {
+            continue;
+        }
+        let inside =
+            |p: &Pair| members.contains(p.src.as_str()) && members.contains(p.dst.as_str());
+        let crossing: Vec<&&Pair> = measured
+            .iter()
+            .filter(|p| members.contains(p.src.as_str()) != members.contains(p.dst.as_str()))
+            .collect();
+        let within: Vec<&&Pair> = measured.iter().filter(|p| inside(p)).collect();
+        let outside: Vec<&&Pair> = measured
+            .iter()
+            .filter(|p| !members.contains(p.src.as_str()) && !members.contains(p.dst.as_str()))
+            .collect();
+        let bad = |v: &[&&Pair]| v.iter().filter(|p| p.bad).count();
+        // Against nothing (a group of all hosts but one) a group cannot stand out: the one
+        // host outside it would be the suspect.
+        if outside.len() < 2 {
+            continue;
+        }
+        if !stands_out(bad(&crossing), crossing.len(), bad(&outside), outside.len()) {
+            continue;
+        }
+        let into: Vec<&&Pair> = crossing
+            .iter()
+            .copied()
+            .filter(|p| members.contains(p.dst.as_str()))
+            .collect();
+        let out_of: Vec<&&Pair> = crossing
+            .iter()
+            .copied()
+            .filter(|p| members.contains(p.src.as_str()))
+            .collect();
+        let reason = format!(
+            "group {k}={v} ({} hosts): {} of {} pairs between it and the other hosts are bad (mean loss into it {}, out of it {}); pairs inside it: {} of {} bad; pairs without it: {} of {} bad",
+            members.len(),
+            bad(&crossing),
+            crossing.len(),
+            pct_or(mean_loss(&into)),
+            pct_or(mean_loss(&out_of)),
+            bad(&within),
+            within.len(),
+            bad(&outside),
+            outside.len(),
+        );
+        ranked.push((
+            frac(bad(&crossing), crossing.len()),
+            Suspect {
+                host: format!("{k}={v}"),
+                members: members.iter().map(|m| m.to_string()).collect(),
+                reason,
+            },
+        ));
+    }
+    ranked.sort_by(|a, b| b.0.total_cmp(&a.0));
+    ranked.into_iter().map(|r| r.1).collect()
 }
 
 fn cell(p: Option<&Pair>) -> String {
@@ -321,7 +425,7 @@ mod tests {
     };
 
     /// Five hosts; everything towards `bad` loses `loss`.
-    fn mesh(bad: &str, loss: f64) -> Vec<(String, Result<AgentView, String>)> {
+    fn mesh(bad: &str, loss: f64) -> Vec<Asked> {
         let hosts = ["a", "b", "c", "d", "e"];
         hosts
             .iter()
@@ -331,9 +435,48 @@ mod tests {
                     .filter(|&&d| d != h)
                     .map(|&d| pv(d, if d == bad { loss } else { 0.0 }))
                     .collect();
-                (h.to_string(), Ok(view(peers)))
+                Asked {
+                    host: h.to_string(),
+                    labels: Vec::new(),
+                    view: Ok(view(peers)),
+                }
             })
             .collect()
+    }
+
+    #[test]
+    fn a_rack_whose_uplink_loses_is_named_where_no_host_stands_out() {
+        // Three racks of three; every pair into or out of rack r1 loses 10 %.
+        let rack = |h: usize| format!("r{}", h / 3);
+        let name = |h: usize| format!("h{h}");
+        let asked: Vec<Asked> = (0..9)
+            .map(|h| {
+                let peers = (0..9)
+                    .filter(|&d| d != h)
+                    .map(|d| {
+                        pv(
+                            &name(d),
+                            if (rack(h) == "r1") != (rack(d) == "r1") {
+                                0.1
+                            } else {
+                                0.0
+                            },
+                        )
+                    })
+                    .collect();
+                Asked {
+                    host: name(h),
+                    labels: vec![("rack".into(), rack(h))],
+                    view: Ok(view(peers)),
+                }
+            })
+            .collect();
+        let r = build(asked, T);
+        assert_eq!(r.suspects.len(), 1, "{:?}", r.suspects);
+        let s = &r.suspects[0];
+        assert_eq!(s.host, "rack=r1");
+        assert_eq!(s.members, ["h3", "h4", "h5"]);
+        assert!(s.reason.contains("(3 hosts): 36 of 36 pairs between it and the other hosts are bad (mean loss into it 10.0 %, out of it 10.0 %); pairs inside it: 0 of 6 bad; pairs without it: 0 of 30 bad"), "{}", s.reason);
     }
 
     #[test]
@@ -359,7 +502,7 @@ mod tests {
     #[test]
     fn an_agent_that_does_not_answer_is_named_with_its_error() {
         let mut m = mesh("e", 1.0);
-        m[4].1 = Err("connection refused".into());
+        m[4].view = Err("connection refused".into());
         let r = build(m, T);
         assert_eq!(r.suspects[0].host, "e");
         assert!(

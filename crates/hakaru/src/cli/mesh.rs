@@ -170,7 +170,15 @@ fn report_cmd(a: ReportArgs) -> anyhow::Result<()> {
     let addrs: Vec<SocketAddr> = peers.iter().map(|p| p.addr).collect();
     let views = hakaru_mesh::fetch::fetch_all(&addrs, positive(a.timeout, "--timeout")?);
     let r = report::build(
-        peers.into_iter().map(|p| p.name).zip(views).collect(),
+        peers
+            .into_iter()
+            .zip(views)
+            .map(|(p, view)| report::Asked {
+                host: p.name,
+                labels: p.labels,
+                view,
+            })
+            .collect(),
         Thresholds {
             loss: a.loss_above,
             rtt_p99_us: a.rtt_p99_above.map(|d| d.0.as_secs_f64() * 1e6),

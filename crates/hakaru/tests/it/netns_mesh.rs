@@ -87,7 +87,8 @@ fn twenty_agents_find_the_host_losing_a_tenth_of_its_inbound_probes() {
     let lines: String = b
         .members
         .iter()
-        .map(|m| format!("{} rack=r{}\n", m.ip, m.ip.len() % 2))
+        .enumerate()
+        .map(|(i, m)| format!("{} rack=r{}\n", m.ip, i / 5))
         .collect();
     std::fs::write(&file, lines).unwrap();
     let peers = file.display().to_string();
