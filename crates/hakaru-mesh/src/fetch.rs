@@ -39,6 +39,17 @@ pub fn fetch(addr: SocketAddr, timeout: Duration) -> Result<AgentView, String> {
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(format!(
+                    "no whole answer within {} s",
+                    timeout.as_secs_f64()
+                ));
+            }
             Err(e) => return Err(e.to_string()),
         }
     }

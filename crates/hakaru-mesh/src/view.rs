@@ -88,9 +88,9 @@ impl Agent {
         }
     }
 
-    /// The view as `GET /mesh` serves it.
+    /// The view as `GET /mesh` serves it (compact JSON: 10,000 peers make about 1.5 MB).
     pub fn view_json(&self) -> String {
-        serde_json::to_string_pretty(&self.view()).unwrap_or_default() + "\n"
+        serde_json::to_string(&self.view()).unwrap_or_default() + "\n"
     }
 
     /// The `hakaru_mesh_` families: per peer up to `metrics_peers` peers, per group past it.

@@ -135,7 +135,7 @@ pub struct ReportArgs {
     #[arg(long, value_name = "PORT", default_value_t = hakaru_mesh::DEFAULT_PORT)]
     port: u16,
     /// A pair is bad when it loses more than this fraction of its probes (0.02 = 2 %).
-    #[arg(long, value_name = "FRACTION", default_value_t = 0.02)]
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.02, value_parser = fraction)]
     loss_above: f64,
     /// A pair is also bad when its RTT p99 is over this (default: RTT alone makes no pair bad).
     #[arg(long, value_name = "TIME")]
@@ -155,12 +155,15 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     }
 }
 
+/// A loss fraction from 0 to 1 (a usage error otherwise).
+fn fraction(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err("a fraction from 0 to 1 (0.02 is 2 %)".into()),
+    }
+}
+
 fn report_cmd(a: ReportArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        (0.0..=1.0).contains(&a.loss_above),
-        "--loss-above {}: a fraction from 0 to 1",
-        a.loss_above
-    );
     let source = PeerSource::parse(&a.peers, a.port).map_err(anyhow::Error::msg)?;
     let peers = source
         .load(a.port, 100_000)

@@ -134,6 +134,10 @@ fn exit_codes_over_every_subcommand() {
         (&["rpm", "--max-connections", "0"], "--max-connections"),
         (&["history", "--since", "3x"], "--since"),
         (&["capacity", "127.0.0.1", "-I", "5000"], "0 to 1152"),
+        (
+            &["mesh", "report", "--peers", "p", "--loss-above", "2"],
+            "a fraction from 0 to 1",
+        ),
     ];
     for (args, needle) in cases {
         let o = run(args, LIMIT);
