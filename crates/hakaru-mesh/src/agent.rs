@@ -66,8 +66,13 @@ pub(crate) struct Inner {
     pub(crate) peers_error: Mutex<Option<String>>,
     /// Readings of the list that failed.
     pub(crate) list_errors: AtomicU64,
+    /// Metric groups: the totals of peers no longer listed, by their group, and the groups
+    /// that have a series of their own (so group counters never go down).
+    pub(crate) groups: Mutex<crate::groups::Groups>,
     pub(crate) responder: Responder,
     pub(crate) epoch: Instant,
+    /// The instance id (the prober's), read without its lock.
+    id: u64,
     socket: UdpSocket,
     /// The server's access list: datagrams from elsewhere are dropped unread.
     permits: Permits,
@@ -112,7 +117,8 @@ impl Agent {
             }
             Err(e) => return Err(e),
         };
-        let mut prober = Prober::new(cfg.probe, random_id(), 0);
+        let id = random_id();
+        let mut prober = Prober::new(cfg.probe, id, 0);
         let allowed = peers.iter().map(|p| p.addr.ip()).collect();
         prober.set_peers(peers);
         Ok(Agent {
@@ -123,8 +129,10 @@ impl Agent {
                 pending: Mutex::new(None),
                 list_errors: AtomicU64::new(u64::from(first_error.is_some())),
                 peers_error: Mutex::new(first_error),
+                groups: Mutex::new(crate::groups::Groups::default()),
                 responder: Responder::default(),
                 epoch: Instant::now(),
+                id,
                 socket,
                 permits,
             }),
@@ -227,7 +235,13 @@ fn run_socket(a: &Inner, stop: &AtomicBool) {
         let wake = {
             let mut p = lock(&a.prober);
             if let Some(peers) = lock(&a.pending).take() {
-                p.set_peers(peers);
+                let gone = p.set_peers(peers);
+                if !gone.is_empty() {
+                    let mut g = lock(&a.groups);
+                    for (peer, totals) in gone {
+                        g.depart(&peer, &totals, &a.cfg.group_by);
+                    }
+                }
             }
             p.handle_timeout(now);
             while let Some((addr, h)) = p.poll_send(now) {
@@ -277,8 +291,8 @@ fn datagram(a: &Inner, b: &[u8], raw_from: SocketAddr, bucket: &mut Bucket, out:
     match h.kind {
         Type::Reply => lock(&a.prober).on_reply(from, &h, a.now()),
         Type::Probe => {
-            // With a key the tag was checked; without one only listed peers are answered.
-            if a.cfg.key.is_none() && !lock(&a.allowed).contains(&from.ip()) {
+            // Only listed peers are answered; with a key, only with a valid tag (checked above).
+            if !lock(&a.allowed).contains(&from.ip()) {
                 r.stranger.fetch_add(1, Ordering::Relaxed);
                 return;
             }
@@ -286,8 +300,7 @@ fn datagram(a: &Inner, b: &[u8], raw_from: SocketAddr, bucket: &mut Bucket, out:
                 r.rate.fetch_add(1, Ordering::Relaxed);
                 return;
             }
-            let id = lock(&a.prober).id();
-            h.reply(id).encode(a.cfg.key.as_ref(), out);
+            h.reply(a.id).encode(a.cfg.key.as_ref(), out);
             if a.socket.send_to(out, raw_from).is_ok() {
                 r.answered.fetch_add(1, Ordering::Relaxed);
             }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::view::AgentView;
 
-/// Largest view read (10,000 peers is about 3 MB).
+/// Largest view read (10,000 peers make about 1.5 MB).
 const MAX_VIEW: usize = 32 << 20;
 /// Agents asked at once.
 const BATCH: usize = 32;

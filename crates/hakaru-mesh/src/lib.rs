@@ -7,12 +7,14 @@
 //! - [`prober`]: which peer to probe when under the rate cap, losses, figures: a sans-IO
 //!   machine; [`stats`] its counters, buckets and window.
 //! - [`agent`]: the driver (the socket, the clock, the refresher) and the responder.
-//! - [`view`]: what an agent says at `GET /mesh` and its `hakaru_mesh_` metric families.
+//! - [`view`]: what an agent says at `GET /mesh` and its `hakaru_mesh_` metric families;
+//!   [`groups`] the series of a long list, per group of peers.
 //! - [`report`]: the matrix of every agent's view, the suspects, the text; [`fetch`] asks
 //!   the agents.
 
 pub mod agent;
 pub mod fetch;
+pub mod groups;
 pub mod peers;
 pub mod prober;
 pub mod report;

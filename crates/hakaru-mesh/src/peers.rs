@@ -170,8 +170,10 @@ fn check_label(k: &str, v: &str) -> Result<(), String> {
             "label name `{k}`: letters, digits and _ only, not starting with a digit"
         ));
     }
-    if RESERVED.contains(&k) {
-        return Err(format!("label name `{k}` is the agent's own"));
+    if RESERVED.contains(&k) || k.starts_with("__") {
+        return Err(format!(
+            "label name `{k}` is the agent's own (or Prometheus's)"
+        ));
     }
     if v.is_empty()
         || v.len() > MAX_LABEL_VALUE
@@ -215,6 +217,9 @@ pub fn parse_list(
         };
         let mut labels = Vec::new();
         for w in words {
+            if labels.len() == MAX_LABELS {
+                return Err(at(format!("more than {MAX_LABELS} labels")));
+            }
             let (k, v) = w
                 .split_once('=')
                 .ok_or_else(|| at(format!("`{w}` is not a key=value label")))?;
@@ -223,9 +228,6 @@ pub fn parse_list(
                 return Err(at(format!("label {k} given twice")));
             }
             labels.push((k.to_string(), v.to_string()));
-        }
-        if labels.len() > MAX_LABELS {
-            return Err(at(format!("{} labels; at most {MAX_LABELS}", labels.len())));
         }
         if let Some(dup) = out.iter().find(|q| q.addr == addr) {
             return Err(at(format!("{addr} is listed twice (also as {})", dup.name)));
@@ -273,6 +275,9 @@ mod tests {
         assert!(e("10.0.0.1 zone\n").contains("line 1: `zone` is not a key=value label"));
         assert!(e("10.0.0.1 9z=a\n").contains("label name `9z`"));
         assert!(e("10.0.0.1 peer=a\n").contains("the agent's own"));
+        assert!(e("10.0.0.1 __name__=a\n").contains("the agent's own"));
+        let many: String = (0..17).map(|i| format!(" k{i}=v")).collect();
+        assert!(e(&format!("10.0.0.1{many}\n")).contains("line 1: more than 16 labels"));
         assert!(e("10.0.0.1 a=\"x\"\n").contains("without quotes"));
         assert!(e("10.0.0.1:0\n").contains("`0` is not a port"));
         let p0 = parse_list("10.0.0.1\n", 0, 3, &no_dns).unwrap_err();

@@ -35,6 +35,8 @@ pub struct ProbeConfig {
 
 /// Most probes of one peer waiting for a reply: past it the oldest is counted lost.
 const MAX_OUTSTANDING: usize = 64;
+/// Most addresses remembered as this agent's own (its interfaces in the list).
+const MAX_SELVES: usize = 64;
 /// How late a sender may be and still send every probe that was due (50 ms).
 const CATCH_UP_NS: u64 = 50_000_000;
 /// Most results one peer's window keeps.
@@ -112,8 +114,9 @@ impl Prober {
         (ns(self.cycle(n)) / n as u64).max(1)
     }
 
-    /// The peer list now: figures of peers still listed are kept, those of others dropped.
-    pub fn set_peers(&mut self, peers: Vec<Peer>) {
+    /// The peer list now: figures of peers still listed are kept; the peers no longer listed
+    /// are dropped and returned with their totals (so sums over groups never go down).
+    pub fn set_peers(&mut self, peers: Vec<Peer>) -> Vec<(Peer, Totals)> {
         let window_cap =
             ((ns(self.cfg.window) / ns(self.cfg.interval).max(1)) as usize + 1).min(MAX_WINDOW);
         let mut next = HashMap::with_capacity(peers.len());
@@ -138,11 +141,15 @@ impl Prober {
             };
             next.insert(st.peer.addr, st);
         }
-        self.peers = next;
+        let gone = std::mem::replace(&mut self.peers, next)
+            .into_values()
+            .map(|st| (st.peer, st.totals))
+            .collect();
         self.order = order;
         if self.cursor >= self.order.len() {
             self.cursor = 0;
         }
+        gone
     }
 
     /// Addresses of the peers probed now.
@@ -209,39 +216,52 @@ impl Prober {
         ))
     }
 
-    /// A reply `h` from `from` arrived at `now`.
+    /// A reply `h` from `from` arrived at `now`. Only a listed peer's reply to one of this
+    /// agent's probes still waiting counts; anything else is counted as unmatched and leaves
+    /// no state.
     pub fn on_reply(&mut self, from: SocketAddr, h: &Header, now: u64) {
         if h.kind != Type::Reply || h.prober != self.id {
             self.unmatched += 1;
-            return;
-        }
-        if h.responder == self.id {
-            // The list names this agent: stop probing itself.
-            if !self.selves.contains(&from) {
-                self.selves.push(from);
-            }
-            let keep: Vec<Peer> = self
-                .order
-                .iter()
-                .filter_map(|a| self.peers.get(a).map(|s| s.peer.clone()))
-                .collect();
-            self.set_peers(keep);
             return;
         }
         let Some(st) = self.peers.get_mut(&from) else {
             self.unmatched += 1;
             return;
         };
-        match st.outstanding.iter().position(|&(s, _)| s == h.seq) {
-            Some(i) => {
-                let (_, sent) = st.outstanding.remove(i).unwrap_or_default();
-                let rtt = now.saturating_sub(sent);
-                st.totals.reply(rtt);
-                let us = (rtt / 1000).min(u64::from(u32::MAX)) as u32;
-                st.window.push(now, Some(us));
+        let Some(i) = st.outstanding.iter().position(|&(s, _)| s == h.seq) else {
+            if h.seq < st.next_seq && h.responder != self.id {
+                st.totals.late += 1;
+            } else {
+                self.unmatched += 1;
             }
-            None if h.seq < st.next_seq => st.totals.late += 1,
-            None => self.unmatched += 1,
+            return;
+        };
+        let (_, sent) = st.outstanding.remove(i).unwrap_or_default();
+        if h.responder == self.id {
+            // The list names this agent (its own probe came back): stop probing that address.
+            self.drop_self(from);
+            return;
+        }
+        let rtt = now.saturating_sub(sent);
+        st.totals.reply(rtt);
+        let us = (rtt / 1000).min(u64::from(u32::MAX)) as u32;
+        st.window.push(now, Some(us));
+    }
+
+    /// Takes `addr` off the list for good (this agent's own address).
+    fn drop_self(&mut self, addr: SocketAddr) {
+        if self.selves.len() < MAX_SELVES && !self.selves.contains(&addr) {
+            self.selves.push(addr);
+        }
+        self.peers.remove(&addr);
+        if let Some(i) = self.order.iter().position(|a| *a == addr) {
+            self.order.remove(i);
+            if i < self.cursor {
+                self.cursor -= 1;
+            }
+        }
+        if self.cursor >= self.order.len() {
+            self.cursor = 0;
         }
     }
 
@@ -415,6 +435,20 @@ mod tests {
         }
         assert_eq!(n, 3);
         assert_eq!(p.timeout(), Some(40 * MS));
+    }
+
+    #[test]
+    fn only_a_listed_peers_answer_to_a_waiting_probe_can_say_it_is_this_agent() {
+        let mut p = Prober::new(cfg(1000), 7, 0);
+        p.set_peers(vec![peer(1), peer(2)]);
+        let (a, h) = p.poll_send(0).unwrap();
+        // A forged "that is you" from a stranger, or for a probe never sent: ignored.
+        p.on_reply(peer(9).addr, &h.reply(7), MS);
+        let mut unsent = h.reply(7);
+        unsent.seq = 99;
+        p.on_reply(a, &unsent, MS);
+        assert_eq!(p.peer_count(), 2);
+        assert_eq!(p.unmatched, 2);
     }
 
     #[test]

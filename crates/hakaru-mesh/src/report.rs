@@ -67,6 +67,8 @@ pub struct Suspect {
 pub struct Asked {
     /// The name.
     pub host: String,
+    /// The address its agent was asked at (its mesh port), which the other agents probe.
+    pub addr: Option<std::net::SocketAddr>,
     /// The labels.
     pub labels: Vec<(String, String)>,
     /// The view.
@@ -98,17 +100,28 @@ fn pct(x: f64) -> String {
 pub fn build(asked: Vec<Asked>, t: Thresholds) -> MeshReport {
     let mut hosts = Vec::new();
     let mut pairs = Vec::new();
+    // The agents may name a peer otherwise than the report's list does (`IP:PORT` from DNS,
+    // `IP` in a file): pairs are joined on the address probed.
+    let by_addr: HashMap<String, String> = asked
+        .iter()
+        .filter_map(|a| Some((a.addr?.to_string(), a.host.clone())))
+        .collect();
     for a in asked {
         let (answered, error) = match a.view {
             Ok(v) => {
                 for p in v.peers {
+                    let dst = by_addr.get(&p.addr).cloned().unwrap_or(p.dst);
+                    // A host listed by an address it probes itself at: not a pair.
+                    if dst == a.host {
+                        continue;
+                    }
                     let probes = p.window_replied + p.window_lost;
                     let bad = probes > 0
                         && (p.loss.is_some_and(|l| l > t.loss)
                             || matches!((p.rtt_p99_us, t.rtt_p99_us), (Some(a), Some(b)) if a > b));
                     pairs.push(Pair {
                         src: a.host.clone(),
-                        dst: p.dst,
+                        dst,
                         rtt_p50_us: p.rtt_p50_us,
                         rtt_p99_us: p.rtt_p99_us,
                         loss: p.loss,
@@ -215,7 +228,7 @@ fn host_suspects(hosts: &[Host], pairs: &[Pair]) -> Vec<Suspect> {
     let mut out = Vec::new();
     let mut ranked = Vec::new();
     for (h, t) in hosts.iter().zip(&t) {
-        let (without, bad_without) = (total - t.n, all_bad - t.bad);
+        let (without, bad_without) = (total - t.n, all_bad.saturating_sub(t.bad));
         let evidence = format!(
             "{} of {} pairs with it are bad (mean loss to it {}, from it {}); pairs without it: {bad_without} of {without} bad",
             t.bad,
@@ -287,8 +300,8 @@ fn group_suspects(hosts: &[Host], pairs: &[Pair]) -> Vec<Suspect> {
             }
             let c = crossing.get(v).cloned().unwrap_or_default();
             let i = inside.get(v).cloned().unwrap_or_default();
-            let outside = measured.len() - c.n - i.n;
-            let bad_outside = all_bad - c.bad - i.bad;
+            let outside = measured.len().saturating_sub(c.n + i.n);
+            let bad_outside = all_bad.saturating_sub(c.bad + i.bad);
             // Against nothing (a group of all hosts but one) a group cannot stand out: the one
             // host outside it would be the suspect.
             if outside < 2 || !stands_out(c.bad, c.n, bad_outside, outside) {
@@ -435,6 +448,7 @@ mod tests {
         let lost = (loss * 100.0).round() as u64;
         PeerView {
             dst: dst.into(),
+            addr: String::new(),
             labels: Default::default(),
             sent: 100,
             lost,
@@ -475,6 +489,7 @@ mod tests {
                     .map(|&d| pv(d, if d == bad { loss } else { 0.0 }))
                     .collect();
                 Asked {
+                    addr: None,
                     host: h.to_string(),
                     labels: Vec::new(),
                     view: Ok(view(peers)),
@@ -507,6 +522,7 @@ mod tests {
                 let v: AgentView = serde_json::from_str(&text).unwrap();
                 parse += t.elapsed();
                 Asked {
+                    addr: None,
                     host: name(h),
                     labels: vec![("rack".into(), format!("r{}", h / 40))],
                     view: Ok(v),
@@ -549,6 +565,7 @@ mod tests {
                     })
                     .collect();
                 Asked {
+                    addr: None,
                     host: name(h),
                     labels: vec![("rack".into(), rack(h))],
                     view: Ok(view(peers)),
@@ -597,6 +614,46 @@ mod tests {
             r.suspects[0].reason
         );
         assert!(!r.hosts[4].answered);
+    }
+
+    #[test]
+    fn views_are_joined_on_the_address_whatever_the_agents_call_their_peers() {
+        // The agents name their peers `IP:PORT` (DNS), the report's list `IP`; host b is
+        // also listed by its own agent (a self pair), which is no pair.
+        let addr = |h: &str| -> std::net::SocketAddr {
+            format!("10.0.0.{}:5209", h.as_bytes()[0] - b'a' + 1)
+                .parse()
+                .unwrap()
+        };
+        let hosts = ["a", "b", "c"];
+        let asked = hosts
+            .iter()
+            .map(|&h| {
+                let peers = hosts
+                    .iter()
+                    .filter(|&&d| d != h || h == "b")
+                    .map(|&d| PeerView {
+                        addr: addr(d).to_string(),
+                        dst: addr(d).to_string(),
+                        ..pv(d, if d == "c" { 0.5 } else { 0.0 })
+                    })
+                    .collect();
+                Asked {
+                    host: h.to_string(),
+                    addr: Some(addr(h)),
+                    labels: Vec::new(),
+                    view: Ok(view(peers)),
+                }
+            })
+            .collect();
+        let r = build(asked, T);
+        assert_eq!(r.pairs.len(), 6, "{:?}", r.pairs);
+        assert!(r
+            .pairs
+            .iter()
+            .all(|p| hosts.contains(&p.src.as_str()) && hosts.contains(&p.dst.as_str())));
+        assert_eq!(r.suspects.len(), 1);
+        assert_eq!(r.suspects[0].host, "c");
     }
 
     #[test]

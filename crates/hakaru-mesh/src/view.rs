@@ -9,13 +9,16 @@ use serde::{Deserialize, Serialize};
 
 use crate::agent::Agent;
 use crate::prober::PeerFigures;
-use crate::stats::{Totals, BUCKETS_S};
+use crate::stats::BUCKETS_S;
 
 /// One peer as an agent sees it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PeerView {
     /// The peer's name in the list.
     pub dst: String,
+    /// The address probed (`IP:PORT`): the report joins views on it.
+    #[serde(default)]
+    pub addr: String,
     /// Its labels.
     pub labels: BTreeMap<String, String>,
     /// Probes sent since the agent started.
@@ -56,6 +59,7 @@ pub struct AgentView {
 fn peer_view(f: &PeerFigures) -> PeerView {
     PeerView {
         dst: f.peer.name.clone(),
+        addr: f.peer.addr.to_string(),
         labels: f.peer.labels.iter().cloned().collect(),
         sent: f.totals.sent,
         lost: f.totals.lost,
@@ -100,7 +104,7 @@ impl Agent {
             let p = lock(&a.prober);
             p.figures(a.now())
         };
-        let series = series(&figures, a.cfg.metrics_peers, &a.cfg.group_by);
+        let series = lock(&a.groups).series(&figures, a.cfg.metrics_peers, &a.cfg.group_by);
         let mut sent = MetricFamily::new(
             "hakaru_mesh_probes_sent_total",
             "Mesh probes sent, by peer (or peer group).",
@@ -171,80 +175,5 @@ impl Agent {
             .with(&[], r.answered.load(Ordering::Relaxed) as f64),
             refused,
         ]
-    }
-}
-
-/// The label sets and their totals: each peer (`peer` and its labels) when there are at
-/// most `per_peer` of them, else one set per value of `group_by` (`group`), the values past
-/// `per_peer` together as `other`.
-pub fn series(
-    figures: &[PeerFigures],
-    per_peer: usize,
-    group_by: &str,
-) -> Vec<(Vec<(String, String)>, Totals)> {
-    if figures.len() <= per_peer {
-        return figures
-            .iter()
-            .map(|f| {
-                let mut l = vec![("peer".to_string(), f.peer.name.clone())];
-                l.extend(f.peer.labels.iter().cloned());
-                (l, f.totals.clone())
-            })
-            .collect();
-    }
-    let mut groups: BTreeMap<String, Totals> = BTreeMap::new();
-    for f in figures {
-        let g = f.peer.label(group_by).unwrap_or("").to_string();
-        let key = if groups.contains_key(&g) || groups.len() < per_peer.max(1) {
-            g
-        } else {
-            "other".to_string()
-        };
-        groups.entry(key).or_default().add(&f.totals);
-    }
-    groups
-        .into_iter()
-        .map(|(g, t)| (vec![("group".to_string(), g)], t))
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::peers::Peer;
-    use crate::stats::WindowFigures;
-
-    fn fig(i: u8, zone: &str, sent: u64) -> PeerFigures {
-        PeerFigures {
-            peer: Peer {
-                name: format!("h{i}"),
-                addr: std::net::SocketAddr::from(([10, 0, 0, i], 1)),
-                labels: vec![("zone".into(), zone.into())],
-            },
-            totals: Totals {
-                sent,
-                ..Default::default()
-            },
-            window: WindowFigures::default(),
-        }
-    }
-
-    #[test]
-    fn series_per_peer_then_per_group() {
-        let f = vec![fig(1, "a", 1), fig(2, "a", 2), fig(3, "b", 4)];
-        let s = series(&f, 3, "zone");
-        assert_eq!(s.len(), 3);
-        assert_eq!(
-            s[0].0,
-            vec![("peer".into(), "h1".into()), ("zone".into(), "a".into())]
-        );
-        let s = series(&f, 2, "zone");
-        assert_eq!(s.len(), 2);
-        assert_eq!((s[0].0[0].1.as_str(), s[0].1.sent), ("a", 3));
-        assert_eq!((s[1].0[0].1.as_str(), s[1].1.sent), ("b", 4));
-        // Past the limit in groups too: the rest is `other`.
-        let s = series(&f, 1, "zone");
-        assert_eq!(s.len(), 2);
-        assert_eq!((s[1].0[0].1.as_str(), s[1].1.sent), ("other", 4));
     }
 }

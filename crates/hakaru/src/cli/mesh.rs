@@ -17,8 +17,8 @@ pub struct ServerFlags {
     /// server's /metrics (hakaru_mesh_ series) on the mesh port's TCP side. PEERS is a file
     /// (`HOST[:PORT] [key=value ...]` a line, `#` comments) or `dns:NAME[:PORT]` (every
     /// address of a name, e.g. a Kubernetes headless Service), read again every
-    /// --mesh-refresh. Without a key (--psk-file / HAKARU_PSK) only listed peers' probes are
-    /// answered; with one, only probes tagged with it (docs/mesh.md).
+    /// --mesh-refresh. Only listed peers' probes are answered, and with a key (--psk-file /
+    /// HAKARU_PSK) only those tagged with it (docs/mesh.md).
     #[arg(long, value_name = "PEERS")]
     pub mesh: Option<String>,
     /// The mesh port, UDP and TCP.
@@ -178,6 +178,7 @@ fn report_cmd(a: ReportArgs) -> anyhow::Result<()> {
             .zip(views)
             .map(|(p, view)| report::Asked {
                 host: p.name,
+                addr: Some(p.addr),
                 labels: p.labels,
                 view,
             })

