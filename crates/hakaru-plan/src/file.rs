@@ -13,7 +13,12 @@ pub struct PlanFile {
     #[serde(default)]
     pub defaults: Defaults,
     /// The machines, by name.
+    #[serde(default)]
     pub hosts: BTreeMap<String, HostSpec>,
+    /// Hosts from the mesh's peer list, reached through a launcher template; steps select
+    /// them with `@fleet` and `@KEY=VALUE` (docs/plan.md, "A fleet's hosts").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<crate::fleet::FleetSpec>,
     /// The steps, run in order (`[[step]]`).
     #[serde(rename = "step", default)]
     pub steps: Vec<StepSpec>,

@@ -11,6 +11,7 @@
 
 mod check;
 pub mod file;
+pub mod fleet;
 pub mod launch;
 #[cfg(test)]
 mod probe_tests;

@@ -76,7 +76,10 @@ fn load(file: &PathBuf) -> anyhow::Result<hakaru_plan::PlanFile> {
     // A plan file that cannot be read is a name on the command line that does not work.
     let text = std::fs::read_to_string(file)
         .map_err(|e| UsageError(format!("reading the plan {}: {e}", file.display())))?;
-    let plan = hakaru_plan::parse(&text)
+    let mut plan = hakaru_plan::parse(&text)
+        .map_err(|e| UsageError(format!("plan {}: {e}", file.display())))?;
+    let base = file.parent().unwrap_or(std::path::Path::new("."));
+    hakaru_plan::fleet::apply(&mut plan, base)
         .map_err(|e| UsageError(format!("plan {}: {e}", file.display())))?;
     let problems = hakaru_plan::check(&plan);
     for p in problems.iter().filter(|p| !p.fatal) {

@@ -458,3 +458,47 @@ fn a_plans_server_refuses_addresses_that_are_not_its_senders() {
     assert!(a["received_datagrams"].as_u64().unwrap() > 0, "{a}");
     no_hakaru_left(&b);
 }
+
+#[test]
+fn a_plan_takes_its_hosts_from_the_mesh_peer_list() {
+    let Some(b) = Bridge::setup(3, &[]) else {
+        return;
+    };
+    let s = Scratch::new("netns-fleet");
+    // The peers file the mesh agents would probe, with labels: the plan's hosts and its
+    // step's roles come from it, each host reached through its namespace.
+    let roles = ["rx", "tx", "tx"];
+    let peers: String = b
+        .members
+        .iter()
+        .zip(roles)
+        .map(|(m, r)| format!("{} role={r} ns={}\n", m.ip, m.ns))
+        .collect();
+    s.write("peers.txt", &peers);
+    let file = s.write(
+        "plan.toml",
+        "[fleet]\npeers = \"peers.txt\"\nnetns = \"{ns}\"\n\n[[step]]\nkind = \"tcp\"\nreceivers = [\"@role=rx\"]\nsenders = [\"@role=tx\"]\ntime = 2\n",
+    );
+    let (o, doc) = plan_run(
+        &mut Command::new(bin()),
+        &file,
+        &s.0.join("out.json"),
+        Duration::from_secs(120),
+    );
+    assert!(o.status.success(), "{}\n{}", stderr(&o), doc["errors"]);
+    let step = &doc["steps"][0];
+    let senders: Vec<&str> = step["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["sender"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        senders,
+        [b.members[1].ip.as_str(), b.members[2].ip.as_str()]
+    );
+    let a = agg(step, &b.members[0].ip);
+    assert_eq!(a["runs"], 2, "{a}");
+    assert!(a["received_bytes"].as_u64().unwrap() > 0, "{a}");
+    no_hakaru_left(&b);
+}
