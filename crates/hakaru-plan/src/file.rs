@@ -18,7 +18,7 @@ pub struct PlanFile {
     /// Hosts from the mesh's peer list, reached through a launcher template; steps select
     /// them with `@fleet` and `@KEY=VALUE` (docs/plan.md, "A fleet's hosts").
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fleet: Option<crate::fleet::FleetSpec>,
+    pub fleet: Option<FleetSpec>,
     /// The steps, run in order (`[[step]]`).
     #[serde(rename = "step", default)]
     pub steps: Vec<StepSpec>,
@@ -28,6 +28,24 @@ pub struct PlanFile {
     /// Labels saved with the run (as `--label KEY=VALUE`), added to those on the command line.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+}
+
+/// The `[fleet]` table: hosts from the mesh's peer list (expanded by the fleet module).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FleetSpec {
+    /// The peer list the mesh agents probe: a file (relative to the plan file), or
+    /// `dns:NAME[:PORT]`. Each peer becomes a host named by its address, with its labels.
+    pub peers: String,
+    /// The hosts' ssh destination, a template: `{address}`, `{name}` (the peer as the list
+    /// writes it) and `{KEY}` for any of its labels are replaced (`root@{address}`).
+    pub ssh: Option<String>,
+    /// Or an exec prefix, each word a template (`["kubectl", "exec", "-i", "{pod}", "--"]`).
+    pub exec: Option<Vec<String>>,
+    /// Or a network namespace of this machine, a template (`{ns}`).
+    pub netns: Option<String>,
+    /// Most hosts taken from the list (default 1000): a longer list is an error.
+    pub max_hosts: Option<u32>,
 }
 
 /// Plan-wide settings.

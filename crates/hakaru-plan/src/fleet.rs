@@ -7,30 +7,11 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use serde::{Deserialize, Serialize};
-
+pub use crate::file::FleetSpec;
 use crate::file::{HostSpec, PlanFile};
 
 /// Most hosts a fleet brings in unless `max_hosts` says otherwise.
 pub const DEFAULT_MAX_HOSTS: u32 = 1000;
-
-/// The `[fleet]` table.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct FleetSpec {
-    /// The peer list the mesh agents probe: a file (relative to the plan file), or
-    /// `dns:NAME[:PORT]`. Each peer becomes a host named by its address, with its labels.
-    pub peers: String,
-    /// The hosts' ssh destination, a template: `{address}`, `{name}` (the peer as the list
-    /// writes it) and `{KEY}` for any of its labels are replaced (`root@{address}`).
-    pub ssh: Option<String>,
-    /// Or an exec prefix, each word a template (`["kubectl", "exec", "-i", "{pod}", "--"]`).
-    pub exec: Option<Vec<String>>,
-    /// Or a network namespace of this machine, a template (`{ns}`).
-    pub netns: Option<String>,
-    /// Most hosts taken from the list (default 1000): a longer list is an error.
-    pub max_hosts: Option<u32>,
-}
 
 /// Fills `{address}`, `{name}` and `{KEY}` (a label) in `t`; a placeholder left over is an
 /// error naming it.
