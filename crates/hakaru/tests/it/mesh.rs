@@ -88,17 +88,7 @@ impl Agents {
 
     /// GET `path` from the agent on `ip`'s mesh port.
     pub fn get(&self, ip: &str, path: &str) -> String {
-        use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect((ip, self.port)).expect("connect");
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        write!(
-            s,
-            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut out = String::new();
-        let _ = s.read_to_string(&mut out);
-        out
+        http_get_at(ip, self.port, path)
     }
 }
 
