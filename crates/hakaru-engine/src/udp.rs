@@ -37,8 +37,10 @@ pub const QUIET: Duration = Duration::from_millis(100);
 /// How long a worker with receivers keeps polling its sockets without sleeping after the last
 /// datagram. At high packet rates the queue empties for microseconds at a time; sleeping then
 /// means a wake-up per datagram, which the sender's core pays for in the receive softirq
-/// (docs/performance-notes.md §3: a spinning receiver was 10-30 % faster). At low rates the
-/// spin ends soon after each datagram and the worker sleeps.
+/// (docs/performance-notes.md §3: a spinning receiver was 10-30 % faster). A worker spins
+/// only while datagrams come closer together than this: at low rates it sleeps between them,
+/// so a hundred slow tests on one server (a fleet's plan step) do not keep every CPU busy
+/// polling empty sockets.
 const SPIN: Duration = Duration::from_micros(200);
 
 /// Called once when every sender of this side is done, with (flow id, datagrams sent).
@@ -451,6 +453,8 @@ fn run_flows(s: &Shared, mine: Vec<usize>, pin: Option<usize>, used: &mut Used) 
     });
     let has_receivers = flows.iter().any(|f| matches!(f, Flow::Recv(_)));
     let mut last_received = Instant::now();
+    // Time between the last two receptions: no spinning until datagrams come close together.
+    let mut gap = Duration::MAX;
     while !flows.is_empty() {
         if s.abort.load(Ordering::Acquire) {
             return;
@@ -485,6 +489,7 @@ fn run_flows(s: &Shared, mine: Vec<usize>, pin: Option<usize>, used: &mut Used) 
                     Ok(moved) => {
                         progressed |= moved;
                         if moved {
+                            gap = now.duration_since(last_received);
                             last_received = now;
                         }
                         !moved && receiver_complete(s, rcv, peer_done, deadline, now)
@@ -505,7 +510,7 @@ fn run_flows(s: &Shared, mine: Vec<usize>, pin: Option<usize>, used: &mut Used) 
             }
             k += 1;
         }
-        if !progressed && has_receivers && now.duration_since(last_received) < SPIN {
+        if !progressed && has_receivers && gap < SPIN && now.duration_since(last_received) < SPIN {
             std::thread::yield_now();
             continue;
         }

@@ -112,6 +112,20 @@ pub struct Release {
     pub setup_ms: f64,
     /// Milliseconds the coordinator took to write `go` to every client.
     pub write_ms: f64,
+    /// How far ahead of writing `go` the release instant was, milliseconds: every client
+    /// waits for that instant by its own clock (0 in results of versions that released on
+    /// the line itself).
+    #[serde(default)]
+    pub lead_ms: f64,
+    /// The least time, milliseconds, by which a client's `go` came before the instant (by
+    /// its clock): what the lead had left. Absent when no client said (older versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub go_margin_ms: Option<f64>,
+    /// Clients whose `go` came after the instant (by their clock): they started as soon as
+    /// it came. A remote launcher slower than the lead, or a clock ahead of the
+    /// coordinator's.
+    #[serde(default)]
+    pub late: u32,
     /// Spread (latest minus earliest) of the instants the clients saw `go`, by their own
     /// wall clocks, milliseconds. Exact when the clients share a clock (one machine, netns);
     /// across machines it includes their clock offsets.

@@ -3,6 +3,10 @@
 
 use crate::file::{parse_secs, sweeps, HostSpec, Kind, PlanFile, StepSpec, Sweep};
 
+/// Most senders in one step: each runs a test against every receiver at once, and a server
+/// runs at most this many (its `--max-tests` limit).
+pub const MAX_SENDERS: u32 = 4096;
+
 /// A finding of [`check`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
@@ -120,6 +124,12 @@ fn step_hosts(plan: &PlanFile, s: &StepSpec, at: &str, fatal: &mut impl FnMut(St
     }
     if s.senders.is_empty() {
         fatal(format!("{at}: no senders"));
+    }
+    if s.senders.len() > MAX_SENDERS as usize {
+        fatal(format!(
+            "{at}: {} senders, more than the {MAX_SENDERS} tests a receiver's server runs at once (--max-tests); split the step",
+            s.senders.len()
+        ));
     }
     for (role, list) in [("receiver", &s.receivers), ("sender", &s.senders)] {
         for (j, h) in list.iter().enumerate() {

@@ -712,6 +712,36 @@ reverse = true
     }
 
     #[test]
+    fn a_step_has_at_most_as_many_senders_as_a_server_runs_tests() {
+        let n = crate::check::MAX_SENDERS as usize;
+        let hosts: String = (0..=n)
+            .map(|i| {
+                format!(
+                    "[hosts.h{i}]\naddress = \"10.9.{}.{}\"\nnetns = \"h{i}\"\n",
+                    i / 250,
+                    i % 250 + 1
+                )
+            })
+            .collect();
+        let step = |k: usize| {
+            let senders: Vec<String> = (1..=k).map(|i| format!("\"h{i}\"")).collect();
+            format!(
+                "[[step]]\nkind = \"pps\"\nreceivers = [\"h0\"]\nsenders = [{}]\n",
+                senders.join(", ")
+            )
+        };
+        let ok = fatal(&format!("{hosts}{}", step(n)));
+        assert!(ok.is_empty(), "{:?}", ok.first());
+        let f = fatal(&format!("{hosts}{}", step(n + 1)));
+        assert!(
+            f.iter()
+                .any(|m| m.contains("4097 senders, more than the 4096")),
+            "{:?}",
+            f.first()
+        );
+    }
+
+    #[test]
     fn check_names_each_problem() {
         let base = "[hosts.r]\naddress = \"10.1.1.1\"\nnetns = \"r\"\n[hosts.s]\nnetns = \"s\"\n";
         let f = fatal(&format!(

@@ -97,7 +97,22 @@ pub fn ready(at_unix: f64) -> String {
     line("ready", AtData { at_unix })
 }
 
-/// The `released` event of a synchronised start: `go` arrived; the test starts now.
-pub fn released(at_unix: f64) -> String {
-    line("released", AtData { at_unix })
+#[derive(Serialize)]
+struct ReleasedData {
+    at_unix: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    go_ahead_ms: Option<f64>,
+}
+
+/// The `released` event of a synchronised start: `go` arrived (or its instant came); the test
+/// starts now. `go_ahead_ms`: for `go AT`, how long before the instant the line arrived
+/// (negative: after it).
+pub fn released(at_unix: f64, go_ahead_ms: Option<f64>) -> String {
+    line(
+        "released",
+        ReleasedData {
+            at_unix,
+            go_ahead_ms,
+        },
+    )
 }

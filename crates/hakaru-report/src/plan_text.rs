@@ -68,8 +68,15 @@ pub fn step_heading(
 
 /// How well the start was synchronised.
 pub fn release_line(r: &Release) -> String {
+    let late = match r.late {
+        0 => String::new(),
+        n => format!(
+            " ({n} had their `go` after the instant {:.0} ms ahead: a slow launcher or a clock ahead)",
+            r.lead_ms
+        ),
+    };
     format!(
-        "  released {} client(s) after {:.0} ms of set-up: skew {:.2} ms by their clocks, acknowledgements within {:.2} ms\n",
+        "  released {} client(s) after {:.0} ms of set-up: skew {:.2} ms by their clocks{late}, acknowledgements within {:.2} ms\n",
         r.clients, r.setup_ms, r.skew_ms, r.ack_spread_ms
     )
 }

@@ -20,6 +20,7 @@ use hakaru_model::plan::{
 };
 use hakaru_model::rfc3339_utc;
 
+use crate::check::MAX_SENDERS;
 use crate::file::{parse_secs, PlanFile, Step};
 use hosts::{prepare_hosts, sources_of, Ready};
 use search::run_search;
@@ -223,6 +224,7 @@ fn start_servers(
             bind,
             allow,
             max_duration: server_cap(steps, name, set.setup),
+            max_tests: server_tests(steps, name),
         };
         let mut started = start_server(name, &ready[name], &server, &servers.key);
         if let (Ok(Started::NotHere(why)), Some(ip)) = (&started, bind) {
@@ -352,6 +354,21 @@ fn server_cap(steps: &[Step], receiver: &str, setup: Duration) -> Duration {
         + setup
 }
 
+/// Most tests the plan's server on `receiver` runs at once: a step starts one client per
+/// sender against each of its receivers. At least the server's own default (64), at most its
+/// flag's limit (`plan check` refuses a step with more senders).
+fn server_tests(steps: &[Step], receiver: &str) -> u32 {
+    let most = steps
+        .iter()
+        .filter(|s| s.receivers.iter().any(|r| r == receiver))
+        .map(|s| s.senders.len())
+        .max()
+        .unwrap_or(0);
+    u32::try_from(most)
+        .unwrap_or(u32::MAX)
+        .clamp(64, MAX_SENDERS)
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -432,6 +449,7 @@ timeout = 10
             bind: Some("10.0.0.1".parse().unwrap()),
             allow,
             max_duration: server_cap(&steps, "rx", DEFAULT_SETUP),
+            max_tests: server_tests(&steps, "rx"),
         };
         let server = server_argv("/h/hakaru", &spec);
         let client = client_argv(&plan, &steps[0], "/h/hakaru", (0, 0), true);
@@ -498,12 +516,21 @@ timeout = 10
                 bind: Some("10.0.0.1".parse().unwrap()),
                 allow: rx,
                 max_duration: cap,
+                max_tests: server_tests(&steps, "rx"),
             },
         );
         assert_eq!(
             argv.join(" "),
-            "/h/hakaru server -B 10.0.0.1 -p 5300 --exit-on-stdin-eof --psk-file - --max-duration 126 --max-tests-per-client 4096 --allow 10.0.0.2 --allow 10.0.0.3"
+            "/h/hakaru server -B 10.0.0.1 -p 5300 --exit-on-stdin-eof --psk-file - --max-duration 126 --max-tests-per-client 4096 --max-tests 64 --allow 10.0.0.2 --allow 10.0.0.3"
         );
+        // A fleet's step with 100 senders into rx: its server runs 100 tests at once, past
+        // the default of 64; a receiver in no step keeps the default.
+        let mut wide = steps.clone();
+        wide[0].senders = (0..100).map(|i| format!("h{i}")).collect();
+        assert_eq!(server_tests(&wide, "rx"), 100);
+        assert_eq!(server_tests(&wide, "nobody"), 64);
+        wide[0].senders = (0..5000).map(|i| format!("h{i}")).collect();
+        assert_eq!(server_tests(&wide, "rx"), MAX_SENDERS);
         // A sender with no address that is not on this machine cannot be placed.
         let mut p = plan.clone();
         p.hosts.get_mut("pod").unwrap().address = None;

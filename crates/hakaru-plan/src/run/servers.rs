@@ -46,6 +46,8 @@ pub(super) struct ServerSpec {
     pub(super) allow: Vec<IpAddr>,
     /// `--max-duration`.
     pub(super) max_duration: Duration,
+    /// `--max-tests`: the most clients one step runs against this receiver at once.
+    pub(super) max_tests: u32,
 }
 
 /// The server's command line: bound to the receiver's address, open only to the plan's
@@ -67,6 +69,10 @@ pub(super) fn server_argv(hakaru: &str, spec: &ServerSpec) -> Vec<String> {
         // decides how many tests this server runs, not the per-address default.
         "--max-tests-per-client".into(),
         "4096".into(),
+        // A step runs one client per sender against each receiver: a fleet's step may run
+        // more than the server's default of 64 at once.
+        "--max-tests".into(),
+        spec.max_tests.to_string(),
     ]);
     for ip in &spec.allow {
         argv.extend(["--allow".into(), ip.to_string()]);

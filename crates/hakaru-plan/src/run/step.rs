@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin};
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use hakaru_model::plan::{
     add_record, aggregate, spread_ms, timeline, PlanRun, Release, RunRef, StepResult, TimelineRow,
@@ -17,11 +17,13 @@ use super::hosts::Ready;
 use super::servers::{spawn_piped, tail, Servers};
 use super::{port_of, step_limit, Options, PlanObserver, GRACE, SERVER_EXIT_WAIT};
 use crate::file::{PlanFile, Step};
+use crate::launch::Launcher;
 
 /// What a client's reader thread reports.
 pub(super) enum Ev {
     Ready,
-    Released(f64),
+    /// The client's release instant, and how long before the step's instant its `go` came.
+    Released(f64, Option<f64>),
     Interval(Box<IntervalRecord>),
     End(Box<RunResult>),
     Error(String),
@@ -38,6 +40,8 @@ pub(super) struct Client {
     pub(super) stderr: Arc<Mutex<String>>,
     pub(super) ready: bool,
     pub(super) released_at: Option<f64>,
+    /// How long before the release instant its `go` arrived (by its clock).
+    pub(super) go_ahead_ms: Option<f64>,
     pub(super) ack: Option<Instant>,
     pub(super) result: Option<RunResult>,
     pub(super) error: Option<String>,
@@ -111,6 +115,7 @@ pub(super) fn spawn_client(
         stderr,
         ready: false,
         released_at: None,
+        go_ahead_ms: None,
         ack: None,
         result: None,
         error: None,
@@ -162,7 +167,12 @@ pub(super) fn parse_event(line: &str) -> Option<Ev> {
     let env: Envelope = serde_json::from_str(line).ok()?;
     Some(match env.kind.as_str() {
         "ready" => Ev::Ready,
-        "released" => Ev::Released(env.data.get("at_unix")?.as_f64()?),
+        "released" => Ev::Released(
+            env.data.get("at_unix")?.as_f64()?,
+            env.data
+                .get("go_ahead_ms")
+                .and_then(serde_json::Value::as_f64),
+        ),
         "interval" => Ev::Interval(Box::new(serde_json::from_value(env.data).ok()?)),
         "end" => match serde_json::from_value(env.data) {
             Ok(r) => Ev::End(Box::new(r)),
@@ -226,7 +236,12 @@ pub(super) fn run_step(
         }
     } else {
         // 2. Release, 3. collect until every client has ended.
-        let (release, shown) = run.release_and_collect(setup_ms, obs);
+        let remote = step
+            .senders
+            .iter()
+            .any(|h| !matches!(ready[h].launcher, Launcher::Local | Launcher::Netns(_)));
+        let lead = release_lead(run.clients.len(), remote);
+        let (release, shown) = run.release_and_collect(setup_ms, lead, obs);
         sr.release = Some(release);
         emitted = shown;
     }
@@ -341,16 +356,24 @@ impl Running<'_> {
         called_off
     }
 
-    /// Says `go` to every client back to back, then collects their records until every one
-    /// has ended (or been told to stop and had its grace time), showing each interval's row
-    /// once every client still running has reported past it. Returns the release and the
-    /// number of rows shown.
-    fn release_and_collect(&mut self, setup_ms: f64, obs: &mut dyn PlanObserver) -> (Release, u32) {
+    /// Says `go AT` to every client back to back, AT being `lead` from now by the wall clock,
+    /// then collects their records until every one has ended (or been told to stop and had
+    /// its grace time), showing each interval's row once every client still running has
+    /// reported past it. Returns the release and the number of rows shown.
+    fn release_and_collect(
+        &mut self,
+        setup_ms: f64,
+        lead: Duration,
+        obs: &mut dyn PlanObserver,
+    ) -> (Release, u32) {
         let w0 = Instant::now();
+        let at = unix_now() + lead.as_secs_f64();
+        let go = format!("go {at:.6}");
         for c in &mut self.clients {
-            c.say("go");
+            c.say(&go);
         }
         let write_ms = w0.elapsed().as_secs_f64() * 1000.0;
+        let sent = Sent { lead, write_ms };
         let limit = step_limit(self.step);
         let started = Instant::now();
         let mut stopped_at: Option<Instant> = None;
@@ -384,7 +407,7 @@ impl Running<'_> {
                 handle(&mut self.clients[i], ev, Some(Instant::now()));
             }
             if released.is_none() && self.clients.iter().all(|c| c.ack.is_some() || c.eof) {
-                let rel = release(&self.clients, setup_ms, write_ms);
+                let rel = release(&self.clients, setup_ms, &sent);
                 obs.on_release(self.step, &rel);
                 released = Some(rel);
             }
@@ -405,7 +428,7 @@ impl Running<'_> {
                 emitted += 1;
             }
         }
-        let release = released.unwrap_or_else(|| release(&self.clients, setup_ms, write_ms));
+        let release = released.unwrap_or_else(|| release(&self.clients, setup_ms, &sent));
         (release, emitted)
     }
 
@@ -483,8 +506,9 @@ pub(super) fn in_plan_order(row: &TimelineRow, clients: &[Client]) -> TimelineRo
 pub(super) fn handle(c: &mut Client, ev: Ev, at: Option<Instant>) {
     match ev {
         Ev::Ready => c.ready = true,
-        Ev::Released(t) => {
+        Ev::Released(t, ahead) => {
             c.released_at = Some(t);
+            c.go_ahead_ms = ahead;
             c.ack = at.or(Some(Instant::now()));
         }
         Ev::Interval(rec) => c.last_index = Some(rec.index),
@@ -494,7 +518,35 @@ pub(super) fn handle(c: &mut Client, ev: Ev, at: Option<Instant>) {
     }
 }
 
-pub(super) fn release(clients: &[Client], setup_ms: f64, write_ms: f64) -> Release {
+/// How far ahead of the `go` lines a step's release instant is: time for the last client to
+/// have read its line (each is woken in turn, a fraction of a millisecond apart on a busy
+/// machine), and for a remote launcher's channel to carry it. Clients wait at most a second
+/// for an instant (a host whose clock is behind holds its start back no longer).
+pub(super) fn release_lead(clients: usize, remote: bool) -> Duration {
+    let lead = Duration::from_millis(20)
+        + Duration::from_micros(500) * u32::try_from(clients).unwrap_or(u32::MAX).min(2000)
+        + if remote {
+            Duration::from_millis(100)
+        } else {
+            Duration::ZERO
+        };
+    lead.min(Duration::from_secs(1))
+}
+
+/// What the coordinator said at a release: how far ahead the instant was, and how long the
+/// writing took.
+pub(super) struct Sent {
+    pub(super) lead: Duration,
+    pub(super) write_ms: f64,
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+pub(super) fn release(clients: &[Client], setup_ms: f64, sent: &Sent) -> Release {
     let at: Vec<f64> = clients.iter().filter_map(|c| c.released_at).collect();
     let first = clients.iter().filter_map(|c| c.ack).min();
     let acks: Vec<f64> = clients
@@ -505,7 +557,16 @@ pub(super) fn release(clients: &[Client], setup_ms: f64, write_ms: f64) -> Relea
     Release {
         clients: at.len() as u32,
         setup_ms,
-        write_ms,
+        write_ms: sent.write_ms,
+        lead_ms: sent.lead.as_secs_f64() * 1000.0,
+        go_margin_ms: clients
+            .iter()
+            .filter_map(|c| c.go_ahead_ms)
+            .min_by(f64::total_cmp),
+        late: clients
+            .iter()
+            .filter(|c| c.go_ahead_ms.is_some_and(|a| a < 0.0))
+            .count() as u32,
         skew_ms: spread_ms(&at),
         ack_spread_ms: spread_ms(&acks),
     }

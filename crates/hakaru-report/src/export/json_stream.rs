@@ -65,7 +65,7 @@ impl Live for StreamLive {
             LiveItem::Interval(rec) => jsonl::interval(rec),
             LiveItem::Error(message) => jsonl::error(message),
             LiveItem::Ready(at) => jsonl::ready(*at),
-            LiveItem::Released(at) => jsonl::released(*at),
+            LiveItem::Released(at, ahead) => jsonl::released(*at, *ahead),
             LiveItem::Trial { trial, .. } => jsonl::event("trial", trial),
             LiveItem::PlanHost(h) => jsonl::event("host", h),
             LiveItem::PlanNote(message) => {

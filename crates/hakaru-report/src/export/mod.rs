@@ -202,8 +202,9 @@ pub enum LiveItem<'a> {
     Error(&'a str),
     /// `--sync-start`: set up, waiting for `go` (Unix seconds).
     Ready(f64),
-    /// `--sync-start`: `go` arrived (Unix seconds).
-    Released(f64),
+    /// `--sync-start`: released (Unix seconds), and for `go AT` how many milliseconds before
+    /// the instant the line arrived.
+    Released(f64, Option<f64>),
     /// A `--find-max` search starts.
     SearchStart {
         kind: &'a str,

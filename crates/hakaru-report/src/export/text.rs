@@ -120,7 +120,7 @@ impl Live for TextLive {
             } => self.start(spec, server, *embedded),
             LiveItem::Interval(rec) => self.interval(rec),
             LiveItem::Error(_) | LiveItem::Ready(_) | LiveItem::PlanNote(_) => return None,
-            LiveItem::Released(_) => String::new(),
+            LiveItem::Released(..) => String::new(),
             LiveItem::SearchStart {
                 kind,
                 server,

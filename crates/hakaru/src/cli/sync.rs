@@ -1,9 +1,14 @@
 //! `--sync-start`: a client that sets its test up, says so, and waits for a coordinator
 //! (`hakaru plan`, or any script) to release it by writing `go` on its standard input.
 //!
-//! Standard input is the coordinator's line: `go` releases the start, `stop` ends the test as
-//! Ctrl-C would, and its end (the coordinator or its launcher went away) does the same, so a
-//! client never outlives the run that started it.
+//! Standard input is the coordinator's line: `go` releases the start, `go AT` releases it at
+//! the wall-clock instant AT (Unix seconds; waited for at most [`MAX_WAIT`]), `stop` ends the
+//! test as Ctrl-C would, and its end (the coordinator or its launcher went away) does the
+//! same, so a client never outlives the run that started it.
+//!
+//! `go AT` is how `hakaru plan` releases many clients together: writing `go` to a hundred
+//! clients and having each woken in turn spreads their starts over tens of milliseconds on a
+//! busy machine, while a hundred sleepers woken at one instant start within a few.
 
 use std::io::BufRead;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,10 +23,44 @@ use crate::output::{self, Format};
 /// Longest a set-up test waits for its `go` (the server's own limit is 120 s).
 const HOLD_LIMIT: Duration = Duration::from_secs(110);
 
+/// Longest a `go AT` waits for its instant: a host whose clock is behind the coordinator's
+/// never holds its start back longer than this.
+const MAX_WAIT: Duration = Duration::from_secs(1);
+
+/// A line of standard input: `go`, `go AT`, `stop`, or something else (None).
+#[derive(Debug, PartialEq)]
+enum Line {
+    Go(Option<f64>),
+    Stop,
+    Blank,
+}
+
+fn parse_line(line: &str) -> Option<Line> {
+    let mut words = line.split_whitespace();
+    let line = match (words.next(), words.next(), words.next()) {
+        (None, ..) => Line::Blank,
+        (Some("go"), None, _) => Line::Go(None),
+        (Some("go"), Some(at), None) => Line::Go(Some(
+            at.parse::<f64>()
+                .ok()
+                .filter(|t| t.is_finite() && *t > 0.0)?,
+        )),
+        (Some("stop"), None, _) => Line::Stop,
+        _ => return None,
+    };
+    Some(line)
+}
+
+/// How long to wait for the instant `at` (Unix seconds) when the clock reads `now`: not at
+/// all once it is past, at most [`MAX_WAIT`].
+fn wait_for(at: f64, now: f64) -> Duration {
+    Duration::from_secs_f64((at - now).clamp(0.0, MAX_WAIT.as_secs_f64()))
+}
+
 /// Starts reading standard input and returns the gate a client passes before it starts.
 /// `stop` is the test's stop flag: `stop` or the end of input sets it.
 pub fn gate(format: Format, stop: Arc<AtomicBool>) -> StartGate {
-    let (tx, rx) = mpsc::channel::<Result<(), String>>();
+    let (tx, rx) = mpsc::channel::<Result<Option<f64>, String>>();
     std::thread::Builder::new()
         .name("hakaru-sync".into())
         .spawn(move || {
@@ -29,20 +68,21 @@ pub fn gate(format: Format, stop: Arc<AtomicBool>) -> StartGate {
             let mut why = "standard input closed before `go`".to_string();
             for line in std::io::stdin().lock().lines() {
                 let Ok(line) = line else { break };
-                match line.trim() {
-                    "go" if !released => {
+                match parse_line(&line) {
+                    Some(Line::Go(at)) if !released => {
                         released = true;
-                        if tx.send(Ok(())).is_err() {
+                        if tx.send(Ok(at)).is_err() {
                             break;
                         }
                     }
-                    "stop" => {
+                    Some(Line::Stop) => {
                         why = "told to stop before `go`".into();
                         break;
                     }
-                    "" | "go" => {}
-                    other => eprintln!(
-                        "hakaru: ignored `{other}` on standard input (--sync-start reads `go` or `stop`)"
+                    Some(Line::Blank | Line::Go(_)) => {}
+                    None => eprintln!(
+                        "hakaru: ignored `{}` on standard input (--sync-start reads `go`, `go UNIX_SECONDS` or `stop`)",
+                        line.trim()
                     ),
                 }
             }
@@ -63,8 +103,14 @@ pub fn gate(format: Format, stop: Arc<AtomicBool>) -> StartGate {
             .lock()
             .map_err(|_| "the start gate is poisoned".to_string())?;
         match rx.recv_timeout(HOLD_LIMIT) {
-            Ok(Ok(())) => {
-                if let Some(s) = live.item(&LiveItem::Released(hakaru_engine::sys::now_unix())) {
+            Ok(Ok(at)) => {
+                let ahead = at.map(|at| {
+                    let now = hakaru_engine::sys::now_unix();
+                    std::thread::sleep(wait_for(at, now));
+                    (at - now) * 1000.0
+                });
+                let now = hakaru_engine::sys::now_unix();
+                if let Some(s) = live.item(&LiveItem::Released(now, ahead)) {
                     output::out(&s);
                 }
                 Ok(())
@@ -79,4 +125,34 @@ pub fn gate(format: Format, stop: Arc<AtomicBool>) -> StartGate {
             }
         }
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_of_the_coordinator() {
+        assert_eq!(parse_line("go"), Some(Line::Go(None)));
+        assert_eq!(parse_line(" go \r"), Some(Line::Go(None)));
+        assert_eq!(
+            parse_line("go 1764000000.125"),
+            Some(Line::Go(Some(1_764_000_000.125)))
+        );
+        assert_eq!(parse_line("stop"), Some(Line::Stop));
+        assert_eq!(parse_line("  "), Some(Line::Blank));
+        for bad in [
+            "go now", "go -1", "go NaN", "go inf", "go 1 2", "gone", "stop 3",
+        ] {
+            assert_eq!(parse_line(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn an_instant_is_waited_for_but_never_past_the_cap() {
+        assert_eq!(wait_for(100.25, 100.0), Duration::from_millis(250));
+        assert_eq!(wait_for(99.0, 100.0), Duration::ZERO);
+        // A clock far behind the coordinator's holds the start back by the cap only.
+        assert_eq!(wait_for(500.0, 100.0), MAX_WAIT);
+    }
 }

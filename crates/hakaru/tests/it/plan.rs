@@ -495,6 +495,50 @@ fn sync_start_waits_for_go_and_stops_on_end_of_input() {
         assert!(pos("released") < pos("interval"), "{kinds:?}");
         assert_eq!(kinds.last().map(String::as_str), Some("end"));
     }
+    // With `go AT`, it waits for the instant by its clock and says how early the line came.
+    let mut child = hakaru()
+        .args([
+            "pps",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-t",
+            "1",
+            "--json-stream",
+            "--sync-start",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        let at = now + 0.4;
+        stdin.write_all(format!("go {at:.6}\n").as_bytes()).unwrap();
+        let o = wait_child(child, Duration::from_secs(30));
+        drop(stdin);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let out = String::from_utf8_lossy(&o.stdout);
+        let rel = out
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|v| v["type"] == "released")
+            .expect("a released event");
+        let released = rel["data"]["at_unix"].as_f64().unwrap();
+        assert!(
+            released >= at,
+            "released at {released}, before the instant {at}"
+        );
+        let ahead = rel["data"]["go_ahead_ms"].as_f64().unwrap();
+        assert!(ahead > 0.0 && ahead <= 400.0, "{rel}");
+    }
     // Refused by name where it cannot work.
     let o = run(&["quick", "--sync-start"], Duration::from_secs(10));
     assert_eq!(o.status.code(), Some(2));

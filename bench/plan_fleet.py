@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""hakaru plan across a fleet: release skew and the coordinator's CPU with 100 hosts.
+
+Usage (root): python3 bench/plan_fleet.py [--hosts 100] [--steps 10] [--write docs/BENCHMARKS.md]
+
+Builds --hosts network namespaces on one bridge (198.19.201.0/24, inside namespaces this
+script creates and deletes) and a peers file in the mesh's format (docs/mesh.md) naming them,
+one labelled `role=rx` and the rest `role=tx`, each with its namespace as a label. The plan
+takes its hosts from that file with `[fleet]` (`netns = "{ns}"`), exactly as a fleet's plan
+takes them from its agents' peer list, and runs --steps steps of `hakaru pps` (100 datagrams a
+second, 300 ms) from every `@role=tx` host into the `@role=rx` one: hosts - 1 clients
+released together per step.
+
+Reported, from the plan's JSON and /proc:
+- each step's `release`: `skew_ms` (spread of the instants the clients were released, by their
+  clocks: exact here, one machine), `ack_spread_ms` (spread of their acknowledgements at the
+  coordinator), `setup_ms` (start of the step until the last client was ready) and
+  `go_margin_ms` (the least time by which a client's `go AT` line came before the instant AT);
+  median and maximum over the steps;
+- the coordinator's own CPU time (utime + stime of the `hakaru plan run` process, read from
+  /proc while it is a zombie, so without the clients it started), in all and per host per
+  step, and the run's wall time.
+Every process is stopped by its PID; the namespaces are deleted at the end, also on failure.
+"""
+import argparse, json, os, signal, statistics, subprocess, sys, tempfile, time
+
+from benchlib import write_block
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TARGET_DIR = os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target")
+HAKARU = os.path.join(TARGET_DIR, "release", "hakaru")
+HEADING = "## Plans across a fleet: 100 hosts"
+PREFIX = f"hkf{os.getpid() % 10000}"
+NET = "198.19.201"
+CLK = os.sysconf("SC_CLK_TCK")
+
+
+def sh(*args, check=True):
+    return subprocess.run(args, check=check, capture_output=True, text=True, timeout=60)
+
+
+def build(n):
+    hub = f"{PREFIX}-hub"
+    names = [hub]
+    sh("ip", "netns", "add", hub)
+    sh("ip", "-n", hub, "link", "add", "br0", "type", "bridge")
+    sh("ip", "-n", hub, "link", "set", "br0", "up")
+    members = []
+    for i in range(n):
+        ns = f"{PREFIX}-m{i}"
+        sh("ip", "netns", "add", ns)
+        names.append(ns)
+        sh("ip", "-n", hub, "link", "add", f"p{i}", "type", "veth", "peer", "name", "eth0", "netns", ns)
+        sh("ip", "-n", hub, "link", "set", f"p{i}", "master", "br0", "up")
+        sh("ip", "-n", ns, "addr", "add", f"{NET}.{i + 1}/24", "dev", "eth0")
+        sh("ip", "-n", ns, "link", "set", "lo", "up")
+        sh("ip", "-n", ns, "link", "set", "dev", "eth0", "up")
+        members.append((ns, f"{NET}.{i + 1}"))
+    return names, members
+
+
+def teardown(names):
+    for ns in names:
+        for p in sh("ip", "netns", "pids", ns, check=False).stdout.split():
+            try:
+                os.kill(int(p), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
+        sh("ip", "netns", "del", ns, check=False)
+
+
+def own_cpu(pid):
+    """utime + stime of `pid` alone (fields 14 and 15 of /proc/PID/stat), in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK
+
+
+def run(members, steps):
+    with tempfile.TemporaryDirectory() as d:
+        with open(os.path.join(d, "peers.txt"), "w") as f:
+            for i, (ns, ip) in enumerate(members):
+                f.write(f"{ip} role={'rx' if i == 0 else 'tx'} ns={ns}\n")
+        path = os.path.join(d, "plan.toml")
+        out = os.path.join(d, "out.json")
+        with open(path, "w") as f:
+            f.write(
+                f'[fleet]\npeers = "peers.txt"\nnetns = "{{ns}}"\n\n'
+                f'[[step]]\nkind = "pps"\nreceivers = ["@role=rx"]\nsenders = ["@role=tx"]\n'
+                f'parallel = 1\nrate = 100\ntime = "300ms"\nrepeat = {steps}\n')
+        t0 = time.monotonic()
+        p = subprocess.Popen([HAKARU, "plan", "run", path, "--json", "-o", out],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            # Wait for the exit without reaping, so /proc still has the coordinator's own times.
+            os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)
+            wall = time.monotonic() - t0
+            cpu = own_cpu(p.pid)
+        finally:
+            if p.poll() is None:
+                p.kill()
+            _, err = p.communicate(timeout=60)
+        doc = json.load(open(out))
+        if p.returncode != 0:
+            sys.exit(f"plan failed ({p.returncode}): {doc.get('errors')} {err[-2000:]}")
+        return doc, cpu, wall
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--hosts", type=int, default=100)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--write")
+    a = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("needs root (network namespaces)")
+    if not 2 <= a.hosts <= 250:
+        sys.exit("--hosts: 2 to 250")
+    names, members = build(a.hosts)
+    try:
+        doc, cpu, wall = run(members, a.steps)
+    finally:
+        teardown(names)
+    rel = [s["release"] for s in doc["steps"]]
+    clients = [len(s["runs"]) for s in doc["steps"]]
+    if any(c != a.hosts - 1 for c in clients):
+        sys.exit(f"a step ran {clients} clients, not {a.hosts - 1} each")
+    skews = [r["skew_ms"] for r in rel]
+    margins = [r["go_margin_ms"] for r in rel]
+    late = sum(r["late"] for r in rel)
+    lead = rel[0]["lead_ms"]
+    acks = [r["ack_spread_ms"] for r in rel]
+    setups = [r["setup_ms"] for r in rel]
+    per_host_step = cpu / a.hosts / a.steps * 1000
+    kernel = os.uname().release
+    block = (
+        f"Command: `python3 bench/plan_fleet.py --hosts {a.hosts} --steps {a.steps} --write docs/BENCHMARKS.md`"
+        f" (as root; {time.strftime('%Y-%m-%d')}; kernel {kernel}, {os.cpu_count()} CPUs)\n\n"
+        f"{a.hosts} network namespaces on one bridge, the plan's hosts taken from a peers file with `[fleet]`"
+        f" (`netns = \"{{ns}}\"`); each of {a.steps} steps releases {a.hosts - 1} `hakaru pps` clients"
+        f" (100 datagrams/s, 300 ms) into one receiver.\n\n"
+        f"| figure | median | max | goal |\n|---|---|---|---|\n"
+        f"| release skew, {a.hosts - 1} clients, by the clients' clocks, ms | {statistics.median(skews):.3f} | {max(skews):.3f} | < 5 ms |\n"
+        f"| spread of the `released` acknowledgements at the coordinator, ms | {statistics.median(acks):.3f} | {max(acks):.3f} | |\n"
+        f"| set-up until every client was ready, ms | {statistics.median(setups):.0f} | {max(setups):.0f} | |\n"
+        f"| least time a client's `go {{instant}}` came before the instant ({lead:.1f} ms lead), ms | {statistics.median(margins):.2f} | min {min(margins):.2f} | > 0 |\n\n"
+        f"Clients whose `go` came after the instant: {late} of {sum(clients)}.\n\n"
+        f"The coordinator (`hakaru plan run`, its own CPU without the clients it starts): **{cpu:.2f} s** over the"
+        f" whole run ({wall:.1f} s wall, version check and server start included), "
+        f"**{per_host_step:.2f} ms per host per step**.\n\n"
+        f"Reading: every client had its `go` well before the instant (the lead is 20 ms + 0.5 ms a client), so the"
+        f" coordinator's part of the skew is gone; what is left is this machine's: {a.hosts - 1} client processes and"
+        f" their server all start their tests at one instant on {os.cpu_count()} CPUs, and each start (the client's"
+        f" `flows_ready`, the server's `start`, both sides' data threads) takes a fraction of a millisecond of CPU, so"
+        f" the last client is scheduled tens of milliseconds after the first. On a fleet each sender starts on its own"
+        f" CPU: the skew there is the hosts' clock offsets (`skew_ms` by their clocks; `ack_spread_ms` without them)"
+        f" plus one client's wake-up from its timer.\n"
+    )
+    print(block)
+    if a.write:
+        write_block(a.write, "plan-fleet", block, HEADING)
+
+
+if __name__ == "__main__":
+    main()
