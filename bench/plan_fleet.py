@@ -89,21 +89,24 @@ def run(members, steps):
                 f'[[step]]\nkind = "pps"\nreceivers = ["@role=rx"]\nsenders = ["@role=tx"]\n'
                 f'parallel = 1\nrate = 100\ntime = "300ms"\nrepeat = {steps}\n')
         t0 = time.monotonic()
-        p = subprocess.Popen([HAKARU, "plan", "run", path, "--json", "-o", out],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        try:
-            # Wait for the exit without reaping, so /proc still has the coordinator's own times.
-            os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)
-            wall = time.monotonic() - t0
-            cpu = own_cpu(p.pid)
-        finally:
-            if p.poll() is None:
-                p.kill()
-            _, err = p.communicate(timeout=60)
-        doc = json.load(open(out))
+        with open(os.path.join(d, "stderr"), "w+") as err:
+            p = subprocess.Popen([HAKARU, "plan", "run", path, "--json", "-o", out],
+                                 stdout=subprocess.DEVNULL, stderr=err)
+            try:
+                # Wait for the exit without reaping, so /proc still has the coordinator's own times.
+                os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)
+                wall = time.monotonic() - t0
+                cpu = own_cpu(p.pid)
+            finally:
+                if p.poll() is None:
+                    p.kill()
+                p.wait(timeout=60)
+            err.seek(0)
+            tail = err.read()[-2000:]
         if p.returncode != 0:
-            sys.exit(f"plan failed ({p.returncode}): {doc.get('errors')} {err[-2000:]}")
-        return doc, cpu, wall
+            errors = json.load(open(out)).get("errors", [])[:5] if os.path.exists(out) else []
+            sys.exit(f"plan failed ({p.returncode}): {errors} {tail}")
+        return json.load(open(out)), cpu, wall
 
 
 def main():

@@ -126,7 +126,7 @@ pub struct Release {
     /// coordinator's.
     #[serde(default)]
     pub late: u32,
-    /// Spread (latest minus earliest) of the instants the clients saw `go`, by their own
+    /// Spread (latest minus earliest) of the instants the clients were released, by their own
     /// wall clocks, milliseconds. Exact when the clients share a clock (one machine, netns);
     /// across machines it includes their clock offsets.
     pub skew_ms: f64,

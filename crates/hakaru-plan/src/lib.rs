@@ -4,8 +4,8 @@
 //! machine, or any exec prefix such as `kubectl exec -i POD --`) and steps (which hosts send
 //! to which, and the test's options). The coordinator runs the ordinary hakaru subcommands
 //! on those hosts through their launchers: `hakaru server` on every receiver, one client per
-//! sender and receiver with a held start (`--sync-start`), released together with one `go`
-//! line each. It reads their `--json-stream` output and merges the per-host results with
+//! sender and receiver with a held start (`--sync-start`), released together at one instant
+//! (a `go AT` line each). It reads their `--json-stream` output and merges the per-host results with
 //! `hakaru_model::plan` into one [`hakaru_model::plan::PlanResult`]; it never re-implements a
 //! test, so a plan measures exactly what a manual run measures.
 

@@ -88,13 +88,22 @@ mod tests {
 }
 
 #[derive(Serialize)]
-struct AtData {
+struct ReadyData {
     at_unix: f64,
+    /// This client takes `go AT` (a release instant): a coordinator writes a bare `go` to
+    /// one that does not say so (an older build of the same version).
+    go_at: bool,
 }
 
 /// The `ready` event of a synchronised start: the test is set up and waits for `go`.
 pub fn ready(at_unix: f64) -> String {
-    line("ready", AtData { at_unix })
+    line(
+        "ready",
+        ReadyData {
+            at_unix,
+            go_at: true,
+        },
+    )
 }
 
 #[derive(Serialize)]

@@ -521,7 +521,7 @@ timeout = 10
         );
         assert_eq!(
             argv.join(" "),
-            "/h/hakaru server -B 10.0.0.1 -p 5300 --exit-on-stdin-eof --psk-file - --max-duration 126 --max-tests-per-client 4096 --max-tests 64 --allow 10.0.0.2 --allow 10.0.0.3"
+            "/h/hakaru server -B 10.0.0.1 -p 5300 --exit-on-stdin-eof --psk-file - --max-duration 126 --max-tests-per-client 4096 --max-tests 64 --max-pending 512 --max-memory 0 --allow 10.0.0.2 --allow 10.0.0.3"
         );
         // A fleet's step with 100 senders into rx: its server runs 100 tests at once, past
         // the default of 64; a receiver in no step keeps the default.

@@ -73,6 +73,15 @@ pub(super) fn server_argv(hakaru: &str, spec: &ServerSpec) -> Vec<String> {
         // more than the server's default of 64 at once.
         "--max-tests".into(),
         spec.max_tests.to_string(),
+        // ... and their connections set up at once, and their buffers together: the server
+        // runs only the plan's own tests (its senders, with the run's key), each still under
+        // the server's per-test memory cap (--max-test-memory).
+        "--max-pending".into(),
+        (spec.max_tests.saturating_mul(8))
+            .clamp(512, 65536)
+            .to_string(),
+        "--max-memory".into(),
+        "0".into(),
     ]);
     for ip in &spec.allow {
         argv.extend(["--allow".into(), ip.to_string()]);

@@ -21,7 +21,8 @@ use crate::launch::Launcher;
 
 /// What a client's reader thread reports.
 pub(super) enum Ev {
-    Ready,
+    /// Set up; true if it takes `go AT`.
+    Ready(bool),
     /// The client's release instant, and how long before the step's instant its `go` came.
     Released(f64, Option<f64>),
     Interval(Box<IntervalRecord>),
@@ -39,6 +40,8 @@ pub(super) struct Client {
     pub(super) stdin: Option<ChildStdin>,
     pub(super) stderr: Arc<Mutex<String>>,
     pub(super) ready: bool,
+    /// It said it takes `go AT`; a client that did not (an older build) gets a bare `go`.
+    pub(super) go_at: bool,
     pub(super) released_at: Option<f64>,
     /// How long before the release instant its `go` arrived (by its clock).
     pub(super) go_ahead_ms: Option<f64>,
@@ -114,6 +117,7 @@ pub(super) fn spawn_client(
         child,
         stderr,
         ready: false,
+        go_at: false,
         released_at: None,
         go_ahead_ms: None,
         ack: None,
@@ -166,7 +170,12 @@ pub(super) fn parse_event(line: &str) -> Option<Ev> {
     }
     let env: Envelope = serde_json::from_str(line).ok()?;
     Some(match env.kind.as_str() {
-        "ready" => Ev::Ready,
+        "ready" => Ev::Ready(
+            env.data
+                .get("go_at")
+                .and_then(serde_json::Value::as_bool)
+                .unwrap_or(false),
+        ),
         "released" => Ev::Released(
             env.data.get("at_unix")?.as_f64()?,
             env.data
@@ -370,7 +379,7 @@ impl Running<'_> {
         let at = unix_now() + lead.as_secs_f64();
         let go = format!("go {at:.6}");
         for c in &mut self.clients {
-            c.say(&go);
+            c.say(if c.go_at { &go } else { "go" });
         }
         let write_ms = w0.elapsed().as_secs_f64() * 1000.0;
         let sent = Sent { lead, write_ms };
@@ -505,7 +514,10 @@ pub(super) fn in_plan_order(row: &TimelineRow, clients: &[Client]) -> TimelineRo
 
 pub(super) fn handle(c: &mut Client, ev: Ev, at: Option<Instant>) {
     match ev {
-        Ev::Ready => c.ready = true,
+        Ev::Ready(go_at) => {
+            c.ready = true;
+            c.go_at = go_at;
+        }
         Ev::Released(t, ahead) => {
             c.released_at = Some(t);
             c.go_ahead_ms = ahead;
@@ -611,5 +623,37 @@ pub(super) fn finish_clients(clients: &mut [Client], rx: &mpsc::Receiver<(usize,
     // Readers may still hold the last events of clients that just exited.
     while let Ok((i, ev)) = rx.recv_timeout(Duration::from_millis(20)) {
         handle(&mut clients[i], ev, None);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_that_does_not_say_it_takes_go_at_gets_a_bare_go() {
+        let ready = |l: &str| match parse_event(l) {
+            Some(Ev::Ready(go_at)) => go_at,
+            _ => panic!("not a ready event: {l}"),
+        };
+        assert!(ready(
+            r#"{"type":"ready","data":{"at_unix":1.5,"go_at":true}}"#
+        ));
+        // An older build of the same version: no `go_at`.
+        assert!(!ready(r#"{"type":"ready","data":{"at_unix":1.5}}"#));
+        // What this build's client prints says it.
+        assert!(ready(&hakaru_report::jsonl::ready(1.5)));
+        match parse_event(&hakaru_report::jsonl::released(2.5, Some(20.25))) {
+            Some(Ev::Released(at, ahead)) => assert_eq!((at, ahead), (2.5, Some(20.25))),
+            _ => panic!("not a released event"),
+        }
+    }
+
+    #[test]
+    fn the_lead_grows_with_the_clients_and_remote_launchers_and_stops_at_a_second() {
+        assert_eq!(release_lead(3, false), Duration::from_micros(21_500));
+        assert_eq!(release_lead(99, false), Duration::from_micros(69_500));
+        assert_eq!(release_lead(3, true), Duration::from_micros(121_500));
+        assert_eq!(release_lead(4096, true), Duration::from_secs(1));
     }
 }
