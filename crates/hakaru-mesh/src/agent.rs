@@ -11,7 +11,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::peers::Peer;
-use crate::prober::Prober;
+use crate::prober::{ProbeConfig, Prober};
 use crate::wire::{Header, Type, WireError, MAX_LEN};
 use crate::MeshConfig;
 
@@ -76,6 +76,8 @@ pub(crate) struct Inner {
     socket: UdpSocket,
     /// The server's access list: datagrams from elsewhere are dropped unread.
     permits: Permits,
+    /// The TCP connect probes, when asked for.
+    pub(crate) connect: Option<crate::connect::Connect>,
 }
 
 /// Whether the server's access list lets an address in.
@@ -121,6 +123,18 @@ impl Agent {
         let mut prober = Prober::new(cfg.probe, id, 0);
         let allowed = peers.iter().map(|p| p.addr.ip()).collect();
         prober.set_peers(peers);
+        let connect = cfg.connect.map(|c| crate::connect::Connect {
+            prober: Mutex::new(Prober::new(
+                ProbeConfig {
+                    interval: c.interval,
+                    max_pps: c.max_rate,
+                    ..cfg.probe
+                },
+                id,
+                0,
+            )),
+            groups: Mutex::new(crate::groups::Groups::default()),
+        });
         Ok(Agent {
             inner: Arc::new(Inner {
                 cfg,
@@ -135,6 +149,7 @@ impl Agent {
                 id,
                 socket,
                 permits,
+                connect,
             }),
         })
     }
@@ -144,18 +159,43 @@ impl Agent {
         self.inner.socket.local_addr()
     }
 
-    /// Starts probing, answering and refreshing until `stop` is set: two threads.
+    /// Starts probing, answering and refreshing until `stop` is set: two threads, and a
+    /// third for the TCP connect probes when asked for.
     pub fn spawn(&self, stop: Arc<AtomicBool>) -> io::Result<Vec<JoinHandle<()>>> {
+        let mut threads = Vec::new();
+        if self.inner.connect.is_some() {
+            let a = Arc::clone(&self.inner);
+            let s = Arc::clone(&stop);
+            threads.push(
+                std::thread::Builder::new()
+                    .name("hakaru-mesh-tcp".into())
+                    .spawn(move || {
+                        if let Some(c) = &a.connect {
+                            let shared = crate::connect::Shared {
+                                udp: &a.prober,
+                                epoch: a.epoch,
+                                timeout: a.cfg.probe.timeout,
+                                group_by: &a.cfg.group_by,
+                            };
+                            crate::connect::run(&shared, c, &s);
+                        }
+                    })?,
+            );
+        }
         let a = Arc::clone(&self.inner);
         let s = Arc::clone(&stop);
-        let probe = std::thread::Builder::new()
-            .name("hakaru-mesh".into())
-            .spawn(move || run_socket(&a, &s))?;
+        threads.push(
+            std::thread::Builder::new()
+                .name("hakaru-mesh".into())
+                .spawn(move || run_socket(&a, &s))?,
+        );
         let a = Arc::clone(&self.inner);
-        let refresh = std::thread::Builder::new()
-            .name("hakaru-mesh-peers".into())
-            .spawn(move || run_refresh(&a, &stop))?;
-        Ok(vec![probe, refresh])
+        threads.push(
+            std::thread::Builder::new()
+                .name("hakaru-mesh-peers".into())
+                .spawn(move || run_refresh(&a, &stop))?,
+        );
+        Ok(threads)
     }
 }
 

@@ -6,13 +6,15 @@
 //! - [`peers`]: the peer list (a file with labels, or a DNS name).
 //! - [`prober`]: which peer to probe when under the rate cap, losses, figures: a sans-IO
 //!   machine; [`stats`] its counters, buckets and window.
-//! - [`agent`]: the driver (the socket, the clock, the refresher) and the responder.
+//! - [`agent`]: the driver (the socket, the clock, the refresher) and the responder;
+//!   [`connect`] the optional TCP connect probes, a second prober with a driver of its own.
 //! - [`view`]: what an agent says at `GET /mesh` and its `hakaru_mesh_` metric families;
 //!   [`groups`] the series of a long list, per group of peers.
 //! - [`report`]: the matrix of every agent's view, the suspects, the text; [`fetch`] asks
 //!   the agents.
 
 pub mod agent;
+pub mod connect;
 pub mod fetch;
 pub mod groups;
 pub mod peers;
@@ -52,6 +54,8 @@ pub struct MeshConfig {
     pub max_reply_pps: u32,
     /// The fleet's key: probes and replies are tagged and only tagged ones are answered.
     pub key: Option<hakaru_proto::auth::Psk>,
+    /// TCP connect probes too (`--mesh-connect-interval`).
+    pub connect: Option<connect::ConnectConfig>,
 }
 
 impl MeshConfig {
@@ -74,6 +78,7 @@ impl MeshConfig {
             group_by: "zone".into(),
             max_reply_pps: 1000,
             key: None,
+            connect: None,
         }
     }
 }

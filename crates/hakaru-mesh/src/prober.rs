@@ -75,6 +75,9 @@ pub struct Prober {
     selves: Vec<SocketAddr>,
     /// Replies from no peer or to no probe of this agent.
     pub unmatched: u64,
+    /// Changes with every change of the list probed (a new list, an address found to be
+    /// this agent's): another machine on the same peers follows it.
+    generation: u64,
 }
 
 fn ns(d: Duration) -> u64 {
@@ -94,6 +97,7 @@ impl Prober {
             deadlines: VecDeque::new(),
             selves: Vec::new(),
             unmatched: 0,
+            generation: 0,
         }
     }
 
@@ -149,7 +153,24 @@ impl Prober {
         if self.cursor >= self.order.len() {
             self.cursor = 0;
         }
+        self.generation += 1;
         gone
+    }
+
+    /// The peers probed now, in list order, and the list's generation.
+    pub fn peers(&self) -> (Vec<Peer>, u64) {
+        let peers = self
+            .order
+            .iter()
+            .filter_map(|a| self.peers.get(a))
+            .map(|st| st.peer.clone())
+            .collect();
+        (peers, self.generation)
+    }
+
+    /// The generation of the list probed now.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// Addresses of the peers probed now.
@@ -253,6 +274,7 @@ impl Prober {
         if self.selves.len() < MAX_SELVES && !self.selves.contains(&addr) {
             self.selves.push(addr);
         }
+        self.generation += 1;
         self.peers.remove(&addr);
         if let Some(i) = self.order.iter().position(|a| *a == addr) {
             self.order.remove(i);
@@ -411,9 +433,14 @@ mod tests {
     fn an_agent_that_hears_itself_stops_probing_that_address() {
         let mut p = Prober::new(cfg(1000), 7, 0);
         p.set_peers(vec![peer(1), peer(2)]);
+        let g = p.generation();
+        assert_eq!(p.peers(), (vec![peer(1), peer(2)], g));
         let (a, h) = p.poll_send(0).unwrap();
         p.on_reply(a, &h.reply(7), MS);
         assert_eq!(p.peer_count(), 1);
+        // The connect prober follows: a new generation without that address.
+        let (left, g2) = p.peers();
+        assert!(g2 > g && left.len() == 1 && left[0].addr != a, "{left:?}");
         // And stays so when the list is read again.
         p.set_peers(vec![peer(1), peer(2)]);
         assert_eq!(p.peer_count(), 1);

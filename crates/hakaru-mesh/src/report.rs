@@ -36,6 +36,15 @@ pub struct Pair {
     pub sent: u64,
     /// Over a threshold.
     pub bad: bool,
+    /// Median TCP connect time, µs (agents with --mesh-connect-interval).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_p50_us: Option<f64>,
+    /// 99th percentile TCP connect time, µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_p99_us: Option<f64>,
+    /// TCP connects not established over those tried in the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_loss: Option<f64>,
 }
 
 /// A host each agent was asked about.
@@ -128,6 +137,9 @@ pub fn build(asked: Vec<Asked>, t: Thresholds) -> MeshReport {
                         probes,
                         sent: p.sent,
                         bad,
+                        connect_p50_us: p.connect.as_ref().and_then(|c| c.p50_us),
+                        connect_p99_us: p.connect.as_ref().and_then(|c| c.p99_us),
+                        connect_loss: p.connect.as_ref().and_then(|c| c.loss),
                     });
                 }
                 (true, None)
@@ -458,6 +470,7 @@ mod tests {
             loss: Some(loss),
             rtt_p50_us: Some(50.0),
             rtt_p99_us: Some(90.0),
+            connect: None,
         }
     }
 

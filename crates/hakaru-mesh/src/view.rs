@@ -37,6 +37,36 @@ pub struct PeerView {
     pub rtt_p50_us: Option<f64>,
     /// 99th percentile RTT in the window, µs.
     pub rtt_p99_us: Option<f64>,
+    /// TCP connect times to its mesh port (`--mesh-connect-interval`; absent without it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect: Option<ConnectView>,
+}
+
+/// One peer's TCP connects as an agent sees them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConnectView {
+    /// Connects started since the agent started.
+    pub sent: u64,
+    /// Connects not established within --mesh-timeout (refused, unreachable, silent).
+    pub lost: u64,
+    /// Lost over tried in the window (null before any connect ended).
+    pub loss: Option<f64>,
+    /// Median connect time in the window, µs.
+    pub p50_us: Option<f64>,
+    /// 99th percentile connect time in the window, µs.
+    pub p99_us: Option<f64>,
+}
+
+impl ConnectView {
+    fn of(f: &PeerFigures) -> ConnectView {
+        ConnectView {
+            sent: f.totals.sent,
+            lost: f.totals.lost,
+            loss: f.window.loss(),
+            p50_us: f.window.p50_us,
+            p99_us: f.window.p99_us,
+        }
+    }
 }
 
 /// An agent's whole view.
@@ -69,6 +99,7 @@ fn peer_view(f: &PeerFigures) -> PeerView {
         loss: f.window.loss(),
         rtt_p50_us: f.window.p50_us,
         rtt_p99_us: f.window.p99_us,
+        connect: None,
     }
 }
 
@@ -81,14 +112,36 @@ impl Agent {
     pub fn view(&self) -> AgentView {
         let a = &self.inner;
         let now = a.now();
+        let connects: BTreeMap<std::net::SocketAddr, ConnectView> = match &a.connect {
+            Some(c) => lock(&c.prober)
+                .figures(now)
+                .iter()
+                .map(|f| (f.peer.addr, ConnectView::of(f)))
+                .collect(),
+            None => BTreeMap::new(),
+        };
         let p = lock(&a.prober);
+        let figures = p.figures(now);
+        let mut peers: Vec<PeerView> = figures.iter().map(peer_view).collect();
+        if a.connect.is_some() {
+            for (v, f) in peers.iter_mut().zip(&figures) {
+                // A peer the connect prober has not taken up yet shows none tried.
+                v.connect = Some(connects.get(&f.peer.addr).cloned().unwrap_or(ConnectView {
+                    sent: 0,
+                    lost: 0,
+                    loss: None,
+                    p50_us: None,
+                    p99_us: None,
+                }));
+            }
+        }
         AgentView {
             agent: format!("{:016x}", p.id()),
             cycle_s: p.cycle(p.peer_count()).as_secs_f64(),
             window_s: a.cfg.probe.window.as_secs_f64(),
             uptime_s: a.epoch.elapsed().as_secs_f64(),
             peers_error: lock(&a.peers_error).clone(),
-            peers: p.figures(now).iter().map(peer_view).collect(),
+            peers,
         }
     }
 
@@ -135,6 +188,7 @@ impl Agent {
             late = late.with(&l, t.late as f64);
             rtt = rtt.with_histogram(labels, &BUCKETS_S, &t.buckets, t.rtt_sum_s, t.replied);
         }
+        let connect = self.connect_families();
         let r = &a.responder;
         let mut refused = MetricFamily::new(
             "hakaru_mesh_probes_refused_total",
@@ -150,7 +204,7 @@ impl Agent {
         ] {
             refused = refused.with(&[("reason", reason)], c.load(Ordering::Relaxed) as f64);
         }
-        vec![
+        let mut out = vec![
             MetricFamily::new(
                 "hakaru_mesh_peers",
                 "Peers this agent probes now.",
@@ -174,6 +228,43 @@ impl Agent {
             )
             .with(&[], r.answered.load(Ordering::Relaxed) as f64),
             refused,
-        ]
+        ];
+        out.extend(connect);
+        out
+    }
+
+    /// The connect probes' families (`--mesh-connect-interval`), none without them.
+    fn connect_families(&self) -> Vec<MetricFamily> {
+        let a = &self.inner;
+        let Some(c) = &a.connect else {
+            return Vec::new();
+        };
+        let figures = lock(&c.prober).figures(a.now());
+        let series = lock(&c.groups).series(&figures, a.cfg.metrics_peers, &a.cfg.group_by);
+        let mut tried = MetricFamily::new(
+            "hakaru_mesh_connects_total",
+            "TCP connects to mesh peers started (--mesh-connect-interval), by peer (or peer group).",
+            MetricKind::Counter,
+        );
+        let mut lost = MetricFamily::new(
+            "hakaru_mesh_connects_lost_total",
+            "TCP connects to mesh peers not established within --mesh-timeout (refused, unreachable, silent).",
+            MetricKind::Counter,
+        );
+        let mut time = MetricFamily::new(
+            "hakaru_mesh_connect_seconds",
+            "Time to establish a TCP connection to a mesh peer's port, by peer (or peer group).",
+            MetricKind::Histogram,
+        );
+        for (labels, t) in &series {
+            let l: Vec<(&str, &str)> = labels
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            tried = tried.with(&l, t.sent as f64);
+            lost = lost.with(&l, t.lost as f64);
+            time = time.with_histogram(labels, &BUCKETS_S, &t.buckets, t.rtt_sum_s, t.replied);
+        }
+        vec![tried, lost, time]
     }
 }

@@ -137,9 +137,9 @@ pub use counters::{CpuSnapshot, NicSnapshot, UdpSnmp};
 pub use mptcp::{mptcp_available, mptcp_socket, mptcp_state, mptcp_subflow_peers, MptcpState};
 pub use poll::{tighten_timer_slack, wait_fd, Interest, PollSet};
 pub use portable::{
-    connect_bounded, is_connect_cut_short, is_gso_refused, is_not_found, is_out_of_buffers,
-    is_out_of_descriptors, send_before_close, stream_recv, stream_send, wait_listener,
-    ACCEPT_INHERITS_TIMEOUTS, SHUTDOWN_WAKES_BLOCKED_RECV, UDP_SHARED_PORT_DEMUX,
+    connect_bounded, connect_start, is_connect_cut_short, is_gso_refused, is_not_found,
+    is_out_of_buffers, is_out_of_descriptors, send_before_close, stream_recv, stream_send,
+    wait_listener, ACCEPT_INHERITS_TIMEOUTS, SHUTDOWN_WAKES_BLOCKED_RECV, UDP_SHARED_PORT_DEMUX,
 };
 pub use sockopts::{set_congestion, set_mss, set_notsent_lowat, set_recv_lowat, set_tos};
 

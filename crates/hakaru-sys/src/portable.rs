@@ -97,6 +97,27 @@ pub fn connect_bounded(sock: &Socket, addr: &SockAddr, timeout: Duration) -> io:
     }
 }
 
+/// Starts a TCP connect to `addr` without waiting for it: the stream is non-blocking and the
+/// handshake under way (EINPROGRESS on Unix, WSAEWOULDBLOCK on Windows). Wait for it to be
+/// writable ([`super::PollSet`] with `Interest::Write`); `take_error()` then says whether it
+/// was established.
+pub fn connect_start(addr: std::net::SocketAddr) -> io::Result<TcpStream> {
+    let sock = Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    sock.set_nonblocking(true)?;
+    match sock.connect(&addr.into()) {
+        Ok(()) => {}
+        #[cfg(unix)]
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+        Err(e) => return Err(e),
+    }
+    Ok(sock.into())
+}
+
 /// Waits until a listener has a connection to accept, at most `timeout`: poll on Unix; a
 /// 20 ms sleep elsewhere (the accept loop tries its non-blocking accept either way).
 pub fn wait_listener(l: &std::net::TcpListener, timeout: Duration) {

@@ -58,6 +58,16 @@ pub struct ServerFlags {
     /// The peers-file label that groups peers in /metrics past --mesh-metrics-peers.
     #[arg(long, value_name = "LABEL", default_value = "zone", requires = "mesh")]
     pub mesh_group_by: String,
+    /// Also time a TCP connect to each peer's mesh port at most once per this (e.g. 10s):
+    /// the handshake and the far side's accept queue, in /mesh (`connect`) and
+    /// hakaru_mesh_connect_seconds. A connect not established within --mesh-timeout counts
+    /// lost. Off unless given.
+    #[arg(long, value_name = "TIME", requires = "mesh")]
+    pub mesh_connect_interval: Option<Dur>,
+    /// Most TCP connects a second this agent starts, all peers together (a longer list is
+    /// sampled, as with --mesh-max-rate); at most 256 are under way at once.
+    #[arg(long, value_name = "N", default_value_t = 10, requires = "mesh_connect_interval", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub mesh_connect_max_rate: u32,
 }
 
 fn positive(d: Dur, flag: &str) -> anyhow::Result<Duration> {
@@ -107,6 +117,20 @@ impl ServerFlags {
             group_by: self.mesh_group_by.clone(),
             max_reply_pps: self.mesh_max_reply_rate,
             key,
+            connect: match self.mesh_connect_interval {
+                Some(d) => {
+                    let interval = positive(d, "--mesh-connect-interval")?;
+                    anyhow::ensure!(
+                        window >= interval,
+                        "--mesh-window {window:?} is shorter than --mesh-connect-interval {interval:?}: it would hold no connect"
+                    );
+                    Some(hakaru_mesh::connect::ConnectConfig {
+                        interval,
+                        max_rate: self.mesh_connect_max_rate,
+                    })
+                }
+                None => None,
+            },
         }))
     }
 }

@@ -221,6 +221,95 @@ fn agents_probe_each_other_and_the_report_has_every_pair() {
     assert_eq!(body["peers"][0]["labels"]["zone"], "a");
 }
 
+/// The body of `GET /mesh` from the agent on `ip`.
+fn mesh_view(a: &Agents, ip: &str) -> Value {
+    let v = a.get(ip, "/mesh");
+    serde_json::from_str(&v[v.find("\r\n\r\n").unwrap() + 4..]).unwrap()
+}
+
+fn peer_of<'a>(view: &'a Value, dst: &str) -> &'a Value {
+    view["peers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["dst"] == dst)
+        .unwrap_or_else(|| panic!("no peer {dst} in {view}"))
+}
+
+#[test]
+fn tcp_connect_times_are_measured_and_a_closed_port_counts_lost() {
+    // Two agents and a listed host where nothing listens (loopback answers its SYN with a
+    // reset: refused, counted lost).
+    let lines = "127.0.0.2 zone=a\n127.0.0.3 zone=a\n127.0.0.9 zone=dead\n";
+    let mut extra = FAST.to_vec();
+    extra.extend(["--mesh-connect-interval", "200ms"]);
+    let a = Agents::start("connect", lines, &IPS[..2], &extra);
+    // Until the live peer has had a few connects (bounded: 40 x 250 ms).
+    let mut view = Value::Null;
+    for _ in 0..40 {
+        view = mesh_view(&a, "127.0.0.2");
+        if peer_of(&view, "127.0.0.3")["connect"]["sent"]
+            .as_u64()
+            .is_some_and(|n| n >= 5)
+            && peer_of(&view, "127.0.0.9")["connect"]["lost"]
+                .as_u64()
+                .is_some_and(|n| n >= 2)
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let live = &peer_of(&view, "127.0.0.3")["connect"];
+    assert!(live["sent"].as_u64().unwrap() >= 5, "{view}");
+    // A connect still under way may be pending; none of the ended ones was lost.
+    assert_eq!(live["lost"], 0, "{view}");
+    let p50 = live["p50_us"].as_f64().expect("a connect time");
+    assert!(
+        p50 > 0.0 && live["p99_us"].as_f64().unwrap() >= p50,
+        "{live}"
+    );
+    let dead = &peer_of(&view, "127.0.0.9")["connect"];
+    assert!(dead["lost"].as_u64().unwrap() >= 2, "{view}");
+    assert_eq!(dead["p50_us"], Value::Null, "{dead}");
+    assert_eq!(dead["loss"].as_f64(), Some(1.0), "{dead}");
+    // The agent does not connect to itself: its own address is off the list, as for UDP.
+    assert_eq!(view["peers"].as_array().unwrap().len(), 2, "{view}");
+    // Metrics: tried, lost, and the time histogram per peer.
+    let m = a.get("127.0.0.2", "/metrics");
+    let tried = sample(
+        &m,
+        "hakaru_mesh_connects_total{peer=\"127.0.0.3\",zone=\"a\"}",
+    )
+    .unwrap_or_else(|| panic!("no connect series in {m}"));
+    assert!(tried >= 5.0, "{tried}");
+    assert!(
+        sample(
+            &m,
+            "hakaru_mesh_connects_lost_total{peer=\"127.0.0.9\",zone=\"dead\"}"
+        )
+        .is_some_and(|n| n >= 2.0),
+        "{m}"
+    );
+    assert!(
+        sample(
+            &m,
+            "hakaru_mesh_connect_seconds_count{peer=\"127.0.0.3\",zone=\"a\"}"
+        )
+        .is_some_and(|n| n >= 4.0),
+        "{m}"
+    );
+    // The report carries the connect times of each pair.
+    let r = a.report(&[]);
+    let p = pair(&r, "127.0.0.2", "127.0.0.3");
+    assert!(p["connect_p50_us"].as_f64().is_some_and(|v| v > 0.0), "{p}");
+    // An agent without the flag says nothing of connects.
+    let plain = Agents::start("noconnect", lines, &IPS[..1], &FAST);
+    let v = mesh_view(&plain, "127.0.0.2");
+    assert!(peer_of(&v, "127.0.0.3").get("connect").is_none(), "{v}");
+    let m = plain.get("127.0.0.2", "/metrics");
+    assert!(!m.contains("hakaru_mesh_connect"), "{m}");
+}
+
 #[test]
 fn an_agent_that_stops_is_named_with_the_evidence() {
     let mut a = Agents::start("stop", THREE, &IPS, &FAST);
@@ -446,7 +535,7 @@ fn a_long_list_is_sampled_under_the_rate_cap() {
 #[test]
 fn bad_peer_lists_and_flags_are_refused_by_name() {
     let dir = tmpdir("bad");
-    let cases: [(&str, &[&str], &str); 5] = [
+    let cases: [(&str, &[&str], &str); 8] = [
         (
             "",
             &["--mesh", "/nonexistent/peers"],
@@ -471,6 +560,21 @@ fn bad_peer_lists_and_flags_are_refused_by_name() {
             "10.0.0.1\n",
             &["--mesh-size", "47"],
             "47 is not in 48..=1472",
+        ),
+        (
+            "10.0.0.1\n",
+            &["--mesh-connect-interval", "0s"],
+            "--mesh-connect-interval must be more than 0",
+        ),
+        (
+            "10.0.0.1\n",
+            &["--mesh-connect-interval", "2m"],
+            "--mesh-window 60s is shorter than --mesh-connect-interval 120s",
+        ),
+        (
+            "10.0.0.1\n",
+            &["--mesh-connect-max-rate", "5"],
+            "--mesh-connect-interval <TIME>",
         ),
     ];
     for (i, (text, flags, want)) in cases.iter().enumerate() {
