@@ -88,10 +88,11 @@ pub(crate) fn run(a: &Shared<'_>, c: &Connect, stop: &AtomicBool) {
             // A connect past its time is closed; the prober counts it lost.
             flight.retain(|f| f.deadline > now);
             p.handle_timeout(now);
-            while let Some((addr, header)) = p.poll_send(now) {
-                if flight.len() >= MAX_IN_FLIGHT {
-                    continue;
-                }
+            // At the cap, nothing more is started (and counted) until connects end.
+            while flight.len() < MAX_IN_FLIGHT {
+                let Some((addr, header)) = p.poll_send(now) else {
+                    break;
+                };
                 match hakaru_sys::connect_start(addr) {
                     Ok(stream) => flight.push(InFlight {
                         stream,
@@ -99,11 +100,17 @@ pub(crate) fn run(a: &Shared<'_>, c: &Connect, stop: &AtomicBool) {
                         header,
                         deadline: now + timeout,
                     }),
-                    // Counted lost at its deadline, like a refused one.
+                    // Not started (out of descriptors or ports): not established, so
+                    // counted lost at its deadline, like a refused one.
                     Err(e) => tracing::debug!("mesh: connect to {addr}: {e}"),
                 }
             }
-            p.timeout()
+            if flight.len() >= MAX_IN_FLIGHT {
+                // Full: the next thing to do is the first connect's end or deadline.
+                flight.iter().map(|f| f.deadline).min()
+            } else {
+                p.timeout()
+            }
         };
         let wait = wake
             .map(|w| Duration::from_nanos(w.saturating_sub(clock())))
@@ -126,8 +133,12 @@ pub(crate) fn run(a: &Shared<'_>, c: &Connect, stop: &AtomicBool) {
             }
             let f = flight.swap_remove(i);
             // Writable: the handshake ended. Established if no error is pending and the
-            // stream has a peer; refused or unreachable otherwise (lost at its deadline).
-            if matches!(f.stream.take_error(), Ok(None)) && f.stream.peer_addr().is_ok() {
+            // stream has a peer, within the timeout; refused or unreachable otherwise (lost
+            // at its deadline).
+            if now < f.deadline
+                && matches!(f.stream.take_error(), Ok(None))
+                && f.stream.peer_addr().is_ok()
+            {
                 p.on_reply(f.addr, &f.header.reply(0), now);
             }
         }

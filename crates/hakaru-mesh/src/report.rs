@@ -4,9 +4,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write;
 
-use serde::{Deserialize, Serialize};
-
 use crate::view::AgentView;
+
+pub use hakaru_model::mesh::{Host, MeshReport, Pair, Suspect};
 
 /// What makes a pair bad.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -15,60 +15,6 @@ pub struct Thresholds {
     pub loss: f64,
     /// RTT p99 over this, µs (none: RTT alone makes no pair bad).
     pub rtt_p99_us: Option<f64>,
-}
-
-/// One direction between two hosts, as the source's agent saw it over its window.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Pair {
-    /// The probing host.
-    pub src: String,
-    /// The probed host.
-    pub dst: String,
-    /// Median RTT, µs.
-    pub rtt_p50_us: Option<f64>,
-    /// 99th percentile RTT, µs.
-    pub rtt_p99_us: Option<f64>,
-    /// Lost over probed in the window.
-    pub loss: Option<f64>,
-    /// Probes that ended in the window (replied or lost).
-    pub probes: u64,
-    /// Probes sent since the source's agent started.
-    pub sent: u64,
-    /// Over a threshold.
-    pub bad: bool,
-    /// Median TCP connect time, µs (agents with --mesh-connect-interval).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub connect_p50_us: Option<f64>,
-    /// 99th percentile TCP connect time, µs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub connect_p99_us: Option<f64>,
-    /// TCP connects not established over those tried in the window.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub connect_loss: Option<f64>,
-}
-
-/// A host each agent was asked about.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Host {
-    /// Its name in the list.
-    pub host: String,
-    /// Whether its agent answered.
-    pub answered: bool,
-    /// Why it did not.
-    pub error: Option<String>,
-    /// Its labels in the list.
-    pub labels: BTreeMap<String, String>,
-}
-
-/// A host (or a label group of hosts) the mesh points at.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Suspect {
-    /// The host's name, or the group as `key=value` (`rack=r3`).
-    pub host: String,
-    /// For a group, its hosts; empty for a host.
-    pub members: Vec<String>,
-    /// Why, with the evidence.
-    pub reason: String,
 }
 
 /// One host as the report asks it: its name and labels in the list, and its agent's view or
@@ -82,23 +28,6 @@ pub struct Asked {
     pub labels: Vec<(String, String)>,
     /// The view.
     pub view: Result<AgentView, String>,
-}
-
-/// The report.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct MeshReport {
-    /// Always `mesh`.
-    pub test: String,
-    /// Loss above which a pair is bad.
-    pub loss_threshold: f64,
-    /// RTT p99 above which a pair is bad, µs.
-    pub rtt_p99_threshold_us: Option<f64>,
-    /// Every listed host.
-    pub hosts: Vec<Host>,
-    /// Every pair some agent reported.
-    pub pairs: Vec<Pair>,
-    /// The hosts to look at first, worst first.
-    pub suspects: Vec<Suspect>,
 }
 
 fn pct(x: f64) -> String {
@@ -162,6 +91,8 @@ pub fn build(asked: Vec<Asked>, t: Thresholds) -> MeshReport {
     }));
     MeshReport {
         test: "mesh".into(),
+        schema_version: hakaru_model::SCHEMA_VERSION,
+        at_unix: hakaru_sys::now_unix(),
         loss_threshold: t.loss,
         rtt_p99_threshold_us: t.rtt_p99_us,
         hosts,

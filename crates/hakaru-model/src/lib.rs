@@ -14,6 +14,7 @@ pub mod http;
 pub mod kind;
 pub mod latency;
 pub mod latency_base;
+pub mod mesh;
 pub mod metrics;
 pub mod nic;
 pub mod plan;

@@ -148,6 +148,7 @@ fn test_name(c: &Content) -> String {
         Content::Run(r) => r.spec.name().to_string(),
         Content::Quick(_) => "quick".into(),
         Content::Plan(_) => "plan".into(),
+        Content::Mesh(_) => "mesh".into(),
     }
 }
 

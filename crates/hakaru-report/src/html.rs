@@ -182,6 +182,11 @@ pub fn all_charts(inputs: &[Input]) -> Vec<(Option<usize>, Chart)> {
         .into_iter()
         .map(|c| (None, c))
         .collect();
+    v.extend(
+        crate::mesh_html::charts(inputs)
+            .into_iter()
+            .map(|c| (None, c)),
+    );
     for (i, input) in inputs.iter().enumerate() {
         let p = format!("r{}", i + 1);
         let charts = match &input.content {
@@ -200,6 +205,7 @@ pub fn all_charts(inputs: &[Input]) -> Vec<(Option<usize>, Chart)> {
                 })
                 .collect(),
             Content::Plan(pl) => plan_charts(&p, pl),
+            Content::Mesh(_) => Vec::new(),
         };
         v.extend(charts.into_iter().map(|c| (Some(i), c)));
     }
@@ -408,6 +414,7 @@ fn kind_of(c: &Content) -> String {
         Content::Run(r) => what_of(r),
         Content::Quick(_) => "quick".into(),
         Content::Plan(p) => format!("plan {}", p.plan),
+        Content::Mesh(m) => format!("mesh of {} hosts", m.hosts.len()),
     }
 }
 
@@ -428,9 +435,10 @@ pub fn report(inputs: &[Input]) -> Result<String, String> {
     };
     let _ = writeln!(
         html,
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"color-scheme\" content=\"light dark\"><title>{t}</title><style>{STYLE}{}{}</style></head><body>\n<h1>{t}</h1>",
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"color-scheme\" content=\"light dark\"><title>{t}</title><style>{STYLE}{}{}{}</style></head><body>\n<h1>{t}</h1>",
         crate::plan_matrix::STYLE,
         crate::compare_html::STYLE,
+        crate::mesh_html::STYLE,
         t = esc(&title)
     );
     let _ = writeln!(
@@ -483,6 +491,7 @@ pub fn report(inputs: &[Input]) -> Result<String, String> {
                 }
                 html.push_str("</section>\n");
             }
+            Content::Mesh(m) => html.push_str(&crate::mesh_html::section(&input.label, m)),
             Content::Plan(p) => {
                 let _ = writeln!(
                     html,

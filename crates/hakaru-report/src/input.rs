@@ -1,6 +1,7 @@
 //! The inputs of a report or a comparison: result documents read back and checked (the
 //! types are re-exported as `html::Content` and `html::Input`, where they were first).
 
+use hakaru_model::mesh::MeshReport;
 use hakaru_model::plan::PlanResult;
 use hakaru_model::{QuickResult, RunResult, SCHEMA_VERSION};
 
@@ -13,6 +14,8 @@ pub enum Content {
     Quick(Box<QuickResult>),
     /// `hakaru plan run --json`.
     Plan(Box<PlanResult>),
+    /// `hakaru mesh report --json`: one snapshot of a fleet's mesh.
+    Mesh(Box<MeshReport>),
 }
 
 /// One input of a report: a label (the file name) and its result.
@@ -66,6 +69,7 @@ impl Input {
         let content = match test {
             "quick" => Content::Quick(Box::new(serde_json::from_value(v).map_err(bad)?)),
             "plan" => Content::Plan(Box::new(serde_json::from_value(v).map_err(bad)?)),
+            "mesh" => Content::Mesh(Box::new(serde_json::from_value(v).map_err(bad)?)),
             _ => {
                 let r: RunResult = serde_json::from_value(v).map_err(bad)?;
                 if r.has_no_figures() {

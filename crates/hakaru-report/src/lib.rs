@@ -31,6 +31,8 @@ mod kind_text;
 #[cfg(feature = "charts")]
 mod latency_charts;
 pub mod latency_text;
+#[cfg(feature = "charts")]
+mod mesh_html;
 pub mod nic;
 #[cfg(feature = "charts")]
 mod plan_matrix;

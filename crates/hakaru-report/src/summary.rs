@@ -112,6 +112,15 @@ pub fn of_content(c: &Content) -> Summary {
                 ..Summary::default()
             }
         }
+        Content::Mesh(m) => Summary {
+            kind: "mesh".into(),
+            peer: format!("{} hosts", m.hosts.len()),
+            // The worst pair's loss: what a fleet's history is read for.
+            headline: m.worst_loss().map(|l| l * 100.0),
+            unit: "% loss".into(),
+            started_at: (m.at_unix > 0.0).then_some(m.at_unix),
+            ..Summary::default()
+        },
         Content::Plan(p) => {
             // The first step's receivers together: what the plan moved.
             let step = p.steps.first();

@@ -112,6 +112,7 @@ pub fn connect_start(addr: std::net::SocketAddr) -> io::Result<TcpStream> {
         Ok(()) => {}
         #[cfg(unix)]
         Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+        #[cfg(windows)]
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
         Err(e) => return Err(e),
     }

@@ -166,6 +166,15 @@ impl OutputFiles {
         self.keep_run(summary, None, json)
     }
 
+    /// The same for a `mesh report` snapshot.
+    pub fn write_mesh(&self, m: &hakaru_model::mesh::MeshReport) -> anyhow::Result<()> {
+        let json = serde_json::to_string_pretty(m).unwrap_or_default() + "\n";
+        let content = hakaru_report::html::Content::Mesh(Box::new(m.clone()));
+        let summary = hakaru_report::summary::of_content(&content);
+        self.write_content(|| json.clone(), || content)?;
+        self.keep_run(summary, None, json)
+    }
+
     fn write_content(
         &self,
         json: impl FnOnce() -> String,

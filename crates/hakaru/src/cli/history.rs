@@ -37,7 +37,7 @@ pub struct Db {
 
 #[derive(Debug, clap::Args)]
 struct ListArgs {
-    /// Only runs of this kind (tcp, udp, pps, latency, connect, http, quick, plan,
+    /// Only runs of this kind (tcp, udp, pps, latency, connect, http, quick, plan, mesh,
     /// pps-find-max...).
     #[arg(long)]
     kind: Option<String>,
@@ -321,6 +321,11 @@ fn show(a: ShowArgs) -> anyhow::Result<()> {
                 ran_for: None,
             })?,
             Content::Plan(p) => saved(&Document::Plan(&p))?,
+            // A mesh snapshot: its text report, or the JSON as it was saved.
+            Content::Mesh(m) if format.name() == "text" => {
+                print!("{}", hakaru_mesh::report::text(&m));
+            }
+            Content::Mesh(_) => print!("{}", doc_text(&doc_json)),
         },
         Parsed::FindMax(r) => saved(&Document::FindMax(&r))?,
     }

@@ -170,6 +170,10 @@ pub struct ReportArgs {
     /// The report as JSON (`pairs[]`, `suspects[]`, `hosts[]`; docs/mesh.md).
     #[arg(long)]
     json: bool,
+    /// -o (the JSON to a file), --report (a heatmap page), --save (a snapshot in the
+    /// archive: `hakaru report` on several draws the worst pairs over time).
+    #[command(flatten)]
+    files: super::common::OutputFiles,
 }
 
 /// Runs `hakaru mesh`.
@@ -217,5 +221,5 @@ fn report_cmd(a: ReportArgs) -> anyhow::Result<()> {
     } else {
         print!("{}", report::text(&r));
     }
-    Ok(())
+    a.files.write_mesh(&r)
 }

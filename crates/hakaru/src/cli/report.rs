@@ -11,7 +11,7 @@ use super::common::{write_whole, UsageError};
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Result files written by `--json` or `-o FILE` (tcp, udp, pps, latency, connect, quick,
-    /// http, plan run), or saved runs (`12`, `latest`, `latest~1`); several are also overlaid
+    /// http, plan run, mesh report), or saved runs (`12`, `latest`, `latest~1`); several are also overlaid
     /// on shared axes.
     #[arg(value_name = "RESULT", required = true)]
     inputs: Vec<PathBuf>,

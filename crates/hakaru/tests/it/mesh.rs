@@ -17,7 +17,7 @@ pub(super) struct Agents {
     pub procs: Vec<ServerProc>,
     pub port: u16,
     pub peers: PathBuf,
-    dir: PathBuf,
+    pub dir: PathBuf,
 }
 
 impl Drop for Agents {
@@ -282,6 +282,11 @@ fn tcp_connect_times_are_measured_and_a_closed_port_counts_lost() {
     )
     .unwrap_or_else(|| panic!("no connect series in {m}"));
     assert!(tried >= 5.0, "{tried}");
+    // Nor does the connect prober: no series for the agent's own address.
+    assert!(
+        !m.contains("hakaru_mesh_connects_total{peer=\"127.0.0.2\""),
+        "{m}"
+    );
     assert!(
         sample(
             &m,
@@ -314,11 +319,16 @@ fn tcp_connect_times_are_measured_and_a_closed_port_counts_lost() {
 fn an_agent_that_stops_is_named_with_the_evidence() {
     let mut a = Agents::start("stop", THREE, &IPS, &FAST);
     std::thread::sleep(Duration::from_secs(2));
+    // Snapshots go to an archive of the test's own, before and after.
+    let db = a.dir.join("results.db");
+    let db = db.to_str().unwrap();
+    let before = a.report(&["--save", "--db", db]);
+    assert_eq!(before["suspects"].as_array().unwrap().len(), 0, "{before}");
     // Agent 3 dies: the others' probes to it go unanswered and its view is missing.
     let gone = a.procs.remove(2);
     drop(gone);
     std::thread::sleep(Duration::from_secs(3));
-    let r = a.report(&[]);
+    let r = a.report(&["--save", "--db", db]);
     let h = &r["hosts"][2];
     assert_eq!(h["answered"], false, "{r}");
     assert!(h["error"].as_str().unwrap().contains("refused"), "{h}");
@@ -335,6 +345,57 @@ fn an_agent_that_stops_is_named_with_the_evidence() {
     assert!(
         why.contains("2 of 2 pairs with it are bad (mean loss to it 100.0 %"),
         "{why}"
+    );
+    // The archive has both snapshots, the worst pair's loss as their headline.
+    let o = run(
+        &["history", "--db", db, "--kind", "mesh", "--format", "json"],
+        Duration::from_secs(20),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let runs = json(&o);
+    let headlines: Vec<f64> = runs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["headline"].as_f64().unwrap())
+        .collect();
+    assert_eq!(headlines.len(), 2, "{runs}");
+    assert!(headlines.contains(&100.0), "{runs}");
+    let o = run(
+        &["history", "show", "latest", "--db", db],
+        Duration::from_secs(20),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("127.0.0.4: its agent did not answer"),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    // The report: a heatmap per snapshot and the worst pairs over time.
+    let html = a.dir.join("mesh.html");
+    let o = run(
+        &[
+            "report",
+            "latest",
+            "latest~1",
+            "--db",
+            db,
+            "-o",
+            html.to_str().unwrap(),
+        ],
+        Duration::from_secs(30),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert_eq!(page.matches("<table class=\"heat\">").count(), 2);
+    assert!(
+        page.contains("title=\"127.0.0.2 -&gt; 127.0.0.4: RTT p50 -, p99 -, loss 100.00 %"),
+        "no lost pair's cell in the heatmap"
+    );
+    // Which pairs the chart draws, and in what order, is tested in hakaru-report.
+    assert!(
+        page.contains("id=\"mesh-worst-loss\""),
+        "no worst-pairs chart"
     );
 }
 
