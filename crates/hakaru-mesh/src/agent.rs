@@ -78,6 +78,8 @@ pub(crate) struct Inner {
     permits: Permits,
     /// The TCP connect probes, when asked for.
     pub(crate) connect: Option<crate::connect::Connect>,
+    /// The throughput slices, when asked for.
+    pub(crate) slices: Option<crate::slice::Slices>,
 }
 
 /// Whether the server's access list lets an address in.
@@ -86,6 +88,16 @@ pub type Permits = Box<dyn Fn(IpAddr) -> bool + Send + Sync>;
 impl Inner {
     pub(crate) fn now(&self) -> u64 {
         self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// What the connect and slice drivers share with the agent.
+    fn shared(&self) -> crate::connect::Shared<'_> {
+        crate::connect::Shared {
+            udp: &self.prober,
+            epoch: self.epoch,
+            timeout: self.cfg.probe.timeout,
+            group_by: &self.cfg.group_by,
+        }
     }
 }
 
@@ -135,6 +147,10 @@ impl Agent {
             )),
             groups: Mutex::new(crate::groups::Groups::default()),
         });
+        let slices = cfg.slice.clone().map(|c| crate::slice::Slices {
+            cfg: c,
+            results: Mutex::new(std::collections::HashMap::new()),
+        });
         Ok(Agent {
             inner: Arc::new(Inner {
                 cfg,
@@ -150,6 +166,7 @@ impl Agent {
                 socket,
                 permits,
                 connect,
+                slices,
             }),
         })
     }
@@ -171,13 +188,20 @@ impl Agent {
                     .name("hakaru-mesh-tcp".into())
                     .spawn(move || {
                         if let Some(c) = &a.connect {
-                            let shared = crate::connect::Shared {
-                                udp: &a.prober,
-                                epoch: a.epoch,
-                                timeout: a.cfg.probe.timeout,
-                                group_by: &a.cfg.group_by,
-                            };
-                            crate::connect::run(&shared, c, &s);
+                            crate::connect::run(&a.shared(), c, &s);
+                        }
+                    })?,
+            );
+        }
+        if self.inner.slices.is_some() {
+            let a = Arc::clone(&self.inner);
+            let s = Arc::clone(&stop);
+            threads.push(
+                std::thread::Builder::new()
+                    .name("hakaru-mesh-slice".into())
+                    .spawn(move || {
+                        if let Some(sl) = &a.slices {
+                            crate::slice::run(&a.shared(), sl, &s);
                         }
                     })?,
             );

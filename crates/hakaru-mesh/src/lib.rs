@@ -7,7 +7,9 @@
 //! - [`prober`]: which peer to probe when under the rate cap, losses, figures: a sans-IO
 //!   machine; [`stats`] its counters, buckets and window.
 //! - [`agent`]: the driver (the socket, the clock, the refresher) and the responder;
-//!   [`connect`] the optional TCP connect probes, a second prober with a driver of its own.
+//!   [`connect`] the optional TCP connect probes, a second prober with a driver of its own;
+//!   [`slice`] the optional throughput slices, a schedule and a driver around a test the
+//!   binary gives.
 //! - [`view`]: what an agent says at `GET /mesh` and its `hakaru_mesh_` metric families;
 //!   [`groups`] the series of a long list, per group of peers.
 //! - [`report`]: the matrix of every agent's view, the suspects, the text; [`fetch`] asks
@@ -20,6 +22,7 @@ pub mod groups;
 pub mod peers;
 pub mod prober;
 pub mod report;
+pub mod slice;
 pub mod stats;
 pub mod view;
 pub mod wire;
@@ -56,6 +59,8 @@ pub struct MeshConfig {
     pub key: Option<hakaru_proto::auth::Psk>,
     /// TCP connect probes too (`--mesh-connect-interval`).
     pub connect: Option<connect::ConnectConfig>,
+    /// Throughput slices too (`--mesh-slice-every`).
+    pub slice: Option<slice::SliceConfig>,
 }
 
 impl MeshConfig {
@@ -79,6 +84,7 @@ impl MeshConfig {
             max_reply_pps: 1000,
             key: None,
             connect: None,
+            slice: None,
         }
     }
 }

@@ -69,6 +69,7 @@ pub fn build(asked: Vec<Asked>, t: Thresholds) -> MeshReport {
                         connect_p50_us: p.connect.as_ref().and_then(|c| c.p50_us),
                         connect_p99_us: p.connect.as_ref().and_then(|c| c.p99_us),
                         connect_loss: p.connect.as_ref().and_then(|c| c.loss),
+                        slice_bps: p.slice.as_ref().and_then(|s| s.bps),
                     });
                 }
                 (true, None)
@@ -402,6 +403,7 @@ mod tests {
             rtt_p50_us: Some(50.0),
             rtt_p99_us: Some(90.0),
             connect: None,
+            slice: None,
         }
     }
 

@@ -40,6 +40,24 @@ pub struct PeerView {
     /// TCP connect times to its mesh port (`--mesh-connect-interval`; absent without it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect: Option<ConnectView>,
+    /// Throughput slices to its test port (`--mesh-slice-every`; absent without it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slice: Option<SliceView>,
+}
+
+/// One peer's throughput slices as an agent sees them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SliceView {
+    /// Slices run since the agent started.
+    pub runs: u64,
+    /// Of those, failed.
+    pub failed: u64,
+    /// The last successful slice's received rate, bit/s (null before one).
+    pub bps: Option<f64>,
+    /// Seconds since the last slice ended (null before one).
+    pub age_s: Option<f64>,
+    /// Why the last slice failed, if it did.
+    pub error: Option<String>,
 }
 
 /// One peer's TCP connects as an agent sees them.
@@ -100,6 +118,7 @@ fn peer_view(f: &PeerFigures) -> PeerView {
         rtt_p50_us: f.window.p50_us,
         rtt_p99_us: f.window.p99_us,
         connect: None,
+        slice: None,
     }
 }
 
@@ -133,6 +152,19 @@ impl Agent {
                     p50_us: None,
                     p99_us: None,
                 }));
+            }
+        }
+        if let Some(s) = &a.slices {
+            let results = lock(&s.results);
+            for (v, f) in peers.iter_mut().zip(&figures) {
+                let r = results.get(&f.peer.addr).cloned().unwrap_or_default();
+                v.slice = Some(SliceView {
+                    runs: r.runs,
+                    failed: r.failed,
+                    bps: r.bps,
+                    age_s: (r.runs > 0).then(|| now.saturating_sub(r.at) as f64 / 1e9),
+                    error: r.error,
+                });
             }
         }
         AgentView {
@@ -188,7 +220,8 @@ impl Agent {
             late = late.with(&l, t.late as f64);
             rtt = rtt.with_histogram(labels, &BUCKETS_S, &t.buckets, t.rtt_sum_s, t.replied);
         }
-        let connect = self.connect_families();
+        let mut connect = self.connect_families();
+        connect.extend(self.slice_families(&figures));
         let r = &a.responder;
         let mut refused = MetricFamily::new(
             "hakaru_mesh_probes_refused_total",
@@ -266,5 +299,48 @@ impl Agent {
             time = time.with_histogram(labels, &BUCKETS_S, &t.buckets, t.rtt_sum_s, t.replied);
         }
         vec![tried, lost, time]
+    }
+
+    /// The slices' families (`--mesh-slice-every`), none without them: per peer up to
+    /// `metrics_peers` peers, past it only the agent's totals (a rate has no group sum).
+    fn slice_families(&self, figures: &[PeerFigures]) -> Vec<MetricFamily> {
+        let a = &self.inner;
+        let Some(s) = &a.slices else {
+            return Vec::new();
+        };
+        let results = lock(&s.results);
+        let mut runs = MetricFamily::new(
+            "hakaru_mesh_slices_total",
+            "Throughput slices run to mesh peers (--mesh-slice-every), by peer (or in all past --mesh-metrics-peers).",
+            MetricKind::Counter,
+        );
+        let mut failed = MetricFamily::new(
+            "hakaru_mesh_slices_failed_total",
+            "Throughput slices to mesh peers that failed.",
+            MetricKind::Counter,
+        );
+        let mut bps = MetricFamily::new(
+            "hakaru_mesh_slice_bits_per_second",
+            "The last throughput slice's received rate, by peer.",
+            MetricKind::Gauge,
+        );
+        if figures.len() <= a.cfg.metrics_peers {
+            for f in figures {
+                let r = results.get(&f.peer.addr).cloned().unwrap_or_default();
+                let mut l: Vec<(&str, &str)> = vec![("peer", f.peer.name.as_str())];
+                l.extend(f.peer.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+                runs = runs.with(&l, r.runs as f64);
+                failed = failed.with(&l, r.failed as f64);
+                if let Some(b) = r.bps {
+                    bps = bps.with(&l, b);
+                }
+            }
+            vec![runs, failed, bps]
+        } else {
+            let (n, f) = results
+                .values()
+                .fold((0, 0), |(n, f), r| (n + r.runs, f + r.failed));
+            vec![runs.with(&[], n as f64), failed.with(&[], f as f64)]
+        }
     }
 }

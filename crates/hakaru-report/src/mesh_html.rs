@@ -305,6 +305,7 @@ mod tests {
             connect_p50_us: None,
             connect_p99_us: None,
             connect_loss: None,
+            slice_bps: None,
         }
     }
 

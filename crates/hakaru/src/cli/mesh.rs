@@ -68,6 +68,31 @@ pub struct ServerFlags {
     /// sampled, as with --mesh-max-rate); at most 256 are under way at once.
     #[arg(long, value_name = "N", default_value_t = 10, requires = "mesh_connect_interval", value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub mesh_connect_max_rate: u32,
+    /// Also run a short TCP throughput test (a slice) to each peer's test port at most once
+    /// per this (e.g. 1h), one at a time, spread over the period: the last rate per peer in
+    /// /mesh (`slice`) and hakaru_mesh_slice_bits_per_second. Off unless given.
+    #[arg(long, value_name = "TIME", requires = "mesh")]
+    pub mesh_slice_every: Option<Dur>,
+    /// Each slice's length (at most 10 s).
+    #[arg(
+        long,
+        value_name = "TIME",
+        default_value = "1s",
+        requires = "mesh_slice_every"
+    )]
+    pub mesh_slice_time: Dur,
+    /// Each slice's rate cap: the budget is this for --mesh-slice-time out of every
+    /// max(--mesh-slice-every / peers, --mesh-slice-time).
+    #[arg(
+        long,
+        value_name = "RATE",
+        default_value = "100M",
+        requires = "mesh_slice_every"
+    )]
+    pub mesh_slice_rate: hakaru_model::BitRate,
+    /// The peers' test port (their `hakaru server -p`; default: this server's).
+    #[arg(long, value_name = "PORT", requires = "mesh_slice_every")]
+    pub mesh_slice_port: Option<u16>,
 }
 
 fn positive(d: Dur, flag: &str) -> anyhow::Result<Duration> {
@@ -76,8 +101,13 @@ fn positive(d: Dur, flag: &str) -> anyhow::Result<Duration> {
 }
 
 impl ServerFlags {
-    /// The agent's settings, when --mesh is given; `key` is the server's.
-    pub fn config(&self, key: Option<hakaru_client::Psk>) -> anyhow::Result<Option<MeshConfig>> {
+    /// The agent's settings, when --mesh is given; `key` is the server's, `port` its test
+    /// port (the peers' too, unless --mesh-slice-port says otherwise).
+    pub fn config(
+        &self,
+        key: Option<hakaru_client::Psk>,
+        port: u16,
+    ) -> anyhow::Result<Option<MeshConfig>> {
         let Some(spec) = &self.mesh else {
             return Ok(None);
         };
@@ -116,7 +146,6 @@ impl ServerFlags {
             metrics_peers: self.mesh_metrics_peers as usize,
             group_by: self.mesh_group_by.clone(),
             max_reply_pps: self.mesh_max_reply_rate,
-            key,
             connect: match self.mesh_connect_interval {
                 Some(d) => {
                     let interval = positive(d, "--mesh-connect-interval")?;
@@ -131,8 +160,87 @@ impl ServerFlags {
                 }
                 None => None,
             },
+            slice: self.slice_config(key.clone(), port)?,
+            key,
         }))
     }
+}
+
+impl ServerFlags {
+    fn slice_config(
+        &self,
+        key: Option<hakaru_client::Psk>,
+        port: u16,
+    ) -> anyhow::Result<Option<hakaru_mesh::slice::SliceConfig>> {
+        let Some(every) = self.mesh_slice_every else {
+            return Ok(None);
+        };
+        let every = positive(every, "--mesh-slice-every")?;
+        let time = positive(self.mesh_slice_time, "--mesh-slice-time")?;
+        anyhow::ensure!(
+            time <= Duration::from_secs(10),
+            "--mesh-slice-time {time:?}: a slice is at most 10 s"
+        );
+        anyhow::ensure!(
+            every >= time,
+            "--mesh-slice-every {every:?} is shorter than a slice (--mesh-slice-time {time:?})"
+        );
+        let rate = self.mesh_slice_rate.0;
+        anyhow::ensure!(
+            rate >= 1e3,
+            "--mesh-slice-rate must be at least 1k: a slice needs a rate cap (the budget)"
+        );
+        Ok(Some(hakaru_mesh::slice::SliceConfig {
+            every,
+            time,
+            rate_bps: rate as u64,
+            port: self.mesh_slice_port.unwrap_or(port),
+            runner: std::sync::Arc::new(move |to, time, bps| slice(to, time, bps, key.clone())),
+        }))
+    }
+}
+
+/// A slice: a one-flow TCP test of `time` at most at `bps` to the hakaru server at `to`,
+/// with the fleet's key; the rate the server received.
+fn slice(
+    to: SocketAddr,
+    time: Duration,
+    bps: u64,
+    psk: Option<hakaru_client::Psk>,
+) -> Result<f64, String> {
+    struct Quiet;
+    impl hakaru_engine::Observer for Quiet {}
+    let spec = hakaru_model::TcpSpec {
+        amount: hakaru_model::Amount::Time(Dur(time)),
+        interval: Dur(time),
+        rate: Some(hakaru_model::BitRate(bps as f64)),
+        ..hakaru_model::TcpSpec::default()
+    };
+    let opts = hakaru_client::ClientOptions {
+        host: to.ip().to_string(),
+        port: to.port(),
+        family: hakaru_model::Family::Any,
+        bind: None,
+        spec: hakaru_model::TestSpec::Tcp(spec),
+        affinity: Vec::new(),
+        embedded: false,
+        connect_timeout: Duration::from_secs(2),
+        full_log: None,
+        histogram: false,
+        iperf3: false,
+        gate: None,
+        ntttcp: false,
+        netperf: false,
+        netperf_passphrase: None,
+        psk,
+    };
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let r = hakaru_client::run_test(&opts, &mut Quiet, stop).map_err(|e| e.to_string())?;
+    r.totals
+        .iter()
+        .find(|t| t.dir == hakaru_model::FlowDir::Up)
+        .map(|t| t.receiver.bits_per_second.0)
+        .ok_or_else(|| "the test has no upload total".to_string())
 }
 
 /// `hakaru mesh`.

@@ -327,7 +327,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         udpst_port: a.udpst_port,
         udpst_max_mbps: a.udpst_max_rate,
         udpst_keys: udpst_keys(a.udpst_key.clone(), a.udpst_key_file.as_deref())?,
-        mesh: a.mesh.config(psk.clone())?,
+        mesh: a.mesh.config(psk.clone(), a.port)?,
         netperf: hakaru_server::NetperfConfig {
             ports: a.netperf_port,
             passphrase: netperf_passphrase,

@@ -164,9 +164,15 @@ impl ServerProc {
     }
 
     /// Starts a server from a prepared command (e.g. inside a network namespace).
-    pub fn start_with(mut cmd: Command, bind: &str, extra: &[&str]) -> ServerProc {
+    pub fn start_with(cmd: Command, bind: &str, extra: &[&str]) -> ServerProc {
+        Self::start_on(cmd, bind, "0", extra)
+    }
+
+    /// The same on test port `port` (several servers on one port number, each on its own
+    /// address).
+    pub fn start_on(mut cmd: Command, bind: &str, port: &str, extra: &[&str]) -> ServerProc {
         let mut child = cmd
-            .args(["server", "-B", bind, "-p", "0", "-v"])
+            .args(["server", "-B", bind, "-p", port, "-v"])
             .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -57,11 +57,16 @@ impl Agents {
 
     /// Starts one more agent on `ip`.
     pub fn add(&mut self, ip: &str, extra: &[&str]) {
+        self.add_on(ip, "0", extra);
+    }
+
+    /// Starts one more agent on `ip` whose server's test port is `test_port`.
+    pub fn add_on(&mut self, ip: &str, test_port: &str, extra: &[&str]) {
         let port = self.port.to_string();
         let peers = self.peers.display().to_string();
         let mut args = vec!["--mesh", &peers, "--mesh-port", &port];
         args.extend_from_slice(extra);
-        let s = ServerProc::start_with(hakaru(), ip, &args);
+        let s = ServerProc::start_on(hakaru(), ip, test_port, &args);
         assert!(
             s.wait_log("mesh agent on", Duration::from_secs(10))
                 .is_some(),
@@ -234,6 +239,64 @@ fn peer_of<'a>(view: &'a Value, dst: &str) -> &'a Value {
         .iter()
         .find(|p| p["dst"] == dst)
         .unwrap_or_else(|| panic!("no peer {dst} in {view}"))
+}
+
+#[test]
+fn throughput_slices_run_under_their_rate_cap_and_failures_are_named() {
+    // Two agents (each a hakaru server on the same test port) and a listed host with no
+    // server: its slices fail, by name.
+    let lines = "127.0.0.2\n127.0.0.3\n127.0.0.9\n";
+    let port = free_port().to_string();
+    let mut extra = FAST.to_vec();
+    extra.extend([
+        "--mesh-slice-every",
+        "1s",
+        "--mesh-slice-time",
+        "200ms",
+        "--mesh-slice-rate",
+        "20M",
+        "--mesh-slice-port",
+        &port,
+    ]);
+    let mut a = Agents::start("slice", lines, &[], &extra);
+    for ip in &IPS[..2] {
+        a.add_on(ip, &port, &extra);
+    }
+    // Until each peer has had a slice (bounded: 40 x 250 ms).
+    let mut view = Value::Null;
+    for _ in 0..40 {
+        view = mesh_view(&a, "127.0.0.2");
+        let runs = |dst: &str| peer_of(&view, dst)["slice"]["runs"].as_u64().unwrap_or(0);
+        if runs("127.0.0.3") >= 1 && runs("127.0.0.9") >= 1 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let live = &peer_of(&view, "127.0.0.3")["slice"];
+    assert_eq!(live["failed"], 0, "{view}");
+    let bps = live["bps"].as_f64().expect("a slice's rate");
+    // Paced at 20 Mbit/s: never more (a tenth for the pacer's rounding), and something.
+    assert!(bps > 0.0 && bps <= 22e6, "{live}");
+    let dead = &peer_of(&view, "127.0.0.9")["slice"];
+    assert_eq!(dead["runs"], dead["failed"], "{view}");
+    assert!(
+        dead["error"].as_str().is_some_and(|e| !e.is_empty()),
+        "{dead}"
+    );
+    assert_eq!(dead["bps"], Value::Null, "{dead}");
+    let m = a.get("127.0.0.2", "/metrics");
+    assert!(
+        sample(&m, "hakaru_mesh_slice_bits_per_second{peer=\"127.0.0.3\"}")
+            .is_some_and(|v| v > 0.0 && v <= 22e6),
+        "{m}"
+    );
+    assert!(
+        sample(&m, "hakaru_mesh_slices_failed_total{peer=\"127.0.0.9\"}").is_some_and(|v| v >= 1.0),
+        "{m}"
+    );
+    let r = a.report(&[]);
+    let p = pair(&r, "127.0.0.2", "127.0.0.3");
+    assert!(p["slice_bps"].as_f64().is_some_and(|v| v > 0.0), "{p}");
 }
 
 #[test]
@@ -596,7 +659,7 @@ fn a_long_list_is_sampled_under_the_rate_cap() {
 #[test]
 fn bad_peer_lists_and_flags_are_refused_by_name() {
     let dir = tmpdir("bad");
-    let cases: [(&str, &[&str], &str); 8] = [
+    let cases: [(&str, &[&str], &str); 11] = [
         (
             "",
             &["--mesh", "/nonexistent/peers"],
@@ -636,6 +699,21 @@ fn bad_peer_lists_and_flags_are_refused_by_name() {
             "10.0.0.1\n",
             &["--mesh-connect-max-rate", "5"],
             "--mesh-connect-interval <TIME>",
+        ),
+        (
+            "10.0.0.1\n",
+            &["--mesh-slice-every", "1h", "--mesh-slice-time", "11s"],
+            "a slice is at most 10 s",
+        ),
+        (
+            "10.0.0.1\n",
+            &["--mesh-slice-every", "500ms"],
+            "--mesh-slice-every 500ms is shorter than a slice (--mesh-slice-time 1s)",
+        ),
+        (
+            "10.0.0.1\n",
+            &["--mesh-slice-rate", "5M"],
+            "--mesh-slice-every <TIME>",
         ),
     ];
     for (i, (text, flags, want)) in cases.iter().enumerate() {
