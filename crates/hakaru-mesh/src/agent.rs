@@ -150,6 +150,8 @@ impl Agent {
         let slices = cfg.slice.clone().map(|c| crate::slice::Slices {
             cfg: c,
             results: Mutex::new(std::collections::HashMap::new()),
+            runs: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
         });
         Ok(Agent {
             inner: Arc::new(Inner {

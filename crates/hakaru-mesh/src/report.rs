@@ -69,7 +69,12 @@ pub fn build(asked: Vec<Asked>, t: Thresholds) -> MeshReport {
                         connect_p50_us: p.connect.as_ref().and_then(|c| c.p50_us),
                         connect_p99_us: p.connect.as_ref().and_then(|c| c.p99_us),
                         connect_loss: p.connect.as_ref().and_then(|c| c.loss),
-                        slice_bps: p.slice.as_ref().and_then(|s| s.bps),
+                        // A path whose last slice failed has no rate now.
+                        slice_bps: p
+                            .slice
+                            .as_ref()
+                            .filter(|s| s.error.is_none())
+                            .and_then(|s| s.bps),
                     });
                 }
                 (true, None)

@@ -11,16 +11,19 @@
 //!   [`SliceRunner`] the binary gives (hakaru's client), so this crate stays free of it.
 
 use std::collections::HashMap;
+use std::collections::HashSet;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::connect::Shared;
 
-/// Runs one slice: a TCP test to the address for the time at most at the rate (bit/s);
-/// returns the rate received, bit/s, or why it failed.
-pub type SliceRunner = Arc<dyn Fn(SocketAddr, Duration, u64) -> Result<f64, String> + Send + Sync>;
+/// Runs one slice: a TCP test to the address for the time at most at the rate (bit/s),
+/// ended early when the flag is set (the agent stops); returns the rate received, bit/s, or
+/// why it failed.
+pub type SliceRunner =
+    Arc<dyn Fn(SocketAddr, Duration, u64, Arc<AtomicBool>) -> Result<f64, String> + Send + Sync>;
 
 /// How the slices run.
 #[derive(Clone)]
@@ -131,15 +134,17 @@ pub struct SliceResult {
 pub(crate) struct Slices {
     pub(crate) cfg: SliceConfig,
     pub(crate) results: Mutex<HashMap<SocketAddr, SliceResult>>,
+    /// Slices run and failed since the start, peers gone included (counters never go down).
+    pub(crate) runs: AtomicU64,
+    pub(crate) failed: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The slice driver: runs until `stop` is set (a slice under way ends first: at most its
-/// length).
-pub(crate) fn run(a: &Shared<'_>, s: &Slices, stop: &AtomicBool) {
+/// The slice driver: runs until `stop` is set, which also ends a slice under way.
+pub(crate) fn run(a: &Shared<'_>, s: &Slices, stop: &Arc<AtomicBool>) {
     let clock = || a.epoch.elapsed().as_nanos() as u64;
     let mut sched = Schedule::new(s.cfg.every, s.cfg.time, clock());
     // The first slice waits a random part of the period (at most a minute): a fleet's agents
@@ -153,14 +158,18 @@ pub(crate) fn run(a: &Shared<'_>, s: &Slices, stop: &AtomicBool) {
     sched.ended(clock() + ns(s.cfg.time) + jitter);
     let mut seen = None;
     while !stop.load(Ordering::Acquire) {
-        {
+        // The list is copied under the prober's lock and used after it (the prober answers
+        // peers meanwhile).
+        let changed = {
             let udp = lock(a.udp);
-            if seen != Some(udp.generation()) {
-                seen = Some(udp.generation());
-                let peers: Vec<SocketAddr> = udp.peers().0.iter().map(|p| p.addr).collect();
-                lock(&s.results).retain(|k, _| peers.contains(k));
-                sched.set_peers(peers);
-            }
+            (seen != Some(udp.generation())).then(|| udp.peers())
+        };
+        if let Some((peers, generation)) = changed {
+            seen = Some(generation);
+            let peers: Vec<SocketAddr> = peers.iter().map(|p| p.addr).collect();
+            let listed: HashSet<SocketAddr> = peers.iter().copied().collect();
+            lock(&s.results).retain(|k, _| listed.contains(k));
+            sched.set_peers(peers);
         }
         let now = clock();
         let Some(peer) = sched.poll(now) else {
@@ -171,7 +180,11 @@ pub(crate) fn run(a: &Shared<'_>, s: &Slices, stop: &AtomicBool) {
             continue;
         };
         let target = SocketAddr::new(peer.ip(), s.cfg.port);
-        let got = (s.cfg.runner)(target, s.cfg.time, s.cfg.rate_bps);
+        let got = (s.cfg.runner)(target, s.cfg.time, s.cfg.rate_bps, Arc::clone(stop));
+        s.runs.fetch_add(1, Ordering::Relaxed);
+        if got.is_err() {
+            s.failed.fetch_add(1, Ordering::Relaxed);
+        }
         let end = clock();
         sched.ended(end);
         let mut results = lock(&s.results);

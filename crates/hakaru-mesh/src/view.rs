@@ -337,9 +337,8 @@ impl Agent {
             }
             vec![runs, failed, bps]
         } else {
-            let (n, f) = results
-                .values()
-                .fold((0, 0), |(n, f), r| (n + r.runs, f + r.failed));
+            let n = s.runs.load(Ordering::Relaxed);
+            let f = s.failed.load(Ordering::Relaxed);
             vec![runs.with(&[], n as f64), failed.with(&[], f as f64)]
         }
     }

@@ -34,7 +34,8 @@ pub struct Pair {
     /// TCP connects not established over those tried in the window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect_loss: Option<f64>,
-    /// The last throughput slice's received rate, bit/s (agents with --mesh-slice-every).
+    /// The last throughput slice's received rate, bit/s (agents with --mesh-slice-every);
+    /// none when the last slice failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slice_bps: Option<f64>,
 }

@@ -237,6 +237,11 @@ pub fn compare(
             }
             v
         }
+        (Content::Mesh(_), Content::Mesh(_)) => {
+            return Err(
+                "mesh snapshots are not compared pair by pair: `hakaru report` on them draws each as a heatmap and the worst pairs over time".into(),
+            )
+        }
         _ => {
             return Err(
                 "compare takes test results (tcp, udp, pps, latency, connect, http, sink, source, rpm, capacity) and quick results; plan results are compared per run: write each run with -o".into(),

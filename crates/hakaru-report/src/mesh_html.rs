@@ -72,6 +72,9 @@ fn cell_title(p: &Pair) -> String {
             pct(p.connect_loss)
         );
     }
+    if let Some(b) = p.slice_bps {
+        let _ = write!(t, "; last slice {}", hakaru_model::BitRate(b));
+    }
     if p.bad {
         t.push_str("; bad");
     }

@@ -117,7 +117,7 @@ pub fn of_content(c: &Content) -> Summary {
             peer: format!("{} hosts", m.hosts.len()),
             // The worst pair's loss: what a fleet's history is read for.
             headline: m.worst_loss().map(|l| l * 100.0),
-            unit: "% loss".into(),
+            unit: "%".into(),
             started_at: (m.at_unix > 0.0).then_some(m.at_unix),
             ..Summary::default()
         },

@@ -187,35 +187,57 @@ impl ServerFlags {
         );
         let rate = self.mesh_slice_rate.0;
         anyhow::ensure!(
-            rate >= 1e3,
-            "--mesh-slice-rate must be at least 1k: a slice needs a rate cap (the budget)"
+            (1e3..=hakaru_model::config::MAX_TCP_RATE).contains(&rate),
+            "--mesh-slice-rate {}: from 1k (a slice needs a rate cap: the budget) to 400G",
+            self.mesh_slice_rate
         );
+        anyhow::ensure!(
+            time >= Duration::from_millis(10),
+            "--mesh-slice-time {time:?}: at least 10ms"
+        );
+        let port = self.mesh_slice_port.unwrap_or(port);
+        anyhow::ensure!(
+            port != 0,
+            "this server's -p 0 is no port its peers listen on: give --mesh-slice-port"
+        );
+        // The test every slice runs, checked once here rather than failing at every slice.
+        slice_spec(time, rate as u64)
+            .validate()
+            .map_err(|e| anyhow::anyhow!("--mesh-slice-*: {e}"))?;
         Ok(Some(hakaru_mesh::slice::SliceConfig {
             every,
             time,
             rate_bps: rate as u64,
-            port: self.mesh_slice_port.unwrap_or(port),
-            runner: std::sync::Arc::new(move |to, time, bps| slice(to, time, bps, key.clone())),
+            port,
+            runner: std::sync::Arc::new(move |to, time, bps, stop| {
+                slice(to, time, bps, key.clone(), stop)
+            }),
         }))
     }
 }
 
+/// A slice's test: one flow for `time` paced at `bps`, one interval.
+fn slice_spec(time: Duration, bps: u64) -> hakaru_model::TcpSpec {
+    hakaru_model::TcpSpec {
+        amount: hakaru_model::Amount::Time(Dur(time)),
+        interval: Dur(time),
+        rate: Some(hakaru_model::BitRate(bps as f64)),
+        ..hakaru_model::TcpSpec::default()
+    }
+}
+
 /// A slice: a one-flow TCP test of `time` at most at `bps` to the hakaru server at `to`,
-/// with the fleet's key; the rate the server received.
+/// with the fleet's key, ended early by `stop`; the rate the server received.
 fn slice(
     to: SocketAddr,
     time: Duration,
     bps: u64,
     psk: Option<hakaru_client::Psk>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> Result<f64, String> {
     struct Quiet;
     impl hakaru_engine::Observer for Quiet {}
-    let spec = hakaru_model::TcpSpec {
-        amount: hakaru_model::Amount::Time(Dur(time)),
-        interval: Dur(time),
-        rate: Some(hakaru_model::BitRate(bps as f64)),
-        ..hakaru_model::TcpSpec::default()
-    };
+    let spec = slice_spec(time, bps);
     let opts = hakaru_client::ClientOptions {
         host: to.ip().to_string(),
         port: to.port(),
@@ -234,7 +256,6 @@ fn slice(
         netperf_passphrase: None,
         psk,
     };
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let r = hakaru_client::run_test(&opts, &mut Quiet, stop).map_err(|e| e.to_string())?;
     r.totals
         .iter()

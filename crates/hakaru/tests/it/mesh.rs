@@ -424,6 +424,21 @@ fn an_agent_that_stops_is_named_with_the_evidence() {
         .collect();
     assert_eq!(headlines.len(), 2, "{runs}");
     assert!(headlines.contains(&100.0), "{runs}");
+    // The list shows it as a loss in %.
+    let o = run(&["history", "--db", db], Duration::from_secs(20));
+    let list = String::from_utf8_lossy(&o.stdout);
+    assert!(list.contains("100.000 %"), "{list}");
+    // Two snapshots are not compared pair by pair; the message says what to run instead.
+    let o = run(
+        &["compare", "latest", "latest~1", "--db", db],
+        Duration::from_secs(20),
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("mesh snapshots are not compared"),
+        "{}",
+        stderr(&o)
+    );
     let o = run(
         &["history", "show", "latest", "--db", db],
         Duration::from_secs(20),
@@ -659,7 +674,7 @@ fn a_long_list_is_sampled_under_the_rate_cap() {
 #[test]
 fn bad_peer_lists_and_flags_are_refused_by_name() {
     let dir = tmpdir("bad");
-    let cases: [(&str, &[&str], &str); 11] = [
+    let cases: [(&str, &[&str], &str); 12] = [
         (
             "",
             &["--mesh", "/nonexistent/peers"],
@@ -714,6 +729,11 @@ fn bad_peer_lists_and_flags_are_refused_by_name() {
             "10.0.0.1\n",
             &["--mesh-slice-rate", "5M"],
             "--mesh-slice-every <TIME>",
+        ),
+        (
+            "10.0.0.1\n",
+            &["--mesh-slice-every", "1h"],
+            "-p 0 is no port its peers listen on: give --mesh-slice-port",
         ),
     ];
     for (i, (text, flags, want)) in cases.iter().enumerate() {
