@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """hakaru plan across a fleet: release skew and the coordinator's CPU with 100 hosts.
 
-Usage (root): python3 bench/plan_fleet.py [--hosts 100] [--steps 10] [--write docs/BENCHMARKS.md]
+Usage (root): python3 bench/plan_fleet.py [--hosts 100] [--steps 10] [--scale 5,10,20,50]
+                                          [--write docs/BENCHMARKS.md]
 
 Builds --hosts network namespaces on one bridge (198.19.201.0/24, inside namespaces this
 script creates and deletes) and a peers file in the mesh's format (docs/mesh.md) naming them,
@@ -20,6 +21,8 @@ Reported, from the plan's JSON and /proc:
 - the coordinator's own CPU time (utime + stime of the `hakaru plan run` process, read from
   /proc while it is a zombie, so without the clients it started), in all and per host per
   step, and the run's wall time.
+- with --scale, the same plan (3 steps) with fewer hosts, for the skew against the number
+  of clients started at once on this machine's CPUs.
 Every process is stopped by its PID; the namespaces are deleted at the end, also on failure.
 """
 import argparse, json, os, signal, statistics, subprocess, sys, tempfile, time
@@ -113,12 +116,21 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--hosts", type=int, default=100)
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--scale", default="5,10,20,50")
     ap.add_argument("--write")
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("needs root (network namespaces)")
     if not 2 <= a.hosts <= 250:
         sys.exit("--hosts: 2 to 250")
+    scale = []
+    for n in [int(x) for x in a.scale.split(",") if x]:
+        names, members = build(n)
+        try:
+            d, _, _ = run(members, 3)
+        finally:
+            teardown(names)
+        scale.append((n - 1, statistics.median(s["release"]["skew_ms"] for s in d["steps"])))
     names, members = build(a.hosts)
     try:
         doc, cpu, wall = run(members, a.steps)
@@ -135,9 +147,12 @@ def main():
     acks = [r["ack_spread_ms"] for r in rel]
     setups = [r["setup_ms"] for r in rel]
     per_host_step = cpu / a.hosts / a.steps * 1000
+    scale.append((a.hosts - 1, statistics.median(skews)))
+    scale_rows = "".join(
+        f"| {c} | {sk:.2f} | {sk / c * os.cpu_count():.2f} |\n" for c, sk in scale)
     kernel = os.uname().release
     block = (
-        f"Command: `python3 bench/plan_fleet.py --hosts {a.hosts} --steps {a.steps} --write docs/BENCHMARKS.md`"
+        f"Command: `python3 bench/plan_fleet.py --hosts {a.hosts} --steps {a.steps} --scale {a.scale} --write docs/BENCHMARKS.md`"
         f" (as root; {time.strftime('%Y-%m-%d')}; kernel {kernel}, {os.cpu_count()} CPUs)\n\n"
         f"{a.hosts} network namespaces on one bridge, the plan's hosts taken from a peers file with `[fleet]`"
         f" (`netns = \"{{ns}}\"`); each of {a.steps} steps releases {a.hosts - 1} `hakaru pps` clients"
@@ -157,7 +172,11 @@ def main():
         f" `flows_ready`, the server's `start`, both sides' data threads) takes a fraction of a millisecond of CPU, so"
         f" the last client is scheduled tens of milliseconds after the first. On a fleet each sender starts on its own"
         f" CPU: the skew there is the hosts' clock offsets (`skew_ms` by their clocks; `ack_spread_ms` without them)"
-        f" plus one client's wake-up from its timer.\n"
+        f" plus one client's wake-up from its timer.\n\n"
+        f"The skew against the clients started at once (median of the steps; 3 steps each but the last row):"
+        f" it grows with the clients per CPU, about the same CPU time per client's start each time, which is"
+        f" what a machine short of CPUs, not the release, does:\n\n"
+        f"| clients | release skew, ms | ms x CPUs / client |\n|---|---|---|\n{scale_rows}"
     )
     print(block)
     if a.write:
