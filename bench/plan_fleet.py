@@ -25,9 +25,11 @@ Reported, from the plan's JSON and /proc:
   of clients started at once on this machine's CPUs.
 Every process is stopped by its PID; the namespaces are deleted at the end, also on failure.
 """
-import argparse, json, os, signal, statistics, subprocess, sys, tempfile, time
+import argparse, json, os, statistics, subprocess, sys, tempfile, time
 
 from benchlib import write_block
+import plan_sync
+from plan_sync import teardown
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET_DIR = os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target")
@@ -38,38 +40,8 @@ NET = "198.19.201"
 CLK = os.sysconf("SC_CLK_TCK")
 
 
-def sh(*args, check=True):
-    return subprocess.run(args, check=check, capture_output=True, text=True, timeout=60)
-
-
 def build(n):
-    hub = f"{PREFIX}-hub"
-    names = [hub]
-    sh("ip", "netns", "add", hub)
-    sh("ip", "-n", hub, "link", "add", "br0", "type", "bridge")
-    sh("ip", "-n", hub, "link", "set", "br0", "up")
-    members = []
-    for i in range(n):
-        ns = f"{PREFIX}-m{i}"
-        sh("ip", "netns", "add", ns)
-        names.append(ns)
-        sh("ip", "-n", hub, "link", "add", f"p{i}", "type", "veth", "peer", "name", "eth0", "netns", ns)
-        sh("ip", "-n", hub, "link", "set", f"p{i}", "master", "br0", "up")
-        sh("ip", "-n", ns, "addr", "add", f"{NET}.{i + 1}/24", "dev", "eth0")
-        sh("ip", "-n", ns, "link", "set", "lo", "up")
-        sh("ip", "-n", ns, "link", "set", "dev", "eth0", "up")
-        members.append((ns, f"{NET}.{i + 1}"))
-    return names, members
-
-
-def teardown(names):
-    for ns in names:
-        for p in sh("ip", "netns", "pids", ns, check=False).stdout.split():
-            try:
-                os.kill(int(p), signal.SIGKILL)
-            except (ProcessLookupError, ValueError):
-                pass
-        sh("ip", "netns", "del", ns, check=False)
+    return plan_sync.build(n, prefix=PREFIX, net=NET, one_segment=False)
 
 
 def own_cpu(pid):

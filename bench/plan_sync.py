@@ -37,23 +37,26 @@ def sh(*args, check=True):
     return subprocess.run(args, check=check, capture_output=True, text=True, timeout=60)
 
 
-def build(n):
-    hub = f"{PREFIX}-hub"
+def build(n, prefix=PREFIX, net=NET, one_segment=True):
+    """n namespaces on one bridge (in a hub namespace), addressed net.1 to net.n; with
+    one_segment, GSO off on their links (the packet-rate scenario counts datagrams)."""
+    hub = f"{prefix}-hub"
     names = [hub]
     sh("ip", "netns", "add", hub)
     sh("ip", "-n", hub, "link", "add", "br0", "type", "bridge")
     sh("ip", "-n", hub, "link", "set", "br0", "up")
     members = []
     for i in range(n):
-        ns = f"{PREFIX}-m{i}"
+        ns = f"{prefix}-m{i}"
         sh("ip", "netns", "add", ns)
         names.append(ns)
         sh("ip", "-n", hub, "link", "add", f"p{i}", "type", "veth", "peer", "name", "eth0", "netns", ns)
         sh("ip", "-n", hub, "link", "set", f"p{i}", "master", "br0", "up")
-        sh("ip", "-n", ns, "addr", "add", f"{NET}.{i + 1}/24", "dev", "eth0")
+        sh("ip", "-n", ns, "addr", "add", f"{net}.{i + 1}/24", "dev", "eth0")
         sh("ip", "-n", ns, "link", "set", "lo", "up")
-        sh("ip", "-n", ns, "link", "set", "dev", "eth0", "gso_max_segs", "1", "up")
-        members.append((ns, f"{NET}.{i + 1}"))
+        gso = ["gso_max_segs", "1"] if one_segment else []
+        sh("ip", "-n", ns, "link", "set", "dev", "eth0", *gso, "up")
+        members.append((ns, f"{net}.{i + 1}"))
     return names, members
 
 

@@ -31,6 +31,13 @@ impl Groups {
         self.departed.entry(key).or_default().add(totals);
     }
 
+    /// A peer's own series labels: `peer` and the labels of its line.
+    pub fn peer_labels(peer: &crate::Peer) -> Vec<(String, String)> {
+        let mut l = vec![("peer".to_string(), peer.name.clone())];
+        l.extend(peer.labels.iter().cloned());
+        l
+    }
+
     /// The label sets and their totals: each peer (`peer` and its labels) when there are at
     /// most `per_peer` of them, else one set per value of `group_by` (`group`): the first
     /// `per_peer` values seen keep a series of their own for good, later ones are summed as
@@ -44,11 +51,7 @@ impl Groups {
         if figures.len() <= per_peer {
             return figures
                 .iter()
-                .map(|f| {
-                    let mut l = vec![("peer".to_string(), f.peer.name.clone())];
-                    l.extend(f.peer.labels.iter().cloned());
-                    (l, f.totals.clone())
-                })
+                .map(|f| (Self::peer_labels(&f.peer), f.totals.clone()))
                 .collect();
         }
         let mut sums: BTreeMap<String, Totals> = BTreeMap::new();

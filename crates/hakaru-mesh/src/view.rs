@@ -122,6 +122,33 @@ fn peer_view(f: &PeerFigures) -> PeerView {
     }
 }
 
+/// Labels as `MetricFamily::with` takes them.
+fn str_pairs(labels: &[(String, String)]) -> Vec<(&str, &str)> {
+    labels
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect()
+}
+
+/// What a prober's series say (the UDP probes, the TCP connects): tried, lost (counters) and
+/// the time histogram, each `(name, help)`.
+fn prober_families(
+    series: &[(Vec<(String, String)>, crate::stats::Totals)],
+    names: [(&str, &str); 3],
+) -> [MetricFamily; 3] {
+    let [(n_sent, h_sent), (n_lost, h_lost), (n_time, h_time)] = names;
+    let mut sent = MetricFamily::new(n_sent, h_sent, MetricKind::Counter);
+    let mut lost = MetricFamily::new(n_lost, h_lost, MetricKind::Counter);
+    let mut time = MetricFamily::new(n_time, h_time, MetricKind::Histogram);
+    for (labels, t) in series {
+        let l = str_pairs(labels);
+        sent = sent.with(&l, t.sent as f64);
+        lost = lost.with(&l, t.lost as f64);
+        time = time.with_histogram(labels, &BUCKETS_S, &t.buckets, t.rtt_sum_s, t.replied);
+    }
+    [sent, lost, time]
+}
+
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -190,35 +217,30 @@ impl Agent {
             p.figures(a.now())
         };
         let series = lock(&a.groups).series(&figures, a.cfg.metrics_peers, &a.cfg.group_by);
-        let mut sent = MetricFamily::new(
-            "hakaru_mesh_probes_sent_total",
-            "Mesh probes sent, by peer (or peer group).",
-            MetricKind::Counter,
-        );
-        let mut lost = MetricFamily::new(
-            "hakaru_mesh_probes_lost_total",
-            "Mesh probes with no reply within --mesh-timeout, by peer (or peer group).",
-            MetricKind::Counter,
+        let [sent, lost, rtt] = prober_families(
+            &series,
+            [
+                (
+                    "hakaru_mesh_probes_sent_total",
+                    "Mesh probes sent, by peer (or peer group).",
+                ),
+                (
+                    "hakaru_mesh_probes_lost_total",
+                    "Mesh probes with no reply within --mesh-timeout, by peer (or peer group).",
+                ),
+                (
+                    "hakaru_mesh_rtt_seconds",
+                    "Round-trip time of mesh probes, by peer (or peer group).",
+                ),
+            ],
         );
         let mut late = MetricFamily::new(
             "hakaru_mesh_replies_late_total",
             "Mesh replies that came after their probe was counted lost.",
             MetricKind::Counter,
         );
-        let mut rtt = MetricFamily::new(
-            "hakaru_mesh_rtt_seconds",
-            "Round-trip time of mesh probes, by peer (or peer group).",
-            MetricKind::Histogram,
-        );
         for (labels, t) in &series {
-            let l: Vec<(&str, &str)> = labels
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_str()))
-                .collect();
-            sent = sent.with(&l, t.sent as f64);
-            lost = lost.with(&l, t.lost as f64);
-            late = late.with(&l, t.late as f64);
-            rtt = rtt.with_histogram(labels, &BUCKETS_S, &t.buckets, t.rtt_sum_s, t.replied);
+            late = late.with(&str_pairs(labels), t.late as f64);
         }
         let mut connect = self.connect_families();
         connect.extend(self.slice_families(&figures));
@@ -274,31 +296,24 @@ impl Agent {
         };
         let figures = lock(&c.prober).figures(a.now());
         let series = lock(&c.groups).series(&figures, a.cfg.metrics_peers, &a.cfg.group_by);
-        let mut tried = MetricFamily::new(
-            "hakaru_mesh_connects_total",
-            "TCP connects to mesh peers started (--mesh-connect-interval), by peer (or peer group).",
-            MetricKind::Counter,
-        );
-        let mut lost = MetricFamily::new(
-            "hakaru_mesh_connects_lost_total",
-            "TCP connects to mesh peers not established within --mesh-timeout (refused, unreachable, silent).",
-            MetricKind::Counter,
-        );
-        let mut time = MetricFamily::new(
-            "hakaru_mesh_connect_seconds",
-            "Time to establish a TCP connection to a mesh peer's port, by peer (or peer group).",
-            MetricKind::Histogram,
-        );
-        for (labels, t) in &series {
-            let l: Vec<(&str, &str)> = labels
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_str()))
-                .collect();
-            tried = tried.with(&l, t.sent as f64);
-            lost = lost.with(&l, t.lost as f64);
-            time = time.with_histogram(labels, &BUCKETS_S, &t.buckets, t.rtt_sum_s, t.replied);
-        }
-        vec![tried, lost, time]
+        prober_families(
+            &series,
+            [
+                (
+                    "hakaru_mesh_connects_total",
+                    "TCP connects to mesh peers started (--mesh-connect-interval), by peer (or peer group).",
+                ),
+                (
+                    "hakaru_mesh_connects_lost_total",
+                    "TCP connects to mesh peers not established within --mesh-timeout (refused, unreachable, silent).",
+                ),
+                (
+                    "hakaru_mesh_connect_seconds",
+                    "Time to establish a TCP connection to a mesh peer's port, by peer (or peer group).",
+                ),
+            ],
+        )
+        .into()
     }
 
     /// The slices' families (`--mesh-slice-every`), none without them: per peer up to
@@ -327,8 +342,8 @@ impl Agent {
         if figures.len() <= a.cfg.metrics_peers {
             for f in figures {
                 let r = results.get(&f.peer.addr).cloned().unwrap_or_default();
-                let mut l: Vec<(&str, &str)> = vec![("peer", f.peer.name.as_str())];
-                l.extend(f.peer.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+                let labels = crate::groups::Groups::peer_labels(&f.peer);
+                let l = str_pairs(&labels);
                 runs = runs.with(&l, r.runs as f64);
                 failed = failed.with(&l, r.failed as f64);
                 if let Some(b) = r.bps {

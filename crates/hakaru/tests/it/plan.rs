@@ -458,23 +458,27 @@ fn sync_start_waits_for_go_and_stops_on_end_of_input() {
     assert!(out.contains("\"type\":\"ready\""), "{out}");
     assert!(!out.contains("\"type\":\"interval\""), "{out}");
     assert!(stderr(&o).contains("called off"), "{}", stderr(&o));
+    // A held pps client, its standard input and output piped.
+    let held = || {
+        hakaru()
+            .args([
+                "pps",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-t",
+                "1",
+                "--json-stream",
+                "--sync-start",
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
     // With `go`, it runs.
-    let mut child = hakaru()
-        .args([
-            "pps",
-            "127.0.0.1",
-            "-p",
-            &port,
-            "-t",
-            "1",
-            "--json-stream",
-            "--sync-start",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = held();
     {
         use std::io::Write;
         let mut stdin = child.stdin.take().unwrap();
@@ -496,22 +500,7 @@ fn sync_start_waits_for_go_and_stops_on_end_of_input() {
         assert_eq!(kinds.last().map(String::as_str), Some("end"));
     }
     // With `go AT`, it waits for the instant by its clock and says how early the line came.
-    let mut child = hakaru()
-        .args([
-            "pps",
-            "127.0.0.1",
-            "-p",
-            &port,
-            "-t",
-            "1",
-            "--json-stream",
-            "--sync-start",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = held();
     {
         use std::io::Write;
         let mut stdin = child.stdin.take().unwrap();
