@@ -13,8 +13,10 @@ second, 300 ms) from every `@role=tx` host into the `@role=rx` one: hosts - 1 cl
 released together per step.
 
 Reported, from the plan's JSON and /proc:
-- each step's `release`: `skew_ms` (spread of the instants the clients were released, by their
-  clocks: exact here, one machine), `ack_spread_ms` (spread of their acknowledgements at the
+- each step's `release`: `start_skew_ms` (spread of the instants the senders' data began,
+  by their clocks: exact here, one machine; the goal), `start_late_ms` (the latest start after
+  the release instant), `skew_ms` (spread of the instants the clients heard their `go`),
+  `ack_spread_ms` (spread of their acknowledgements at the
   coordinator), `setup_ms` (start of the step until the last client was ready) and
   `go_margin_ms` (the least time by which a client's `go AT` line came before the instant AT);
   median and maximum over the steps;
@@ -84,6 +86,13 @@ def run(members, steps):
         return json.load(open(out)), cpu, wall
 
 
+def start_skew(release):
+    """The spread of the senders' data starts (`start_skew_ms`): every pps step is scheduled."""
+    if release.get("start_skew_ms") is None:
+        sys.exit(f"a step has no start_skew_ms (was every run scheduled?): {release}")
+    return release["start_skew_ms"]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--hosts", type=int, default=100)
@@ -102,7 +111,7 @@ def main():
             d, _, _ = run(members, 3)
         finally:
             teardown(names)
-        scale.append((n - 1, statistics.median(s["release"]["skew_ms"] for s in d["steps"])))
+        scale.append((n - 1, statistics.median(start_skew(s["release"]) for s in d["steps"])))
     names, members = build(a.hosts)
     try:
         doc, cpu, wall = run(members, a.steps)
@@ -112,7 +121,9 @@ def main():
     clients = [len(s["runs"]) for s in doc["steps"]]
     if any(c != a.hosts - 1 for c in clients):
         sys.exit(f"a step ran {clients} clients, not {a.hosts - 1} each")
-    skews = [r["skew_ms"] for r in rel]
+    skews = [start_skew(r) for r in rel]
+    lates = [r["start_late_ms"] for r in rel]
+    heard = [r["skew_ms"] for r in rel]
     margins = [r["go_margin_ms"] for r in rel]
     late = sum(r["late"] for r in rel)
     lead = rel[0]["lead_ms"]
@@ -130,7 +141,9 @@ def main():
         f" (`netns = \"{{ns}}\"`); each of {a.steps} steps releases {a.hosts - 1} `hakaru pps` clients"
         f" (100 datagrams/s, 300 ms) into one receiver.\n\n"
         f"| figure | median | max | goal |\n|---|---|---|---|\n"
-        f"| release skew, {a.hosts - 1} clients, by the clients' clocks, ms | {statistics.median(skews):.3f} | {max(skews):.3f} | < 5 ms |\n"
+        f"| start skew: spread of the {a.hosts - 1} senders' data starts, by their clocks, ms | {statistics.median(skews):.3f} | {max(skews):.3f} | < 5 ms |\n"
+        f"| the latest sender's data start after the instant, ms | {statistics.median(lates):.3f} | {max(lates):.3f} | |\n"
+        f"| spread of the instants the clients heard their `go`, ms | {statistics.median(heard):.3f} | {max(heard):.3f} | |\n"
         f"| spread of the `released` acknowledgements at the coordinator, ms | {statistics.median(acks):.3f} | {max(acks):.3f} | |\n"
         f"| set-up until every client was ready, ms | {statistics.median(setups):.0f} | {max(setups):.0f} | |\n"
         f"| least time a client's `go {{instant}}` came before the instant ({lead:.1f} ms lead), ms | {statistics.median(margins):.2f} | min {min(margins):.2f} | > 0 |\n\n"
@@ -138,17 +151,19 @@ def main():
         f"The coordinator (`hakaru plan run`, its own CPU without the clients it starts): **{cpu:.2f} s** over the"
         f" whole run ({wall:.1f} s wall, version check and server start included), "
         f"**{per_host_step:.2f} ms per host per step**.\n\n"
-        f"Reading: every client had its `go` well before the instant (the lead is 20 ms + 0.5 ms a client), so the"
-        f" coordinator's part of the skew is gone; what is left is this machine's: {a.hosts - 1} client processes and"
-        f" their server all start their tests at one instant on {os.cpu_count()} CPUs, and each start (the client's"
-        f" `flows_ready`, the server's `start`, both sides' data threads) takes a fraction of a millisecond of CPU, so"
-        f" the last client is scheduled tens of milliseconds after the first. On a fleet each sender starts on its own"
-        f" CPU: the skew there is the hosts' clock offsets (`skew_ms` by their clocks; `ack_spread_ms` without them)"
-        f" plus one client's wake-up from its timer.\n\n"
-        f"The skew against the clients started at once (median of the steps; 3 steps each but the last row):"
-        f" it grows with the clients per CPU, about the same CPU time per client's start each time, which is"
-        f" what a machine short of CPUs, not the release, does:\n\n"
-        f"| clients | release skew, ms | ms x CPUs / client |\n|---|---|---|\n{scale_rows}"
+        f"Reading: the coordinator writes `go AT` with the instant {lead:.0f} ms ahead (20 ms + 1 ms a client), and"
+        f" each pps client, on its line, sends the instant to the server (`start_at`) with `flows_ready`; the server"
+        f" reads its counters, starts its threads and answers `start`, the client starts its own, and all of them"
+        f" sleep until the instant. So the work of starting {a.hosts - 1} tests on one receiver (the clients hear"
+        f" their `go` over {statistics.median(heard):.1f} ms, the set-up after it is about a millisecond of CPU a"
+        f" client) is done inside the lead, and at the instant only the data threads wake: the senders' data"
+        f" threads began within {statistics.median(skews):.2f} ms of each other, their first datagram right after"
+        f" (each client's `began_unix`, by the one clock they share here). Before the start was scheduled (the client waited for the instant and"
+        f" then asked the server to start) the same run read 47 ms: that set-up, done by 2 CPUs after the instant."
+        f" On a fleet the figure adds the hosts' clock offsets (NTP: a fraction of a millisecond to a few).\n\n"
+        f"The start skew against the clients started at once (median of the steps; 3 steps each but the last"
+        f" row):\n\n"
+        f"| clients | start skew, ms | ms x CPUs / client |\n|---|---|---|\n{scale_rows}"
     )
     print(block)
     if a.write:

@@ -130,6 +130,8 @@ fn start(
     // Counters first (the side's configuration above): nothing the server sends after
     // `start` escapes them.
     s.ctl.start_probed(s.opts.gate.as_ref(), probe.as_mut())?;
+    // A scheduled start: the server's side waits for the same instant.
+    cfg.start_at = s.ctl.m.start_at();
     probe.iter().for_each(crate::probe::Probe::load_starts);
     let (t1, t2, t3) = (tx.clone(), tx.clone(), tx.clone());
     let tap = probe.as_ref().map(crate::probe::Probe::tap);

@@ -6,6 +6,7 @@ use std::io;
 use std::time::{Duration, Instant};
 
 use hakaru_engine::control::{ControlConn, ControlError};
+use hakaru_engine::side::MAX_SCHEDULE_WAIT;
 use hakaru_engine::Observer;
 use hakaru_model::SideReport;
 use hakaru_proto::native::opening;
@@ -82,8 +83,13 @@ impl Control {
         loop {
             match (self.next(), probe.as_deref_mut()) {
                 (Output::WaitGate, _) => {
-                    let passed = gate.map_or(Ok(()), |g| (g.0)());
-                    let input = passed.map_or_else(Input::GateFailed, |()| Input::GateOpen);
+                    let passed = gate.map_or(Ok(None), |g| (g.0)());
+                    let input = match passed {
+                        Ok(at) => Input::GateOpen {
+                            at_unix: self.schedule(at),
+                        },
+                        Err(why) => Input::GateFailed(why),
+                    };
                     self.m.handle(input, Instant::now());
                 }
                 (Output::StartProbes, Some(p)) => {
@@ -103,6 +109,18 @@ impl Control {
         }
     }
 
+    /// The gate's instant for the machine: a test whose data threads wait for it (bulk TCP
+    /// and UDP) is scheduled; for any other the instant is waited for here (at most
+    /// [`MAX_SCHEDULE_WAIT`]) and the test starts when the server says.
+    fn schedule(&self, at: Option<f64>) -> Option<f64> {
+        let at = at.filter(|t| t.is_finite() && *t > 0.0)?;
+        if hakaru_session::client::can_schedule(self.m.spec()) {
+            return Some(at);
+        }
+        std::thread::sleep(wait_for(at, hakaru_engine::sys::now_unix()));
+        None
+    }
+
     /// Runs the handshake: the outputs up to the server's `accepted`, whose token it returns.
     pub fn handshake(&mut self) -> Result<String, ClientError> {
         loop {
@@ -113,6 +131,12 @@ impl Control {
             }
         }
     }
+}
+
+/// How long to wait for the instant `at` (Unix seconds) when the clock reads `now`: not at
+/// all once it is past, at most [`MAX_SCHEDULE_WAIT`].
+fn wait_for(at: f64, now: f64) -> Duration {
+    Duration::from_secs_f64((at - now).clamp(0.0, MAX_SCHEDULE_WAIT.as_secs_f64()))
 }
 
 /// This end of a latency or connection-rate test, as the test loop's outputs need it.
@@ -240,6 +264,14 @@ pub(crate) fn client_error(e: SessionError) -> ClientError {
 mod tests {
     use super::*;
     use hakaru_proto::ProtoError;
+
+    #[test]
+    fn an_instant_is_waited_for_but_never_past_the_cap() {
+        assert_eq!(wait_for(100.25, 100.0), Duration::from_millis(250));
+        assert_eq!(wait_for(99.0, 100.0), Duration::ZERO);
+        // A clock far behind the coordinator's holds the start back by the cap only.
+        assert_eq!(wait_for(500.0, 100.0), MAX_SCHEDULE_WAIT);
+    }
 
     #[test]
     fn the_machines_errors_read_as_the_clients() {

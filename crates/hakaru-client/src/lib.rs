@@ -88,8 +88,13 @@ pub struct ClientOptions {
 /// connection, data connections or flows acknowledged), then calls the gate, which may block
 /// until a coordinator releases every client at once; an error calls the test off. The server
 /// waits for the client's `flows_ready` before it starts (the native protocol's `held_start`).
+///
+/// The gate may give an instant (Unix seconds) for the data to begin at, without waiting for
+/// it: a bulk TCP or UDP test tells the server (`start_at`) and both ends' data threads wait
+/// for it, so the work of starting them is done before; any other test waits for it before
+/// `flows_ready`. Either way at most a second (`MAX_SCHEDULE_WAIT`).
 #[derive(Clone)]
-pub struct StartGate(pub Arc<dyn Fn() -> Result<(), String> + Send + Sync>);
+pub struct StartGate(pub Arc<dyn Fn() -> Result<Option<f64>, String> + Send + Sync>);
 
 impl std::fmt::Debug for StartGate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -695,6 +695,7 @@ impl Usage {
             connect,
             window_start_unix: Some(sys::now_unix() - wall),
             window_end_unix: Some(sys::now_unix()),
+            began_unix: None,
         }
     }
 }

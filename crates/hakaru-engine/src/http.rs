@@ -276,6 +276,7 @@ fn client_side(
         window_at_peer_end: false,
         shares_host: false,
         subflow_guard: None,
+        start_at: None,
     }
 }
 

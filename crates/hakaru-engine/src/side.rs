@@ -51,6 +51,8 @@ pub(crate) struct Core {
     /// the last byte moved, not to when the word came.
     pub ended_by_peer: AtomicBool,
     remaining: AtomicUsize,
+    /// A scheduled start: nanoseconds since `start` when the first data thread began.
+    began_ns: AtomicU64,
     /// Nanoseconds since start when the last flow finished.
     end_ns: AtomicU64,
     /// The end of the measured window once known, with every flow's counters then: set by
@@ -68,9 +70,11 @@ pub(crate) struct Core {
 impl Core {
     pub fn new(cfg: SideConfig, meta: Vec<FlowMeta>, on_done: DoneFn, udp: bool) -> Core {
         let n = meta.len();
+        let (start, start_unix) = start_instant(cfg.start_at);
         Core {
-            start: Instant::now(),
-            start_unix: sys::now_unix(),
+            start,
+            start_unix,
+            began_ns: AtomicU64::new(u64::MAX),
             cfg,
             counters: (0..n).map(|_| FlowCounters::default()).collect(),
             meta,
@@ -107,6 +111,25 @@ impl Core {
                 cb();
             }
         }
+    }
+
+    /// A data thread waits here for the side's start (a scheduled one is ahead; others are
+    /// now), or until the side is aborted; the first to pass marks when the side began.
+    pub fn await_start(&self) {
+        loop {
+            let now = Instant::now();
+            if now >= self.start || self.abort.load(Ordering::Acquire) {
+                break;
+            }
+            std::thread::sleep((self.start - now).min(Duration::from_millis(50)));
+        }
+        self.began_ns.fetch_min(self.now_ns(), Ordering::AcqRel);
+    }
+
+    /// When the first data thread began, on the wall clock, for a scheduled start.
+    fn began_unix(&self) -> Option<f64> {
+        let ns = self.began_ns.load(Ordering::Acquire);
+        (self.cfg.start_at.is_some() && ns != u64::MAX).then(|| self.start_unix + ns as f64 / 1e9)
     }
 
     /// Wakes the ticker.
@@ -299,6 +322,7 @@ impl Core {
             connect: None,
             window_start_unix: Some(self.start_unix + t.omit_ns as f64 / 1e9),
             window_end_unix: Some(self.start_unix + window_end_ns as f64 / 1e9),
+            began_unix: self.began_unix(),
         }
     }
 }
@@ -378,7 +402,7 @@ fn worker_count(flows: usize, online: usize, pinned: usize, shares_host: bool) -
 }
 
 pub(crate) fn spawn_workers<F>(
-    core: &Core,
+    core: &Arc<Core>,
     name: &str,
     stack: usize,
     work: F,
@@ -393,7 +417,11 @@ where
         core.cfg.affinity.len(),
         core.cfg.shares_host,
     );
-    let work = Arc::new(work);
+    let c = Arc::clone(core);
+    let work = Arc::new(move |mine: Vec<usize>, pin: Option<usize>| {
+        c.await_start();
+        work(mine, pin)
+    });
     let mut workers = Vec::with_capacity(nworkers);
     for w in 0..nworkers {
         let mine: Vec<usize> = (w..n).step_by(nworkers).collect();
@@ -696,6 +724,28 @@ pub struct SideConfig {
     /// Server: who may add a subflow to a flow's MPTCP connection (the access list checks
     /// only the first subflow's address at accept); `None` checks nothing.
     pub subflow_guard: Option<SubflowGuard>,
+    /// A scheduled start (the native protocol's `start_at`): the data threads begin at this
+    /// wall-clock instant (Unix seconds, by this machine's clock), waiting at most
+    /// [`MAX_SCHEDULE_WAIT`] for it; the side's clock (intervals, duration) starts there.
+    /// `None`, or an instant already past: at once.
+    pub start_at: Option<f64>,
+}
+
+/// The longest a scheduled side waits for its instant: a peer whose clock is ahead, or a
+/// client that asks for a far instant, holds the threads back at most this long.
+pub const MAX_SCHEDULE_WAIT: Duration = Duration::from_secs(1);
+
+/// A side's start on the monotonic and the wall clock: now, or the scheduled instant `at`
+/// (Unix seconds) when it is ahead, at most [`MAX_SCHEDULE_WAIT`] away.
+fn start_instant(at: Option<f64>) -> (Instant, f64) {
+    let (now, unix) = (Instant::now(), sys::now_unix());
+    match at {
+        Some(at) if at.is_finite() && at > unix => {
+            let wait = Duration::from_secs_f64((at - unix).min(MAX_SCHEDULE_WAIT.as_secs_f64()));
+            (now + wait, unix + wait.as_secs_f64())
+        }
+        _ => (now, unix),
+    }
 }
 
 /// Decides whether a subflow from an address may belong to a flow's MPTCP connection: `None`
@@ -794,6 +844,7 @@ impl SideConfig {
             window_at_peer_end: false,
             shares_host: false,
             subflow_guard: None,
+            start_at: None,
         }
     }
 }

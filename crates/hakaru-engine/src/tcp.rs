@@ -719,6 +719,7 @@ fn describe_io(id: u32, role: Role, e: &io::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::side::MAX_SCHEDULE_WAIT;
 
     fn cfg(length: usize, pace_bps: Option<u64>) -> SideConfig {
         SideConfig {
@@ -740,6 +741,7 @@ mod tests {
             window_at_peer_end: false,
             shares_host: false,
             subflow_guard: None,
+            start_at: None,
         }
     }
 
@@ -799,6 +801,63 @@ mod tests {
         }
         let report = run.wait();
         assert_eq!(report.flows[0].bytes, read, "sent count against bytes read");
+    }
+
+    /// A scheduled side sends nothing before its instant, its clock starts there, and its
+    /// report says when its data thread began; an instant past or far ahead starts at once
+    /// or waits no more than the cap.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_scheduled_side_begins_at_its_instant() {
+        use std::io::Read;
+        for (ahead, wait) in [
+            (0.3, 0.3),
+            (-5.0, 0.0),
+            (30.0, MAX_SCHEDULE_WAIT.as_secs_f64()),
+        ] {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let stream = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+            let (mut peer, _) = listener.accept().unwrap();
+            let mut c = cfg(1000, None);
+            c.end = hakaru_model::End::Client;
+            let at = sys::now_unix() + ahead;
+            c.start_at = Some(at);
+            let flow = FlowSocket {
+                id: 1,
+                dir: FlowDir::Up,
+                role: Role::Sender,
+                stream,
+                quota: Some(5000),
+            };
+            let t0 = Instant::now();
+            let run = SideRun::start(c, vec![flow], Box::new(|_| {}), Box::new(|| {})).unwrap();
+            let mut buf = [0u8; 100];
+            peer.read_exact(&mut buf[..1]).unwrap();
+            let first = t0.elapsed().as_secs_f64();
+            assert!(
+                first >= wait - 0.01,
+                "first byte after {first} s, not {wait}"
+            );
+            assert!(first < wait + 0.5, "first byte after {first} s, not {wait}");
+            let mut rest = Vec::new();
+            peer.read_to_end(&mut rest).unwrap();
+            let report = run.wait();
+            assert_eq!(report.flows[0].bytes, 5000);
+            let began = report.began_unix.expect("began_unix of a scheduled side");
+            let start = report.window_start_unix.unwrap();
+            assert!(began >= start, "{began} before the side's start {start}");
+            assert!(began - start < 0.5, "began {} s late", began - start);
+            if ahead > 0.0 && ahead < 1.0 {
+                assert!(
+                    (start - at).abs() < 0.01,
+                    "the side's clock starts at {start}, not {at}"
+                );
+            }
+        }
+        // Not scheduled: no began_unix.
+        let (run, peers) = side(&[Role::Receiver], Duration::from_secs(5));
+        drop(peers);
+        assert_eq!(run.wait().began_unix, None);
     }
 
     /// A side whose flows have these roles, with a stall timeout of `stall`, and the peer's

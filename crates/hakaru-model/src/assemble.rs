@@ -148,6 +148,7 @@ pub fn end_result(r: &SideReport) -> EndResult {
         stray_datagrams: r.stray_datagrams,
         window_start_unix: r.window_start_unix,
         window_end_unix: r.window_end_unix,
+        began_unix: r.began_unix,
     }
 }
 
@@ -415,6 +416,7 @@ impl EndResult {
             stray_datagrams: None,
             window_start_unix: None,
             window_end_unix: None,
+            began_unix: None,
         }
     }
 }

@@ -126,10 +126,20 @@ pub struct Release {
     /// coordinator's.
     #[serde(default)]
     pub late: u32,
-    /// Spread (latest minus earliest) of the instants the clients were released, by their own
-    /// wall clocks, milliseconds. Exact when the clients share a clock (one machine, netns);
-    /// across machines it includes their clock offsets.
+    /// Spread (latest minus earliest) of the instants the clients were released (heard their
+    /// `go`), by their own wall clocks, milliseconds. Exact when the clients share a clock
+    /// (one machine, netns); across machines it includes their clock offsets.
     pub skew_ms: f64,
+    /// Spread of the instants the senders' data began, by their own clocks, milliseconds:
+    /// with `go AT` a bulk test's ends start their data threads at the instant (`start_at`)
+    /// and report when the first one began (`began_unix`); this is the skew the data sees.
+    /// Absent when a sender did not say (latency and connection-rate steps, bare `go`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_skew_ms: Option<f64>,
+    /// The latest a sender's data began after the instant, milliseconds, by its clock: what
+    /// the set-up before it and the wake-up at it cost (0 at best).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_late_ms: Option<f64>,
     /// Spread of the instants the clients' `released` acknowledgements reached the
     /// coordinator, milliseconds: clock-free, an upper bound of the skew plus the launchers'
     /// return-path jitter.

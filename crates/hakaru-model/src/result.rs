@@ -344,6 +344,11 @@ pub struct SideReport {
     /// Wall-clock end of this end's measured window, by this end's clock.
     #[serde(default)]
     pub window_end_unix: Option<f64>,
+    /// A scheduled start (`hakaru plan`, `--sync-start` with `go AT`): the instant the first
+    /// of this end's data threads began, seconds since the Unix epoch by this end's clock
+    /// (the scheduled instant plus how late it woke). Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub began_unix: Option<f64>,
 }
 
 impl SideReport {
@@ -366,6 +371,7 @@ impl SideReport {
             connect: None,
             window_start_unix: None,
             window_end_unix: None,
+            began_unix: None,
         }
     }
 }
@@ -590,6 +596,11 @@ pub struct EndResult {
     /// Wall-clock end of this end's measured window, by this end's clock.
     #[serde(default)]
     pub window_end_unix: Option<f64>,
+    /// A scheduled start (`hakaru plan`, `--sync-start` with `go AT`): the instant the first
+    /// of this end's data threads began, seconds since the Unix epoch by this end's clock
+    /// (the scheduled instant plus how late it woke). Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub began_unix: Option<f64>,
 }
 
 /// How far the server's wall clock was from the client's, estimated from the control

@@ -150,6 +150,15 @@ pub enum Message {
     /// Client → server, UDP tests: every flow's hello was acknowledged. With a held start,
     /// every test kind: the client is set up and the test may start now.
     FlowsReady,
+    /// Client → server, held start of a bulk TCP or UDP test, right before `flows_ready`: both
+    /// ends' data threads begin at this wall-clock instant (Unix seconds, each end by its own
+    /// clock), so the work of starting them (the server's counters and threads, `start`, the
+    /// client's threads) is done before it. A server waits at most 1 s for it; an instant
+    /// already past starts at once. `hakaru plan` releases many clients together this way.
+    StartAt {
+        /// The instant, seconds since the Unix epoch.
+        at_unix: f64,
+    },
     /// Server → client, connection-rate tests, right after `accepted`: the test's own listener
     /// (on the server's address of the control connection) is up on this port and its counters
     /// run; the client starts connecting at once (there is no `start`).
@@ -205,6 +214,7 @@ impl Message {
             Message::Refused { .. } => "refused",
             Message::DataHello { .. } => "data_hello",
             Message::FlowsReady => "flows_ready",
+            Message::StartAt { .. } => "start_at",
             Message::ConnectPort { .. } => "connect_port",
             Message::Start => "start",
             Message::Interval { .. } => "interval",
@@ -404,6 +414,9 @@ mod tests {
                 flow: 3,
             },
             Message::Start,
+            Message::StartAt {
+                at_unix: 1_764_000_000.125,
+            },
             Message::ConnectPort {
                 port: 40123,
                 server_closes: true,

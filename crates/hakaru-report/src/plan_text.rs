@@ -283,6 +283,15 @@ pub fn step_summary(s: &StepResult) -> String {
     if let Some(fm) = &s.find_max {
         out += &crate::capacity_text::summary(fm);
     }
+    if let (Some(skew), Some(late)) = s
+        .release
+        .as_ref()
+        .map_or((None, None), |r| (r.start_skew_ms, r.start_late_ms))
+    {
+        out += &format!(
+            "  the senders' data began within {skew:.2} ms of each other, at most {late:.2} ms after the instant (by their clocks)\n"
+        );
+    }
     for a in &s.aggregates {
         out += &aggregate_line(a);
     }

@@ -165,7 +165,9 @@ impl Pair {
                 }
                 self.c.handle(client::Input::FlowsOpen, now);
             }
-            client::Output::WaitGate => self.c.handle(client::Input::GateOpen, now),
+            client::Output::WaitGate => self
+                .c
+                .handle(client::Input::GateOpen { at_unix: None }, now),
             client::Output::StartLocal | client::Output::StartConnecting { .. } => {
                 self.side_ends = Some(now + self.side_time)
             }

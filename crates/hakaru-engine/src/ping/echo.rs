@@ -196,6 +196,7 @@ pub fn bare_report(cfg: &SideConfig, wall: f64, mode: &str) -> SideReport {
         connect: None,
         window_start_unix: Some(sys::now_unix() - wall),
         window_end_unix: Some(sys::now_unix()),
+        began_unix: None,
     }
 }
 

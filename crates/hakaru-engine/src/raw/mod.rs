@@ -120,6 +120,7 @@ impl Meter {
             window_at_peer_end: false,
             shares_host: false,
             subflow_guard: None,
+            start_at: None,
         };
         let meta = (1..=flows.max(1) as u32)
             .map(|id| FlowMeta {

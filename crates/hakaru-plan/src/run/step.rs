@@ -437,7 +437,10 @@ impl Running<'_> {
                 emitted += 1;
             }
         }
-        let release = released.unwrap_or_else(|| release(&self.clients, setup_ms, &sent));
+        let mut release = released.unwrap_or_else(|| release(&self.clients, setup_ms, &sent));
+        let results: Vec<Option<&RunResult>> =
+            self.clients.iter().map(|c| c.result.as_ref()).collect();
+        (release.start_skew_ms, release.start_late_ms) = data_start(&results, at);
         (release, emitted)
     }
 
@@ -532,11 +535,14 @@ pub(super) fn handle(c: &mut Client, ev: Ev, at: Option<Instant>) {
 
 /// How far ahead of the `go` lines a step's release instant is: time for the last client to
 /// have read its line (each is woken in turn, a fraction of a millisecond apart on a busy
-/// machine), and for a remote launcher's channel to carry it. Clients wait at most a second
+/// machine) and, for a bulk test, for both ends to have started their threads before it
+/// (`start_at`: the client's word, the server's counters and threads, `start`, the client's
+/// threads: about a millisecond of CPU a client, all on one receiver in a many-to-one step),
+/// and for a remote launcher's channel to carry it. Clients wait at most a second
 /// for an instant (a host whose clock is behind holds its start back no longer).
 pub(super) fn release_lead(clients: usize, remote: bool) -> Duration {
     let lead = Duration::from_millis(20)
-        + Duration::from_micros(500) * u32::try_from(clients).unwrap_or(u32::MAX).min(2000)
+        + Duration::from_millis(1) * u32::try_from(clients).unwrap_or(u32::MAX).min(2000)
         + if remote {
             Duration::from_millis(100)
         } else {
@@ -556,6 +562,39 @@ fn unix_now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// When each sender's data began (`began_unix` of the sending ends; the earlier of the two
+/// in a bidirectional test), against the release instant `at`: their spread and the latest
+/// after `at`, milliseconds. `None` unless every client has a result that says.
+pub(super) fn data_start(results: &[Option<&RunResult>], at: f64) -> (Option<f64>, Option<f64>) {
+    let began: Option<Vec<f64>> = results
+        .iter()
+        .map(|r| {
+            let r = (*r)?;
+            let dirs = r.spec.flow_plan();
+            let sends = |d: FlowDir| dirs.iter().any(|&(_, x)| x == d);
+            [
+                (FlowDir::Up, r.client.began_unix),
+                (FlowDir::Down, r.server_end.began_unix),
+            ]
+            .into_iter()
+            .filter(|&(d, _)| sends(d))
+            .map(|(_, b)| b)
+            .collect::<Option<Vec<f64>>>()?
+            .into_iter()
+            .min_by(f64::total_cmp)
+        })
+        .collect();
+    let began = began.filter(|b| !b.is_empty());
+    let Some(began) = began else {
+        return (None, None);
+    };
+    let latest = began.iter().copied().fold(f64::MIN, f64::max);
+    (
+        Some(spread_ms(&began)),
+        Some(((latest - at) * 1000.0).max(0.0)),
+    )
 }
 
 pub(super) fn release(clients: &[Client], setup_ms: f64, sent: &Sent) -> Release {
@@ -581,6 +620,8 @@ pub(super) fn release(clients: &[Client], setup_ms: f64, sent: &Sent) -> Release
             .count() as u32,
         skew_ms: spread_ms(&at),
         ack_spread_ms: spread_ms(&acks),
+        start_skew_ms: None,
+        start_late_ms: None,
     }
 }
 
@@ -629,6 +670,39 @@ pub(super) fn finish_clients(clients: &mut [Client], rx: &mpsc::Receiver<(usize,
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hakaru_model::{Direction, TcpSpec, TestSpec};
+
+    fn began(dir: Direction, client: Option<f64>, server: Option<f64>) -> RunResult {
+        let spec = TestSpec::Tcp(TcpSpec {
+            direction: dir,
+            ..TcpSpec::default()
+        });
+        let mut r = RunResult::begin(spec, 100.0, "s".into());
+        r.client.began_unix = client;
+        r.server_end.began_unix = server;
+        r
+    }
+
+    #[test]
+    fn the_data_start_is_the_sending_ends_and_needs_every_client() {
+        let (a, b, c) = (
+            began(Direction::Forward, Some(100.002), Some(100.9)),
+            began(Direction::Reverse, Some(100.9), Some(100.005)),
+            began(Direction::Bidir, Some(100.004), Some(100.003)),
+        );
+        let (skew, late) = data_start(&[Some(&a), Some(&b), Some(&c)], 100.0);
+        assert!((skew.unwrap() - 3.0).abs() < 1e-6, "{skew:?}");
+        assert!((late.unwrap() - 5.0).abs() < 1e-6, "{late:?}");
+        // A sender that did not say (an older build, a latency step), or a client without a
+        // result: no figure rather than a partial one.
+        let d = began(Direction::Forward, None, Some(100.0));
+        assert_eq!(data_start(&[Some(&a), Some(&d)], 100.0), (None, None));
+        assert_eq!(data_start(&[Some(&a), None], 100.0), (None, None));
+        assert_eq!(data_start(&[], 100.0), (None, None));
+        // Early by the client's clock is not late.
+        let e = began(Direction::Forward, Some(99.99), None);
+        assert_eq!(data_start(&[Some(&e)], 100.0), (Some(0.0), Some(0.0)));
+    }
 
     #[test]
     fn a_client_that_does_not_say_it_takes_go_at_gets_a_bare_go() {
@@ -651,9 +725,9 @@ mod tests {
 
     #[test]
     fn the_lead_grows_with_the_clients_and_remote_launchers_and_stops_at_a_second() {
-        assert_eq!(release_lead(3, false), Duration::from_micros(21_500));
-        assert_eq!(release_lead(99, false), Duration::from_micros(69_500));
-        assert_eq!(release_lead(3, true), Duration::from_micros(121_500));
+        assert_eq!(release_lead(3, false), Duration::from_millis(23));
+        assert_eq!(release_lead(99, false), Duration::from_millis(119));
+        assert_eq!(release_lead(3, true), Duration::from_millis(123));
         assert_eq!(release_lead(4096, true), Duration::from_secs(1));
     }
 }

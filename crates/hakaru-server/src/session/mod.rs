@@ -313,7 +313,7 @@ impl Driver<'_> {
                 .as_mut()
                 .ok_or("internal error: no latency probe path")?
                 .start()?,
-            Output::StartSide => self.start(m.spec())?,
+            Output::StartSide => self.start(m.spec(), m.start_at())?,
             Output::OpenConnectListener => {
                 let port = self.open_listener(m.spec())?;
                 m.handle(Input::ConnectListening { port }, Instant::now());
@@ -430,7 +430,7 @@ impl Driver<'_> {
     }
 
     /// Starts this end's data plane on the paths that arrived.
-    fn start(&mut self, spec: Option<&RemoteSpec>) -> Result<(), String> {
+    fn start(&mut self, spec: Option<&RemoteSpec>, start_at: Option<f64>) -> Result<(), String> {
         let remote = spec.ok_or("internal error: no test")?;
         let spec = &remote.to_spec();
         let Side::Paths(paths) = std::mem::replace(&mut self.side, Side::None) else {
@@ -442,8 +442,10 @@ impl Driver<'_> {
             .baseline
             .take()
             .ok_or("internal error: no counter baseline")?;
+        // A scheduled start (`start_at`): the data threads wait for the client's instant.
         let with_base = |mut cfg: SideConfig| {
             cfg.base = Some(base);
+            cfg.start_at = start_at;
             cfg
         };
         let w = Arc::clone(&self.writer);

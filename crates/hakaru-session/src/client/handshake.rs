@@ -212,7 +212,12 @@ impl Machine {
                     self.on_start(Input::Message(m), now);
                 }
             }
-            (Input::GateOpen, State::Gate) => {
+            (Input::GateOpen { at_unix }, State::Gate) => {
+                let at_unix = at_unix.filter(|t| t.is_finite() && *t > 0.0);
+                if let (Some(at_unix), true) = (at_unix, super::can_schedule(&self.spec)) {
+                    self.start_at = Some(at_unix);
+                    self.send(Message::StartAt { at_unix });
+                }
                 self.send(Message::FlowsReady);
                 self.await_start(now);
             }
@@ -326,7 +331,7 @@ impl Machine {
             Input::Failed(_) => "failure",
             Input::SendFailed { .. } => "send failure",
             Input::FlowsOpen => "flows open",
-            Input::GateOpen => "gate open",
+            Input::GateOpen { .. } => "gate open",
             Input::GateFailed(_) => "gate failure",
             Input::LocalSample(_) => "local sample",
             Input::LocalInterval(_) => "local interval",

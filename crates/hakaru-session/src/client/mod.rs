@@ -124,8 +124,14 @@ pub enum Input {
     /// The data flows asked for by [`Output::Accepted`] are open (TCP connections made and
     /// announced, UDP hellos acknowledged).
     FlowsOpen,
-    /// The held start's gate opened.
-    GateOpen,
+    /// The held start's gate opened. `at_unix`: the instant the data begins (Unix seconds, by
+    /// this end's clock), for a test [`can_schedule`] says can wait for it: the machine tells
+    /// the server (`start_at`) before `flows_ready`, and both ends' data threads wait for it.
+    /// `None`: the data begins as soon as `start` comes.
+    GateOpen {
+        /// The instant, if the start is scheduled.
+        at_unix: Option<f64>,
+    },
     /// The held start was called off, and why.
     GateFailed(String),
     /// One of this end's interval samples.
@@ -339,6 +345,16 @@ pub struct Machine {
     stop_early: bool,
     /// `start` (or `connect_port`) came while the driver was still opening the flows.
     early_start: Option<Message>,
+    /// The scheduled start the server was told (`start_at`), Unix seconds.
+    start_at: Option<f64>,
+}
+
+/// Whether a test's data threads can wait for a scheduled instant (`start_at`): bulk TCP and
+/// UDP tests, whose sides both ends start with the engine's side. Latency and
+/// connection-rate tests start when `start` (or `connect_port`) comes; a coordinator's
+/// instant is waited for before the gate opens.
+pub fn can_schedule(spec: &TestSpec) -> bool {
+    matches!(spec, TestSpec::Tcp(_) | TestSpec::Udp(_))
 }
 
 impl Machine {
@@ -363,6 +379,7 @@ impl Machine {
             server: None,
             stop_early: false,
             early_start: None,
+            start_at: None,
         }
     }
 
@@ -447,6 +464,11 @@ impl Machine {
     /// What the server told about itself, once the handshake is done.
     pub fn server(&self) -> Option<&ServerFacts> {
         self.server.as_ref()
+    }
+
+    /// The scheduled start this end's side waits for (Unix seconds), once the gate gave one.
+    pub fn start_at(&self) -> Option<f64> {
+        self.start_at
     }
 
     /// The wall clock (Unix seconds) at `now`, by the monotonic clock since creation.

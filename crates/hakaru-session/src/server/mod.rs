@@ -19,10 +19,12 @@ use hakaru_proto::auth::Psk;
 use hakaru_proto::native::{silence_limit, KEEPALIVE_EVERY};
 use hakaru_proto::{Message, ServerInfo, PROTOCOL_VERSION};
 
+mod held;
 mod paths;
 #[cfg(test)]
 mod tests;
 
+use held::held_too_long;
 use paths::Paths;
 
 /// A client sends its key proof and its test request right after the welcome; this is for slow
@@ -244,6 +246,8 @@ pub struct Session {
     probe_flow: Option<u32>,
     /// The data plane runs (or the connect listener is up): an early end tears it down.
     side_up: bool,
+    /// The client's scheduled start (`start_at`), Unix seconds.
+    start_at: Option<f64>,
 }
 
 impl Session {
@@ -261,6 +265,7 @@ impl Session {
             held: false,
             probe_flow: None,
             side_up: false,
+            start_at: None,
         };
         if hello.protocol != PROTOCOL_VERSION {
             let why = format!(
@@ -320,6 +325,13 @@ impl Session {
     /// The test, once requested.
     pub fn spec(&self) -> Option<&RemoteSpec> {
         self.spec.as_ref()
+    }
+
+    /// The instant the client scheduled the data to begin at (`start_at`, Unix seconds by the
+    /// client's clock, which the server's side takes as its own): the side the driver starts
+    /// on [`Output::StartSide`] waits for it.
+    pub fn start_at(&self) -> Option<f64> {
+        self.start_at
     }
 
     /// The session is over (its `End` has been given).
@@ -572,6 +584,7 @@ impl Session {
                 }
                 p.arrived(flow, now)
             }
+            Input::Message(Message::StartAt { at_unix }) => self.schedule(at_unix).map(|()| false),
             Input::Message(m) => p.message(m),
             Input::Closed => Err((
                 format!("while waiting for data paths: {}", closed_text()),
@@ -593,40 +606,6 @@ impl Session {
                 }
             }
             Ok(false) => self.state = State::Paths(p),
-        }
-    }
-
-    fn hold(&mut self, now: Instant) {
-        self.state = State::Held {
-            deadline: now + HOLD_TIMEOUT,
-        };
-    }
-
-    fn on_held(&mut self, input: Input, deadline: Instant, now: Instant) {
-        match input {
-            Input::Message(Message::FlowsReady) => match self.spec.as_ref().map(shape) {
-                Some(Shape::Connect) => self.open_listener(),
-                _ => self.start(now),
-            },
-            Input::Message(Message::Keepalive) => self.state = State::Held { deadline },
-            Input::Message(Message::Error { message }) => {
-                self.abort(format!("client: {message}"), false)
-            }
-            Input::Message(other) => self.abort(
-                format!(
-                    "unexpected {} message while the start was held",
-                    other.name()
-                ),
-                true,
-            ),
-            Input::Closed => self.abort(
-                format!("while the start was held: {}", closed_text()),
-                false,
-            ),
-            Input::Garbage(e) | Input::ReadFailed(e) => {
-                self.abort(format!("while the start was held: {e}"), false)
-            }
-            _ => self.state = State::Held { deadline },
         }
     }
 
@@ -770,13 +749,6 @@ impl Session {
 /// end (a connect, a send and a receive timeout), the results, and the silence limit.
 fn connect_limit(c: &hakaru_model::ConnectSpec) -> Duration {
     c.duration.0 + c.connect_timeout.0 * 3 + RESULTS_TIMEOUT + silence_limit(c.connect_timeout.0)
-}
-
-fn held_too_long() -> String {
-    format!(
-        "the client held the start for more than {} s",
-        HOLD_TIMEOUT.as_secs()
-    )
 }
 
 fn closed_text() -> &'static str {

@@ -2,13 +2,15 @@
 //! (`hakaru plan`, or any script) to release it by writing `go` on its standard input.
 //!
 //! Standard input is the coordinator's line: `go` releases the start, `go AT` releases it at
-//! the wall-clock instant AT (Unix seconds; waited for at most [`MAX_WAIT`]), `stop` ends the
+//! the wall-clock instant AT (Unix seconds, waited for at most a second), `stop` ends the
 //! test as Ctrl-C would, and its end (the coordinator or its launcher went away) does the
 //! same, so a client never outlives the run that started it.
 //!
-//! `go AT` is how `hakaru plan` releases many clients together: writing `go` to a hundred
+//! `go AT` is how `hakaru plan` releases many clients together. Writing `go` to a hundred
 //! clients and having each woken in turn spreads their starts over tens of milliseconds on a
-//! busy machine, while a hundred sleepers woken at one instant start within a few.
+//! busy machine; with `go AT` a bulk test's instant goes to the server (`start_at`), every
+//! thread of both ends is started before it, and at AT only the data threads wake
+//! (hakaru_client::StartGate).
 
 use std::io::BufRead;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,10 +24,6 @@ use crate::output::{self, Format};
 
 /// Longest a set-up test waits for its `go` (the server's own limit is 120 s).
 const HOLD_LIMIT: Duration = Duration::from_secs(110);
-
-/// Longest a `go AT` waits for its instant: a host whose clock is behind the coordinator's
-/// never holds its start back longer than this.
-const MAX_WAIT: Duration = Duration::from_secs(1);
 
 /// A line of standard input: `go`, `go AT`, `stop`, or something else (None).
 #[derive(Debug, PartialEq)]
@@ -49,12 +47,6 @@ fn parse_line(line: &str) -> Option<Line> {
         _ => return None,
     };
     Some(line)
-}
-
-/// How long to wait for the instant `at` (Unix seconds) when the clock reads `now`: not at
-/// all once it is past, at most [`MAX_WAIT`].
-fn wait_for(at: f64, now: f64) -> Duration {
-    Duration::from_secs_f64((at - now).clamp(0.0, MAX_WAIT.as_secs_f64()))
 }
 
 /// Starts reading standard input and returns the gate a client passes before it starts.
@@ -104,16 +96,14 @@ pub fn gate(format: Format, stop: Arc<AtomicBool>) -> StartGate {
             .map_err(|_| "the start gate is poisoned".to_string())?;
         match rx.recv_timeout(HOLD_LIMIT) {
             Ok(Ok(at)) => {
-                let ahead = at.map(|at| {
-                    let now = hakaru_engine::sys::now_unix();
-                    std::thread::sleep(wait_for(at, now));
-                    (at - now) * 1000.0
-                });
+                // The instant is the client's to wait for (hakaru_client::StartGate): a bulk
+                // test's data threads wait for it, after the set-up `start` needs.
                 let now = hakaru_engine::sys::now_unix();
+                let ahead = at.map(|at| (at - now) * 1000.0);
                 if let Some(s) = live.item(&LiveItem::Released(now, ahead)) {
                     output::out(&s);
                 }
-                Ok(())
+                Ok(at)
             }
             Ok(Err(why)) => Err(why),
             Err(mpsc::RecvTimeoutError::Timeout) => Err(format!(
@@ -146,13 +136,5 @@ mod tests {
         ] {
             assert_eq!(parse_line(bad), None, "{bad}");
         }
-    }
-
-    #[test]
-    fn an_instant_is_waited_for_but_never_past_the_cap() {
-        assert_eq!(wait_for(100.25, 100.0), Duration::from_millis(250));
-        assert_eq!(wait_for(99.0, 100.0), Duration::ZERO);
-        // A clock far behind the coordinator's holds the start back by the cap only.
-        assert_eq!(wait_for(500.0, 100.0), MAX_WAIT);
     }
 }

@@ -499,7 +499,8 @@ fn sync_start_waits_for_go_and_stops_on_end_of_input() {
         assert!(pos("released") < pos("interval"), "{kinds:?}");
         assert_eq!(kinds.last().map(String::as_str), Some("end"));
     }
-    // With `go AT`, it waits for the instant by its clock and says how early the line came.
+    // With `go AT`, it says how early the line came, and both ends' data threads wait for
+    // the instant (the server is told it: `start_at`) and say when they began.
     let mut child = held();
     {
         use std::io::Write;
@@ -520,13 +521,30 @@ fn sync_start_waits_for_go_and_stops_on_end_of_input() {
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
             .find(|v| v["type"] == "released")
             .expect("a released event");
-        let released = rel["data"]["at_unix"].as_f64().unwrap();
-        assert!(
-            released >= at,
-            "released at {released}, before the instant {at}"
-        );
         let ahead = rel["data"]["go_ahead_ms"].as_f64().unwrap();
         assert!(ahead > 0.0 && ahead <= 400.0, "{rel}");
+        let end = out
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|v| v["type"] == "end")
+            .expect("an end event");
+        for e in ["client", "server_end"] {
+            let began = end["data"][e]["began_unix"].as_f64();
+            let began = began.unwrap_or_else(|| panic!("{e} has no began_unix: {end}"));
+            // The threads sleep to the instant (timer slack is microseconds).
+            assert!(began >= at - 0.001, "{e} began at {began}, before {at}");
+            assert!(
+                began < at + 0.5,
+                "{e} began at {began}, {at} was the instant"
+            );
+        }
+        // The first datagram left at the instant, not when `go` came: nothing was counted
+        // before it.
+        let start = end["data"]["client"]["window_start_unix"].as_f64().unwrap();
+        assert!(
+            (start - at).abs() < 0.002,
+            "the client's clock started at {start}, not {at}"
+        );
     }
     // Refused by name where it cannot work.
     let o = run(&["quick", "--sync-start"], Duration::from_secs(10));

@@ -188,7 +188,7 @@ fn no_input_in_any_state_panics_and_nothing_follows_the_end() {
                 fault: Fault::Closed,
             },
             Input::FlowsOpen,
-            Input::GateOpen,
+            Input::GateOpen { at_unix: None },
             Input::GateFailed("no".into()),
             Input::LocalSample(sample(3)),
             Input::LocalSendDone(vec![(1, 2)]),

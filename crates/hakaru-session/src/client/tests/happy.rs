@@ -119,11 +119,48 @@ fn held_start_waits_at_the_gate_before_flows_ready() {
     assert_eq!(r.feed(0.3, Input::FlowsOpen), [Output::WaitGate]);
     assert_eq!(r.m.timeout(), None, "a gate may hold as long as it likes");
     assert_eq!(
-        r.feed(60.0, Input::GateOpen),
+        r.feed(60.0, Input::GateOpen { at_unix: None }),
         [Output::Send(Message::FlowsReady)]
     );
     assert_eq!(r.m.timeout(), Some(r.at(70.0)));
     assert_eq!(r.msg(60.1, Message::Start), [Output::StartLocal]);
+}
+
+#[test]
+fn a_scheduled_start_tells_the_server_its_instant_before_flows_ready() {
+    for spec in [tcp(), udp()] {
+        let mut cfg = config(spec);
+        cfg.held_start = true;
+        let mut r = Run::new(cfg);
+        r.outputs();
+        r.msg(0.1, welcome(None, None, None));
+        r.msg(0.2, accepted());
+        assert_eq!(r.feed(0.3, Input::FlowsOpen), [Output::WaitGate]);
+        let at = 1_764_000_000.25;
+        assert_eq!(
+            r.feed(0.4, Input::GateOpen { at_unix: Some(at) }),
+            [
+                Output::Send(Message::StartAt { at_unix: at }),
+                Output::Send(Message::FlowsReady)
+            ]
+        );
+        assert_eq!(r.m.start_at(), Some(at));
+        assert_eq!(r.msg(0.5, Message::Start), [Output::StartLocal]);
+    }
+    // A test whose data cannot wait for an instant (a connection-rate test) ignores it: its
+    // driver waited for the instant before opening the gate.
+    let mut cfg = config(TestSpec::Connect(Default::default()));
+    cfg.held_start = true;
+    let mut r = Run::new(cfg);
+    r.outputs();
+    r.msg(0.1, welcome(None, None, None));
+    r.msg(0.2, accepted());
+    assert_eq!(r.feed(0.3, Input::FlowsOpen), [Output::WaitGate]);
+    assert_eq!(
+        r.feed(0.4, Input::GateOpen { at_unix: Some(2.0) }),
+        [Output::Send(Message::FlowsReady)]
+    );
+    assert_eq!(r.m.start_at(), None);
 }
 
 #[test]
@@ -261,7 +298,7 @@ fn connection_rate_tests_start_connecting_on_the_connect_port() {
     let mut r = Run::accepted(cfg);
     assert_eq!(r.feed(0.3, Input::FlowsOpen), [Output::WaitGate]);
     assert_eq!(
-        r.feed(0.4, Input::GateOpen),
+        r.feed(0.4, Input::GateOpen { at_unix: None }),
         [Output::Send(Message::FlowsReady)]
     );
     assert_eq!(

@@ -80,7 +80,7 @@ fn a_held_start_measures_its_baseline_before_the_gate() {
         "the gate has no deadline of the machine's"
     );
     assert_eq!(
-        r.feed(5.0, Input::GateOpen),
+        r.feed(5.0, Input::GateOpen { at_unix: None }),
         [Output::Send(Message::FlowsReady)]
     );
     assert_eq!(r.msg(5.1, Message::Start), [Output::StartLocal]);

@@ -146,6 +146,43 @@ fn missing_paths_time_out_naming_what_arrived() {
 }
 
 #[test]
+fn a_scheduled_start_is_kept_for_the_side_and_refused_out_of_place() {
+    // Held (after the last path) and before it: the instant is the side's to wait for.
+    for early in [false, true] {
+        let mut t = T::new(config(false));
+        t.request(tcp(1), true);
+        t.admit();
+        if !early {
+            t.input(Input::PathArrived { flow: 0 });
+        }
+        assert!(t.msg(Message::StartAt { at_unix: 2.5 }).is_empty());
+        t.msg(Message::FlowsReady);
+        if early {
+            t.input(Input::PathArrived { flow: 0 });
+        }
+        assert!(t.out.contains(&Output::StartSide), "{:?}", t.out);
+        assert_eq!(t.s.start_at(), Some(2.5));
+    }
+    // Without a held start, twice, or not an instant: the client is told why.
+    for (held, msgs, why) in [
+        (false, vec![2.5], "unexpected start_at message"),
+        (true, vec![2.5, 3.0], "unexpected start_at message"),
+        (true, vec![f64::INFINITY], "start_at inf is not an instant"),
+        (true, vec![-1.0], "start_at -1 is not an instant"),
+    ] {
+        let mut t = T::new(config(false));
+        t.request(tcp(1), held);
+        t.admit();
+        for at in msgs {
+            t.msg(Message::StartAt { at_unix: at });
+        }
+        assert!(t.told().is_some_and(|m| m.starts_with(why)), "{:?}", t.out);
+        assert!(t.ended().is_some());
+        assert!(!t.out.contains(&Output::StartSide));
+    }
+}
+
+#[test]
 fn a_held_tcp_start_waits_for_the_go_and_takes_an_early_one() {
     // The go after the last path: the server holds until it comes.
     let mut t = T::new(config(false));

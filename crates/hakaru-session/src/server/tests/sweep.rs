@@ -34,6 +34,8 @@ fn messages() -> Vec<Message> {
             flow: 0,
         },
         Message::FlowsReady,
+        Message::StartAt { at_unix: 2.5 },
+        Message::StartAt { at_unix: f64::NAN },
         Message::ConnectPort {
             port: 1,
             server_closes: true,
