@@ -193,57 +193,31 @@ pub fn udp_sink(
     };
     let iface = iface.or_else(|| sys::interface_for_addr(peer.ip()));
     let meter = Meter::start(spec, iface, want, on_sample)?;
-    let mut senders = vec![SinkState::new(peer, header)];
-    let mut out = spec.stdio.then(io::stdout);
-    let (mut stdio_bytes, mut error, mut interrupted) = (0u64, None, false);
+    let mut sink = Sink {
+        spec,
+        socket,
+        senders: vec![SinkState::new(peer, header)],
+        want,
+        ignored,
+        out: spec.stdio.then(io::stdout),
+        stdio_bytes: 0,
+    };
+    let (mut error, mut interrupted) = (None, false);
     let mut arrived = Some((n0, 0));
     let mut last_arrival = Instant::now();
     loop {
         if let Some((len, i)) = arrived.take() {
-            let st = &mut senders[i];
-            let mut data = true;
-            if spec.iperf2 {
-                match UdpHeader::decode(&buf[..len], st.seq64) {
-                    // A FIN the client sends again: it has not heard our report yet.
-                    Some(h) if st.fin && h.is_fin() => {
-                        st.answer_fin(socket);
-                        data = false;
-                    }
-                    Some(h) if !st.fin => {
-                        st.account
-                            .add(h.seq.unsigned_abs(), h.sent_secs(), unix_now());
-                        st.fin = h.is_fin();
-                    }
-                    _ => {
-                        ignored += 1;
-                        meter.core.counters[0].set_ignored(ignored);
-                        data = false;
-                    }
-                }
-            } else if spec.markers && len <= MARKER_MAX {
-                break; // ttcp's end marker
-            }
-            if data {
-                st.received += 1;
-                st.bytes += len as u64;
-                st.last = Instant::now();
-                last_arrival = st.last;
-                let c = st.seq_counts();
-                let ign = if i == 0 { ignored } else { 0 };
-                meter.core.counters[i].publish_recv(len as u64, &c, ign, None, meter.now_ns());
-                if let Some(o) = out.as_mut() {
-                    if let Err(e) = o.write_all(&buf[..len]) {
-                        error = Some(format!("--stdout: writing: {e}"));
-                        break;
-                    }
-                    stdio_bytes += len as u64;
-                }
-                if st.fin {
-                    st.answer_fin(socket);
+            match sink.take(&buf[..len], i, &meter) {
+                Ok(Taken::Data) => last_arrival = sink.senders[i].last,
+                Ok(Taken::Other) => {}
+                Ok(Taken::EndMarker) => break,
+                Err(e) => {
+                    error = Some(e);
+                    break;
                 }
             }
         }
-        if senders.len() == want && senders.iter().all(|s| s.fin) {
+        if sink.senders.len() == want && sink.senders.iter().all(|s| s.fin) {
             break;
         }
         if stop.load(Ordering::Acquire) {
@@ -254,21 +228,7 @@ pub fn udp_sink(
             break;
         }
         match socket.recv_from(&mut buf) {
-            Ok((n, from)) => match senders.iter().position(|s| s.peer == from) {
-                Some(i) => arrived = Some((n, i)),
-                // Another stream of the same iperf2 client.
-                None if senders.len() < want
-                    && from.ip() == senders[0].peer.ip()
-                    && iperf2_start(&buf[..n]) =>
-                {
-                    senders.push(SinkState::new(from, datagram_header(&buf[..n])));
-                    arrived = Some((n, senders.len() - 1));
-                }
-                None => {
-                    ignored += 1;
-                    meter.core.counters[0].set_ignored(ignored);
-                }
-            },
+            Ok((n, from)) => arrived = sink.sender_of(&buf[..n], from, &meter).map(|i| (n, i)),
             Err(e) if is_retry(&e) => {}
             Err(e) => {
                 error = Some(format!("receiving: {e}"));
@@ -276,7 +236,7 @@ pub fn udp_sink(
             }
         }
     }
-    if let Some(o) = out.as_mut() {
+    if let Some(o) = sink.out.as_mut() {
         if let Err(e) = o.flush() {
             error.get_or_insert(format!("--stdout: writing: {e}"));
         }
@@ -284,27 +244,124 @@ pub fn udp_sink(
     let started_unix = meter.started_unix;
     let report = meter.finish(vec![error]);
     if spec.iperf2 && !interrupted {
-        answer_late_fins(socket, &mut senders, stop);
-    }
-    let mut result = RawResult::new(RawRole::Sink, RawProtocol::Udp);
-    result.peer = Some(peer.to_string());
-    counts_from(&mut result, &report);
-    result.ignored = Some(ignored);
-    result.stdio_bytes = spec.stdio.then_some(stdio_bytes);
-    if spec.iperf2 {
-        let infos: Vec<Iperf2Info> = senders.iter().map(SinkState::iperf2_info).collect();
-        result.iperf2 = Some(sum_info(&infos));
-        result.streams = stream_results(spec, &report, senders.len(), |i, r| {
-            r.peer = Some(senders[i].peer.to_string());
-            r.iperf2 = Some(infos[i].clone());
-        });
+        answer_late_fins(socket, &mut sink.senders, stop);
     }
     Ok(RawOutcome {
-        result,
+        result: sink.result(peer, &report),
         report: Some(report),
         interrupted,
         started_unix,
     })
+}
+
+/// A UDP sink while it runs: its senders (one, or an iperf2 client's streams), the datagrams
+/// it ignored, and `--stdout`'s writer.
+struct Sink<'a> {
+    spec: &'a RawSpec,
+    socket: &'a UdpSocket,
+    senders: Vec<SinkState>,
+    /// Senders expected: an iperf2 client's `-P`, else one.
+    want: usize,
+    ignored: u64,
+    out: Option<io::Stdout>,
+    stdio_bytes: u64,
+}
+
+/// What one datagram was to the sink.
+enum Taken {
+    /// Data: counted (and written with `--stdout`).
+    Data,
+    /// A FIN again, or not the sender's: nothing counted.
+    Other,
+    /// ttcp's end marker: the transfer is over.
+    EndMarker,
+}
+
+impl Sink<'_> {
+    /// Which sender a datagram from `from` is; another stream of the same iperf2 client is
+    /// added, anyone else's datagram is ignored (and counted as such).
+    fn sender_of(&mut self, datagram: &[u8], from: SocketAddr, meter: &Meter) -> Option<usize> {
+        if let Some(i) = self.senders.iter().position(|s| s.peer == from) {
+            return Some(i);
+        }
+        if self.senders.len() < self.want
+            && from.ip() == self.senders[0].peer.ip()
+            && iperf2_start(datagram)
+        {
+            self.senders
+                .push(SinkState::new(from, datagram_header(datagram)));
+            return Some(self.senders.len() - 1);
+        }
+        self.ignore(meter);
+        None
+    }
+
+    fn ignore(&mut self, meter: &Meter) {
+        self.ignored += 1;
+        meter.core.counters[0].set_ignored(self.ignored);
+    }
+
+    /// Takes one datagram of sender `i`: its iperf2 header read (each FIN answered with the
+    /// sender's report), counted, written to `--stdout`. An error is a failed write.
+    fn take(&mut self, datagram: &[u8], i: usize, meter: &Meter) -> Result<Taken, String> {
+        let len = datagram.len();
+        if self.spec.iperf2 {
+            let st = &mut self.senders[i];
+            match UdpHeader::decode(datagram, st.seq64) {
+                // A FIN the client sends again: it has not heard our report yet.
+                Some(h) if st.fin && h.is_fin() => {
+                    st.answer_fin(self.socket);
+                    return Ok(Taken::Other);
+                }
+                Some(h) if !st.fin => {
+                    st.account
+                        .add(h.seq.unsigned_abs(), h.sent_secs(), unix_now());
+                    st.fin = h.is_fin();
+                }
+                _ => {
+                    self.ignore(meter);
+                    return Ok(Taken::Other);
+                }
+            }
+        } else if self.spec.markers && len <= MARKER_MAX {
+            return Ok(Taken::EndMarker);
+        }
+        let st = &mut self.senders[i];
+        st.received += 1;
+        st.bytes += len as u64;
+        st.last = Instant::now();
+        let c = st.seq_counts();
+        let ign = if i == 0 { self.ignored } else { 0 };
+        meter.core.counters[i].publish_recv(len as u64, &c, ign, None, meter.now_ns());
+        if let Some(o) = self.out.as_mut() {
+            o.write_all(datagram)
+                .map_err(|e| format!("--stdout: writing: {e}"))?;
+            self.stdio_bytes += len as u64;
+        }
+        let st = &mut self.senders[i];
+        if st.fin {
+            st.answer_fin(self.socket);
+        }
+        Ok(Taken::Data)
+    }
+
+    /// The sink's result from its senders and its side's report.
+    fn result(&self, peer: SocketAddr, report: &hakaru_model::SideReport) -> RawResult {
+        let mut result = RawResult::new(RawRole::Sink, RawProtocol::Udp);
+        result.peer = Some(peer.to_string());
+        counts_from(&mut result, report);
+        result.ignored = Some(self.ignored);
+        result.stdio_bytes = self.spec.stdio.then_some(self.stdio_bytes);
+        if self.spec.iperf2 {
+            let infos: Vec<Iperf2Info> = self.senders.iter().map(SinkState::iperf2_info).collect();
+            result.iperf2 = Some(sum_info(&infos));
+            result.streams = stream_results(self.spec, report, self.senders.len(), |i, r| {
+                r.peer = Some(self.senders[i].peer.to_string());
+                r.iperf2 = Some(infos[i].clone());
+            });
+        }
+        result
+    }
 }
 
 /// After the transfer: answers the FINs a client resends (it has not heard our report) until
