@@ -154,7 +154,7 @@ def main():
         f"Reading: the coordinator writes `go AT` with the instant {lead:.0f} ms ahead (20 ms + 1 ms a client), and"
         f" each pps client, on its line, sends the instant to the server (`start_at`) with `flows_ready`; the server"
         f" reads its counters, starts its threads and answers `start`, the client starts its own, and all of them"
-        f" sleep until the instant. So the work of starting {a.hosts - 1} tests on one receiver (the clients hear"
+        f" sleep until the instant (each side's ticker reads its interface counters 10 ms before it, not at it). So the work of starting {a.hosts - 1} tests on one receiver (the clients hear"
         f" their `go` over {statistics.median(heard):.1f} ms, the set-up after it is about a millisecond of CPU a"
         f" client) is done inside the lead, and at the instant only the data threads wake: the senders' data"
         f" threads began within {statistics.median(skews):.2f} ms of each other, their first datagram right after"

@@ -135,7 +135,7 @@ impl Control {
 
 /// How long to wait for the instant `at` (Unix seconds) when the clock reads `now`: not at
 /// all once it is past, at most [`MAX_SCHEDULE_WAIT`].
-fn wait_for(at: f64, now: f64) -> Duration {
+pub(crate) fn wait_for(at: f64, now: f64) -> Duration {
     Duration::from_secs_f64((at - now).clamp(0.0, MAX_SCHEDULE_WAIT.as_secs_f64()))
 }
 

@@ -116,14 +116,23 @@ impl Core {
     /// A data thread waits here for the side's start (a scheduled one is ahead; others are
     /// now), or until the side is aborted; the first to pass marks when the side began.
     pub fn await_start(&self) {
+        self.wait_until(self.start);
+        if !self.abort.load(Ordering::Acquire) {
+            self.began_ns.fetch_min(self.now_ns(), Ordering::AcqRel);
+        }
+    }
+
+    /// Sleeps until `at`, or until the side is aborted; true if it had to wait.
+    pub fn wait_until(&self, at: Instant) -> bool {
+        let mut waited = false;
         loop {
             let now = Instant::now();
-            if now >= self.start || self.abort.load(Ordering::Acquire) {
-                break;
+            if now >= at || self.abort.load(Ordering::Acquire) {
+                return waited;
             }
-            std::thread::sleep((self.start - now).min(Duration::from_millis(50)));
+            waited = true;
+            std::thread::sleep((at - now).min(Duration::from_millis(50)));
         }
-        self.began_ns.fetch_min(self.now_ns(), Ordering::AcqRel);
     }
 
     /// When the first data thread began, on the wall clock, for a scheduled start.
@@ -490,6 +499,9 @@ impl CounterBase {
     }
 }
 
+/// How long before a scheduled start its ticker reads the interface counters.
+const NIC_AHEAD: Duration = Duration::from_millis(10);
+
 /// Every flow's counters with the instant they were read. A ticker descheduled between
 /// reading the clock and the counters (a loaded machine) would pair bytes with the wrong
 /// time: the read is repeated until clock and counters are taken within 200 us of each other
@@ -523,7 +535,20 @@ fn ticker(s: &Core, mut on_interval: IntervalFn, tcp_probe: Option<TcpProbe>) ->
     let mut prev = vec![CounterSnapshot::default(); n];
     let mut prev_retx = vec![0u64; n];
     let iface = s.cfg.iface.as_deref();
-    let mut prev_nic = iface.and_then(sys::nic_snapshot);
+    // A scheduled side reads its interface counters again just before its instant
+    // (NIC_AHEAD): read when it was set up, they would add the wait's set-up packets (every
+    // client's, on a plan's receiver) to the first interval and to the totals; read at the
+    // instant, a hundred sides starting together would take the CPU from their data
+    // threads. CPU and UDP counters keep their base (machine-wide; their figures include
+    // the wait's set-up).
+    let read_at = s.start.checked_sub(NIC_AHEAD).unwrap_or(s.start);
+    let mut prev_nic = if iface.is_some() && s.start > Instant::now() {
+        s.wait_until(read_at);
+        base.nic = iface.and_then(sys::nic_snapshot);
+        base.nic.clone()
+    } else {
+        iface.and_then(sys::nic_snapshot)
+    };
     let mut last_ns = 0u64;
     let mut index = 0u32;
     let mut next_tick = (!interval.is_zero()).then_some(interval);
@@ -731,9 +756,10 @@ pub struct SideConfig {
     pub start_at: Option<f64>,
 }
 
-/// The longest a scheduled side waits for its instant: a peer whose clock is ahead, or a
-/// client that asks for a far instant, holds the threads back at most this long.
-pub const MAX_SCHEDULE_WAIT: Duration = Duration::from_secs(1);
+/// The longest a scheduled side waits for its instant (the protocol's `MAX_START_AHEAD`): a
+/// peer whose clock is ahead, or a client that asks for a far instant, holds the threads back
+/// at most this long.
+pub const MAX_SCHEDULE_WAIT: Duration = hakaru_proto::native::MAX_START_AHEAD;
 
 /// A side's start on the monotonic and the wall clock: now, or the scheduled instant `at`
 /// (Unix seconds) when it is ahead, at most [`MAX_SCHEDULE_WAIT`] away.

@@ -481,82 +481,31 @@ fn worker(s: &Shared, mine: Vec<usize>, pin: Option<usize>) {
             return;
         }
         let now = Instant::now();
-        let now_ns = now.duration_since(s.start).as_nanos() as u64;
         if let Some(g) = s.cfg.subflow_guard.as_ref().filter(|_| now >= next_guard) {
             next_guard = now + GUARD_EVERY;
             active.retain(|f| subflows_allowed(s, g, f.idx));
         }
-        let stop = s.stop_send.load(Ordering::Acquire) || deadline.is_some_and(|d| now >= d);
-        let mut progressed = false;
-        let mut next_due: Option<Instant> = None;
+        let mut t = Round {
+            now,
+            now_ns: now.duration_since(s.start).as_nanos() as u64,
+            stop: s.stop_send.load(Ordering::Acquire) || deadline.is_some_and(|d| now >= d),
+            progressed: false,
+            next_due: None,
+        };
         let mut k = 0;
         while k < active.len() {
-            let f = &mut active[k];
-            let i = f.idx;
-            let outcome = match s.meta[i].role {
-                Role::Sender if stop => Step::Finished,
-                Role::Sender => match paced_until(s, f.sent, now) {
-                    Some(at) => {
-                        // Waiting for the pacer is not a stall.
-                        f.last_progress = now;
-                        next_due = Some(next_due.map_or(at, |d| d.min(at)));
-                        Step::Blocked
-                    }
-                    None => send_step(s, i, f.remaining),
-                },
-                Role::Receiver => recv_step(s, i, &mut rbuf),
-            };
-            let outcome = match outcome {
-                Step::Blocked
-                    if s.meta[i].role == Role::Receiver && s.drain.load(Ordering::Acquire) =>
-                {
-                    Step::Finished
-                }
-                o => o,
-            };
-            match outcome {
-                Step::Moved(n) => {
-                    s.counters[i].add(n as u64, now_ns);
-                    f.sent += n as u64;
-                    f.last_progress = now;
-                    progressed = true;
-                    if let Some(r) = f.remaining.as_mut() {
-                        *r -= (n as u64).min(*r);
-                        if *r == 0 {
-                            finish_sender(s, i);
-                            active.swap_remove(k);
-                            continue;
-                        }
-                    }
-                }
-                Step::Blocked => {
-                    if stalled(s, f, now, now_ns) {
-                        active.swap_remove(k);
-                        continue;
-                    }
-                }
-                Step::Finished => {
-                    match s.meta[i].role {
-                        Role::Sender => finish_sender(s, i),
-                        Role::Receiver => s.finish_flow(i, None),
-                    }
-                    active.swap_remove(k);
-                    continue;
-                }
-                Step::Failed(e) => {
-                    s.finish_flow(i, Some(describe_io(s.meta[i].id, s.meta[i].role, &e)));
-                    active.swap_remove(k);
-                    continue;
-                }
+            if t.turn(s, &mut active[k], &mut rbuf) {
+                k += 1;
+            } else {
+                active.swap_remove(k);
             }
-            k += 1;
         }
-        if !progressed && !active.is_empty() {
+        if !t.progressed && !active.is_empty() {
             let mut wait = Duration::from_millis(100);
             if let Some(d) = deadline {
                 wait = wait.min(d.saturating_duration_since(Instant::now()));
             }
-            if let Some(d) = next_due {
+            if let Some(d) = t.next_due {
                 wait = wait.min(d.saturating_duration_since(Instant::now()));
                 if active.iter().all(|f| s.meta[f.idx].role == Role::Sender) {
                     // Only paced senders: nothing to poll for, sleep to the due time.
@@ -565,6 +514,73 @@ fn worker(s: &Shared, mine: Vec<usize>, pin: Option<usize>) {
                 }
             }
             wait_ready(s, &active, wait);
+        }
+    }
+}
+
+/// One pass of a worker over its flows: the instant, whether senders stop now, and what the
+/// pass found (a flow moved bytes; the earliest a paced sender may write again).
+struct Round {
+    now: Instant,
+    now_ns: u64,
+    stop: bool,
+    progressed: bool,
+    next_due: Option<Instant>,
+}
+
+impl Round {
+    /// One flow's turn: a write or read as far as it goes. False once the flow is over
+    /// (finished, failed, stalled, or its quota sent).
+    fn turn(&mut self, s: &Shared, f: &mut FlowState, rbuf: &mut [u8]) -> bool {
+        let i = f.idx;
+        let outcome = match s.meta[i].role {
+            Role::Sender if self.stop => Step::Finished,
+            Role::Sender => match paced_until(s, f.sent, self.now) {
+                Some(at) => {
+                    // Waiting for the pacer is not a stall.
+                    f.last_progress = self.now;
+                    self.next_due = Some(self.next_due.map_or(at, |d| d.min(at)));
+                    Step::Blocked
+                }
+                None => send_step(s, i, f.remaining),
+            },
+            Role::Receiver => recv_step(s, i, rbuf),
+        };
+        let outcome = match outcome {
+            Step::Blocked
+                if s.meta[i].role == Role::Receiver && s.drain.load(Ordering::Acquire) =>
+            {
+                Step::Finished
+            }
+            o => o,
+        };
+        match outcome {
+            Step::Moved(n) => {
+                s.counters[i].add(n as u64, self.now_ns);
+                f.sent += n as u64;
+                f.last_progress = self.now;
+                self.progressed = true;
+                if let Some(r) = f.remaining.as_mut() {
+                    *r -= (n as u64).min(*r);
+                    if *r == 0 {
+                        finish_sender(s, i);
+                        return false;
+                    }
+                }
+                true
+            }
+            Step::Blocked => !stalled(s, f, self.now, self.now_ns),
+            Step::Finished => {
+                match s.meta[i].role {
+                    Role::Sender => finish_sender(s, i),
+                    Role::Receiver => s.finish_flow(i, None),
+                }
+                false
+            }
+            Step::Failed(e) => {
+                s.finish_flow(i, Some(describe_io(s.meta[i].id, s.meta[i].role, &e)));
+                false
+            }
         }
     }
 }

@@ -25,6 +25,10 @@ pub const MAX_FIRST_FRAMES: usize = 64 << 10;
 
 /// How often each end of a control connection sends a keepalive during a test.
 pub const KEEPALIVE_EVERY: Duration = Duration::from_secs(2);
+/// The furthest ahead a scheduled start (`start_at`) is waited for: an instant further
+/// ahead (a clock behind the coordinator's, or a client that asks for more) starts this far
+/// ahead of when it came.
+pub const MAX_START_AHEAD: Duration = Duration::from_secs(1);
 
 /// How long a peer may say nothing on the control connection before the path counts as down:
 /// the test's stall timeout, but never less than two keepalive periods and a second, so a live

@@ -319,7 +319,10 @@ fn set_up(
         )?);
     }
     if let Some(gate) = &opts.gate {
-        (gate.0)().map_err(ClientError::CalledOff)?;
+        // netperf's tests start when their requests go out: an instant is waited for here.
+        if let Some(at) = (gate.0)().map_err(ClientError::CalledOff)? {
+            std::thread::sleep(crate::drive::wait_for(at, hakaru_engine::sys::now_unix()));
+        }
     }
     for (conn, req) in conns.into_iter().zip(&p.requests) {
         let _ = conn.set_nodelay(true);

@@ -351,10 +351,11 @@ pub struct Machine {
 
 /// Whether a test's data threads can wait for a scheduled instant (`start_at`): bulk TCP and
 /// UDP tests, whose sides both ends start with the engine's side. Latency and
-/// connection-rate tests start when `start` (or `connect_port`) comes; a coordinator's
-/// instant is waited for before the gate opens.
+/// connection-rate tests start when `start` (or `connect_port`) comes, and a bulk test with
+/// latency probes starts its loaded probes then: for those a coordinator's instant is waited
+/// for before the gate opens.
 pub fn can_schedule(spec: &TestSpec) -> bool {
-    matches!(spec, TestSpec::Tcp(_) | TestSpec::Udp(_))
+    matches!(spec, TestSpec::Tcp(_) | TestSpec::Udp(_)) && spec.latency_probe().is_none()
 }
 
 impl Machine {

@@ -11,10 +11,12 @@ impl Session {
     /// The client's `start_at`: the data begins at that instant (the driver's side waits for
     /// it, at most a second). Only a held start of a bulk test schedules, once.
     pub(super) fn schedule(&mut self, at_unix: f64) -> Result<(), (String, bool)> {
-        let bulk = matches!(self.spec, Some(RemoteSpec::Tcp(_) | RemoteSpec::Udp(_)));
+        // Bulk tests without latency probes, as the client's `can_schedule`.
+        let bulk = matches!(self.spec, Some(RemoteSpec::Tcp(_) | RemoteSpec::Udp(_)))
+            && self.probe_flow.is_none();
         if !self.held || !bulk || self.start_at.is_some() {
             return Err((
-                "unexpected start_at message: only a held start of a tcp or udp test is scheduled, once".into(),
+                "unexpected start_at message: only a held start of a tcp or udp test without latency probes is scheduled, once".into(),
                 true,
             ));
         }

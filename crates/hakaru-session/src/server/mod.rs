@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use hakaru_model::{LatencyTransport, RemoteSpec, SideReport};
 use hakaru_proto::auth::Psk;
-use hakaru_proto::native::{silence_limit, KEEPALIVE_EVERY};
+use hakaru_proto::native::{silence_limit, KEEPALIVE_EVERY, MAX_START_AHEAD};
 use hakaru_proto::{Message, ServerInfo, PROTOCOL_VERSION};
 
 mod held;
@@ -613,7 +613,16 @@ impl Session {
     fn start(&mut self, now: Instant) {
         let Some(spec) = &self.spec else { return };
         let silence = silence_limit(spec.kind().stall_timeout().0);
-        let limit = self.cfg.max_duration.map(|m| now + m + CUTOFF_GRACE);
+        // A scheduled start's data begins up to MAX_START_AHEAD later: the grace stays whole.
+        let ahead = if self.start_at.is_some() {
+            MAX_START_AHEAD
+        } else {
+            Duration::ZERO
+        };
+        let limit = self
+            .cfg
+            .max_duration
+            .map(|m| now + ahead + m + CUTOFF_GRACE);
         self.out.push_back(Output::TakeBaseline);
         self.send(Message::Start);
         self.out.push_back(Output::StartSide);

@@ -97,6 +97,11 @@ pub(crate) struct RawTest {
 
 impl RawTest {
     pub(crate) fn start(port: u16, spec: TestSpec) -> RawTest {
+        RawTest::start_held(port, spec, false)
+    }
+
+    /// [`RawTest::start`], asking for a held start when `held`.
+    pub(crate) fn start_held(port: u16, spec: TestSpec, held: bool) -> RawTest {
         let mut ctl = connect_from("127.0.0.1", port);
         let mut dec = Decoder::new();
         ctl.write_all(&opening(&Message::Hello {
@@ -113,7 +118,7 @@ impl RawTest {
         ctl.write_all(
             &Message::TestRequest {
                 test: Box::new(spec),
-                held_start: false,
+                held_start: held,
             }
             .encode(),
         )
@@ -135,6 +140,68 @@ impl RawTest {
         .unwrap();
         c
     }
+}
+
+/// A scheduled start (`start_at`) an hour ahead holds the server's data threads a second at
+/// most; one out of place (a test without a held start) is refused by name; the server
+/// serves the next client.
+#[test]
+fn a_start_at_far_ahead_waits_a_second_at_most_and_one_out_of_place_is_refused() {
+    use std::io::Read;
+    let s = ServerProc::start(&[]);
+    let spec = TestSpec::Tcp(TcpSpec {
+        flows: 1,
+        direction: hakaru_model::Direction::Reverse,
+        amount: Amount::Time(Dur(Duration::from_secs(1))),
+        ..TcpSpec::default()
+    });
+    let unix_now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64()
+    };
+    let mut t = RawTest::start_held(s.port, spec.clone(), true);
+    let mut flow = t.data("127.0.0.1", s.port, 0);
+    let mut ask = Message::StartAt {
+        at_unix: unix_now() + 3600.0,
+    }
+    .encode();
+    ask.extend(Message::FlowsReady.encode());
+    t.ctl.write_all(&ask).unwrap();
+    match read_msg(&mut t.ctl, &mut t.dec, Duration::from_secs(5)) {
+        Some(Message::Start) => {}
+        other => panic!("expected start, got {other:?}"),
+    }
+    // The server sends (-R): its first byte comes when its data thread begins.
+    let t0 = std::time::Instant::now();
+    flow.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut b = [0u8; 1];
+    flow.read_exact(&mut b).expect("the server's data");
+    let waited = t0.elapsed();
+    assert!(
+        waited > Duration::from_millis(500) && waited < Duration::from_secs(5),
+        "the data began {waited:?} after start: not the 1 s cap of an instant an hour ahead"
+    );
+    drop(flow);
+    // Without a held start, start_at is out of place.
+    let mut u = RawTest::start(s.port, spec);
+    u.ctl
+        .write_all(
+            &Message::StartAt {
+                at_unix: unix_now(),
+            }
+            .encode(),
+        )
+        .unwrap();
+    match read_msg(&mut u.ctl, &mut u.dec, Duration::from_secs(5)) {
+        Some(Message::Error { message }) => {
+            assert!(message.contains("unexpected start_at message"), "{message}")
+        }
+        other => panic!("expected an error, got {other:?}"),
+    }
+    legit(&s, None, &[]);
 }
 
 /// What the server said on a data connection it refused: its error, or None if it kept it.

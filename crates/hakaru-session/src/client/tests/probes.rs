@@ -79,10 +79,18 @@ fn a_held_start_measures_its_baseline_before_the_gate() {
         None,
         "the gate has no deadline of the machine's"
     );
+    // An instant is not the server's to wait for: the loaded probes start with `start`
+    // (the driver waited for the instant before opening the gate).
     assert_eq!(
-        r.feed(5.0, Input::GateOpen { at_unix: None }),
+        r.feed(
+            5.0,
+            Input::GateOpen {
+                at_unix: Some(UNIX0 + 5.0)
+            }
+        ),
         [Output::Send(Message::FlowsReady)]
     );
+    assert_eq!(r.m.start_at(), None);
     assert_eq!(r.msg(5.1, Message::Start), [Output::StartLocal]);
 }
 
