@@ -370,6 +370,39 @@ pub(crate) struct TickerOut {
 }
 
 impl TickerOut {
+    /// The ticker's result: CPU, NIC and UDP use from `base` to `end` over `wall` seconds.
+    fn since(
+        base: CounterBase,
+        end: &CounterBase,
+        wall: f64,
+        omit_ns: u64,
+        omit_counts: Vec<CounterSnapshot>,
+    ) -> TickerOut {
+        TickerOut {
+            omit_ns,
+            omit_counts,
+            cpu: base
+                .cpu
+                .zip(end.cpu.as_ref())
+                .map(|(a, b)| sys::cpu_usage(&a, b, wall)),
+            nic: base
+                .nic
+                .zip(end.nic.as_ref())
+                .map(|(a, b)| sys::nic_usage(&a, b, wall)),
+            udp_kernel: base.udp.zip(end.udp.as_ref()).map(|(a, b)| {
+                let d = a.delta(b);
+                UdpKernelCounters {
+                    in_datagrams: d.in_datagrams,
+                    out_datagrams: d.out_datagrams,
+                    in_errors: d.in_errors,
+                    rcvbuf_errors: d.rcvbuf_errors,
+                    sndbuf_errors: d.sndbuf_errors,
+                    no_ports: d.no_ports,
+                }
+            }),
+        }
+    }
+
     /// What a ticker that never ran reports.
     pub fn empty(n: usize) -> TickerOut {
         TickerOut {
@@ -535,20 +568,7 @@ fn ticker(s: &Core, mut on_interval: IntervalFn, tcp_probe: Option<TcpProbe>) ->
     let mut prev = vec![CounterSnapshot::default(); n];
     let mut prev_retx = vec![0u64; n];
     let iface = s.cfg.iface.as_deref();
-    // A scheduled side reads its interface counters again just before its instant
-    // (NIC_AHEAD): read when it was set up, they would add the wait's set-up packets (every
-    // client's, on a plan's receiver) to the first interval and to the totals; read at the
-    // instant, a hundred sides starting together would take the CPU from their data
-    // threads. CPU and UDP counters keep their base (machine-wide; their figures include
-    // the wait's set-up).
-    let read_at = s.start.checked_sub(NIC_AHEAD).unwrap_or(s.start);
-    let mut prev_nic = if iface.is_some() && s.start > Instant::now() {
-        s.wait_until(read_at);
-        base.nic = iface.and_then(sys::nic_snapshot);
-        base.nic.clone()
-    } else {
-        iface.and_then(sys::nic_snapshot)
-    };
+    let mut prev_nic = first_nic(s, iface, &mut base);
     let mut last_ns = 0u64;
     let mut index = 0u32;
     let mut next_tick = (!interval.is_zero()).then_some(interval);
@@ -557,30 +577,16 @@ fn ticker(s: &Core, mut on_interval: IntervalFn, tcp_probe: Option<TcpProbe>) ->
     loop {
         // Sleep until the next tick, the end of the warm-up, the end of the measured window,
         // or the end of the test.
-        {
-            let mut wake_at: Option<Duration> = next_tick;
-            if !omit_taken {
-                wake_at = Some(wake_at.map_or(omit, |t| t.min(omit)));
-            }
-            if let (Some(w), false) = (window_end, window_taken) {
-                wake_at = Some(wake_at.map_or(w, |t| t.min(w)));
-            }
-            let mut g = match s.wake.0.lock() {
-                Ok(g) => g,
-                Err(_) => break,
-            };
-            while !s.all_done() && !s.abort.load(Ordering::Acquire) {
-                let elapsed = s.start.elapsed();
-                let wait = match wake_at {
-                    Some(t) if t <= elapsed => break,
-                    Some(t) => t - elapsed,
-                    None => Duration::from_millis(500),
-                };
-                g = match s.wake.1.wait_timeout(g, wait) {
-                    Ok((g, _)) => g,
-                    Err(_) => return TickerOut::empty(n),
-                };
-            }
+        let wake_at = [
+            next_tick,
+            (!omit_taken).then_some(omit),
+            window_end.filter(|_| !window_taken),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        if !sleep_until(s, wake_at) {
+            break;
         }
         let done = s.all_done();
         let aborted = s.abort.load(Ordering::Acquire) && !done;
@@ -616,42 +622,12 @@ fn ticker(s: &Core, mut on_interval: IntervalFn, tcp_probe: Option<TcpProbe>) ->
             let due = now_ns >= tick_ns || done || aborted || window_now.is_some();
             let long_enough = end_ns.saturating_sub(last_ns) * 20 >= interval.as_nanos() as u64;
             if due && long_enough {
-                let flows = (0..n)
-                    .map(|i| {
-                        let cur = snap[i];
-                        let tcp = match &tcp_probe {
-                            Some(probe) if s.meta[i].role == Role::Sender => probe(i).map(|ti| {
-                                let d = ti.retransmits.map(|r| r.saturating_sub(prev_retx[i]));
-                                prev_retx[i] = ti.retransmits.unwrap_or(0);
-                                TcpTick {
-                                    retransmits: d,
-                                    snd_cwnd: ti.snd_cwnd,
-                                    rtt_us: ti.rtt_us,
-                                }
-                            }),
-                            _ => None,
-                        };
-                        let t = FlowTick {
-                            id: s.meta[i].id,
-                            bytes: cur.bytes - prev[i].bytes,
-                            calls: cur.calls - prev[i].calls,
-                            tcp,
-                            udp: s.udp.then(|| udp_tick(&prev[i], &cur)),
-                        };
-                        prev[i] = cur;
-                        t
-                    })
-                    .collect();
+                let flows = flow_ticks(s, &snap, &mut prev, &mut prev_retx, tcp_probe.as_ref());
                 let nic_now = iface.and_then(sys::nic_snapshot);
-                let nic = prev_nic.as_ref().zip(nic_now.as_ref()).map(|(a, b)| {
-                    let d = |x: u64, y: u64| y.wrapping_sub(x);
-                    NicTick {
-                        rx_packets: d(a.rx_packets, b.rx_packets),
-                        tx_packets: d(a.tx_packets, b.tx_packets),
-                        rx_bytes: d(a.rx_bytes, b.rx_bytes),
-                        tx_bytes: d(a.tx_bytes, b.tx_bytes),
-                    }
-                });
+                let nic = prev_nic
+                    .as_ref()
+                    .zip(nic_now.as_ref())
+                    .map(|(a, b)| nic_tick(a, b));
                 prev_nic = nic_now;
                 on_interval(IntervalSample {
                     index,
@@ -671,33 +647,107 @@ fn ticker(s: &Core, mut on_interval: IntervalFn, tcp_probe: Option<TcpProbe>) ->
         }
         if done || aborted {
             let wall = now_ns.saturating_sub(omit_ns) as f64 / 1e9;
-            let end = CounterBase::of(s);
-            return TickerOut {
-                omit_ns,
-                omit_counts,
-                cpu: base
-                    .cpu
-                    .zip(end.cpu)
-                    .map(|(a, b)| sys::cpu_usage(&a, &b, wall)),
-                nic: base
-                    .nic
-                    .zip(end.nic)
-                    .map(|(a, b)| sys::nic_usage(&a, &b, wall)),
-                udp_kernel: base.udp.zip(end.udp).map(|(a, b)| {
-                    let d = a.delta(&b);
-                    UdpKernelCounters {
-                        in_datagrams: d.in_datagrams,
-                        out_datagrams: d.out_datagrams,
-                        in_errors: d.in_errors,
-                        rcvbuf_errors: d.rcvbuf_errors,
-                        sndbuf_errors: d.sndbuf_errors,
-                        no_ports: d.no_ports,
-                    }
-                }),
-            };
+            return TickerOut::since(base, &CounterBase::of(s), wall, omit_ns, omit_counts);
         }
     }
     TickerOut::empty(n)
+}
+
+/// The interface counters a side's first interval starts from. A scheduled side reads them
+/// again just before its instant (NIC_AHEAD), as the base of its totals too: read when it
+/// was set up, they would add the wait's set-up packets (every client's, on a plan's
+/// receiver) to the first interval and to the totals; read at the instant, a hundred sides
+/// starting together would take the CPU from their data threads. CPU and UDP counters keep
+/// their base (machine-wide; their figures include the wait's set-up).
+fn first_nic(s: &Core, iface: Option<&str>, base: &mut CounterBase) -> Option<sys::NicSnapshot> {
+    if iface.is_some() && s.start > Instant::now() {
+        s.wait_until(s.start.checked_sub(NIC_AHEAD).unwrap_or(s.start));
+        base.nic = iface.and_then(sys::nic_snapshot);
+        return base.nic.clone();
+    }
+    iface.and_then(sys::nic_snapshot)
+}
+
+/// Sleeps on the side's wake-up until `wake_at` (since the side's start), the side's end or
+/// its abort; false if the lock is poisoned.
+fn sleep_until(s: &Core, wake_at: Option<Duration>) -> bool {
+    let Ok(mut g) = s.wake.0.lock() else {
+        return false;
+    };
+    while !s.all_done() && !s.abort.load(Ordering::Acquire) {
+        let elapsed = s.start.elapsed();
+        let wait = match wake_at {
+            Some(t) if t <= elapsed => break,
+            Some(t) => t - elapsed,
+            None => Duration::from_millis(500),
+        };
+        g = match s.wake.1.wait_timeout(g, wait) {
+            Ok((g, _)) => g,
+            Err(_) => return false,
+        };
+    }
+    true
+}
+
+/// Every flow's interval from its counters at the last tick (`prev`, updated) and now
+/// (`snap`), with the senders' TCP_INFO.
+fn flow_ticks(
+    s: &Core,
+    snap: &[CounterSnapshot],
+    prev: &mut [CounterSnapshot],
+    prev_retx: &mut [u64],
+    tcp_probe: Option<&TcpProbe>,
+) -> Vec<FlowTick> {
+    (0..s.meta.len())
+        .map(|i| {
+            let tcp = tcp_probe
+                .filter(|_| s.meta[i].role == Role::Sender)
+                .and_then(|probe| probe(i))
+                .map(|ti| tcp_tick(&ti, &mut prev_retx[i]));
+            let t = flow_tick(s, i, &prev[i], &snap[i], tcp);
+            prev[i] = snap[i];
+            t
+        })
+        .collect()
+}
+
+/// Flow `i`'s interval from its counters before and now.
+fn flow_tick(
+    s: &Core,
+    i: usize,
+    prev: &CounterSnapshot,
+    cur: &CounterSnapshot,
+    tcp: Option<TcpTick>,
+) -> FlowTick {
+    FlowTick {
+        id: s.meta[i].id,
+        bytes: cur.bytes - prev.bytes,
+        calls: cur.calls - prev.calls,
+        tcp,
+        udp: s.udp.then(|| udp_tick(prev, cur)),
+    }
+}
+
+/// A sender's TCP_INFO as an interval's figures: retransmits since `prev_retx` (updated).
+fn tcp_tick(ti: &TcpInfo, prev_retx: &mut u64) -> TcpTick {
+    let d = ti.retransmits.map(|r| r.saturating_sub(*prev_retx));
+    *prev_retx = ti.retransmits.unwrap_or(0);
+    TcpTick {
+        retransmits: d,
+        snd_cwnd: ti.snd_cwnd,
+        rtt_us: ti.rtt_us,
+    }
+}
+
+/// An interface's counters over an interval (they wrap).
+fn nic_tick(a: &sys::NicSnapshot, b: &sys::NicSnapshot) -> NicTick {
+    let d = |x: u64, y: u64| y.wrapping_sub(x);
+    NicTick {
+        rx_packets: d(a.rx_packets, b.rx_packets),
+        tx_packets: d(a.tx_packets, b.tx_packets),
+        rx_bytes: d(a.rx_bytes, b.rx_bytes),
+        tx_bytes: d(a.tx_bytes, b.tx_bytes),
+    }
 }
 
 /// How one end runs its flows.
