@@ -135,8 +135,13 @@ impl Control {
 
 /// How long to wait for the instant `at` (Unix seconds) when the clock reads `now`: not at
 /// all once it is past, at most [`MAX_SCHEDULE_WAIT`].
+/// An instant that is not a number waits for nothing.
 pub(crate) fn wait_for(at: f64, now: f64) -> Duration {
-    Duration::from_secs_f64((at - now).clamp(0.0, MAX_SCHEDULE_WAIT.as_secs_f64()))
+    let ahead = at - now;
+    if ahead.is_nan() {
+        return Duration::ZERO;
+    }
+    Duration::from_secs_f64(ahead.clamp(0.0, MAX_SCHEDULE_WAIT.as_secs_f64()))
 }
 
 /// This end of a latency or connection-rate test, as the test loop's outputs need it.
@@ -271,6 +276,10 @@ mod tests {
         assert_eq!(wait_for(99.0, 100.0), Duration::ZERO);
         // A clock far behind the coordinator's holds the start back by the cap only.
         assert_eq!(wait_for(500.0, 100.0), MAX_SCHEDULE_WAIT);
+        // Whatever a gate gives (StartGate is public): no panic.
+        assert_eq!(wait_for(f64::NAN, 100.0), Duration::ZERO);
+        assert_eq!(wait_for(f64::INFINITY, 100.0), MAX_SCHEDULE_WAIT);
+        assert_eq!(wait_for(f64::NEG_INFINITY, 100.0), Duration::ZERO);
     }
 
     #[test]

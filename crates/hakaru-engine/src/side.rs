@@ -40,6 +40,9 @@ pub(crate) struct Core {
     pub start: Instant,
     /// `start` on the wall clock, seconds since the Unix epoch.
     pub start_unix: f64,
+    /// `start` is a scheduled instant, ahead when the side was made and not cut to the cap:
+    /// the peer's side starts at the same instant by its clock.
+    on_instant: bool,
     pub cfg: SideConfig,
     pub meta: Vec<FlowMeta>,
     pub counters: Vec<FlowCounters>,
@@ -70,10 +73,11 @@ pub(crate) struct Core {
 impl Core {
     pub fn new(cfg: SideConfig, meta: Vec<FlowMeta>, on_done: DoneFn, udp: bool) -> Core {
         let n = meta.len();
-        let (start, start_unix) = start_instant(cfg.start_at);
+        let (start, start_unix, on_instant) = start_instant(cfg.start_at);
         Core {
             start,
             start_unix,
+            on_instant,
             began_ns: AtomicU64::new(u64::MAX),
             cfg,
             counters: (0..n).map(|_| FlowCounters::default()).collect(),
@@ -487,7 +491,8 @@ where
 /// Machine-wide counters (CPU, the test's interface, UDP) at one instant: the starting point
 /// of a side's CPU, NIC and UDP kernel figures. A caller takes it before telling the peer to
 /// start, so nothing the peer sends can arrive before it; without a warm-up it is the baseline
-/// of the whole test (with one, the end of the warm-up is).
+/// of the whole test (with one, the end of the warm-up is). A scheduled side reads its
+/// interface counters again just before its instant (`first_nic`).
 #[derive(Debug, Clone)]
 pub struct CounterBase {
     cpu: Option<sys::CpuSnapshot>,
@@ -657,10 +662,12 @@ fn ticker(s: &Core, mut on_interval: IntervalFn, tcp_probe: Option<TcpProbe>) ->
 /// again just before its instant (NIC_AHEAD), as the base of its totals too: read when it
 /// was set up, they would add the wait's set-up packets (every client's, on a plan's
 /// receiver) to the first interval and to the totals; read at the instant, a hundred sides
-/// starting together would take the CPU from their data threads. CPU and UDP counters keep
-/// their base (machine-wide; their figures include the wait's set-up).
+/// starting together would take the CPU from their data threads. This assumes the two ends'
+/// clocks agree within NIC_AHEAD; an instant cut to the cap is each end's own (the peer may
+/// start first), so such a side keeps the base read before `start`. CPU and UDP counters
+/// keep their base (machine-wide; their figures include the wait's set-up).
 fn first_nic(s: &Core, iface: Option<&str>, base: &mut CounterBase) -> Option<sys::NicSnapshot> {
-    if iface.is_some() && s.start > Instant::now() {
+    if iface.is_some() && s.on_instant && s.start > Instant::now() {
         s.wait_until(s.start.checked_sub(NIC_AHEAD).unwrap_or(s.start));
         base.nic = iface.and_then(sys::nic_snapshot);
         return base.nic.clone();
@@ -812,15 +819,17 @@ pub struct SideConfig {
 pub const MAX_SCHEDULE_WAIT: Duration = hakaru_proto::native::MAX_START_AHEAD;
 
 /// A side's start on the monotonic and the wall clock: now, or the scheduled instant `at`
-/// (Unix seconds) when it is ahead, at most [`MAX_SCHEDULE_WAIT`] away.
-fn start_instant(at: Option<f64>) -> (Instant, f64) {
+/// (Unix seconds) when it is ahead, at most [`MAX_SCHEDULE_WAIT`] away; and whether it is
+/// that instant (ahead and not cut to the cap).
+fn start_instant(at: Option<f64>) -> (Instant, f64, bool) {
     let (now, unix) = (Instant::now(), sys::now_unix());
     match at {
         Some(at) if at.is_finite() && at > unix => {
-            let wait = Duration::from_secs_f64((at - unix).min(MAX_SCHEDULE_WAIT.as_secs_f64()));
-            (now + wait, unix + wait.as_secs_f64())
+            let cap = MAX_SCHEDULE_WAIT.as_secs_f64();
+            let wait = Duration::from_secs_f64((at - unix).min(cap));
+            (now + wait, unix + wait.as_secs_f64(), at - unix <= cap)
         }
-        _ => (now, unix),
+        _ => (now, unix, false),
     }
 }
 

@@ -735,7 +735,6 @@ fn describe_io(id: u32, role: Role, e: &io::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::side::MAX_SCHEDULE_WAIT;
 
     fn cfg(length: usize, pace_bps: Option<u64>) -> SideConfig {
         SideConfig {
@@ -825,6 +824,7 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn a_scheduled_side_begins_at_its_instant() {
+        use crate::side::MAX_SCHEDULE_WAIT;
         use std::io::Read;
         for (ahead, wait) in [
             (0.3, 0.3),

@@ -437,7 +437,8 @@ impl Driver<'_> {
             return Err("internal error: no data paths".into());
         };
         // The counters were read before `start` went out: nothing the client sent after it
-        // escapes them.
+        // escapes them (a scheduled side reads its interface's again just before its
+        // instant, when the client's data begins: engine::side::first_nic).
         let (iface, base) = self
             .baseline
             .take()

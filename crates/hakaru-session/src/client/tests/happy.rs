@@ -126,16 +126,22 @@ fn held_start_waits_at_the_gate_before_flows_ready() {
     assert_eq!(r.msg(60.1, Message::Start), [Output::StartLocal]);
 }
 
+/// A held start of `spec`, through `accepted` and the open flows to the gate.
+fn at_the_gate(spec: TestSpec) -> Run {
+    let mut cfg = config(spec);
+    cfg.held_start = true;
+    let mut r = Run::new(cfg);
+    r.outputs();
+    r.msg(0.1, welcome(None, None, None));
+    r.msg(0.2, accepted());
+    assert_eq!(r.feed(0.3, Input::FlowsOpen), [Output::WaitGate]);
+    r
+}
+
 #[test]
 fn a_scheduled_start_tells_the_server_its_instant_before_flows_ready() {
     for spec in [tcp(), udp()] {
-        let mut cfg = config(spec);
-        cfg.held_start = true;
-        let mut r = Run::new(cfg);
-        r.outputs();
-        r.msg(0.1, welcome(None, None, None));
-        r.msg(0.2, accepted());
-        assert_eq!(r.feed(0.3, Input::FlowsOpen), [Output::WaitGate]);
+        let mut r = at_the_gate(spec);
         let at = 1_764_000_000.25;
         assert_eq!(
             r.feed(0.4, Input::GateOpen { at_unix: Some(at) }),
@@ -149,13 +155,7 @@ fn a_scheduled_start_tells_the_server_its_instant_before_flows_ready() {
     }
     // A test whose data cannot wait for an instant (a connection-rate test) ignores it: its
     // driver waited for the instant before opening the gate.
-    let mut cfg = config(TestSpec::Connect(Default::default()));
-    cfg.held_start = true;
-    let mut r = Run::new(cfg);
-    r.outputs();
-    r.msg(0.1, welcome(None, None, None));
-    r.msg(0.2, accepted());
-    assert_eq!(r.feed(0.3, Input::FlowsOpen), [Output::WaitGate]);
+    let mut r = at_the_gate(TestSpec::Connect(Default::default()));
     assert_eq!(
         r.feed(0.4, Input::GateOpen { at_unix: Some(2.0) }),
         [Output::Send(Message::FlowsReady)]
