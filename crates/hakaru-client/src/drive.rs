@@ -117,7 +117,7 @@ impl Control {
         if hakaru_session::client::can_schedule(self.m.spec()) {
             return Some(at);
         }
-        std::thread::sleep(wait_for(at, hakaru_engine::sys::now_unix()));
+        sleep_to(at);
         None
     }
 
@@ -133,10 +133,15 @@ impl Control {
     }
 }
 
+/// Sleeps until the instant `at` (Unix seconds) by this machine's clock, at most
+/// [`MAX_SCHEDULE_WAIT`]: a start that is not scheduled waits for its coordinator's instant.
+pub(crate) fn sleep_to(at: f64) {
+    std::thread::sleep(wait_for(at, hakaru_engine::sys::now_unix()));
+}
+
 /// How long to wait for the instant `at` (Unix seconds) when the clock reads `now`: not at
-/// all once it is past, at most [`MAX_SCHEDULE_WAIT`].
-/// An instant that is not a number waits for nothing.
-pub(crate) fn wait_for(at: f64, now: f64) -> Duration {
+/// all once it is past (or when it is not a number), at most [`MAX_SCHEDULE_WAIT`].
+fn wait_for(at: f64, now: f64) -> Duration {
     let ahead = at - now;
     if ahead.is_nan() {
         return Duration::ZERO;

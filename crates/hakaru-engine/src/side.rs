@@ -126,15 +126,13 @@ impl Core {
         }
     }
 
-    /// Sleeps until `at`, or until the side is aborted; true if it had to wait.
-    pub fn wait_until(&self, at: Instant) -> bool {
-        let mut waited = false;
+    /// Sleeps until `at`, or until the side is aborted.
+    pub fn wait_until(&self, at: Instant) {
         loop {
             let now = Instant::now();
             if now >= at || self.abort.load(Ordering::Acquire) {
-                return waited;
+                return;
             }
-            waited = true;
             std::thread::sleep((at - now).min(Duration::from_millis(50)));
         }
     }

@@ -321,7 +321,7 @@ fn set_up(
     if let Some(gate) = &opts.gate {
         // netperf's tests start when their requests go out: an instant is waited for here.
         if let Some(at) = (gate.0)().map_err(ClientError::CalledOff)? {
-            std::thread::sleep(crate::drive::wait_for(at, hakaru_engine::sys::now_unix()));
+            crate::drive::sleep_to(at);
         }
     }
     for (conn, req) in conns.into_iter().zip(&p.requests) {
