@@ -287,11 +287,12 @@ async fn load(d: Arc<Dialer>, sh: Arc<Shared>, dir: RpmDirection, paths: Arc<(St
         if d.http1 {
             h1_load(&d, &sh, dir, &paths, opened).await
         } else {
+            let chunk = opened.chunk.clone();
             let send = conn::h2_client(opened.io).await?;
             if let Ok(mut v) = sh.senders.lock() {
                 v.push(send.clone());
             }
-            h2_load(&d, &sh, dir, &paths, send).await
+            h2_load(&d, &sh, dir, &paths, send, &chunk).await
         }
     }
     .await;
@@ -306,6 +307,7 @@ async fn h2_load(
     dir: RpmDirection,
     paths: &(String, String),
     send: h2::client::SendRequest<Bytes>,
+    chunk: &conn::Chunk,
 ) -> Result<(), String> {
     static ZEROS: [u8; CHUNK] = [0u8; CHUNK];
     loop {
@@ -328,7 +330,7 @@ async fn h2_load(
                     _ => break,
                 };
                 let n = cap.min(conn::SEND_BUFFER);
-                if conn::send_frames(&mut body, &ZEROS, n, false).is_err() {
+                if conn::send_frames(&mut body, &ZEROS, n, chunk, false).is_err() {
                     break;
                 }
                 sh.up.fetch_add(n as u64, Ordering::Relaxed);
@@ -429,8 +431,12 @@ async fn prober(
                 continue;
             };
             let (d, sh, tx, small) = (Arc::clone(&d), Arc::clone(&sh), tx.clone(), small.clone());
-            pick = pick.wrapping_add(1);
+            // Self probes take the load connections in turn: counted by themselves (counted
+            // with the foreign ones, they took every second connection only).
             let which = pick;
+            if !foreign {
+                pick = pick.wrapping_add(1);
+            }
             tokio::spawn(async move {
                 let r = tokio::time::timeout(PROBE_TIMEOUT, async {
                     if foreign {

@@ -7,8 +7,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+use crate::shallow::Shallow;
+pub use crate::shallow::{Chunk, Io};
 
 /// Stream window of every HTTP/2 stream, both ends: a download or upload on one stream must
 /// not be limited by flow control below what TCP carries.
@@ -22,24 +25,21 @@ pub const NOTSENT_LOWAT: u32 = 16 << 10;
 /// buffered frames in turn, one frame each, so a probe's answer on another stream waits
 /// behind one frame of this, not all of it.
 pub const SEND_BUFFER: usize = 256 << 10;
-/// Payload of each DATA frame the load sends: with the frame's 9-byte header it is one TLS
-/// record's 16 KiB of plaintext, so a frame is one record and one write. Frames of the full
-/// 16 KiB spill 9 bytes into a record of their own and, with TLS_BUFFER, a write of their
-/// own: half the bytes per system call (measured: 8.3 KiB per writev against 16.8 for
-/// HTTP/1.1 on the same port).
-pub const FRAME_DATA: usize = (16 << 10) - 9;
-
-/// Sends `n` bytes of `ZEROS` on `s` as frames of at most FRAME_DATA, the last one ending the
-/// stream when `end`.
+/// Sends `n` bytes of `ZEROS` on `s` as DATA frames of the connection's [`Chunk::frame`]
+/// bytes (with the frame's 9-byte header, one write and one TLS record: a frame of a full
+/// 16 KiB would spill 9 bytes into a record and a write of their own, half the bytes per
+/// system call), the last one ending the stream when `end`.
 pub fn send_frames(
     s: &mut h2::SendStream<Bytes>,
     zeros: &'static [u8],
     n: usize,
+    chunk: &Chunk,
     end: bool,
 ) -> Result<(), h2::Error> {
     let mut left = n;
+    let frame = chunk.frame();
     while left > 0 {
-        let k = left.min(FRAME_DATA).min(zeros.len());
+        let k = left.min(frame).min(zeros.len());
         left -= k;
         s.send_data(Bytes::from_static(zeros).slice(..k), end && left == 0)?;
     }
@@ -53,10 +53,6 @@ pub const TLS_BUFFER: usize = 16 << 10;
 pub const READ_BUFFER: usize = 256 << 10;
 /// Most bytes of a response head (HTTP/1.1).
 const MAX_HEAD: usize = 16 << 10;
-
-/// A byte stream, plain or TLS.
-pub trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
-impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
 /// How to reach the server.
 #[derive(Clone)]
@@ -99,6 +95,8 @@ pub struct Opened {
     pub tls: Option<String>,
     /// The socket's descriptor (for TCP_INFO).
     pub fd: hakaru_sys::RawFd,
+    /// The load's frame size on this connection ([`crate::shallow`]).
+    pub chunk: Chunk,
 }
 
 fn ms(d: Duration) -> f64 {
@@ -143,14 +141,16 @@ impl Dialer {
         }
         let fd = tcp.as_raw_fd();
         let Some((connector, name)) = &self.tls else {
+            let (io, chunk) = Shallow::wrap(Box::new(tcp), fd);
             return Ok(Opened {
-                io: Box::new(tcp),
+                io,
                 times: Handshakes {
                     tcp_ms,
                     tls_ms: None,
                 },
                 tls: None,
                 fd,
+                chunk,
             });
         };
         let t1 = Instant::now();
@@ -179,14 +179,16 @@ impl Dialer {
                 self.host
             ));
         }
+        let (io, chunk) = Shallow::wrap(Box::new(tls), fd);
         Ok(Opened {
-            io: Box::new(tls),
+            io,
             times: Handshakes {
                 tcp_ms,
                 tls_ms: Some(took / rtts),
             },
             tls: Some(desc),
             fd,
+            chunk,
         })
     }
 }

@@ -15,6 +15,7 @@ pub mod limits;
 pub mod ramp;
 pub mod route;
 pub mod server;
+pub mod shallow;
 pub mod stats;
 
 pub use client::run;

@@ -25,11 +25,12 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use sha2::Digest;
 use tokio::time::Instant;
 
-use crate::conn::{Io, NOTSENT_LOWAT, READ_BUFFER, SEND_BUFFER, TLS_BUFFER};
+use crate::conn::{Chunk, Io, NOTSENT_LOWAT, READ_BUFFER, SEND_BUFFER, TLS_BUFFER};
 use crate::limits::{Admission, Place, CLOSE_GRACE, MAX_HEAD, RECV_WINDOW};
 pub use crate::limits::{Limits, HANDSHAKE, IDLE, LIFETIME, STALL};
 pub use crate::route::LARGE;
 use crate::route::{nq_document, Route, ZEROS};
+use crate::shallow::Shallow;
 
 /// Streams per HTTP/2 connection at once.
 const MAX_STREAMS: u32 = 128;
@@ -274,6 +275,7 @@ async fn accept_loop(
             let _ = hakaru_sys::set_congestion(&sock, cc);
         }
         let local = tcp.local_addr().ok();
+        let fd = hakaru_sys::AsRawFd::as_raw_fd(&tcp);
         let acceptor = port.acceptor.clone();
         let head_timeout = port.head_timeout;
         tokio::spawn(async move {
@@ -285,10 +287,10 @@ async fn accept_loop(
             };
             tls.get_mut().1.set_buffer_limit(Some(TLS_BUFFER));
             let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
-            let io: Box<dyn Io> = Box::new(tls);
+            let (io, chunk) = Shallow::wrap(Box::new(tls), fd);
             let until = Instant::now() + LIFETIME;
             if h2 {
-                let _ = serve_h2(io, local, head_timeout, until, &mut place).await;
+                let _ = serve_h2(io, chunk, local, head_timeout, until, &mut place).await;
             } else {
                 let _ =
                     tokio::time::timeout_at(until, crate::http1::serve(io, local, head_timeout))
@@ -316,6 +318,7 @@ fn h2_builder() -> h2::server::Builder {
 
 async fn serve_h2(
     io: Box<dyn Io>,
+    chunk: Chunk,
     local: Option<SocketAddr>,
     head_timeout: Duration,
     until: Instant,
@@ -327,7 +330,7 @@ async fn serve_h2(
     };
     let mut conn = conn?;
     let mut streams = tokio::task::JoinSet::new();
-    let end = accept_h2(&mut conn, &mut streams, local, until, place).await;
+    let end = accept_h2(&mut conn, &mut streams, &chunk, local, until, place).await;
     // The streams' tasks, and their handles, end before the connection is dropped: h2 does
     // not expect streams still held when its connection goes (a debug assertion).
     streams.shutdown().await;
@@ -342,6 +345,7 @@ async fn serve_h2(
 async fn accept_h2(
     conn: &mut h2::server::Connection<Box<dyn Io>, Bytes>,
     streams: &mut tokio::task::JoinSet<()>,
+    chunk: &Chunk,
     local: Option<SocketAddr>,
     mut until: Instant,
     place: &mut Place,
@@ -390,8 +394,9 @@ async fn accept_h2(
             _ => None,
         };
         drop(parts);
+        let chunk = chunk.clone();
         streams.spawn(async move {
-            let _ = h2_request(route, authority, body, respond, local).await;
+            let _ = h2_request(route, authority, body, respond, &chunk, local).await;
         });
     }
 }
@@ -420,6 +425,7 @@ async fn h2_request(
     authority: Option<String>,
     body: Option<h2::RecvStream>,
     mut respond: h2::server::SendResponse<Bytes>,
+    chunk: &Chunk,
     local: Option<SocketAddr>,
 ) -> Result<(), h2::Error> {
     match (route, body) {
@@ -434,7 +440,7 @@ async fn h2_request(
         }
         (Route::Large, _) => {
             let s = respond.send_response(head(200, Some(LARGE), false), false)?;
-            send_large(s).await
+            send_large(s, chunk).await
         }
         (Route::Upload, Some(body)) => {
             if !discard(body).await? {
@@ -456,7 +462,7 @@ async fn h2_request(
 
 /// Sends `/large` as the client's flow control allows; a stream that takes nothing for
 /// [`STALL`] is reset.
-async fn send_large(mut s: h2::SendStream<Bytes>) -> Result<(), h2::Error> {
+async fn send_large(mut s: h2::SendStream<Bytes>, chunk: &Chunk) -> Result<(), h2::Error> {
     let mut left = LARGE;
     while left > 0 {
         s.reserve_capacity(SEND_BUFFER.min(left as usize));
@@ -472,7 +478,7 @@ async fn send_large(mut s: h2::SendStream<Bytes>) -> Result<(), h2::Error> {
             }
         };
         left -= cap as u64;
-        crate::conn::send_frames(&mut s, &ZEROS, cap, left == 0)?;
+        crate::conn::send_frames(&mut s, &ZEROS, cap, chunk, left == 0)?;
     }
     Ok(())
 }

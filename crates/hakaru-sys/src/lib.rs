@@ -141,7 +141,9 @@ pub use portable::{
     is_out_of_buffers, is_out_of_descriptors, send_before_close, stream_recv, stream_send,
     wait_listener, ACCEPT_INHERITS_TIMEOUTS, SHUTDOWN_WAKES_BLOCKED_RECV, UDP_SHARED_PORT_DEMUX,
 };
-pub use sockopts::{set_congestion, set_mss, set_notsent_lowat, set_recv_lowat, set_tos};
+pub use sockopts::{
+    set_congestion, set_mss, set_notsent_lowat, set_notsent_lowat_fd, set_recv_lowat, set_tos,
+};
 
 #[cfg(target_os = "linux")]
 pub use linux::{

@@ -11,12 +11,13 @@
 //!   least 85 % full, so the probes read the full queue's 100 ms within 15 % below and 10 %
 //!   above (cubic backs off by 30 %, so the queue is not always full); the self probes wait
 //!   behind the queue too. With a 25 KB queue (10 ms) the one-packet probes read low and the
-//!   self probes fall;
+//!   self probes fall, under 150 ms (with buffers fixed in bytes they read 300 to 420);
 //! - Cloudflare's mach (built by `.ci/run`) across the 250 KB queue: its download stage
-//!   reads the bottleneck (goodput, self probes behind the full queue, RPM), its upload stage,
-//!   not shaped, a higher RPM;
+//!   reads the bottleneck (goodput, self probes behind the full queue and not much more, RPM),
+//!   its upload stage, not shaped, a higher RPM;
 //! - against nginx (Debian's nginx-light, HTTP/2 over TLS, the draft's four URLs) on the same
-//!   path the RPM agrees with `hakaru server --rpm-port`'s within 10 %; both send with the
+//!   path the foreign probes agree with `hakaru server --rpm-port`'s within 10 % and hakaru's
+//!   RPM is no less than nginx's, less 10 % (its buffers follow the rate); both send with the
 //!   namespace's default congestion control, set to reno (a namespace may not default to
 //!   cubic: `tcp_allowed_congestion_control`), and hakaru's server there uses a CA-signed
 //!   certificate given by --tls-cert/--tls-key, verified with --cacert.
@@ -45,6 +46,11 @@ use super::netns_bridge::{in_ns_must, Bridge};
 const RATE: (&str, f64) = ("20mbit", 20e6);
 /// Allowed relative error of a probe time against the queue's delay plus the idle RTT.
 const TOLERANCE: f64 = 0.10;
+/// Allowed relative difference of `hakaru rpm`'s download RPM from mach's on the same path.
+/// Seen: ratios 0.87 to 0.98, mean 0.92 (hakaru's self probes take all its eight load
+/// connections in turn, mach's a random one of the five or so it has opened by then, and
+/// under a drop-tail queue the later connections recover losses more often: docs/rpm.md).
+const MACH_AGREE: f64 = 0.15;
 /// Least share of its limit the queue holds on average under the cubic load (seen: 89 to 95 %).
 const FULL: f64 = 0.85;
 /// The server host (0) and the client host (1) on the switch.
@@ -273,35 +279,31 @@ fn a_full_tbf_queue_reads_as_its_delay_and_a_small_one_reads_low() {
             // A short queue: the probes of one packet each way (the TCP handshake, the GET)
             // far under the long queue's 100 ms. The TLS handshake's flight of several
             // packets is often cut by this queue's drops and waits for a retransmission
-            // (seen: 9 to 280 ms), so it is not checked here. The self probes wait behind the
-            // queue and behind their own connection's data not yet sent, which at eight
-            // connections' share of the rate weighs more than this queue (docs/rpm.md).
+            // (seen: 9 to 280 ms), so it is not checked here.
             for (what, ms) in [("tcp", tcp), ("http", http)] {
                 assert!(ms < 40.0, "{what} {ms:.1} ms with a {full_ms} ms queue");
             }
-            assert!(own > tcp, "self {own:.1} ms under the queue's {tcp:.1} ms");
+            // The self probes wait behind the queue, their connection's loss recovery (eight
+            // cubic flows in 17 packets of queue lose often) and a few milliseconds of its
+            // data above the socket: the server and the client size what they buffer by each
+            // connection's rate (hakaru_rpm::shallow). With fixed 16 KiB buffers they read 300
+            // to 420 ms here (seen since: 30 to 81 ms).
+            assert!(
+                own > tcp && own < 150.0,
+                "self {own:.1} ms with a {full_ms} ms queue (tcp {tcp:.1} ms)"
+            );
         }
     }
 }
 
-/// Cloudflare's mach on the client host against `hakaru server --rpm-port` across the
-/// 250 KB queue (100 ms full) toward the client, cubic on the server: its download stage reads
-/// the bottleneck (goodput under the tbf's rate, self probes behind the full queue, an RPM
-/// under what 85 ms would give), and its upload stage, the other way and not shaped, reads a
-/// higher RPM. mach is built by `.ci/run` (tests/it/rpm_mach.rs has the loopback run).
-#[test]
-fn mach_reads_the_full_queue_on_the_download() {
-    let Some(mach) = built_peer("mach", "mach") else {
-        return;
-    };
-    let Some(path) = RpmPath::new(250_000, "cubic") else {
-        return;
-    };
+/// `mach rpm` (its download stage, then its upload stage, 10 s each) on the client host
+/// against the path's server; its JSON.
+fn mach_json(path: &RpmPath, mach: &std::path::Path) -> Value {
     let config = format!("https://{}:{RPM_PORT}/.well-known/nq", path.server_ip());
     let o = run_cmd(
         Command::new("ip")
             .args(["netns", "exec", &path.bridge.members[CLIENT].ns])
-            .arg(&mach)
+            .arg(mach)
             .args([
                 "rpm",
                 "--config",
@@ -315,9 +317,48 @@ fn mach_reads_the_full_queue_on_the_download() {
     );
     let out = String::from_utf8_lossy(&o.stdout).to_string();
     assert!(o.status.success(), "mach: {out}\n{}", stderr(&o));
-    let doc: Value = serde_json::from_str(&out)
-        .unwrap_or_else(|e| panic!("mach's stdout is not JSON ({e}): {out}\n{}", stderr(&o)));
-    eprintln!("netns rpm: mach across a 100 ms queue: {doc}");
+    serde_json::from_str(&out)
+        .unwrap_or_else(|e| panic!("mach's stdout is not JSON ({e}): {out}\n{}", stderr(&o)))
+}
+
+/// Cloudflare's mach on the client host against `hakaru server --rpm-port` across the
+/// 250 KB queue (100 ms full) toward the client, cubic on the server: its download stage reads
+/// the bottleneck (goodput under the tbf's rate, self probes behind the full queue and not
+/// much more, an RPM under what 85 ms would give), and its upload stage, the other way and not
+/// shaped, reads a higher RPM. `hakaru rpm -d down` on the same path, alternating with mach,
+/// reads the same download RPM within [`MACH_AGREE`] (the mean of the pairs' ratios: two
+/// pairs, or three when two are out of it). mach is built by `.ci/run` (tests/it/rpm_mach.rs
+/// has the loopback run).
+#[test]
+fn mach_reads_the_full_queue_on_the_download_and_agrees_with_hakaru_rpm() {
+    let Some(mach) = built_peer("mach", "mach") else {
+        return;
+    };
+    let Some(path) = RpmPath::new(250_000, "cubic") else {
+        return;
+    };
+    let url = format!("https://{}:{RPM_PORT}", path.server_ip());
+    let mut ratios: Vec<f64> = Vec::new();
+    let mean = |r: &[f64]| r.iter().sum::<f64>() / r.len() as f64;
+    while ratios.len() < 2 || (ratios.len() < 3 && (mean(&ratios) - 1.0).abs() > MACH_AGREE) {
+        let doc = mach_json(&path, &mach);
+        let (hk, queue_ms) = path.rpm(&url, &["--insecure"]);
+        eprintln!(
+            "netns rpm: mach across a 100 ms queue: {doc}; hakaru rpm {} RPM (probes {}, queue held {queue_ms:.1} ms)",
+            hk["rpm"]["rpm"], hk["rpm"]["probes"]
+        );
+        let rpm_down = check_mach(&doc);
+        ratios.push(hk["rpm"]["rpm"].as_f64().expect("rpm") / rpm_down);
+    }
+    let ratio = mean(&ratios);
+    assert!(
+        (ratio - 1.0).abs() <= MACH_AGREE,
+        "hakaru rpm / mach download RPM {ratios:?}, mean {ratio:.3}"
+    );
+}
+
+/// mach's figures across the 100 ms queue (the test above); its download RPM.
+fn check_mach(doc: &Value) -> f64 {
     let (down, up) = (&doc["download"], &doc["upload"]);
     let num = |v: &Value, k: &str| v[k].as_f64().unwrap_or_else(|| panic!("no {k}: {doc}"));
     for d in [down, up] {
@@ -330,9 +371,14 @@ fn mach_reads_the_full_queue_on_the_download() {
         RATE.0
     );
     let full_ms = 100.0;
+    // mach's loaded latency is the median of its self probes: they wait behind the queue and
+    // a few milliseconds of their connection's data, not behind the server's buffers (sized
+    // by each connection's rate, hakaru_rpm::shallow; with fixed 16 KiB buffers mach read
+    // 235 ms here, since: 97 to 106 ms).
     let own = num(down, "loaded_latency_ms");
+    let idle = num(doc, "unloaded_latency_ms");
     assert!(
-        own >= FULL * full_ms,
+        own >= FULL * full_ms && own <= 1.25 * (full_ms + idle),
         "mach's self probes {own:.1} ms behind a {full_ms} ms queue"
     );
     let (rpm_down, rpm_up) = (num(down, "rpm"), num(up, "rpm"));
@@ -344,6 +390,7 @@ fn mach_reads_the_full_queue_on_the_download() {
         rpm_up > rpm_down,
         "the upload, not shaped, {rpm_up} RPM; the download {rpm_down}"
     );
+    rpm_down
 }
 
 /// nginx in the server namespace, serving the draft's four URLs over HTTP/2 and TLS; killed
@@ -422,7 +469,7 @@ impl Drop for Nginx {
 }
 
 #[test]
-fn nginx_and_hakaru_server_agree_on_the_same_path() {
+fn nginx_and_hakaru_server_read_the_same_path_and_hakaru_is_no_less_responsive() {
     if !peer("nginx", "nginx-light") || !peer("openssl", "openssl") {
         return;
     }
@@ -462,9 +509,16 @@ fn nginx_and_hakaru_server_agree_on_the_same_path() {
     // with this one (only namespace tests wait for each other), and a busy CPU delays either
     // server's wake-ups and so its probes; two more pairs average that out, while a real
     // difference of more than 10 % still fails.
+    // Each pair gives two ratios: of the foreign probes' GET (the path, which must agree) and
+    // of the RPM (hakaru's server keeps less of each connection's data above its socket than
+    // nginx with its 4 KiB records and 16 KiB unsent mark, so its self probes read faster:
+    // its RPM must not be under nginx's).
     let mut ratios: Vec<f64> = Vec::new();
+    let mut paths: Vec<f64> = Vec::new();
     let mean = |r: &[f64]| r.iter().sum::<f64>() / r.len() as f64;
-    while ratios.len() < 2 || (ratios.len() < 4 && (mean(&ratios) - 1.0).abs() > TOLERANCE) {
+    let off = |r: &[f64]| (mean(r) - 1.0).abs() > TOLERANCE;
+    while ratios.len() < 2 || (ratios.len() < 4 && (off(&paths) || mean(&ratios) < 1.0 - TOLERANCE))
+    {
         let (hk, hk_q) = path.rpm(&hk_url, &["--cacert", &ca]);
         let (ng, ng_q) = path.rpm(&ng_url, &["--cacert", &ca]);
         let (h, n) = (
@@ -484,11 +538,17 @@ fn nginx_and_hakaru_server_agree_on_the_same_path() {
         );
         assert_eq!(ng["rpm"]["protocol"], "h2");
         ratios.push(h / n);
+        paths.push(probe(&hk, "http_ms") / probe(&ng, "http_ms"));
     }
     drop(nginx);
+    let path_ratio = mean(&paths);
+    assert!(
+        (path_ratio - 1.0).abs() <= TOLERANCE,
+        "hakaru server / nginx foreign GET {paths:?}, mean {path_ratio:.3}"
+    );
     let ratio = mean(&ratios);
     assert!(
-        (ratio - 1.0).abs() <= TOLERANCE,
+        ratio >= 1.0 - TOLERANCE,
         "hakaru server / nginx RPM {ratios:?}, mean {ratio:.3}"
     );
 }

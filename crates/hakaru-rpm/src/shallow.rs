@@ -1,0 +1,319 @@
+//! What waits above a load connection's socket, kept to about a millisecond of the
+//! connection's own rate at each of its three places, so a self probe's answer on that
+//! connection waits behind a few milliseconds of load and then the path's queue, not behind
+//! the endpoint's buffers (draft-ietf-ippm-responsiveness: endpoints keep what they buffer to
+//! a few milliseconds of data).
+//!
+//! A probe's answer is queued by HTTP/2 after the load frame being written, then goes through
+//! TLS's unsent records and the socket's unsent bytes. Sizes fixed in bytes weigh by the
+//! connection's share of the bottleneck: 16 KiB at each place is 3 ms at 40 Mbit/s but 160 ms
+//! at eight connections' share of 20 Mbit/s, and a drop-tail queue shares unevenly (some
+//! connections get a fifth of the others' rate). So each load connection measures its rate
+//! (bytes acknowledged, from TCP_INFO, every [`RETUNE`]) and sizes three things by it:
+//!
+//! - **the write**: [`Shallow`] hands TLS at most [`Depth::chunk`] bytes per write, and only
+//!   once TLS has written everything it held, so TLS holds at most one write;
+//! - **the frame**: the load's DATA frames are one write less the frame header
+//!   ([`Chunk::frame`]), so a probe's answer, which HTTP/2 sends in turn with the load's
+//!   frames, waits behind at most one of them;
+//! - **the socket**: TCP_NOTSENT_LOWAT ([`Depth::lowat`]): the kernel takes a write only
+//!   while fewer bytes than that wait unsent, so it holds at most the mark plus one write.
+//!
+//! Each is [`AHEAD`] of the rate, between [`MIN_CHUNK`] (TLS and framing overhead of about 3 %
+//! at the floor) and [`MAX_CHUNK`] (one full TLS record; at loopback rates the sizes are the
+//! fixed ones of before, and so is the speed).
+
+use std::io::IoSlice;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// A byte stream, plain or TLS.
+pub trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+/// Time of the connection's rate each place may hold.
+pub const AHEAD: Duration = Duration::from_millis(1);
+/// Least bytes per write (and per frame, with its header; and the least unsent mark).
+pub const MIN_CHUNK: usize = 1 << 10;
+/// Most bytes per write: one TLS record of 16 KiB of plaintext.
+pub const MAX_CHUNK: usize = 16 << 10;
+/// HTTP/2's frame header.
+const FRAME_HEADER: usize = 9;
+/// How often the rate is read.
+pub const RETUNE: Duration = Duration::from_millis(10);
+
+/// The write size a connection's load senders frame their data by, shared with its
+/// [`Shallow`].
+#[derive(Clone, Debug)]
+pub struct Chunk(Arc<AtomicUsize>);
+
+impl Chunk {
+    fn new() -> Chunk {
+        Chunk(Arc::new(AtomicUsize::new(MAX_CHUNK)))
+    }
+
+    /// Payload of one DATA frame: one write less the frame's header.
+    pub fn frame(&self) -> usize {
+        self.0
+            .load(Ordering::Relaxed)
+            .saturating_sub(FRAME_HEADER)
+            .max(1)
+    }
+
+    fn write(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// The sizes, from the connection's rate: sans-IO (the caller reads the clock and the bytes
+/// acknowledged), unit-tested.
+#[derive(Debug)]
+pub struct Depth {
+    last: Option<(Instant, u64)>,
+    /// Smoothed rate, bytes per second; `None` until the first sample.
+    rate: Option<f64>,
+    lowat: u32,
+}
+
+impl Depth {
+    /// Starts at the largest sizes, as before (a new connection's rate is not known yet).
+    pub fn new() -> Depth {
+        Depth {
+            last: None,
+            rate: None,
+            lowat: MAX_CHUNK as u32,
+        }
+    }
+
+    /// Takes the bytes the peer has acknowledged so far at `now`; after [`RETUNE`] or more
+    /// since the last sample, updates the rate and returns the new unsent mark when it moved
+    /// by a quarter or more (a system call saved otherwise).
+    pub fn observe(&mut self, now: Instant, acked: u64) -> Option<u32> {
+        let Some((t, a)) = self.last else {
+            self.last = Some((now, acked));
+            return None;
+        };
+        let dt = now.saturating_duration_since(t);
+        if dt < RETUNE {
+            return None;
+        }
+        self.last = Some((now, acked));
+        let sample = acked.saturating_sub(a) as f64 / dt.as_secs_f64();
+        // A quarter of each new sample: a rate that holds for a few tens of milliseconds.
+        self.rate = Some(match self.rate {
+            Some(r) => r + (sample - r) / 4.0,
+            None => sample,
+        });
+        let want = self.chunk() as u32;
+        let moved = want.abs_diff(self.lowat) * 4 >= self.lowat;
+        moved.then(|| {
+            self.lowat = want;
+            want
+        })
+    }
+
+    /// Bytes per write: [`AHEAD`] of the rate, within [`MIN_CHUNK`]..=[`MAX_CHUNK`].
+    pub fn chunk(&self) -> usize {
+        match self.rate {
+            None => MAX_CHUNK,
+            Some(r) => ((r * AHEAD.as_secs_f64()) as usize).clamp(MIN_CHUNK, MAX_CHUNK),
+        }
+    }
+
+    /// The unsent mark last returned (or the first one).
+    pub fn lowat(&self) -> u32 {
+        self.lowat
+    }
+}
+
+impl Default for Depth {
+    fn default() -> Self {
+        Depth::new()
+    }
+}
+
+/// A connection's stream whose writes are sized by its rate (module doc): reads pass
+/// through; below [`MAX_CHUNK`] a write waits until the stream below has written what it
+/// held, then hands it at most one chunk; at [`MAX_CHUNK`] (loopback rates) writes pass
+/// through as they did before this stream existed, TLS's own limit of one record holding them
+/// (measured: the flush and the cut there cost 8 % of the loopback load's goodput).
+pub struct Shallow {
+    io: Box<dyn Io>,
+    fd: hakaru_sys::RawFd,
+    depth: Depth,
+    chunk: Chunk,
+}
+
+impl Shallow {
+    /// Wraps `io`, a connection on the TCP socket `fd` (which `io` owns); the [`Chunk`] is
+    /// for the connection's load senders.
+    pub fn wrap(io: Box<dyn Io>, fd: hakaru_sys::RawFd) -> (Box<dyn Io>, Chunk) {
+        let chunk = Chunk::new();
+        let _ = hakaru_sys::set_notsent_lowat_fd(fd, MAX_CHUNK as u32);
+        let s = Shallow {
+            io,
+            fd,
+            depth: Depth::new(),
+            chunk: chunk.clone(),
+        };
+        (Box::new(s), chunk)
+    }
+
+    fn retune(&mut self) {
+        let now = Instant::now();
+        if self.depth.last.is_some_and(|(t, _)| now < t + RETUNE) {
+            return;
+        }
+        let Ok(info) = hakaru_sys::tcp_info(self.fd) else {
+            return;
+        };
+        if let Some(mark) = self.depth.observe(now, info.bytes_acked) {
+            let _ = hakaru_sys::set_notsent_lowat_fd(self.fd, mark);
+        }
+        self.chunk.0.store(self.depth.chunk(), Ordering::Relaxed);
+    }
+}
+
+impl AsyncRead for Shallow {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Shallow {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        self.retune();
+        let chunk = self.chunk.write();
+        if chunk >= MAX_CHUNK {
+            // At full size TLS's own limit (one record) holds as much as a write: as before.
+            return Pin::new(&mut self.io).poll_write(cx, buf);
+        }
+        ready!(Pin::new(&mut self.io).poll_flush(cx))?;
+        let n = buf.len().min(chunk);
+        Pin::new(&mut self.io).poll_write(cx, buf.get(..n).unwrap_or(buf))
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        self.retune();
+        let chunk = self.chunk.write();
+        if chunk >= MAX_CHUNK {
+            // At full size TLS's own limit (one record) holds as much as a write: as before.
+            return Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        }
+        ready!(Pin::new(&mut self.io).poll_flush(cx))?;
+        // The leading slices up to one chunk, the last one cut (HTTP/2 writes two: a
+        // frame's header and its payload; a partial write is the caller's to go on with).
+        let mut left = chunk;
+        let mut cut = [IoSlice::new(&[]); 4];
+        let mut n = 0;
+        for (b, slot) in bufs.iter().zip(cut.iter_mut()) {
+            if left == 0 {
+                break;
+            }
+            let k = b.len().min(left);
+            *slot = IoSlice::new(b.get(..k).unwrap_or(b));
+            left -= k;
+            n += 1;
+        }
+        Pin::new(&mut self.io).poll_write_vectored(cx, cut.get(..n).unwrap_or(&cut))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds `rate` bytes/s for `ms` milliseconds in RETUNE steps from `t`.
+    fn feed(d: &mut Depth, t: &mut Instant, acked: &mut u64, rate: f64, ms: u64) {
+        for _ in 0..ms / RETUNE.as_millis() as u64 {
+            *t += RETUNE;
+            *acked += (rate * RETUNE.as_secs_f64()) as u64;
+            d.observe(*t, *acked);
+        }
+    }
+
+    #[test]
+    fn the_sizes_follow_the_rate_within_their_bounds() {
+        let mut d = Depth::new();
+        let (mut t, mut acked) = (Instant::now(), 0u64);
+        assert_eq!(
+            d.chunk(),
+            MAX_CHUNK,
+            "an unknown rate keeps the sizes of before"
+        );
+        assert_eq!(
+            d.observe(t, 0),
+            None,
+            "the first sample only starts the clock"
+        );
+        // 2.5 Mbit/s (eight connections' share of 20 Mbit/s): 312 bytes a millisecond, so the
+        // floor.
+        feed(&mut d, &mut t, &mut acked, 312_500.0, 200);
+        assert_eq!(d.chunk(), MIN_CHUNK);
+        assert_eq!(d.lowat(), MIN_CHUNK as u32);
+        // 80 Mbit/s: 10 KB a millisecond.
+        feed(&mut d, &mut t, &mut acked, 10e6, 300);
+        assert!((9_500..=10_000).contains(&d.chunk()), "{}", d.chunk());
+        // Loopback rates: one TLS record, as before.
+        feed(&mut d, &mut t, &mut acked, 4e9, 200);
+        assert_eq!(d.chunk(), MAX_CHUNK);
+        assert_eq!(d.lowat(), MAX_CHUNK as u32);
+        // An idle connection goes to the floor, not to zero.
+        feed(&mut d, &mut t, &mut acked, 0.0, 300);
+        assert_eq!(d.chunk(), MIN_CHUNK);
+    }
+
+    #[test]
+    fn the_mark_is_set_again_only_when_it_moved_a_quarter_and_samples_wait_for_retune() {
+        let mut d = Depth::new();
+        let t0 = Instant::now();
+        d.observe(t0, 0);
+        assert_eq!(
+            d.observe(t0 + RETUNE / 2, 1 << 30),
+            None,
+            "too soon to sample"
+        );
+        // 1 MB/s: 1000 bytes a ms, floored to MIN_CHUNK; from MAX_CHUNK that moved.
+        assert_eq!(d.observe(t0 + RETUNE, 10_000), Some(MIN_CHUNK as u32));
+        // A little faster: the mark stays.
+        assert_eq!(d.observe(t0 + 2 * RETUNE, 22_000), None);
+        assert_eq!(d.lowat(), MIN_CHUNK as u32);
+    }
+
+    #[test]
+    fn a_frame_is_one_write_less_its_header() {
+        let c = Chunk::new();
+        assert_eq!(c.frame(), MAX_CHUNK - FRAME_HEADER);
+        c.0.store(MIN_CHUNK, Ordering::Relaxed);
+        assert_eq!(c.frame(), MIN_CHUNK - FRAME_HEADER);
+    }
+}
