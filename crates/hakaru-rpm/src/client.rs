@@ -323,13 +323,13 @@ async fn h2_load(
                 .map_err(|e| format!("HTTP/2 upload: {e}"))?;
             drop(resp);
             loop {
-                body.reserve_capacity(conn::SEND_BUFFER);
+                body.reserve_capacity(chunk.ahead(conn::SEND_BUFFER));
                 let cap = match std::future::poll_fn(|cx| body.poll_capacity(cx)).await {
                     Some(Ok(n)) => n,
                     // The server ended the stream: start another upload.
                     _ => break,
                 };
-                let n = cap.min(conn::SEND_BUFFER);
+                let n = cap.min(chunk.ahead(conn::SEND_BUFFER));
                 if conn::send_frames(&mut body, &ZEROS, n, chunk, false).is_err() {
                     break;
                 }

@@ -18,8 +18,8 @@ pub use crate::shallow::{Chunk, Io};
 pub const STREAM_WINDOW: u32 = 8 << 20;
 /// Connection window.
 pub const CONN_WINDOW: u32 = 32 << 20;
-/// Unsent bytes a socket may hold (TCP_NOTSENT_LOWAT): a probe's request or answer then
-/// waits behind at most this much of its connection's load, as the draft asks of endpoints.
+/// Unsent bytes a socket may hold (TCP_NOTSENT_LOWAT) from its first byte, through the TLS
+/// handshake; a load connection's own mark then follows its rate ([`crate::shallow`]).
 pub const NOTSENT_LOWAT: u32 = 16 << 10;
 /// Bytes HTTP/2 buffers per stream before it asks the load for more. HTTP/2 sends the streams'
 /// buffered frames in turn, one frame each, so a probe's answer on another stream waits

@@ -465,11 +465,11 @@ async fn h2_request(
 async fn send_large(mut s: h2::SendStream<Bytes>, chunk: &Chunk) -> Result<(), h2::Error> {
     let mut left = LARGE;
     while left > 0 {
-        s.reserve_capacity(SEND_BUFFER.min(left as usize));
+        s.reserve_capacity(chunk.ahead(SEND_BUFFER).min(left as usize));
         let cap = match tokio::time::timeout(STALL, std::future::poll_fn(|cx| s.poll_capacity(cx)))
             .await
         {
-            Ok(Some(Ok(n))) => n.min(SEND_BUFFER),
+            Ok(Some(Ok(n))) => n.min(chunk.ahead(SEND_BUFFER)),
             Ok(Some(Err(e))) => return Err(e),
             Ok(None) => return Ok(()),
             Err(_) => {

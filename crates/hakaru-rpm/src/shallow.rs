@@ -46,6 +46,8 @@ pub const MAX_CHUNK: usize = 16 << 10;
 const FRAME_HEADER: usize = 9;
 /// How often the rate is read.
 pub const RETUNE: Duration = Duration::from_millis(10);
+/// Frames a load stream queues in HTTP/2 below full size ([`Chunk::ahead`]).
+pub const FRAMES_AHEAD: usize = 8;
 
 /// The write size a connection's load senders frame their data by, shared with its
 /// [`Shallow`].
@@ -63,6 +65,18 @@ impl Chunk {
             .load(Ordering::Relaxed)
             .saturating_sub(FRAME_HEADER)
             .max(1)
+    }
+
+    /// Bytes the load may queue in HTTP/2 ahead of what it has sent, of at most `most`: all of
+    /// it at full size, else [`FRAMES_AHEAD`] frames (frames are sized when queued, so frames
+    /// queued long ago would be sized by a rate long gone).
+    pub fn ahead(&self, most: usize) -> usize {
+        let w = self.write();
+        if w >= MAX_CHUNK {
+            most
+        } else {
+            (FRAMES_AHEAD * w).min(most)
+        }
     }
 
     fn write(&self) -> usize {
@@ -90,10 +104,14 @@ impl Depth {
         }
     }
 
-    /// Takes the bytes the peer has acknowledged so far at `now`; after [`RETUNE`] or more
+    /// Takes the bytes the peer has acknowledged so far at `now` and what the congestion
+    /// window carries a second (cwnd × MSS / RTT, bytes, when known); after [`RETUNE`] or more
     /// since the last sample, updates the rate and returns the new unsent mark when it moved
-    /// by a quarter or more (a system call saved otherwise).
-    pub fn observe(&mut self, now: Instant, acked: u64) -> Option<u32> {
+    /// by a quarter or more (a system call saved otherwise). The sample is the larger of the
+    /// two: what was acknowledged alone would follow the sizes down whenever the socket ran
+    /// short for a moment (and reads nothing while a new connection waits for its request),
+    /// and nothing would raise them again; the window says what the connection may send.
+    pub fn observe(&mut self, now: Instant, acked: u64, window: Option<f64>) -> Option<u32> {
         let Some((t, a)) = self.last else {
             self.last = Some((now, acked));
             return None;
@@ -103,7 +121,7 @@ impl Depth {
             return None;
         }
         self.last = Some((now, acked));
-        let sample = acked.saturating_sub(a) as f64 / dt.as_secs_f64();
+        let sample = (acked.saturating_sub(a) as f64 / dt.as_secs_f64()).max(window.unwrap_or(0.0));
         // A quarter of each new sample: a rate that holds for a few tens of milliseconds.
         self.rate = Some(match self.rate {
             Some(r) => r + (sample - r) / 4.0,
@@ -147,32 +165,48 @@ pub struct Shallow {
     fd: hakaru_sys::RawFd,
     depth: Depth,
     chunk: Chunk,
+    /// TCP_INFO could not be read: the sizes stay full, writes pass through.
+    blind: bool,
 }
 
 impl Shallow {
     /// Wraps `io`, a connection on the TCP socket `fd` (which `io` owns); the [`Chunk`] is
-    /// for the connection's load senders.
+    /// for the connection's load senders. Where the OS has no unsent mark
+    /// (`hakaru_sys::NOTSENT_LOWAT_SUPPORTED`) the kernel's buffer would hold what TLS and
+    /// HTTP/2 no longer do: `io` is returned as it is, with full-size frames.
     pub fn wrap(io: Box<dyn Io>, fd: hakaru_sys::RawFd) -> (Box<dyn Io>, Chunk) {
         let chunk = Chunk::new();
+        if !hakaru_sys::NOTSENT_LOWAT_SUPPORTED {
+            return (io, chunk);
+        }
         let _ = hakaru_sys::set_notsent_lowat_fd(fd, MAX_CHUNK as u32);
         let s = Shallow {
             io,
             fd,
             depth: Depth::new(),
             chunk: chunk.clone(),
+            blind: false,
         };
         (Box::new(s), chunk)
     }
 
     fn retune(&mut self) {
+        if self.blind {
+            return;
+        }
         let now = Instant::now();
         if self.depth.last.is_some_and(|(t, _)| now < t + RETUNE) {
             return;
         }
         let Ok(info) = hakaru_sys::tcp_info(self.fd) else {
+            self.blind = true;
+            self.chunk.0.store(MAX_CHUNK, Ordering::Relaxed);
             return;
         };
-        if let Some(mark) = self.depth.observe(now, info.bytes_acked) {
+        let window = (info.rtt_us > 0).then(|| {
+            f64::from(info.snd_cwnd) * f64::from(info.snd_mss) / (f64::from(info.rtt_us) / 1e6)
+        });
+        if let Some(mark) = self.depth.observe(now, info.bytes_acked, window) {
             let _ = hakaru_sys::set_notsent_lowat_fd(self.fd, mark);
         }
         self.chunk.0.store(self.depth.chunk(), Ordering::Relaxed);
@@ -223,7 +257,7 @@ impl AsyncWrite for Shallow {
         let mut left = chunk;
         let mut cut = [IoSlice::new(&[]); 4];
         let mut n = 0;
-        for (b, slot) in bufs.iter().zip(cut.iter_mut()) {
+        for (b, slot) in bufs.iter().filter(|b| !b.is_empty()).zip(cut.iter_mut()) {
             if left == 0 {
                 break;
             }
@@ -257,7 +291,7 @@ mod tests {
         for _ in 0..ms / RETUNE.as_millis() as u64 {
             *t += RETUNE;
             *acked += (rate * RETUNE.as_secs_f64()) as u64;
-            d.observe(*t, *acked);
+            d.observe(*t, *acked, None);
         }
     }
 
@@ -271,7 +305,7 @@ mod tests {
             "an unknown rate keeps the sizes of before"
         );
         assert_eq!(
-            d.observe(t, 0),
+            d.observe(t, 0, None),
             None,
             "the first sample only starts the clock"
         );
@@ -296,17 +330,40 @@ mod tests {
     fn the_mark_is_set_again_only_when_it_moved_a_quarter_and_samples_wait_for_retune() {
         let mut d = Depth::new();
         let t0 = Instant::now();
-        d.observe(t0, 0);
+        d.observe(t0, 0, None);
         assert_eq!(
-            d.observe(t0 + RETUNE / 2, 1 << 30),
+            d.observe(t0 + RETUNE / 2, 1 << 30, None),
             None,
             "too soon to sample"
         );
         // 1 MB/s: 1000 bytes a ms, floored to MIN_CHUNK; from MAX_CHUNK that moved.
-        assert_eq!(d.observe(t0 + RETUNE, 10_000), Some(MIN_CHUNK as u32));
+        assert_eq!(d.observe(t0 + RETUNE, 10_000, None), Some(MIN_CHUNK as u32));
         // A little faster: the mark stays.
-        assert_eq!(d.observe(t0 + 2 * RETUNE, 22_000), None);
+        assert_eq!(d.observe(t0 + 2 * RETUNE, 22_000, None), None);
         assert_eq!(d.lowat(), MIN_CHUNK as u32);
+    }
+
+    #[test]
+    fn the_window_keeps_the_sizes_up_while_little_is_acknowledged() {
+        let mut d = Depth::new();
+        let t0 = Instant::now();
+        d.observe(t0, 0, None);
+        // Nothing acknowledged yet (a new connection waiting for its request), but a window
+        // of 10 packets of 1448 bytes every 1 ms: 14.5 MB/s, 14.5 KB a millisecond.
+        d.observe(t0 + RETUNE, 0, Some(14_480_000.0));
+        assert!((14_000..=14_480).contains(&d.chunk()), "{}", d.chunk());
+        // And the acknowledged rate when it is the larger.
+        d.observe(t0 + 2 * RETUNE, 1 << 30, Some(1.0));
+        assert_eq!(d.chunk(), MAX_CHUNK);
+    }
+
+    #[test]
+    fn a_load_queues_a_few_frames_below_full_size_and_all_it_may_at_full_size() {
+        let c = Chunk::new();
+        assert_eq!(c.ahead(256 << 10), 256 << 10);
+        c.0.store(MIN_CHUNK, Ordering::Relaxed);
+        assert_eq!(c.ahead(256 << 10), FRAMES_AHEAD * MIN_CHUNK);
+        assert_eq!(c.ahead(100), 100);
     }
 
     #[test]

@@ -109,6 +109,9 @@ pub fn set_notsent_lowat(sock: &socket2::SockRef<'_>, bytes: u32) -> io::Result<
     }
 }
 
+/// Whether [`set_notsent_lowat`] and [`set_notsent_lowat_fd`] do anything here (Linux).
+pub const NOTSENT_LOWAT_SUPPORTED: bool = cfg!(any(target_os = "linux", target_os = "android"));
+
 /// TCP_NOTSENT_LOWAT by descriptor, for a connection whose mark follows its rate while it
 /// runs (the responsiveness test's load, `hakaru_rpm::shallow`). Linux only; a no-op
 /// elsewhere, as [`set_notsent_lowat`] is.

@@ -47,7 +47,7 @@ const RATE: (&str, f64) = ("20mbit", 20e6);
 /// Allowed relative error of a probe time against the queue's delay plus the idle RTT.
 const TOLERANCE: f64 = 0.10;
 /// Allowed relative difference of `hakaru rpm`'s download RPM from mach's on the same path.
-/// Seen: ratios 0.87 to 0.98, mean 0.92 (hakaru's self probes take all its eight load
+/// Seen: ratios 0.87 to 1.05, means of a run 0.92 and 0.99 (hakaru's self probes take all its eight load
 /// connections in turn, mach's a random one of the five or so it has opened by then, and
 /// under a drop-tail queue the later connections recover losses more often: docs/rpm.md).
 const MACH_AGREE: f64 = 0.15;
@@ -287,7 +287,7 @@ fn a_full_tbf_queue_reads_as_its_delay_and_a_small_one_reads_low() {
             // cubic flows in 17 packets of queue lose often) and a few milliseconds of its
             // data above the socket: the server and the client size what they buffer by each
             // connection's rate (hakaru_rpm::shallow). With fixed 16 KiB buffers they read 300
-            // to 420 ms here (seen since: 30 to 81 ms).
+            // to 420 ms here (seen since: 30 to 91 ms).
             assert!(
                 own > tcp && own < 150.0,
                 "self {own:.1} ms with a {full_ms} ms queue (tcp {tcp:.1} ms)"
@@ -339,6 +339,7 @@ fn mach_reads_the_full_queue_on_the_download_and_agrees_with_hakaru_rpm() {
     };
     let url = format!("https://{}:{RPM_PORT}", path.server_ip());
     let mut ratios: Vec<f64> = Vec::new();
+    let mut owns: Vec<f64> = Vec::new();
     let mean = |r: &[f64]| r.iter().sum::<f64>() / r.len() as f64;
     while ratios.len() < 2 || (ratios.len() < 3 && (mean(&ratios) - 1.0).abs() > MACH_AGREE) {
         let doc = mach_json(&path, &mach);
@@ -347,9 +348,19 @@ fn mach_reads_the_full_queue_on_the_download_and_agrees_with_hakaru_rpm() {
             "netns rpm: mach across a 100 ms queue: {doc}; hakaru rpm {} RPM (probes {}, queue held {queue_ms:.1} ms)",
             hk["rpm"]["rpm"], hk["rpm"]["probes"]
         );
-        let rpm_down = check_mach(&doc);
+        let (rpm_down, own) = check_mach(&doc);
         ratios.push(hk["rpm"]["rpm"].as_f64().expect("rpm") / rpm_down);
+        owns.push(own);
     }
+    // mach's loaded latency is the median of its self probes: they wait behind the queue and a
+    // few milliseconds of their connection's data, not behind the server's buffers (sized by
+    // each connection's rate, hakaru_rpm::shallow; with fixed 16 KiB buffers mach read 235 ms
+    // here, since: 93 to 107 ms). The mean of the passes, each behind the full queue.
+    let own = mean(&owns);
+    assert!(
+        own <= 1.25 * 100.0,
+        "mach's self probes {owns:?} ms behind a 100 ms queue"
+    );
     let ratio = mean(&ratios);
     assert!(
         (ratio - 1.0).abs() <= MACH_AGREE,
@@ -357,8 +368,9 @@ fn mach_reads_the_full_queue_on_the_download_and_agrees_with_hakaru_rpm() {
     );
 }
 
-/// mach's figures across the 100 ms queue (the test above); its download RPM.
-fn check_mach(doc: &Value) -> f64 {
+/// mach's figures across the 100 ms queue (the test above); its download RPM and loaded
+/// latency (the median of its self probes), ms.
+fn check_mach(doc: &Value) -> (f64, f64) {
     let (down, up) = (&doc["download"], &doc["upload"]);
     let num = |v: &Value, k: &str| v[k].as_f64().unwrap_or_else(|| panic!("no {k}: {doc}"));
     for d in [down, up] {
@@ -371,14 +383,9 @@ fn check_mach(doc: &Value) -> f64 {
         RATE.0
     );
     let full_ms = 100.0;
-    // mach's loaded latency is the median of its self probes: they wait behind the queue and
-    // a few milliseconds of their connection's data, not behind the server's buffers (sized
-    // by each connection's rate, hakaru_rpm::shallow; with fixed 16 KiB buffers mach read
-    // 235 ms here, since: 97 to 106 ms).
     let own = num(down, "loaded_latency_ms");
-    let idle = num(doc, "unloaded_latency_ms");
     assert!(
-        own >= FULL * full_ms && own <= 1.25 * (full_ms + idle),
+        own >= FULL * full_ms,
         "mach's self probes {own:.1} ms behind a {full_ms} ms queue"
     );
     let (rpm_down, rpm_up) = (num(down, "rpm"), num(up, "rpm"));
@@ -390,7 +397,7 @@ fn check_mach(doc: &Value) -> f64 {
         rpm_up > rpm_down,
         "the upload, not shaped, {rpm_up} RPM; the download {rpm_down}"
     );
-    rpm_down
+    (rpm_down, own)
 }
 
 /// nginx in the server namespace, serving the draft's four URLs over HTTP/2 and TLS; killed
@@ -515,6 +522,7 @@ fn nginx_and_hakaru_server_read_the_same_path_and_hakaru_is_no_less_responsive()
     // its RPM must not be under nginx's).
     let mut ratios: Vec<f64> = Vec::new();
     let mut paths: Vec<f64> = Vec::new();
+    let mut selfs: Vec<f64> = Vec::new();
     let mean = |r: &[f64]| r.iter().sum::<f64>() / r.len() as f64;
     let off = |r: &[f64]| (mean(r) - 1.0).abs() > TOLERANCE;
     while ratios.len() < 2 || (ratios.len() < 4 && (off(&paths) || mean(&ratios) < 1.0 - TOLERANCE))
@@ -539,6 +547,7 @@ fn nginx_and_hakaru_server_read_the_same_path_and_hakaru_is_no_less_responsive()
         assert_eq!(ng["rpm"]["protocol"], "h2");
         ratios.push(h / n);
         paths.push(probe(&hk, "http_ms") / probe(&ng, "http_ms"));
+        selfs.push(probe(&hk, "self_ms") / probe(&ng, "self_ms"));
     }
     drop(nginx);
     let path_ratio = mean(&paths);
@@ -550,5 +559,12 @@ fn nginx_and_hakaru_server_read_the_same_path_and_hakaru_is_no_less_responsive()
     assert!(
         ratio >= 1.0 - TOLERANCE,
         "hakaru server / nginx RPM {ratios:?}, mean {ratio:.3}"
+    );
+    // With its buffers fixed in bytes hakaru's server read the self probes nginx reads (300
+    // to 420 ms both); sized by each connection's rate, about half (seen: 0.39 to 0.78).
+    let own = mean(&selfs);
+    assert!(
+        own <= 1.0 - TOLERANCE,
+        "hakaru server / nginx self probes {selfs:?}, mean {own:.3}"
     );
 }
