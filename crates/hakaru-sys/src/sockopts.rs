@@ -110,32 +110,18 @@ pub fn set_notsent_lowat(sock: &socket2::SockRef<'_>, bytes: u32) -> io::Result<
 }
 
 /// Whether [`set_notsent_lowat`] and [`set_notsent_lowat_fd`] do anything here (Linux).
-pub const NOTSENT_LOWAT_SUPPORTED: bool = cfg!(any(target_os = "linux", target_os = "android"));
+pub const NOTSENT_LOWAT_SUPPORTED: bool = cfg!(target_os = "linux");
 
 /// TCP_NOTSENT_LOWAT by descriptor, for a connection whose mark follows its rate while it
 /// runs (the responsiveness test's load, `hakaru_rpm::shallow`). Linux only; a no-op
 /// elsewhere, as [`set_notsent_lowat`] is.
 pub fn set_notsent_lowat_fd(fd: crate::RawFd, bytes: u32) -> io::Result<()> {
-    #[cfg(any(target_os = "linux", target_os = "android"))]
+    #[cfg(target_os = "linux")]
     {
         let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
-        // SAFETY: v is a valid c_int that outlives the call; the fd is borrowed.
-        let r = unsafe {
-            libc::setsockopt(
-                fd,
-                libc::IPPROTO_TCP,
-                libc::TCP_NOTSENT_LOWAT,
-                (&v as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if r == 0 {
-            Ok(())
-        } else {
-            Err(io::Error::last_os_error())
-        }
+        crate::linux_udp::set_int(fd, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, v)
     }
-    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    #[cfg(not(target_os = "linux"))]
     {
         let _ = (fd, bytes);
         Ok(())
