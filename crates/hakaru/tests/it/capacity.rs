@@ -55,10 +55,11 @@ fn capacity_matches_the_stock_client_against_a_stock_server() {
     };
     let _alone = alone();
     for dir in ["-u", "-d"] {
-        // Two tries: on a shared 2-core machine one sub-interval of either run can miss its
-        // pacing; a real difference fails both.
+        // Up to four tries: on a shared 2-core machine one sub-interval of either run can miss
+        // its pacing (seen: the stock client against the stock server at 73, 79 and 89 of the
+        // row's 100 Mbit/s, hakaru at 96 to 100 beside it); a real difference fails them all.
         let mut last = (0.0, 0.0);
-        let close = (0..2).any(|_| {
+        let close = (0..4).any(|_| {
             last = against_stock(&udpst, dir);
             eprintln!(
                 "capacity {dir}: hakaru {} Mbit/s, stock {} Mbit/s",

@@ -324,8 +324,10 @@ fn tcp_connect_times_are_measured_and_a_closed_port_counts_lost() {
     }
     let live = &peer_of(&view, "127.0.0.3")["connect"];
     assert!(live["sent"].as_u64().unwrap() >= 5, "{view}");
-    // A connect still under way may be pending; none of the ended ones was lost.
-    assert_eq!(live["lost"], 0, "{view}");
+    // A connect still under way may be pending; of the ended ones at most one was lost: on a
+    // loaded 2-CPU machine one loopback connect can miss the 500 ms timeout (CI saw one of six
+    // while a 1 Gbit/s udpst test ran beside it); a prober that lost live peers loses them all.
+    assert!(live["lost"].as_u64().is_some_and(|n| n <= 1), "{view}");
     let p50 = live["p50_us"].as_f64().expect("a connect time");
     assert!(
         p50 > 0.0 && live["p99_us"].as_f64().unwrap() >= p50,

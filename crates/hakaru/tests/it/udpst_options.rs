@@ -85,43 +85,54 @@ fn udpst_size_options_give_the_stock_servers_sizes_and_rates() {
     ];
     for (dir, opts, payload, truth) in cases {
         let what = format!("udpst {dir} {} -I {ROW}", opts.join(" "));
-        let mine = scratch("hakaru.csv");
-        let mut args = opts.to_vec();
-        args.extend(["-I", ROW]);
-        if dir == "-d" {
-            args.extend(["-O", mine.to_str().unwrap()]);
-        }
-        let (ok, out) = client(&udpst, dir, port, &args);
-        assert!(ok, "{what} against hakaru failed:\n{out}");
-        let ours = max_l3(&out).unwrap_or_else(|| panic!("no maximum in:\n{out}"));
-        let theirs_rec = scratch("stock.csv");
-        let sport = free_udp();
-        let stock = stock_server(&udpst, sport, opts, &theirs_rec);
-        let mut sargs = opts.to_vec();
-        sargs.extend(["-I", ROW]);
-        // The receiver keeps the record: the client downstream, the server upstream.
-        let down_rec = scratch("stock-client.csv");
-        if dir == "-d" {
-            sargs.extend(["-O", down_rec.to_str().unwrap()]);
-        }
-        let (ok, sout) = client(&udpst, dir, sport, &sargs);
-        finish(stock, ok);
-        assert!(ok, "{what} against a stock server failed:\n{sout}");
-        let theirs = max_l3(&sout).unwrap();
-        // The stock pair proves the expectation; hakaru's server must send the same sizes.
-        assert_eq!(
-            payloads(if dir == "-d" { &down_rec } else { &theirs_rec }),
-            BTreeSet::from([payload]),
-            "{what}: the stock pair's sizes"
-        );
-        if dir == "-d" {
+        // Two tries: on a shared 2-core machine either pair can miss the row's pacing for a
+        // sub-interval (seen: the stock pair at 1025 and 888 of 1100 and 1080 Mbit/s); a real
+        // difference fails both. The sizes are checked on every try.
+        let mut last = (0.0, 0.0);
+        for _ in 0..2 {
+            let mine = scratch("hakaru.csv");
+            let mut args = opts.to_vec();
+            args.extend(["-I", ROW]);
+            if dir == "-d" {
+                args.extend(["-O", mine.to_str().unwrap()]);
+            }
+            let (ok, out) = client(&udpst, dir, port, &args);
+            assert!(ok, "{what} against hakaru failed:\n{out}");
+            let ours = max_l3(&out).unwrap_or_else(|| panic!("no maximum in:\n{out}"));
+            let theirs_rec = scratch("stock.csv");
+            let sport = free_udp();
+            let stock = stock_server(&udpst, sport, opts, &theirs_rec);
+            let mut sargs = opts.to_vec();
+            sargs.extend(["-I", ROW]);
+            // The receiver keeps the record: the client downstream, the server upstream.
+            let down_rec = scratch("stock-client.csv");
+            if dir == "-d" {
+                sargs.extend(["-O", down_rec.to_str().unwrap()]);
+            }
+            let (ok, sout) = client(&udpst, dir, sport, &sargs);
+            finish(stock, ok);
+            assert!(ok, "{what} against a stock server failed:\n{sout}");
+            let theirs = max_l3(&sout).unwrap();
+            // The stock pair proves the expectation; hakaru's server must send the same sizes.
             assert_eq!(
-                payloads(&mine),
+                payloads(if dir == "-d" { &down_rec } else { &theirs_rec }),
                 BTreeSet::from([payload]),
-                "{what}: the sizes hakaru's server sent"
+                "{what}: the stock pair's sizes"
             );
+            if dir == "-d" {
+                assert_eq!(
+                    payloads(&mine),
+                    BTreeSet::from([payload]),
+                    "{what}: the sizes hakaru's server sent"
+                );
+            }
+            last = (ours, theirs);
+            eprintln!("{what}: hakaru {ours:.2}, stock {theirs:.2}, row {truth} Mbit/s");
+            if near(ours, truth) && near(theirs, truth) {
+                break;
+            }
         }
-        eprintln!("{what}: hakaru {ours:.2}, stock {theirs:.2}, row {truth} Mbit/s");
+        let (ours, theirs) = last;
         assert!(
             near(ours, truth),
             "{what}: {ours} Mbit/s, the row is {truth}"
