@@ -141,24 +141,34 @@ fn udpst_multi_connection_runs_every_connection_against_hakaru_as_against_a_stoc
     assert!(srv
         .wait_log("udpst listening", Duration::from_secs(5))
         .is_some());
-    // Two connections, each at the 100 Mbit/s row: 200 Mbit/s in all.
-    let (ok, out) = client(&udpst, port, &["-C", "2"]);
-    assert!(ok, "udpst -C 2 against hakaru failed:\n{out}");
-    assert!(out.contains("Active Connections: 2"), "{out}");
-    let ours = max_l3(&out).unwrap();
-    let sport = free_udp();
-    let stock = Command::new(&udpst)
-        .args(["-1", "-p", &sport.to_string(), "127.0.0.1"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn stock udpst server");
-    std::thread::sleep(Duration::from_millis(300));
-    let (ok, sout) = client(&udpst, sport, &["-C", "2"]);
-    let _ = super::common::wait_child(stock, Duration::from_secs(10));
-    assert!(ok, "udpst -C 2 against a stock server failed:\n{sout}");
-    let theirs = max_l3(&sout).unwrap();
-    eprintln!("udpst -C 2 -I 100: hakaru {ours}, stock {theirs} Mbit/s (truth 200)");
+    // Two connections, each at the 100 Mbit/s row: 200 Mbit/s in all. Two tries: on a shared
+    // 2-core machine either pair can miss the row's pacing for a sub-interval (the stock pair
+    // was seen well under its rows on this VM); a real difference fails both.
+    let mut last = (0.0, 0.0);
+    for _ in 0..2 {
+        let (ok, out) = client(&udpst, port, &["-C", "2"]);
+        assert!(ok, "udpst -C 2 against hakaru failed:\n{out}");
+        assert!(out.contains("Active Connections: 2"), "{out}");
+        let ours = max_l3(&out).unwrap();
+        let sport = free_udp();
+        let stock = Command::new(&udpst)
+            .args(["-1", "-p", &sport.to_string(), "127.0.0.1"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn stock udpst server");
+        std::thread::sleep(Duration::from_millis(300));
+        let (ok, sout) = client(&udpst, sport, &["-C", "2"]);
+        let _ = super::common::wait_child(stock, Duration::from_secs(10));
+        assert!(ok, "udpst -C 2 against a stock server failed:\n{sout}");
+        let theirs = max_l3(&sout).unwrap();
+        eprintln!("udpst -C 2 -I 100: hakaru {ours}, stock {theirs} Mbit/s (truth 200)");
+        last = (ours, theirs);
+        if (ours - 200.0).abs() < 10.0 && (ours - theirs).abs() / theirs < 0.05 {
+            break;
+        }
+    }
+    let (ours, theirs) = last;
     assert!(
         (ours - 200.0).abs() < 10.0,
         "{ours} Mbit/s, two rows of 100"
