@@ -81,16 +81,27 @@ fn udpst_up_and_down_match_a_stock_server() {
         .wait_log("udpst listening", Duration::from_secs(5))
         .is_some());
     for dir in ["-u", "-d"] {
-        let (ok, out) = client(&udpst, dir, port, &["-I", "100"]);
-        assert!(ok, "udpst {dir} against hakaru failed:\n{out}");
-        let ours = max_l3(&out).unwrap_or_else(|| panic!("no maximum in:\n{out}"));
-        let sport = free_udp();
-        let stock = stock_server(&udpst, sport);
-        let (ok, sout) = client(&udpst, dir, sport, &["-I", "100"]);
-        let _ = wait_child(stock, Duration::from_secs(10));
-        assert!(ok, "udpst {dir} against stock udpst failed:\n{sout}");
-        let theirs = max_l3(&sout).unwrap();
-        eprintln!("udpst {dir}: hakaru {ours} Mbit/s, stock {theirs} Mbit/s (row 100 = 100)");
+        // Two tries: on a shared 2-core machine either pair can miss the row's pacing for a
+        // sub-interval (the stock pair was seen at 73 to 89 of the row's 100 Mbit/s on this
+        // VM); a real difference fails both.
+        let mut last = (0.0, 0.0);
+        for _ in 0..2 {
+            let (ok, out) = client(&udpst, dir, port, &["-I", "100"]);
+            assert!(ok, "udpst {dir} against hakaru failed:\n{out}");
+            let ours = max_l3(&out).unwrap_or_else(|| panic!("no maximum in:\n{out}"));
+            let sport = free_udp();
+            let stock = stock_server(&udpst, sport);
+            let (ok, sout) = client(&udpst, dir, sport, &["-I", "100"]);
+            let _ = wait_child(stock, Duration::from_secs(10));
+            assert!(ok, "udpst {dir} against stock udpst failed:\n{sout}");
+            let theirs = max_l3(&sout).unwrap();
+            eprintln!("udpst {dir}: hakaru {ours} Mbit/s, stock {theirs} Mbit/s (row 100 = 100)");
+            last = (ours, theirs);
+            if (ours - theirs).abs() / theirs < 0.05 && (ours - 100.0).abs() < 5.0 {
+                break;
+            }
+        }
+        let (ours, theirs) = last;
         assert!(
             (ours - theirs).abs() / theirs < 0.05,
             "{dir}: {ours} vs {theirs}"
