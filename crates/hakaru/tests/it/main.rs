@@ -4,6 +4,7 @@ mod blocked_echo;
 mod cli;
 mod common;
 mod connect;
+mod cpu;
 mod doc_links;
 mod e2e;
 mod faults;
