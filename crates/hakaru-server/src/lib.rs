@@ -71,6 +71,9 @@ pub(crate) struct Ctx {
     pub netperf_admission: limits::Admission,
     /// Wrong netperf passphrases by client, and the failures waiting out their delay.
     pub netperf_guards: netperf::Guards,
+    /// The one receiver of every UDP_STREAM test's datagrams (with `--netperf-port`; `None`
+    /// where it could not be set up: each test then receives on its own thread).
+    pub netperf_sink: Option<netperf::UdpSink>,
     pub threads: AtomicUsize,
     /// Address of the UDP port (same address and port number as the TCP listener).
     pub udp_addr: SocketAddr,
@@ -262,6 +265,7 @@ impl Server {
                 admission: limits::Admission::new(cfg.limits),
                 netperf_admission: netperf::admission(&cfg),
                 netperf_guards: netperf::Guards::default(),
+                netperf_sink: netperf::sink_for(&cfg),
                 cfg,
                 registry: Registry::default(),
                 shutdown: Arc::new(AtomicBool::new(false)),

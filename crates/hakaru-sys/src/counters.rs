@@ -971,9 +971,39 @@ pub fn parse_vm_rss(text: &str) -> Option<u64> {
     Some(kb * 1024)
 }
 
+/// Nanoseconds a thread has run and has waited, runnable, for a CPU, from the text of
+/// `/proc/thread-self/schedstat` (its first two fields).
+pub fn parse_schedstat(text: &str) -> Option<(u64, u64)> {
+    let mut f = text.split_whitespace().map(str::parse::<u64>);
+    Some((f.next()?.ok()?, f.next()?.ok()?))
+}
+
+/// The calling thread's run and wait-for-a-CPU times, in nanoseconds ([`parse_schedstat`]);
+/// `None` off Linux or where the kernel keeps no such figures.
+pub fn thread_sched_times() -> Option<(u64, u64)> {
+    #[cfg(target_os = "linux")]
+    return std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|t| parse_schedstat(&t));
+    #[cfg(not(target_os = "linux"))]
+    None
+}
+
 #[cfg(test)]
 mod process_tests {
     use super::*;
+
+    #[test]
+    fn schedstat_parses_and_the_own_thread_has_run() {
+        assert_eq!(parse_schedstat("1243707 55 1\n"), Some((1_243_707, 55)));
+        assert_eq!(parse_schedstat("12"), None);
+        assert_eq!(parse_schedstat("x 1 1"), None);
+        #[cfg(target_os = "linux")]
+        if std::path::Path::new("/proc/thread-self/schedstat").exists() {
+            // Figures that are there and read (a new thread may not have been charged yet).
+            assert!(thread_sched_times().is_some());
+        }
+    }
 
     #[test]
     fn own_cpu_and_memory_parse() {

@@ -130,8 +130,8 @@ pub use counters::{
     cpu_usage, nic_average, nic_usage, parse_proc_net_dev, parse_proc_net_dev_all, parse_proc_stat,
 };
 pub use counters::{
-    parse_proc_net_snmp6_udp, parse_proc_net_snmp_udp, parse_proc_self_stat, parse_vm_rss,
-    ProcessUsage,
+    parse_proc_net_snmp6_udp, parse_proc_net_snmp_udp, parse_proc_self_stat, parse_schedstat,
+    parse_vm_rss, thread_sched_times, ProcessUsage,
 };
 pub use counters::{CpuSnapshot, NicSnapshot, UdpSnmp};
 pub use mptcp::{mptcp_available, mptcp_socket, mptcp_state, mptcp_subflow_peers, MptcpState};

@@ -19,13 +19,10 @@ use hakaru_proto::netperf::{self as wire, OmniRequest, OmniResponse, OmniResults
 use hakaru_session::netperf::server::{errno, UDP_RR_FREE_RESPONSE};
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
 
+use super::sizes::{asked_buf, bind_port, sizes, AUTOTUNED};
+
 /// How long a blocking call waits before the loop looks at its stop flag and deadline.
 const TICK: Duration = Duration::from_millis(100);
-/// Largest buffer a receive uses (a request may ask for more; netserver's own limit is 64 KiB
-/// of message plus alignment).
-const MAX_BUF: usize = 1 << 20;
-/// Receive size when the request leaves it to the server and the buffer size is unknown.
-const DEFAULT_RECV: usize = 128 * 1024;
 /// netserver's /proc/stat CPU method code.
 const CPU_METHOD_PROC_STAT: u32 = 8;
 
@@ -55,48 +52,6 @@ pub(crate) struct Bound {
     /// or [`AUTOTUNED`] each where the test left them to autotuning, plus the loop's buffers;
     /// never more than `--max-test-memory`.
     pub memory: u64,
-}
-
-/// What a TCP socket buffer left to autotuning is budgeted at.
-const AUTOTUNED: u64 = 4 << 20;
-
-/// Binds `sock` on `ip`: the asked port, else one of `ports` (any free one when they are
-/// every unprivileged port).
-fn bind_port(sock: &Socket, ip: IpAddr, asked: u32, ports: (u16, u16)) -> io::Result<()> {
-    let port = u16::try_from(asked)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "data port above 65535"))?;
-    let (lo, hi) = ports;
-    if port != 0 || (lo, hi) == hakaru_session::netperf::server::DEFAULT_DATA_PORTS {
-        return sock.bind(&SocketAddr::new(ip, port).into());
-    }
-    // A start that differs from test to test, so tests do not queue for the first port.
-    let span = u32::from(hi.saturating_sub(lo)) + 1;
-    let start = std::hash::BuildHasher::hash_one(
-        &std::collections::hash_map::RandomState::new(),
-        Instant::now(),
-    ) as u32
-        % span;
-    // Bounded by the range's length.
-    for i in 0..span {
-        let p = u32::from(lo) + (start + i) % span;
-        let p = u16::try_from(p).unwrap_or(hi);
-        match sock.bind(&SocketAddr::new(ip, p).into()) {
-            Ok(()) => return Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::AddrInUse => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Err(io::Error::new(
-        io::ErrorKind::AddrInUse,
-        format!("every data port in {lo}-{hi} is taken (--netperf-data-ports)"),
-    ))
-}
-
-/// A socket buffer size asked by the test, no larger than `cap`.
-fn asked_buf(asked: i32, cap: Option<u64>) -> Option<usize> {
-    let n = u64::try_from(asked).ok().filter(|&n| n > 0)?;
-    let n = cap.map_or(n, |c| n.min((c / 4).max(4096)));
-    usize::try_from(n).ok()
 }
 
 /// Binds the test's data socket on `ip` (the control connection's local address) and says
@@ -188,37 +143,6 @@ pub(crate) fn bind(ip: IpAddr, req: &OmniRequest, opts: &BindOpts) -> io::Result
     })
 }
 
-/// Bytes per receive and per send: the transaction sizes of an RR test, else the asked sizes,
-/// else netserver's choices (the socket buffer for receives, 16 KiB... for sends).
-fn sizes(req: &OmniRequest, rcvbuf: i32, sndbuf: i32) -> (usize, usize) {
-    let pick = |asked: i32, fallback: usize| {
-        usize::try_from(asked)
-            .ok()
-            .filter(|&n| n > 0)
-            .unwrap_or(fallback)
-            .min(MAX_BUF)
-    };
-    if req.is_rr() {
-        return (pick(req.request_size, 1), pick(req.response_size, 1));
-    }
-    let recv_default = usize::try_from(rcvbuf)
-        .ok()
-        .filter(|&n| n > 0)
-        .unwrap_or(DEFAULT_RECV);
-    let send_default = usize::try_from(sndbuf)
-        .ok()
-        .filter(|&n| n > 0)
-        .unwrap_or(16384)
-        .min(64 * 1024);
-    if req.protocol == wire::PROTO_UDP {
-        return (65_536, pick(req.send_size, 1024));
-    }
-    (
-        pick(req.receive_size, recv_default),
-        pick(req.send_size, send_default),
-    )
-}
-
 /// How a test ends, from the request.
 #[derive(Debug, Clone, Copy)]
 struct Limits {
@@ -299,6 +223,8 @@ pub(crate) struct Job {
     pub stall: Option<Duration>,
     /// `--max-rate`, bits per second: what the server sends (RR responses) is paced to it.
     pub max_rate: Option<f64>,
+    /// The server's shared UDP_STREAM receiver (`None`: receive on this thread).
+    pub sink: Option<super::UdpSink>,
 }
 
 /// Runs the data phase to its end and gives netserver's figures.
@@ -322,7 +248,16 @@ pub(crate) fn run(sock: DataSock, job: &Job) -> Result<OmniResults, DataError> {
     };
     let (recv_size, send_size) = sizes(&job.req, rcvbuf, sndbuf);
     let counts = match sock {
-        DataSock::Udp(u) => udp_loop(&u, job, lim, recv_size, send_size),
+        // UDP_STREAM into the shared receiver, unless netperf -T binds this test's loop to
+        // a CPU of its own.
+        DataSock::Udp(u) => match job
+            .sink
+            .as_ref()
+            .filter(|_| !job.req.is_rr() && job.req.cpu_binding < 0)
+        {
+            Some(sink) => sink_loop(sink, u, job, lim, recv_size, send_size),
+            None => udp_loop(&u, job, lim, recv_size, send_size, Counts::default()),
+        },
         DataSock::Tcp(l) if job.req.connect_test() => crr_loop(&l, job, lim, recv_size, send_size),
         DataSock::Tcp(l) => tcp_loop(&l, job, lim, recv_size, send_size),
     }
@@ -698,6 +633,47 @@ fn crr_loop(
     Ok(c)
 }
 
+/// UDP_STREAM through the server's shared receiver ([`super::sink`]): this thread waits for
+/// the client's empty datagram, the timer, the stop flag or a stall, and reads the counts.
+fn sink_loop(
+    sink: &super::UdpSink,
+    u: UdpSocket,
+    job: &Job,
+    lim: Limits,
+    rsize: usize,
+    ssize: usize,
+) -> io::Result<Counts> {
+    let c = Counts::default();
+    let entry = match sink.add(u, job.peer_ip, rsize)? {
+        Ok(e) => e,
+        // Spread: the poller was starved of CPU lately.
+        Err(u) => return udp_loop(&u, job, lim, rsize, ssize, c),
+    };
+    let mut c = c;
+    // Bounded by the client's empty datagram, the timer or the stop flag, each seen within a
+    // TICK (the timer at once).
+    loop {
+        (c.bytes_received, c.recv_calls) = entry.counts();
+        if entry.ended() || entry.spread() || over(job, &lim, &mut c) {
+            break;
+        }
+        let now = Instant::now();
+        let wait = lim
+            .deadline
+            .map_or(TICK, |d| d.saturating_duration_since(now).min(TICK));
+        sink.wait_end(&entry, wait);
+    }
+    sink.remove(&entry);
+    (c.bytes_received, c.recv_calls) = entry.counts();
+    if entry.spread() && !entry.ended() && !c.timed_out && !c.stalled {
+        // The poller gave the socket back: receive on it here, counting on.
+        let u = entry.socket();
+        u.set_nonblocking(false)?;
+        return udp_loop(u, job, lim, rsize, ssize, c);
+    }
+    Ok(c)
+}
+
 /// UDP_STREAM and UDP_RR: datagrams from the test's client until its empty datagrams (or the
 /// timer).
 fn udp_loop(
@@ -706,8 +682,8 @@ fn udp_loop(
     lim: Limits,
     rsize: usize,
     ssize: usize,
+    mut c: Counts,
 ) -> io::Result<Counts> {
-    let mut c = Counts::default();
     u.set_read_timeout(Some(TICK))?;
     let mut buf = vec![0u8; rsize.max(1)];
     let resp = vec![b'r'; ssize];
@@ -754,6 +730,7 @@ fn udp_loop(
 
 #[cfg(test)]
 mod tests {
+    use super::super::sizes::{DEFAULT_RECV, MAX_BUF};
     use super::*;
 
     fn req(direction: u32, protocol: u32, test_length: i32) -> OmniRequest {
@@ -813,6 +790,7 @@ mod tests {
             max: None,
             stall,
             max_rate: None,
+            sink: None,
         }
     }
 

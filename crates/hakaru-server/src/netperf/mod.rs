@@ -15,8 +15,11 @@
 
 mod data;
 mod guard;
+mod sink;
+mod sizes;
 
 pub(crate) use guard::Guards;
+pub(crate) use sink::UdpSink;
 
 use std::io::{self, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
@@ -32,6 +35,15 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::limits::{Admission, Slot};
 use crate::Ctx;
+
+/// The UDP_STREAM receiver for a server with netperf ports (`None` without them, or where its
+/// waker cannot be bound: each test then receives on its own thread).
+pub(crate) fn sink_for(cfg: &crate::ServerConfig) -> Option<UdpSink> {
+    cfg.netperf.ports?;
+    UdpSink::new()
+        .map_err(|e| tracing::debug!("netperf: one receive thread per UDP test: {e}"))
+        .ok()
+}
 
 /// Tests (and control connections) one client may have on the netperf ports by default: a
 /// quarter of the default `--max-tests`, so one address cannot take every netperf slot, and
@@ -425,6 +437,7 @@ impl Driver<'_> {
             max: self.ctx.cfg.max_duration,
             stall: Some(self.ctx.cfg.netperf.stall_timeout).filter(|d| !d.is_zero()),
             max_rate: self.ctx.cfg.max_rate,
+            sink: self.ctx.netperf_sink.clone(),
         };
         let sock = p.sock;
         let thread = std::thread::Builder::new()

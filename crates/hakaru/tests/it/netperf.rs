@@ -499,6 +499,7 @@ fn sixty_four_udp_stream_clients_on_a_port_range() {
     let s = ServerProc::start(&["--netperf-port", &range, "--max-netperf-per-client", "64"]);
     s.wait_log("netperf listening on", Duration::from_secs(10))
         .expect("netperf line");
+    let threads = crate::common::threads_of(s.child.id());
     let children: Vec<_> = (0..64u16)
         .map(|i| {
             Command::new(&bin)
@@ -561,6 +562,17 @@ fn sixty_four_udp_stream_clients_on_a_port_range() {
     assert_eq!(
         reported, counted,
         "netperf reported {reported} messages, the server counted {counted}"
+    );
+    // The receiving thread (netperf/sink.rs) and every test's threads end with the tests.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut now = crate::common::threads_of(s.child.id());
+    while now > threads && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        now = crate::common::threads_of(s.child.id());
+    }
+    assert!(
+        now <= threads,
+        "{now} threads after the tests, {threads} before"
     );
     compat_pass(
         "netperf",
