@@ -30,8 +30,6 @@ pub fn run(args: &[&str], limit: Duration) -> Output {
 
 /// Runs a command with a hard time limit (killed by PID when over).
 pub fn run_cmd(cmd: &mut Command, limit: Duration) -> Output {
-    // Waits while a rate-checking test has the machine to itself (tests/it/cpu.rs).
-    let _share = super::cpu::share();
     let child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -157,8 +155,6 @@ pub struct ServerProc {
     pub child: Child,
     pub port: u16,
     pub log: mpsc::Receiver<String>,
-    /// The test's share of the machine while the server runs (tests/it/cpu.rs).
-    pub share: super::cpu::Share,
 }
 
 impl ServerProc {
@@ -175,7 +171,6 @@ impl ServerProc {
     /// The same on test port `port` (several servers on one port number, each on its own
     /// address).
     pub fn start_on(mut cmd: Command, bind: &str, port: &str, extra: &[&str]) -> ServerProc {
-        let share = super::cpu::share();
         let mut child = cmd
             .args(["server", "-B", bind, "-p", port, "-v"])
             .args(extra)
@@ -190,7 +185,6 @@ impl ServerProc {
             child,
             port,
             log: rx,
-            share,
         }
     }
 

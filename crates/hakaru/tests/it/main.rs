@@ -4,7 +4,6 @@ mod blocked_echo;
 mod cli;
 mod common;
 mod connect;
-mod cpu;
 mod doc_links;
 mod e2e;
 mod faults;

@@ -381,12 +381,7 @@ fn err(o: &Output) -> String {
 /// measurement. Shaped-rate checks assume the CPUs that push packets through veth and tbf are
 /// there: when the host steals a large share, the link carries less than its rate for reasons
 /// outside the code under test, and such a run cannot check a rate.
-/// Also holds the machine for the test (tests/it/cpu.rs): no other test's command or server
-/// runs while a shaped rate is measured against its truth.
-pub(super) struct StealWatch {
-    at: Option<(u64, u64)>,
-    _quiet: super::cpu::Quiet,
-}
+pub(super) struct StealWatch(Option<(u64, u64)>);
 
 /// Share of CPU time stolen above which a shaped-rate check is not made.
 const STEAL_LIMIT: f64 = 0.05;
@@ -407,16 +402,12 @@ fn steal_and_total() -> Option<(u64, u64)> {
 impl StealWatch {
     /// Starts watching now.
     pub fn start() -> StealWatch {
-        let quiet = super::cpu::quiet();
-        StealWatch {
-            at: steal_and_total(),
-            _quiet: quiet,
-        }
+        StealWatch(steal_and_total())
     }
 
     /// Share of all CPU time stolen since [`StealWatch::start`].
     pub fn share(&self) -> f64 {
-        match (self.at, steal_and_total()) {
+        match (self.0, steal_and_total()) {
             (Some((s0, t0)), Some((s1, t1))) if t1 > t0 => {
                 s1.saturating_sub(s0) as f64 / (t1 - t0) as f64
             }

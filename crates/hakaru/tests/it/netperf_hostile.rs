@@ -423,7 +423,6 @@ fn the_passphrase_comes_from_a_file_or_standard_input_and_stays_off_the_process_
         child,
         port: port0,
         log,
-        share: crate::cpu::share(),
     };
     let port = netperf_port(&s);
     assert!(!cmdline(s.child.id()).contains("stdin-sesame-8"));

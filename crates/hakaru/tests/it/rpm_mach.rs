@@ -49,12 +49,7 @@ fn mach_reads_the_config_and_completes_against_the_rpm_port() {
     let log = log_lines(child.stderr.take().expect("stderr"));
     let port = listening_port(&log);
     // Killed by PID when dropped.
-    let s = ServerProc {
-        child,
-        port,
-        log,
-        share: crate::cpu::share(),
-    };
+    let s = ServerProc { child, port, log };
     assert!(port != 0, "server did not report its port");
     let config = format!("https://127.0.0.1:{rpm_port}/.well-known/nq");
     // --disable-aim-scores: mach would otherwise ask Cloudflare's AIM service for scores.

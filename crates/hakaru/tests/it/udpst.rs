@@ -12,11 +12,14 @@ use super::common::{built_peer, compat_pass, run_cmd, wait_child, ServerProc};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
-/// Held by the loopback tests that compare rates (up to 1.1 Gbit/s of udpst load): the
-/// machine to one of them at a time, and to no other test's command or server meanwhile, so
-/// that no other load starves its pacing on a 2-core machine (tests/it/cpu.rs).
-pub(super) fn alone() -> super::cpu::Quiet {
-    super::cpu::quiet()
+/// Held by the loopback tests that compare rates (up to 1.1 Gbit/s of udpst load): one at a
+/// time, so that one's load does not starve another's pacing on a 2-core machine.
+static LOUD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Waits for the other rate-comparing udpst tests to finish (a failed one does not block).
+pub(super) fn alone() -> std::sync::MutexGuard<'static, ()> {
+    LOUD.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 pub(super) fn free_udp() -> u16 {
