@@ -263,8 +263,11 @@ fn a_full_tbf_queue_reads_as_its_delay_and_a_small_one_reads_low() {
             ] {
                 let held = queue_ms + base;
                 let full = full_ms + base;
+                // Not under what the queue held on average; not over the full queue (next
+                // check): a probe that met the queue fuller than its average (seen: TLS at
+                // 101.8 ms, the average 92.3, the full queue 100.8) is still right.
                 assert!(
-                    (ms - held).abs() <= TOLERANCE * held,
+                    ms >= (1.0 - TOLERANCE) * held,
                     "{what} {ms:.1} ms, the queue held {held:.1} ms with the idle time {base:.2} ms"
                 );
                 assert!(
