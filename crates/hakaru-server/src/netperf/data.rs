@@ -643,13 +643,12 @@ fn sink_loop(
     rsize: usize,
     ssize: usize,
 ) -> io::Result<Counts> {
-    let c = Counts::default();
     let entry = match sink.add(u, job.peer_ip, rsize)? {
         Ok(e) => e,
         // Spread: the poller was starved of CPU lately.
-        Err(u) => return udp_loop(&u, job, lim, rsize, ssize, c),
+        Err(u) => return udp_loop(&u, job, lim, rsize, ssize, Counts::default()),
     };
-    let mut c = c;
+    let mut c = Counts::default();
     // Bounded by the client's empty datagram, the timer or the stop flag, each seen within a
     // TICK (the timer at once).
     loop {
