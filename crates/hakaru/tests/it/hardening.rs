@@ -100,34 +100,43 @@ impl RawTest {
         RawTest::start_held(port, spec, false)
     }
 
-    /// [`RawTest::start`], asking for a held start when `held`.
+    /// [`RawTest::start`], asking for a held start when `held`. A "busy" answer is tried
+    /// again for up to 10 s: after a test, the server answers "busy" until it has seen that
+    /// test's control connection close, which on a loaded machine can take a moment.
     pub(crate) fn start_held(port: u16, spec: TestSpec, held: bool) -> RawTest {
-        let mut ctl = connect_from("127.0.0.1", port);
-        let mut dec = Decoder::new();
-        ctl.write_all(&opening(&Message::Hello {
-            protocol: PROTOCOL_VERSION,
-            software: "hardening test".into(),
-            host: None,
-            nonce: None,
-        }))
-        .unwrap();
-        assert!(matches!(
-            read_msg(&mut ctl, &mut dec, Duration::from_secs(5)),
-            Some(Message::Welcome { .. })
-        ));
-        ctl.write_all(
-            &Message::TestRequest {
-                test: Box::new(spec),
-                held_start: held,
+        let started = std::time::Instant::now();
+        loop {
+            let mut ctl = connect_from("127.0.0.1", port);
+            let mut dec = Decoder::new();
+            ctl.write_all(&opening(&Message::Hello {
+                protocol: PROTOCOL_VERSION,
+                software: "hardening test".into(),
+                host: None,
+                nonce: None,
+            }))
+            .unwrap();
+            assert!(matches!(
+                read_msg(&mut ctl, &mut dec, Duration::from_secs(5)),
+                Some(Message::Welcome { .. })
+            ));
+            ctl.write_all(
+                &Message::TestRequest {
+                    test: Box::new(spec.clone()),
+                    held_start: held,
+                }
+                .encode(),
+            )
+            .unwrap();
+            match read_msg(&mut ctl, &mut dec, Duration::from_secs(5)) {
+                Some(Message::Accepted { token, .. }) => return RawTest { ctl, dec, token },
+                Some(Message::Refused { reason })
+                    if reason.contains("busy") && started.elapsed() < Duration::from_secs(10) =>
+                {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                other => panic!("expected accepted, got {other:?}"),
             }
-            .encode(),
-        )
-        .unwrap();
-        let token = match read_msg(&mut ctl, &mut dec, Duration::from_secs(5)) {
-            Some(Message::Accepted { token, .. }) => token,
-            other => panic!("expected accepted, got {other:?}"),
-        };
-        RawTest { ctl, dec, token }
+        }
     }
 
     /// A data connection from `src` carrying this test's token for `flow`.

@@ -333,9 +333,17 @@ fn iperf3_killed_client_and_busy_limit() {
     // A client that dies mid-test: the server ends that test and serves the next.
     let victim = spawn_stock(srv.port, &["-t", "20", "-P", "2"]);
     let pid = victim.id();
-    assert!(srv
+    let first = srv
         .wait_log("iperf3 test", Duration::from_secs(10))
-        .is_some());
+        .expect("the server logs the first test");
+    // "iperf3 test 3 from …": the victim's own id, so that its end is not mistaken for the
+    // busy client's refusal below.
+    let id = first
+        .split("iperf3 test ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .expect("a test id")
+        .to_string();
     // While it runs, a second client is refused as busy (--max-tests 1).
     let o = run_cmd(
         Command::new("iperf3").args(["-c", "127.0.0.1", "-p", &srv.port_s(), "-t", "1"]),
@@ -346,12 +354,30 @@ fn iperf3_killed_client_and_busy_limit() {
     assert!(text.contains("busy"), "no busy message: {text}");
     kill(pid, 9);
     let _ = victim.wait_with_output();
-    assert!(
-        srv.wait_log("ended", Duration::from_secs(20)).is_some(),
-        "the server noticed the dead client"
-    );
+    let end = format!("iperf3 test {id} from");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let noticed = std::iter::from_fn(|| {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        srv.wait_log(&end, left)
+    })
+    .any(|l| l.contains("ended") || l.contains("failed"));
+    assert!(noticed, "the server noticed the dead client (test {id})");
     assert!(srv.alive());
-    let (o, v) = stock_client(srv.port, &["-t", "1"]);
+    // The next client is served; "busy" is tried again for a few seconds, as the slot is
+    // given back just after the line above.
+    let mut tries = 0;
+    let (o, v) = loop {
+        let (o, v) = stock_client(srv.port, &["-t", "1"]);
+        tries += 1;
+        let busy = v
+            .get("error")
+            .and_then(Value::as_str)
+            .is_some_and(|e| e.contains("busy"));
+        if !busy || tries == 20 {
+            break (o, v);
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
     assert_ok(&o, &v);
     compat_pass(
         "iperf3",

@@ -555,7 +555,9 @@ fn with_a_key_only_tagged_probes_are_answered() {
     std::thread::sleep(Duration::from_secs(3));
     let r = a.report(&[]);
     let p = pair(&r, "127.0.0.2", "127.0.0.3");
-    assert_eq!(p["loss"].as_f64(), Some(0.0), "{r}");
+    // Tagged probes are answered: a key mismatch would lose them all. Not exactly 0: a probe
+    // can miss its 500 ms timeout beside another test's flood on a 2-core machine.
+    assert!(p["loss"].as_f64().unwrap() < 0.2, "{r}");
     assert!(p["probes"].as_u64().unwrap() >= 10, "{p}");
     // An untagged probe from a listed address: not answered, counted.
     let l = UdpSocket::bind("127.0.0.3:0").unwrap();

@@ -21,7 +21,8 @@ use super::common::{
 };
 
 /// Held by every live [`Link`]: namespace tests run one at a time, so that two of them never
-/// share the CPUs (their figures are timing-sensitive) and no test sees another's traffic.
+/// share the CPUs (their figures are timing-sensitive) and no test sees another's traffic. The
+/// loopback udpst rate comparisons take it too (`udpst::alone`); none of them builds a link.
 pub(super) static SERIAL: Mutex<()> = Mutex::new(());
 
 /// Numbers the links of this process, keeping names apart when tests run in parallel threads.

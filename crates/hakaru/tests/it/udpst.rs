@@ -12,14 +12,72 @@ use super::common::{built_peer, compat_pass, run_cmd, wait_child, ServerProc};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
-/// Held by the loopback tests that compare rates (up to 1.1 Gbit/s of udpst load): one at a
-/// time, so that one's load does not starve another's pacing on a 2-core machine.
-static LOUD: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// Waits for the other rate-comparing udpst tests to finish (a failed one does not block).
+/// Taken by the loopback tests that compare rates (up to 1.1 Gbit/s of udpst load): the lock
+/// every namespace link holds (`netns_link::SERIAL`), so that no two of these tests and no
+/// namespace test share the 2 CPUs; a failed one does not block.
 pub(super) fn alone() -> std::sync::MutexGuard<'static, ()> {
-    LOUD.lock()
+    super::netns_link::SERIAL
+        .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Rate pairs (hakaru, stock) from up to three tries, keeping each side's highest reading;
+/// stops once `good` holds for the pair of highest readings. On a shared 2-core VM a paced
+/// sender that misses its timer reads under its row, and on some days the whole VM does: the
+/// stock pair, alone on an idle machine, read 78-93 of a 100 Mbit/s row and 176-180 of two
+/// (2026-12-03), and 172 of 200 and 1002 of 1080 Mbit/s in CI. Contention only ever lowers a
+/// reading, so each side's best of three is its reading of the path.
+pub(super) fn best_pair(
+    mut run: impl FnMut() -> (f64, f64),
+    good: impl Fn(f64, f64) -> bool,
+) -> (f64, f64) {
+    let mut best = (f64::MIN, f64::MIN);
+    for _ in 0..3 {
+        let (ours, theirs) = run();
+        best = (best.0.max(ours), best.1.max(theirs));
+        if good(best.0, best.1) {
+            break;
+        }
+    }
+    best
+}
+
+/// One reading's best of up to three tries, as [`best_pair`] keeps each side's.
+pub(super) fn best_one(mut run: impl FnMut() -> f64, good: impl Fn(f64) -> bool) -> f64 {
+    best_pair(
+        || {
+            let x = run();
+            (x, x)
+        },
+        |x, _| good(x),
+    )
+    .0
+}
+
+/// Whether a pair of readings at a row of `truth` Mbit/s needs no further try: hakaru's server
+/// within 5 % of the row and at least 0.95x the stock server.
+pub(super) fn settled(ours: f64, theirs: f64, truth: f64) -> bool {
+    (ours - truth).abs() / truth <= 0.05 && ours >= 0.95 * theirs
+}
+
+/// The checks a stock client's reading against hakaru's server must pass, against the same
+/// client's reading of a stock server in the same run (each the best of its tries): never over
+/// the row (+5 %), at least 0.95x what the stock server gave, and over `floor` (what a broken
+/// server could not reach, e.g. more than one row for two connections). The row itself is not
+/// a lower bound: the stock pair misses it on a slow day (see `best_pair`).
+pub(super) fn check_rates(what: &str, ours: f64, theirs: f64, truth: f64, floor: f64) {
+    assert!(
+        ours <= truth * 1.05,
+        "{what}: hakaru's server {ours:.2} Mbit/s, over the row's {truth}"
+    );
+    assert!(
+        ours >= 0.95 * theirs,
+        "{what}: hakaru's server {ours:.2} Mbit/s, under 0.95x the stock server's {theirs:.2}"
+    );
+    assert!(
+        ours > floor,
+        "{what}: hakaru's server {ours:.2} Mbit/s, not over {floor} (row {truth})"
+    );
 }
 
 pub(super) fn free_udp() -> u16 {
@@ -81,35 +139,27 @@ fn udpst_up_and_down_match_a_stock_server() {
         .wait_log("udpst listening", Duration::from_secs(5))
         .is_some());
     for dir in ["-u", "-d"] {
-        // Two tries: on a shared 2-core machine either pair can miss the row's pacing for a
-        // sub-interval (the stock pair was seen at 73 to 89 of the row's 100 Mbit/s on this
-        // VM); a real difference fails both.
-        let mut last = (0.0, 0.0);
-        for _ in 0..2 {
-            let (ok, out) = client(&udpst, dir, port, &["-I", "100"]);
-            assert!(ok, "udpst {dir} against hakaru failed:\n{out}");
-            let ours = max_l3(&out).unwrap_or_else(|| panic!("no maximum in:\n{out}"));
-            let sport = free_udp();
-            let stock = stock_server(&udpst, sport);
-            let (ok, sout) = client(&udpst, dir, sport, &["-I", "100"]);
-            let _ = wait_child(stock, Duration::from_secs(10));
-            assert!(ok, "udpst {dir} against stock udpst failed:\n{sout}");
-            let theirs = max_l3(&sout).unwrap();
-            eprintln!("udpst {dir}: hakaru {ours} Mbit/s, stock {theirs} Mbit/s (row 100 = 100)");
-            last = (ours, theirs);
-            if (ours - theirs).abs() / theirs < 0.05 && (ours - 100.0).abs() < 5.0 {
-                break;
-            }
-        }
-        let (ours, theirs) = last;
-        assert!(
-            (ours - theirs).abs() / theirs < 0.05,
-            "{dir}: {ours} vs {theirs}"
+        let (ours, theirs) = best_pair(
+            || {
+                let (ok, out) = client(&udpst, dir, port, &["-I", "100"]);
+                assert!(ok, "udpst {dir} against hakaru failed:\n{out}");
+                let ours = max_l3(&out).unwrap_or_else(|| panic!("no maximum in:\n{out}"));
+                let sport = free_udp();
+                let stock = stock_server(&udpst, sport);
+                let (ok, sout) = client(&udpst, dir, sport, &["-I", "100"]);
+                let _ = wait_child(stock, Duration::from_secs(10));
+                assert!(ok, "udpst {dir} against stock udpst failed:\n{sout}");
+                let theirs = max_l3(&sout).unwrap();
+                eprintln!(
+                    "udpst {dir}: hakaru {ours} Mbit/s, stock {theirs} Mbit/s (row 100 = 100)"
+                );
+                (ours, theirs)
+            },
+            |ours, theirs| settled(ours, theirs, 100.0),
         );
-        assert!(
-            (ours - 100.0).abs() < 5.0,
-            "{dir}: {ours} Mbit/s, row 100 is 100"
-        );
+        // Over 50: a server that loses half its datagrams or paces half of the row fails here
+        // whatever the stock pair read; one at a higher row fails the ceiling.
+        check_rates(&format!("udpst {dir} -I 100"), ours, theirs, 100.0, 50.0);
         let direction = if dir == "-u" {
             "client to hakaru (upstream)"
         } else {
