@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use hakaru_proto::netperf::{decode_response, decode_results, Request};
 use hakaru_session::netperf::client as np_client;
 use hakaru_session::netperf::server::{Config, Input, Session};
+use hakaru_session::Machine as _;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

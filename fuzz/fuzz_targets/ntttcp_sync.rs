@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use hakaru_proto::ntttcp::{command_duration, decode, word_name, Request, StartReply, Words};
 use hakaru_session::ntttcp::{client, server};
+use hakaru_session::Machine as _;
 use libfuzzer_sys::fuzz_target;
 
 /// Takes a chunk: one length byte, then that many bytes (fewer at the end of the input).

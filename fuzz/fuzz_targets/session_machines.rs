@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use hakaru_model::{End, SideReport};
 use hakaru_proto::native::{Decoder, MAX_FIRST_FRAMES};
 use hakaru_session::{iperf3::server as iperf3, server as native};
+use hakaru_session::Machine as _;
 use libfuzzer_sys::fuzz_target;
 
 /// Takes a chunk: one length byte, then that many bytes (fewer at the end of the input).

@@ -2,6 +2,7 @@
 //! start's gate, this end's side, and the control connection read by a thread of its own,
 //! all as inputs to the session machine, whose outputs this module carries out.
 
+use hakaru_session::Machine as _;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;

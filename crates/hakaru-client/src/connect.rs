@@ -4,6 +4,7 @@
 //! machine their ticks and the control messages; the machine keeps the connection alive,
 //! sends this end's report and takes the server's answer.
 
+use hakaru_session::Machine as _;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;

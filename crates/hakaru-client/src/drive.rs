@@ -1,4 +1,4 @@
-//! The driver of the native client session machine (`hakaru_session::client::Machine`): the
+//! The driver of the native client session machine (`hakaru_session::client::Session`): the
 //! control socket's I/O and time in, the machine's sends out, and the conversions between
 //! the machine's errors and [`ClientError`].
 
@@ -10,14 +10,15 @@ use hakaru_engine::side::MAX_SCHEDULE_WAIT;
 use hakaru_engine::Observer;
 use hakaru_model::SideReport;
 use hakaru_proto::native::opening;
-use hakaru_session::client::{Ended, Fault, Input, Machine, Output, SessionError};
+use hakaru_session::client::{Ended, Fault, Input, Output, Session, SessionError};
+use hakaru_session::Machine as _;
 
 use crate::{ClientError, StartGate};
 
 /// The control connection and the session machine that decides what is said on it.
 pub(crate) struct Control {
     pub conn: ControlConn,
-    pub m: Machine,
+    pub m: Session,
 }
 
 impl Control {
@@ -39,7 +40,7 @@ impl Control {
                     other => return other,
                 }
             }
-            if self.m.is_ended() {
+            if self.m.is_done() {
                 return Output::End(Err(SessionError::Flow(
                     "internal error: the client session ended without saying how".into(),
                 )));

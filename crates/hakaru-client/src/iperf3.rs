@@ -6,6 +6,7 @@
 //! this end's numbers only; the totals take the receiver's figures from the results exchange,
 //! as iperf3's own client does.
 
+use hakaru_session::Machine as _;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::net::{SocketAddr, UdpSocket};

@@ -2,6 +2,7 @@
 //! open the flows, ping, hand the machine each interval's record and the pinger's end; the
 //! machine keeps the time, stops the server's echo and exchanges the reports.
 
+use hakaru_session::Machine as _;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -31,7 +31,7 @@ use hakaru_model::{
     assemble, FlowDir, IntervalRecord, RemoteSpec, Role, RunResult, SideReport, TcpSpec, TestSpec,
 };
 use hakaru_proto::{native::opening, Message};
-use hakaru_session::client::{Config as SessionConfig, Machine};
+use hakaru_session::client::{Config as SessionConfig, Session};
 use socket2::{Domain, Protocol, Socket, Type};
 
 pub use hakaru_model::Family;
@@ -440,7 +440,7 @@ fn open_session(
     };
     Ok(drive::Control {
         conn: ControlConn::new(stream),
-        m: Machine::new(cfg, Instant::now(), sys::now_unix()),
+        m: Session::new(cfg, Instant::now(), sys::now_unix()),
     })
 }
 

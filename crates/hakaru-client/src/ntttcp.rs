@@ -8,6 +8,7 @@
 //! say so).
 
 use hakaru_engine::control::{read_raw, RawRead};
+use hakaru_session::Machine as _;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};

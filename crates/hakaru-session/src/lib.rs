@@ -22,6 +22,8 @@
 
 #![deny(clippy::indexing_slicing)]
 
+use std::time::Instant;
+
 pub mod client;
 pub mod iperf3;
 pub mod netperf;
@@ -34,3 +36,32 @@ mod udpst_rx;
 
 #[cfg(test)]
 mod pair_tests;
+#[cfg(test)]
+mod sweep;
+
+/// The contract every session machine here keeps (the module's conventions, as a trait): its
+/// driver gives it inputs and deadlines and carries out its outputs, in order.
+pub trait Machine {
+    /// What happened: a decoded message, the peer closing, the data plane's report, an answer
+    /// the machine asked the driver for.
+    type Input;
+    /// What to do: send this, start or stop the data plane, end the session.
+    type Output;
+
+    /// Takes one input that happened at `now`.
+    fn handle(&mut self, input: Self::Input, now: Instant);
+
+    /// Acts on whatever deadline `now` has reached (nothing before [`Machine::timeout`]).
+    fn handle_timeout(&mut self, now: Instant);
+
+    /// The next instant at which [`Machine::handle_timeout`] has something to do; `None`
+    /// while only an input can move the session on.
+    fn timeout(&self) -> Option<Instant>;
+
+    /// The next action, in order; `None` when there is nothing to do until the next input.
+    fn poll_output(&mut self) -> Option<Self::Output>;
+
+    /// True once the session has given (or queued) its end; from then on every input is
+    /// ignored and nothing more is said.
+    fn is_done(&self) -> bool;
+}

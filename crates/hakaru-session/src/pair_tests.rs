@@ -2,6 +2,7 @@
 //! time: every message goes through the real framing (`Message::encode`, `Decoder`), and the
 //! tests play both drivers (data paths arrive, sides start and finish, admission answers).
 
+use crate::Machine as _;
 use std::time::{Duration, Instant};
 
 use hakaru_model::{
@@ -35,7 +36,7 @@ enum Server {
 
 struct Pair {
     now: Instant,
-    c: client::Machine,
+    c: client::Session,
     s: Option<server::Session>,
     server_key: Option<&'static str>,
     behaviour: Server,
@@ -80,7 +81,7 @@ impl Pair {
         };
         Pair {
             now,
-            c: client::Machine::new(cfg, now, 1_000_000.0),
+            c: client::Session::new(cfg, now, 1_000_000.0),
             s: None,
             server_key,
             behaviour: Server::Runs,

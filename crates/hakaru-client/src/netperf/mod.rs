@@ -12,6 +12,7 @@
 mod bulk;
 mod rr;
 
+use hakaru_session::Machine as _;
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::AtomicBool;

@@ -13,6 +13,7 @@
 //! JSON and back (`hakaru_proto::iperf3`).
 #![cfg_attr(not(test), deny(clippy::indexing_slicing))]
 
+use hakaru_session::Machine as _;
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc, Mutex};

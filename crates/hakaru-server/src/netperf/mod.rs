@@ -21,6 +21,7 @@ mod sizes;
 pub(crate) use guard::Guards;
 pub(crate) use sink::UdpSink;
 
+use hakaru_session::Machine as _;
 use std::io::{self, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};

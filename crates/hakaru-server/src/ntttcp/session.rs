@@ -2,6 +2,7 @@
 //! for the sender that starts the test, the engine that counts the group's connections.
 
 use hakaru_engine::control::{read_raw, RawRead};
+use hakaru_session::Machine as _;
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;

@@ -3,6 +3,7 @@
 //! registry of data paths, carries out the machine's outputs (send, admit, start, stop) with
 //! the server's limits, sockets and the engine, and logs how the session ended.
 
+use hakaru_session::Machine as _;
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;

@@ -8,7 +8,7 @@ use std::time::Instant;
 use hakaru_model::{IntervalRecord, SideReport};
 use hakaru_proto::Message;
 
-use super::{Ended, Fault, Input, Machine, Output, SessionError, State, RESULTS_TIMEOUT};
+use super::{Ended, Fault, Input, Output, Session, SessionError, State, RESULTS_TIMEOUT};
 
 /// A running connection-rate test.
 #[derive(Debug)]
@@ -45,7 +45,7 @@ impl Run {
     }
 }
 
-impl Machine {
+impl Session {
     fn connect_run(&mut self) -> Option<&mut Run> {
         match &mut self.state {
             State::Connecting(r) => Some(r),

@@ -7,7 +7,7 @@ use hakaru_model::{ClockOffset, LatencyTransport, TestSpec};
 use hakaru_proto::{Message, ServerInfo};
 
 use super::{
-    running, Fault, Input, Machine, Output, ServerFacts, SessionError, State, AUTH_TIMEOUT,
+    running, Fault, Input, Output, ServerFacts, Session, SessionError, State, AUTH_TIMEOUT,
     HANDSHAKE_TIMEOUT,
 };
 
@@ -23,9 +23,9 @@ pub(super) struct AuthWait {
     welcome_unix: f64,
 }
 
-impl Machine {
+impl Session {
     pub(super) fn on_welcome(&mut self, input: Input, now: Instant) {
-        let not_hakaru = |m: &Machine, detail: String| SessionError::NotHakaru {
+        let not_hakaru = |m: &Session, detail: String| SessionError::NotHakaru {
             addr: m.cfg.peer.clone(),
             detail,
         };

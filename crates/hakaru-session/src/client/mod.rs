@@ -1,6 +1,6 @@
 //! The native client session (hakaru's own protocol), as a machine.
 //!
-//! [`Machine`] holds what the client says on the control connection and when: from the hello
+//! [`Session`] holds what the client says on the control connection and when: from the hello
 //! to the final reports, for every kind a server runs (bulk TCP and UDP, latency and
 //! connection-rate tests). Its driver
 //! (hakaru-client) connects, opens the data flows, runs this end's side, reads and writes the
@@ -330,7 +330,7 @@ impl State {
 
 /// The native client session: messages, data-plane events and time in, actions out.
 #[derive(Debug)]
-pub struct Machine {
+pub struct Session {
     cfg: Config,
     state: State,
     out: VecDeque<Output>,
@@ -358,9 +358,9 @@ pub fn can_schedule(spec: &TestSpec) -> bool {
     matches!(spec, TestSpec::Tcp(_) | TestSpec::Udp(_)) && spec.latency_probe().is_none()
 }
 
-impl Machine {
+impl Session {
     /// A session that opens with the hello now; `unix_now` is the wall clock at `now`.
-    pub fn new(cfg: Config, now: Instant, unix_now: f64) -> Machine {
+    pub fn new(cfg: Config, now: Instant, unix_now: f64) -> Session {
         let hello = Message::Hello {
             protocol: hakaru_proto::PROTOCOL_VERSION,
             software: cfg.software.clone(),
@@ -368,7 +368,7 @@ impl Machine {
             nonce: Some(cfg.nonce.clone()),
         };
         let spec = cfg.spec.clone();
-        Machine {
+        Session {
             cfg,
             state: State::Welcome {
                 deadline: now + HANDSHAKE_TIMEOUT,
@@ -382,74 +382,6 @@ impl Machine {
             early_start: None,
             start_at: None,
         }
-    }
-
-    /// Takes one input that happened at `now`.
-    pub fn handle(&mut self, input: Input, now: Instant) {
-        match input {
-            Input::Stop => return self.stop(),
-            Input::SendFailed { what, fault } => return self.send_failed(what, fault),
-            _ => {}
-        }
-        match &self.state {
-            State::Welcome { .. } => self.on_welcome(input, now),
-            State::Auth(_) => self.on_auth(input, now),
-            State::Accepting { .. } => self.on_answer(input),
-            State::Flows | State::Gate | State::Baseline { .. } => self.on_setup(input, now),
-            State::Starting { .. } => self.on_start(input, now),
-            State::Running(_) | State::Collecting(_) => self.on_test(input, now),
-            State::Connecting(_) => self.on_connect(input, now),
-            State::Ended => {}
-        }
-    }
-
-    /// Acts on the deadline given by [`Machine::timeout`], if `now` has reached it.
-    pub fn handle_timeout(&mut self, now: Instant) {
-        if self.timeout().is_none_or(|d| now < d) {
-            return;
-        }
-        let timed_out = |t: Duration| Fault::Timeout(t.as_secs_f64());
-        match &self.state {
-            State::Welcome { .. } => self.end(SessionError::NotHakaru {
-                addr: self.cfg.peer.clone(),
-                detail: format!(
-                    "it sent no greeting within {} s",
-                    HANDSHAKE_TIMEOUT.as_secs()
-                ),
-            }),
-            State::Auth(_) => self.end(self.control(timed_out(AUTH_TIMEOUT))),
-            State::Accepting { .. } | State::Starting { .. } => {
-                self.end(self.control(timed_out(HANDSHAKE_TIMEOUT)))
-            }
-            State::Running(_) => self.test_timeout(now),
-            State::Connecting(_) => self.connect_timeout(now),
-            State::Baseline { .. } => self.baseline_done(now),
-            _ => {}
-        }
-    }
-
-    /// The next instant at which [`Machine::handle_timeout`] has something to do.
-    pub fn timeout(&self) -> Option<Instant> {
-        match &self.state {
-            State::Welcome { deadline }
-            | State::Accepting { deadline }
-            | State::Starting { deadline } => Some(*deadline),
-            State::Auth(a) => Some(a.deadline),
-            State::Baseline { until } => Some(*until),
-            State::Running(t) => Some(t.next_deadline(&self.cfg)),
-            State::Connecting(r) => Some(r.next_deadline(&self.cfg)),
-            _ => None,
-        }
-    }
-
-    /// The next action, in order; `None` when there is nothing to do until the next input.
-    pub fn poll_output(&mut self) -> Option<Output> {
-        self.out.pop_front()
-    }
-
-    /// True once the final output has been given (or queued).
-    pub fn is_ended(&self) -> bool {
-        matches!(self.state, State::Ended)
     }
 
     /// The test as asked for (the configured one, with cubic on loopback if so).
@@ -549,5 +481,78 @@ impl Machine {
             _ => self.control(fault),
         };
         self.end(e);
+    }
+}
+
+impl crate::Machine for Session {
+    type Input = Input;
+    type Output = Output;
+
+    /// Takes one input that happened at `now`.
+    fn handle(&mut self, input: Input, now: Instant) {
+        match input {
+            Input::Stop => return self.stop(),
+            Input::SendFailed { what, fault } => return self.send_failed(what, fault),
+            _ => {}
+        }
+        match &self.state {
+            State::Welcome { .. } => self.on_welcome(input, now),
+            State::Auth(_) => self.on_auth(input, now),
+            State::Accepting { .. } => self.on_answer(input),
+            State::Flows | State::Gate | State::Baseline { .. } => self.on_setup(input, now),
+            State::Starting { .. } => self.on_start(input, now),
+            State::Running(_) | State::Collecting(_) => self.on_test(input, now),
+            State::Connecting(_) => self.on_connect(input, now),
+            State::Ended => {}
+        }
+    }
+
+    /// Acts on the deadline given by [`Session::timeout`], if `now` has reached it.
+    fn handle_timeout(&mut self, now: Instant) {
+        if self.timeout().is_none_or(|d| now < d) {
+            return;
+        }
+        let timed_out = |t: Duration| Fault::Timeout(t.as_secs_f64());
+        match &self.state {
+            State::Welcome { .. } => self.end(SessionError::NotHakaru {
+                addr: self.cfg.peer.clone(),
+                detail: format!(
+                    "it sent no greeting within {} s",
+                    HANDSHAKE_TIMEOUT.as_secs()
+                ),
+            }),
+            State::Auth(_) => self.end(self.control(timed_out(AUTH_TIMEOUT))),
+            State::Accepting { .. } | State::Starting { .. } => {
+                self.end(self.control(timed_out(HANDSHAKE_TIMEOUT)))
+            }
+            State::Running(_) => self.test_timeout(now),
+            State::Connecting(_) => self.connect_timeout(now),
+            State::Baseline { .. } => self.baseline_done(now),
+            _ => {}
+        }
+    }
+
+    /// The next instant at which [`Session::handle_timeout`] has something to do.
+    fn timeout(&self) -> Option<Instant> {
+        match &self.state {
+            State::Welcome { deadline }
+            | State::Accepting { deadline }
+            | State::Starting { deadline } => Some(*deadline),
+            State::Auth(a) => Some(a.deadline),
+            State::Baseline { until } => Some(*until),
+            State::Running(t) => Some(t.next_deadline(&self.cfg)),
+            State::Connecting(r) => Some(r.next_deadline(&self.cfg)),
+            _ => None,
+        }
+    }
+
+    /// The next action, in order; `None` when there is nothing to do until the next input.
+    fn poll_output(&mut self) -> Option<Output> {
+        self.out.pop_front()
+    }
+
+    /// True once the final output has been given (or queued).
+    fn is_done(&self) -> bool {
+        matches!(self.state, State::Ended)
     }
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use hakaru_model::{merge_interval, FlowDir, IntervalRecord, IntervalSample, SideReport, TestSpec};
 use hakaru_proto::Message;
 
-use super::{Config, Fault, Input, Machine, Output, SessionError, State, RESULTS_TIMEOUT};
+use super::{Config, Fault, Input, Output, Session, SessionError, State, RESULTS_TIMEOUT};
 
 /// How a test ended: what `run_test` assembles the result from.
 #[derive(Debug, Clone, PartialEq)]
@@ -106,7 +106,7 @@ impl Test {
     }
 }
 
-impl Machine {
+impl Session {
     fn test(&mut self) -> Option<&mut Test> {
         match &mut self.state {
             State::Running(t) | State::Collecting(t) => Some(t),

@@ -1,5 +1,6 @@
 //! The client machine on virtual time against a scripted server.
 
+use crate::Machine as _;
 use std::time::{Duration, Instant};
 
 use hakaru_model::{
@@ -48,7 +49,7 @@ fn config(spec: TestSpec) -> Config {
 
 /// A machine and its virtual clock.
 struct Run {
-    m: Machine,
+    m: Session,
     t0: Instant,
 }
 
@@ -56,7 +57,7 @@ impl Run {
     fn new(cfg: Config) -> Run {
         let t0 = Instant::now();
         Run {
-            m: Machine::new(cfg, t0, UNIX0),
+            m: Session::new(cfg, t0, UNIX0),
             t0,
         }
     }
@@ -188,7 +189,7 @@ fn finished() -> Message {
 
 /// The error the session ended with, checking that it ended and that nothing follows.
 fn ended_with(r: &mut Run, out: &[Output]) -> SessionError {
-    assert!(r.m.is_ended(), "{out:?}");
+    assert!(r.m.is_done(), "{out:?}");
     assert_eq!(r.m.timeout(), None);
     match out.last() {
         Some(Output::End(Err(e))) => e.clone(),

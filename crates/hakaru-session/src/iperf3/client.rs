@@ -11,6 +11,7 @@
 //! before TEST_END and drains the receivers after it. This end decides when the test is over,
 //! as iperf3's own client does.
 
+use crate::Machine as _;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
@@ -153,91 +154,9 @@ impl Session {
         s
     }
 
-    /// The next action, until `None`.
-    pub fn poll_output(&mut self) -> Option<Output> {
-        self.out.pop_front()
-    }
-
-    /// The session is over.
-    pub fn is_done(&self) -> bool {
-        matches!(self.phase, Phase::Over)
-    }
-
     /// The test runs (the engine is started and the results are not yet due).
     pub fn is_running(&self) -> bool {
         matches!(self.phase, Phase::Running { .. })
-    }
-
-    /// When the machine next needs [`Session::handle_timeout`].
-    pub fn timeout(&self) -> Option<Instant> {
-        match &self.phase {
-            Phase::Await { deadline, .. }
-            | Phase::Results { deadline }
-            | Phase::Errno { deadline } => Some(*deadline),
-            Phase::Running { end_at } => *end_at,
-            Phase::Opening | Phase::Landing | Phase::Draining | Phase::Over => None,
-        }
-    }
-
-    /// Acts on whatever deadline `now` has reached.
-    pub fn handle_timeout(&mut self, now: Instant) {
-        match &self.phase {
-            Phase::Await { deadline, .. } | Phase::Results { deadline } if now >= *deadline => {
-                self.fail(Error::Gone(format!(
-                    "nothing arrived on the control connection within {:.1} s",
-                    STEP_TIMEOUT.as_secs_f64()
-                )));
-            }
-            Phase::Errno { deadline } if now >= *deadline => self.fail(Error::ServerError(0)),
-            Phase::Running { end_at: Some(t) } if now >= *t => self.over(),
-            _ => {}
-        }
-    }
-
-    /// Takes one input.
-    pub fn handle(&mut self, input: Input, now: Instant) {
-        if self.is_done() {
-            return;
-        }
-        match input {
-            Input::Bytes(b) => {
-                self.inbox.feed(&b);
-                self.parse(now);
-            }
-            Input::Closed => self.fail(Error::Gone(
-                "closed the control connection (is it an iperf3 server?)".into(),
-            )),
-            Input::ReadFailed(e) => self.fail(Error::Gone(format!("control connection: {e}"))),
-            Input::StreamsOpen if matches!(self.phase, Phase::Opening) => {
-                self.expect(State::TestStart, "waiting for TEST_START", now)
-            }
-            Input::AmountDone if self.is_running() => self.over(),
-            Input::Interrupt if self.is_running() => {
-                self.interrupted = true;
-                self.over();
-            }
-            Input::SideFailed(e) if self.is_running() => {
-                self.out
-                    .push_back(Output::Send(vec![State::ClientTerminate.byte()]));
-                self.fail(Error::Flow(e));
-            }
-            Input::Landed if matches!(self.phase, Phase::Landing) => {
-                self.out
-                    .push_back(Output::Send(vec![State::TestEnd.byte()]));
-                self.out.push_back(Output::Drain);
-                self.phase = Phase::Draining;
-            }
-            Input::SideDone(mine) if matches!(self.phase, Phase::Draining) => {
-                self.side_up = false;
-                self.params = mine.to_json();
-                self.expect(State::ExchangeResults, "waiting for EXCHANGE_RESULTS", now);
-            }
-            Input::Failed(e) => {
-                self.out.clear();
-                self.fail(e);
-            }
-            _ => {}
-        }
     }
 
     /// The test is over at this end.
@@ -364,5 +283,92 @@ impl Session {
     fn end(&mut self, how: Result<bool, Error>) {
         self.out.push_back(Output::End(how));
         self.phase = Phase::Over;
+    }
+}
+
+impl crate::Machine for Session {
+    type Input = Input;
+    type Output = Output;
+
+    /// Takes one input.
+    fn handle(&mut self, input: Input, now: Instant) {
+        if self.is_done() {
+            return;
+        }
+        match input {
+            Input::Bytes(b) => {
+                self.inbox.feed(&b);
+                self.parse(now);
+            }
+            Input::Closed => self.fail(Error::Gone(
+                "closed the control connection (is it an iperf3 server?)".into(),
+            )),
+            Input::ReadFailed(e) => self.fail(Error::Gone(format!("control connection: {e}"))),
+            Input::StreamsOpen if matches!(self.phase, Phase::Opening) => {
+                self.expect(State::TestStart, "waiting for TEST_START", now)
+            }
+            Input::AmountDone if self.is_running() => self.over(),
+            Input::Interrupt if self.is_running() => {
+                self.interrupted = true;
+                self.over();
+            }
+            Input::SideFailed(e) if self.is_running() => {
+                self.out
+                    .push_back(Output::Send(vec![State::ClientTerminate.byte()]));
+                self.fail(Error::Flow(e));
+            }
+            Input::Landed if matches!(self.phase, Phase::Landing) => {
+                self.out
+                    .push_back(Output::Send(vec![State::TestEnd.byte()]));
+                self.out.push_back(Output::Drain);
+                self.phase = Phase::Draining;
+            }
+            Input::SideDone(mine) if matches!(self.phase, Phase::Draining) => {
+                self.side_up = false;
+                self.params = mine.to_json();
+                self.expect(State::ExchangeResults, "waiting for EXCHANGE_RESULTS", now);
+            }
+            Input::Failed(e) => {
+                self.out.clear();
+                self.fail(e);
+            }
+            _ => {}
+        }
+    }
+
+    /// Acts on whatever deadline `now` has reached.
+    fn handle_timeout(&mut self, now: Instant) {
+        match &self.phase {
+            Phase::Await { deadline, .. } | Phase::Results { deadline } if now >= *deadline => {
+                self.fail(Error::Gone(format!(
+                    "nothing arrived on the control connection within {:.1} s",
+                    STEP_TIMEOUT.as_secs_f64()
+                )));
+            }
+            Phase::Errno { deadline } if now >= *deadline => self.fail(Error::ServerError(0)),
+            Phase::Running { end_at: Some(t) } if now >= *t => self.over(),
+            _ => {}
+        }
+    }
+
+    /// When the machine next needs [`Session::handle_timeout`].
+    fn timeout(&self) -> Option<Instant> {
+        match &self.phase {
+            Phase::Await { deadline, .. }
+            | Phase::Results { deadline }
+            | Phase::Errno { deadline } => Some(*deadline),
+            Phase::Running { end_at } => *end_at,
+            Phase::Opening | Phase::Landing | Phase::Draining | Phase::Over => None,
+        }
+    }
+
+    /// The next action, until `None`.
+    fn poll_output(&mut self) -> Option<Output> {
+        self.out.pop_front()
+    }
+
+    /// The session is over.
+    fn is_done(&self) -> bool {
+        matches!(self.phase, Phase::Over)
     }
 }

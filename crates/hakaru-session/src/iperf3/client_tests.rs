@@ -1,5 +1,6 @@
 //! The `--iperf3` client machine on virtual time, alone and against the server machine.
 
+use crate::Machine as _;
 use std::time::{Duration, Instant};
 
 use hakaru_proto::iperf3::{encode_json, errno, server_error, Results, State};
@@ -292,4 +293,60 @@ fn the_client_and_server_machines_complete_a_test_together() {
         Duration::from_secs(10),
         "the test ran its 10 s"
     );
+}
+
+#[test]
+fn every_input_in_every_state_keeps_the_conventions() {
+    let byte = |s: State| Input::Bytes(vec![s.byte()]);
+    let path = || {
+        vec![
+            byte(State::ParamExchange),
+            byte(State::CreateStreams),
+            Input::StreamsOpen,
+            Input::Bytes(vec![State::TestStart.byte(), State::TestRunning.byte()]),
+            Input::AmountDone,
+            Input::Landed,
+            Input::SideDone(results()),
+            byte(State::ExchangeResults),
+            Input::Bytes(encode_json(&results_doc())),
+            byte(State::DisplayResults),
+        ]
+    };
+    let inputs = || {
+        vec![
+            Input::Bytes(vec![0x7f; 3]),
+            Input::Bytes(vec![]),
+            byte(State::ParamExchange),
+            byte(State::TestRunning),
+            byte(State::AccessDenied),
+            byte(State::ServerError),
+            Input::Bytes(server_error(errno::IENUMSTREAMS, 0).to_vec()),
+            Input::Bytes(encode_json(&results_doc())),
+            Input::Bytes(b"{\"streams\": [".to_vec()),
+            Input::ReadFailed("reset".into()),
+            Input::Closed,
+            Input::StreamsOpen,
+            Input::AmountDone,
+            Input::Interrupt,
+            Input::SideFailed("stream".into()),
+            Input::Landed,
+            Input::SideDone(results()),
+            Input::Failed(Error::ServerError(1)),
+        ]
+    };
+    let answers = || {
+        vec![
+            Input::StreamsOpen,
+            Input::Landed,
+            Input::SideDone(results()),
+        ]
+    };
+    let n = crate::sweep::Sweep {
+        make: &|now| Session::new(COOKIE, params(), Some(Duration::from_secs(10)), now),
+        path: &path,
+        inputs: &inputs,
+        answers: &answers,
+    }
+    .run();
+    assert_eq!(n, 11 * 18);
 }

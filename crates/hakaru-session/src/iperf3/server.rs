@@ -12,6 +12,7 @@
 //! The driver (hakaru-server's `iperf3`) checks the parameters against the server's limits,
 //! holds the data streams and runs the engine; it answers what the machine asks.
 
+use crate::Machine as _;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
@@ -189,68 +190,6 @@ impl Session {
         s
     }
 
-    /// The next action, until `None`.
-    pub fn poll_output(&mut self) -> Option<Output> {
-        self.out.pop_front()
-    }
-
-    /// The session is over.
-    pub fn is_done(&self) -> bool {
-        matches!(self.phase, Phase::Over)
-    }
-
-    /// When the machine next needs [`Session::handle_timeout`].
-    pub fn timeout(&self) -> Option<Instant> {
-        match &self.phase {
-            Phase::Params { deadline }
-            | Phase::Streams { deadline, .. }
-            | Phase::Results { deadline }
-            | Phase::Done { deadline } => Some(*deadline),
-            Phase::Running(r) => [r.limit, r.cutoff, r.idle_until]
-                .into_iter()
-                .flatten()
-                .min(),
-            Phase::Planning | Phase::Answering | Phase::Over => None,
-        }
-    }
-
-    /// Acts on whatever deadline `now` has reached.
-    pub fn handle_timeout(&mut self, now: Instant) {
-        let why = match &self.phase {
-            Phase::Params { deadline } if now >= *deadline => Some((
-                None,
-                format!(
-                    "reading the parameters: nothing arrived on the control connection within {:.1} s",
-                    PARAMS_TIMEOUT.as_secs_f64()
-                ),
-            )),
-            Phase::Streams {
-                deadline, arrived, want,
-            } if now >= *deadline => Some((
-                None,
-                format!(
-                    "only {arrived} of {want} data streams arrived within {} s",
-                    STREAMS_TIMEOUT.as_secs()
-                ),
-            )),
-            Phase::Running(r) => self.run_timeout(r, now),
-            Phase::Results { deadline } if now >= *deadline => Some((
-                None,
-                format!(
-                    "reading the client's results: nothing arrived on the control connection within {:.1} s",
-                    RESULTS_TIMEOUT.as_secs_f64()
-                ),
-            )),
-            Phase::Done { deadline } if now >= *deadline => {
-                return self.end(Ending::Finished);
-            }
-            _ => None,
-        };
-        if let Some((code, why)) = why {
-            self.fail(code, why);
-        }
-    }
-
     fn run_timeout(&self, r: &Run, now: Instant) -> Option<(Option<i32>, String)> {
         if r.cutoff.is_some_and(|c| now >= c) {
             return Some((
@@ -281,73 +220,6 @@ impl Session {
             ));
         }
         None
-    }
-
-    /// Takes one input.
-    pub fn handle(&mut self, input: Input, now: Instant) {
-        if self.is_done() {
-            return;
-        }
-        match input {
-            Input::Bytes(b) => {
-                self.inbox.feed(&b);
-                self.parse(now);
-            }
-            Input::Closed => self.lost("the peer closed the control connection".into()),
-            Input::ReadFailed(e) => self.lost(format!("control connection: {e}")),
-            Input::Planned { streams } if matches!(self.phase, Phase::Planning) => {
-                self.state(State::CreateStreams);
-                self.phase = Phase::Streams {
-                    deadline: now + STREAMS_TIMEOUT,
-                    arrived: 0,
-                    want: streams,
-                };
-                self.streams_complete(now);
-            }
-            Input::Invalid(code, why) if matches!(self.phase, Phase::Planning) => {
-                self.out
-                    .push_back(Output::Send(wire::server_error(code, 0).to_vec()));
-                self.end(Ending::Refused(why));
-            }
-            Input::Busy(why) if matches!(self.phase, Phase::Planning) => {
-                // What a stock iperf3 server says when busy; the client reports "the server
-                // is busy running a test".
-                self.state(State::AccessDenied);
-                self.end(Ending::Refused(format!("refused: {why}")));
-            }
-            Input::StreamArrived => {
-                if let Phase::Streams { arrived, .. } = &mut self.phase {
-                    *arrived += 1;
-                    self.streams_complete(now);
-                }
-            }
-            Input::Failed(code, why) => {
-                self.out.clear();
-                self.fail(Some(code), why);
-            }
-            Input::SideDone { error } => self.side_done(error, now),
-            Input::Answer(v) if matches!(self.phase, Phase::Answering) => {
-                self.out.push_back(Output::Send(encode_json(&v)));
-                self.state(State::DisplayResults);
-                self.phase = Phase::Done {
-                    deadline: now + DONE_TIMEOUT,
-                };
-                // The client's last word may already be here.
-                self.parse(now);
-            }
-            Input::Shutdown => {
-                if self.side_up {
-                    self.side_up = false;
-                    self.out.push_back(Output::AbortSide);
-                }
-                self.state(State::ServerTerminate);
-                self.end(Ending::Failed {
-                    why: "the server is shutting down".into(),
-                    told: false,
-                });
-            }
-            _ => {}
-        }
     }
 
     /// Every stream here: set up, signal, start.
@@ -540,5 +412,139 @@ impl Session {
     fn end(&mut self, how: Ending) {
         self.out.push_back(Output::End(how));
         self.phase = Phase::Over;
+    }
+}
+
+impl crate::Machine for Session {
+    type Input = Input;
+    type Output = Output;
+
+    /// Takes one input.
+    fn handle(&mut self, input: Input, now: Instant) {
+        if self.is_done() {
+            return;
+        }
+        match input {
+            Input::Bytes(b) => {
+                self.inbox.feed(&b);
+                self.parse(now);
+            }
+            Input::Closed => self.lost("the peer closed the control connection".into()),
+            Input::ReadFailed(e) => self.lost(format!("control connection: {e}")),
+            Input::Planned { streams } if matches!(self.phase, Phase::Planning) => {
+                self.state(State::CreateStreams);
+                self.phase = Phase::Streams {
+                    deadline: now + STREAMS_TIMEOUT,
+                    arrived: 0,
+                    want: streams,
+                };
+                self.streams_complete(now);
+            }
+            Input::Invalid(code, why) if matches!(self.phase, Phase::Planning) => {
+                self.out
+                    .push_back(Output::Send(wire::server_error(code, 0).to_vec()));
+                self.end(Ending::Refused(why));
+            }
+            Input::Busy(why) if matches!(self.phase, Phase::Planning) => {
+                // What a stock iperf3 server says when busy; the client reports "the server
+                // is busy running a test".
+                self.state(State::AccessDenied);
+                self.end(Ending::Refused(format!("refused: {why}")));
+            }
+            Input::StreamArrived => {
+                if let Phase::Streams { arrived, .. } = &mut self.phase {
+                    *arrived += 1;
+                    self.streams_complete(now);
+                }
+            }
+            Input::Failed(code, why) => {
+                self.out.clear();
+                self.fail(Some(code), why);
+            }
+            Input::SideDone { error } => self.side_done(error, now),
+            Input::Answer(v) if matches!(self.phase, Phase::Answering) => {
+                self.out.push_back(Output::Send(encode_json(&v)));
+                self.state(State::DisplayResults);
+                self.phase = Phase::Done {
+                    deadline: now + DONE_TIMEOUT,
+                };
+                // The client's last word may already be here.
+                self.parse(now);
+            }
+            Input::Shutdown => {
+                if self.side_up {
+                    self.side_up = false;
+                    self.out.push_back(Output::AbortSide);
+                }
+                self.state(State::ServerTerminate);
+                self.end(Ending::Failed {
+                    why: "the server is shutting down".into(),
+                    told: false,
+                });
+            }
+            _ => {}
+        }
+    }
+
+    /// Acts on whatever deadline `now` has reached.
+    fn handle_timeout(&mut self, now: Instant) {
+        let why = match &self.phase {
+            Phase::Params { deadline } if now >= *deadline => Some((
+                None,
+                format!(
+                    "reading the parameters: nothing arrived on the control connection within {:.1} s",
+                    PARAMS_TIMEOUT.as_secs_f64()
+                ),
+            )),
+            Phase::Streams {
+                deadline, arrived, want,
+            } if now >= *deadline => Some((
+                None,
+                format!(
+                    "only {arrived} of {want} data streams arrived within {} s",
+                    STREAMS_TIMEOUT.as_secs()
+                ),
+            )),
+            Phase::Running(r) => self.run_timeout(r, now),
+            Phase::Results { deadline } if now >= *deadline => Some((
+                None,
+                format!(
+                    "reading the client's results: nothing arrived on the control connection within {:.1} s",
+                    RESULTS_TIMEOUT.as_secs_f64()
+                ),
+            )),
+            Phase::Done { deadline } if now >= *deadline => {
+                return self.end(Ending::Finished);
+            }
+            _ => None,
+        };
+        if let Some((code, why)) = why {
+            self.fail(code, why);
+        }
+    }
+
+    /// When the machine next needs [`Session::handle_timeout`].
+    fn timeout(&self) -> Option<Instant> {
+        match &self.phase {
+            Phase::Params { deadline }
+            | Phase::Streams { deadline, .. }
+            | Phase::Results { deadline }
+            | Phase::Done { deadline } => Some(*deadline),
+            Phase::Running(r) => [r.limit, r.cutoff, r.idle_until]
+                .into_iter()
+                .flatten()
+                .min(),
+            Phase::Planning | Phase::Answering | Phase::Over => None,
+        }
+    }
+
+    /// The next action, until `None`.
+    fn poll_output(&mut self) -> Option<Output> {
+        self.out.pop_front()
+    }
+
+    /// The session is over.
+    fn is_done(&self) -> bool {
+        matches!(self.phase, Phase::Over)
     }
 }

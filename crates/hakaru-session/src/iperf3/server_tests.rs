@@ -1,6 +1,7 @@
 //! The iperf3 server machine on virtual time, fed bytes as a stock client sends them (split at
 //! every byte, too).
 
+use crate::Machine as _;
 use std::time::{Duration, Instant};
 
 use hakaru_proto::iperf3::{encode_json, errno, server_error, State};
@@ -422,4 +423,61 @@ fn any_byte_in_any_phase_ends_cleanly() {
             assert_eq!(ends, 1);
         }
     }
+}
+
+#[test]
+fn every_input_in_every_state_keeps_the_conventions() {
+    let path = || {
+        vec![
+            Input::Bytes(tcp_params()),
+            Input::Planned { streams: 2 },
+            Input::StreamArrived,
+            Input::StreamArrived,
+            Input::Bytes(vec![State::TestEnd.byte()]),
+            Input::SideDone { error: None },
+            Input::Bytes(results()),
+            Input::Answer(json!({"streams": []})),
+            Input::Bytes(vec![State::IperfDone.byte()]),
+        ]
+    };
+    let inputs = || {
+        vec![
+            Input::Bytes(vec![0xff; 7]),
+            Input::Bytes(vec![]),
+            Input::Bytes(tcp_params()),
+            Input::Bytes(b"{\"tcp\": tru".to_vec()),
+            Input::Bytes(vec![State::TestEnd.byte()]),
+            Input::Bytes(vec![State::IperfDone.byte()]),
+            Input::Bytes(results()),
+            Input::ReadFailed("reset".into()),
+            Input::Closed,
+            Input::Planned { streams: 2 },
+            Input::Planned { streams: 0 },
+            Input::Invalid(errno::IENUMSTREAMS, "bad".into()),
+            Input::Busy("busy".into()),
+            Input::StreamArrived,
+            Input::Failed(1, "failed".into()),
+            Input::SideDone { error: None },
+            Input::SideDone {
+                error: Some("side".into()),
+            },
+            Input::Answer(json!({})),
+            Input::Shutdown,
+        ]
+    };
+    let answers = || {
+        vec![
+            Input::Planned { streams: 2 },
+            Input::SideDone { error: None },
+            Input::Answer(json!({"streams": []})),
+        ]
+    };
+    let n = crate::sweep::Sweep {
+        make: &|now| Session::new(Config::default(), &[], now),
+        path: &path,
+        inputs: &inputs,
+        answers: &answers,
+    }
+    .run();
+    assert_eq!(n, 10 * 19);
 }

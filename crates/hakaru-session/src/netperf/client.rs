@@ -109,78 +109,9 @@ impl Session {
         }
     }
 
-    /// The next action, until `None`.
-    pub fn poll_output(&mut self) -> Option<Output> {
-        self.out.pop_front()
-    }
-
-    /// The session is over.
-    pub fn is_done(&self) -> bool {
-        self.phase == Phase::Over
-    }
-
     /// The data phase runs (between [`Output::Ready`] and [`Input::DataDone`]).
     pub fn is_running(&self) -> bool {
         self.phase == Phase::Running
-    }
-
-    /// When the machine next needs [`Session::handle_timeout`]; none while the data phase
-    /// runs (the engine keeps the test's clock).
-    pub fn timeout(&self) -> Option<Instant> {
-        match self.phase {
-            Phase::Response { deadline } | Phase::Results { deadline } => Some(deadline),
-            Phase::Running | Phase::Over => None,
-        }
-    }
-
-    /// Acts on whatever deadline `now` has reached.
-    pub fn handle_timeout(&mut self, now: Instant) {
-        match self.phase {
-            Phase::Response { deadline } if now >= deadline => self.end(Err(Error::Gone(format!(
-                "did not answer the test request within {} s",
-                RESPONSE_TIMEOUT.as_secs()
-            )))),
-            Phase::Results { deadline } if now >= deadline => self.end(Err(Error::Gone(format!(
-                "sent no results within {} s of the end of the data",
-                RESULTS_TIMEOUT.as_secs()
-            )))),
-            _ => {}
-        }
-    }
-
-    /// Takes one input.
-    pub fn handle(&mut self, input: Input, now: Instant) {
-        if self.is_done() {
-            return;
-        }
-        match input {
-            Input::Bytes(b) => {
-                self.inbox.extend_from_slice(&b);
-                while self.inbox.len() >= MSG_LEN && !self.is_done() {
-                    let msg: Vec<u8> = self.inbox.drain(..MSG_LEN).collect();
-                    self.message(&msg);
-                }
-            }
-            Input::Closed => self.lost("closed the control connection".into()),
-            Input::ReadFailed(e) => self.lost(format!("control connection: {e}")),
-            Input::DataDone => {
-                if self.phase != Phase::Running {
-                    return;
-                }
-                match self.early.take() {
-                    Some(r) => self.finish(r),
-                    None => {
-                        self.phase = Phase::Results {
-                            deadline: now + RESULTS_TIMEOUT,
-                        }
-                    }
-                }
-            }
-            Input::Failed(e) => {
-                self.out.clear();
-                self.fail(Error::Flow(e));
-            }
-        }
     }
 
     fn message(&mut self, msg: &[u8]) {
@@ -238,6 +169,80 @@ impl Session {
         self.out.push_back(Output::End(how));
         self.phase = Phase::Over;
         self.inbox = Vec::new();
+    }
+}
+
+impl crate::Machine for Session {
+    type Input = Input;
+    type Output = Output;
+
+    /// Takes one input.
+    fn handle(&mut self, input: Input, now: Instant) {
+        if self.is_done() {
+            return;
+        }
+        match input {
+            Input::Bytes(b) => {
+                self.inbox.extend_from_slice(&b);
+                while self.inbox.len() >= MSG_LEN && !self.is_done() {
+                    let msg: Vec<u8> = self.inbox.drain(..MSG_LEN).collect();
+                    self.message(&msg);
+                }
+            }
+            Input::Closed => self.lost("closed the control connection".into()),
+            Input::ReadFailed(e) => self.lost(format!("control connection: {e}")),
+            Input::DataDone => {
+                if self.phase != Phase::Running {
+                    return;
+                }
+                match self.early.take() {
+                    Some(r) => self.finish(r),
+                    None => {
+                        self.phase = Phase::Results {
+                            deadline: now + RESULTS_TIMEOUT,
+                        }
+                    }
+                }
+            }
+            Input::Failed(e) => {
+                self.out.clear();
+                self.fail(Error::Flow(e));
+            }
+        }
+    }
+
+    /// Acts on whatever deadline `now` has reached.
+    fn handle_timeout(&mut self, now: Instant) {
+        match self.phase {
+            Phase::Response { deadline } if now >= deadline => self.end(Err(Error::Gone(format!(
+                "did not answer the test request within {} s",
+                RESPONSE_TIMEOUT.as_secs()
+            )))),
+            Phase::Results { deadline } if now >= deadline => self.end(Err(Error::Gone(format!(
+                "sent no results within {} s of the end of the data",
+                RESULTS_TIMEOUT.as_secs()
+            )))),
+            _ => {}
+        }
+    }
+
+    /// When the machine next needs [`Session::handle_timeout`]; none while the data phase
+    /// runs (the engine keeps the test's clock).
+    fn timeout(&self) -> Option<Instant> {
+        match self.phase {
+            Phase::Response { deadline } | Phase::Results { deadline } => Some(deadline),
+            Phase::Running | Phase::Over => None,
+        }
+    }
+
+    /// The next action, until `None`.
+    fn poll_output(&mut self) -> Option<Output> {
+        self.out.pop_front()
+    }
+
+    /// The session is over.
+    fn is_done(&self) -> bool {
+        self.phase == Phase::Over
     }
 }
 

@@ -1,6 +1,7 @@
 //! The netperf client machine on virtual time, fed the messages a stock netserver sends
 //! (built with the codec, whose own tests match them to captures).
 #![allow(clippy::indexing_slicing)] // a test may index: a panic there is a failed assertion
+use crate::Machine as _;
 use std::time::{Duration, Instant};
 
 use hakaru_proto::netperf::{
@@ -235,4 +236,38 @@ fn no_input_in_any_phase_panics() {
             assert!(s.is_done());
         }
     }
+}
+
+#[test]
+fn every_input_in_every_state_keeps_the_conventions() {
+    let path = || {
+        vec![
+            Input::Bytes(response(40000)),
+            Input::DataDone,
+            Input::Bytes(results(123_456)),
+        ]
+    };
+    let inputs = || {
+        vec![
+            Input::Bytes(vec![0xee; 9]),
+            Input::Bytes(vec![0; MSG_LEN]),
+            Input::Bytes(response(40000)),
+            Input::Bytes(response(40000)[..100].to_vec()),
+            Input::Bytes(results(1)),
+            Input::Bytes(encode_error(kind::OMNI_RESPONSE, ERRNO_UNKNOWN_TEST)),
+            Input::Closed,
+            Input::ReadFailed("reset".into()),
+            Input::DataDone,
+            Input::Failed("data".into()),
+        ]
+    };
+    let answers = || vec![Input::DataDone];
+    let n = crate::sweep::Sweep {
+        make: &|now| Session::new(&request(), Some(b"secret"), now),
+        path: &path,
+        inputs: &inputs,
+        answers: &answers,
+    }
+    .run();
+    assert_eq!(n, 4 * 10);
 }

@@ -195,132 +195,6 @@ impl Session {
         }
     }
 
-    /// The next action, until `None`.
-    pub fn poll_output(&mut self) -> Option<Output> {
-        self.out.pop_front()
-    }
-
-    /// True once the session has given its end.
-    pub fn is_done(&self) -> bool {
-        self.phase == Phase::Done
-    }
-
-    /// When [`Session::handle_timeout`] is due.
-    pub fn timeout(&self) -> Option<Instant> {
-        (self.phase != Phase::Done).then_some(self.deadline)
-    }
-
-    /// Call once `now` has reached [`Session::timeout`].
-    pub fn handle_timeout(&mut self, now: Instant) {
-        if self.phase == Phase::Done || now < self.deadline {
-            return;
-        }
-        let why = match self.phase {
-            Phase::Passphrase => format!("no passphrase within {} s", PASSPHRASE_TIMEOUT.as_secs()),
-            Phase::Idle => format!("no request for {} s", IDLE_TIMEOUT.as_secs()),
-            Phase::SettingUp => format!(
-                "setting the test up took over {} s",
-                SETUP_TIMEOUT.as_secs()
-            ),
-            Phase::Running => "the data phase overran its length".to_string(),
-            Phase::Done => return,
-        };
-        if self.phase == Phase::Running {
-            self.out.push_back(Output::StopData);
-        }
-        self.end(Ending::Failed(why));
-    }
-
-    /// Takes what happened.
-    pub fn handle(&mut self, input: Input, now: Instant) {
-        if self.phase == Phase::Done {
-            return;
-        }
-        match input {
-            Input::Bytes(b) => {
-                self.inbox.extend_from_slice(&b);
-                if self.phase == Phase::Running || self.phase == Phase::SettingUp {
-                    if self.inbox.len() > MAX_INBOX {
-                        self.out.push_back(Output::StopData);
-                        self.end(Ending::Failed(format!(
-                            "the client sent {} control bytes during a test (netperf sends none)",
-                            self.inbox.len()
-                        )));
-                    }
-                    return;
-                }
-                self.parse(now);
-            }
-            Input::PeerClosed => match self.phase {
-                Phase::Idle if self.inbox.is_empty() => {
-                    self.end(Ending::Closed { tests: self.tests })
-                }
-                Phase::Idle | Phase::Passphrase => self.end(Ending::Failed(format!(
-                    "the client closed with {} bytes of a message unsent",
-                    self.inbox.len()
-                ))),
-                Phase::SettingUp | Phase::Running => {
-                    self.out.push_back(Output::StopData);
-                    self.end(Ending::Failed("the client closed during a test".into()))
-                }
-                Phase::Done => {}
-            },
-            Input::ReadFailed(e) => {
-                if self.phase == Phase::Running || self.phase == Phase::SettingUp {
-                    self.out.push_back(Output::StopData);
-                }
-                self.end(Ending::Failed(format!("control connection: {e}")))
-            }
-            Input::Ready(resp) if self.phase == Phase::SettingUp => {
-                self.out.push_back(Output::Send(resp.encode()));
-                self.out.push_back(Output::StartData);
-                self.phase = Phase::Running;
-                // The data plane keeps the test's own clock; this only bounds a stuck one.
-                self.deadline = now + self.running_limit();
-            }
-            Input::Refused { errno, why } if self.phase == Phase::SettingUp => {
-                self.out
-                    .push_back(Output::Send(encode_error(kind::OMNI_RESPONSE, errno)));
-                self.end(Ending::Refused(why));
-            }
-            Input::DataDone(results) if self.phase == Phase::Running => {
-                self.out.push_back(Output::Send(results.encode()));
-                self.tests = self.tests.saturating_add(1);
-                self.phase = Phase::Idle;
-                self.deadline = now + IDLE_TIMEOUT;
-                self.requests = 0;
-                self.parse(now);
-            }
-            Input::DataFailed { errno, why } if self.phase == Phase::Running => {
-                self.out
-                    .push_back(Output::Send(encode_error(kind::OMNI_RESPONSE, errno)));
-                self.end(Ending::Failed(why));
-            }
-            Input::Failed(why) => {
-                let running = self.phase == Phase::Running || self.phase == Phase::SettingUp;
-                self.out.clear();
-                if running {
-                    self.out.push_back(Output::StopData);
-                }
-                self.end(Ending::Failed(why));
-            }
-            Input::Shutdown => {
-                if self.phase == Phase::Running || self.phase == Phase::SettingUp {
-                    self.out.push_back(Output::StopData);
-                }
-                self.end(Ending::Failed("the server is shutting down".into()));
-            }
-            other => {
-                // An answer the machine did not ask for: a driver bug, never the peer's doing.
-                let why = format!("internal: {other:?} in phase {:?}", self.phase);
-                if self.phase == Phase::Running {
-                    self.out.push_back(Output::StopData);
-                }
-                self.end(Ending::Failed(why));
-            }
-        }
-    }
-
     /// The longest a data phase may run before the machine gives up on its report.
     fn running_limit(&self) -> Duration {
         GRACE
@@ -444,6 +318,137 @@ impl Session {
         self.out.push_back(Output::End(how));
         self.phase = Phase::Done;
         self.inbox = Vec::new();
+    }
+}
+
+impl crate::Machine for Session {
+    type Input = Input;
+    type Output = Output;
+
+    /// Takes what happened.
+    fn handle(&mut self, input: Input, now: Instant) {
+        if self.phase == Phase::Done {
+            return;
+        }
+        match input {
+            Input::Bytes(b) => {
+                self.inbox.extend_from_slice(&b);
+                if self.phase == Phase::Running || self.phase == Phase::SettingUp {
+                    if self.inbox.len() > MAX_INBOX {
+                        self.out.push_back(Output::StopData);
+                        self.end(Ending::Failed(format!(
+                            "the client sent {} control bytes during a test (netperf sends none)",
+                            self.inbox.len()
+                        )));
+                    }
+                    return;
+                }
+                self.parse(now);
+            }
+            Input::PeerClosed => match self.phase {
+                Phase::Idle if self.inbox.is_empty() => {
+                    self.end(Ending::Closed { tests: self.tests })
+                }
+                Phase::Idle | Phase::Passphrase => self.end(Ending::Failed(format!(
+                    "the client closed with {} bytes of a message unsent",
+                    self.inbox.len()
+                ))),
+                Phase::SettingUp | Phase::Running => {
+                    self.out.push_back(Output::StopData);
+                    self.end(Ending::Failed("the client closed during a test".into()))
+                }
+                Phase::Done => {}
+            },
+            Input::ReadFailed(e) => {
+                if self.phase == Phase::Running || self.phase == Phase::SettingUp {
+                    self.out.push_back(Output::StopData);
+                }
+                self.end(Ending::Failed(format!("control connection: {e}")))
+            }
+            Input::Ready(resp) if self.phase == Phase::SettingUp => {
+                self.out.push_back(Output::Send(resp.encode()));
+                self.out.push_back(Output::StartData);
+                self.phase = Phase::Running;
+                // The data plane keeps the test's own clock; this only bounds a stuck one.
+                self.deadline = now + self.running_limit();
+            }
+            Input::Refused { errno, why } if self.phase == Phase::SettingUp => {
+                self.out
+                    .push_back(Output::Send(encode_error(kind::OMNI_RESPONSE, errno)));
+                self.end(Ending::Refused(why));
+            }
+            Input::DataDone(results) if self.phase == Phase::Running => {
+                self.out.push_back(Output::Send(results.encode()));
+                self.tests = self.tests.saturating_add(1);
+                self.phase = Phase::Idle;
+                self.deadline = now + IDLE_TIMEOUT;
+                self.requests = 0;
+                self.parse(now);
+            }
+            Input::DataFailed { errno, why } if self.phase == Phase::Running => {
+                self.out
+                    .push_back(Output::Send(encode_error(kind::OMNI_RESPONSE, errno)));
+                self.end(Ending::Failed(why));
+            }
+            Input::Failed(why) => {
+                let running = self.phase == Phase::Running || self.phase == Phase::SettingUp;
+                self.out.clear();
+                if running {
+                    self.out.push_back(Output::StopData);
+                }
+                self.end(Ending::Failed(why));
+            }
+            Input::Shutdown => {
+                if self.phase == Phase::Running || self.phase == Phase::SettingUp {
+                    self.out.push_back(Output::StopData);
+                }
+                self.end(Ending::Failed("the server is shutting down".into()));
+            }
+            other => {
+                // An answer the machine did not ask for: a driver bug, never the peer's doing.
+                let why = format!("internal: {other:?} in phase {:?}", self.phase);
+                if self.phase == Phase::Running {
+                    self.out.push_back(Output::StopData);
+                }
+                self.end(Ending::Failed(why));
+            }
+        }
+    }
+
+    /// Call once `now` has reached [`Session::timeout`].
+    fn handle_timeout(&mut self, now: Instant) {
+        if self.phase == Phase::Done || now < self.deadline {
+            return;
+        }
+        let why = match self.phase {
+            Phase::Passphrase => format!("no passphrase within {} s", PASSPHRASE_TIMEOUT.as_secs()),
+            Phase::Idle => format!("no request for {} s", IDLE_TIMEOUT.as_secs()),
+            Phase::SettingUp => format!(
+                "setting the test up took over {} s",
+                SETUP_TIMEOUT.as_secs()
+            ),
+            Phase::Running => "the data phase overran its length".to_string(),
+            Phase::Done => return,
+        };
+        if self.phase == Phase::Running {
+            self.out.push_back(Output::StopData);
+        }
+        self.end(Ending::Failed(why));
+    }
+
+    /// When [`Session::handle_timeout`] is due.
+    fn timeout(&self) -> Option<Instant> {
+        (self.phase != Phase::Done).then_some(self.deadline)
+    }
+
+    /// The next action, until `None`.
+    fn poll_output(&mut self) -> Option<Output> {
+        self.out.pop_front()
+    }
+
+    /// True once the session has given its end.
+    fn is_done(&self) -> bool {
+        self.phase == Phase::Done
     }
 }
 

@@ -2,6 +2,7 @@
 //! (fuzz/corpus/netperf_control), whole and split at every byte.
 #![allow(clippy::indexing_slicing)] // a test may index: a panic there is a failed assertion
 
+use crate::Machine as _;
 use std::time::{Duration, Instant};
 
 use hakaru_proto::netperf::{
@@ -558,4 +559,62 @@ fn udp_rr_amplification_and_data_ports_are_refused_by_name() {
         t.feed(&omni_with(|m| set_word(m, 20, 50011))).last(),
         Some(Output::End(Ending::Refused(_)))
     ));
+}
+
+#[test]
+fn every_input_in_every_state_keeps_the_conventions() {
+    let path = || {
+        vec![
+            Input::Bytes(PASSPHRASE.to_vec()),
+            Input::Bytes(TCP_STREAM.to_vec()),
+            Input::Ready(response()),
+            Input::DataDone(Box::default()),
+            Input::Bytes(UDP_STREAM.to_vec()),
+            Input::Refused {
+                errno: 1,
+                why: "refused".into(),
+            },
+            Input::PeerClosed,
+        ]
+    };
+    let inputs = || {
+        vec![
+            Input::Bytes(PASSPHRASE.to_vec()),
+            Input::Bytes(TCP_STREAM.to_vec()),
+            Input::Bytes(TCP_STREAM[..100].to_vec()),
+            Input::Bytes(vec![0xff; 1000]),
+            Input::Bytes(vec![]),
+            Input::PeerClosed,
+            Input::ReadFailed("reset".into()),
+            Input::Ready(response()),
+            Input::Refused {
+                errno: 1,
+                why: "refused".into(),
+            },
+            Input::DataDone(Box::default()),
+            Input::DataFailed {
+                errno: 104,
+                why: "reset".into(),
+            },
+            Input::Failed("failed".into()),
+            Input::Shutdown,
+        ]
+    };
+    let answers = || vec![Input::Ready(response()), Input::DataDone(Box::default())];
+    let n = crate::sweep::Sweep {
+        make: &|now| {
+            Session::new(
+                Config {
+                    passphrase: Some(b"secretword".to_vec()),
+                    ..Config::default()
+                },
+                now,
+            )
+        },
+        path: &path,
+        inputs: &inputs,
+        answers: &answers,
+    }
+    .run();
+    assert_eq!(n, 8 * 13);
 }

@@ -134,16 +134,6 @@ impl Session {
         s
     }
 
-    /// The next action, until `None`.
-    pub fn poll_output(&mut self) -> Option<Output> {
-        self.out.pop_front()
-    }
-
-    /// The session is over.
-    pub fn is_done(&self) -> bool {
-        matches!(self.phase, Phase::Over)
-    }
-
     /// The data plane runs.
     pub fn is_running(&self) -> bool {
         matches!(self.phase, Phase::Running { .. })
@@ -154,33 +144,6 @@ impl Session {
         self.cycle
     }
 
-    /// When the machine next needs [`Session::handle_timeout`].
-    pub fn timeout(&self) -> Option<Instant> {
-        match &self.phase {
-            Phase::State { deadline }
-            | Phase::Cycle { deadline }
-            | Phase::Start { deadline }
-            | Phase::Exit { deadline, .. } => Some(*deadline),
-            Phase::Opening | Phase::Running { .. } | Phase::Over => None,
-        }
-    }
-
-    /// Acts on whatever deadline `now` has reached.
-    pub fn handle_timeout(&mut self, now: Instant) {
-        let Some(deadline) = self.timeout() else {
-            return;
-        };
-        if now < deadline {
-            return;
-        }
-        if let Phase::Exit { interrupted, .. } = self.phase {
-            // The test ran; a receiver that does not answer the 'E' changes nothing.
-            return self.end(Ok(interrupted));
-        }
-        let what = self.waiting_for();
-        self.fail(Error::Gone(format!("no answer {what} in time")));
-    }
-
     fn waiting_for(&self) -> &'static str {
         match self.phase {
             Phase::State { .. } => "to 'X' (the receiver's state)",
@@ -188,45 +151,6 @@ impl Session {
             Phase::Start { .. } => "to 'R' (start)",
             Phase::Exit { .. } => "to 'E' (the sender's end)",
             Phase::Opening | Phase::Running { .. } | Phase::Over => "",
-        }
-    }
-
-    /// Takes one input.
-    pub fn handle(&mut self, input: Input, now: Instant) {
-        if self.is_done() {
-            return;
-        }
-        match input {
-            Input::Bytes(b) => {
-                for w in self.words.feed(&b) {
-                    self.word(w, now);
-                    if self.is_done() {
-                        return;
-                    }
-                }
-            }
-            Input::Closed => self.lost("the receiver closed the sync connection".into()),
-            Input::ReadFailed(e) => self.lost(format!("sync connection: {e}")),
-            Input::Opened if matches!(self.phase, Phase::Opening) => {
-                self.send(wire::RUN);
-                self.phase = Phase::Start {
-                    deadline: now + STEP_TIMEOUT,
-                };
-            }
-            Input::SideDone { ran } => self.side_done(ran, now),
-            Input::Interrupt => match &mut self.phase {
-                Phase::Running { interrupted } if !*interrupted => {
-                    *interrupted = true;
-                    self.out.push_back(Output::StopSide);
-                }
-                Phase::Running { .. } | Phase::Exit { .. } => {}
-                _ => self.fail(Error::Interrupted),
-            },
-            Input::Failed(e) => {
-                self.out.clear();
-                self.fail(Error::Flow(e));
-            }
-            _ => {}
         }
     }
 
@@ -329,5 +253,86 @@ impl Session {
     fn end(&mut self, how: Result<bool, Error>) {
         self.out.push_back(Output::End(how));
         self.phase = Phase::Over;
+    }
+}
+
+impl crate::Machine for Session {
+    type Input = Input;
+    type Output = Output;
+
+    /// Takes one input.
+    fn handle(&mut self, input: Input, now: Instant) {
+        if self.is_done() {
+            return;
+        }
+        match input {
+            Input::Bytes(b) => {
+                for w in self.words.feed(&b) {
+                    self.word(w, now);
+                    if self.is_done() {
+                        return;
+                    }
+                }
+            }
+            Input::Closed => self.lost("the receiver closed the sync connection".into()),
+            Input::ReadFailed(e) => self.lost(format!("sync connection: {e}")),
+            Input::Opened if matches!(self.phase, Phase::Opening) => {
+                self.send(wire::RUN);
+                self.phase = Phase::Start {
+                    deadline: now + STEP_TIMEOUT,
+                };
+            }
+            Input::SideDone { ran } => self.side_done(ran, now),
+            Input::Interrupt => match &mut self.phase {
+                Phase::Running { interrupted } if !*interrupted => {
+                    *interrupted = true;
+                    self.out.push_back(Output::StopSide);
+                }
+                Phase::Running { .. } | Phase::Exit { .. } => {}
+                _ => self.fail(Error::Interrupted),
+            },
+            Input::Failed(e) => {
+                self.out.clear();
+                self.fail(Error::Flow(e));
+            }
+            _ => {}
+        }
+    }
+
+    /// Acts on whatever deadline `now` has reached.
+    fn handle_timeout(&mut self, now: Instant) {
+        let Some(deadline) = self.timeout() else {
+            return;
+        };
+        if now < deadline {
+            return;
+        }
+        if let Phase::Exit { interrupted, .. } = self.phase {
+            // The test ran; a receiver that does not answer the 'E' changes nothing.
+            return self.end(Ok(interrupted));
+        }
+        let what = self.waiting_for();
+        self.fail(Error::Gone(format!("no answer {what} in time")));
+    }
+
+    /// When the machine next needs [`Session::handle_timeout`].
+    fn timeout(&self) -> Option<Instant> {
+        match &self.phase {
+            Phase::State { deadline }
+            | Phase::Cycle { deadline }
+            | Phase::Start { deadline }
+            | Phase::Exit { deadline, .. } => Some(*deadline),
+            Phase::Opening | Phase::Running { .. } | Phase::Over => None,
+        }
+    }
+
+    /// The next action, until `None`.
+    fn poll_output(&mut self) -> Option<Output> {
+        self.out.pop_front()
+    }
+
+    /// The session is over.
+    fn is_done(&self) -> bool {
+        matches!(self.phase, Phase::Over)
     }
 }

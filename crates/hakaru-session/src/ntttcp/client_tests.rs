@@ -1,6 +1,7 @@
 //! The ntttcp sender machine on virtual time, against the words a stock receiver answers,
 //! and against the receiver machine in memory.
 
+use crate::Machine as _;
 use std::time::{Duration, Instant};
 
 use hakaru_proto::ntttcp::{encode, state, EXIT, QUERY, RUN, WAIT};
@@ -274,4 +275,56 @@ fn sender_and_receiver_machines_agree() {
     assert_eq!(started, (true, true));
     assert!(c.is_done());
     assert_eq!(s.cycle(), 4);
+}
+
+#[test]
+fn every_input_in_every_state_keeps_the_conventions() {
+    let word = |w: i32| Input::Bytes(encode(w).to_vec());
+    let path = || {
+        vec![
+            word(state::NOT_STARTED),
+            word(5),
+            Input::Opened,
+            word(RUN),
+            Input::SideDone {
+                ran: Duration::from_secs(5),
+            },
+        ]
+    };
+    let inputs = || {
+        vec![
+            Input::Bytes(vec![0xff; 3]),
+            Input::Bytes(vec![]),
+            word(state::NOT_STARTED),
+            word(-4),
+            word(RUN),
+            word(WAIT),
+            word(EXIT),
+            word(QUERY),
+            Input::ReadFailed("reset".into()),
+            Input::Closed,
+            Input::Opened,
+            Input::SideDone {
+                ran: Duration::from_secs(1),
+            },
+            Input::Interrupt,
+            Input::Failed("open".into()),
+        ]
+    };
+    let answers = || {
+        vec![
+            Input::Opened,
+            Input::SideDone {
+                ran: Duration::from_secs(5),
+            },
+        ]
+    };
+    let n = crate::sweep::Sweep {
+        make: &|now| Session::new(5, now),
+        path: &path,
+        inputs: &inputs,
+        answers: &answers,
+    }
+    .run();
+    assert_eq!(n, 6 * 14);
 }

@@ -178,16 +178,6 @@ impl Session {
         }
     }
 
-    /// The next action, until `None`.
-    pub fn poll_output(&mut self) -> Option<Output> {
-        self.out.pop_front()
-    }
-
-    /// The session is over.
-    pub fn is_done(&self) -> bool {
-        matches!(self.phase, Phase::Over)
-    }
-
     /// The session waits for the last sender (the driver tells it [`Input::Go`] when that
     /// one arrives).
     pub fn is_waiting(&self) -> bool {
@@ -197,46 +187,6 @@ impl Session {
     /// The negotiated cycle in seconds (0 before it is).
     pub fn cycle(&self) -> i32 {
         self.cycle
-    }
-
-    /// When the machine next needs [`Session::handle_timeout`].
-    pub fn timeout(&self) -> Option<Instant> {
-        match &self.phase {
-            Phase::Query { deadline }
-            | Phase::Duration { deadline }
-            | Phase::Connecting { deadline }
-            | Phase::Waiting { deadline } => Some(*deadline),
-            Phase::Running(r) => Some(r.step_at.map_or(r.limit, |s| s.min(r.limit))),
-            Phase::Joining | Phase::Negotiating | Phase::Admitting | Phase::Over => None,
-        }
-    }
-
-    /// Acts on whatever deadline `now` has reached.
-    pub fn handle_timeout(&mut self, now: Instant) {
-        let why = match &self.phase {
-            Phase::Query { deadline } if now >= *deadline => format!(
-                "the sender asked nothing ('X') within {} s of connecting",
-                STEP_TIMEOUT.as_secs()
-            ),
-            Phase::Duration { deadline } if now >= *deadline => format!(
-                "the sender proposed no test time within {} s",
-                STEP_TIMEOUT.as_secs()
-            ),
-            Phase::Connecting { deadline } if now >= *deadline => format!(
-                "the sender did not ask to start ('R' or 'L') within {} s",
-                CONNECT_TIMEOUT.as_secs()
-            ),
-            Phase::Waiting { deadline } if now >= *deadline => {
-                self.out.push_back(Output::Send(wire::encode(wire::EXIT)));
-                return self.end(Ending::Failed(format!(
-                    "no last sender ('-L') arrived within {} s",
-                    LAST_SENDER_TIMEOUT.as_secs()
-                )));
-            }
-            Phase::Running(_) => return self.run_timeout(now),
-            _ => return,
-        };
-        self.fail(why);
     }
 
     fn run_timeout(&mut self, now: Instant) {
@@ -268,68 +218,6 @@ impl Session {
             "the data connections did not end within {} s of the sender's end",
             2 * DRAIN.as_secs()
         ));
-    }
-
-    /// Takes one input.
-    pub fn handle(&mut self, input: Input, now: Instant) {
-        if self.is_done() {
-            return;
-        }
-        match input {
-            Input::Bytes(b) => {
-                for w in self.words.feed(&b) {
-                    self.word(w, now);
-                    if self.is_done() {
-                        return;
-                    }
-                }
-            }
-            Input::Closed => self.lost("the sender closed the sync connection".into(), now),
-            Input::ReadFailed(e) => self.lost(format!("sync connection: {e}"), now),
-            Input::Joined { busy } if matches!(self.phase, Phase::Joining) => {
-                if busy {
-                    self.send(state::RUNNING);
-                    return self.end(Ending::Refused(
-                        "busy: a test from the same sender group is running (the sender hears \"running\")".into(),
-                    ));
-                }
-                self.send(state::NOT_STARTED);
-                self.phase = Phase::Duration {
-                    deadline: now + STEP_TIMEOUT,
-                };
-            }
-            Input::Negotiated(secs) if matches!(self.phase, Phase::Negotiating) => {
-                self.cycle = secs;
-                self.send(secs);
-                self.phase = Phase::Connecting {
-                    deadline: now + CONNECT_TIMEOUT,
-                };
-            }
-            Input::Go { owner }
-                if matches!(self.phase, Phase::Admitting | Phase::Waiting { .. }) =>
-            {
-                self.go(owner, now)
-            }
-            Input::Wait if matches!(self.phase, Phase::Admitting) => {
-                self.send(wire::WAIT);
-                self.phase = Phase::Waiting {
-                    deadline: now + LAST_SENDER_TIMEOUT,
-                };
-            }
-            Input::Refused(why)
-                if matches!(self.phase, Phase::Admitting | Phase::Waiting { .. }) =>
-            {
-                self.send(wire::EXIT);
-                self.end(Ending::Refused(why));
-            }
-            Input::Failed(why) => {
-                self.out.clear();
-                self.fail(why);
-            }
-            Input::SideDone { error } => self.side_done(error, now),
-            Input::Shutdown => self.fail("the server is shutting down".into()),
-            _ => {}
-        }
     }
 
     fn go(&mut self, owner: bool, now: Instant) {
@@ -462,5 +350,122 @@ impl Session {
     fn end(&mut self, how: Ending) {
         self.out.push_back(Output::End(how));
         self.phase = Phase::Over;
+    }
+}
+
+impl crate::Machine for Session {
+    type Input = Input;
+    type Output = Output;
+
+    /// Takes one input.
+    fn handle(&mut self, input: Input, now: Instant) {
+        if self.is_done() {
+            return;
+        }
+        match input {
+            Input::Bytes(b) => {
+                for w in self.words.feed(&b) {
+                    self.word(w, now);
+                    if self.is_done() {
+                        return;
+                    }
+                }
+            }
+            Input::Closed => self.lost("the sender closed the sync connection".into(), now),
+            Input::ReadFailed(e) => self.lost(format!("sync connection: {e}"), now),
+            Input::Joined { busy } if matches!(self.phase, Phase::Joining) => {
+                if busy {
+                    self.send(state::RUNNING);
+                    return self.end(Ending::Refused(
+                        "busy: a test from the same sender group is running (the sender hears \"running\")".into(),
+                    ));
+                }
+                self.send(state::NOT_STARTED);
+                self.phase = Phase::Duration {
+                    deadline: now + STEP_TIMEOUT,
+                };
+            }
+            Input::Negotiated(secs) if matches!(self.phase, Phase::Negotiating) => {
+                self.cycle = secs;
+                self.send(secs);
+                self.phase = Phase::Connecting {
+                    deadline: now + CONNECT_TIMEOUT,
+                };
+            }
+            Input::Go { owner }
+                if matches!(self.phase, Phase::Admitting | Phase::Waiting { .. }) =>
+            {
+                self.go(owner, now)
+            }
+            Input::Wait if matches!(self.phase, Phase::Admitting) => {
+                self.send(wire::WAIT);
+                self.phase = Phase::Waiting {
+                    deadline: now + LAST_SENDER_TIMEOUT,
+                };
+            }
+            Input::Refused(why)
+                if matches!(self.phase, Phase::Admitting | Phase::Waiting { .. }) =>
+            {
+                self.send(wire::EXIT);
+                self.end(Ending::Refused(why));
+            }
+            Input::Failed(why) => {
+                self.out.clear();
+                self.fail(why);
+            }
+            Input::SideDone { error } => self.side_done(error, now),
+            Input::Shutdown => self.fail("the server is shutting down".into()),
+            _ => {}
+        }
+    }
+
+    /// Acts on whatever deadline `now` has reached.
+    fn handle_timeout(&mut self, now: Instant) {
+        let why = match &self.phase {
+            Phase::Query { deadline } if now >= *deadline => format!(
+                "the sender asked nothing ('X') within {} s of connecting",
+                STEP_TIMEOUT.as_secs()
+            ),
+            Phase::Duration { deadline } if now >= *deadline => format!(
+                "the sender proposed no test time within {} s",
+                STEP_TIMEOUT.as_secs()
+            ),
+            Phase::Connecting { deadline } if now >= *deadline => format!(
+                "the sender did not ask to start ('R' or 'L') within {} s",
+                CONNECT_TIMEOUT.as_secs()
+            ),
+            Phase::Waiting { deadline } if now >= *deadline => {
+                self.out.push_back(Output::Send(wire::encode(wire::EXIT)));
+                return self.end(Ending::Failed(format!(
+                    "no last sender ('-L') arrived within {} s",
+                    LAST_SENDER_TIMEOUT.as_secs()
+                )));
+            }
+            Phase::Running(_) => return self.run_timeout(now),
+            _ => return,
+        };
+        self.fail(why);
+    }
+
+    /// When the machine next needs [`Session::handle_timeout`].
+    fn timeout(&self) -> Option<Instant> {
+        match &self.phase {
+            Phase::Query { deadline }
+            | Phase::Duration { deadline }
+            | Phase::Connecting { deadline }
+            | Phase::Waiting { deadline } => Some(*deadline),
+            Phase::Running(r) => Some(r.step_at.map_or(r.limit, |s| s.min(r.limit))),
+            Phase::Joining | Phase::Negotiating | Phase::Admitting | Phase::Over => None,
+        }
+    }
+
+    /// The next action, until `None`.
+    fn poll_output(&mut self) -> Option<Output> {
+        self.out.pop_front()
+    }
+
+    /// The session is over.
+    fn is_done(&self) -> bool {
+        matches!(self.phase, Phase::Over)
     }
 }

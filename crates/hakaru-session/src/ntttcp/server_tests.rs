@@ -1,6 +1,7 @@
 //! The ntttcp receiver machine on virtual time, fed the words a stock sender sends (split at
 //! every byte, too).
 
+use crate::Machine as _;
 use std::time::{Duration, Instant};
 
 use hakaru_proto::ntttcp::{encode, state, EXIT, LAST, QUERY, RUN, WAIT};
@@ -407,4 +408,61 @@ fn every_input_in_every_phase_never_panics() {
             assert!(t.s.is_done(), "a session must end within a day");
         }
     }
+}
+
+#[test]
+fn every_input_in_every_state_keeps_the_conventions() {
+    let word = |w: i32| Input::Bytes(encode(w).to_vec());
+    let path = || {
+        vec![
+            word(QUERY),
+            Input::Joined { busy: false },
+            word(10),
+            Input::Negotiated(10),
+            word(RUN),
+            Input::Go { owner: true },
+            Input::SideDone { error: None },
+        ]
+    };
+    let inputs = || {
+        vec![
+            Input::Bytes(vec![0xff; 7]),
+            Input::Bytes(vec![]),
+            word(QUERY),
+            word(RUN),
+            word(LAST),
+            word(EXIT),
+            word(-9),
+            Input::ReadFailed("reset".into()),
+            Input::Closed,
+            Input::Joined { busy: true },
+            Input::Joined { busy: false },
+            Input::Negotiated(-1),
+            Input::Go { owner: true },
+            Input::Go { owner: false },
+            Input::Wait,
+            Input::Refused("refused".into()),
+            Input::Failed("failed".into()),
+            Input::SideDone {
+                error: Some("side".into()),
+            },
+            Input::Shutdown,
+        ]
+    };
+    let answers = || {
+        vec![
+            Input::Joined { busy: false },
+            Input::Negotiated(10),
+            Input::Go { owner: true },
+            Input::SideDone { error: None },
+        ]
+    };
+    let n = crate::sweep::Sweep {
+        make: &Session::new,
+        path: &path,
+        inputs: &inputs,
+        answers: &answers,
+    }
+    .run();
+    assert_eq!(n, 8 * 19);
 }

@@ -317,11 +317,6 @@ impl Session {
         }
     }
 
-    /// The next action, until `None`.
-    pub fn poll_output(&mut self) -> Option<Output> {
-        self.out.pop_front()
-    }
-
     /// The test, once requested.
     pub fn spec(&self) -> Option<&RemoteSpec> {
         self.spec.as_ref()
@@ -332,75 +327,6 @@ impl Session {
     /// on [`Output::StartSide`] waits for it.
     pub fn start_at(&self) -> Option<f64> {
         self.start_at
-    }
-
-    /// The session is over (its `End` has been given).
-    pub fn is_done(&self) -> bool {
-        matches!(self.state, State::Done)
-    }
-
-    /// When the machine next needs [`Session::handle_timeout`].
-    pub fn timeout(&self) -> Option<Instant> {
-        match &self.state {
-            State::AwaitAuth { deadline }
-            | State::AwaitRequest { deadline }
-            | State::Held { deadline }
-            | State::AwaitResults { deadline } => Some(*deadline),
-            State::AuthDelay { until, .. } => Some(*until),
-            State::Paths(p) => Some(p.deadline()),
-            State::Running(w) => {
-                let t = (w.last_heard + w.silence).min(w.last_sent + KEEPALIVE_EVERY);
-                Some(w.limit.map_or(t, |l| l.min(t)))
-            }
-            State::Admitting | State::Listening | State::Stopping | State::Done => None,
-        }
-    }
-
-    /// Acts on whatever deadline `now` has reached.
-    pub fn handle_timeout(&mut self, now: Instant) {
-        match &mut self.state {
-            State::AwaitAuth { deadline } if now >= *deadline => {
-                let why = format!("no key proof within {} s", REQUEST_TIMEOUT.as_secs());
-                self.end(Ending::AuthFailed(why));
-            }
-            State::AuthDelay { until, why } if now >= *until => {
-                let why = std::mem::take(why);
-                self.send(Message::Error {
-                    message: "authentication failed: the server requires a pre-shared key, and the client did not prove it holds it (--psk-file or HAKARU_PSK)".into(),
-                });
-                self.end(Ending::AuthFailed(why));
-            }
-            State::AwaitRequest { deadline } if now >= *deadline => {
-                let why = format!("no test request within {} s", REQUEST_TIMEOUT.as_secs());
-                self.end(Ending::Rejected(why));
-            }
-            State::Paths(p) if now >= p.deadline() => {
-                let why = p.timed_out(self.cfg.udp_port);
-                self.abort(why, true);
-            }
-            State::Held { deadline } if now >= *deadline => self.abort(held_too_long(), true),
-            State::AwaitResults { deadline } if now >= *deadline => self.end(Ending::Finished),
-            State::Running(w) => {
-                if w.limit.is_some_and(|l| now >= l) {
-                    let why = self.past_limit();
-                    self.abort(why, true);
-                } else if now >= w.last_heard + w.silence {
-                    let why = format!(
-                        "the client sent nothing for {:.0} s ({}): the path or the client is down",
-                        w.silence.as_secs_f64(),
-                        match self.spec.as_ref().map(shape) {
-                            Some(Shape::Connect) => "--connect-timeout",
-                            _ => "--stall-timeout",
-                        }
-                    );
-                    self.abort(why, true);
-                } else if now >= w.last_sent + KEEPALIVE_EVERY {
-                    w.last_sent = now;
-                    self.send(Message::Keepalive);
-                }
-            }
-            _ => {}
-        }
     }
 
     /// Why a running test hit its limit.
@@ -414,43 +340,6 @@ impl Session {
                 "the test ran past the server's limit of {:.0} s (--max-duration)",
                 self.cfg.max_duration.unwrap_or_default().as_secs_f64()
             ),
-        }
-    }
-
-    /// Takes one input.
-    pub fn handle(&mut self, input: Input, now: Instant) {
-        if self.is_done() {
-            return;
-        }
-        let input = match input {
-            Input::Shutdown => {
-                if self.spec.is_some() {
-                    self.abort("the server is shutting down".into(), true);
-                } else {
-                    self.end(Ending::Rejected("the server is shutting down".into()));
-                }
-                return;
-            }
-            Input::Failed(why) => {
-                // What the machine queued after the action that failed is moot.
-                self.out.clear();
-                self.abort(format!("on the server: {why}"), true);
-                return;
-            }
-            other => other,
-        };
-        match std::mem::replace(&mut self.state, State::Done) {
-            State::AwaitAuth { deadline } => self.on_auth(input, deadline, now),
-            s @ State::AuthDelay { .. } => self.state = s,
-            State::AwaitRequest { deadline } => self.on_request(input, deadline, now),
-            State::Admitting => self.on_admission(input, now),
-            State::Paths(p) => self.on_paths(p, input, now),
-            State::Held { deadline } => self.on_held(input, deadline, now),
-            State::Listening => self.on_listening(input, now),
-            State::Running(w) => self.on_running(w, input, now),
-            State::Stopping => self.on_stopping(input),
-            State::AwaitResults { deadline } => self.on_results(input, deadline),
-            State::Done => {}
         }
     }
 
@@ -751,6 +640,122 @@ impl Session {
     fn end(&mut self, how: Ending) {
         self.out.push_back(Output::End(how));
         self.state = State::Done;
+    }
+}
+
+impl crate::Machine for Session {
+    type Input = Input;
+    type Output = Output;
+
+    /// Takes one input.
+    fn handle(&mut self, input: Input, now: Instant) {
+        if self.is_done() {
+            return;
+        }
+        let input = match input {
+            Input::Shutdown => {
+                if self.spec.is_some() {
+                    self.abort("the server is shutting down".into(), true);
+                } else {
+                    self.end(Ending::Rejected("the server is shutting down".into()));
+                }
+                return;
+            }
+            Input::Failed(why) => {
+                // What the machine queued after the action that failed is moot.
+                self.out.clear();
+                self.abort(format!("on the server: {why}"), true);
+                return;
+            }
+            other => other,
+        };
+        match std::mem::replace(&mut self.state, State::Done) {
+            State::AwaitAuth { deadline } => self.on_auth(input, deadline, now),
+            s @ State::AuthDelay { .. } => self.state = s,
+            State::AwaitRequest { deadline } => self.on_request(input, deadline, now),
+            State::Admitting => self.on_admission(input, now),
+            State::Paths(p) => self.on_paths(p, input, now),
+            State::Held { deadline } => self.on_held(input, deadline, now),
+            State::Listening => self.on_listening(input, now),
+            State::Running(w) => self.on_running(w, input, now),
+            State::Stopping => self.on_stopping(input),
+            State::AwaitResults { deadline } => self.on_results(input, deadline),
+            State::Done => {}
+        }
+    }
+
+    /// Acts on whatever deadline `now` has reached.
+    fn handle_timeout(&mut self, now: Instant) {
+        match &mut self.state {
+            State::AwaitAuth { deadline } if now >= *deadline => {
+                let why = format!("no key proof within {} s", REQUEST_TIMEOUT.as_secs());
+                self.end(Ending::AuthFailed(why));
+            }
+            State::AuthDelay { until, why } if now >= *until => {
+                let why = std::mem::take(why);
+                self.send(Message::Error {
+                    message: "authentication failed: the server requires a pre-shared key, and the client did not prove it holds it (--psk-file or HAKARU_PSK)".into(),
+                });
+                self.end(Ending::AuthFailed(why));
+            }
+            State::AwaitRequest { deadline } if now >= *deadline => {
+                let why = format!("no test request within {} s", REQUEST_TIMEOUT.as_secs());
+                self.end(Ending::Rejected(why));
+            }
+            State::Paths(p) if now >= p.deadline() => {
+                let why = p.timed_out(self.cfg.udp_port);
+                self.abort(why, true);
+            }
+            State::Held { deadline } if now >= *deadline => self.abort(held_too_long(), true),
+            State::AwaitResults { deadline } if now >= *deadline => self.end(Ending::Finished),
+            State::Running(w) => {
+                if w.limit.is_some_and(|l| now >= l) {
+                    let why = self.past_limit();
+                    self.abort(why, true);
+                } else if now >= w.last_heard + w.silence {
+                    let why = format!(
+                        "the client sent nothing for {:.0} s ({}): the path or the client is down",
+                        w.silence.as_secs_f64(),
+                        match self.spec.as_ref().map(shape) {
+                            Some(Shape::Connect) => "--connect-timeout",
+                            _ => "--stall-timeout",
+                        }
+                    );
+                    self.abort(why, true);
+                } else if now >= w.last_sent + KEEPALIVE_EVERY {
+                    w.last_sent = now;
+                    self.send(Message::Keepalive);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// When the machine next needs [`Session::handle_timeout`].
+    fn timeout(&self) -> Option<Instant> {
+        match &self.state {
+            State::AwaitAuth { deadline }
+            | State::AwaitRequest { deadline }
+            | State::Held { deadline }
+            | State::AwaitResults { deadline } => Some(*deadline),
+            State::AuthDelay { until, .. } => Some(*until),
+            State::Paths(p) => Some(p.deadline()),
+            State::Running(w) => {
+                let t = (w.last_heard + w.silence).min(w.last_sent + KEEPALIVE_EVERY);
+                Some(w.limit.map_or(t, |l| l.min(t)))
+            }
+            State::Admitting | State::Listening | State::Stopping | State::Done => None,
+        }
+    }
+
+    /// The next action, until `None`.
+    fn poll_output(&mut self) -> Option<Output> {
+        self.out.pop_front()
+    }
+
+    /// The session is over (its `End` has been given).
+    fn is_done(&self) -> bool {
+        matches!(self.state, State::Done)
     }
 }
 

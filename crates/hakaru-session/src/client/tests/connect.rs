@@ -70,7 +70,7 @@ fn this_ends_report_goes_first_and_the_servers_answer_ends_the_test() {
     assert_eq!(ended.local, *local());
     assert_eq!(ended.remote, report(End::Server, None));
     assert_eq!(ended.intervals, vec![record(0), record(1)]);
-    assert!(r.m.is_ended());
+    assert!(r.m.is_done());
 }
 
 #[test]

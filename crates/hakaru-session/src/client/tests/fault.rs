@@ -208,7 +208,7 @@ fn no_input_in_any_state_panics_and_nothing_follows_the_end() {
                 r.feed(1.0 + j as f64 * 0.01, again);
             }
             let out = r.tick(1000.0);
-            assert!(r.m.is_ended(), "{at:?} input {i}: {out:?}");
+            assert!(r.m.is_done(), "{at:?} input {i}: {out:?}");
             assert_eq!(r.feed(2000.0, Input::Stop), [], "{at:?} input {i}");
             assert_eq!(r.tick(3000.0), []);
         }
@@ -331,7 +331,7 @@ fn a_server_without_results_is_called_gone_20_s_after_the_end() {
         t += 1.0;
         r.msg(t, Message::Keepalive);
         r.tick(t);
-        assert!(!r.m.is_ended(), "at {t}");
+        assert!(!r.m.is_done(), "at {t}");
     }
     assert_eq!(r.tick(20.99), [], "not yet");
     let out = r.tick(21.0);
@@ -468,4 +468,66 @@ fn once_the_servers_report_is_in_its_close_does_not_matter() {
         Input::LocalReport(Box::new(report(End::Client, None))),
     );
     assert!(matches!(ends(&out), Some(Ok(_))), "{out:?}");
+}
+
+/// The crate's one sweep ([`crate::sweep::Sweep`]) over a TCP test's happy path, as every
+/// machine runs it.
+#[test]
+fn every_input_in_every_state_keeps_the_conventions() {
+    let path = || {
+        vec![
+            Input::Message(welcome(None, None, None)),
+            Input::Message(accepted()),
+            Input::FlowsOpen,
+            Input::Message(Message::Start),
+            Input::LocalDone { error: None },
+            Input::LocalReport(Box::new(report(End::Client, None))),
+            Input::Message(finished()),
+        ]
+    };
+    let inputs = || {
+        vec![
+            Input::Message(Message::Start),
+            Input::Message(Message::Keepalive),
+            Input::Message(finished()),
+            Input::Message(Message::Interval { sample: sample(9) }),
+            Input::Message(Message::SendDone { sent: vec![] }),
+            Input::Message(accepted()),
+            Input::Message(welcome(None, None, None)),
+            Input::Message(Message::Error {
+                message: "e".into(),
+            }),
+            Input::Failed(Fault::Io("reset".into())),
+            Input::Failed(Fault::Closed),
+            Input::SendFailed {
+                what: "keepalive",
+                fault: Fault::Closed,
+            },
+            Input::FlowsOpen,
+            Input::GateOpen { at_unix: None },
+            Input::GateFailed("no".into()),
+            Input::LocalSample(sample(3)),
+            Input::LocalSendDone(vec![(1, 2)]),
+            Input::LocalDone {
+                error: Some("x".into()),
+            },
+            Input::LocalReport(Box::new(report(End::Client, None))),
+            Input::Stop,
+        ]
+    };
+    let answers = || {
+        vec![
+            Input::FlowsOpen,
+            Input::LocalDone { error: None },
+            Input::LocalReport(Box::new(report(End::Client, None))),
+        ]
+    };
+    let n = crate::sweep::Sweep {
+        make: &|now| Session::new(config(tcp()), now, UNIX0),
+        path: &path,
+        inputs: &inputs,
+        answers: &answers,
+    }
+    .run();
+    assert_eq!(n, 8 * 19);
 }

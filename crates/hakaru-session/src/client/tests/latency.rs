@@ -57,7 +57,7 @@ fn a_latency_test_runs_to_its_reports_and_stops_the_echo() {
         assert_eq!(ended.intervals, (0..3).map(record).collect::<Vec<_>>());
         assert_eq!(ended.remote, report(End::Server, None));
         assert!(!ended.interrupted);
-        assert!(r.m.is_ended());
+        assert!(r.m.is_done());
     }
 }
 

@@ -1,6 +1,7 @@
 //! The server machine on virtual time: every kind's happy path and the fault paths, with no
 //! socket and no sleep (a test's clock is an `Instant` it moves by hand).
 
+use crate::Machine as _;
 use std::time::{Duration, Instant};
 
 use hakaru_model::{End, SideReport, TcpSpec, TestSpec, UdpSpec};

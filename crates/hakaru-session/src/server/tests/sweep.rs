@@ -147,3 +147,44 @@ fn no_input_in_any_state_panics_or_hangs() {
         }
     }
 }
+
+/// The crate's one sweep ([`crate::sweep::Sweep`]) over a TCP test's happy path, as every
+/// machine runs it.
+#[test]
+fn every_input_in_every_state_keeps_the_conventions() {
+    let path = || {
+        vec![
+            Input::Message(Message::TestRequest {
+                test: Box::new(tcp(1)),
+                held_start: false,
+            }),
+            Input::Admitted {
+                test_id: 1,
+                token: "t".into(),
+            },
+            Input::PathArrived { flow: 0 },
+            Input::Message(Message::FlowsReady),
+            Input::Message(Message::Stop),
+            Input::SideDone(report()),
+            Input::Message(Message::Finished { report: report() }),
+        ]
+    };
+    let answers = || {
+        vec![
+            Input::Admitted {
+                test_id: 1,
+                token: "t".into(),
+            },
+            Input::ConnectListening { port: 9 },
+            Input::SideDone(report()),
+        ]
+    };
+    let n = crate::sweep::Sweep {
+        make: &|now| Session::new(config(false), hello(), now),
+        path: &path,
+        inputs: &events,
+        answers: &answers,
+    }
+    .run();
+    assert_eq!(n, 8 * events().len());
+}
