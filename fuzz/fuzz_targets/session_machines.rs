@@ -214,12 +214,7 @@ impl Fuzzed for iperf3::client::Session {
     type Ctx = ();
     fn make(now: Instant, _: &mut &[u8], _: &mut ()) -> Self {
         let params = serde_json::json!({"tcp": true, "time": 10, "parallel": 1});
-        iperf3::client::Session::new(
-            &[b'a'; 37],
-            params,
-            Some(Duration::from_secs(10)),
-            now,
-        )
+        iperf3::client::Session::new(&[b'a'; 37], params, Some(Duration::from_secs(10)), now)
     }
     fn inputs(op: u8, data: &mut &[u8], _: &mut ()) -> Option<Vec<iperf3::client::Input>> {
         use iperf3::client::Input as I;
