@@ -24,6 +24,27 @@ fn chunk<'a>(data: &mut &'a [u8]) -> &'a [u8] {
     c
 }
 
+/// The native messages a chunk of a peer's bytes completes, then the decoder's error if any.
+fn frames<T>(
+    dec: &mut Decoder,
+    bytes: &[u8],
+    message: impl Fn(hakaru_proto::Message) -> T,
+    bad: impl Fn(hakaru_proto::ProtoError) -> T,
+) -> Vec<T> {
+    dec.feed(bytes);
+    let mut v = vec![];
+    loop {
+        match dec.next_message() {
+            Ok(Some(m)) => v.push(message(m)),
+            Ok(None) => return v,
+            Err(e) => {
+                v.push(bad(e));
+                return v;
+            }
+        }
+    }
+}
+
 fn report(end: End) -> Box<SideReport> {
     Box::new(SideReport::flows_only(end, vec![]))
 }
@@ -93,21 +114,7 @@ impl Fuzzed for native::Session {
     fn inputs(op: u8, data: &mut &[u8], dec: &mut Decoder) -> Option<Vec<native::Input>> {
         use native::Input as I;
         Some(match op % 8 {
-            0 => {
-                dec.feed(chunk(data));
-                let mut v = vec![];
-                loop {
-                    match dec.next_message() {
-                        Ok(Some(m)) => v.push(I::Message(m)),
-                        Ok(None) => break,
-                        Err(e) => {
-                            v.push(I::Garbage(e.to_string()));
-                            break;
-                        }
-                    }
-                }
-                v
-            }
+            0 => frames(dec, chunk(data), I::Message, |e| I::Garbage(e.to_string())),
             1 => vec![I::Admitted {
                 test_id: 1,
                 token: "00".into(),
@@ -148,21 +155,9 @@ impl Fuzzed for client::Session {
     fn inputs(op: u8, data: &mut &[u8], dec: &mut Decoder) -> Option<Vec<client::Input>> {
         use client::Input as I;
         Some(match op % 9 {
-            0 => {
-                dec.feed(chunk(data));
-                let mut v = vec![];
-                loop {
-                    match dec.next_message() {
-                        Ok(Some(m)) => v.push(I::Message(m)),
-                        Ok(None) => break,
-                        Err(e) => {
-                            v.push(I::Failed(client::Fault::Io(e.to_string())));
-                            break;
-                        }
-                    }
-                }
-                v
-            }
+            0 => frames(dec, chunk(data), I::Message, |e| {
+                I::Failed(client::Fault::Io(e.to_string()))
+            }),
             1 => vec![I::FlowsOpen],
             2 => vec![I::GateOpen { at_unix: None }],
             3 => vec![I::LocalDone {
