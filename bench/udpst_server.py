@@ -71,6 +71,8 @@ def main():
     ap.add_argument("--placements", default="unpinned,apart,together")
     ap.add_argument("--row", type=int, default=None,
                     help="a fixed sending-rate row (udpst -I) instead of the search")
+    ap.add_argument("--directions", default="-d,-u",
+                    help="which tests: -d (the server sends), -u (it receives), or both")
     ap.add_argument("--write", default=None)
     a = ap.parse_args()
     for need in (HAKARU, UDPST):
@@ -81,7 +83,7 @@ def main():
         ccpu, scpu = PLACEMENTS[place]
         hk, st = servers(scpu)
         try:
-            for direction in ("-d", "-u"):
+            for direction in a.directions.split(","):
                 res = {"hk": [], "st": []}
                 for rnd in range(a.rounds):
                     order = [("hk", HK_PORT), ("st", ST_PORT)]
@@ -102,6 +104,8 @@ def main():
     how = "its own search, the maximum sub-interval"
     if a.row:
         cmd += f" --row {a.row}"
+    if a.directions != "-d,-u":
+        cmd += f" --directions={a.directions}"
         how = f"fixed row {a.row}, the test's mean delivered rate"
     figure = "mean" if a.row else "maximum"
     lines = [
