@@ -211,12 +211,15 @@ pub struct RecvBatch {
     received: usize,
     /// Latest SO_RXQ_OVFL count of the last call.
     drops: Option<u32>,
+    /// Headers `0..dirty` may hold what the last call wrote (or were never set): the next
+    /// call resets only those, so a batch of hundreds woken for one datagram costs one reset.
+    dirty: usize,
 }
 
 // SAFETY: the raw pointers in `iovecs` and `headers` point only into this struct's own heap
-// allocations (`bufs`, `control`, `iovecs`), which move with it to another thread; they are
-// rewritten before every recvmmsg and dereferenced by nothing but that call, which needs
-// `&mut self`. So no other thread can reach the pointed-to memory through them.
+// allocations (`bufs`, `control`, `iovecs`), which move with it to another thread and are
+// never resized (so the pointers stay valid once set); they are dereferenced by nothing but
+// recvmmsg, which needs `&mut self`. So no other thread can reach the pointed-to memory through them.
 unsafe impl Send for RecvBatch {}
 
 impl fmt::Debug for RecvBatch {
@@ -251,6 +254,7 @@ impl RecvBatch {
             meta: vec![Meta::default(); count],
             received: 0,
             drops: None,
+            dirty: count,
         }
     }
 
@@ -295,15 +299,18 @@ impl RecvBatch {
         self.meta.get(..self.received)?.get(i)
     }
 
-    /// Forgets the last call's results and points every header at its own iovec, buffer and
-    /// control buffer, with the lengths the kernel overwrites reset.
+    /// Forgets the last call's results and points every header the last call may have
+    /// written (all of them the first time) at its own iovec, buffer and control buffer, with
+    /// the lengths the kernel overwrites reset. The kernel writes only the headers of the
+    /// messages it fills.
     fn prepare(&mut self) {
         self.received = 0;
         self.drops = None;
         let bufs = self.bufs.as_mut_ptr();
         let control = self.control.as_mut_ptr();
         let iovecs = self.iovecs.as_mut_ptr();
-        for (i, header) in self.headers.iter_mut().enumerate() {
+        let dirty = mem::replace(&mut self.dirty, 0);
+        for (i, header) in self.headers.iter_mut().enumerate().take(dirty) {
             // SAFETY: i < count, and `bufs` holds count * buf_len bytes, `control` count *
             // CONTROL_WORDS words and `iovecs` count entries, so every offset stays inside its
             // allocation. Vec::as_mut_ptr does not invalidate pointers taken earlier.
@@ -421,8 +428,9 @@ pub fn recv_batch(fd: RawFd, batch: &mut RecvBatch, wait: bool) -> io::Result<us
     };
     loop {
         batch.prepare();
-        // SAFETY: prepare() pointed every header at its own iovec, buffer and control buffer,
-        // all live for the call and as long as the lengths given; the count is the number of
+        // SAFETY: every header points at its own iovec, buffer and control buffer (prepare()
+        // set each one the first time and after any call that may have written it), all live
+        // for the call and as long as the lengths given; the count is the number of
         // headers, at most MMSG_MAX. No timeout is passed. The flags type differs between C
         // libraries, hence the inferred cast.
         let rc = unsafe {
@@ -435,9 +443,13 @@ pub fn recv_batch(fd: RawFd, batch: &mut RecvBatch, wait: bool) -> io::Result<us
             )
         };
         if let Ok(n) = usize::try_from(rc) {
-            batch.collect(n.min(batch.headers.len()));
+            let n = n.min(batch.headers.len());
+            // The filled headers, and the one a failed message may have been written to.
+            batch.dirty = (n + 1).min(batch.headers.len());
+            batch.collect(n);
             return Ok(n);
         }
+        batch.dirty = batch.headers.len();
         let e = io::Error::last_os_error();
         if e.kind() != io::ErrorKind::Interrupted {
             return Err(e);
@@ -599,6 +611,53 @@ mod tests {
         let e = recv_batch(rx.as_raw_fd(), &mut batch, false).expect_err("nothing more queued");
         assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
         assert!(batch.data(0).is_empty());
+    }
+
+    /// Only the headers a call filled are reset before the next: what the kernel wrote in
+    /// them (a control length of 0, MSG_TRUNC, a length) must not reach the next call's
+    /// messages, and the headers no call filled yet must still be whole.
+    #[test]
+    fn headers_a_call_wrote_are_reset_for_the_next() {
+        let (tx, rx) = pair();
+        let mut batch = RecvBatch::new(8, 64);
+        // Three plain datagrams, the second too long for its buffer.
+        let first = [vec![b'x'; 10], vec![b'y'; 100], vec![b'z'; 12]];
+        let slices: Vec<IoSlice<'_>> = first.iter().map(|p| IoSlice::new(p)).collect();
+        assert_eq!(send_batch(tx.as_raw_fd(), &slices, true).expect("send"), 3);
+        let mut truncated = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while truncated.len() < 3 {
+            assert!(
+                Instant::now() < deadline,
+                "only {} messages",
+                truncated.len()
+            );
+            let n = recv_batch(rx.as_raw_fd(), &mut batch, true).expect("recv_batch");
+            truncated.extend((0..n).map(|i| batch.truncated(i)));
+        }
+        assert_eq!(truncated, [false, true, false]);
+
+        // Now with timestamps, and eight datagrams: every one fills a header, the first three
+        // of them written by the calls before.
+        assert_eq!(udp_enable_rx_meta(rx.as_raw_fd()), (true, true));
+        let payloads: Vec<Vec<u8>> = (0..8u8).map(|i| vec![i; 20 + usize::from(i)]).collect();
+        let slices: Vec<IoSlice<'_>> = payloads.iter().map(|p| IoSlice::new(p)).collect();
+        assert_eq!(send_batch(tx.as_raw_fd(), &slices, true).expect("send"), 8);
+        let mut seen = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while seen.len() < 8 {
+            assert!(Instant::now() < deadline, "only {} messages", seen.len());
+            let n = recv_batch(rx.as_raw_fd(), &mut batch, true).expect("recv_batch");
+            for i in 0..n {
+                assert!(!batch.truncated(i), "message {i} read as truncated");
+                assert!(
+                    batch.timestamp_ns(i).is_some(),
+                    "message {i} lost its timestamp"
+                );
+                seen.push(batch.data(i).to_vec());
+            }
+        }
+        assert_eq!(seen, payloads);
     }
 
     #[test]
