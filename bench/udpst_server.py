@@ -104,9 +104,9 @@ def main():
     how = "its own search, the maximum sub-interval"
     if a.row:
         cmd += f" --row {a.row}"
+        how = f"fixed row {a.row}, the test's mean delivered rate"
     if a.directions != "-d,-u":
         cmd += f" --directions={a.directions}"
-        how = f"fixed row {a.row}, the test's mean delivered rate"
     figure = "mean" if a.row else "maximum"
     lines = [
         f"Command: `{cmd}` ({time.strftime('%Y-%m-%d')}; kernel {os.uname().release}; "

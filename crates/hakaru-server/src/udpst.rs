@@ -42,8 +42,9 @@ const GSO_BYTES: usize = 65_000;
 /// SO_SNDBUF and SO_RCVBUF asked for on a test socket (the reference's default, 1,024,000
 /// bytes; the kernel doubles it and caps it at net.core.wmem_max / rmem_max).
 const TEST_SOCKET_BUF: usize = 1_024_000;
-/// Most load datagrams one recvmmsg call of the upstream receiver takes.
-const RECV_BATCH: usize = 64;
+/// Most load datagrams one recvmmsg call of the upstream receiver takes (the reference's
+/// RECVMMSG_SIZE: a receiver sharing a CPU with its sender drains the buffer in one call).
+const RECV_BATCH: usize = 256;
 
 /// The keys a udpst server checks setup requests with: the reference's key file (`KEYID,KEY`
 /// lines: the request's key ID picks one) and one key for any ID (`-a`); with neither, a
