@@ -64,7 +64,7 @@ fn udpst_search_through_a_shaped_link_reads_the_truth_against_either_server() {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn stock udpst server");
-        std::thread::sleep(Duration::from_millis(300));
+        super::udpst::wait_bound(Some(&link.server_ns), sport);
         let theirs = search(&link, udpst, dir, "B", sport);
         let _ = wait_child(stock, Duration::from_secs(10));
         eprintln!(
@@ -152,7 +152,8 @@ fn capacity_search_through_a_shaped_link_reads_what_the_stock_client_reads() {
         )
     };
     let stock = [stock_server(port, &[]), stock_server(port + 1, &["-j"])];
-    std::thread::sleep(Duration::from_millis(300));
+    super::udpst::wait_bound(Some(&link.server_ns), port);
+    super::udpst::wait_bound(Some(&link.server_ns), port + 1);
     let mut rows = Vec::new();
     for (dir, algo) in [("-u", "b"), ("-d", "b"), ("-u", "c"), ("-d", "c")] {
         let port = if algo == "c" { port + 1 } else { port };

@@ -123,8 +123,47 @@ pub(super) fn stock_server(udpst: &std::path::Path, port: u16) -> std::process::
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn stock udpst server");
-    std::thread::sleep(Duration::from_millis(300));
+    wait_bound(None, port);
     c
+}
+
+/// Waits (up to 10 s) until a UDP socket is bound to `port` in network namespace `ns` (this
+/// one when `None`), as /proc/net/udp and udp6 list them: a stock server started on a loaded
+/// machine can take longer than any fixed pause to bind, and a client that starts first
+/// times out. Reading the table takes no port, so it cannot race the server's bind.
+pub(super) fn wait_bound(ns: Option<&str>, port: u16) {
+    let want = format!(":{port:04X} ");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::time::Instant::now() < deadline {
+        let table = match ns {
+            None => ["/proc/net/udp", "/proc/net/udp6"]
+                .iter()
+                .filter_map(|f| std::fs::read_to_string(f).ok())
+                .collect::<String>(),
+            Some(ns) => Command::new("ip")
+                .args([
+                    "netns",
+                    "exec",
+                    ns,
+                    "cat",
+                    "/proc/net/udp",
+                    "/proc/net/udp6",
+                ])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default(),
+        };
+        // "  sl  local_address rem_address ...": the local address is the second column.
+        if table
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(1))
+            .any(|local| format!("{local} ").ends_with(&want))
+        {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("no UDP socket bound to port {port} within 10 s");
 }
 
 #[test]

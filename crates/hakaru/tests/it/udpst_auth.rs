@@ -164,7 +164,7 @@ fn udpst_multi_connection_runs_every_connection_against_hakaru_as_against_a_stoc
                 .stderr(std::process::Stdio::piped())
                 .spawn()
                 .expect("spawn stock udpst server");
-            std::thread::sleep(Duration::from_millis(300));
+            super::udpst::wait_bound(None, sport);
             let (ok, sout) = client(&udpst, sport, &["-C", "2"]);
             let _ = super::common::wait_child(stock, Duration::from_secs(10));
             assert!(ok, "udpst -C 2 against a stock server failed:\n{sout}");

@@ -46,7 +46,7 @@ fn stock_server(udpst: &Path, port: u16, opts: &[&str], record: &Path) -> std::p
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn stock udpst server");
-    std::thread::sleep(Duration::from_millis(300));
+    super::udpst::wait_bound(None, port);
     c
 }
 
