@@ -219,7 +219,8 @@ pub struct RecvBatch {
 // SAFETY: the raw pointers in `iovecs` and `headers` point only into this struct's own heap
 // allocations (`bufs`, `control`, `iovecs`), which move with it to another thread and are
 // never resized (so the pointers stay valid once set); they are dereferenced by nothing but
-// recvmmsg, which needs `&mut self`. So no other thread can reach the pointed-to memory through them.
+// recvmmsg, which needs `&mut self`. So no other thread can reach the pointed-to memory
+// through them.
 unsafe impl Send for RecvBatch {}
 
 impl fmt::Debug for RecvBatch {

@@ -132,7 +132,7 @@ pub(super) fn stock_server(udpst: &std::path::Path, port: u16) -> std::process::
 /// machine can take longer than any fixed pause to bind, and a client that starts first
 /// times out. Reading the table takes no port, so it cannot race the server's bind.
 pub(super) fn wait_bound(ns: Option<&str>, port: u16) {
-    let want = format!(":{port:04X} ");
+    let want = format!(":{port:04X}");
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while std::time::Instant::now() < deadline {
         let table = match ns {
@@ -157,7 +157,7 @@ pub(super) fn wait_bound(ns: Option<&str>, port: u16) {
         if table
             .lines()
             .filter_map(|l| l.split_whitespace().nth(1))
-            .any(|local| format!("{local} ").ends_with(&want))
+            .any(|local| local.ends_with(&want))
         {
             return;
         }
