@@ -296,6 +296,11 @@ fn run_socket(a: &Inner, stop: &AtomicBool) {
     hakaru_sys::tighten_timer_slack();
     let fd = a.socket.as_raw_fd();
     let v6 = a.socket.local_addr().is_ok_and(|l| l.is_ipv6());
+    // When the socket was last read empty: every reply that came before then has been
+    // matched, so a probe whose deadline had passed by then is lost. Expiring up to `now`
+    // instead would count a reply still queued (a wake-up cut at READS_PER_WAKE after the
+    // agent was held off the CPU) as a loss on the path.
+    let mut drained = a.now();
     while !stop.load(Ordering::Acquire) {
         let now = a.now();
         let wake = {
@@ -309,7 +314,10 @@ fn run_socket(a: &Inner, stop: &AtomicBool) {
                     }
                 }
             }
-            p.handle_timeout(now);
+            // A flood that never lets the socket drain still expires probes a timeout late.
+            let held =
+                now.saturating_sub(a.cfg.probe.timeout.as_nanos().min(u128::from(u64::MAX)) as u64);
+            p.handle_timeout(drained.max(held));
             while let Some((addr, h)) = p.poll_send(now) {
                 h.encode(a.cfg.key.as_ref(), &mut out);
                 if let Err(e) = a.socket.send_to(&out, sendable(v6, addr)) {
@@ -325,12 +333,18 @@ fn run_socket(a: &Inner, stop: &AtomicBool) {
             .min(Duration::from_millis(100));
         hakaru_sys::wait_fd(fd, hakaru_sys::Interest::Read, wait);
         for _ in 0..READS_PER_WAKE {
+            // Taken before the read: what arrived before it is in the socket now.
+            let before = a.now();
             match a.socket.recv_from(&mut buf) {
                 Ok((n, from)) => datagram(a, &buf[..n], from, &mut bucket, &mut out),
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                // WouldBlock: all read; anything else (an ICMP error reported on the socket)
-                // is nothing to act on.
-                Err(_) => break,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    drained = before;
+                    break;
+                }
+                // An ICMP error reported on the socket (taken by this read): nothing to act
+                // on; the datagrams behind it are read on.
+                Err(_) => {}
             }
         }
     }

