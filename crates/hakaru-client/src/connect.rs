@@ -205,7 +205,7 @@ pub(crate) fn run_result(
         server_end: no_bytes(end_result(&remote)),
         interrupted,
         notes,
-        connect: Some(connect),
+        detail: hakaru_model::KindDetail::Connect(Box::new(connect)),
         server_clock_offset: at.clock,
         server_on_this_host: at.same_host,
         ..RunResult::begin(spec.clone(), at.started_unix, at.addr)

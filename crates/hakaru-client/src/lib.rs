@@ -366,7 +366,7 @@ pub fn run_test(
             let e = *out.ended;
             let parts = (e.intervals, e.local, e.remote, e.interrupted);
             let mut result = at.assemble(&spec, out.started_unix, parts, out.notes);
-            result.probe = out.probe;
+            result.detail = hakaru_model::KindDetail::bulk(out.probe);
             observer.on_end(&result);
             Ok(result)
         }
@@ -473,7 +473,7 @@ fn latency_test(
     let spec = TestSpec::Latency(lat.clone());
     let parts = (out.intervals, out.local, out.remote, out.interrupted);
     let mut result = at.assemble(&spec, started_unix, parts, ctl.m.notes().to_vec());
-    result.latency = Some(out.result);
+    result.detail = hakaru_model::KindDetail::Latency(Box::new(out.result));
     observer.on_end(&result);
     Ok(result)
 }

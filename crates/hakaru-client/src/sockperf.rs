@@ -90,7 +90,7 @@ pub(crate) fn run(
         interrupted,
         notes: vec![NO_SERVER_REPORT.into()],
     });
-    result.latency = Some(lat);
+    result.detail = hakaru_model::KindDetail::Latency(Box::new(lat));
     observer.on_end(&result);
     Ok(result)
 }

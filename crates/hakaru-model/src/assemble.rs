@@ -423,9 +423,8 @@ impl EndResult {
 
 impl RunResult {
     /// The shared part of a result of `spec`, started at `started_unix` (Unix seconds)
-    /// against `server`, with no figures: each kind sets its own fields on it
-    /// (`RunResult { rpm: Some(x), ..RunResult::begin(..) }`), so a new kind's field is added
-    /// here once rather than as a `None` in every other kind's builder.
+    /// against `server`, with no figures: each kind sets its own on it
+    /// (`RunResult { detail: KindDetail::Rpm(..), ..RunResult::begin(..) }`).
     pub fn begin(spec: TestSpec, started_unix: f64, server: String) -> RunResult {
         RunResult {
             schema_version: crate::SCHEMA_VERSION,
@@ -446,13 +445,7 @@ impl RunResult {
             server_end: EndResult::unreported(),
             interrupted: false,
             notes: Vec::new(),
-            latency: None,
-            connect: None,
-            raw: None,
-            http: None,
-            probe: None,
-            rpm: None,
-            udpst: None,
+            detail: crate::KindDetail::default(),
             server_clock_offset: None,
             server_on_this_host: false,
         }
@@ -481,24 +474,11 @@ impl RunResult {
             server_end: _,
             interrupted: _,
             notes: _,
-            latency,
-            connect,
-            raw,
-            http,
-            probe: _,
-            rpm,
-            udpst,
+            detail,
             server_clock_offset: _,
             server_on_this_host: _,
         } = self;
-        intervals.is_empty()
-            && totals.is_empty()
-            && latency.is_none()
-            && connect.is_none()
-            && raw.is_none()
-            && http.is_none()
-            && rpm.is_none()
-            && udpst.is_none()
+        intervals.is_empty() && totals.is_empty() && !detail.has_figures()
     }
 }
 

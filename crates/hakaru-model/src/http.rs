@@ -270,6 +270,8 @@ pub struct HttpConnection {
     /// the response's first byte.
     pub ttfb_ms: Option<TimeStats>,
     /// Responses by status code.
+    #[serde(deserialize_with = "status_codes")]
+    #[schemars(with = "BTreeMap<u16, u64>")]
     pub status: BTreeMap<u16, u64>,
     /// Why its last failed request failed.
     pub error: Option<String>,
@@ -296,6 +298,8 @@ pub struct HttpResult {
     /// Requests that failed (a non-2xx status, a short body, a reset, a timeout).
     pub failed: u64,
     /// Responses by status code, over all connections.
+    #[serde(deserialize_with = "status_codes")]
+    #[schemars(with = "BTreeMap<u16, u64>")]
     pub status: BTreeMap<u16, u64>,
     /// Connect times over all connections.
     pub connect_ms: Option<TimeStats>,
@@ -383,8 +387,43 @@ impl crate::kind::Kind for HttpSpec {
         false
     }
 }
+/// Responses by status code, read from their JSON keys (strings). A result's per-kind part is
+/// read through a flattened field, whose buffered keys stay strings that a `u16` key refuses;
+/// each key is parsed here instead, and one that is not a status code names itself.
+fn status_codes<'de, D: serde::Deserializer<'de>>(d: D) -> Result<BTreeMap<u16, u64>, D::Error> {
+    let by_text = BTreeMap::<String, u64>::deserialize(d)?;
+    by_text
+        .into_iter()
+        .map(|(k, n)| match k.parse::<u16>() {
+            Ok(code) => Ok((code, n)),
+            Err(_) => Err(serde::de::Error::custom(format!(
+                "status code {k:?}: not a number from 0 to 65535"
+            ))),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn status_codes_read_as_numbers_and_a_bad_one_is_named() {
+        #[derive(serde::Deserialize)]
+        struct S {
+            #[serde(deserialize_with = "super::status_codes")]
+            status: std::collections::BTreeMap<u16, u64>,
+        }
+        let s: S = serde_json::from_str(r#"{"status":{"200":3,"404":1}}"#).unwrap();
+        assert_eq!(
+            s.status.into_iter().collect::<Vec<_>>(),
+            [(200, 3), (404, 1)]
+        );
+        let e = serde_json::from_str::<S>(r#"{"status":{"OK":3}}"#)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("status code \"OK\""), "{e}");
+    }
+
     use super::*;
 
     fn spec() -> HttpSpec {

@@ -348,7 +348,7 @@ pub fn aggregate(runs: &[RunRef<'_>]) -> Vec<ReceiverAggregate> {
                 keys.push((r.receiver, t.dir));
             }
         }
-        if (r.result.latency.is_some() || r.result.connect.is_some())
+        if (r.result.detail.latency().is_some() || r.result.detail.connect().is_some())
             && !keys.contains(&(r.receiver, FlowDir::Up))
         {
             keys.push((r.receiver, FlowDir::Up));
@@ -397,17 +397,17 @@ fn aggregate_one(runs: &[RunRef<'_>], receiver: &str, dir: FlowDir) -> ReceiverA
                 mss = mss.max(ti.snd_mss);
             }
         }
-        if let Some(l) = &r.latency {
+        if let Some(l) = r.detail.latency() {
             *a.transactions_per_second.get_or_insert(0.0) += l.transactions_per_second;
             a.flows += l.flows.len() as u32;
             let p99 = a.rtt_worst_p99_us.get_or_insert(0.0);
             *p99 = p99.max(l.rtt.p99_us);
         }
-        if let Some(c) = &r.connect {
+        if let Some(c) = r.detail.connect() {
             *a.connections_per_second.get_or_insert(0.0) += c.connections_per_second;
         }
     }
-    let lat: Vec<_> = mine.iter().filter_map(|r| r.latency.as_ref()).collect();
+    let lat: Vec<_> = mine.iter().filter_map(|r| r.detail.latency()).collect();
     let count: u64 = lat.iter().map(|l| l.rtt.count).sum();
     if count > 0 {
         let sum: f64 = lat.iter().map(|l| l.rtt.mean_us * l.rtt.count as f64).sum();

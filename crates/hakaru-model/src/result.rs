@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::config::FlowDir;
-use crate::connect::{ConnectInterval, ConnectResult, ConnectServerCounts};
+use crate::connect::{ConnectInterval, ConnectServerCounts};
 use crate::spec::TestSpec;
 use crate::udp::{UdpCounts, UdpFlowSide, UdpKernelCounters, UdpPaths, UdpTick};
 use crate::units::BitRate;
@@ -653,27 +653,10 @@ pub struct RunResult {
     pub interrupted: bool,
     /// Choices hakaru made that affect the figures, in words (e.g. congestion control on loopback).
     pub notes: Vec<String>,
-    /// Round-trip figures, for latency tests.
-    pub latency: Option<crate::latency::LatencyResult>,
-    /// Connection-rate figures, for `connect` tests (`flows` and `totals` are then empty).
-    pub connect: Option<ConnectResult>,
-    /// Raw transfer figures, for `sink` and `source` runs.
-    // Defaulted so results written before this field existed still decode.
-    #[serde(default)]
-    pub raw: Option<crate::raw::RawResult>,
-    /// HTTP transfer figures, for `hakaru http` runs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub http: Option<crate::http::HttpResult>,
-    /// Latency probes of a bulk test (`--latency-probe`): idle baseline, under load, and
-    /// the increase.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub probe: Option<crate::probe::ProbeResult>,
-    /// Responsiveness figures, for `hakaru rpm` runs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rpm: Option<crate::rpm::RpmResult>,
-    /// Maximum IP-layer capacity figures, for `hakaru capacity` runs (RFC 9946).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub udpst: Option<crate::udpst::UdpstResult>,
+    /// What the kind found beyond the shared part: in the JSON, its keys in place
+    /// (`latency`, `connect`, `raw`, and when present `http`, `probe`, `rpm`, `udpst`).
+    #[serde(flatten)]
+    pub detail: crate::KindDetail,
     /// The server's wall clock against the client's, for tests against a hakaru server.
     #[serde(default)]
     pub server_clock_offset: Option<ClockOffset>,

@@ -143,7 +143,7 @@ fn latency_metrics(m: &mut Metrics<'_>) {
             name.into(),
             "us",
             (Better::Lower, Scale::Relative),
-            both(&|r| Some(f(&r.latency.as_ref()?.rtt))),
+            both(&|r| Some(f(&r.detail.latency()?.rtt))),
             samples,
         );
     }
@@ -157,7 +157,7 @@ fn latency_metrics(m: &mut Metrics<'_>) {
         "transactions/s".into(),
         "1/s",
         (Better::Higher, Scale::Relative),
-        both(&|r| Some(r.latency.as_ref()?.transactions_per_second)),
+        both(&|r| Some(r.detail.latency()?.transactions_per_second)),
         Some((s(b), s(n))),
     );
 }
@@ -176,14 +176,14 @@ fn http_metrics(m: &mut Metrics<'_>) {
         "goodput".into(),
         "bit/s",
         (Better::Higher, Scale::Relative),
-        both(&|r| Some(r.http.as_ref()?.bits_per_second.0)),
+        both(&|r| Some(r.detail.http()?.bits_per_second.0)),
         Some((s(b), s(n))),
     );
     m.push(
         "time to first byte p50".into(),
         "ms",
         (Better::Lower, Scale::Relative),
-        both(&|r| Some(r.http.as_ref()?.ttfb_ms.as_ref()?.median_ms)),
+        both(&|r| Some(r.detail.http()?.ttfb_ms.as_ref()?.median_ms)),
         None,
     );
     m.push(
@@ -205,21 +205,21 @@ fn connect_metrics(m: &mut Metrics<'_>) {
         "connections/s".into(),
         "1/s",
         (Better::Higher, Scale::Relative),
-        both(&|r| Some(r.connect.as_ref()?.connections_per_second)),
+        both(&|r| Some(r.detail.connect()?.connections_per_second)),
         Some((s(b), s(n))),
     );
     m.push(
         "connect time p50".into(),
         "us",
         (Better::Lower, Scale::Relative),
-        both(&|r| Some(r.connect.as_ref()?.connect_time.p50_us)),
+        both(&|r| Some(r.detail.connect()?.connect_time.p50_us)),
         None,
     );
     m.push(
         "connect time p99".into(),
         "us",
         (Better::Lower, Scale::Relative),
-        both(&|r| Some(r.connect.as_ref()?.connect_time.p99_us)),
+        both(&|r| Some(r.detail.connect()?.connect_time.p99_us)),
         None,
     );
 }
@@ -323,7 +323,7 @@ fn rpm_metrics(m: &mut Metrics<'_>) {
             name.into(),
             unit,
             (Better::Higher, Scale::Relative),
-            both(&|r| f(r.rpm.as_ref()?)),
+            both(&|r| f(r.detail.rpm()?)),
             None,
         );
     }
@@ -331,7 +331,7 @@ fn rpm_metrics(m: &mut Metrics<'_>) {
         "responsiveness".into(),
         "ms",
         (Better::Lower, Scale::Relative),
-        both(&|r| Some(r.rpm.as_ref()?.responsiveness_ms)),
+        both(&|r| Some(r.detail.rpm()?.responsiveness_ms)),
         None,
     );
 }
@@ -351,7 +351,8 @@ fn udpst_metrics(m: &mut Metrics<'_>) {
     };
     let fixed_rows = fixed(b) && fixed(n);
     let subs = |r: &RunResult| -> Vec<f64> {
-        r.udpst
+        r.detail
+            .udpst()
             .iter()
             .flat_map(|u| u.sub_intervals.iter().map(|s| s.ip_mbps * 1e6))
             .collect()
@@ -360,14 +361,14 @@ fn udpst_metrics(m: &mut Metrics<'_>) {
         "maximum IP capacity".into(),
         "bit/s",
         (Better::Higher, Scale::Relative),
-        both(&|r| Some(r.udpst.as_ref()?.max_ip_capacity_mbps * 1e6)),
+        both(&|r| Some(r.detail.udpst()?.max_ip_capacity_mbps * 1e6)),
         None,
     );
     m.push(
         "mean IP rate".into(),
         "bit/s",
         (Better::Higher, Scale::Relative),
-        both(&|r| Some(r.udpst.as_ref()?.mean_ip_mbps * 1e6)),
+        both(&|r| Some(r.detail.udpst()?.mean_ip_mbps * 1e6)),
         fixed_rows.then(|| (subs(b), subs(n))),
     );
     if fixed_rows {
@@ -375,7 +376,7 @@ fn udpst_metrics(m: &mut Metrics<'_>) {
             "loss".into(),
             "%",
             (Better::Lower, Scale::Absolute),
-            both(&|r| Some(100.0 - r.udpst.as_ref()?.delivered_percent)),
+            both(&|r| Some(100.0 - r.detail.udpst()?.delivered_percent)),
             None,
         );
     }
@@ -400,7 +401,7 @@ mod tests {
     fn capacity_compares_its_maximum_mean_and_loss_not_bulk_rows() {
         let base = fixture("capacity_up");
         let mut worse = base.clone();
-        let u = worse.udpst.as_mut().unwrap();
+        let u = worse.detail.udpst_mut().unwrap();
         u.max_ip_capacity_mbps *= 0.8;
         u.mean_ip_mbps *= 0.8;
         for s in &mut u.sub_intervals {
@@ -424,7 +425,7 @@ mod tests {
             r
         };
         let mut lossy = search(base.clone());
-        lossy.udpst.as_mut().unwrap().delivered_percent = 97.0;
+        lossy.detail.udpst_mut().unwrap().delivered_percent = 97.0;
         let c = pair(search(base), lossy);
         let metrics: Vec<&str> = c.rows.iter().map(|r| r.metric.as_str()).collect();
         assert_eq!(metrics, ["maximum IP capacity", "mean IP rate"]);
@@ -435,7 +436,7 @@ mod tests {
     fn rpm_compares_its_responsiveness_not_bulk_rows() {
         let base = fixture("rpm_embedded");
         let mut worse = base.clone();
-        let r = worse.rpm.as_mut().unwrap();
+        let r = worse.detail.rpm_mut().unwrap();
         r.rpm /= 2.0;
         r.responsiveness_ms *= 2.0;
         let c = pair(base, worse);

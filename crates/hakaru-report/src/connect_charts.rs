@@ -22,7 +22,7 @@ fn charts(p: &str, r: &RunResult) -> Vec<Chart> {
         "connections/s",
         pts,
     )];
-    if let Some(c) = &r.connect {
+    if let Some(c) = r.detail.connect() {
         out.push(Chart {
             id: format!("{p}-connect-cdf"),
             title: "connect and transaction time (cumulative, log axis)".into(),

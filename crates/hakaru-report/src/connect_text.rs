@@ -62,7 +62,7 @@ pub fn summary(r: &RunResult) -> String {
         s,
         "- - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - - -"
     );
-    let Some(c) = &r.connect else {
+    let Some(c) = r.detail.connect() else {
         let _ = writeln!(s, "no connection figures in this result");
         return s;
     };
@@ -117,7 +117,7 @@ pub fn summary(r: &RunResult) -> String {
 
 /// The closing headline: connections per second and connect-time percentiles.
 pub fn headline(r: &RunResult) -> String {
-    let Some(c) = &r.connect else {
+    let Some(c) = r.detail.connect() else {
         return String::new();
     };
     format!(
@@ -154,7 +154,7 @@ impl crate::kind_text::KindText for hakaru_model::ConnectSpec {
     }
     fn row(&self, r: &RunResult, s: &mut crate::kind_text::Row) {
         s.flows = Some(self.connectors);
-        s.headline = r.connect.as_ref().map(|c| c.connections_per_second);
+        s.headline = r.detail.connect().map(|c| c.connections_per_second);
         s.unit = "conn/s".into();
     }
 }

@@ -296,7 +296,7 @@ pub fn total_rows(r: &RunResult) -> String {
             r.server_end.cpu.as_ref().map(|c| num(c.busy_pct)),
         );
     };
-    if let Some(l) = &r.latency {
+    if let Some(l) = r.detail.latency() {
         let mut row = Row::new(test, "total");
         row.set("start", 0)
             .set("end", num(l.seconds))
@@ -309,7 +309,7 @@ pub fn total_rows(r: &RunResult) -> String {
         s.push_str(&row.line());
         return s;
     }
-    if let Some(c) = &r.connect {
+    if let Some(c) = r.detail.connect() {
         let mut row = Row::new(test, "total");
         row.set("start", 0)
             .set("end", num(c.seconds))
@@ -321,7 +321,7 @@ pub fn total_rows(r: &RunResult) -> String {
         s.push_str(&row.line());
         return s;
     }
-    if let Some(h) = &r.http {
+    if let Some(h) = r.detail.http() {
         let mut row = Row::new(test, "total");
         let (bytes_col, bps_col) = match h.dir {
             hakaru_model::FlowDir::Down => ("receiver_bytes", "receiver_bps"),
@@ -340,7 +340,7 @@ pub fn total_rows(r: &RunResult) -> String {
         s.push_str(&row.line());
         return s;
     }
-    if let Some(x) = &r.rpm {
+    if let Some(x) = r.detail.rpm() {
         s.push_str(&rpm_rows(test, x));
         return s;
     }
@@ -371,7 +371,7 @@ pub fn total_rows(r: &RunResult) -> String {
         cpu(&mut row);
         s.push_str(&row.line());
     }
-    if let Some(p) = &r.probe {
+    if let Some(p) = r.detail.probe() {
         let secs = r.totals.first().map_or(0.0, |t| t.receiver.seconds);
         s.push_str(&probe_totals(test, p, secs));
     }

@@ -147,7 +147,7 @@ fn stats_line(s: &mut String, what: &str, t: &Option<TimeStats>) {
 /// The summary: per connection (up to 8 unless `--per-flow`), totals, times, errors, CPU,
 /// NIC, and the headline.
 pub fn summary(r: &RunResult, view: &View) -> String {
-    let Some(h) = &r.http else {
+    let Some(h) = r.detail.http() else {
         return String::new();
     };
     let mut s = String::new();
@@ -205,7 +205,7 @@ pub fn summary(r: &RunResult, view: &View) -> String {
 
 /// The totals over every connection.
 pub fn sums(r: &RunResult) -> String {
-    let Some(h) = &r.http else {
+    let Some(h) = r.detail.http() else {
         return String::new();
     };
     format!(
@@ -222,7 +222,7 @@ pub fn sums(r: &RunResult) -> String {
 
 /// The closing headline.
 pub fn headline(r: &RunResult) -> String {
-    let Some(h) = &r.http else {
+    let Some(h) = r.detail.http() else {
         return String::new();
     };
     let verb = match h.method {
@@ -262,7 +262,7 @@ impl crate::kind_text::KindText for hakaru_model::HttpSpec {
     }
     fn row(&self, r: &RunResult, s: &mut crate::kind_text::Row) {
         s.flows = Some(self.parallel);
-        if let Some(x) = &r.http {
+        if let Some(x) = r.detail.http() {
             s.direction = x.dir.label().into();
             s.headline = Some(x.bits_per_second.0);
         }

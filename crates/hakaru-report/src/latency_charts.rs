@@ -11,7 +11,7 @@ use crate::kind_charts::KindCharts;
 /// The charts of a latency result; `p` prefixes their ids.
 fn charts(p: &str, r: &RunResult) -> Vec<Chart> {
     let mut out = vec![over_time(p, r)];
-    if let Some(l) = &r.latency {
+    if let Some(l) = r.detail.latency() {
         out.extend(distribution(p, l));
     }
     out
@@ -238,7 +238,7 @@ pub(crate) fn cdf_from_stats(s: &LatencyStats) -> Vec<(f64, f64)> {
 
 impl KindCharts for LatencySpec {
     fn what(&self, r: &RunResult) -> String {
-        match r.latency.as_ref().map(|l| l.transport) {
+        match r.detail.latency().map(|l| l.transport) {
             Some(hakaru_model::LatencyTransport::Udp) => "UDP latency".into(),
             Some(hakaru_model::LatencyTransport::Tcp) => "TCP latency".into(),
             None => "latency".into(),
@@ -263,7 +263,7 @@ impl KindCharts for LatencySpec {
                 .filter_map(|(i, (label, r))| {
                     Some(Series {
                         name: label.to_string(),
-                        points: cdf_from_stats(&r.latency.as_ref()?.rtt),
+                        points: cdf_from_stats(&r.detail.latency()?.rtt),
                         stroke: Stroke::Thick,
                         color: i,
                         legend: true,

@@ -120,7 +120,7 @@ pub(crate) fn stats_line(s: &mut String, label: &str, r: &LatencyStats) {
 /// `per_flow`.
 pub fn summary(r: &RunResult, view: &crate::View) -> String {
     let mut s = String::new();
-    let Some(l) = &r.latency else {
+    let Some(l) = r.detail.latency() else {
         return s;
     };
     let _ = writeln!(
@@ -215,7 +215,7 @@ pub fn summary(r: &RunResult, view: &crate::View) -> String {
 
 /// The closing headline: transport, median and tail round trip, rate.
 pub fn headline(r: &RunResult) -> String {
-    let Some(l) = &r.latency else {
+    let Some(l) = r.detail.latency() else {
         return String::new();
     };
     let transport = match &r.spec {
@@ -256,7 +256,7 @@ impl crate::kind_text::KindText for hakaru_model::LatencySpec {
         headline(r)
     }
     fn row(&self, r: &RunResult, s: &mut crate::kind_text::Row) {
-        s.headline = r.latency.as_ref().map(|l| l.rtt.p50_us);
+        s.headline = r.detail.latency().map(|l| l.rtt.p50_us);
         s.unit = "us".into();
     }
 }

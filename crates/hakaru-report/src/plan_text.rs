@@ -241,7 +241,7 @@ fn run_line(r: &hakaru_model::plan::PlanRun) -> String {
             ),
         })
         .collect();
-    if let Some(l) = &res.latency {
+    if let Some(l) = res.detail.latency() {
         parts.push(format!(
             "{} round trips/s, RTT p50 {:.1} us p99 {:.1} us",
             count(l.transactions_per_second),
@@ -249,10 +249,10 @@ fn run_line(r: &hakaru_model::plan::PlanRun) -> String {
             l.rtt.p99_us
         ));
     }
-    if let Some(c) = &res.connect {
+    if let Some(c) = res.detail.connect() {
         parts.push(format!("{} connections/s", count(c.connections_per_second)));
     }
-    if let Some(p) = &res.probe {
+    if let Some(p) = res.detail.probe() {
         // The latency probes (`latency_probe`): under load against idle, and the increase.
         parts.push(format!(
             "probe RTT p50 {:.2} ms under load, {:.2} ms idle (+{:.2} ms)",

@@ -8,7 +8,7 @@ use crate::charts::{step, Chart, Series, Stroke};
 
 /// The probes' round trip over time, if the result has probes.
 pub(crate) fn chart(p: &str, r: &RunResult) -> Option<Chart> {
-    let probe = r.probe.as_ref()?;
+    let probe = r.detail.probe()?;
     let pick = |f: fn(&LatencyStats) -> f64| -> Vec<(f64, f64)> {
         r.intervals
             .iter()

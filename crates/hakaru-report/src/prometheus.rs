@@ -149,7 +149,7 @@ pub fn run_families(
         "hakaru_run_rtt_seconds",
         "Round-trip time quantiles of a latency run.",
     );
-    if let Some(lat) = &r.latency {
+    if let Some(lat) = r.detail.latency() {
         let q = &lat.rtt;
         for (name, us) in [
             ("0.5", q.p50_us),

@@ -265,7 +265,7 @@ fn stream_line(s: &mut String, who: &str, id: usize, r: &RawResult) {
 /// The final summary of a raw run.
 pub fn summary(r: &RunResult) -> String {
     let mut s = String::new();
-    let Some(raw) = &r.raw else {
+    let Some(raw) = r.detail.raw() else {
         return s;
     };
     s.push_str(&ttcp_lines(raw));
@@ -286,7 +286,7 @@ pub fn summary(r: &RunResult) -> String {
 
 /// The closing headline: the rate and the amount moved.
 pub fn headline(r: &RunResult) -> String {
-    let Some(raw) = &r.raw else {
+    let Some(raw) = r.detail.raw() else {
         return String::new();
     };
     let (who, verb) = match raw.role {
@@ -313,7 +313,7 @@ impl crate::kind_text::KindText for hakaru_model::RawSpec {
         headline(r)
     }
     fn row(&self, r: &RunResult, s: &mut crate::kind_text::Row) {
-        if let Some(raw) = &r.raw {
+        if let Some(raw) = r.detail.raw() {
             s.headline = Some(raw.bits_per_second.0);
             if let Some(p) = &raw.peer {
                 s.peer = Some(p.clone());

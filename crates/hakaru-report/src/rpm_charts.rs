@@ -30,7 +30,7 @@ fn chart(id: String, title: &str, y: &str, series: Vec<Series>) -> Chart {
 }
 
 fn charts(p: &str, r: &RunResult) -> Vec<Chart> {
-    let Some(x) = &r.rpm else {
+    let Some(x) = r.detail.rpm() else {
         return Vec::new();
     };
     let iv = &x.intervals;
@@ -102,7 +102,7 @@ impl KindCharts for RpmSpec {
             runs.iter()
                 .enumerate()
                 .map(|(i, (label, r))| {
-                    let pts = r.rpm.as_ref().map_or_else(Vec::new, |x| {
+                    let pts = r.detail.rpm().map_or_else(Vec::new, |x| {
                         x.intervals
                             .iter()
                             .filter_map(|iv| Some((iv.end, iv.rpm?)))

@@ -59,7 +59,7 @@ pub fn intervals(x: &RpmResult) -> String {
 
 /// The components, the goodput, the confidences.
 pub fn sums(r: &RunResult) -> String {
-    let Some(x) = &r.rpm else {
+    let Some(x) = r.detail.rpm() else {
         return String::new();
     };
     let p = &x.probes;
@@ -108,7 +108,7 @@ pub fn sums(r: &RunResult) -> String {
 
 /// The closing headline.
 pub fn headline(r: &RunResult) -> String {
-    let Some(x) = &r.rpm else {
+    let Some(x) = r.detail.rpm() else {
         return String::new();
     };
     format!(
@@ -121,7 +121,7 @@ pub fn headline(r: &RunResult) -> String {
 
 /// The summary.
 pub fn summary(r: &RunResult, _view: &View) -> String {
-    let Some(x) = &r.rpm else {
+    let Some(x) = r.detail.rpm() else {
         return String::new();
     };
     let mut s = String::new();
@@ -158,8 +158,8 @@ impl crate::kind_text::KindText for RpmSpec {
     }
     fn row(&self, r: &RunResult, s: &mut crate::kind_text::Row) {
         s.direction = self.direction.as_str().into();
-        s.flows = r.rpm.as_ref().map(|x| x.connections);
-        s.headline = r.rpm.as_ref().map(|x| x.rpm);
+        s.flows = r.detail.rpm().map(|x| x.connections);
+        s.headline = r.detail.rpm().map(|x| x.rpm);
         s.unit = "RPM".into();
         if !r.embedded_server {
             s.peer = Some(self.url.clone());
@@ -209,7 +209,7 @@ mod tests {
         let t = intervals(&x);
         assert!(t.contains("1500"), "{t}");
         let mut r = crate::tests::fixture("tcp_p2_omit1");
-        r.rpm = Some(x);
+        r.detail = hakaru_model::KindDetail::Rpm(Box::new(x));
         let s = sums(&r);
         assert!(
             s.contains("TCP 20.00 ms, TLS 30.00 ms, HTTP 40.00 ms -> 2000 RPM"),

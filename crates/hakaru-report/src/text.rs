@@ -80,7 +80,7 @@ pub fn summary(r: &RunResult, view: &View) -> String {
     } else {
         kind.summary(r, view)
     };
-    if let Some(p) = &r.probe {
+    if let Some(p) = r.detail.probe() {
         // Before the headline, which ends the summary.
         let body = s.trim_end_matches('\n');
         let at = body.rfind('\n').map_or(0, |i| i + 1);

@@ -23,7 +23,7 @@ fn rate_chart(id: String, runs: &[(&str, &RunResult)]) -> Chart {
         .enumerate()
         .map(|(i, (label, r))| Series {
             name: (*label).into(),
-            points: r.udpst.as_ref().map_or_else(Vec::new, |x| {
+            points: r.detail.udpst().map_or_else(Vec::new, |x| {
                 x.sub_intervals
                     .iter()
                     .map(|s| (s.end_s, s.ip_mbps))

@@ -82,7 +82,7 @@ fn sums(x: &UdpstResult) -> String {
 
 /// The headline.
 pub fn headline(r: &RunResult) -> String {
-    let Some(x) = &r.udpst else {
+    let Some(x) = r.detail.udpst() else {
         return String::new();
     };
     format!(
@@ -99,7 +99,7 @@ pub fn headline(r: &RunResult) -> String {
 /// The sub-interval table as the run printed it live (a report's full summary has no live
 /// lines before it); empty for other kinds.
 pub fn table(r: &RunResult) -> String {
-    let Some(x) = &r.udpst else {
+    let Some(x) = r.detail.udpst() else {
         return String::new();
     };
     let mut s = heading();
@@ -112,7 +112,7 @@ pub fn table(r: &RunResult) -> String {
 /// The summary after the sub-interval lines (printed live, or replayed from a saved result):
 /// the sums, the notes, the headline.
 pub fn summary(r: &RunResult) -> String {
-    let Some(x) = &r.udpst else {
+    let Some(x) = r.detail.udpst() else {
         return String::new();
     };
     let mut s = String::from(RULE);
@@ -144,12 +144,12 @@ impl crate::kind_text::KindText for UdpstSpec {
         summary(r)
     }
     fn sums_and_headline(&self, r: &RunResult, _view: &View) -> String {
-        r.udpst.as_ref().map(sums).unwrap_or_default() + &headline(r)
+        r.detail.udpst().map(sums).unwrap_or_default() + &headline(r)
     }
     fn row(&self, r: &RunResult, s: &mut crate::kind_text::Row) {
         s.direction = self.direction.as_str().into();
         s.flows = Some(1);
-        s.headline = r.udpst.as_ref().map(|x| x.max_ip_capacity_mbps * 1e6);
+        s.headline = r.detail.udpst().map(|x| x.max_ip_capacity_mbps * 1e6);
         s.unit = "bit/s".into();
         s.peer = Some(self.server.clone());
     }
@@ -183,7 +183,7 @@ mod tests {
             ..Default::default()
         };
         let mut r = crate::tests::fixture("tcp_p2_omit1");
-        r.udpst = Some(x);
+        r.detail = hakaru_model::KindDetail::Udpst(Box::new(x));
         assert_eq!(
             headline(&r),
             "capacity: maximum 99.50 Mbit/s at L3/IP (101.00 at L2, 101.50 at L1), down, sub-interval 2 of 1\n"

@@ -140,7 +140,7 @@ pub(super) fn latency(
         (intervals, local, remote, interrupted),
         vec![note],
     );
-    result.latency = Some(lat);
+    result.detail = hakaru_model::KindDetail::Latency(Box::new(lat));
     observer.on_end(&result);
     Ok(result)
 }

@@ -6,7 +6,7 @@
 use std::net::ToSocketAddrs;
 
 use anyhow::Context;
-use hakaru_model::{RunResult, TestSpec, UdpstDirection, UdpstSpec};
+use hakaru_model::{KindDetail, RunResult, TestSpec, UdpstDirection, UdpstSpec};
 
 use super::common::{split_host_port, stop_flag, Formats, OutputFiles, UsageError, ViewFlags};
 use crate::output;
@@ -153,7 +153,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         notes: vec![
             "rates count UDP payload plus 28 bytes of UDP/IPv4 header per datagram (48 over IPv6), as the receiver counted them".into(),
         ],
-        udpst: Some(x.result),
+        detail: KindDetail::Udpst(Box::new(x.result)),
         server_on_this_host: embedded.is_some(),
         ..RunResult::begin(tspec, started_unix, spec.server.clone())
     };

@@ -351,7 +351,7 @@ fn replay(r: &RunResult, format: Format, view: hakaru_report::View) -> anyhow::R
     for rec in &r.intervals {
         print(&LiveItem::Interval(rec));
     }
-    for row in r.udpst.iter().flat_map(|u| &u.sub_intervals) {
+    for row in r.detail.udpst().iter().flat_map(|u| &u.sub_intervals) {
         print(&LiveItem::SubInterval(row));
     }
     output::finish(format, view, r)

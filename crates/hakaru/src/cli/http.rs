@@ -7,7 +7,9 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::mpsc;
 
 use anyhow::Context;
-use hakaru_model::{Bytes, Dur, EndResult, FlowDir, HttpMethod, HttpSpec, RunResult, TestSpec};
+use hakaru_model::{
+    Bytes, Dur, EndResult, FlowDir, HttpMethod, HttpSpec, KindDetail, RunResult, TestSpec,
+};
 use hakaru_server::{Server, ServerConfig};
 
 use super::common::{stop_flag, Formats, OutputFiles, UsageError, ViewFlags};
@@ -197,7 +199,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     drop(embedded);
     output::finish(format, view, &r)?;
     a.files.write(&r)?;
-    let h = r.http.as_ref();
+    let h = r.detail.http();
     if let Some(h) = h.filter(|h| h.failed > 0) {
         anyhow::bail!(
             "{} connection(s) failed: {}",
@@ -254,7 +256,7 @@ fn assemble(
         client,
         interrupted: o.interrupted,
         notes,
-        http: Some(o.result),
+        detail: KindDetail::Http(Box::new(o.result)),
         server_on_this_host: embedded,
         ..RunResult::begin(
             TestSpec::Http(spec.clone()),

@@ -210,7 +210,7 @@ pub fn run(mut a: Args) -> anyhow::Result<()> {
             .find(|t| t.dir == dir)
             .map_or(0.0, |t| t.receiver.bits_per_second.0)
     };
-    if let (Some(l), Some(i)) = (loaded.latency.as_mut(), idle.latency.as_ref()) {
+    if let (Some(l), Some(i)) = (loaded.detail.latency_mut(), idle.detail.latency()) {
         l.under_load = Some(UnderLoad {
             idle_rtt: i.rtt,
             loaded_rtt: l.rtt,

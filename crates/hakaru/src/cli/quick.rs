@@ -99,7 +99,7 @@ fn plan(t: Dur, p: u32) -> Vec<(String, String, TestSpec)> {
 
 /// The headline of a result: received rate, received packet rate, or median round trip.
 fn headline(r: &RunResult) -> (String, f64, String) {
-    if let Some(l) = &r.latency {
+    if let Some(l) = r.detail.latency() {
         let s = &l.rtt;
         return (
             format!(

@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use hakaru_engine::raw::{RawOutcome, SampleFn};
 use hakaru_model::{
-    EndResult, FlowDir, IntervalRecord, RawRole, RawSpec, RunResult, SideReport, TestSpec,
+    EndResult, FlowDir, IntervalRecord, KindDetail, RawRole, RawSpec, RunResult, SideReport,
+    TestSpec,
 };
 use hakaru_report::export::{DocKind, Document, Live, LiveItem};
 use hakaru_report::View;
@@ -174,7 +175,7 @@ fn assemble(
         server_end,
         interrupted: o.interrupted,
         notes,
-        raw: Some(o.result),
+        detail: KindDetail::Raw(Box::new(o.result)),
         ..RunResult::begin(TestSpec::Raw(spec.clone()), o.started_unix, server)
     }
 }

@@ -6,7 +6,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 
 use anyhow::Context;
-use hakaru_model::{Dur, RpmDirection, RpmSpec, RunResult, TestSpec};
+use hakaru_model::{Dur, KindDetail, RpmDirection, RpmSpec, RunResult, TestSpec};
 
 use super::common::{stop_flag, Formats, OutputFiles, UsageError, ViewFlags};
 use crate::output;
@@ -159,7 +159,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         remote_address: peer,
         interrupted,
         notes,
-        rpm: Some(x),
+        detail: KindDetail::Rpm(Box::new(x)),
         server_on_this_host: embedded.is_some(),
         ..RunResult::begin(tspec, started_unix, spec.url.clone())
     };

@@ -131,7 +131,8 @@ fn serve(
             let interrupted = o.interrupted;
             let r = out.finish(spec, &local, o);
             *failed = r
-                .raw
+                .detail
+                .raw()
                 .as_ref()
                 .and_then(|r| r.error.clone())
                 .or(failed.take());
@@ -159,7 +160,8 @@ fn serve(
             let interrupted = o.interrupted;
             let r = out.finish(spec, &local, o);
             *failed = r
-                .raw
+                .detail
+                .raw()
                 .as_ref()
                 .and_then(|r| r.error.clone())
                 .or(failed.take());

@@ -207,7 +207,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         let o = raw::tcp_source(stream, &spec, iface, out.on_sample(&spec), &stop)?;
         out.finish(&spec, &local_s, o)
     };
-    match r.raw.and_then(|r| r.error) {
+    match r.detail.raw().and_then(|r| r.error.clone()) {
         Some(e) => anyhow::bail!("{e}"),
         None => Ok(()),
     }
