@@ -178,6 +178,10 @@ fn bind_side_ports(
     Ok((sockperf, http, metrics))
 }
 
+/// Picks of a free port (`-p 0`) tried before the server gives up on one free for both TCP
+/// and UDP.
+const FREE_PORT_TRIES: usize = 16;
+
 /// A bound server, ready to run.
 pub struct Server {
     listener: TcpListener,
@@ -195,6 +199,14 @@ pub struct Server {
 impl Server {
     /// Binds the listening socket.
     pub fn bind(cfg: ServerConfig) -> io::Result<Server> {
+        Server::bind_try(cfg, &mut Vec::new())
+    }
+
+    /// [`Server::bind`], with `held` the listeners of earlier picks of a free port (`-p 0`)
+    /// whose number another program holds for UDP: they stay open until a pick free for both
+    /// is found, so the kernel picks another number each time (it would pick the same free
+    /// one again).
+    fn bind_try(cfg: ServerConfig, held: &mut Vec<TcpListener>) -> io::Result<Server> {
         let ip = match (cfg.bind, cfg.family) {
             (Some(ip), _) => ip,
             (None, Family::V4) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
@@ -219,10 +231,13 @@ impl Server {
                 && cfg.family == Family::Any
                 && e.kind() != io::ErrorKind::AddrInUse
             {
-                return Server::bind(ServerConfig {
-                    family: Family::V4,
-                    ..cfg
-                });
+                return Server::bind_try(
+                    ServerConfig {
+                        family: Family::V4,
+                        ..cfg
+                    },
+                    held,
+                );
             }
             return Err(io::Error::new(
                 e.kind(),
@@ -232,12 +247,35 @@ impl Server {
         sock.listen(1024)?;
         let listener: TcpListener = sock.into();
         let bound = listener.local_addr()?;
-        let udp = bind_udp(bound, cfg.family).map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!("binding UDP {bound}: {e}{}", in_use_hint(&e)),
-            )
-        })?;
+        let udp = match bind_udp(bound, cfg.family) {
+            Ok(u) => u,
+            Err(e)
+                if cfg.port == 0
+                    && e.kind() == io::ErrorKind::AddrInUse
+                    && held.len() < FREE_PORT_TRIES =>
+            {
+                held.push(listener);
+                return Server::bind_try(cfg, held);
+            }
+            Err(e) => {
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("binding UDP {bound}: {e}{}", in_use_hint(&e)),
+                ))
+            }
+        };
+        Server::with_ports(cfg, listener, udp, mptcp)
+    }
+
+    /// The server on its main port's TCP listener and UDP socket: binds the other ports the
+    /// configuration asks for.
+    fn with_ports(
+        cfg: ServerConfig,
+        listener: TcpListener,
+        udp: UdpSocket,
+        mptcp: Result<(), String>,
+    ) -> io::Result<Server> {
+        let bound = listener.local_addr()?;
         let (sockperf, http, metrics) = bind_side_ports(&cfg, bound)?;
         let ntttcp = ntttcp::NtttcpPorts::bind_for(&cfg, bound.ip())?;
         let netperf = bind_netperf(&cfg, bound.ip())?;

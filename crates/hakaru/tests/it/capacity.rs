@@ -55,7 +55,7 @@ fn capacity_matches_the_stock_client_against_a_stock_server() {
     };
     let _alone = alone();
     for dir in ["-u", "-d"] {
-        // Each side's best of up to three tries (`best_pair`: seen, the stock client against
+        // Each side's best of up to five tries (`best_pair`: seen, the stock client against
         // the stock server at 73, 79 and 89 of the row's 100 Mbit/s, hakaru at 96 to 100
         // beside it, and the other way round); a real difference shows in the best readings.
         let (ours, theirs) = best_pair(
@@ -93,7 +93,7 @@ fn capacity_against_hakaru_server_both_directions() {
         .wait_log("udpst listening", Duration::from_secs(5))
         .is_some());
     for dir in ["-u", "-d"] {
-        // The best of up to three tries (`best_one`); the shape is checked on every try.
+        // The best of up to five tries (`best_one`); the shape is checked on every try.
         let max = best_one(
             || {
                 let doc = capacity(port, &[dir, "-t", "5", "-I", "100"])

@@ -137,17 +137,25 @@ pub fn log_lines(err: ChildStderr) -> mpsc::Receiver<String> {
 
 /// The port of the first "listening on ADDR:PORT" line within 10 s; 0 if none came.
 pub fn listening_port(log: &mpsc::Receiver<String>) -> u16 {
+    listening_port_or_log(log).unwrap_or(0)
+}
+
+/// [`listening_port`], or the log lines read before the log ended or went quiet for 10 s
+/// (a server that failed to start says why there).
+pub fn listening_port_or_log(log: &mpsc::Receiver<String>) -> Result<u16, Vec<String>> {
+    let mut seen = Vec::new();
     while let Ok(line) = log.recv_timeout(Duration::from_secs(10)) {
         if let Some(rest) = line.split("listening on ").nth(1) {
-            return rest
+            return Ok(rest
                 .trim()
                 .rsplit(':')
                 .next()
                 .and_then(|p| p.parse().ok())
-                .expect("port in log line");
+                .expect("port in log line"));
         }
+        seen.push(line);
     }
-    0
+    Err(seen)
 }
 
 /// A `hakaru server` child process on a free loopback port; killed by PID when dropped.
@@ -179,8 +187,10 @@ impl ServerProc {
             .spawn()
             .expect("spawn server");
         let rx = log_lines(child.stderr.take().expect("stderr"));
-        let port = listening_port(&rx);
-        assert!(port != 0, "server did not report its port");
+        let port = match listening_port_or_log(&rx) {
+            Ok(p) => p,
+            Err(seen) => panic!("server did not report its port; its log: {seen:?}"),
+        };
         ServerProc {
             child,
             port,

@@ -361,3 +361,41 @@ fn many_flows_through_a_sender_side_cap_read_the_cap() {
         );
     }
 }
+
+/// `server -p 0` takes a port free for both TCP and UDP. In a namespace whose ephemeral range is
+/// two ports, the odd one held for UDP by another program, the kernel's pick for the server's TCP
+/// listener lands on the held one (it prefers odd numbers for bind); the server then picks
+/// again, keeping the first pick open so the kernel gives it the other number, instead of
+/// failing to bind UDP.
+#[test]
+fn a_free_port_is_free_for_both_tcp_and_udp() {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+    let Some(link) = Link::setup(&[("python3", "python3")], Shaping::NONE) else {
+        return;
+    };
+    let ns = link.server_ns.clone();
+    super::netns_link::must(&[
+        "netns",
+        "exec",
+        &ns,
+        "sh",
+        "-c",
+        "echo '40000 40001' > /proc/sys/net/ipv4/ip_local_port_range",
+    ]);
+    // The holder: a UDP socket on 40001 (every address) until it is killed by its PID.
+    let hold = "import socket,time\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\ns.bind(('0.0.0.0',40001))\nprint('held',flush=True)\ntime.sleep(120)";
+    let mut holder = Command::new("ip")
+        .args(["netns", "exec", &ns, "python3", "-c", hold])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 in the namespace");
+    let mut line = String::new();
+    let mut out = std::io::BufReader::new(holder.stdout.take().unwrap());
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "held");
+    let ports: Vec<u16> = (0..3).map(|_| link.start_server().port).collect();
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert!(ports.iter().all(|&p| p == 40000), "{ports:?}");
+}

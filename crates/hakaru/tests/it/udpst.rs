@@ -21,18 +21,19 @@ pub(super) fn alone() -> std::sync::MutexGuard<'static, ()> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Rate pairs (hakaru, stock) from up to three tries, keeping each side's highest reading;
+/// Rate pairs (hakaru, stock) from up to five tries, keeping each side's highest reading;
 /// stops once `good` holds for the pair of highest readings. On a shared 2-core VM a paced
 /// sender that misses its timer reads under its row, and on some days the whole VM does: the
 /// stock pair, alone on an idle machine, read 78-93 of a 100 Mbit/s row and 176-180 of two
 /// (2026-12-03), and 172 of 200 and 1002 of 1080 Mbit/s in CI. Contention only ever lowers a
-/// reading, so each side's best of three is its reading of the path.
+/// reading, so each side's best of five is its reading of the path. (Three were not enough:
+/// a CI run beside other tests read 65 and 76 of a 100 Mbit/s row as the best of three.)
 pub(super) fn best_pair(
     mut run: impl FnMut() -> (f64, f64),
     good: impl Fn(f64, f64) -> bool,
 ) -> (f64, f64) {
     let mut best = (f64::MIN, f64::MIN);
-    for _ in 0..3 {
+    for _ in 0..5 {
         let (ours, theirs) = run();
         best = (best.0.max(ours), best.1.max(theirs));
         if good(best.0, best.1) {
@@ -42,7 +43,7 @@ pub(super) fn best_pair(
     best
 }
 
-/// One reading's best of up to three tries, as [`best_pair`] keeps each side's.
+/// One reading's best of up to five tries, as [`best_pair`] keeps each side's.
 pub(super) fn best_one(mut run: impl FnMut() -> f64, good: impl Fn(f64) -> bool) -> f64 {
     best_pair(
         || {
@@ -54,10 +55,12 @@ pub(super) fn best_one(mut run: impl FnMut() -> f64, good: impl Fn(f64) -> bool)
     .0
 }
 
-/// Whether a pair of readings at a row of `truth` Mbit/s needs no further try: hakaru's server
-/// within 5 % of the row and at least 0.95x the stock server.
+/// Whether a pair of readings at a row of `truth` Mbit/s needs no further try: what
+/// [`check_rates`] asks holds (hakaru's server at least 0.95x the stock server, never over the
+/// row, over the highest floor a caller sets, 0.6 of the row). A slow day on which neither
+/// server reaches the row then costs one try, not five.
 pub(super) fn settled(ours: f64, theirs: f64, truth: f64) -> bool {
-    (ours - truth).abs() / truth <= 0.05 && ours >= 0.95 * theirs
+    ours >= 0.95 * theirs && ours <= 1.05 * truth && ours > 0.6 * truth
 }
 
 /// The checks a stock client's reading against hakaru's server must pass, against the same

@@ -53,7 +53,7 @@ fn udpst_signed_clients_run_and_wrong_keys_are_refused() {
         ("-a", vec!["-a", "lonekey"]),
         ("-K -y 2", vec!["-K", file, "-y", "2"]),
     ] {
-        // The best of up to three tries (`best_one`): never over the row, over half of it.
+        // The best of up to five tries (`best_one`): never over the row, over half of it.
         let max = super::udpst::best_one(
             || {
                 let (ok, out) = client(&udpst, port, &extra);
@@ -150,7 +150,7 @@ fn udpst_multi_connection_runs_every_connection_against_hakaru_as_against_a_stoc
         .wait_log("udpst listening", Duration::from_secs(5))
         .is_some());
     // Two connections, each at the 100 Mbit/s row: 200 Mbit/s in all; each side's best of up
-    // to three tries (`best_pair`).
+    // to five tries (`best_pair`).
     let (ours, theirs) = super::udpst::best_pair(
         || {
             let (ok, out) = client(&udpst, port, &["-C", "2"]);

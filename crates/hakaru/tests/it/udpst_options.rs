@@ -94,7 +94,7 @@ fn udpst_size_options_give_the_stock_servers_sizes_and_rates() {
     ];
     for (dir, opts, payload, truth) in cases {
         let what = format!("udpst {dir} {} -I {ROW}", opts.join(" "));
-        // Each side's best of up to three tries (`best_pair`: seen on this VM, the stock pair
+        // Each side's best of up to five tries (`best_pair`: seen on this VM, the stock pair
         // at 1025, 888 and 1002 of 1100 and 1080 Mbit/s). The sizes are checked on every try.
         let (ours, theirs) = best_pair(
             || {
@@ -175,7 +175,7 @@ fn capacity_size_options_reach_a_stock_server_as_asked() {
         (&["-j"][..], 1222, 1100.0),
     ] {
         let what = format!("capacity -u {} -I {ROW}", opts.join(" "));
-        // The best of up to three tries (`best_pair`, one side); sizes checked on every try.
+        // The best of up to five tries (`best_pair`, one side); sizes checked on every try.
         let (max, _) = best_pair(
             || {
                 let rec = scratch("up.csv");
