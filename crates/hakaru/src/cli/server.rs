@@ -24,7 +24,8 @@ pub struct Args {
     /// Address to listen on (default: every address, IPv6 and IPv4).
     #[arg(short = 'B', long = "bind", value_name = "ADDR")]
     bind: Option<IpAddr>,
-    /// Control port; data connections arrive on it too.
+    /// Control port (TCP, and UDP on the same number); data connections arrive on it too. 0
+    /// picks a number free for both.
     #[arg(short, long, default_value_t = DEFAULT_PORT)]
     port: u16,
     /// IPv4 only.
