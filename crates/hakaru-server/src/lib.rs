@@ -178,9 +178,9 @@ fn bind_side_ports(
     Ok((sockperf, http, metrics))
 }
 
-/// Picks of a free port (`-p 0`) tried before the server gives up on one free for both TCP
-/// and UDP.
-const FREE_PORT_TRIES: usize = 16;
+/// Picks of a free port (`-p 0`, `--mesh-port 0`) tried before the server gives up on one
+/// free for both TCP and UDP.
+pub(crate) const FREE_PORT_TRIES: usize = 16;
 
 /// A bound server, ready to run.
 pub struct Server {

@@ -8,7 +8,7 @@ use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use crate::{bind_udp, Ctx, ServerConfig};
+use crate::{bind_udp, Ctx, ServerConfig, FREE_PORT_TRIES};
 
 /// The mesh port, bound, with its agent ready.
 pub(crate) struct MeshPort {
@@ -18,9 +18,6 @@ pub(crate) struct MeshPort {
 
 /// The mesh socket's receive buffer asked for (bytes).
 const MESH_RCVBUF: usize = 1 << 20;
-
-/// Tries to bind a port number free for both UDP and TCP when asked for 0.
-const FREE_PORT_TRIES: usize = 16;
 
 impl MeshPort {
     /// Binds the mesh port on `ip` and reads the peer list, when the server has a mesh.
