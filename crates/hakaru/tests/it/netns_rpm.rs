@@ -254,15 +254,16 @@ fn a_full_tbf_queue_reads_as_its_delay_and_a_small_one_reads_low() {
             );
             // Each foreign probe is one pass through the queue: it reads what the queue held,
             // plus what it takes on an idle path. For TLS that is the handshake's cryptography
-            // too, which grows with the CPUs' load: 12 ms above the queue once, with two busy
-            // loops beside the tests.
-            for (what, ms, base) in [
-                ("tcp", tcp, idle),
-                ("tls", tls, idle_tls),
-                ("http", http, idle),
+            // too, which grows with the CPUs' load (12 ms above the queue once, with two busy
+            // loops beside the tests; 112.5 ms against a full queue of 102.2 in CI): up to
+            // 15 ms more is allowed for it.
+            for (what, ms, base, cpu) in [
+                ("tcp", tcp, idle, 0.0),
+                ("tls", tls, idle_tls, 15.0),
+                ("http", http, idle, 0.0),
             ] {
                 let held = queue_ms + base;
-                let full = full_ms + base;
+                let full = full_ms + base + cpu;
                 // Between what the queue held on average and the full queue, within the
                 // tolerance: a probe meets the queue at some fill between the two (seen: TLS at
                 // 101.8 ms with the average 92.3 and the full queue 100.8; HTTP at 84.3 with
