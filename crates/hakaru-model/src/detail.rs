@@ -129,7 +129,9 @@ impl Serialize for KindDetail {
     }
 }
 
-/// The keys as the JSON has them: what is read, and what the schema describes.
+/// The keys as the JSON has them: what is read, and what the schema describes. The fields and
+/// their serde attributes are the old `RunResult` fields' as they were, so the schema derived
+/// from them is unchanged (`skip_serializing_if` is read by the schema, not by serde here).
 #[derive(Deserialize, schemars::JsonSchema)]
 #[schemars(rename = "KindDetail")]
 struct Keys {
