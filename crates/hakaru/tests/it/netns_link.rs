@@ -434,3 +434,80 @@ impl StealWatch {
         bad
     }
 }
+
+/// What a qdisc has passed, sampled from inside a namespace every 20 ms while a test runs:
+/// the truth of a shaped run read from the kernel, so a run whose link idled for a moment (a
+/// sender held off a loaded machine's CPUs) is judged against what the link really carried.
+pub struct QdiscSamples {
+    child: std::process::Child,
+    reader: std::thread::JoinHandle<Vec<(f64, u64, u64)>>,
+}
+
+/// Prints `unix-time bytes packets` of the device's root qdisc every 20 ms, the time taken
+/// halfway through the `tc` call; at most 4000 samples (under two minutes).
+const SAMPLER: &str = "import re,subprocess,sys,time
+for _ in range(4000):
+    a=time.time()
+    o=subprocess.run(['tc','-s','qdisc','show','dev',sys.argv[1]],capture_output=True,text=True).stdout
+    b=time.time()
+    m=re.search(r'Sent (\\d+) bytes (\\d+) pkt',o)
+    if m: print((a+b)/2,m.group(1),m.group(2),flush=True)
+    time.sleep(0.02)
+";
+
+impl QdiscSamples {
+    /// Starts sampling `dev`'s root qdisc in namespace `ns` (needs python3 and tc).
+    pub fn start(ns: &str, dev: &str) -> QdiscSamples {
+        use std::io::BufRead;
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", ns, "python3", "-c", SAMPLER, dev])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3 in the namespace");
+        let mut out = std::io::BufReader::new(child.stdout.take().expect("piped"));
+        let parse = |l: &str| -> Option<(f64, u64, u64)> {
+            let mut f = l.split_whitespace();
+            Some((
+                f.next()?.parse().ok()?,
+                f.next()?.parse().ok()?,
+                f.next()?.parse().ok()?,
+            ))
+        };
+        // The first sample is read here, so a run started after this returns is covered from
+        // its beginning.
+        let mut first = String::new();
+        let _ = out.read_line(&mut first);
+        let first = parse(&first).unwrap_or_else(|| panic!("no qdisc sample from {dev} in {ns}"));
+        let reader = std::thread::spawn(move || {
+            std::iter::once(first)
+                .chain(out.lines().map_while(Result::ok).filter_map(|l| parse(&l)))
+                .collect()
+        });
+        QdiscSamples { child, reader }
+    }
+
+    /// Stops the sampler (by its PID) and returns `(bytes, packets)` the qdisc passed between
+    /// the two Unix times, each end interpolated between the samples around it.
+    pub fn passed_between(mut self, t0: f64, t1: f64) -> (f64, f64) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let s = self.reader.join().expect("sampler reader");
+        let at = |t: f64| -> (f64, f64) {
+            let i = s.partition_point(|x| x.0 <= t);
+            assert!(
+                i > 0 && i < s.len(),
+                "qdisc samples ({} from {:?} to {:?}) do not cover {t}",
+                s.len(),
+                s.first().map(|x| x.0),
+                s.last().map(|x| x.0)
+            );
+            let (a, b) = (s[i - 1], s[i]);
+            let k = (t - a.0) / (b.0 - a.0);
+            let lerp = |x: u64, y: u64| x as f64 + k * (y as f64 - x as f64);
+            (lerp(a.1, b.1), lerp(a.2, b.2))
+        };
+        let (b0, p0) = at(t0);
+        let (b1, p1) = at(t1);
+        (b1 - b0, p1 - p0)
+    }
+}
