@@ -3,7 +3,10 @@
 //! run) and as results.
 #![no_main]
 
+use std::time::Duration;
+
 use hakaru_proto::iperf3::{parse_cookie, Params, Results, COOKIE_LEN};
+use hakaru_session::iperf3::plan::{check, Limits};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -17,8 +20,17 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&body[..len]) {
-        let _ = Params::from_json(&v);
-        let _ = hakaru_server::fuzzing::iperf3_params(&v);
+        // Checked as the server's machine does, against limits like a server's.
+        if let Ok(p) = Params::from_json(&v) {
+            let limits = Limits {
+                max_duration: Some(Duration::from_secs(3600)),
+                max_rate: Some(1e9),
+                ..Limits::default()
+            };
+            if let Ok(plan) = check(&p, &limits) {
+                assert_eq!(plan.flows.len() as u32 % p.parallel, 0);
+            }
+        }
     }
     let _ = Results::parse(&body[..len]);
 });

@@ -192,7 +192,13 @@ impl Fuzzed for iperf3::server::Session {
             3 => I::SideDone {
                 error: (op > 128).then(|| "reset".to_string()),
             },
-            4 => I::Answer(serde_json::json!({})),
+            4 => I::Report(Box::new(iperf3::results::Collected {
+                report: hakaru_model::SideReport::flows_only(hakaru_model::End::Server, vec![]),
+                samples: vec![],
+                peer: "192.0.2.1:40000".parse().ok()?,
+                local: "192.0.2.2:5201".into(),
+                now_unix: 0.0,
+            })),
             5 => I::Busy("busy".into()),
             6 => I::Closed,
             7 => I::Failed(i32::from(op), "failed".into()),

@@ -8,6 +8,8 @@ use std::fmt;
 
 /// Longest request or response head either end accepts.
 pub const MAX_HEAD: usize = 64 << 10;
+/// Largest `/bytes/SIZE` the server's endpoint serves.
+pub const MAX_BYTES_SIZE: u64 = 1 << 50;
 /// Most header lines in a head.
 const MAX_HEADERS: usize = 64;
 
@@ -607,9 +609,30 @@ pub fn response_head(
     h.into_bytes()
 }
 
+/// The size a server path `/bytes/SIZE` asks for (`1K`, `10M`, ... as hakaru reads sizes);
+/// `None` for another path, an error naming the path when the size does not read or is over
+/// [`MAX_BYTES_SIZE`].
+pub fn bytes_size(path: &str) -> Option<Result<u64, String>> {
+    let s = path.strip_prefix("/bytes/")?;
+    Some(match s.parse::<hakaru_model::Bytes>() {
+        Ok(b) if b.0 <= MAX_BYTES_SIZE => Ok(b.0),
+        Ok(_) => Err(format!("/bytes/{s}: at most 1P")),
+        Err(e) => Err(format!("/bytes/{s}: {e}")),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_come_from_the_path() {
+        assert_eq!(bytes_size("/bytes/1K"), Some(Ok(1024)));
+        assert_eq!(bytes_size("/bytes/10"), Some(Ok(10)));
+        assert!(matches!(bytes_size("/bytes/xyz"), Some(Err(_))));
+        assert!(matches!(bytes_size("/bytes/2P"), Some(Err(_))));
+        assert_eq!(bytes_size("/other"), None);
+    }
 
     #[test]
     fn urls_split_into_their_parts() {

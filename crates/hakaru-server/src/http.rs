@@ -34,8 +34,6 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(15);
 const STALL: Duration = Duration::from_secs(30);
 /// How often blocking calls come back to check the shutdown flag.
 const TICK: Duration = Duration::from_millis(200);
-/// Largest `/bytes/SIZE`.
-const MAX_SIZE: u64 = 1 << 50;
 /// Bytes written per call.
 const CHUNK: usize = 256 << 10;
 /// Period of the generated data: byte `i` of every resource is `PATTERN[i % PERIOD]`, so a
@@ -334,7 +332,7 @@ fn one_request(
                 answer_error(stream, 400, "Bad Request", "a GET with a body");
                 return Err(End::Said("a GET with a body".into()));
             }
-            let Some(size) = bytes_size(&path) else {
+            let Some(size) = wire::bytes_size(&path) else {
                 let msg = format!(
                     "{path}: not found; this endpoint serves GET /bytes/SIZE (e.g. /bytes/1G) and takes PUT or POST bodies"
                 );
@@ -402,16 +400,6 @@ fn one_request(
             Err(End::Said(format!("method {m} not allowed")))
         }
     }
-}
-
-/// `/bytes/SIZE`: `None` for any other path, `Some(Err)` for a SIZE that does not parse.
-pub(crate) fn bytes_size(path: &str) -> Option<Result<u64, String>> {
-    let s = path.strip_prefix("/bytes/")?;
-    Some(match s.parse::<Bytes>() {
-        Ok(b) if b.0 <= MAX_SIZE => Ok(b.0),
-        Ok(_) => Err(format!("/bytes/{s}: at most 1P")),
-        Err(e) => Err(format!("/bytes/{s}: {e}")),
-    })
 }
 
 fn answer(
@@ -603,15 +591,6 @@ pub(crate) fn retry(e: &io::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes_come_from_the_path() {
-        assert_eq!(bytes_size("/bytes/1K"), Some(Ok(1024)));
-        assert_eq!(bytes_size("/bytes/10"), Some(Ok(10)));
-        assert!(matches!(bytes_size("/bytes/xyz"), Some(Err(_))));
-        assert!(matches!(bytes_size("/bytes/2P"), Some(Err(_))));
-        assert_eq!(bytes_size("/other"), None);
-    }
 
     #[test]
     fn the_data_repeats_with_its_period() {

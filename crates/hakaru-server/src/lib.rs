@@ -11,11 +11,10 @@ mod acl;
 mod budget;
 mod config;
 mod dispatch;
-#[doc(hidden)]
+#[cfg(fuzzing)]
 pub mod fuzzing;
 pub mod http;
 mod iperf3;
-mod iperf3_output;
 mod limits;
 mod mesh;
 mod metrics;
@@ -626,33 +625,7 @@ pub(crate) fn wait_readable_for(l: &TcpListener, timeout: Duration) {
     hakaru_engine::sys::wait_listener(l, timeout);
 }
 
-/// Checks the rate a UDP test asks the server to send against `--max-rate` (bits per second of
-/// payload, all flows together). `rate` is per flow; `None` asks for as fast as possible.
-pub(crate) fn check_send_rate(
-    max: Option<f64>,
-    server_sends: bool,
-    rate: Option<f64>,
-    flows: u32,
-) -> Result<(), String> {
-    let (Some(max), true) = (max, server_sends) else {
-        return Ok(());
-    };
-    let words = |b: f64| hakaru_model::BitRate(b).to_string();
-    match rate {
-        None => Err(format!(
-            "an unlimited rate asks the server to send as fast as it can; it sends at most {} (--max-rate): give -b",
-            words(max)
-        )),
-        Some(r) if r * f64::from(flows) > max => Err(format!(
-            "{} flow(s) at {} ask the server to send {}; it sends at most {} (--max-rate)",
-            flows,
-            words(r),
-            words(r * f64::from(flows)),
-            words(max)
-        )),
-        Some(_) => Ok(()),
-    }
-}
+pub(crate) use hakaru_session::limits::check_send_rate;
 
 /// What to try when a port is taken.
 fn in_use_hint(e: &io::Error) -> &'static str {
@@ -660,43 +633,5 @@ fn in_use_hint(e: &io::Error) -> &'static str {
         " (is another server running there? choose another port with -p)"
     } else {
         ""
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::check_send_rate;
-
-    #[test]
-    fn send_rate_limit() {
-        assert!(check_send_rate(None, true, None, 8).is_ok());
-        assert!(check_send_rate(Some(1e9), false, None, 8).is_ok());
-        assert!(check_send_rate(Some(1e9), true, Some(1e8), 10).is_ok());
-        let e = check_send_rate(Some(1e9), true, Some(1e8), 11).unwrap_err();
-        assert!(e.contains("--max-rate") && e.contains("11 flow(s)"), "{e}");
-        let e = check_send_rate(Some(1e9), true, None, 1).unwrap_err();
-        assert!(e.contains("unlimited"), "{e}");
-    }
-
-    #[test]
-    fn the_fuzz_entry_points_run_a_real_session() {
-        use super::fuzzing::{http_request, iperf3_session};
-        // A stock 3.12 client's results (fuzz/corpus/iperf3_control/capture-00).
-        let doc = br#"{"cpu_util_total":47.0,"cpu_util_user":0.5,"cpu_util_system":46.5,"sender_has_retransmits":1,"congestion_used":"bbr","streams":[{"id":1,"bytes":1988362240,"retransmits":8,"jitter":0,"errors":0,"packets":0,"start_time":0,"end_time":1.000161}]}"#;
-        let mut framed = (doc.len() as u32).to_be_bytes().to_vec();
-        framed.extend_from_slice(doc);
-        for setup in [[0, 0], [0b1000, 0], [0b1_1000, 0]] {
-            let v = iperf3_session(setup, &[&[4], &framed[..9], &framed[9..], &[16]])
-                .unwrap_or_else(|| panic!("{setup:?}"));
-            assert_eq!(v["streams"][0]["id"], 1);
-            assert_eq!(v.get("server_output_text").is_some(), setup[0] == 0b1000);
-            assert_eq!(v.get("server_output_json").is_some(), setup[0] == 0b1_1000);
-        }
-        // Two streams asked for, one in the results: iperf3's IESTREAMID.
-        assert!(iperf3_session([0, 1], &[&[4], &framed]).is_none());
-        // A state other than TEST_END during the test ends it.
-        assert!(iperf3_session([0, 0], &[&[12], &framed]).is_none());
-        http_request(b"GET /bytes/1M?x HTTP/1.1\r\nRange: bytes=10-19\r\n\r\n");
-        http_request(b"HEAD /bytes/1K HTTP/1.0\r\n\r\n");
     }
 }

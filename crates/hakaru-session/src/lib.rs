@@ -26,6 +26,7 @@ use std::time::Instant;
 
 pub mod client;
 pub mod iperf3;
+pub mod limits;
 pub mod netperf;
 pub mod ntttcp;
 pub mod server;

@@ -27,20 +27,15 @@ use hakaru_engine::udp::{UdpConfig, UdpFlowSocket, UdpRun};
 use hakaru_engine::Running;
 use hakaru_model::{Bytes, End, FlowDir, IntervalSample, Role, TcpSpec, TestSpec, UdpSpec};
 use hakaru_proto::datagram::Framing;
-use hakaru_proto::iperf3::{self as wire, errno, Params, State};
+use hakaru_proto::iperf3::{self as wire, errno, State};
 use socket2::SockRef;
 
 use crate::limits::Slot;
 use crate::registry::{canonical_ip, DataConn};
 use crate::Ctx;
 
-mod plan;
-mod results;
-
-use plan::amount_words;
-pub(crate) use plan::check;
-pub(crate) use results::answer_results;
-
+use hakaru_session::iperf3::plan::{self, Plan};
+use hakaru_session::iperf3::results::{self, Collected, ServerOutput};
 use hakaru_session::iperf3::server::{self as machine, IDLE_LIMIT};
 
 /// The server's interval samples of a test, kept for the server output.
@@ -132,7 +127,17 @@ pub(crate) fn accept(
     }
     let id = ctx.next_test.fetch_add(1, Ordering::Relaxed);
     let cfg = machine::Config {
-        max_duration: ctx.cfg.max_duration,
+        limits: plan::Limits {
+            max_duration: ctx.cfg.max_duration,
+            max_rate: ctx.cfg.max_rate,
+            max_flows: ctx.cfg.max_flows,
+            congestion: sys::available_congestion(),
+        },
+        server_output: Some(if ctx.cfg.iperf3_json_output {
+            ServerOutput::Json(hakaru_report::iperf3_json::document)
+        } else {
+            ServerOutput::Text(hakaru_report::iperf3_text::report)
+        }),
     };
     let after_cookie = first.get(wire::COOKIE_LEN..).unwrap_or_default();
     let mut m = machine::Session::new(cfg, after_cookie, Instant::now());
@@ -165,21 +170,6 @@ fn deny(stream: &mut TcpStream) {
     use std::io::Write;
     let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
     let _ = stream.write_all(&[State::AccessDenied.byte()]);
-}
-
-/// How a session failed.
-pub(crate) enum Fail {
-    /// Tell the client with SERVER_ERROR and this i_errno, then close.
-    Tell(i32, String),
-}
-
-/// The test a client asked for, checked.
-pub(crate) struct Plan {
-    params: Params,
-    spec: TestSpec,
-    udp: bool,
-    /// (hakaru flow id, direction), in iperf3's stream creation order.
-    pub(crate) flows: Vec<(u32, FlowDir)>,
 }
 
 /// The data streams of a test as they arrive, in accept order.
@@ -334,8 +324,8 @@ impl Driver<'_> {
             O::Send(bytes) => {
                 let _ = self.ctl.send(&bytes);
             }
-            O::Plan(params) => {
-                let answer = self.admit(&params);
+            O::Admit(plan) => {
+                let answer = self.admit(*plan);
                 m.handle(answer, Instant::now());
             }
             O::SetUpStreams => {
@@ -350,10 +340,9 @@ impl Driver<'_> {
                     run.peer_stopped();
                 }
             }
-            O::CollectReport => self.collect(),
-            O::Answer(theirs) => {
-                let mine = self.answer(&theirs)?;
-                m.handle(machine::Input::Answer(mine), Instant::now());
+            O::CollectReport => {
+                let got = self.collect()?;
+                m.handle(machine::Input::Report(Box::new(got)), Instant::now());
             }
             O::AbortSide => {
                 if let Some(run) = self.run.take() {
@@ -365,12 +354,9 @@ impl Driver<'_> {
         Ok(())
     }
 
-    /// Checks the parameters and takes the test's slot and memory.
-    fn admit(&mut self, params: &Params) -> machine::Input {
-        let plan = match check(params, &self.ctx.cfg) {
-            Ok(p) => p,
-            Err(Fail::Tell(code, why)) => return machine::Input::Invalid(code, why),
-        };
+    /// Takes the checked test's slot and memory.
+    fn admit(&mut self, plan: Plan) -> machine::Input {
+        let params = &plan.params;
         if params.mptcp && !plan.udp {
             if let Err(why) = self.ctx.mptcp_listener() {
                 return machine::Input::Invalid(
@@ -379,11 +365,11 @@ impl Driver<'_> {
                 );
             }
         }
-        let cpus = sys::online_cpus();
-        let memory = self.ctx.memory.reserve(
-            &self.ctx.cfg.budgets,
-            crate::budget::server_memory(&plan.spec, cpus),
-        );
+        let need = crate::budget::server_memory(&plan.spec, sys::online_cpus());
+        if let Err(why) = crate::budget::check_test_memory(&self.ctx.cfg.budgets, need) {
+            return machine::Input::Invalid(errno::IEBLOCKSIZE, why);
+        }
+        let memory = self.ctx.memory.reserve(&self.ctx.cfg.budgets, need);
         let admitted = memory.and_then(|m| {
             Ok((
                 self.ctx.admission.test(self.peer.ip(), plan.flows.len())?,
@@ -406,7 +392,7 @@ impl Driver<'_> {
             if plan.udp { "UDP" } else { "TCP" },
             params.parallel,
             plan.spec.direction(),
-            amount_words(params),
+            plan::amount_words(params),
             plan::mode_words(params, plan.udp)
         );
         let streams = plan.flows.len();
@@ -530,9 +516,11 @@ impl Driver<'_> {
         Ok(())
     }
 
-    /// The engine's report, counted into the metrics.
-    fn collect(&mut self) {
-        let Some(run) = self.run.take() else { return };
+    /// The engine's report, counted into the metrics, with what the results need.
+    fn collect(&mut self) -> Result<Collected, Failure> {
+        let Some(run) = self.run.take() else {
+            return Err((errno::IERECVRESULTS, "internal error: no test ran".into()));
+        };
         let report = run.wait();
         let kind = self.plan.as_ref().map_or("tcp", |p| p.spec.name());
         for f in &report.flows {
@@ -544,14 +532,7 @@ impl Driver<'_> {
                 .metrics
                 .bytes("iperf3", kind, dir, f.bytes + f.omitted_bytes);
         }
-        self.report = Some(report);
-    }
-
-    /// This end's results document, for the client's.
-    fn answer(&mut self, theirs: &wire::Results) -> Result<serde_json::Value, Failure> {
-        let (Some(plan), Some(report)) = (&self.plan, &self.report) else {
-            return Err((errno::IERECVRESULTS, "internal error: no report".into()));
-        };
+        self.report = Some(report.clone());
         let samples = self
             .samples
             .lock()
@@ -563,17 +544,17 @@ impl Driver<'_> {
             .local_addr()
             .map(|a| a.to_string())
             .unwrap_or_default();
-        let mine = answer_results(
-            plan,
+        let now_unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0);
+        Ok(Collected {
             report,
-            theirs,
-            &samples,
-            self.peer,
+            samples,
+            peer: self.peer,
             local,
-            self.ctx.cfg.iperf3_json_output,
-        )
-        .map_err(|Fail::Tell(code, why)| (code, why))?;
-        Ok(mine.to_json())
+            now_unix,
+        })
     }
 
     /// Logs how the session ended and lets go of the test.

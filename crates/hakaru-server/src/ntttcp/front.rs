@@ -231,7 +231,9 @@ impl<C> Front<C> {
         }
     }
 
-    /// Groups and the connections they hold now: (groups, connections).
+    /// Groups and the connections they hold now: (groups, connections); for the script that
+    /// checks them against a model.
+    #[cfg(any(test, fuzzing))]
     pub(crate) fn held(&self) -> (usize, usize) {
         self.with(|groups| (groups.len(), groups.iter().map(|g| g.conns.len()).sum()))
             .unwrap_or((0, 0))

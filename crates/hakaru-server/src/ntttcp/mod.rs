@@ -42,12 +42,14 @@ use crate::limits::Slot;
 use crate::Ctx;
 
 mod front;
+#[cfg(any(test, fuzzing))]
 mod script;
 mod session;
 
 pub(crate) use front::{Front, Start};
 
 /// The fuzz target `ntttcp_groups` (`script`).
+#[cfg(fuzzing)]
 pub(crate) fn fuzz_groups(data: &[u8]) {
     script::run(data);
 }

@@ -229,6 +229,7 @@ fn the_client_and_server_machines_complete_a_test_together() {
     let mut c = Session::new(COOKIE, params(), Some(Duration::from_secs(10)), now);
     let mut to_server: Vec<u8> = vec![];
     let mut s: Option<server::Session> = None;
+    let mut plan = None;
     let (mut client_end, mut server_end) = (None, None);
     let mut clock = now;
     for _ in 0..200 {
@@ -258,16 +259,18 @@ fn the_client_and_server_machines_complete_a_test_together() {
         while let Some(o) = srv.poll_output() {
             match o {
                 server::Output::Send(b) => to_client.extend(b),
-                server::Output::Plan(p) => {
-                    assert_eq!(p.time, 10.0);
+                server::Output::Admit(p) => {
+                    assert_eq!(p.params.time, 10.0);
+                    plan = Some(p);
                     srv.handle(server::Input::Planned { streams: 1 }, clock);
                     srv.handle(server::Input::StreamArrived, clock);
                 }
                 server::Output::PeerStopped => {
                     srv.handle(server::Input::SideDone { error: None }, clock)
                 }
-                server::Output::Answer(_) => {
-                    srv.handle(server::Input::Answer(results_doc()), clock)
+                server::Output::CollectReport => {
+                    let got = super::server_tests::collected(plan.as_ref().expect("a plan"));
+                    srv.handle(server::Input::Report(Box::new(got)), clock)
                 }
                 server::Output::End(how) => server_end = Some(how),
                 _ => {}

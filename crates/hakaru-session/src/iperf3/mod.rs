@@ -1,6 +1,8 @@
 //! iperf3's control sessions (stock iperf3 3.x clients and servers), as machines.
 
 pub mod client;
+pub mod plan;
+pub mod results;
 pub mod server;
 
 #[cfg(test)]

@@ -5,19 +5,24 @@
 //! order of things:
 //!
 //! ```text
-//! PARAM_EXCHANGE -> params -> [plan] -> CREATE_STREAMS -> streams -> TEST_START, TEST_RUNNING
-//!   -> ... TEST_END -> EXCHANGE_RESULTS -> results both ways -> DISPLAY_RESULTS -> IPERF_DONE
+//! PARAM_EXCHANGE -> params -> [check, admit] -> CREATE_STREAMS -> streams -> TEST_START,
+//!   TEST_RUNNING -> ... TEST_END -> EXCHANGE_RESULTS -> results both ways -> DISPLAY_RESULTS
+//!   -> IPERF_DONE
 //! ```
 //!
-//! The driver (hakaru-server's `iperf3`) checks the parameters against the server's limits,
-//! holds the data streams and runs the engine; it answers what the machine asks.
+//! The machine checks the parameters against iperf3's rules and the server's limits
+//! ([`super::plan`]) and makes this end's results from the driver's report
+//! ([`super::results`]). The driver (hakaru-server's `iperf3`) admits the test (memory, a
+//! slot), holds the data streams and runs the engine; it answers what the machine asks.
 
 use crate::Machine as _;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use hakaru_proto::iperf3::{self as wire, encode_json, errno, Inbox, Params, Results, State};
-use serde_json::Value;
+use hakaru_proto::iperf3::{self as wire, encode_json, errno, Inbox, Params, State};
+
+use super::plan::{check, Limits, Plan};
+use super::results::{answer_results, Collected, ServerOutput};
 
 /// How long the client may take to send its parameters.
 pub const PARAMS_TIMEOUT: Duration = Duration::from_secs(30);
@@ -36,8 +41,12 @@ pub const IDLE_LIMIT: Duration = Duration::from_secs(120);
 /// What the session needs to know of the server.
 #[derive(Debug, Clone, Default)]
 pub struct Config {
-    /// `--max-duration`: tests are cut off this long (plus [`GRACE`]) after they start.
-    pub max_duration: Option<Duration>,
+    /// The server's limits; `--max-duration` also cuts a running test off that long (plus
+    /// [`GRACE`]) after it starts.
+    pub limits: Limits,
+    /// How the server's output is written for a client that asks for it; `None`: such a
+    /// client gets none.
+    pub server_output: Option<ServerOutput>,
 }
 
 /// What happens to a session.
@@ -49,15 +58,15 @@ pub enum Input {
     ReadFailed(String),
     /// The client closed the control connection.
     Closed,
-    /// The answer to [`Output::Plan`]: the test fits; it has this many data streams.
+    /// The answer to [`Output::Admit`]: the test fits; it has this many data streams.
     Planned {
         /// Data streams to wait for.
         streams: usize,
     },
-    /// The answer to [`Output::Plan`]: the parameters break a rule of the server (told to
-    /// the client with SERVER_ERROR and this i_errno).
+    /// The answer to [`Output::Admit`]: the test breaks a rule of the server (told to the
+    /// client with SERVER_ERROR and this i_errno).
     Invalid(i32, String),
-    /// The answer to [`Output::Plan`]: the test is valid but does not fit now (the client is
+    /// The answer to [`Output::Admit`]: the test is valid but does not fit now (the client is
     /// told ACCESS_DENIED, as stock iperf3 says it is busy).
     Busy(String),
     /// A data stream of the test arrived.
@@ -71,8 +80,8 @@ pub enum Input {
         /// The first stream error, if any.
         error: Option<String>,
     },
-    /// The answer to [`Output::Answer`]: this end's results document.
-    Answer(Value),
+    /// The answer to [`Output::CollectReport`]: this end's report of the test.
+    Report(Box<Collected>),
     /// The server is shutting down.
     Shutdown,
 }
@@ -82,9 +91,9 @@ pub enum Input {
 pub enum Output {
     /// Write these bytes.
     Send(Vec<u8>),
-    /// Check the parameters against the server's limits and admit the test; answer with
-    /// [`Input::Planned`], [`Input::Invalid`] or [`Input::Busy`].
-    Plan(Box<Params>),
+    /// The parameters passed the checks: admit the test (its memory, a slot) and get ready
+    /// for its streams; answer with [`Input::Planned`], [`Input::Invalid`] or [`Input::Busy`].
+    Admit(Box<Plan>),
     /// Every stream is here: set them up (socket options) for the engine. The test's token
     /// admits no more.
     SetUpStreams,
@@ -92,10 +101,9 @@ pub enum Output {
     StartSide,
     /// The client sent TEST_END: senders stop, receivers drain.
     PeerStopped,
-    /// The data plane is done: collect its report (for the results).
+    /// The data plane is done: collect its report, for the results, and answer with
+    /// [`Input::Report`].
     CollectReport,
-    /// The client's results: make this end's and answer with [`Input::Answer`].
-    Answer(Box<Results>),
     /// Tear the data plane down: the test ended early.
     AbortSide,
     /// The session is over.
@@ -132,8 +140,9 @@ enum Phase {
     Running(Run),
     Results {
         deadline: Instant,
+        /// The driver's report, once it has given it.
+        got: Option<Box<Collected>>,
     },
-    Answering,
     Done {
         deadline: Instant,
     },
@@ -164,6 +173,8 @@ pub struct Session {
     inbox: Inbox,
     phase: Phase,
     out: VecDeque<Output>,
+    /// The test, once its parameters passed the checks.
+    plan: Option<Box<Plan>>,
     /// The parameters' `-t` and `-O`, seconds: a timed test's limit.
     time_omit: (f64, f64),
     side_up: bool,
@@ -182,6 +193,7 @@ impl Session {
                 deadline: now + PARAMS_TIMEOUT,
             },
             out: VecDeque::new(),
+            plan: None,
             time_omit: (0.0, 0.0),
             side_up: false,
         };
@@ -196,7 +208,11 @@ impl Session {
                 Some(errno::IESERVERTESTDURATIONEXPIRED),
                 format!(
                     "the test ran past the server's limit of {:.0} s (--max-duration)",
-                    self.cfg.max_duration.unwrap_or_default().as_secs_f64()
+                    self.cfg
+                        .limits
+                        .max_duration
+                        .unwrap_or_default()
+                        .as_secs_f64()
                 ),
             ));
         }
@@ -231,7 +247,7 @@ impl Session {
             return;
         }
         let (time, omit) = self.time_omit;
-        // The driver's plan bounded both to finite, non-negative values under a day.
+        // The checks bounded both to finite, non-negative values under a day.
         let limit = (time > 0.0).then(|| {
             now + Duration::try_from_secs_f64(time + omit).unwrap_or(Duration::from_secs(86_400))
                 + GRACE
@@ -245,7 +261,7 @@ impl Session {
         self.side_up = true;
         self.phase = Phase::Running(Run {
             limit,
-            cutoff: self.cfg.max_duration.map(|m| now + m + GRACE),
+            cutoff: self.cfg.limits.max_duration.map(|m| now + m + GRACE),
             ended: false,
             idle_until: None,
             side_done: false,
@@ -275,6 +291,7 @@ impl Session {
         self.state(State::ExchangeResults);
         self.phase = Phase::Results {
             deadline: now + RESULTS_TIMEOUT,
+            got: None,
         };
     }
 
@@ -285,14 +302,14 @@ impl Session {
                 Phase::Params { .. } => self.parse_params(),
                 Phase::Streams { .. } => self.parse_during_streams(),
                 Phase::Running(_) => self.parse_running(now),
-                Phase::Results { .. } => self.parse_results(),
+                Phase::Results { .. } => self.parse_results(now),
                 Phase::Done { .. } => {
                     if self.inbox.take_state().is_some() {
                         self.end(Ending::Finished);
                     }
                     false
                 }
-                Phase::Planning | Phase::Answering | Phase::Over => false,
+                Phase::Planning | Phase::Over => false,
             };
             if !progressed || self.is_done() {
                 return;
@@ -309,13 +326,22 @@ impl Session {
                 return false;
             }
         };
-        match Params::from_json(&v) {
-            Ok(p) => {
+        let p = match Params::from_json(&v) {
+            Ok(p) => p,
+            Err(e) => {
+                self.fail(Some(errno::IERECVPARAMS), e.to_string());
+                return false;
+            }
+        };
+        match check(&p, &self.cfg.limits) {
+            Ok(plan) => {
                 self.time_omit = (p.time, p.omit);
-                self.out.push_back(Output::Plan(Box::new(p)));
+                let plan = Box::new(plan);
+                self.plan = Some(plan.clone());
+                self.out.push_back(Output::Admit(plan));
                 self.phase = Phase::Planning;
             }
-            Err(e) => self.fail(Some(errno::IERECVPARAMS), e.to_string()),
+            Err((code, why)) => self.refuse(code, why),
         }
         false
     }
@@ -361,16 +387,40 @@ impl Session {
         }
     }
 
-    fn parse_results(&mut self) -> bool {
-        match self.inbox.take_results(wire::MAX_RESULTS_JSON) {
-            Ok(Some(r)) => {
-                self.out.push_back(Output::Answer(Box::new(r)));
-                self.phase = Phase::Answering;
+    /// The client's results, once the driver's report is here: this end's answer.
+    fn parse_results(&mut self, now: Instant) -> bool {
+        let Phase::Results { got: Some(got), .. } = &self.phase else {
+            return false;
+        };
+        let theirs = match self.inbox.take_results(wire::MAX_RESULTS_JSON) {
+            Ok(Some(r)) => r,
+            Ok(None) => return false,
+            Err(e) => {
+                self.fail(Some(errno::IERECVRESULTS), e.to_string());
+                return false;
             }
-            Ok(None) => {}
-            Err(e) => self.fail(Some(errno::IERECVRESULTS), e.to_string()),
+        };
+        let Some(plan) = &self.plan else {
+            // A test reaches its results only through a plan.
+            self.fail(Some(errno::IERECVRESULTS), "no plan for the results".into());
+            return false;
+        };
+        match answer_results(plan, got, &theirs, self.cfg.server_output) {
+            Ok(mine) => {
+                self.out
+                    .push_back(Output::Send(encode_json(&mine.to_json())));
+                self.state(State::DisplayResults);
+                self.phase = Phase::Done {
+                    deadline: now + DONE_TIMEOUT,
+                };
+                // The client's last word may already be here.
+                true
+            }
+            Err((code, why)) => {
+                self.fail(Some(code), why);
+                false
+            }
         }
-        false
     }
 
     /// The control connection is gone.
@@ -384,9 +434,16 @@ impl Session {
             }
             // The client may close instead of its IPERF_DONE.
             Phase::Done { .. } => return self.end(Ending::Finished),
-            Phase::Planning | Phase::Answering | Phase::Over => e,
+            Phase::Planning | Phase::Over => e,
         };
         self.fail(None, why);
+    }
+
+    /// Refuses the test before it runs: SERVER_ERROR with this i_errno.
+    fn refuse(&mut self, code: i32, why: String) {
+        self.out
+            .push_back(Output::Send(wire::server_error(code, 0).to_vec()));
+        self.end(Ending::Refused(why));
     }
 
     fn state(&mut self, s: State) {
@@ -441,9 +498,7 @@ impl crate::Machine for Session {
                 self.streams_complete(now);
             }
             Input::Invalid(code, why) if matches!(self.phase, Phase::Planning) => {
-                self.out
-                    .push_back(Output::Send(wire::server_error(code, 0).to_vec()));
-                self.end(Ending::Refused(why));
+                self.refuse(code, why);
             }
             Input::Busy(why) if matches!(self.phase, Phase::Planning) => {
                 // What a stock iperf3 server says when busy; the client reports "the server
@@ -462,14 +517,15 @@ impl crate::Machine for Session {
                 self.fail(Some(code), why);
             }
             Input::SideDone { error } => self.side_done(error, now),
-            Input::Answer(v) if matches!(self.phase, Phase::Answering) => {
-                self.out.push_back(Output::Send(encode_json(&v)));
-                self.state(State::DisplayResults);
-                self.phase = Phase::Done {
-                    deadline: now + DONE_TIMEOUT,
-                };
-                // The client's last word may already be here.
-                self.parse(now);
+            Input::Report(c) => {
+                if let Phase::Results {
+                    got: got @ None, ..
+                } = &mut self.phase
+                {
+                    *got = Some(c);
+                    // The client's results may already be here.
+                    self.parse(now);
+                }
             }
             Input::Shutdown => {
                 if self.side_up {
@@ -506,7 +562,7 @@ impl crate::Machine for Session {
                 ),
             )),
             Phase::Running(r) => self.run_timeout(r, now),
-            Phase::Results { deadline } if now >= *deadline => Some((
+            Phase::Results { deadline, .. } if now >= *deadline => Some((
                 None,
                 format!(
                     "reading the client's results: nothing arrived on the control connection within {:.1} s",
@@ -528,13 +584,13 @@ impl crate::Machine for Session {
         match &self.phase {
             Phase::Params { deadline }
             | Phase::Streams { deadline, .. }
-            | Phase::Results { deadline }
+            | Phase::Results { deadline, .. }
             | Phase::Done { deadline } => Some(*deadline),
             Phase::Running(r) => [r.limit, r.cutoff, r.idle_until]
                 .into_iter()
                 .flatten()
                 .min(),
-            Phase::Planning | Phase::Answering | Phase::Over => None,
+            Phase::Planning | Phase::Over => None,
         }
     }
 

@@ -1,12 +1,16 @@
 //! The iperf3 server machine on virtual time, fed bytes as a stock client sends them (split at
 //! every byte, too).
+#![allow(clippy::indexing_slicing)] // a test may index: a panic there is a failed assertion
 
 use crate::Machine as _;
 use std::time::{Duration, Instant};
 
-use hakaru_proto::iperf3::{encode_json, errno, server_error, State};
+use hakaru_model::{End, FlowDir, FlowSide, Role, RunResult, SideReport};
+use hakaru_proto::iperf3::{encode_json, errno, server_error, stream_id, Params, State};
 use serde_json::{json, Value};
 
+use super::plan::{check, Limits, Plan};
+use super::results::{Collected, ServerOutput};
 use super::server::*;
 
 fn params(v: Value) -> Vec<u8> {
@@ -30,8 +34,61 @@ pub(super) fn results_doc() -> Value {
     })
 }
 
+/// The client's results for `tcp_params()`'s two streams.
 fn results() -> Vec<u8> {
-    encode_json(&results_doc())
+    let stream = |i: usize| {
+        json!({"id": stream_id(i), "bytes": 1000, "retransmits": 0, "jitter": 0, "errors": 0,
+               "packets": 0, "start_time": 0, "end_time": 10})
+    };
+    let mut doc = results_doc();
+    doc["streams"] = json!([stream(0), stream(1)]);
+    encode_json(&doc)
+}
+
+/// What a driver collects of `plan`'s test: every flow moved a megabyte at this end.
+pub(super) fn collected(plan: &Plan) -> Collected {
+    let flows = plan
+        .flows
+        .iter()
+        .map(|&(id, dir)| FlowSide {
+            id,
+            dir,
+            role: if dir == FlowDir::Down {
+                Role::Sender
+            } else {
+                Role::Receiver
+            },
+            bytes: 1_000_000,
+            omitted_bytes: 0,
+            late_bytes: 0,
+            late_seconds: 0.0,
+            calls: 10,
+            seconds: 10.0,
+            tcp_info: None,
+            udp: None,
+            error: None,
+            mptcp: None,
+        })
+        .collect();
+    Collected {
+        report: SideReport::flows_only(End::Server, flows),
+        samples: vec![],
+        peer: "192.0.2.1:40000".parse().unwrap(),
+        local: "192.0.2.2:5201".into(),
+        now_unix: 1.8e9,
+    }
+}
+
+/// The driver's report of the test `params` (a framed document) asks for.
+fn report_of(params: &[u8]) -> Input {
+    let v: Value = serde_json::from_slice(&params[4..]).unwrap();
+    let plan = check(&Params::from_json(&v).unwrap(), &Limits::default()).unwrap();
+    Input::Report(Box::new(collected(&plan)))
+}
+
+/// [`report_of`] for `tcp_params()`.
+fn report() -> Input {
+    report_of(&tcp_params())
 }
 
 struct T {
@@ -116,10 +173,13 @@ fn a_test_runs_in_iperf3s_order() {
     assert_eq!(t.out, vec![state(State::ParamExchange)]);
     // The parameters may arrive a byte at a time.
     let said = t.trickle(&tcp_params());
-    let [Output::Plan(p)] = said.as_slice() else {
+    let [Output::Admit(p)] = said.as_slice() else {
         panic!("{said:?}")
     };
-    assert_eq!((p.parallel, p.time), (2, 10.0));
+    assert_eq!(
+        (p.params.parallel, p.params.time, p.flows.len()),
+        (2, 10.0, 2)
+    );
     assert_eq!(
         t.input(Input::Planned { streams: 2 }),
         vec![state(State::CreateStreams)]
@@ -138,16 +198,28 @@ fn a_test_runs_in_iperf3s_order() {
         t.input(Input::SideDone { error: None }),
         vec![Output::CollectReport, state(State::ExchangeResults)]
     );
-    let said = t.trickle(&results());
-    assert!(matches!(said.as_slice(), [Output::Answer(_)]), "{said:?}");
-    let mine = json!({"streams": []});
+    // The client's results wait for the driver's report; this end's answer follows both.
+    let all = results();
+    let (first, last) = all.split_at(9);
+    assert!(t.bytes(first).is_empty());
+    assert!(t.input(report()).is_empty());
+    let said = t.trickle(last);
+    let [Output::Send(answer), Output::Send(display)] = said.as_slice() else {
+        panic!("{said:?}")
+    };
+    assert_eq!(display, &vec![State::DisplayResults.byte()]);
+    let mine: Value = serde_json::from_slice(&answer[4..]).unwrap();
+    let ids: Vec<_> = mine["streams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["id"].as_u64().unwrap(), s["bytes"].as_u64().unwrap()))
+        .collect();
     assert_eq!(
-        t.input(Input::Answer(mine.clone())),
-        vec![
-            Output::Send(encode_json(&mine)),
-            state(State::DisplayResults)
-        ]
+        ids,
+        vec![(1, 1_000_000), (u64::from(stream_id(1)), 1_000_000)]
     );
+    assert!(mine.get("server_output_text").is_none());
     assert_eq!(
         t.bytes(&[State::IperfDone.byte()]),
         vec![Output::End(Ending::Finished)]
@@ -159,7 +231,11 @@ fn a_test_runs_in_iperf3s_order() {
 #[test]
 fn parameters_sent_with_the_cookie_are_read_at_once() {
     let t = T::new(Config::default(), &tcp_params());
-    assert!(matches!(t.out.get(1), Some(Output::Plan(_))), "{:?}", t.out);
+    assert!(
+        matches!(t.out.get(1), Some(Output::Admit(_))),
+        "{:?}",
+        t.out
+    );
 }
 
 #[test]
@@ -249,7 +325,11 @@ fn a_client_that_overruns_its_time_is_cut_off_with_an_errno() {
 #[test]
 fn max_duration_cuts_off_a_byte_count() {
     let cfg = Config {
-        max_duration: Some(Duration::from_secs(60)),
+        limits: Limits {
+            max_duration: Some(Duration::from_secs(60)),
+            ..Limits::default()
+        },
+        ..Config::default()
     };
     let mut t = T::new(
         cfg,
@@ -351,6 +431,7 @@ fn broken_results_get_an_errno_and_missing_ones_time_out() {
     let mut t = T::running();
     t.bytes(&[State::TestEnd.byte()]);
     t.input(Input::SideDone { error: None });
+    t.input(report());
     t.bytes(&encode_json(&json!({"streams": 3})));
     assert!(t.out.contains(&Output::Send(
         server_error(errno::IERECVRESULTS, 0).to_vec()
@@ -370,15 +451,15 @@ fn without_iperf_done_the_session_still_finishes() {
     let mut t = T::running();
     t.bytes(&[State::TestEnd.byte()]);
     t.input(Input::SideDone { error: None });
+    t.input(report());
     t.bytes(&results());
-    t.input(Input::Answer(json!({})));
     t.advance(DONE_TIMEOUT);
     assert_eq!(t.ended(), Some(&Ending::Finished));
     let mut t = T::running();
     t.bytes(&[State::TestEnd.byte()]);
     t.input(Input::SideDone { error: None });
     t.bytes(&results());
-    t.input(Input::Answer(json!({})));
+    t.input(report());
     t.input(Input::Closed);
     assert_eq!(t.ended(), Some(&Ending::Finished));
 }
@@ -412,11 +493,11 @@ fn any_byte_in_any_phase_ends_cleanly() {
             t.bytes(&[b]);
             t.input(Input::Planned { streams: 1 });
             t.input(Input::StreamArrived);
-            t.input(Input::Answer(json!({})));
+            t.input(report_of(&params(json!({"tcp": true, "time": 10}))));
             for _ in 0..4 {
                 t.advance(Duration::from_secs(3600));
                 t.input(Input::SideDone { error: None });
-                t.input(Input::Answer(json!({})));
+                t.input(report());
             }
             assert!(t.ended().is_some(), "steps {steps} byte {b}: {:?}", t.out);
             let ends = t.out.iter().filter(|o| matches!(o, Output::End(_))).count();
@@ -435,8 +516,8 @@ fn every_input_in_every_state_keeps_the_conventions() {
             Input::StreamArrived,
             Input::Bytes(vec![State::TestEnd.byte()]),
             Input::SideDone { error: None },
+            report(),
             Input::Bytes(results()),
-            Input::Answer(json!({"streams": []})),
             Input::Bytes(vec![State::IperfDone.byte()]),
         ]
     };
@@ -461,7 +542,7 @@ fn every_input_in_every_state_keeps_the_conventions() {
             Input::SideDone {
                 error: Some("side".into()),
             },
-            Input::Answer(json!({})),
+            report(),
             Input::Shutdown,
         ]
     };
@@ -469,7 +550,7 @@ fn every_input_in_every_state_keeps_the_conventions() {
         vec![
             Input::Planned { streams: 2 },
             Input::SideDone { error: None },
-            Input::Answer(json!({"streams": []})),
+            report(),
         ]
     };
     let n = crate::sweep::Sweep {
@@ -480,4 +561,161 @@ fn every_input_in_every_state_keeps_the_conventions() {
     }
     .run();
     assert_eq!(n, 10 * 19);
+}
+
+/// The server's output goes into the answer as the driver's writer writes it, in the shape
+/// the server is set to, and only when the client asked for it.
+#[test]
+fn the_answer_carries_the_server_output_the_client_asked_for() {
+    fn text(r: &RunResult) -> String {
+        format!("text: {}\n", r.notes.join("; "))
+    }
+    fn doc(r: &RunResult) -> Value {
+        json!({"notes": r.notes})
+    }
+    let asked = params(json!({"tcp": true, "time": 10, "parallel": 2, "get_server_output": 1}));
+    for (output, ask, key) in [
+        (
+            Some(ServerOutput::Text(text)),
+            true,
+            Some("server_output_text"),
+        ),
+        (
+            Some(ServerOutput::Json(doc)),
+            true,
+            Some("server_output_json"),
+        ),
+        (Some(ServerOutput::Text(text)), false, None),
+        (None, true, None),
+    ] {
+        let cfg = Config {
+            server_output: output,
+            ..Config::default()
+        };
+        let sent = if ask { asked.clone() } else { tcp_params() };
+        let mut t = T::new(cfg, &sent);
+        t.input(Input::Planned { streams: 2 });
+        t.input(Input::StreamArrived);
+        t.input(Input::StreamArrived);
+        t.bytes(&[State::TestEnd.byte()]);
+        t.input(Input::SideDone { error: None });
+        t.input(report_of(&sent));
+        let said = t.bytes(&results());
+        let Some(Output::Send(answer)) = said.first() else {
+            panic!("{said:?}")
+        };
+        let mine: Value = serde_json::from_slice(&answer[4..]).unwrap();
+        for k in ["server_output_text", "server_output_json"] {
+            assert_eq!(mine.get(k).is_some(), Some(k) == key, "{k}: {mine}");
+        }
+        let from = "iperf3 test from 192.0.2.1:40000";
+        match key {
+            Some("server_output_text") => {
+                let text = mine[key.unwrap()].as_str().unwrap();
+                assert!(text.starts_with("text: ") && text.contains(from), "{text}");
+            }
+            Some(_) => assert_eq!(mine["server_output_json"]["notes"][0], from),
+            None => {}
+        }
+    }
+}
+
+#[test]
+fn results_without_a_stream_of_the_test_get_iestreamid() {
+    let mut t = T::running();
+    t.bytes(&[State::TestEnd.byte()]);
+    t.input(Input::SideDone { error: None });
+    t.input(report());
+    t.bytes(&encode_json(&results_doc()));
+    assert!(t
+        .out
+        .contains(&Output::Send(server_error(errno::IESTREAMID, 0).to_vec())));
+    assert!(
+        matches!(t.ended(), Some(Ending::Failed { why, told: true }) if why.contains("no stream with id 3")),
+        "{:?}",
+        t.ended()
+    );
+}
+
+/// The parameters are checked by the machine: a rule broken is told with its i_errno and
+/// never reaches the driver.
+#[test]
+fn parameters_that_break_a_rule_are_refused_with_the_errno() {
+    let limits = Limits {
+        max_duration: Some(Duration::from_secs(60)),
+        max_rate: Some(1e9),
+        max_flows: 8,
+        congestion: vec!["cubic".into(), "reno".into()],
+    };
+    for (doc, code, words) in [
+        (
+            json!({"tcp": true, "time": 10, "parallel": 200}),
+            errno::IENUMSTREAMS,
+            "1 to 128",
+        ),
+        (
+            json!({"tcp": true, "time": 10, "parallel": 9}),
+            errno::IENUMSTREAMS,
+            "--max-flows",
+        ),
+        (
+            json!({"tcp": true, "time": 61}),
+            errno::IEDURATION,
+            "--max-duration",
+        ),
+        (
+            json!({"tcp": true, "time": 10, "congestion": "bbr"}),
+            errno::IESETCONGESTION,
+            "available: cubic reno",
+        ),
+        (
+            json!({"udp": true, "time": 10, "reverse": true, "bandwidth": 0}),
+            errno::IEUDPBLOCKSIZE,
+            "--max-rate",
+        ),
+        (
+            json!({"tcp": true, "time": 10, "reverse": true}),
+            errno::IETOTALRATE,
+            "--max-rate",
+        ),
+        (
+            json!({"udp": true, "time": 10, "len": 8}),
+            errno::IEUDPBLOCKSIZE,
+            "12 to 65507",
+        ),
+        (json!({"tcp": true}), errno::IEDURATION, "never end"),
+    ] {
+        let cfg = Config {
+            limits: limits.clone(),
+            ..Config::default()
+        };
+        let t = T::new(cfg, &params(doc.clone()));
+        assert_eq!(
+            t.out.get(1),
+            Some(&Output::Send(server_error(code, 0).to_vec())),
+            "{doc}: {:?}",
+            t.out
+        );
+        assert!(
+            matches!(t.ended(), Some(Ending::Refused(why)) if why.contains(words)),
+            "{doc}: {:?}",
+            t.ended()
+        );
+        assert!(!t.out.iter().any(|o| matches!(o, Output::Admit(_))));
+    }
+    // Within every limit: admitted.
+    let t = T::new(
+        Config {
+            limits,
+            ..Config::default()
+        },
+        &params(
+            json!({"tcp": true, "time": 10, "parallel": 8, "congestion": "reno", "reverse": true, "bandwidth": 100_000_000}),
+        ),
+    );
+    assert!(
+        matches!(t.out.get(1), Some(Output::Admit(p)) if p.flows.len() == 8),
+        "{:?}",
+        t.out
+    );
 }

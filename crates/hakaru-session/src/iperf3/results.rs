@@ -3,25 +3,48 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::time::{SystemTime, UNIX_EPOCH};
 
-use hakaru_model::{Direction, End, FlowDir, IntervalSample, TestSpec};
+use hakaru_model::{Direction, End, FlowDir, IntervalSample, RunResult, SideReport, TestSpec};
 use hakaru_proto::iperf3::{self as wire, errno, report_from_results, results_from_report};
+use serde_json::Value;
 
-use super::{Fail, Plan};
+use super::plan::{Fail, Plan};
+
+/// How the server's output (`--get-server-output`) is written. The driver gives the writer:
+/// the formats live in hakaru-report, which the machines do not depend on.
+#[derive(Debug, Clone, Copy)]
+pub enum ServerOutput {
+    /// iperf3's text (interval table and summary).
+    Text(fn(&RunResult) -> String),
+    /// iperf3's `-J` document.
+    Json(fn(&RunResult) -> Value),
+}
+
+/// What the driver collected of the test once its data plane was done.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Collected {
+    /// This end's report.
+    pub report: SideReport,
+    /// This end's interval samples.
+    pub samples: Vec<IntervalSample>,
+    /// The client's address on the control connection.
+    pub peer: SocketAddr,
+    /// The server's address on it.
+    pub local: String,
+    /// The wall clock when the report was collected, seconds since the Unix epoch.
+    pub now_unix: f64,
+}
 
 /// What the server makes of a client's results: the client's side as a report (every stream
 /// of the plan must be there), and this end's results document with the output the client
-/// asked for, as iperf3's text or (`json_output`) `-J` document.
-pub(crate) fn answer_results(
+/// asked for (`output`; none when it is `None`).
+pub fn answer_results(
     plan: &Plan,
-    report: &hakaru_model::SideReport,
+    got: &Collected,
     theirs: &wire::Results,
-    samples: &[IntervalSample],
-    peer: SocketAddr,
-    local: String,
-    json_output: bool,
+    output: Option<ServerOutput>,
 ) -> Result<wire::Results, Fail> {
+    let report = &got.report;
     let client_sends = |dir: FlowDir| dir == FlowDir::Up;
     let client = report_from_results(
         End::Client,
@@ -34,36 +57,34 @@ pub(crate) fn answer_results(
             plan.params.client_version.as_deref().unwrap_or("")
         ),
     )
-    .map_err(|e| Fail::Tell(errno::IESTREAMID, e.to_string()))?;
+    .map_err(|e| (errno::IESTREAMID, e.to_string()))?;
     let mut mine = results_from_report(report, !plan.udp);
-    if plan.params.get_server_output {
-        let result = server_run(plan, report, &client, samples, peer, local);
-        if json_output {
-            mine.server_output_json = Some(crate::iperf3_output::json(&result));
-        } else {
-            let mut text = crate::iperf3_output::text(&result);
-            for n in how_notes(report) {
-                text += &format!("hakaru: {n}\n");
+    match output {
+        Some(how) if plan.params.get_server_output => {
+            let result = server_run(plan, got, &client);
+            match how {
+                ServerOutput::Json(write) => mine.server_output_json = Some(write(&result)),
+                ServerOutput::Text(write) => {
+                    let mut text = write(&result);
+                    for n in how_notes(report) {
+                        text += &format!("hakaru: {n}\n");
+                    }
+                    mine.server_output_text = Some(text);
+                }
             }
-            mine.server_output_text = Some(text);
         }
+        _ => {}
     }
     Ok(mine)
 }
 
-/// The run as a [`hakaru_model::RunResult`] seen from the server (`local` is its address on
-/// the control connection), for the server output the client asked for.
-fn server_run(
-    plan: &Plan,
-    report: &hakaru_model::SideReport,
-    client: &hakaru_model::SideReport,
-    samples: &[IntervalSample],
-    peer: SocketAddr,
-    local: String,
-) -> hakaru_model::RunResult {
+/// The run as a [`RunResult`] seen from the server, for the server output the client asked for.
+fn server_run(plan: &Plan, got: &Collected, client: &SideReport) -> RunResult {
+    let (report, peer) = (&got.report, got.peer);
     let dirs: BTreeMap<u32, FlowDir> = plan.flows.iter().copied().collect();
     // The server's own samples, seen from the server: it is the local end here.
-    let intervals = samples
+    let intervals = got
+        .samples
         .iter()
         .map(|s| {
             let flipped: BTreeMap<u32, FlowDir> =
@@ -78,17 +99,13 @@ fn server_run(
     for f in mine.flows.iter_mut().chain(theirs.flows.iter_mut()) {
         f.dir = flip(f.dir);
     }
-    let started_unix = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
-        - report.flows.first().map_or(0.0, |f| f.seconds);
+    let started_unix = got.now_unix - report.flows.first().map_or(0.0, |f| f.seconds);
     hakaru_model::assemble(hakaru_model::AssembleInputs {
         ipv6: peer.ip().to_canonical().is_ipv6(),
         spec,
         server: peer.to_string(),
         embedded: false,
-        local_address: local,
+        local_address: got.local.clone(),
         remote_address: peer.to_string(),
         started_unix,
         intervals,
@@ -103,7 +120,7 @@ fn server_run(
 
 /// What the server's log and output say of how it received and over what: MSG_TRUNC for a
 /// client's --skip-rx-copy, MPTCP for its -m (as the kernel saw each stream).
-pub(super) fn how_notes(report: &hakaru_model::SideReport) -> Vec<String> {
+pub fn how_notes(report: &SideReport) -> Vec<String> {
     let mut notes = Vec::new();
     if report.recv_mode == "discard" {
         notes.push(
@@ -129,7 +146,7 @@ pub(super) fn how_notes(report: &hakaru_model::SideReport) -> Vec<String> {
 }
 
 /// [`how_notes`] for the log line that ends a test: empty when there are none.
-pub(super) fn how_words(report: &hakaru_model::SideReport) -> String {
+pub fn how_words(report: &SideReport) -> String {
     how_notes(report).iter().map(|n| format!("; {n}")).collect()
 }
 

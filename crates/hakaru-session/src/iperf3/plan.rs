@@ -1,16 +1,56 @@
 //! A stock client's parameters checked against iperf3's rules and the server's limits, and
-//! turned into a hakaru test.
+//! turned into a hakaru test: the first thing the server machine does with them.
 
 use std::time::Duration;
 
-use hakaru_engine::sys;
-use hakaru_model::{Amount, BitRate, Bytes, Direction, Dur, TcpSpec, TestSpec, UdpRate, UdpSpec};
+use hakaru_model::{
+    Amount, BitRate, Bytes, Direction, Dur, FlowDir, TcpSpec, TestSpec, UdpRate, UdpSpec,
+};
 use hakaru_proto::iperf3::{errno, Params, Protocol};
 
-use super::{Fail, Plan};
+/// A rule broken: the i_errno the client hears with SERVER_ERROR, and why.
+pub type Fail = (i32, String);
+
+/// What the server allows, and what this host offers, as the checks read them.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// `--max-duration`: the longest `-t` plus `-O` the server runs.
+    pub max_duration: Option<Duration>,
+    /// `--max-rate`: what the server sends at most, bits per second of payload.
+    pub max_rate: Option<f64>,
+    /// `--max-flows`: streams per test.
+    pub max_flows: u32,
+    /// The congestion control algorithms this host has (empty: not known, `-C` not checked).
+    pub congestion: Vec<String>,
+}
+
+impl Default for Limits {
+    /// No limits but iperf3's own, and the server's default of 1024 streams.
+    fn default() -> Limits {
+        Limits {
+            max_duration: None,
+            max_rate: None,
+            max_flows: 1024,
+            congestion: Vec::new(),
+        }
+    }
+}
+
+/// The test a client asked for, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// The client's parameters.
+    pub params: Params,
+    /// The test as hakaru's own spec.
+    pub spec: TestSpec,
+    /// A UDP test.
+    pub udp: bool,
+    /// (hakaru flow id, direction), in iperf3's stream creation order.
+    pub flows: Vec<(u32, FlowDir)>,
+}
 
 /// The amount of a test in words, for the log.
-pub(super) fn amount_words(p: &Params) -> String {
+pub fn amount_words(p: &Params) -> String {
     if p.time > 0.0 {
         format!("{} s", p.time)
     } else if p.num > 0 {
@@ -21,7 +61,7 @@ pub(super) fn amount_words(p: &Params) -> String {
 }
 
 /// The client's receive and transport choices, for the log: empty when it made none.
-pub(super) fn mode_words(p: &Params, udp: bool) -> String {
+pub fn mode_words(p: &Params, udp: bool) -> String {
     let mut s = String::new();
     if p.skip_rx_copy {
         s += if udp {
@@ -40,11 +80,13 @@ pub(super) fn mode_words(p: &Params, udp: bool) -> String {
     s
 }
 
-/// Checks the parameters as iperf3 3.18+ does and turns them into a hakaru test spec.
-pub(crate) fn check(p: &Params, limits: &crate::ServerConfig) -> Result<Plan, Fail> {
+/// Checks the parameters as iperf3 3.18+ does, and against the server's limits, and turns
+/// them into a hakaru test spec. What the test would hold (memory, a slot) is the driver's to
+/// admit.
+pub fn check(p: &Params, limits: &Limits) -> Result<Plan, Fail> {
     let (udp, length) = check_params(p, limits)?;
     let spec = spec_of(p, udp, length);
-    check_admission(p, &spec, limits)?;
+    check_send_rate(p, &spec, limits)?;
     let flows = spec.flow_plan();
     Ok(Plan {
         params: p.clone(),
@@ -56,9 +98,9 @@ pub(crate) fn check(p: &Params, limits: &crate::ServerConfig) -> Result<Plan, Fa
 
 /// The parameters' own checks and the server's limits on them: whether the test is UDP, and
 /// its block length.
-fn check_params(p: &Params, limits: &crate::ServerConfig) -> Result<(bool, u64), Fail> {
+fn check_params(p: &Params, limits: &Limits) -> Result<(bool, u64), Fail> {
     let max_duration = limits.max_duration;
-    let tell = |code: i32, why: String| Err(Fail::Tell(code, why));
+    let tell = |code: i32, why: String| Err((code, why));
     if p.authtoken.is_some() {
         return tell(
             errno::IEAUTHTEST,
@@ -127,7 +169,7 @@ fn check_params(p: &Params, limits: &crate::ServerConfig) -> Result<(bool, u64),
     }
     let length = block_length(p, udp)?;
     if let Some(cc) = &p.congestion {
-        let avail = sys::available_congestion();
+        let avail = &limits.congestion;
         if !avail.is_empty() && !avail.iter().any(|a| a == cc) {
             return tell(
                 errno::IESETCONGESTION,
@@ -143,7 +185,7 @@ fn check_params(p: &Params, limits: &crate::ServerConfig) -> Result<(bool, u64),
 
 /// The block length the test asks for (`-l`), or iperf3's default, within iperf3's bounds.
 fn block_length(p: &Params, udp: bool) -> Result<u64, Fail> {
-    let tell = |code: i32, why: String| Err(Fail::Tell(code, why));
+    let tell = |code: i32, why: String| Err((code, why));
     Ok(match (udp, p.len) {
         (false, None | Some(0)) => 128 * 1024,
         (false, Some(l)) if l > 1 << 20 => {
@@ -223,30 +265,21 @@ fn spec_of(p: &Params, udp: bool, length: u64) -> TestSpec {
     }
 }
 
-/// What the server allows this test to send and hold: `--max-rate` and `--max-memory`.
-fn check_admission(p: &Params, spec: &TestSpec, limits: &crate::ServerConfig) -> Result<(), Fail> {
+/// What the server allows this test to send: `--max-rate`.
+fn check_send_rate(p: &Params, spec: &TestSpec, limits: &Limits) -> Result<(), Fail> {
     let max_rate = limits.max_rate;
-    let tell = |code: i32, why: String| Err(Fail::Tell(code, why));
+    let server_sends = p.reverse || p.bidirectional;
     if let TestSpec::Udp(u) = spec {
         let rate = match u.rate {
             UdpRate::Bits(b) if b.0 > 0.0 => Some(b.0),
             _ => None,
         };
-        let server_sends = p.reverse || p.bidirectional;
-        if let Err(why) = crate::check_send_rate(max_rate, server_sends, rate, u.flows) {
-            return tell(errno::IEUDPBLOCKSIZE, why);
-        }
+        crate::limits::check_send_rate(max_rate, server_sends, rate, u.flows)
+            .map_err(|why| (errno::IEUDPBLOCKSIZE, why))
     } else {
         // TCP: -b paces each stream; without it the server sends as fast as it can.
-        let server_sends = p.reverse || p.bidirectional;
         let rate = p.bandwidth.filter(|&b| b > 0).map(|b| b as f64);
-        if let Err(why) = crate::check_send_rate(max_rate, server_sends, rate, p.parallel) {
-            return tell(errno::IETOTALRATE, why);
-        }
+        crate::limits::check_send_rate(max_rate, server_sends, rate, p.parallel)
+            .map_err(|why| (errno::IETOTALRATE, why))
     }
-    let need = crate::budget::server_memory(spec, sys::online_cpus());
-    if let Err(why) = crate::budget::check_test_memory(&limits.budgets, need) {
-        return tell(errno::IEBLOCKSIZE, why);
-    }
-    Ok(())
 }
