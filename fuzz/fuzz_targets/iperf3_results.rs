@@ -131,9 +131,7 @@ impl Driver {
                 match o {
                     Output::Admit(plan) => {
                         self.flows = plan.flows.clone();
-                        pending.push_back(Input::Planned {
-                            streams: plan.flows.len(),
-                        });
+                        pending.push_back(Input::Admitted);
                         pending.extend(plan.flows.iter().map(|_| Input::StreamArrived));
                     }
                     Output::StartSide => pending.push_back(Input::SideDone { error: None }),

@@ -185,9 +185,7 @@ impl Fuzzed for iperf3::server::Session {
         use iperf3::server::Input as I;
         Some(vec![match op % 10 {
             0 => I::Bytes(chunk(data).to_vec()),
-            1 => I::Planned {
-                streams: usize::from(op / 10 % 4),
-            },
+            1 => I::Admitted,
             2 => I::StreamArrived,
             3 => I::SideDone {
                 error: (op > 128).then(|| "reset".to_string()),

@@ -411,7 +411,7 @@ impl Driver<'_> {
         self.ctx.metrics.test_started("iperf3", plan.spec.name());
         self.rx = Some(rx);
         self.plan = Some(plan);
-        machine::Input::Planned { streams }
+        machine::Input::Admitted
     }
 
     /// The engine's configuration and flows for the streams that arrived.

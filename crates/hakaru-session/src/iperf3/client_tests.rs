@@ -262,7 +262,7 @@ fn the_client_and_server_machines_complete_a_test_together() {
                 server::Output::Admit(p) => {
                     assert_eq!(p.params.time, 10.0);
                     plan = Some(p);
-                    srv.handle(server::Input::Planned { streams: 1 }, clock);
+                    srv.handle(server::Input::Admitted, clock);
                     srv.handle(server::Input::StreamArrived, clock);
                 }
                 server::Output::PeerStopped => {

@@ -58,11 +58,9 @@ pub enum Input {
     ReadFailed(String),
     /// The client closed the control connection.
     Closed,
-    /// The answer to [`Output::Admit`]: the test fits; it has this many data streams.
-    Planned {
-        /// Data streams to wait for.
-        streams: usize,
-    },
+    /// The answer to [`Output::Admit`]: the test fits; its data streams (as many as the
+    /// plan's flows) may come.
+    Admitted,
     /// The answer to [`Output::Admit`]: the test breaks a rule of the server (told to the
     /// client with SERVER_ERROR and this i_errno).
     Invalid(i32, String),
@@ -92,7 +90,7 @@ pub enum Output {
     /// Write these bytes.
     Send(Vec<u8>),
     /// The parameters passed the checks: admit the test (its memory, a slot) and get ready
-    /// for its streams; answer with [`Input::Planned`], [`Input::Invalid`] or [`Input::Busy`].
+    /// for its streams; answer with [`Input::Admitted`], [`Input::Invalid`] or [`Input::Busy`].
     Admit(Box<Plan>),
     /// Every stream is here: set them up (socket options) for the engine. The test's token
     /// admits no more.
@@ -488,7 +486,8 @@ impl crate::Machine for Session {
             }
             Input::Closed => self.lost("the peer closed the control connection".into()),
             Input::ReadFailed(e) => self.lost(format!("control connection: {e}")),
-            Input::Planned { streams } if matches!(self.phase, Phase::Planning) => {
+            Input::Admitted if matches!(self.phase, Phase::Planning) => {
+                let streams = self.plan.as_ref().map_or(0, |p| p.flows.len());
                 self.state(State::CreateStreams);
                 self.phase = Phase::Streams {
                     deadline: now + STREAMS_TIMEOUT,

@@ -155,7 +155,7 @@ impl T {
     fn running() -> T {
         let mut t = T::new(Config::default(), &[]);
         t.bytes(&tcp_params());
-        t.input(Input::Planned { streams: 2 });
+        t.input(Input::Admitted);
         t.input(Input::StreamArrived);
         t.input(Input::StreamArrived);
         assert!(t.out.contains(&Output::StartSide));
@@ -180,10 +180,7 @@ fn a_test_runs_in_iperf3s_order() {
         (p.params.parallel, p.params.time, p.flows.len()),
         (2, 10.0, 2)
     );
-    assert_eq!(
-        t.input(Input::Planned { streams: 2 }),
-        vec![state(State::CreateStreams)]
-    );
+    assert_eq!(t.input(Input::Admitted), vec![state(State::CreateStreams)]);
     assert!(t.input(Input::StreamArrived).is_empty());
     assert_eq!(
         t.input(Input::StreamArrived),
@@ -286,13 +283,13 @@ fn silence_and_missing_streams_time_out() {
     );
 
     let mut t = T::new(Config::default(), &tcp_params());
-    t.input(Input::Planned { streams: 3 });
+    t.input(Input::Admitted);
     t.input(Input::StreamArrived);
     t.advance(STREAMS_TIMEOUT);
     assert_eq!(
         t.ended(),
         Some(&Ending::Failed {
-            why: "only 1 of 3 data streams arrived within 30 s".into(),
+            why: "only 1 of 2 data streams arrived within 30 s".into(),
             told: false
         })
     );
@@ -301,7 +298,7 @@ fn silence_and_missing_streams_time_out() {
 #[test]
 fn a_state_while_streams_open_ends_the_test() {
     let mut t = T::new(Config::default(), &tcp_params());
-    t.input(Input::Planned { streams: 1 });
+    t.input(Input::Admitted);
     t.bytes(&[State::TestEnd.byte()]);
     assert!(
         matches!(t.ended(), Some(Ending::Failed { why, .. }) if why.contains("while its streams were opening"))
@@ -335,7 +332,7 @@ fn max_duration_cuts_off_a_byte_count() {
         cfg,
         &params(json!({"tcp": true, "num": 1_000_000_000_000u64})),
     );
-    t.input(Input::Planned { streams: 1 });
+    t.input(Input::Admitted);
     t.input(Input::StreamArrived);
     t.advance(Duration::from_secs(60) + GRACE);
     assert!(
@@ -349,7 +346,7 @@ fn a_sender_done_before_test_end_waits_for_it_but_not_forever() {
         Config::default(),
         &params(json!({"tcp": true, "num": 1000})),
     );
-    t.input(Input::Planned { streams: 1 });
+    t.input(Input::Admitted);
     t.input(Input::StreamArrived);
     assert!(t.input(Input::SideDone { error: None }).is_empty());
     // TEST_END within the idle limit: the results follow at once (the side is done).
@@ -357,7 +354,7 @@ fn a_sender_done_before_test_end_waits_for_it_but_not_forever() {
         Config::default(),
         &params(json!({"tcp": true, "num": 1000})),
     );
-    u.input(Input::Planned { streams: 1 });
+    u.input(Input::Admitted);
     u.input(Input::StreamArrived);
     u.input(Input::SideDone { error: None });
     u.advance(IDLE_LIMIT / 2);
@@ -411,7 +408,8 @@ fn a_failed_stream_or_a_client_that_leaves_ends_the_test() {
 #[test]
 fn a_failed_set_up_drops_the_start_and_tells_the_client() {
     let mut t = T::new(Config::default(), &tcp_params());
-    t.input(Input::Planned { streams: 1 });
+    t.input(Input::Admitted);
+    t.input(Input::StreamArrived);
     t.s.handle(Input::StreamArrived, t.now);
     // The driver fails the first action; what was queued after it never happens.
     assert_eq!(t.s.poll_output(), Some(Output::SetUpStreams));
@@ -482,7 +480,7 @@ fn any_byte_in_any_phase_ends_cleanly() {
             let mut t = T::new(Config::default(), &[]);
             let path = [
                 Input::Bytes(tcp_params()),
-                Input::Planned { streams: 1 },
+                Input::Admitted,
                 Input::StreamArrived,
                 Input::Bytes(vec![State::TestEnd.byte()]),
                 Input::SideDone { error: None },
@@ -491,7 +489,7 @@ fn any_byte_in_any_phase_ends_cleanly() {
                 t.input(i);
             }
             t.bytes(&[b]);
-            t.input(Input::Planned { streams: 1 });
+            t.input(Input::Admitted);
             t.input(Input::StreamArrived);
             t.input(report_of(&params(json!({"tcp": true, "time": 10}))));
             for _ in 0..4 {
@@ -511,7 +509,7 @@ fn every_input_in_every_state_keeps_the_conventions() {
     let path = || {
         vec![
             Input::Bytes(tcp_params()),
-            Input::Planned { streams: 2 },
+            Input::Admitted,
             Input::StreamArrived,
             Input::StreamArrived,
             Input::Bytes(vec![State::TestEnd.byte()]),
@@ -532,8 +530,7 @@ fn every_input_in_every_state_keeps_the_conventions() {
             Input::Bytes(results()),
             Input::ReadFailed("reset".into()),
             Input::Closed,
-            Input::Planned { streams: 2 },
-            Input::Planned { streams: 0 },
+            Input::Admitted,
             Input::Invalid(errno::IENUMSTREAMS, "bad".into()),
             Input::Busy("busy".into()),
             Input::StreamArrived,
@@ -546,13 +543,7 @@ fn every_input_in_every_state_keeps_the_conventions() {
             Input::Shutdown,
         ]
     };
-    let answers = || {
-        vec![
-            Input::Planned { streams: 2 },
-            Input::SideDone { error: None },
-            report(),
-        ]
-    };
+    let answers = || vec![Input::Admitted, Input::SideDone { error: None }, report()];
     let n = crate::sweep::Sweep {
         make: &|now| Session::new(Config::default(), &[], now),
         path: &path,
@@ -560,7 +551,7 @@ fn every_input_in_every_state_keeps_the_conventions() {
         answers: &answers,
     }
     .run();
-    assert_eq!(n, 10 * 19);
+    assert_eq!(n, 10 * 18);
 }
 
 /// The server's output goes into the answer as the driver's writer writes it, in the shape
@@ -594,7 +585,7 @@ fn the_answer_carries_the_server_output_the_client_asked_for() {
         };
         let sent = if ask { asked.clone() } else { tcp_params() };
         let mut t = T::new(cfg, &sent);
-        t.input(Input::Planned { streams: 2 });
+        t.input(Input::Admitted);
         t.input(Input::StreamArrived);
         t.input(Input::StreamArrived);
         t.bytes(&[State::TestEnd.byte()]);
