@@ -504,56 +504,6 @@ fn any_byte_in_any_phase_ends_cleanly() {
     }
 }
 
-#[test]
-fn every_input_in_every_state_keeps_the_conventions() {
-    let path = || {
-        vec![
-            Input::Bytes(tcp_params()),
-            Input::Admitted,
-            Input::StreamArrived,
-            Input::StreamArrived,
-            Input::Bytes(vec![State::TestEnd.byte()]),
-            Input::SideDone { error: None },
-            report(),
-            Input::Bytes(results()),
-            Input::Bytes(vec![State::IperfDone.byte()]),
-        ]
-    };
-    let inputs = || {
-        vec![
-            Input::Bytes(vec![0xff; 7]),
-            Input::Bytes(vec![]),
-            Input::Bytes(tcp_params()),
-            Input::Bytes(b"{\"tcp\": tru".to_vec()),
-            Input::Bytes(vec![State::TestEnd.byte()]),
-            Input::Bytes(vec![State::IperfDone.byte()]),
-            Input::Bytes(results()),
-            Input::ReadFailed("reset".into()),
-            Input::Closed,
-            Input::Admitted,
-            Input::Invalid(errno::IENUMSTREAMS, "bad".into()),
-            Input::Busy("busy".into()),
-            Input::StreamArrived,
-            Input::Failed(1, "failed".into()),
-            Input::SideDone { error: None },
-            Input::SideDone {
-                error: Some("side".into()),
-            },
-            report(),
-            Input::Shutdown,
-        ]
-    };
-    let answers = || vec![Input::Admitted, Input::SideDone { error: None }, report()];
-    let n = crate::sweep::Sweep {
-        make: &|now| Session::new(Config::default(), &[], now),
-        path: &path,
-        inputs: &inputs,
-        answers: &answers,
-    }
-    .run();
-    assert_eq!(n, 10 * 18);
-}
-
 /// The server's output goes into the answer as the driver's writer writes it, in the shape
 /// the server is set to, and only when the client asked for it.
 #[test]
@@ -709,4 +659,54 @@ fn parameters_that_break_a_rule_are_refused_with_the_errno() {
         "{:?}",
         t.out
     );
+}
+
+#[test]
+fn every_input_in_every_state_keeps_the_conventions() {
+    let path = || {
+        vec![
+            Input::Bytes(tcp_params()),
+            Input::Admitted,
+            Input::StreamArrived,
+            Input::StreamArrived,
+            Input::Bytes(vec![State::TestEnd.byte()]),
+            Input::SideDone { error: None },
+            report(),
+            Input::Bytes(results()),
+            Input::Bytes(vec![State::IperfDone.byte()]),
+        ]
+    };
+    let inputs = || {
+        vec![
+            Input::Bytes(vec![0xff; 7]),
+            Input::Bytes(vec![]),
+            Input::Bytes(tcp_params()),
+            Input::Bytes(b"{\"tcp\": tru".to_vec()),
+            Input::Bytes(vec![State::TestEnd.byte()]),
+            Input::Bytes(vec![State::IperfDone.byte()]),
+            Input::Bytes(results()),
+            Input::ReadFailed("reset".into()),
+            Input::Closed,
+            Input::Admitted,
+            Input::Invalid(errno::IENUMSTREAMS, "bad".into()),
+            Input::Busy("busy".into()),
+            Input::StreamArrived,
+            Input::Failed(1, "failed".into()),
+            Input::SideDone { error: None },
+            Input::SideDone {
+                error: Some("side".into()),
+            },
+            report(),
+            Input::Shutdown,
+        ]
+    };
+    let answers = || vec![Input::Admitted, Input::SideDone { error: None }, report()];
+    let n = crate::sweep::Sweep {
+        make: &|now| Session::new(Config::default(), &[], now),
+        path: &path,
+        inputs: &inputs,
+        answers: &answers,
+    }
+    .run();
+    assert_eq!(n, 10 * 18);
 }
