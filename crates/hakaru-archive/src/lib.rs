@@ -21,7 +21,7 @@ pub use schema::CURRENT as SCHEMA_VERSION;
 pub use when::parse_when;
 
 /// How long a save waits for another process's write to finish before it gives up.
-pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// What can go wrong with the archive; each message names the file.
 #[derive(Debug, thiserror::Error)]
