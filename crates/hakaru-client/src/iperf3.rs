@@ -157,8 +157,8 @@ pub(crate) fn run(
     let mut seed = [0u8; 36];
     seed.copy_from_slice(&Payload::Random.fill(36));
     let cookie = wire::make_cookie(&seed);
-    let timed = match spec.amount() {
-        Amount::Time(t) => Some(t.0 + spec.omit().0),
+    let timed = match spec.common().amount {
+        Amount::Time(t) => Some(t.0 + spec.common().omit.0),
         _ => None,
     };
     let mut m = machine::Session::new(&cookie, params.to_json(), timed, Instant::now());

@@ -436,7 +436,7 @@ fn open_session(
         psk: opts.psk.clone(),
         cubic_on_loopback: loopback_congestion(&opts.spec, server_addr.ip()),
         keepalive_every: KEEPALIVE_EVERY,
-        silence: silence_limit(opts.spec.stall_timeout().0),
+        silence: silence_limit(opts.spec.common().stall_timeout.0),
     };
     Ok(drive::Control {
         conn: ControlConn::new(stream),

@@ -602,20 +602,21 @@ impl SideConfig {
             TestSpec::Tcp(t) => (t.discard, t.zerocopy, t.mptcp),
             _ => (false, false, false),
         };
+        let c = spec.common();
         SideConfig {
             end,
-            length: spec.length().0 as usize,
+            length: c.length.0 as usize,
             discard,
             mptcp,
             zerocopy,
             affinity,
-            interval: spec.interval().0,
-            omit: spec.omit().0,
-            duration: match spec.amount() {
+            interval: c.interval.0,
+            omit: c.omit.0,
+            duration: match c.amount {
                 Amount::Time(t) => Some(t.0),
                 _ => None,
             },
-            stall_timeout: spec.stall_timeout().0,
+            stall_timeout: c.stall_timeout.0,
             base: Some(CounterBase::take(iface.as_deref(), spec.udp().is_some())),
             iface,
             payload: Payload::Letters,

@@ -321,29 +321,17 @@ impl crate::kind::Kind for TcpSpec {
     fn flow_plan(&self) -> Vec<(u32, FlowDir)> {
         TcpSpec::flow_plan(self)
     }
-    fn flows(&self) -> u32 {
-        self.flows
-    }
-    fn direction(&self) -> Direction {
-        self.direction
-    }
-    fn amount(&self) -> Amount {
-        self.amount
-    }
-    fn interval(&self) -> Dur {
-        self.interval
-    }
-    fn omit(&self) -> Dur {
-        self.omit
-    }
-    fn stall_timeout(&self) -> Dur {
-        self.stall_timeout
-    }
-    fn length(&self) -> Bytes {
-        self.length
-    }
-    fn server_affinity(&self) -> &[usize] {
-        &self.server_affinity
+    fn common(&self) -> crate::kind::Common<'_> {
+        crate::kind::Common {
+            flows: self.flows,
+            direction: self.direction,
+            amount: self.amount,
+            interval: self.interval,
+            omit: self.omit,
+            stall_timeout: self.stall_timeout,
+            length: self.length,
+            server_affinity: &self.server_affinity,
+        }
     }
     /// One pattern for the side's senders, one read buffer per worker, and the window asked.
     fn server_memory(&self, cpus: usize) -> u64 {

@@ -181,23 +181,16 @@ impl crate::kind::Kind for ConnectSpec {
     fn validate(&self) -> Result<(), SpecError> {
         ConnectSpec::validate(self)
     }
-    fn flows(&self) -> u32 {
-        self.connectors
-    }
-    fn amount(&self) -> crate::Amount {
-        crate::Amount::Time(self.duration)
-    }
-    fn interval(&self) -> crate::Dur {
-        self.interval
-    }
-    fn stall_timeout(&self) -> crate::Dur {
-        self.connect_timeout
-    }
-    fn length(&self) -> crate::Bytes {
-        self.request
-    }
-    fn server_affinity(&self) -> &[usize] {
-        &self.server_affinity
+    fn common(&self) -> crate::kind::Common<'_> {
+        crate::kind::Common {
+            flows: self.connectors,
+            amount: crate::Amount::Time(self.duration),
+            interval: self.interval,
+            stall_timeout: self.connect_timeout,
+            length: self.request,
+            server_affinity: &self.server_affinity,
+            ..Default::default()
+        }
     }
     /// Request and response per open connection; the server caps those.
     fn server_memory(&self, _cpus: usize) -> u64 {

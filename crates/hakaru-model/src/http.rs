@@ -356,32 +356,25 @@ impl crate::kind::Kind for HttpSpec {
     fn validate(&self) -> Result<(), SpecError> {
         HttpSpec::validate(self)
     }
-    fn flows(&self) -> u32 {
-        self.parallel
-    }
-    fn direction(&self) -> crate::Direction {
-        if self.method == HttpMethod::Get {
-            crate::Direction::Reverse
-        } else {
-            crate::Direction::Forward
+    fn common(&self) -> crate::kind::Common<'_> {
+        crate::kind::Common {
+            flows: self.parallel,
+            direction: if self.method == HttpMethod::Get {
+                crate::Direction::Reverse
+            } else {
+                crate::Direction::Forward
+            },
+            amount: match (self.bytes, self.duration) {
+                (Some(b), _) => crate::Amount::Bytes(b),
+                (None, Some(t)) => crate::Amount::Time(t),
+                // One pass over the URLs.
+                (None, None) => crate::Amount::Time(Dur::default()),
+            },
+            interval: self.interval,
+            stall_timeout: self.stall_timeout,
+            length: self.upload.unwrap_or_default(),
+            ..Default::default()
         }
-    }
-    fn amount(&self) -> crate::Amount {
-        match (self.bytes, self.duration) {
-            (Some(b), _) => crate::Amount::Bytes(b),
-            (None, Some(t)) => crate::Amount::Time(t),
-            // One pass over the URLs.
-            (None, None) => crate::Amount::Time(Dur::default()),
-        }
-    }
-    fn interval(&self) -> Dur {
-        self.interval
-    }
-    fn stall_timeout(&self) -> Dur {
-        self.stall_timeout
-    }
-    fn length(&self) -> Bytes {
-        self.upload.unwrap_or_default()
     }
     fn remote(&self) -> bool {
         false

@@ -301,26 +301,17 @@ impl crate::kind::Kind for LatencySpec {
     fn flow_plan(&self) -> Vec<(u32, FlowDir)> {
         LatencySpec::flow_plan(self)
     }
-    fn flows(&self) -> u32 {
-        self.flows
-    }
-    fn amount(&self) -> crate::Amount {
-        crate::Amount::Time(self.duration)
-    }
-    fn interval(&self) -> crate::Dur {
-        self.interval
-    }
-    fn omit(&self) -> crate::Dur {
-        self.warmup
-    }
-    fn stall_timeout(&self) -> crate::Dur {
-        self.timeout
-    }
-    fn length(&self) -> crate::Bytes {
-        self.length
-    }
-    fn server_affinity(&self) -> &[usize] {
-        &self.server_affinity
+    fn common(&self) -> crate::kind::Common<'_> {
+        crate::kind::Common {
+            flows: self.flows,
+            amount: crate::Amount::Time(self.duration),
+            interval: self.interval,
+            omit: self.warmup,
+            stall_timeout: self.timeout,
+            length: self.length,
+            server_affinity: &self.server_affinity,
+            ..Default::default()
+        }
     }
     /// One echo thread per flow with a message buffer each (and a TCP reassembly one).
     fn server_memory(&self, _cpus: usize) -> u64 {

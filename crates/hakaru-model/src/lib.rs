@@ -34,7 +34,7 @@ pub use config::*;
 pub use connect::*;
 pub use detail::KindDetail;
 pub use http::*;
-pub use kind::Kind;
+pub use kind::{Common, Kind};
 pub use latency::*;
 pub use nic::*;
 pub use probe::*;

@@ -245,25 +245,19 @@ impl crate::kind::Kind for RawSpec {
     fn validate(&self) -> Result<(), SpecError> {
         RawSpec::validate(self)
     }
-    fn flows(&self) -> u32 {
-        1
-    }
-    fn amount(&self) -> crate::Amount {
-        match (self.count, self.duration) {
-            (Some(n), _) => crate::Amount::Blocks(n),
-            (None, Some(t)) => crate::Amount::Time(t),
-            // Until the stream ends (EOF, stdin's end, the sender's FIN).
-            (None, None) => crate::Amount::Time(Dur::default()),
+    fn common(&self) -> crate::kind::Common<'_> {
+        crate::kind::Common {
+            amount: match (self.count, self.duration) {
+                (Some(n), _) => crate::Amount::Blocks(n),
+                (None, Some(t)) => crate::Amount::Time(t),
+                // Until the stream ends (EOF, stdin's end, the sender's FIN).
+                (None, None) => crate::Amount::Time(Dur::default()),
+            },
+            interval: self.interval,
+            stall_timeout: self.idle,
+            length: self.length,
+            ..Default::default()
         }
-    }
-    fn interval(&self) -> Dur {
-        self.interval
-    }
-    fn stall_timeout(&self) -> Dur {
-        self.idle
-    }
-    fn length(&self) -> Bytes {
-        self.length
     }
     fn remote(&self) -> bool {
         false

@@ -238,27 +238,19 @@ impl crate::kind::Kind for RpmSpec {
     fn validate(&self) -> Result<(), SpecError> {
         RpmSpec::validate(self)
     }
-    fn flows(&self) -> u32 {
-        self.max_connections
-    }
-    fn direction(&self) -> crate::Direction {
-        match self.direction {
-            RpmDirection::Down => crate::Direction::Reverse,
-            RpmDirection::Up => crate::Direction::Forward,
-            RpmDirection::Both => crate::Direction::Bidir,
+    fn common(&self) -> crate::kind::Common<'_> {
+        crate::kind::Common {
+            flows: self.max_connections,
+            direction: match self.direction {
+                RpmDirection::Down => crate::Direction::Reverse,
+                RpmDirection::Up => crate::Direction::Forward,
+                RpmDirection::Both => crate::Direction::Bidir,
+            },
+            amount: crate::Amount::Time(self.max_duration),
+            interval: self.interval,
+            stall_timeout: self.connect_timeout,
+            ..Default::default()
         }
-    }
-    fn amount(&self) -> crate::Amount {
-        crate::Amount::Time(self.max_duration)
-    }
-    fn interval(&self) -> Dur {
-        self.interval
-    }
-    fn stall_timeout(&self) -> Dur {
-        self.connect_timeout
-    }
-    fn length(&self) -> Bytes {
-        Bytes(0)
     }
     fn remote(&self) -> bool {
         false

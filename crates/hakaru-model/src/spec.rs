@@ -3,11 +3,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{Amount, Direction, SpecError, TcpSpec};
+use crate::config::{SpecError, TcpSpec};
 use crate::connect::ConnectSpec;
 use crate::kind::Kind;
 use crate::udp::UdpSpec;
-use crate::units::{Bytes, Dur};
 use crate::FlowDir;
 
 /// Any test a client can ask a server for.
@@ -63,44 +62,10 @@ impl TestSpec {
         self.kind().flow_plan()
     }
 
-    /// Flows per direction (connectors for a connection-rate test).
-    pub fn flows(&self) -> u32 {
-        self.kind().flows()
-    }
-
-    /// Direction.
-    pub fn direction(&self) -> Direction {
-        self.kind().direction()
-    }
-
-    /// Time or amount.
-    pub fn amount(&self) -> Amount {
-        self.kind().amount()
-    }
-
-    /// Interval between reports.
-    pub fn interval(&self) -> Dur {
-        self.kind().interval()
-    }
-
-    /// Warm-up not counted.
-    pub fn omit(&self) -> Dur {
-        self.kind().omit()
-    }
-
-    /// How long a flow (a connection, for a connection-rate test) may make no progress.
-    pub fn stall_timeout(&self) -> Dur {
-        self.kind().stall_timeout()
-    }
-
-    /// Write/datagram length (the request, for a connection-rate test).
-    pub fn length(&self) -> Bytes {
-        self.kind().length()
-    }
-
-    /// CPUs the server pins to.
-    pub fn server_affinity(&self) -> &[usize] {
-        self.kind().server_affinity()
+    /// The facts every kind has: flows, direction, amount, interval, warm-up, stall timeout,
+    /// length, server CPUs (see [`Kind::common`]).
+    pub fn common(&self) -> crate::kind::Common<'_> {
+        self.kind().common()
     }
 
     /// A hakaru server can run it (see [`Kind::remote`]).

@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::config::SpecError;
-use crate::units::{Bytes, Dur};
+use crate::units::Dur;
 
 /// RFC 9946's control port.
 pub const UDPST_DEFAULT_PORT: u16 = 24601;
@@ -172,28 +172,19 @@ impl crate::kind::Kind for UdpstSpec {
     fn validate(&self) -> Result<(), SpecError> {
         UdpstSpec::validate(self)
     }
-    fn flows(&self) -> u32 {
-        1
-    }
-    fn direction(&self) -> crate::Direction {
-        match self.direction {
-            UdpstDirection::Down => crate::Direction::Reverse,
-            UdpstDirection::Up => crate::Direction::Forward,
+    fn common(&self) -> crate::kind::Common<'_> {
+        crate::kind::Common {
+            direction: match self.direction {
+                UdpstDirection::Down => crate::Direction::Reverse,
+                UdpstDirection::Up => crate::Direction::Forward,
+            },
+            amount: crate::Amount::Time(Dur::from_secs(u64::from(self.duration_s))),
+            interval: Dur(std::time::Duration::from_millis(u64::from(
+                self.sub_interval_ms,
+            ))),
+            stall_timeout: Dur::from_secs(3),
+            ..Default::default()
         }
-    }
-    fn amount(&self) -> crate::Amount {
-        crate::Amount::Time(Dur::from_secs(u64::from(self.duration_s)))
-    }
-    fn interval(&self) -> Dur {
-        Dur(std::time::Duration::from_millis(u64::from(
-            self.sub_interval_ms,
-        )))
-    }
-    fn stall_timeout(&self) -> Dur {
-        Dur::from_secs(3)
-    }
-    fn length(&self) -> Bytes {
-        Bytes(0)
     }
     fn remote(&self) -> bool {
         false

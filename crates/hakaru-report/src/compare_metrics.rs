@@ -86,7 +86,9 @@ pub(crate) fn interval_series(
 ) -> Vec<f64> {
     r.intervals
         .iter()
-        .filter(|rec| !rec.omitted && rec.end - rec.start > 0.5 * r.spec.interval().secs_f64())
+        .filter(|rec| {
+            !rec.omitted && rec.end - rec.start > 0.5 * r.spec.common().interval.secs_f64()
+        })
         .filter_map(f)
         .collect()
 }

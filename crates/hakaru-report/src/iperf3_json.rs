@@ -288,7 +288,8 @@ fn start(v: &View) -> Value {
 
 fn test_start(v: &View) -> Value {
     let spec = &v.r.spec;
-    let (duration, bytes, blocks) = match spec.amount() {
+    let c = spec.common();
+    let (duration, bytes, blocks) = match c.amount {
         Amount::Time(t) => (t.secs_f64(), 0, 0),
         Amount::Bytes(b) => (0.0, b.0, 0),
         Amount::Blocks(k) => (0.0, 0, k),
@@ -300,18 +301,18 @@ fn test_start(v: &View) -> Value {
     };
     json!({
         "protocol": if v.udp { "UDP" } else { "TCP" },
-        "num_streams": spec.flows(),
-        "blksize": spec.length().0,
-        "omit": spec.omit().secs_f64(),
+        "num_streams": c.flows,
+        "blksize": c.length.0,
+        "omit": c.omit.secs_f64(),
         "duration": duration,
         "bytes": bytes,
         "blocks": blocks,
-        "reverse": u8::from(spec.direction() == Direction::Reverse),
+        "reverse": u8::from(c.direction == Direction::Reverse),
         "tos": tos.unwrap_or(0),
         "target_bitrate": target_bitrate(spec),
         "bidir": u8::from(v.bidir),
         "fqrate": 0,
-        "interval": spec.interval().secs_f64(),
+        "interval": c.interval.secs_f64(),
     })
 }
 

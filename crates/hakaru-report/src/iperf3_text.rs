@@ -13,7 +13,7 @@ pub fn render(r: &RunResult) -> String {
     let (host, port) = r.server.rsplit_once(':').unwrap_or((&r.server, "0"));
     let host = host.trim_start_matches('[').trim_end_matches(']');
     let mut s = format!("Connecting to host {host}, port {port}\n");
-    if r.spec.direction() == hakaru_model::Direction::Reverse {
+    if r.spec.common().direction == hakaru_model::Direction::Reverse {
         s += &format!("Reverse mode, remote host {host} is sending\n");
     }
     s += &report(r);
@@ -27,7 +27,7 @@ pub fn report(r: &RunResult) -> String {
         return format!("iperf3: error - a '{}' test has no iperf3 form\n", r.test);
     };
     let mut s = String::new();
-    let multi = v.bidir || r.spec.flows() > 1;
+    let multi = v.bidir || r.spec.common().flows > 1;
     for (n, rec) in r.intervals.iter().enumerate() {
         if n == 0 {
             s += &interval_header(&v);

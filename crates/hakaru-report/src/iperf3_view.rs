@@ -39,7 +39,7 @@ impl<'a> View<'a> {
             "udp" | "pps" => true,
             _ => return None,
         };
-        let direction = r.spec.direction();
+        let direction = r.spec.common().direction;
         let omit_end = r
             .intervals
             .iter()

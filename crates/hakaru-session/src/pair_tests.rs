@@ -77,7 +77,7 @@ impl Pair {
             psk: client_key.map(|k| Psk::from_text(k, "test").expect("key")),
             cubic_on_loopback: None,
             keepalive_every: KEEPALIVE_EVERY,
-            silence: silence_limit(spec.stall_timeout().0),
+            silence: silence_limit(spec.common().stall_timeout.0),
         };
         Pair {
             now,

@@ -206,8 +206,8 @@ impl Drop for Progress {
 /// How long a test's measurement runs, warm-up included, when it runs for a time (none
 /// for an amount of data, or a run until the stream ends).
 pub fn run_length(spec: &TestSpec) -> Option<std::time::Duration> {
-    match spec.amount() {
-        hakaru_model::Amount::Time(d) if !d.0.is_zero() => Some(d.0 + spec.omit().0),
+    match spec.common().amount {
+        hakaru_model::Amount::Time(d) if !d.0.is_zero() => Some(d.0 + spec.common().omit.0),
         _ => None,
     }
 }
@@ -236,5 +236,5 @@ impl Observer for WithProgress<'_> {
 
 /// Whether a run in `format` prints nothing on stdout while it runs, so a status line helps.
 pub fn is_quiet(format: Format, view: View, spec: &TestSpec) -> bool {
-    format.quiet_while_running(&view, !spec.interval().is_zero())
+    format.quiet_while_running(&view, !spec.common().interval.is_zero())
 }

@@ -391,7 +391,7 @@ impl Driver<'_> {
             params.client_version.as_deref().unwrap_or("?"),
             if plan.udp { "UDP" } else { "TCP" },
             params.parallel,
-            plan.spec.direction(),
+            plan.spec.common().direction,
             plan::amount_words(params),
             plan::mode_words(params, plan.udp)
         );
@@ -437,7 +437,7 @@ impl Driver<'_> {
         // share of the amount, as stock iperf3 does.
         cfg.duration = None;
         cfg.half_close = false;
-        cfg.window_at_peer_end = matches!(plan.spec.amount(), hakaru_model::Amount::Time(_));
+        cfg.window_at_peer_end = matches!(plan.spec.common().amount, hakaru_model::Amount::Time(_));
         cfg.stall_timeout = IDLE_LIMIT;
         cfg.subflow_guard = self.ctx.subflow_guard();
         cfg.payload = if p.repeating_payload {

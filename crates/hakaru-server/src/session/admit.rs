@@ -12,8 +12,8 @@ use crate::Ctx;
 /// How long a time-based test asks to run, warm-up included; `None` for byte and block counts
 /// (the server stops those at --max-duration instead).
 fn asked_duration(spec: &TestSpec) -> Option<Duration> {
-    match spec.amount() {
-        Amount::Time(t) => Some(t.0.saturating_add(spec.omit().0)),
+    match spec.common().amount {
+        Amount::Time(t) => Some(t.0.saturating_add(spec.common().omit.0)),
         Amount::Bytes(_) | Amount::Blocks(_) => None,
     }
 }
@@ -25,10 +25,10 @@ pub(super) fn admit(ctx: &Ctx, spec: &TestSpec) -> Result<crate::budget::Reserva
     if ctx.shutdown.load(Ordering::Acquire) {
         return Err("the server is shutting down".into());
     }
-    if spec.flows() > ctx.cfg.max_flows {
+    if spec.common().flows > ctx.cfg.max_flows {
         return Err(format!(
             "the test asks for {} flows per direction; the server allows {} (--max-flows)",
-            spec.flows(),
+            spec.common().flows,
             ctx.cfg.max_flows
         ));
     }
@@ -62,7 +62,7 @@ pub(super) fn admit(ctx: &Ctx, spec: &TestSpec) -> Result<crate::budget::Reserva
         ctx.mptcp_listener()?;
     }
     let cpus = sys::online_cpus();
-    if let Some(&bad) = spec.server_affinity().iter().find(|&&c| c >= cpus) {
+    if let Some(&bad) = spec.common().server_affinity.iter().find(|&&c| c >= cpus) {
         return Err(format!(
             "--server-affinity: CPU {bad} does not exist on the server (it has {cpus})"
         ));
@@ -82,9 +82,9 @@ pub(super) fn new_token() -> Option<String> {
 
 /// The amount of a test, for the log.
 pub(super) fn describe_amount(spec: &TestSpec) -> String {
-    match spec.amount() {
+    match spec.common().amount {
         Amount::Time(t) => format!("{t}"),
         Amount::Bytes(b) => format!("{} bytes", b.0),
-        Amount::Blocks(k) => format!("{k} blocks of {} bytes", spec.length().0),
+        Amount::Blocks(k) => format!("{k} blocks of {} bytes", spec.common().length.0),
     }
 }

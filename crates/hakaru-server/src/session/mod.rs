@@ -419,8 +419,8 @@ impl Driver<'_> {
             None => tracing::info!(
                 "test {id} from {peer} ({software}): {}, {} flow(s) {}, {}",
                 spec.name(),
-                spec.flows(),
-                match spec.direction() {
+                spec.common().flows,
+                match spec.common().direction {
                     hakaru_model::Direction::Forward => "client -> server",
                     hakaru_model::Direction::Reverse => "server -> client",
                     hakaru_model::Direction::Bidir => "both ways",

@@ -46,7 +46,7 @@ impl ProbePath {
         Ok(Some(ProbePath {
             flow: spec.probe_flow(),
             probe: probe.clone(),
-            stall: spec.stall_timeout().0,
+            stall: spec.common().stall_timeout.0,
             token: token_bytes(token).ok_or("internal error: bad token")?,
             own_port,
             socket: None,

@@ -501,7 +501,7 @@ impl Session {
     /// Sends `start` and starts the data plane (tcp, udp, latency).
     fn start(&mut self, now: Instant) {
         let Some(spec) = &self.spec else { return };
-        let silence = silence_limit(spec.kind().stall_timeout().0);
+        let silence = silence_limit(spec.kind().common().stall_timeout.0);
         // A scheduled start's data begins up to MAX_START_AHEAD later: the grace stays whole.
         let ahead = if self.start_at.is_some() {
             MAX_START_AHEAD

@@ -323,7 +323,7 @@ impl Target {
             if limit < needed {
                 anyhow::bail!(
                     "-P/--parallel {}: needs about {needed} open files but this process may open {limit}; raise the limit (ulimit -n) or use fewer flows",
-                    spec.flows()
+                    spec.common().flows
                 );
             }
         }

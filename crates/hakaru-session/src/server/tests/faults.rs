@@ -178,7 +178,7 @@ fn a_refused_test_is_told_and_local_kinds_never_reach_admission() {
 #[test]
 fn a_silent_client_mid_test_is_declared_down_and_the_side_torn_down() {
     let mut t = T::running(tcp(1));
-    let silence = silence_limit(tcp(1).stall_timeout().0);
+    let silence = silence_limit(tcp(1).common().stall_timeout.0);
     let said = t.advance(silence);
     assert!(said.contains(&Output::AbortSide), "{said:?}");
     assert!(t.told().unwrap_or("").contains("(--stall-timeout)"));
