@@ -10,6 +10,7 @@ mod drive;
 pub mod find_max;
 mod iperf3;
 mod latency;
+pub mod local;
 mod netperf;
 mod ntttcp;
 mod probe;

@@ -9,14 +9,14 @@ use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use hakaru_model::{UdpstResult, UdpstSpec, UdpstSubInterval};
+use hakaru_model::{KindDetail, RunResult, TestSpec, UdpstResult, UdpstSpec, UdpstSubInterval};
 use hakaru_proto::udpst as u;
 use hakaru_session::udpst_client::{summarize, Phase, UdpstClient, Wall};
 use hakaru_session::udpst_pace::{self, Pacer};
 
 /// What one test gave.
 #[derive(Debug)]
-pub struct Outcome {
+struct Outcome {
     /// The figures.
     pub result: UdpstResult,
     /// This end's address.
@@ -36,9 +36,34 @@ fn io_err(what: &str, e: io::Error) -> String {
     format!("{what}: {e}")
 }
 
-/// Runs one test against the control port at `to`; `on_sub` sees each sub-interval as the
-/// receiver completes it.
+/// Runs one test against the control port at `to` and gives its whole result; `on_sub` sees
+/// each sub-interval as the receiver completes it. `embedded` says the server is this
+/// process's own loopback one.
 pub fn run(
+    spec: &UdpstSpec,
+    to: SocketAddr,
+    embedded: bool,
+    stop: &AtomicBool,
+    on_sub: &mut dyn FnMut(&UdpstSubInterval),
+) -> Result<RunResult, String> {
+    let started_unix = hakaru_engine::sys::now_unix();
+    let x = measure(spec, to, stop, on_sub)?;
+    Ok(RunResult {
+        embedded_server: embedded,
+        local_address: x.local,
+        remote_address: x.remote,
+        interrupted: stop.load(Ordering::Relaxed),
+        notes: vec![
+            "rates count UDP payload plus 28 bytes of UDP/IPv4 header per datagram (48 over IPv6), as the receiver counted them".into(),
+        ],
+        detail: KindDetail::Udpst(Box::new(x.result)),
+        server_on_this_host: embedded,
+        ..RunResult::begin(TestSpec::Udpst(spec.clone()), started_unix, spec.server.clone())
+    })
+}
+
+/// The test itself: this end's socket, from the setup request to the stop exchange.
+fn measure(
     spec: &UdpstSpec,
     to: SocketAddr,
     stop: &AtomicBool,

@@ -6,7 +6,7 @@
 use std::net::ToSocketAddrs;
 
 use anyhow::Context;
-use hakaru_model::{KindDetail, RunResult, TestSpec, UdpstDirection, UdpstSpec};
+use hakaru_model::{TestSpec, UdpstDirection, UdpstSpec};
 
 use super::common::{split_host_port, stop_flag, Formats, OutputFiles, UsageError, ViewFlags};
 use crate::output;
@@ -133,29 +133,16 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let mut progress = output::Progress::new(output::is_quiet(format, view, &tspec));
     progress.step("capacity".into());
     progress.started(Some(std::time::Duration::from_secs(spec.duration_s.into())));
-    let started_unix = hakaru_engine::sys::now_unix();
-    let outcome = hakaru_client::udpst::run(&spec, to, &stop, &mut |row| {
+    let outcome = hakaru_client::udpst::run(&spec, to, embedded.is_some(), &stop, &mut |row| {
         print(&LiveItem::SubInterval(row));
     });
     progress.finish();
-    let x = match outcome {
-        Ok(x) => x,
+    let r = match outcome {
+        Ok(r) => r,
         Err(e) => {
             print(&LiveItem::Error(&e));
             anyhow::bail!("capacity test with {}: {e}", spec.server);
         }
-    };
-    let r = RunResult {
-        embedded_server: embedded.is_some(),
-        local_address: x.local,
-        remote_address: x.remote,
-        interrupted: stop.load(std::sync::atomic::Ordering::Relaxed),
-        notes: vec![
-            "rates count UDP payload plus 28 bytes of UDP/IPv4 header per datagram (48 over IPv6), as the receiver counted them".into(),
-        ],
-        detail: KindDetail::Udpst(Box::new(x.result)),
-        server_on_this_host: embedded.is_some(),
-        ..RunResult::begin(tspec, started_unix, spec.server.clone())
     };
     output::finish(format, view, &r)?;
     a.files.write(&r)?;

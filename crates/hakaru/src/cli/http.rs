@@ -2,14 +2,10 @@
 //! many (replaces `wget -O /dev/null`, `curl -o /dev/null`). Without a URL it runs against an
 //! in-process endpoint on loopback (`hakaru server --http-port`'s).
 
-use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::mpsc;
 
 use anyhow::Context;
-use hakaru_model::{
-    Bytes, Dur, EndResult, FlowDir, HttpMethod, HttpSpec, KindDetail, RunResult, TestSpec,
-};
+use hakaru_model::{Bytes, Dur, HttpMethod, HttpSpec, TestSpec};
 use hakaru_server::{Server, ServerConfig};
 
 use super::common::{stop_flag, Formats, OutputFiles, UsageError, ViewFlags};
@@ -162,40 +158,17 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let mut progress = output::Progress::new(output::is_quiet(format, view, &tspec));
     progress.step("http".into());
     progress.started(spec.duration.map(|d| d.0));
-    let iface = iface_of(&spec);
-    let (tx, rx) = mpsc::channel();
-    let on_sample = Box::new(move |s| {
-        let _ = tx.send(s);
-    });
-    let dir = spec.method.dir();
-    let outcome = std::thread::scope(|scope| {
-        let worker = scope.spawn(|| hakaru_engine::http::run(&spec, iface, on_sample, &stop));
-        let mut intervals = Vec::new();
-        for sample in rx {
-            let dirs: BTreeMap<u32, FlowDir> = sample
-                .flows
-                .iter()
-                .map(|f: &hakaru_model::FlowTick| (f.id, dir))
-                .collect();
-            let rec = hakaru_model::merge_interval(Some(&sample), None, &dirs);
-            progress.suspend(|| observer.on_interval(&rec));
-            intervals.push(rec);
-        }
-        worker
-            .join()
-            .map_err(|_| anyhow::anyhow!("the transfer thread panicked"))
-            .map(|r| (r, intervals))
+    let outcome = hakaru_client::local::http::run(&spec, embedded.is_some(), &stop, &mut |rec| {
+        progress.suspend(|| observer.on_interval(rec));
     });
     progress.finish();
-    let (outcome, intervals) = outcome?;
-    let o = match outcome {
-        Ok(o) => o,
+    let r = match outcome {
+        Ok(r) => r,
         Err(e) => {
             observer.on_error(&e.to_string());
             return Err(UsageError(e.to_string()).into());
         }
     };
-    let r = assemble(&spec, embedded.is_some(), o, intervals);
     drop(embedded);
     output::finish(format, view, &r)?;
     a.files.write(&r)?;
@@ -211,57 +184,4 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         anyhow::bail!("no request completed");
     }
     Ok(())
-}
-
-/// The interface towards the first URL's host, for the NIC counters.
-fn iface_of(spec: &HttpSpec) -> Option<String> {
-    use std::net::ToSocketAddrs;
-    let u = hakaru_engine::http::Url::parse(spec.urls.first()?).ok()?;
-    let addr = (u.host.as_str(), u.port).to_socket_addrs().ok()?.next()?;
-    let sock = std::net::UdpSocket::bind(if addr.is_ipv4() {
-        "0.0.0.0:0"
-    } else {
-        "[::]:0"
-    })
-    .ok()?;
-    sock.connect(addr).ok()?;
-    hakaru_engine::sys::interface_for_addr(sock.local_addr().ok()?.ip())
-}
-
-fn assemble(
-    spec: &HttpSpec,
-    embedded: bool,
-    o: hakaru_engine::http::HttpOutcome,
-    intervals: Vec<hakaru_model::IntervalRecord>,
-) -> RunResult {
-    let client: EndResult = hakaru_model::end_result(&o.report);
-    let peer = o
-        .result
-        .connections
-        .iter()
-        .find_map(|c| c.peer.clone())
-        .unwrap_or_default();
-    let mut notes = vec![
-        "goodput counts body bytes only (no headers, TLS records or TCP/IP headers); the client counts what it received (GET) or sent (PUT/POST)".to_string(),
-    ];
-    if spec.method != HttpMethod::Get {
-        notes.push(
-            "an upload request completes when the server answered 2xx after the whole body".into(),
-        );
-    }
-    RunResult {
-        embedded_server: embedded,
-        remote_address: peer,
-        intervals,
-        client,
-        interrupted: o.interrupted,
-        notes,
-        detail: KindDetail::Http(Box::new(o.result)),
-        server_on_this_host: embedded,
-        ..RunResult::begin(
-            TestSpec::Http(spec.clone()),
-            o.started_unix,
-            spec.urls.first().cloned().unwrap_or_default(),
-        )
-    }
 }

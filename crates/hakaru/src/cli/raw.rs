@@ -1,15 +1,11 @@
 //! What `hakaru sink` and `hakaru source` share: output (to stderr when stdout carries the
-//! data), interval wiring and the assembly of a [`RunResult`] from one end's outcome.
+//! data) and interval wiring; the client's `local::raw` makes the records and the result.
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use hakaru_engine::raw::{RawOutcome, SampleFn};
-use hakaru_model::{
-    EndResult, FlowDir, IntervalRecord, KindDetail, RawRole, RawSpec, RunResult, SideReport,
-    TestSpec,
-};
+use hakaru_model::{IntervalRecord, RawSpec, RunResult, TestSpec};
 use hakaru_report::export::{DocKind, Document, Live, LiveItem};
 use hakaru_report::View;
 
@@ -105,15 +101,7 @@ impl RawOutput {
             v.clear();
         }
         Box::new(move |sample| {
-            // Every stream of a raw transfer carries data one way: from the sender.
-            let dirs: BTreeMap<u32, FlowDir> =
-                sample.flows.iter().map(|f| (f.id, FlowDir::Up)).collect();
-            // The merge puts a receiver's sample in the receiver columns: a sink is the
-            // receiving ("server") end, a source the sending ("client") end.
-            let rec = match spec.role {
-                RawRole::Sink => hakaru_model::merge_interval(None, Some(&sample), &dirs),
-                RawRole::Source => hakaru_model::merge_interval(Some(&sample), None, &dirs),
-            };
+            let rec = hakaru_client::local::raw::interval(&spec, &sample);
             me.live(&LiveItem::Interval(&rec));
             if let Ok(mut v) = me.intervals.lock() {
                 v.push(rec);
@@ -128,54 +116,12 @@ impl RawOutput {
             .lock()
             .map(|mut v| std::mem::take(&mut *v))
             .unwrap_or_default();
-        let r = assemble(spec, local, o, intervals);
+        let r = hakaru_client::local::raw::result(spec, local, o, intervals);
         if !self.hold {
             if let Ok(s) = self.format.write(&Document::Run(&r), &View::default()) {
                 self.emit(&s);
             }
         }
         r
-    }
-}
-
-/// This end's figures; a peer that reports nothing gets an empty end.
-pub(crate) fn end_result(r: Option<&SideReport>) -> EndResult {
-    let Some(r) = r else {
-        return EndResult::unreported();
-    };
-    hakaru_model::end_result(r)
-}
-
-/// One end's outcome as a [`RunResult`]: this end is the `server_end` of a sink and the
-/// `client` of a source; the other end (a stock tool) reports nothing.
-fn assemble(
-    spec: &RawSpec,
-    local: &str,
-    o: RawOutcome,
-    intervals: Vec<IntervalRecord>,
-) -> RunResult {
-    let peer = o.result.peer.clone().unwrap_or_default();
-    let ours = end_result(o.report.as_ref());
-    let theirs = end_result(None);
-    let (client, server_end, server) = match spec.role {
-        RawRole::Sink => (theirs, ours, local.to_string()),
-        RawRole::Source => (ours, theirs, peer.clone()),
-    };
-    let mut notes = Vec::new();
-    if spec.iperf2 && spec.protocol == hakaru_model::RawProtocol::Tcp {
-        notes.push(
-            "bytes include the iperf2 client's test header, as the client's own count does".into(),
-        );
-    }
-    RunResult {
-        local_address: local.to_string(),
-        remote_address: peer,
-        intervals,
-        client,
-        server_end,
-        interrupted: o.interrupted,
-        notes,
-        detail: KindDetail::Raw(Box::new(o.result)),
-        ..RunResult::begin(TestSpec::Raw(spec.clone()), o.started_unix, server)
     }
 }

@@ -6,7 +6,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 
 use anyhow::Context;
-use hakaru_model::{Dur, KindDetail, RpmDirection, RpmSpec, RunResult, TestSpec};
+use hakaru_model::{Dur, RpmDirection, RpmSpec, TestSpec};
 
 use super::common::{stop_flag, Formats, OutputFiles, UsageError, ViewFlags};
 use crate::output;
@@ -135,34 +135,16 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let mut progress = output::Progress::new(output::is_quiet(format, view, &tspec));
     progress.step("rpm".into());
     progress.started(Some(spec.max_duration.0));
-    let started_unix = hakaru_engine::sys::now_unix();
-    let outcome = hakaru_rpm::run(&spec, &stop);
+    let outcome = hakaru_client::local::rpm::run(&spec, embedded.is_some(), &stop);
     progress.finish();
-    let x = match outcome {
-        Ok(x) => x,
+    let r = match outcome {
+        Ok(r) => r,
         Err(e) => {
             observer.on_error(&e);
             anyhow::bail!("{e}");
         }
     };
-    let mut notes = vec![
-        "goodput counts HTTP bodies only (no headers, TLS records or TCP/IP headers)".to_string(),
-    ];
-    if embedded.is_some() {
-        notes.push("the embedded endpoint's self-signed certificate is not verified".into());
-    }
-    let interrupted = stop.load(std::sync::atomic::Ordering::Relaxed);
-    let peer = x.peer.clone();
-    let errors = x.errors.clone();
-    let r = RunResult {
-        embedded_server: embedded.is_some(),
-        remote_address: peer,
-        interrupted,
-        notes,
-        detail: KindDetail::Rpm(Box::new(x)),
-        server_on_this_host: embedded.is_some(),
-        ..RunResult::begin(tspec, started_unix, spec.url.clone())
-    };
+    let errors = r.detail.rpm().map(|x| x.errors.clone()).unwrap_or_default();
     drop(embedded);
     output::finish(format, view, &r)?;
     a.files.write(&r)?;
