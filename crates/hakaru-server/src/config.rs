@@ -73,6 +73,8 @@ pub struct ServerConfig {
     pub ntttcp_max_conns: u32,
     /// The netserver-compatible ports (`--netperf-port`).
     pub netperf: NetperfConfig,
+    /// Also serve the responsiveness test (`--rpm-port`): HTTP/2 and HTTP/1.1 over TLS.
+    pub rpm: Option<crate::RpmConfig>,
 }
 
 /// What `--netperf-port` and its companions ask.
@@ -141,6 +143,7 @@ impl Default for ServerConfig {
             ntttcp_multi: false,
             ntttcp_max_conns: 64,
             netperf: NetperfConfig::default(),
+            rpm: None,
         }
     }
 }

@@ -22,6 +22,7 @@ mod netperf;
 mod ntttcp;
 mod ratelog;
 mod registry;
+mod rpm;
 mod session;
 mod sockperf;
 mod udp_dispatch;
@@ -41,8 +42,8 @@ pub use acl::Acl;
 pub use budget::{server_memory, Budgets};
 pub use config::{NetperfConfig, ServerConfig, NETPERF_DEFAULT_PORT, NETPERF_MAX_PASSPHRASE};
 pub use limits::Limits;
-pub use metrics::MetricsSink;
 pub use registry::Registry;
+pub use rpm::RpmConfig;
 pub use sockperf::{
     rcvbuf_for as sockperf_rcvbuf_for, threads_for as sockperf_threads_for, SockperfCounts,
     MAX_THREADS as SOCKPERF_MAX_THREADS, PORTS_PER_THREAD as SOCKPERF_PORTS_PER_THREAD,
@@ -192,6 +193,8 @@ pub struct Server {
     netperf: Option<netperf::NetperfPorts>,
     udpst: Option<udpst::UdpstPort>,
     mesh: Option<mesh::MeshPort>,
+    /// The responsiveness port, serving from bind on (its own runtime); stops when dropped.
+    rpm: Option<hakaru_rpm::RpmServer>,
     ctx: Arc<Ctx>,
 }
 
@@ -289,7 +292,7 @@ impl Server {
             None => None,
         };
         let mesh = mesh::MeshPort::bind(&cfg, bound.ip())?;
-        Ok(Server {
+        let mut server = Server {
             udpst,
             ntttcp,
             netperf,
@@ -321,7 +324,10 @@ impl Server {
                 mptcp,
             }),
             mesh,
-        })
+            rpm: None,
+        };
+        server.rpm = rpm::start(&server.ctx, bound.ip())?;
+        Ok(server)
     }
 
     /// The address actually bound.
@@ -357,14 +363,14 @@ impl Server {
         self.http.as_ref().and_then(|h| h.local_addr().ok())
     }
 
+    /// The address of the responsiveness port, when there is one.
+    pub fn rpm_addr(&self) -> Option<SocketAddr> {
+        self.rpm.as_ref().map(|r| r.local_addr())
+    }
+
     /// The address `/metrics` is served on, when it is.
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
         self.metrics.as_ref().and_then(|l| l.local_addr().ok())
-    }
-
-    /// Where another port's connections and refusals are counted for `/metrics`.
-    pub fn metrics_sink(&self) -> MetricsSink {
-        MetricsSink(Arc::clone(&self.ctx))
     }
 
     /// Flag that stops the server when set (wire it to SIGINT/SIGTERM).
@@ -453,6 +459,10 @@ impl Server {
             }
             threads.extend(m.spawn(Arc::clone(&ctx))?);
         }
+        if let Some(r) = &self.rpm {
+            let self_signed = ctx.cfg.rpm.as_ref().is_some_and(|c| c.files.is_none());
+            lines.push(rpm::describe(r, self_signed));
+        }
         if let Some(l) = self.metrics.take() {
             if let Ok(a) = l.local_addr() {
                 lines.push(format!("metrics at http://{a}/metrics"));
@@ -508,6 +518,7 @@ impl Server {
         let sockperf = self.sockperf_addr();
         let http = self.http_addr();
         let udpst = self.udpst_addr();
+        let rpm = self.rpm_addr();
         let flag = self.shutdown_flag();
         let thread = std::thread::Builder::new()
             .name("hakaru-server".into())
@@ -517,6 +528,7 @@ impl Server {
             sockperf,
             http,
             udpst,
+            rpm,
             flag,
             thread: Some(thread),
         })
@@ -529,6 +541,7 @@ pub struct ServerHandle {
     sockperf: Option<SocketAddr>,
     http: Option<SocketAddr>,
     udpst: Option<SocketAddr>,
+    rpm: Option<SocketAddr>,
     flag: Arc<AtomicBool>,
     thread: Option<JoinHandle<io::Result<()>>>,
 }
@@ -552,6 +565,11 @@ impl ServerHandle {
     /// Address of the udpst control port, when the server has one.
     pub fn udpst_addr(&self) -> Option<SocketAddr> {
         self.udpst
+    }
+
+    /// Address of the responsiveness port, when the server has one.
+    pub fn rpm_addr(&self) -> Option<SocketAddr> {
+        self.rpm
     }
 
     /// Stops the server and waits for it.

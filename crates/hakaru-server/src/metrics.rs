@@ -249,7 +249,7 @@ impl Metrics {
 /// connections under `hakaru_connections_total{protocol}` and its refusals under
 /// `hakaru_clients_refused_total{reason}`, beside the server's own.
 #[derive(Clone)]
-pub struct MetricsSink(pub(crate) Arc<Ctx>);
+pub(crate) struct MetricsSink(pub(crate) Arc<Ctx>);
 
 impl MetricsSink {
     /// A connection of `protocol` was accepted.

@@ -104,22 +104,11 @@ impl Args {
 pub fn run(a: Args) -> anyhow::Result<()> {
     a.spec(a.url.clone().unwrap_or_else(|| "https://127.0.0.1".into()))?;
     let embedded = match &a.url {
-        None => Some(
-            hakaru_rpm::start(
-                IpAddr::V4(Ipv4Addr::LOCALHOST),
-                0,
-                &hakaru_rpm::ServerOptions {
-                    congestion: a.congestion.clone(),
-                    ..Default::default()
-                },
-            )
-            .map_err(anyhow::Error::msg)
-            .context("starting the embedded endpoint on loopback")?,
-        ),
+        None => Some(embedded(a.congestion.clone())?),
         Some(_) => None,
     };
     let mut spec = match &embedded {
-        Some(s) => a.spec(format!("https://{}/.well-known/nq", s.local_addr()))?,
+        Some((_, addr)) => a.spec(format!("https://{addr}/.well-known/nq"))?,
         None => a.spec(a.url.clone().unwrap_or_default())?,
     };
     if embedded.is_some() {
@@ -152,4 +141,27 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         anyhow::bail!("a load-generating connection failed: {e}");
     }
     Ok(())
+}
+
+/// A server on loopback with only its responsiveness port open to this run (ephemeral
+/// ports), its certificate made at start; it stops when dropped.
+fn embedded(
+    congestion: Option<String>,
+) -> anyhow::Result<(hakaru_server::ServerHandle, std::net::SocketAddr)> {
+    let server = hakaru_server::Server::bind(hakaru_server::ServerConfig {
+        bind: Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+        port: 0,
+        rpm: Some(hakaru_server::RpmConfig {
+            congestion,
+            ..Default::default()
+        }),
+        budgets: hakaru_server::Budgets::local(),
+        ..hakaru_server::ServerConfig::default()
+    })
+    .and_then(hakaru_server::Server::spawn)
+    .context("starting the embedded endpoint on loopback")?;
+    let addr = server
+        .rpm_addr()
+        .context("the embedded server has no rpm port")?;
+    Ok((server, addr))
 }

@@ -337,9 +337,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             data_ports: a.netperf_data_ports,
             passphrase_failures: a.netperf_passphrase_failures,
         },
+        rpm: rpm_config(&a)?,
     })
     .with_context(|| format!("starting the server on port {}", a.port))?;
-    let _rpm = start_rpm(&a, &server)?;
     super::common::register_stop(&server.shutdown_flag())?;
     if a.exit_on_stdin_eof {
         let flag = server.shutdown_flag();
@@ -394,16 +394,12 @@ fn warn_unkeyed(a: &Args, keyed: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The responsiveness port, on the server's address; it stops when dropped.
-fn start_rpm(a: &Args, server: &Server) -> anyhow::Result<Option<hakaru_rpm::RpmServer>> {
+/// What `--rpm-port` and its companions ask, their values checked; the server binds the port
+/// with its others and admits its clients by its own access list and client prefixes.
+fn rpm_config(a: &Args) -> anyhow::Result<Option<hakaru_server::RpmConfig>> {
     let Some(port) = a.rpm_port else {
         return Ok(None);
     };
-    let ip = server
-        .local_addr()
-        .context("reading the listening address")?
-        .ip();
-    let acl = Acl::parse(&a.allow, &a.deny).map_err(anyhow::Error::msg)?;
     if let Some(cc) = &a.rpm_congestion {
         hakaru_model::check_congestion_name(cc).map_err(|e| {
             super::common::UsageError(e.0.replace("-C/--congestion", "--rpm-congestion"))
@@ -414,33 +410,18 @@ fn start_rpm(a: &Args, server: &Server) -> anyhow::Result<Option<hakaru_rpm::Rpm
             super::common::UsageError("--rpm-head-timeout must be more than 0".into()).into(),
         );
     }
-    let sink = server.metrics_sink();
-    let opts = hakaru_rpm::ServerOptions {
+    Ok(Some(hakaru_server::RpmConfig {
+        port,
         files: a.tls_cert.clone().zip(a.tls_key.clone()),
-        permit: Some(std::sync::Arc::new(move |ip| acl.permits(ip))),
         congestion: a.rpm_congestion.clone(),
         limits: hakaru_rpm::Limits {
             connections: a.rpm_max_connections as usize,
             per_client: a.rpm_max_per_client as usize,
             memory: Some(a.rpm_max_memory.0).filter(|&b| b > 0),
-            prefix_v4: a.client_prefix_v4,
-            prefix_v6: a.client_prefix_v6,
             head_timeout: a.rpm_head_timeout.0,
+            ..hakaru_rpm::Limits::default()
         },
-        events: Some(std::sync::Arc::new(move |e| match e {
-            hakaru_rpm::Event::Accepted => sink.connection("rpm"),
-            hakaru_rpm::Event::Refused(reason) => sink.refused(reason),
-        })),
-    };
-    let rpm = hakaru_rpm::start(ip, port, &opts).map_err(anyhow::Error::msg)?;
-    tracing::info!(
-        "rpm test served on {} (https://{}/.well-known/nq, HTTP/2 or HTTP/1.1); certificate SHA-256 {}{}",
-        rpm.local_addr(),
-        rpm.local_addr(),
-        rpm.fingerprint(),
-        if a.tls_cert.is_none() { " (self-signed, made at start)" } else { "" }
-    );
-    Ok(Some(rpm))
+    }))
 }
 
 /// The netperf passphrase from --netperf-passphrase or --netperf-passphrase-file, checked
