@@ -157,6 +157,9 @@ impl crate::kind_text::KindText for hakaru_model::ConnectSpec {
         s.headline = r.detail.connect().map(|c| c.connections_per_second);
         s.unit = "conn/s".into();
     }
+    fn csv_totals(&self, r: &RunResult) -> String {
+        crate::csv::connect_totals(r)
+    }
 }
 #[cfg(test)]
 mod tests {

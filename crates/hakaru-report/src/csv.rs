@@ -282,68 +282,93 @@ fn probe_totals(test: &str, p: &hakaru_model::ProbeResult, loaded_secs: f64) -> 
     idle.line() + &loaded.line()
 }
 
-/// The `total` rows of a finished test: one per direction (bulk), or one (latency, connect).
+/// The `total` rows of a finished test, as its kind writes them (`KindText::csv_totals`): one
+/// per direction (bulk, rpm), or one (latency, connect, http).
 pub fn total_rows(r: &RunResult) -> String {
+    crate::kind_text::of(&r.spec).csv_totals(r)
+}
+
+/// Both ends' CPU busy shares, where they were measured.
+fn cpu_cols(row: &mut Row, r: &RunResult) {
+    row.opt(
+        "client_cpu_busy_pct",
+        r.client.cpu.as_ref().map(|c| num(c.busy_pct)),
+    )
+    .opt(
+        "server_cpu_busy_pct",
+        r.server_end.cpu.as_ref().map(|c| num(c.busy_pct)),
+    );
+}
+
+/// A latency run's `total` row: its round trips and their statistics.
+pub(crate) fn latency_totals(r: &RunResult) -> String {
+    let Some(l) = r.detail.latency() else {
+        return String::new();
+    };
+    let mut row = Row::new(r.spec.name(), "total");
+    row.set("start", 0)
+        .set("end", num(l.seconds))
+        .set("transactions", l.replies)
+        .set("lost", l.lost)
+        .set("transactions_per_second", num(l.transactions_per_second))
+        .set("flow", "")
+        .stats(&l.rtt);
+    cpu_cols(&mut row, r);
+    row.line()
+}
+
+/// A connection-rate run's `total` row: connections, failures and the connect times.
+pub(crate) fn connect_totals(r: &RunResult) -> String {
+    let Some(c) = r.detail.connect() else {
+        return String::new();
+    };
+    let mut row = Row::new(r.spec.name(), "total");
+    row.set("start", 0)
+        .set("end", num(c.seconds))
+        .set("connections", c.connections)
+        .set("failed", c.failed)
+        .set("connections_per_second", num(c.connections_per_second))
+        .stats(&c.connect_time);
+    cpu_cols(&mut row, r);
+    row.line()
+}
+
+/// An HTTP run's `total` row: body bytes the way they went, requests completed and failed.
+pub(crate) fn http_totals(r: &RunResult) -> String {
+    let Some(h) = r.detail.http() else {
+        return String::new();
+    };
+    let mut row = Row::new(r.spec.name(), "total");
+    let (bytes_col, bps_col) = match h.dir {
+        hakaru_model::FlowDir::Down => ("receiver_bytes", "receiver_bps"),
+        hakaru_model::FlowDir::Up => ("sender_bytes", "sender_bps"),
+    };
+    row.set("start", 0)
+        .set("end", num(h.seconds))
+        .set("dir", h.dir.label())
+        .set("flow", "")
+        .set(bytes_col, h.bytes)
+        .set(bps_col, num(h.bits_per_second.0))
+        .set("transactions", h.completed)
+        .set("failed", h.failed)
+        .set("connections", h.connections.len());
+    cpu_cols(&mut row, r);
+    row.line()
+}
+
+/// A responsiveness run's `total` rows (see [`rpm_rows`]).
+pub(crate) fn rpm_totals(r: &RunResult) -> String {
+    r.detail
+        .rpm()
+        .map_or_else(String::new, |x| rpm_rows(r.spec.name(), x))
+}
+
+/// A bulk run's `total` rows, one per direction (TCP's retransmits, UDP's datagram counts),
+/// and its latency probes' rows if it had them. Raw transfers write the same; a capacity run
+/// has no totals of this shape and writes none.
+pub(crate) fn bulk_totals(r: &RunResult) -> String {
     let test = r.spec.name();
     let mut s = String::new();
-    let cpu = |row: &mut Row| {
-        row.opt(
-            "client_cpu_busy_pct",
-            r.client.cpu.as_ref().map(|c| num(c.busy_pct)),
-        )
-        .opt(
-            "server_cpu_busy_pct",
-            r.server_end.cpu.as_ref().map(|c| num(c.busy_pct)),
-        );
-    };
-    if let Some(l) = r.detail.latency() {
-        let mut row = Row::new(test, "total");
-        row.set("start", 0)
-            .set("end", num(l.seconds))
-            .set("transactions", l.replies)
-            .set("lost", l.lost)
-            .set("transactions_per_second", num(l.transactions_per_second))
-            .set("flow", "")
-            .stats(&l.rtt);
-        cpu(&mut row);
-        s.push_str(&row.line());
-        return s;
-    }
-    if let Some(c) = r.detail.connect() {
-        let mut row = Row::new(test, "total");
-        row.set("start", 0)
-            .set("end", num(c.seconds))
-            .set("connections", c.connections)
-            .set("failed", c.failed)
-            .set("connections_per_second", num(c.connections_per_second))
-            .stats(&c.connect_time);
-        cpu(&mut row);
-        s.push_str(&row.line());
-        return s;
-    }
-    if let Some(h) = r.detail.http() {
-        let mut row = Row::new(test, "total");
-        let (bytes_col, bps_col) = match h.dir {
-            hakaru_model::FlowDir::Down => ("receiver_bytes", "receiver_bps"),
-            hakaru_model::FlowDir::Up => ("sender_bytes", "sender_bps"),
-        };
-        row.set("start", 0)
-            .set("end", num(h.seconds))
-            .set("dir", h.dir.label())
-            .set("flow", "")
-            .set(bytes_col, h.bytes)
-            .set(bps_col, num(h.bits_per_second.0))
-            .set("transactions", h.completed)
-            .set("failed", h.failed)
-            .set("connections", h.connections.len());
-        cpu(&mut row);
-        s.push_str(&row.line());
-        return s;
-    }
-    if let Some(x) = r.detail.rpm() {
-        s.push_str(&rpm_rows(test, x));
-        return s;
-    }
     for t in &r.totals {
         let mut row = Row::new(test, "total");
         row.set("start", 0)
@@ -368,7 +393,7 @@ pub fn total_rows(r: &RunResult) -> String {
                 .set("received_pps", num(u.received_pps))
                 .set("sent_pps", num(u.sent_pps));
         }
-        cpu(&mut row);
+        cpu_cols(&mut row, r);
         s.push_str(&row.line());
     }
     if let Some(p) = r.detail.probe() {

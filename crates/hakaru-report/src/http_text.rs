@@ -272,6 +272,9 @@ impl crate::kind_text::KindText for hakaru_model::HttpSpec {
         }
         s.unit = "bit/s".into();
     }
+    fn csv_totals(&self, r: &RunResult) -> String {
+        crate::csv::http_totals(r)
+    }
 }
 #[cfg(test)]
 mod tests {

@@ -22,6 +22,8 @@ pub(crate) trait KindText {
     fn sums_and_headline(&self, r: &RunResult, view: &View) -> String;
     /// The kind's figures of a one-line summary (history, the archive, the push gateway).
     fn row(&self, r: &RunResult, s: &mut Row);
+    /// The CSV `total` rows of a finished run (one of the CSV writers for its shape).
+    fn csv_totals(&self, r: &RunResult) -> String;
 }
 
 /// A kind's figures in a one-line summary (`summary::Summary` adds kind, peer and start).

@@ -259,4 +259,7 @@ impl crate::kind_text::KindText for hakaru_model::LatencySpec {
         s.headline = r.detail.latency().map(|l| l.rtt.p50_us);
         s.unit = "us".into();
     }
+    fn csv_totals(&self, r: &RunResult) -> String {
+        crate::csv::latency_totals(r)
+    }
 }

@@ -165,6 +165,9 @@ impl crate::kind_text::KindText for RpmSpec {
             s.peer = Some(self.url.clone());
         }
     }
+    fn csv_totals(&self, r: &RunResult) -> String {
+        crate::csv::rpm_totals(r)
+    }
 }
 
 #[cfg(test)]

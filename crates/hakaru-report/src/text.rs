@@ -31,6 +31,9 @@ impl crate::kind_text::KindText for TcpSpec {
         s.headline = crate::summary::received_bps(r);
         s.unit = "bit/s".into();
     }
+    fn csv_totals(&self, r: &RunResult) -> String {
+        crate::csv::bulk_totals(r)
+    }
 }
 
 /// The line that opens a run.

@@ -503,6 +503,9 @@ impl crate::kind_text::KindText for hakaru_model::UdpSpec {
             s.unit = "bit/s".into();
         }
     }
+    fn csv_totals(&self, r: &RunResult) -> String {
+        crate::csv::bulk_totals(r)
+    }
 }
 #[cfg(test)]
 mod tests {

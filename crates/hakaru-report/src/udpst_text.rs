@@ -153,6 +153,9 @@ impl crate::kind_text::KindText for UdpstSpec {
         s.unit = "bit/s".into();
         s.peer = Some(self.server.clone());
     }
+    fn csv_totals(&self, r: &RunResult) -> String {
+        crate::csv::bulk_totals(r)
+    }
 }
 
 #[cfg(test)]
