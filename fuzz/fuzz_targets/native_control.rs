@@ -19,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
                 Ok(Some(Message::TestRequest { test, .. })) => {
                     if test.validate().is_ok() {
                         let _ = test.flow_plan();
-                        let _ = test.amount();
+                        let _ = test.kind().common().amount;
                     }
                 }
                 Ok(Some(m)) => {

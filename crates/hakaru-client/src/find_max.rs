@@ -84,38 +84,7 @@ pub fn find_max(
     on_trial: &mut dyn FnMut(&Trial),
     stop: Arc<AtomicBool>,
 ) -> FindMaxResult {
-    let (kind, unit) = match u.mode {
-        UdpMode::Pps => ("pps", "datagrams/s"),
-        UdpMode::Bandwidth => ("udp", "bit/s"),
-    };
-    let directions = match u.direction {
-        Direction::Forward => vec![FlowDir::Up],
-        Direction::Reverse => vec![FlowDir::Down],
-        Direction::Bidir => vec![FlowDir::Up, FlowDir::Down],
-    };
-    let mut out = FindMaxResult {
-        schema_version: SCHEMA_VERSION,
-        test: "find_max".into(),
-        kind: kind.into(),
-        unit: unit.into(),
-        server: String::new(),
-        flows: u.flows,
-        directions,
-        length: u.length.0,
-        loss_target_percent: fm.loss_percent,
-        precision_percent: fm.precision * 100.0,
-        trial_seconds: fm.trial.as_secs_f64(),
-        warmup_seconds: fm.warmup.as_secs_f64(),
-        best_per_flow: None,
-        best: None,
-        best_trial: None,
-        first_miss_per_flow: None,
-        first_miss_trial: None,
-        outcome: String::new(),
-        sender_limited: false,
-        trials: Vec::new(),
-        interrupted: false,
-    };
+    let mut out = empty_result(u, fm);
     // Below this rate a trial carries too few datagrams to measure the loss target.
     let per_flow_pps = hakaru_model::capacity::min_datagrams(fm.loss_percent)
         / (fm.trial.as_secs_f64().max(1e-3) * f64::from(u.flows.max(1)));
@@ -164,10 +133,53 @@ pub fn find_max(
         on_trial(&t);
         out.trials.push(t);
     }
+    conclude(&mut out, &search, u.flows);
+    out
+}
+
+/// The result before any trial: what the search was asked.
+fn empty_result(u: &UdpSpec, fm: &FindMax) -> FindMaxResult {
+    let (kind, unit) = match u.mode {
+        UdpMode::Pps => ("pps", "datagrams/s"),
+        UdpMode::Bandwidth => ("udp", "bit/s"),
+    };
+    let directions = match u.direction {
+        Direction::Forward => vec![FlowDir::Up],
+        Direction::Reverse => vec![FlowDir::Down],
+        Direction::Bidir => vec![FlowDir::Up, FlowDir::Down],
+    };
+    FindMaxResult {
+        schema_version: SCHEMA_VERSION,
+        test: "find_max".into(),
+        kind: kind.into(),
+        unit: unit.into(),
+        server: String::new(),
+        flows: u.flows,
+        directions,
+        length: u.length.0,
+        loss_target_percent: fm.loss_percent,
+        precision_percent: fm.precision * 100.0,
+        trial_seconds: fm.trial.as_secs_f64(),
+        warmup_seconds: fm.warmup.as_secs_f64(),
+        best_per_flow: None,
+        best: None,
+        best_trial: None,
+        first_miss_per_flow: None,
+        first_miss_trial: None,
+        outcome: String::new(),
+        sender_limited: false,
+        trials: Vec::new(),
+        interrupted: false,
+    }
+}
+
+/// What the search concluded, from its trials: the best rate confirmed, the lowest rate that
+/// missed, and the trials that showed them.
+fn conclude(out: &mut FindMaxResult, search: &Search, flows: u32) {
     out.outcome = search.outcome().to_string();
     out.sender_limited = search.sender_limited();
     out.best_per_flow = search.confirmed_best();
-    out.best = search.confirmed_best().map(|b| b * f64::from(u.flows));
+    out.best = search.confirmed_best().map(|b| b * f64::from(flows));
     out.best_trial = search.confirmed_best().and_then(|b| {
         out.trials
             .iter()
@@ -187,5 +199,4 @@ pub fn find_max(
             .find(|t| !t.met && t.asked_per_flow == m)
             .map(|t| t.index)
     });
-    out
 }

@@ -296,19 +296,45 @@ fn rate_target(u: &crate::UdpSpec, t: &DirectionTotal) -> Option<crate::RateTarg
 
 /// Builds the run's result from both ends' reports.
 pub fn assemble(i: Inputs) -> RunResult {
+    let flows = flow_results(&i);
+    let totals = direction_totals(&i.spec, &flows);
+    let mut notes = i.notes;
+    let mut client = end_result(&i.local);
+    let mut server_end = end_result(&i.remote);
+    if let Some(note) = mark_buffered_nics(&mut client, &mut server_end, &flows) {
+        notes.push(note);
+    }
+    RunResult {
+        embedded_server: i.embedded,
+        local_address: i.local_address,
+        remote_address: i.remote_address,
+        intervals: i.intervals,
+        flows,
+        totals,
+        client,
+        server_end,
+        interrupted: i.interrupted,
+        notes,
+        ..RunResult::begin(i.spec, i.started_unix, i.server)
+    }
+}
+
+/// Each flow of the plan with its sender's and receiver's counts, each from the end that
+/// played that role.
+fn flow_results(i: &Inputs) -> Vec<FlowResult> {
     let find = |r: &SideReport, id: u32, role: Role| {
         r.flows
             .iter()
             .find(|f| f.id == id && f.role == role)
             .cloned()
     };
-    let mut flows = Vec::new();
     // Latency tests count round trips, not bytes per flow: no byte flows or totals.
     let byte_flows = if matches!(i.spec, TestSpec::Latency(_)) {
         Vec::new()
     } else {
         i.spec.flow_plan()
     };
+    let mut flows = Vec::new();
     for (id, dir) in byte_flows {
         let (snd_end, rcv_end) = match dir {
             FlowDir::Up => (&i.local, &i.remote),
@@ -329,6 +355,12 @@ pub fn assemble(i: Inputs) -> RunResult {
             tcp_info: snd.and_then(|f| f.tcp_info),
         });
     }
+    flows
+}
+
+/// The flows of each direction summed: bytes and calls added, the longest time, retransmits
+/// and UDP counts added, and a UDP test's rate target.
+fn direction_totals(spec: &TestSpec, flows: &[FlowResult]) -> Vec<DirectionTotal> {
     let mut totals = Vec::new();
     for dir in [FlowDir::Up, FlowDir::Down] {
         let of: Vec<&FlowResult> = flows.iter().filter(|f| f.dir == dir).collect();
@@ -347,7 +379,7 @@ pub fn assemble(i: Inputs) -> RunResult {
                 ..Counted::new(b, s, c)
             }
         };
-        totals.push(DirectionTotal {
+        let mut total = DirectionTotal {
             dir,
             flows: of.len() as u32,
             receiver: sum(|f| f.receiver),
@@ -356,48 +388,42 @@ pub fn assemble(i: Inputs) -> RunResult {
                 .iter()
                 .filter_map(|f| f.tcp_info.as_ref().and_then(|t| t.retransmits))
                 .fold(None, |acc, r| Some(acc.unwrap_or(0) + r)),
-            udp: i
-                .spec
+            udp: spec
                 .udp()
                 .map(|_| sum_udp(of.iter().filter_map(|f| f.udp.as_ref()))),
             rate_target: None,
-        });
-        let last = totals.len() - 1;
-        totals[last].rate_target = i.spec.udp().and_then(|u| rate_target(u, &totals[last]));
+        };
+        total.rate_target = spec.udp().and_then(|u| rate_target(u, &total));
+        totals.push(total);
     }
-    let mut notes = i.notes;
-    let mut client = end_result(&i.local);
-    let mut server_end = end_result(&i.remote);
+    totals
+}
+
+/// Marks each end's interface whose packet counts are GSO buffers (a virtual interface that
+/// passes them whole), and the note that says so, if any does.
+fn mark_buffered_nics(
+    client: &mut EndResult,
+    server_end: &mut EndResult,
+    flows: &[FlowResult],
+) -> Option<String> {
     let mut buffered = Vec::new();
-    for (e, sends) in [(&mut client, FlowDir::Up), (&mut server_end, FlowDir::Down)] {
+    for (e, sends) in [(client, FlowDir::Up), (server_end, FlowDir::Down)] {
         if let Some(n) = e.nic.as_mut() {
-            n.packets_are_buffers = n.virtual_interface && counts_buffers(n, &flows, sends);
+            n.packets_are_buffers = n.virtual_interface && counts_buffers(n, flows, sends);
             if n.packets_are_buffers && !buffered.contains(&n.interface) {
                 buffered.push(n.interface.clone());
             }
         }
     }
-    if !buffered.is_empty() {
-        notes.push(format!(
-            "{} virtual (no device behind it) and pass{} GSO buffers whole, so {} packet counts are buffers, not wire packets (packets_are_buffers); the sockets' datagram counts are the packet figure, and on a real NIC the buffers are split before the wire",
-            if buffered.len() == 1 { format!("{} is", buffered[0]) } else { format!("{} are", buffered.join(" and ")) },
-            if buffered.len() == 1 { "es" } else { "" },
-            if buffered.len() == 1 { "its" } else { "their" },
-        ));
+    if buffered.is_empty() {
+        return None;
     }
-    RunResult {
-        embedded_server: i.embedded,
-        local_address: i.local_address,
-        remote_address: i.remote_address,
-        intervals: i.intervals,
-        flows,
-        totals,
-        client,
-        server_end,
-        interrupted: i.interrupted,
-        notes,
-        ..RunResult::begin(i.spec, i.started_unix, i.server)
-    }
+    Some(format!(
+        "{} virtual (no device behind it) and pass{} GSO buffers whole, so {} packet counts are buffers, not wire packets (packets_are_buffers); the sockets' datagram counts are the packet figure, and on a real NIC the buffers are split before the wire",
+        if buffered.len() == 1 { format!("{} is", buffered[0]) } else { format!("{} are", buffered.join(" and ")) },
+        if buffered.len() == 1 { "es" } else { "" },
+        if buffered.len() == 1 { "its" } else { "their" },
+    ))
 }
 
 impl EndResult {

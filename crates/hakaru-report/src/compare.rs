@@ -214,29 +214,7 @@ pub fn compare(
     }
     let raws = match (&base.content, &new.content) {
         (Content::Run(b), Content::Run(n)) => run_metrics(b, n),
-        (Content::Quick(b), Content::Quick(n)) => {
-            let mut v = Vec::new();
-            for (lb, ln) in b.lines.iter().zip(&n.lines) {
-                if lb.what != ln.what || lb.error.is_some() || ln.error.is_some() {
-                    continue;
-                }
-                let (unit, better) = match lb.unit.as_str() {
-                    "us" => ("us", Better::Lower),
-                    "datagrams/s" => ("pkt/s", Better::Higher),
-                    _ => ("bit/s", Better::Higher),
-                };
-                v.push(Raw {
-                    metric: lb.what.clone(),
-                    unit,
-                    better,
-                    scale: Scale::Relative,
-                    base: lb.value,
-                    new: ln.value,
-                    samples: None,
-                });
-            }
-            v
-        }
+        (Content::Quick(b), Content::Quick(n)) => quick_metrics(b, n),
         (Content::Mesh(_), Content::Mesh(_)) => {
             return Err(
                 "mesh snapshots are not compared pair by pair: `hakaru report` on them draws each as a heatmap and the worst pairs over time".into(),
@@ -256,37 +234,7 @@ pub fn compare(
     }
     let rows: Vec<Row> = raws
         .into_iter()
-        .map(|m| {
-            let t = match m.scale {
-                Scale::Relative => threshold,
-                Scale::Absolute => loss_points,
-            };
-            let noise_frac = m.samples.as_ref().and_then(|(a, b)| noise(a, b));
-            let change_percent = (m.base != 0.0).then(|| (m.new - m.base) / m.base.abs() * 100.0);
-            let beyond_noise = noise_frac
-                .zip(change_percent)
-                .map(|(nf, c)| c.abs() > nf * 100.0);
-            let mut v = verdict(m.better, m.scale, m.base, m.new, t);
-            if v != Verdict::Within && beyond_noise == Some(false) {
-                v = Verdict::WithinNoise;
-            }
-            if m.unit == RETRANSMITS_UNIT && m.base.max(m.new) < RETRANSMITS_FLOOR_PER_GB {
-                v = Verdict::Informational;
-            }
-            Row {
-                verdict: v,
-                beyond_noise,
-                noise_percent: noise_frac.map(|f| f * 100.0),
-                change: m.new - m.base,
-                change_percent,
-                metric: m.metric,
-                unit: m.unit.to_string(),
-                better: m.better,
-                scale: m.scale,
-                base: m.base,
-                new: m.new,
-            }
-        })
+        .map(|m| judge(m, threshold, loss_points))
         .collect();
     let worse = rows.iter().filter(|r| r.verdict == Verdict::Worse).count();
     Ok(Comparison {
@@ -299,6 +247,67 @@ pub fn compare(
         rows,
         worse,
     })
+}
+
+/// The lines two quick results share, one metric each (lines that failed on either side are
+/// left out).
+fn quick_metrics(b: &hakaru_model::QuickResult, n: &hakaru_model::QuickResult) -> Vec<Raw> {
+    let mut v = Vec::new();
+    for (lb, ln) in b.lines.iter().zip(&n.lines) {
+        if lb.what != ln.what || lb.error.is_some() || ln.error.is_some() {
+            continue;
+        }
+        let (unit, better) = match lb.unit.as_str() {
+            "us" => ("us", Better::Lower),
+            "datagrams/s" => ("pkt/s", Better::Higher),
+            _ => ("bit/s", Better::Higher),
+        };
+        v.push(Raw {
+            metric: lb.what.clone(),
+            unit,
+            better,
+            scale: Scale::Relative,
+            base: lb.value,
+            new: ln.value,
+            samples: None,
+        });
+    }
+    v
+}
+
+/// One metric's row: its change, and the verdict against the threshold of its scale (within
+/// the runs' own noise when both have samples; retransmits under the floor are only
+/// informational).
+fn judge(m: Raw, threshold: f64, loss_points: f64) -> Row {
+    let t = match m.scale {
+        Scale::Relative => threshold,
+        Scale::Absolute => loss_points,
+    };
+    let noise_frac = m.samples.as_ref().and_then(|(a, b)| noise(a, b));
+    let change_percent = (m.base != 0.0).then(|| (m.new - m.base) / m.base.abs() * 100.0);
+    let beyond_noise = noise_frac
+        .zip(change_percent)
+        .map(|(nf, c)| c.abs() > nf * 100.0);
+    let mut v = verdict(m.better, m.scale, m.base, m.new, t);
+    if v != Verdict::Within && beyond_noise == Some(false) {
+        v = Verdict::WithinNoise;
+    }
+    if m.unit == RETRANSMITS_UNIT && m.base.max(m.new) < RETRANSMITS_FLOOR_PER_GB {
+        v = Verdict::Informational;
+    }
+    Row {
+        verdict: v,
+        beyond_noise,
+        noise_percent: noise_frac.map(|f| f * 100.0),
+        change: m.new - m.base,
+        change_percent,
+        metric: m.metric,
+        unit: m.unit.to_string(),
+        better: m.better,
+        scale: m.scale,
+        base: m.base,
+        new: m.new,
+    }
 }
 
 pub(crate) fn value(v: f64, unit: &str) -> String {

@@ -8,7 +8,7 @@
 
 use std::fmt::Write;
 
-use hakaru_model::plan::PlanResult;
+use hakaru_model::plan::{PlanResult, StepResult};
 use hakaru_model::{FlowDir, RunResult};
 
 use crate::charts::{self, Chart, Figure, Series, Stroke};
@@ -46,101 +46,111 @@ pub fn plan_charts(p: &str, plan: &PlanResult) -> Vec<Chart> {
             }
         }
         for (recv, dir) in keys {
-            let pps = step
-                .timeline
-                .iter()
-                .flat_map(|r| r.receivers.iter())
-                .any(|t| t.receiver == recv && t.dir == dir && t.pps.is_some())
-                && step.kind == "pps";
-            let mut senders: Vec<String> = Vec::new();
-            for row in &step.timeline {
-                for rt in row
-                    .runs
-                    .iter()
-                    .filter(|rt| rt.receiver == recv && rt.dir == dir)
-                {
-                    if !senders.contains(&rt.sender) {
-                        senders.push(rt.sender.clone());
-                    }
-                }
-            }
-            let mut series = Vec::new();
-            for k in 0..senders.len() {
-                let pts = step
-                    .timeline
-                    .iter()
-                    .flat_map(|row| {
-                        let v: f64 = row
-                            .runs
-                            .iter()
-                            .filter(|rt| {
-                                rt.receiver == recv
-                                    && rt.dir == dir
-                                    && senders[..=k].contains(&rt.sender)
-                            })
-                            .map(|rt| if pps { rt.pps.unwrap_or(0.0) } else { rt.bps })
-                            .sum();
-                        [(row.start, v), (row.end, v)]
-                    })
-                    .collect();
-                series.push(Series {
-                    name: if k == 0 {
-                        senders[0].clone()
-                    } else {
-                        format!("+ {}", senders[k])
-                    },
-                    points: pts,
-                    stroke: Stroke::Thin,
-                    color: 2 + k,
-                    legend: senders.len() <= 12,
-                });
-            }
-            let tick = |f: &dyn Fn(&hakaru_model::plan::ReceiverTick) -> Option<f64>| {
-                step.timeline
-                    .iter()
-                    .filter_map(|row| {
-                        let t = row
-                            .receivers
-                            .iter()
-                            .find(|t| t.receiver == recv && t.dir == dir)?;
-                        let v = f(t)?;
-                        Some([(row.start, v), (row.end, v)])
-                    })
-                    .flatten()
-                    .collect::<Vec<_>>()
-            };
-            series.push(Series {
-                name: "total received".into(),
-                points: tick(&|t| if pps { t.pps } else { Some(t.bps) }),
-                stroke: Stroke::Thick,
-                color: 0,
-                legend: true,
-            });
-            let nic = tick(&|t| if pps { t.nic_rx_pps } else { t.nic_rx_bps });
-            if !nic.is_empty() {
-                series.push(Series {
-                    name: format!("{recv} NIC rx"),
-                    points: nic,
-                    stroke: Stroke::Dashed,
-                    color: 1,
-                    legend: true,
-                });
-            }
-            out.push(rate_chart(
-                format!("{p}-step{}-{}-{}", step.index, slug(&recv), dir.label()),
-                format!(
-                    "step {} ({}): into {recv}, {}: senders stacked, total, NIC truth",
-                    step.index,
-                    step.name,
-                    dir_words(dir)
-                ),
-                "time since the release (s)",
-                series,
-                pps,
-            ));
+            out.push(receiver_chart(p, step, &recv, dir));
         }
     }
     out
+}
+
+/// One receiver's chart in one direction of a plan step: its senders stacked, the total it
+/// received and its NIC's count.
+fn receiver_chart(p: &str, step: &StepResult, recv: &str, dir: FlowDir) -> Chart {
+    let pps = step
+        .timeline
+        .iter()
+        .flat_map(|r| r.receivers.iter())
+        .any(|t| t.receiver == recv && t.dir == dir && t.pps.is_some())
+        && step.kind == "pps";
+    let mut series = stacked_senders(step, recv, dir, pps);
+    let tick = |f: &dyn Fn(&hakaru_model::plan::ReceiverTick) -> Option<f64>| {
+        step.timeline
+            .iter()
+            .filter_map(|row| {
+                let t = row
+                    .receivers
+                    .iter()
+                    .find(|t| t.receiver == recv && t.dir == dir)?;
+                let v = f(t)?;
+                Some([(row.start, v), (row.end, v)])
+            })
+            .flatten()
+            .collect::<Vec<_>>()
+    };
+    series.push(Series {
+        name: "total received".into(),
+        points: tick(&|t| if pps { t.pps } else { Some(t.bps) }),
+        stroke: Stroke::Thick,
+        color: 0,
+        legend: true,
+    });
+    let nic = tick(&|t| if pps { t.nic_rx_pps } else { t.nic_rx_bps });
+    if !nic.is_empty() {
+        series.push(Series {
+            name: format!("{recv} NIC rx"),
+            points: nic,
+            stroke: Stroke::Dashed,
+            color: 1,
+            legend: true,
+        });
+    }
+    rate_chart(
+        format!("{p}-step{}-{}-{}", step.index, slug(recv), dir.label()),
+        format!(
+            "step {} ({}): into {recv}, {}: senders stacked, total, NIC truth",
+            step.index,
+            step.name,
+            dir_words(dir)
+        ),
+        "time since the release (s)",
+        series,
+        pps,
+    )
+}
+
+/// The senders into one receiver, stacked: the first alone, then each added to those before.
+fn stacked_senders(step: &StepResult, recv: &str, dir: FlowDir, pps: bool) -> Vec<Series> {
+    let mut senders: Vec<String> = Vec::new();
+    for row in &step.timeline {
+        for rt in row
+            .runs
+            .iter()
+            .filter(|rt| rt.receiver == recv && rt.dir == dir)
+        {
+            if !senders.contains(&rt.sender) {
+                senders.push(rt.sender.clone());
+            }
+        }
+    }
+    let mut series = Vec::new();
+    for k in 0..senders.len() {
+        let pts = step
+            .timeline
+            .iter()
+            .flat_map(|row| {
+                let v: f64 = row
+                    .runs
+                    .iter()
+                    .filter(|rt| {
+                        rt.receiver == recv && rt.dir == dir && senders[..=k].contains(&rt.sender)
+                    })
+                    .map(|rt| if pps { rt.pps.unwrap_or(0.0) } else { rt.bps })
+                    .sum();
+                [(row.start, v), (row.end, v)]
+            })
+            .collect();
+        series.push(Series {
+            name: if k == 0 {
+                senders[0].clone()
+            } else {
+                format!("+ {}", senders[k])
+            },
+            points: pts,
+            stroke: Stroke::Thin,
+            color: 2 + k,
+            legend: senders.len() <= 12,
+        });
+    }
+    series
 }
 
 fn slug(s: &str) -> String {

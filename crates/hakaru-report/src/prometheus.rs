@@ -66,23 +66,40 @@ pub fn run_families(
     run: Option<&hakaru_model::RunResult>,
     labels: &[(String, String)],
 ) -> Vec<MetricFamily> {
-    let with = |extra: &[(&str, &str)]| -> Vec<(String, String)> {
-        labels
-            .iter()
-            .cloned()
-            .chain(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())))
-            .collect()
-    };
-    let gauge = |name: &str, help: &str| MetricFamily::new(name, help, MetricKind::Gauge);
-    let push = |f: &mut MetricFamily, l: Vec<(String, String)>, v: f64| {
-        if v.is_finite() {
-            f.samples.push(hakaru_model::metrics::MetricSample {
-                labels: l,
-                value: v,
-                suffix: "",
-            });
-        }
-    };
+    let mut fams = summary_families(s, labels);
+    if let Some(r) = run {
+        fams.extend(total_families(s, r, labels));
+        fams.push(rtt_family(s, r, labels));
+    }
+    fams
+}
+
+/// `labels` and then `extra`.
+fn with(labels: &[(String, String)], extra: &[(&str, &str)]) -> Vec<(String, String)> {
+    labels
+        .iter()
+        .cloned()
+        .chain(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+        .collect()
+}
+
+fn gauge(name: &str, help: &str) -> MetricFamily {
+    MetricFamily::new(name, help, MetricKind::Gauge)
+}
+
+/// One sample, unless its value is not a number (an exposition has no place for one).
+fn push(f: &mut MetricFamily, l: Vec<(String, String)>, v: f64) {
+    if v.is_finite() {
+        f.samples.push(hakaru_model::metrics::MetricSample {
+            labels: l,
+            value: v,
+            suffix: "",
+        });
+    }
+}
+
+/// What the history row has for every run: its headline, start and flows.
+fn summary_families(s: &crate::summary::Summary, labels: &[(String, String)]) -> Vec<MetricFamily> {
     let base = [
         ("kind", s.kind.as_str()),
         ("peer", s.peer.as_str()),
@@ -95,21 +112,29 @@ pub fn run_families(
     if let Some(v) = s.headline {
         let mut l = base.to_vec();
         l.push(("unit", s.unit.as_str()));
-        push(&mut headline, with(&l), v);
+        push(&mut headline, with(labels, &l), v);
     }
     let mut started = gauge(
         "hakaru_run_start_timestamp_seconds",
         "When the run started, Unix seconds.",
     );
     if let Some(t) = s.started_at {
-        push(&mut started, with(&base), t);
+        push(&mut started, with(labels, &base), t);
     }
     let mut flows = gauge("hakaru_run_flows", "Flows (connections) per direction.");
     if let Some(n) = s.flows {
-        push(&mut flows, with(&base), f64::from(n));
+        push(&mut flows, with(labels, &base), f64::from(n));
     }
-    let mut fams = vec![headline, started, flows];
-    let Some(r) = run else { return fams };
+    vec![headline, started, flows]
+}
+
+/// Each direction's totals: received and sent rates, TCP retransmits, UDP packet rate and
+/// loss.
+fn total_families(
+    s: &crate::summary::Summary,
+    r: &hakaru_model::RunResult,
+    labels: &[(String, String)],
+) -> [MetricFamily; 5] {
     let mut received = gauge(
         "hakaru_run_received_bits_per_second",
         "Payload received over the run, per direction, all flows.",
@@ -131,11 +156,14 @@ pub fn run_families(
         "UDP datagrams lost over datagrams sent, per direction (0 to 1).",
     );
     for t in &r.totals {
-        let l = with(&[
-            ("kind", s.kind.as_str()),
-            ("peer", s.peer.as_str()),
-            ("direction", t.dir.label()),
-        ]);
+        let l = with(
+            labels,
+            &[
+                ("kind", s.kind.as_str()),
+                ("peer", s.peer.as_str()),
+                ("direction", t.dir.label()),
+            ],
+        );
         push(&mut received, l.clone(), t.receiver.bits_per_second.0);
         push(&mut sent, l.clone(), t.sender.bits_per_second.0);
         if let Some(u) = &t.udp {
@@ -145,6 +173,15 @@ pub fn run_families(
             push(&mut retrans, l, r as f64);
         }
     }
+    [received, sent, retrans, pps, loss]
+}
+
+/// A latency run's round-trip quantiles.
+fn rtt_family(
+    s: &crate::summary::Summary,
+    r: &hakaru_model::RunResult,
+    labels: &[(String, String)],
+) -> MetricFamily {
     let mut rtt = gauge(
         "hakaru_run_rtt_seconds",
         "Round-trip time quantiles of a latency run.",
@@ -157,16 +194,18 @@ pub fn run_families(
             ("0.99", q.p99_us),
             ("0.999", q.p999_us),
         ] {
-            let l = with(&[
-                ("kind", s.kind.as_str()),
-                ("peer", s.peer.as_str()),
-                ("quantile", name),
-            ]);
+            let l = with(
+                labels,
+                &[
+                    ("kind", s.kind.as_str()),
+                    ("peer", s.peer.as_str()),
+                    ("quantile", name),
+                ],
+            );
             push(&mut rtt, l, us / 1e6);
         }
     }
-    fams.extend([received, sent, retrans, pps, loss, rtt]);
-    fams
+    rtt
 }
 
 #[cfg(test)]
