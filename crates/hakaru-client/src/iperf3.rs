@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use hakaru_engine::iperf3_control::{Iperf3Ctl, Iperf3CtlError};
+use hakaru_engine::control::{RawConn, Received, Transport};
 use hakaru_engine::sockopt::apply_tcp_options;
 use hakaru_engine::tcp::{FlowSocket, Payload, SideConfig, SideRun};
 use hakaru_engine::udp::{UdpConfig, UdpFlowSocket, UdpRun};
@@ -167,7 +167,10 @@ pub(crate) fn run(
     let mut d = Driver {
         opts,
         spec: &spec,
-        ctl: Iperf3Ctl::new(stream, &[]),
+        ctl: {
+            let _ = stream.set_nodelay(true);
+            RawConn::new(stream, Duration::from_secs(10), 16 << 10)
+        },
         addr: &addr,
         server_addr,
         cookie,
@@ -232,7 +235,7 @@ enum Opened {
 struct Driver<'a> {
     opts: &'a ClientOptions,
     spec: &'a TestSpec,
-    ctl: Iperf3Ctl,
+    ctl: RawConn,
     addr: &'a str,
     server_addr: SocketAddr,
     cookie: [u8; wire::COOKIE_LEN],
@@ -289,11 +292,13 @@ impl Driver<'_> {
                     t.saturating_duration_since(Instant::now())
                 })
                 .min(Duration::from_millis(50));
-            let input = match self.ctl.read_raw(wait) {
-                Ok(Some(b)) => Some(machine::Input::Bytes(b)),
-                Ok(None) => None,
-                Err(Iperf3CtlError::Closed) => Some(machine::Input::Closed),
-                Err(e) => Some(machine::Input::ReadFailed(e.to_string())),
+            let input = match self.ctl.read(wait) {
+                Received::Got(b) => Some(machine::Input::Bytes(b)),
+                Received::Nothing => None,
+                Received::Closed | Received::Reset(_) => Some(machine::Input::Closed),
+                Received::Garbage(e) | Received::Failed(e) => Some(machine::Input::ReadFailed(
+                    format!("control connection: {e}"),
+                )),
             };
             if let Some(i) = input {
                 m.handle(i, Instant::now());

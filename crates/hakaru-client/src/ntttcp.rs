@@ -7,10 +7,9 @@
 //! and the receiver figures in hakaru's result are this end's sender view (the result's notes
 //! say so).
 
-use hakaru_engine::control::{read_raw, RawRead};
+use hakaru_engine::control::{RawConn, Received, Transport};
 use hakaru_session::Machine as _;
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
@@ -102,7 +101,8 @@ pub(crate) fn run(
     let mut d = Driver {
         opts,
         t,
-        sync: stream,
+        // Sync words are 4 bytes: a short buffer serves.
+        sync: RawConn::new(stream, Duration::from_secs(5), 64),
         server,
         addr: server.to_string(),
         cfg: Some(SideConfig::for_spec(
@@ -184,7 +184,7 @@ fn receiver_view(local: &SideReport) -> SideReport {
 struct Driver<'a> {
     opts: &'a ClientOptions,
     t: &'a TcpSpec,
-    sync: TcpStream,
+    sync: RawConn,
     server: SocketAddr,
     addr: String,
     cfg: Option<SideConfig>,
@@ -256,12 +256,11 @@ impl Driver<'_> {
         if self.gone {
             return std::thread::sleep(wait);
         }
-        // Sync words are 4 bytes: a short buffer serves.
-        let input = match read_raw(&mut self.sync, wait, &mut [0u8; 64]) {
-            RawRead::Bytes(b) => Input::Bytes(b),
-            RawRead::Closed => Input::Closed,
-            RawRead::Nothing => return,
-            RawRead::Failed(e) => Input::ReadFailed(e),
+        let input = match self.sync.read(wait) {
+            Received::Got(b) => Input::Bytes(b),
+            Received::Closed => Input::Closed,
+            Received::Nothing => return,
+            Received::Reset(e) | Received::Garbage(e) | Received::Failed(e) => Input::ReadFailed(e),
         };
         self.gone = !matches!(input, Input::Bytes(_));
         m.handle(input, Instant::now());
@@ -281,8 +280,7 @@ impl Driver<'_> {
         match out {
             // A write that fails is the receiver gone: the next read says so.
             Output::Send(w) => {
-                let _ = self.sync.set_write_timeout(Some(Duration::from_secs(5)));
-                let _ = self.sync.write_all(&w);
+                let _ = self.sync.send(&w);
             }
             Output::OpenData(_) => {
                 self.open().map_err(|e| e.to_string())?;

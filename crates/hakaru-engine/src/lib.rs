@@ -12,7 +12,6 @@ pub mod counters;
 pub mod framing;
 pub mod hist;
 pub mod http;
-pub mod iperf3_control;
 pub mod observer;
 pub mod ping;
 pub mod raw;

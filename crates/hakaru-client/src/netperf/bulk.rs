@@ -1,5 +1,6 @@
 //! TCP_STREAM, TCP_MAERTS and UDP_STREAM: the engine's flows on netserver's data ports.
 
+use hakaru_engine::control::Transport as _;
 use std::collections::BTreeMap;
 use std::net::UdpSocket;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,7 +33,7 @@ pub(super) fn run(
     let iface = tests
         .list
         .first()
-        .and_then(|t| t.conn.local_addr().ok())
+        .and_then(|t| t.conn.stream().local_addr().ok())
         .and_then(|a| sys::interface_for_addr(a.ip()));
     let cfg = SideConfig::for_spec(End::Client, spec, opts.affinity.clone(), iface);
     let (tx, rx) = mpsc::channel::<IntervalSample>();

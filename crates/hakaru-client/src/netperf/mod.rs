@@ -13,13 +13,12 @@ mod bulk;
 mod rr;
 
 use hakaru_session::Machine as _;
-use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hakaru_engine::control::{read_raw, RawRead};
+use hakaru_engine::control::{RawConn, Received, Transport};
 use hakaru_engine::Observer;
 use hakaru_model::{Environment, RunResult, SideReport, TestSpec};
 use hakaru_proto::netperf::{OmniRequest, OmniResponse, OmniResults, MSG_LEN};
@@ -47,7 +46,7 @@ fn peer_note(name: &str, tests: usize) -> String {
 /// One netperf test: its control connection and session.
 struct Test {
     m: machine::Session,
-    conn: TcpStream,
+    conn: RawConn,
     gone: bool,
     ready: Option<OmniResponse>,
     results: Option<OmniResults>,
@@ -59,7 +58,7 @@ impl Test {
     fn new(conn: TcpStream, req: &OmniRequest, passphrase: Option<&[u8]>) -> Test {
         Test {
             m: machine::Session::new(req, passphrase, Instant::now()),
-            conn,
+            conn: RawConn::new(conn, Duration::from_secs(5), MSG_LEN),
             gone: false,
             ready: None,
             results: None,
@@ -74,8 +73,7 @@ impl Test {
             match out {
                 // A write that fails is netserver gone: the next read says so.
                 Output::Send(b) => {
-                    let _ = self.conn.set_write_timeout(Some(Duration::from_secs(5)));
-                    let _ = self.conn.write_all(&b);
+                    let _ = self.conn.send(&b);
                 }
                 Output::Ready(r) => self.ready = Some(*r),
                 Output::AbortData => self.abort = true,
@@ -94,11 +92,13 @@ impl Test {
         if self.gone {
             std::thread::sleep(wait);
         } else {
-            let input = match read_raw(&mut self.conn, wait, &mut [0u8; MSG_LEN]) {
-                RawRead::Bytes(b) => Some(Input::Bytes(b)),
-                RawRead::Closed => Some(Input::Closed),
-                RawRead::Nothing => None,
-                RawRead::Failed(e) => Some(Input::ReadFailed(e)),
+            let input = match self.conn.read(wait) {
+                Received::Got(b) => Some(Input::Bytes(b)),
+                Received::Closed => Some(Input::Closed),
+                Received::Nothing => None,
+                Received::Reset(e) | Received::Garbage(e) | Received::Failed(e) => {
+                    Some(Input::ReadFailed(e))
+                }
             };
             if let Some(i) = input {
                 self.gone = !matches!(i, Input::Bytes(_));

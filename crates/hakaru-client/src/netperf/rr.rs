@@ -1,5 +1,6 @@
 //! TCP_RR, UDP_RR and TCP_CRR: the pinger and the connectors on netserver's data ports.
 
+use hakaru_engine::control::Transport as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -25,7 +26,7 @@ fn iface(tests: &Tests) -> Option<String> {
     tests
         .list
         .first()
-        .and_then(|t| t.conn.local_addr().ok())
+        .and_then(|t| t.conn.stream().local_addr().ok())
         .and_then(|a| sys::interface_for_addr(a.ip()))
 }
 

@@ -19,7 +19,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hakaru_engine::iperf3_control::{Iperf3Ctl, Iperf3CtlError};
+use hakaru_engine::control::{RawConn, Received, Transport};
 use hakaru_engine::sockopt::{apply_tcp_options, apply_udp_options};
 use hakaru_engine::sys;
 use hakaru_engine::tcp::{FlowSocket, Payload, SideConfig, SideRun};
@@ -119,10 +119,11 @@ pub(crate) fn accept(
         deny(&mut stream);
         return;
     }
-    let mut ctl = Iperf3Ctl::new(stream, &[]);
+    let _ = stream.set_nodelay(true);
+    let mut ctl = RawConn::new(stream, Duration::from_secs(10), 16 << 10);
     if ctx.shutdown.load(Ordering::Acquire) {
         tracing::warn!("iperf3: refused a test from {peer}: the server is shutting down");
-        let _ = ctl.send_state(State::AccessDenied);
+        let _ = ctl.send(&[State::AccessDenied.byte()]);
         return;
     }
     let id = ctx.next_test.fetch_add(1, Ordering::Relaxed);
@@ -190,7 +191,7 @@ enum SetUp {
 /// streams and the engine. `hakaru_session::iperf3::server` holds the protocol.
 struct Driver<'a> {
     ctx: &'a Ctx,
-    ctl: Iperf3Ctl,
+    ctl: RawConn,
     peer: SocketAddr,
     id: u64,
     cookie: String,
@@ -279,11 +280,13 @@ impl Driver<'_> {
             std::thread::sleep(wait);
             return;
         }
-        let input = match self.ctl.read_raw(wait) {
-            Ok(Some(b)) => machine::Input::Bytes(b),
-            Ok(None) => return,
-            Err(Iperf3CtlError::Closed) => machine::Input::Closed,
-            Err(e) => machine::Input::ReadFailed(e.to_string()),
+        let input = match self.ctl.read(wait) {
+            Received::Got(b) => machine::Input::Bytes(b),
+            Received::Nothing => return,
+            Received::Closed | Received::Reset(_) => machine::Input::Closed,
+            Received::Garbage(e) | Received::Failed(e) => {
+                machine::Input::ReadFailed(format!("control connection: {e}"))
+            }
         };
         self.gone = !matches!(input, machine::Input::Bytes(_));
         m.handle(input, Instant::now());

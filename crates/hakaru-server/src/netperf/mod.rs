@@ -22,14 +22,14 @@ pub(crate) use guard::Guards;
 pub(crate) use sink::UdpSink;
 
 use hakaru_session::Machine as _;
-use std::io::{self, Write};
+use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use hakaru_engine::control::{read_raw, RawRead};
+use hakaru_engine::control::{RawConn, Received, Transport};
 use hakaru_proto::netperf::{OmniRequest, OmniResponse};
 use hakaru_session::netperf::server::{self as machine, errno, Ending, Input, Output};
 use socket2::{Domain, Protocol, Socket, Type};
@@ -198,7 +198,7 @@ fn spawn_session(ctx: &Arc<Ctx>, stream: TcpStream, peer: SocketAddr, slot: Slot
             let _slot = slot;
             let mut d = Driver {
                 ctx: &c,
-                ctl: stream,
+                ctl: RawConn::new(stream, Duration::from_secs(10), 4096),
                 peer,
                 pending: None,
                 running: None,
@@ -246,7 +246,7 @@ impl Drop for Running {
 
 struct Driver<'a> {
     ctx: &'a Ctx,
-    ctl: TcpStream,
+    ctl: RawConn,
     peer: SocketAddr,
     pending: Option<Pending>,
     running: Option<Running>,
@@ -261,7 +261,6 @@ impl Driver<'_> {
             data_ports: self.ctx.cfg.netperf.data_ports,
         };
         let mut m = machine::Session::new(cfg, Instant::now());
-        let mut buf = vec![0u8; 4096];
         // Bounded: every phase of the machine has a deadline, and it ends the session.
         loop {
             while let Some(out) = m.poll_output() {
@@ -281,11 +280,13 @@ impl Driver<'_> {
             } else {
                 IDLE_TICK
             };
-            let input = match read_raw(&mut self.ctl, tick, &mut buf) {
-                RawRead::Bytes(b) => Some(Input::Bytes(b)),
-                RawRead::Closed => Some(Input::PeerClosed),
-                RawRead::Nothing => None,
-                RawRead::Failed(e) => Some(Input::ReadFailed(e)),
+            let input = match self.ctl.read(tick) {
+                Received::Got(b) => Some(Input::Bytes(b)),
+                Received::Closed => Some(Input::PeerClosed),
+                Received::Nothing => None,
+                Received::Reset(e) | Received::Garbage(e) | Received::Failed(e) => {
+                    Some(Input::ReadFailed(e))
+                }
             };
             if let Some(i) = input {
                 m.handle(i, Instant::now());
@@ -331,13 +332,11 @@ impl Driver<'_> {
     /// Carries out one output; gives the machine's answer when there is one.
     fn act(&mut self, out: Output) -> Option<Input> {
         match out {
-            Output::Send(bytes) => {
-                let _ = self.ctl.set_write_timeout(Some(Duration::from_secs(10)));
-                self.ctl
-                    .write_all(&bytes)
-                    .err()
-                    .map(|e| Input::Failed(format!("writing to the control connection: {e}")))
-            }
+            Output::Send(bytes) => self
+                .ctl
+                .send(&bytes)
+                .err()
+                .map(|e| Input::Failed(format!("writing to the control connection: {e}"))),
             Output::SetUp(req) => Some(self.set_up(*req)),
             Output::StartData => self.start().err().map(Input::Failed),
             Output::StopData => {
@@ -388,7 +387,11 @@ impl Driver<'_> {
             Ok(s) => s,
             Err(why) => return refused(errno::EAGAIN, why),
         };
-        let ip = self.ctl.local_addr().map_or(self.peer.ip(), |a| a.ip());
+        let ip = self
+            .ctl
+            .stream()
+            .local_addr()
+            .map_or(self.peer.ip(), |a| a.ip());
         let opts = data::BindOpts {
             ports: self.ctx.cfg.netperf.data_ports,
             test_memory: self.ctx.cfg.budgets.test_memory,

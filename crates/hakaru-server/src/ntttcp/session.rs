@@ -1,9 +1,8 @@
 //! One ntttcp sender's sync connection: the driver of `hakaru_session::ntttcp::server`, and,
 //! for the sender that starts the test, the engine that counts the group's connections.
 
-use hakaru_engine::control::{read_raw, RawRead};
+use hakaru_engine::control::{RawConn, Received, Transport};
 use hakaru_session::Machine as _;
-use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -44,7 +43,8 @@ pub(super) fn spawn(ctx: Arc<Ctx>, shared: Arc<Shared>, s: TcpStream, peer: Sock
             let mut d = Driver {
                 ctx: &c,
                 shared: &shared,
-                s,
+                // Sync words are 4 bytes: a short buffer serves.
+                s: RawConn::new(s, Duration::from_secs(5), 64),
                 peer,
                 id,
                 group: None,
@@ -75,7 +75,7 @@ pub(super) fn spawn(ctx: Arc<Ctx>, shared: Arc<Shared>, s: TcpStream, peer: Sock
 struct Driver<'a> {
     ctx: &'a Ctx,
     shared: &'a Shared,
-    s: TcpStream,
+    s: RawConn,
     peer: SocketAddr,
     id: u64,
     group: Option<u64>,
@@ -148,12 +148,11 @@ impl Driver<'_> {
         if self.gone {
             return std::thread::sleep(left);
         }
-        // Sync words are 4 bytes: a short buffer serves.
-        let input = match read_raw(&mut self.s, left, &mut [0u8; 64]) {
-            RawRead::Bytes(b) => Input::Bytes(b),
-            RawRead::Closed => Input::Closed,
-            RawRead::Nothing => return,
-            RawRead::Failed(e) => Input::ReadFailed(e),
+        let input = match self.s.read(left) {
+            Received::Got(b) => Input::Bytes(b),
+            Received::Closed => Input::Closed,
+            Received::Nothing => return,
+            Received::Reset(e) | Received::Garbage(e) | Received::Failed(e) => Input::ReadFailed(e),
         };
         self.gone = !matches!(input, Input::Bytes(_));
         m.handle(input, Instant::now());
@@ -164,8 +163,7 @@ impl Driver<'_> {
         match out {
             // A write that fails is the sender gone: the next read says so.
             Output::Send(w) => {
-                let _ = self.s.set_write_timeout(Some(Duration::from_secs(5)));
-                let _ = self.s.write_all(&w);
+                let _ = self.s.send(&w);
             }
             Output::Join => {
                 let busy = !self.join();
@@ -281,6 +279,7 @@ impl Driver<'_> {
         let spec = Self::spec(streams.len(), cycle);
         let iface = self
             .s
+            .stream()
             .local_addr()
             .ok()
             .and_then(|a| sys::interface_for_addr(a.ip()));

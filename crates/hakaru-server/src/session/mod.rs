@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use hakaru_engine::connect::Usage;
 use hakaru_engine::connect_server::{ConnectServer, ConnectServerConfig};
-use hakaru_engine::control::{ControlConn, ControlError};
+use hakaru_engine::control::{ControlConn, Received, Transport as _};
 use hakaru_engine::ping::{Echo, PingFlow, PingSocket};
 use hakaru_engine::sys;
 use hakaru_engine::tcp::{SideConfig, SideRun};
@@ -253,12 +253,12 @@ impl Driver<'_> {
             std::thread::sleep(wait);
             return;
         }
-        let input = match self.conn.poll(wait) {
-            Ok(Some(msg)) => Input::Message(msg),
-            Ok(None) => return,
-            Err(ControlError::Closed) => Input::Closed,
-            Err(ControlError::Proto(e)) => Input::Garbage(e.to_string()),
-            Err(e) => Input::ReadFailed(e.to_string()),
+        let input = match self.conn.read(wait) {
+            Received::Got(msg) => Input::Message(msg),
+            Received::Nothing => return,
+            Received::Closed | Received::Reset(_) => Input::Closed,
+            Received::Garbage(e) => Input::Garbage(e),
+            Received::Failed(e) => Input::ReadFailed(e),
         };
         self.gone = matches!(input, Input::Closed | Input::ReadFailed(_));
         m.handle(input, Instant::now());
