@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use hakaru_proto::{Decoder, Message, ProtoError};
 
+use crate::raw::is_retry;
+
 /// Why a control read or write failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
@@ -111,13 +113,7 @@ impl ControlConn {
             match self.stream.read(&mut self.buf) {
                 Ok(0) => return Err(ControlError::Closed),
                 Ok(n) => self.decoder.feed(self.buf.get(..n).unwrap_or_default()),
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock
-                            | io::ErrorKind::TimedOut
-                            | io::ErrorKind::Interrupted
-                    ) => {}
+                Err(e) if is_retry(&e) => {}
                 Err(e) if e.kind() == io::ErrorKind::ConnectionReset => {
                     return Err(ControlError::Closed)
                 }
@@ -214,16 +210,7 @@ impl Transport for RawConn {
         match self.stream.read(&mut self.buf) {
             Ok(0) => Received::Closed,
             Ok(n) => Received::Got(self.buf.get(..n).unwrap_or_default().to_vec()),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                        | io::ErrorKind::Interrupted
-                ) =>
-            {
-                Received::Nothing
-            }
+            Err(e) if is_retry(&e) => Received::Nothing,
             Err(e) if e.kind() == io::ErrorKind::ConnectionReset => Received::Reset(e.to_string()),
             Err(e) => Received::Failed(e.to_string()),
         }
