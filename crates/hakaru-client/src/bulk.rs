@@ -4,21 +4,23 @@
 
 use hakaru_session::Machine as _;
 use std::net::SocketAddr;
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use hakaru_engine::control::{ControlConn, ControlError};
+use hakaru_engine::control::{ControlConn, ControlError, Received, Transport};
+use hakaru_engine::drive::{drive, Carrier, Wait};
 use hakaru_engine::tcp::{SideConfig, SideRun};
 use hakaru_engine::udp::{UdpConfig, UdpRun};
 use hakaru_engine::{Observer, Running};
 use hakaru_model::{End, IntervalSample, ServerPorts, TestSpec};
 use hakaru_proto::Message;
-use hakaru_session::client::{Ended, Input, Output};
+use hakaru_session::client::{Ended, Input, Output, Session};
 
-use crate::drive::{client_error, fault, unexpected_output, Control};
+use crate::drive::{client_error, fault, send, unexpected_output, Control};
 use crate::{open_tcp_flows, udp, ClientError, ClientOptions};
 
 /// What the side and the control reader tell the driver's loop.
@@ -211,61 +213,129 @@ fn event_loop(
         &mut Option<hakaru_model::ProbeResult>,
     ),
 ) -> Result<Box<Ended>, ClientError> {
-    loop {
-        while let Some(o) = ctl.m.poll_output() {
-            match o {
-                Output::Send(msg) => {
-                    let r = ctl.conn.send(&msg);
-                    ctl.sent(msg.name(), r);
-                }
-                Output::StopSending => run.iter().for_each(Running::stop_sending),
-                Output::AbortLocal => run.iter().for_each(Running::abort),
-                Output::PeerSendDone(sent) => run.iter().for_each(|r| r.peer_done(&sent)),
-                Output::Interval(rec) => observer.on_interval(&rec),
-                Output::CollectLocal => {
-                    collect(ctl, run, rx);
-                    // The load is over: the probes stop before `finished` ends the echo.
-                    *probed = probe.as_mut().map(crate::probe::Probe::finish);
-                }
-                Output::End(end) => return end.map_err(client_error),
-                other => return Err(unexpected_output(other)),
+    let mut c = Bulk {
+        events: Events {
+            rx,
+            conn: &mut ctl.conn,
+        },
+        run,
+        observer,
+        stop,
+        probe,
+        probed,
+    };
+    drive(&mut ctl.m, &mut c)
+}
+
+/// A bulk test's events as its driver reads them: one channel for the control reader's
+/// messages and this end's samples and ends; sends go out on the control connection.
+struct Events<'a> {
+    rx: &'a mpsc::Receiver<Event>,
+    conn: &'a mut ControlConn,
+}
+
+impl Transport for Events<'_> {
+    type Item = Event;
+
+    fn send(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        Transport::send(self.conn, bytes)
+    }
+
+    fn read(&mut self, wait: Duration) -> Received<Event> {
+        match self.rx.recv_timeout(wait) {
+            Ok(ev) => Received::Got(ev),
+            Err(mpsc::RecvTimeoutError::Timeout) => Received::Nothing,
+            Err(mpsc::RecvTimeoutError::Disconnected) => Received::Closed,
+        }
+    }
+
+    fn stream(&self) -> &std::net::TcpStream {
+        self.conn.stream()
+    }
+}
+
+/// A bulk test's carrier.
+struct Bulk<'a> {
+    events: Events<'a>,
+    run: &'a mut Option<Running>,
+    observer: &'a mut dyn Observer,
+    stop: &'a AtomicBool,
+    probe: &'a mut Option<crate::probe::Probe>,
+    probed: &'a mut Option<hakaru_model::ProbeResult>,
+}
+
+impl<'a> Carrier<Session> for Bulk<'a> {
+    type Conn = Events<'a>;
+    type End = Result<Box<Ended>, ClientError>;
+
+    fn conn(&mut self) -> &mut Events<'a> {
+        &mut self.events
+    }
+
+    fn act(&mut self, m: &mut Session, out: Output) -> ControlFlow<Self::End> {
+        let run = &mut *self.run;
+        match out {
+            Output::Send(msg) => send(self.events.conn, m, &msg),
+            Output::StopSending => run.iter().for_each(Running::stop_sending),
+            Output::AbortLocal => run.iter().for_each(Running::abort),
+            Output::PeerSendDone(sent) => run.iter().for_each(|r| r.peer_done(&sent)),
+            Output::Interval(rec) => self.observer.on_interval(&rec),
+            Output::CollectLocal => {
+                collect(m, run, self.events.rx);
+                // The load is over: the probes stop before `finished` ends the echo.
+                *self.probed = self.probe.as_mut().map(crate::probe::Probe::finish);
             }
+            Output::End(end) => return ControlFlow::Break(end.map_err(client_error)),
+            other => return ControlFlow::Break(Err(unexpected_output(other))),
         }
-        if stop.load(Ordering::Acquire) {
-            ctl.m.handle(Input::Stop, Instant::now());
+        ControlFlow::Continue(())
+    }
+
+    fn input(&mut self, got: Received<Event>) -> Option<Input> {
+        let Received::Got(ev) = got else {
+            // The loop keeps a sender: the channel is never closed under it.
+            return None;
+        };
+        Some(match ev {
+            Event::Remote(m) => Input::Message(m),
+            Event::RemoteFailed(e) => Input::Failed(fault(e)),
+            Event::Local(s) => Input::LocalSample(s),
+            Event::LocalSendDone(sent) => Input::LocalSendDone(sent),
+            Event::LocalDone => Input::LocalDone {
+                error: self.run.as_ref().and_then(Running::first_error),
+            },
+        })
+    }
+
+    fn tick(&self) -> Duration {
+        Duration::from_millis(100)
+    }
+
+    /// The user's stop.
+    fn event(&mut self, m: &mut Session, left: Duration) -> Wait {
+        if self.stop.load(Ordering::Acquire) {
+            m.handle(Input::Stop, Instant::now());
         }
-        let now = Instant::now();
-        let wait = ctl.m.timeout().map_or(Duration::from_millis(100), |d| {
-            d.saturating_duration_since(now)
-                .min(Duration::from_millis(100))
-        });
-        if let Ok(ev) = rx.recv_timeout(wait) {
-            let input = match ev {
-                Event::Remote(m) => Input::Message(m),
-                Event::RemoteFailed(e) => Input::Failed(fault(e)),
-                Event::Local(s) => Input::LocalSample(s),
-                Event::LocalSendDone(sent) => Input::LocalSendDone(sent),
-                Event::LocalDone => Input::LocalDone {
-                    error: run.as_ref().and_then(Running::first_error),
-                },
-            };
-            ctl.m.handle(input, Instant::now());
-        }
-        ctl.m.handle_timeout(Instant::now());
+        Wait::Read(left)
+    }
+
+    fn finished(&mut self, _m: &mut Session) -> Self::End {
+        Err(ClientError::Flow(
+            "internal error: the bulk test ended without saying how".into(),
+        ))
     }
 }
 
 /// Both ends are done: waits for this end's side, hands over the samples still on the way
 /// (the last interval ends as the side does), then its report.
-fn collect(ctl: &mut Control, run: &mut Option<Running>, rx: &mpsc::Receiver<Event>) {
+fn collect(m: &mut Session, run: &mut Option<Running>, rx: &mpsc::Receiver<Event>) {
     let Some(local) = run.take().map(Running::wait) else {
         return;
     };
     while let Ok(ev) = rx.try_recv() {
         if let Event::Local(s) = ev {
-            ctl.m.handle(Input::LocalSample(s), Instant::now());
+            m.handle(Input::LocalSample(s), Instant::now());
         }
     }
-    ctl.m
-        .handle(Input::LocalReport(Box::new(local)), Instant::now());
+    m.handle(Input::LocalReport(Box::new(local)), Instant::now());
 }

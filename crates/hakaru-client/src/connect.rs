@@ -6,9 +6,9 @@
 
 use hakaru_session::Machine as _;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::mpsc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use hakaru_engine::connect::{ConnectConfig, ConnectOutcome, ConnectRun, ConnectTick, Usage};
 use hakaru_engine::{sys, Observer};
@@ -98,7 +98,14 @@ pub(crate) fn run(
             ctl.m.handle(Input::LocalDone { error }, Instant::now());
         }
     }
-    let (ended, outcome) = drive(&mut ctl, &mut me, (&rx, target), observer, stop)?;
+    let mut connecting = Connecting {
+        me: &mut me,
+        rx: &rx,
+        target,
+        outcome: None,
+    };
+    let ended = ctl.run_local(&mut connecting, observer, stop)?;
+    let outcome = connecting.outcome;
     let outcome = outcome.ok_or_else(|| {
         ClientError::Flow(
             "internal error: the connection-rate test ended without its connectors".into(),
@@ -128,41 +135,41 @@ pub(crate) fn run(
     Ok(result)
 }
 
-/// Feeds the machine the control messages, the connectors' ticks and their end, and carries
-/// out what it says, to the session's end; with the connectors' outcome.
-fn drive(
-    ctl: &mut Control,
-    me: &mut Me,
-    (rx, target): (&mpsc::Receiver<ConnectTick>, SocketAddr),
-    observer: &mut dyn Observer,
-    stop: &AtomicBool,
-) -> Result<(Box<Ended>, Option<ConnectOutcome>), ClientError> {
-    let mut outcome = None;
-    loop {
-        if let Some(end) = ctl.carry_out(me, observer) {
-            return Ok((end?, outcome));
+/// This end of a running connection-rate test, as the driver feeds it to the machine: the
+/// connectors' ticks and their end, and the connectors' outcome once they are done.
+struct Connecting<'a> {
+    me: &'a mut Me,
+    rx: &'a mpsc::Receiver<ConnectTick>,
+    target: SocketAddr,
+    outcome: Option<ConnectOutcome>,
+}
+
+impl Local for Connecting<'_> {
+    fn stop(&mut self) {
+        self.me.stop();
+    }
+
+    fn report(&mut self) -> SideReport {
+        self.me.report()
+    }
+
+    fn news(&mut self, m: &mut hakaru_session::client::Session) -> bool {
+        while let Ok(t) = self.rx.try_recv() {
+            m.handle(Input::LocalInterval(record(t)), Instant::now());
         }
-        if stop.load(Ordering::Acquire) {
-            ctl.m.handle(Input::Stop, Instant::now());
+        if !self.me.run.as_ref().is_some_and(ConnectRun::is_done) {
+            return false;
         }
-        while let Ok(t) = rx.try_recv() {
-            ctl.m
-                .handle(Input::LocalInterval(record(t)), Instant::now());
+        let o = self.me.run.take().map(ConnectRun::wait);
+        while let Ok(t) = self.rx.try_recv() {
+            m.handle(Input::LocalInterval(record(t)), Instant::now());
         }
-        if me.run.as_ref().is_some_and(ConnectRun::is_done) {
-            let o = me.run.take().map(ConnectRun::wait);
-            while let Ok(t) = rx.try_recv() {
-                ctl.m
-                    .handle(Input::LocalInterval(record(t)), Instant::now());
-            }
-            let error = o
-                .as_ref()
-                .and_then(|o| o.fatal.clone().or_else(|| all_failed(o, target)));
-            outcome = o;
-            ctl.m.handle(Input::LocalDone { error }, Instant::now());
-            continue;
-        }
-        ctl.step(POLL);
+        let error = o
+            .as_ref()
+            .and_then(|o| o.fatal.clone().or_else(|| all_failed(o, self.target)));
+        self.outcome = o;
+        m.handle(Input::LocalDone { error }, Instant::now());
+        true
     }
 }
 
@@ -311,10 +318,6 @@ pub(crate) fn record(t: ConnectTick) -> Box<IntervalRecord> {
         probe: None,
     })
 }
-
-/// How long the loop waits on the control connection at most: the grain of the ticks' and
-/// the connectors' end.
-const POLL: Duration = Duration::from_millis(20);
 
 /// This end of a connection-rate test: the connectors while they run, and the interface and
 /// CPU counters from the start.

@@ -3,13 +3,17 @@
 //! the machine's errors and [`ClientError`].
 
 use std::io;
+use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use hakaru_engine::control::{ControlConn, ControlError};
+use hakaru_engine::control::{ControlConn, ControlError, Received};
+use hakaru_engine::drive::{drive, Carrier, Wait};
 use hakaru_engine::side::MAX_SCHEDULE_WAIT;
 use hakaru_engine::Observer;
 use hakaru_model::SideReport;
 use hakaru_proto::native::opening;
+use hakaru_proto::Message;
 use hakaru_session::client::{Ended, Fault, Input, Output, Session, SessionError};
 use hakaru_session::Machine as _;
 
@@ -26,45 +30,12 @@ impl Control {
     /// control connection (until the machine's next deadline) while it has none. For the
     /// handshake, while this thread reads the socket.
     pub fn next(&mut self) -> Output {
-        loop {
-            while let Some(o) = self.m.poll_output() {
-                match o {
-                    Output::Open(msg) => {
-                        let r = self.conn.send_raw(&opening(&msg));
-                        self.sent(msg.name(), r);
-                    }
-                    Output::Send(msg) => {
-                        let r = self.conn.send(&msg);
-                        self.sent(msg.name(), r);
-                    }
-                    other => return other,
-                }
-            }
-            if self.m.is_done() {
-                return Output::End(Err(SessionError::Flow(
-                    "internal error: the client session ended without saying how".into(),
-                )));
-            }
-            let now = Instant::now();
-            let wait = self.m.timeout().map_or(Duration::from_millis(200), |d| {
-                d.saturating_duration_since(now)
-            });
-            match self.conn.poll(wait) {
-                Ok(Some(msg)) => self.m.handle(Input::Message(msg), Instant::now()),
-                Ok(None) => {}
-                Err(e) => self.m.handle(Input::Failed(fault(e)), Instant::now()),
-            }
-            self.m.handle_timeout(Instant::now());
-        }
-    }
-
-    /// Tells the machine that a send failed, if it did.
-    pub fn sent(&mut self, what: &'static str, r: Result<(), ControlError>) {
-        if let Err(e) = r {
-            let fault = fault(e);
-            self.m
-                .handle(Input::SendFailed { what, fault }, Instant::now());
-        }
+        drive(
+            &mut self.m,
+            &mut Pull {
+                conn: &mut self.conn,
+            },
+        )
     }
 
     /// Tells the machine this end's flows are open, passes the held start's gate when it asks
@@ -156,56 +127,174 @@ pub(crate) trait Local {
     fn stop(&mut self);
     /// This end's report, once it is done.
     fn report(&mut self) -> SideReport;
+    /// Hands the machine what this end has to say (records, its end): true if it did, and
+    /// the driver then does not read the control connection this turn.
+    fn news(&mut self, _m: &mut Session) -> bool {
+        false
+    }
 }
 
 impl Control {
-    /// Carries out the machine's outputs in a latency or connection-rate test: sends, stops,
-    /// this end's records to the observer and its report to the machine; the session's end
-    /// once the machine gives it (this end stopped first).
+    /// Runs a latency or connection-rate test to its end: the control connection, this end's
+    /// news and the user's stop in, the machine's outputs carried out.
+    pub fn run_local(
+        &mut self,
+        local: &mut dyn Local,
+        observer: &mut dyn Observer,
+        stop: &AtomicBool,
+    ) -> Result<Box<Ended>, ClientError> {
+        let mut c = Looped {
+            conn: &mut self.conn,
+            local,
+            observer,
+            stop,
+        };
+        drive(&mut self.m, &mut c)
+    }
+
+    /// Carries out what the machine has to say now (no read): its end, if it gave one.
     pub fn carry_out(
         &mut self,
         local: &mut dyn Local,
         observer: &mut dyn Observer,
     ) -> Option<Result<Box<Ended>, ClientError>> {
-        while let Some(o) = self.m.poll_output() {
-            match o {
-                Output::Send(msg) => {
-                    let r = self.conn.send(&msg);
-                    self.sent(msg.name(), r);
-                }
-                Output::StopSending | Output::AbortLocal => local.stop(),
-                Output::Interval(rec) => observer.on_interval(&rec),
-                Output::CollectLocal => {
-                    let report = Box::new(local.report());
-                    self.m.handle(Input::LocalReport(report), Instant::now());
-                }
-                Output::End(end) => {
-                    local.stop();
-                    return Some(end.map_err(client_error));
-                }
-                other => {
-                    local.stop();
-                    return Some(Err(unexpected_output(other)));
-                }
-            }
+        let stop = AtomicBool::new(false);
+        let mut c = Looped {
+            conn: &mut self.conn,
+            local,
+            observer,
+            stop: &stop,
+        };
+        match hakaru_engine::drive::carry_out(&mut self.m, &mut c) {
+            ControlFlow::Break(end) => Some(end),
+            ControlFlow::Continue(()) => None,
         }
-        None
+    }
+}
+
+/// What a read of the native control connection tells the client machine.
+pub(crate) fn native_input(got: Received<Message>) -> Option<Input> {
+    Some(match got {
+        Received::Got(msg) => Input::Message(msg),
+        Received::Nothing => return None,
+        Received::Closed | Received::Reset(_) => Input::Failed(Fault::Closed),
+        Received::Garbage(e) => Input::Failed(Fault::Proto(e)),
+        Received::Failed(e) => Input::Failed(Fault::Io(e)),
+    })
+}
+
+/// Sends `msg`; a send that fails is told to the machine.
+pub(crate) fn send(conn: &mut ControlConn, m: &mut Session, msg: &Message) {
+    if let Err(e) = conn.send(msg) {
+        let (what, fault) = (msg.name(), fault(e));
+        m.handle(Input::SendFailed { what, fault }, Instant::now());
+    }
+}
+
+/// The handshake's and the start's carrier: sends carried out, the first other output ends
+/// the drive (the caller acts on it).
+struct Pull<'a> {
+    conn: &'a mut ControlConn,
+}
+
+impl Carrier<Session> for Pull<'_> {
+    type Conn = ControlConn;
+    type End = Output;
+
+    fn conn(&mut self) -> &mut ControlConn {
+        self.conn
     }
 
-    /// Waits on the control connection no longer than `grain` or the machine's deadline, and
-    /// hands the machine what arrived and the time.
-    pub fn step(&mut self, grain: Duration) {
-        let now = Instant::now();
-        let wait = self
-            .m
-            .timeout()
-            .map_or(grain, |d| d.saturating_duration_since(now).min(grain));
-        match self.conn.poll(wait) {
-            Ok(Some(msg)) => self.m.handle(Input::Message(msg), Instant::now()),
-            Ok(None) => {}
-            Err(e) => self.m.handle(Input::Failed(fault(e)), Instant::now()),
+    fn act(&mut self, m: &mut Session, out: Output) -> ControlFlow<Output> {
+        match out {
+            Output::Open(msg) => {
+                if let Err(e) = self.conn.send_raw(&opening(&msg)) {
+                    let (what, fault) = (msg.name(), fault(e));
+                    m.handle(Input::SendFailed { what, fault }, Instant::now());
+                }
+            }
+            Output::Send(msg) => send(self.conn, m, &msg),
+            other => return ControlFlow::Break(other),
         }
-        self.m.handle_timeout(Instant::now());
+        ControlFlow::Continue(())
+    }
+
+    fn input(&mut self, got: Received<Message>) -> Option<Input> {
+        native_input(got)
+    }
+
+    fn tick(&self) -> Duration {
+        Duration::from_millis(200)
+    }
+
+    fn finished(&mut self, _m: &mut Session) -> Output {
+        Output::End(Err(SessionError::Flow(
+            "internal error: the client session ended without saying how".into(),
+        )))
+    }
+}
+
+/// A latency or connection-rate test's carrier.
+struct Looped<'a> {
+    conn: &'a mut ControlConn,
+    local: &'a mut dyn Local,
+    observer: &'a mut dyn Observer,
+    stop: &'a AtomicBool,
+}
+
+impl Carrier<Session> for Looped<'_> {
+    type Conn = ControlConn;
+    type End = Result<Box<Ended>, ClientError>;
+
+    fn conn(&mut self) -> &mut ControlConn {
+        self.conn
+    }
+
+    fn act(&mut self, m: &mut Session, out: Output) -> ControlFlow<Self::End> {
+        match out {
+            Output::Send(msg) => send(self.conn, m, &msg),
+            Output::StopSending | Output::AbortLocal => self.local.stop(),
+            Output::Interval(rec) => self.observer.on_interval(&rec),
+            Output::CollectLocal => {
+                let report = Box::new(self.local.report());
+                m.handle(Input::LocalReport(report), Instant::now());
+            }
+            Output::End(end) => {
+                self.local.stop();
+                return ControlFlow::Break(end.map_err(client_error));
+            }
+            other => {
+                self.local.stop();
+                return ControlFlow::Break(Err(unexpected_output(other)));
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn input(&mut self, got: Received<Message>) -> Option<Input> {
+        native_input(got)
+    }
+
+    /// The interval clock's grain.
+    fn tick(&self) -> Duration {
+        Duration::from_millis(20)
+    }
+
+    /// The user's stop; this end's records and end.
+    fn event(&mut self, m: &mut Session, left: Duration) -> Wait {
+        if self.stop.load(Ordering::Acquire) {
+            m.handle(Input::Stop, Instant::now());
+        }
+        if self.local.news(m) {
+            return Wait::Handled;
+        }
+        Wait::Read(left)
+    }
+
+    fn finished(&mut self, _m: &mut Session) -> Self::End {
+        Err(ClientError::Flow(
+            "internal error: the test ended without saying how".into(),
+        ))
     }
 }
 

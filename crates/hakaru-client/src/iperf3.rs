@@ -10,11 +10,13 @@ use hakaru_session::Machine as _;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::net::{SocketAddr, UdpSocket};
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use hakaru_engine::control::{RawConn, Received, Transport};
+use hakaru_engine::drive::{Carrier, Wait};
 use hakaru_engine::sockopt::apply_tcp_options;
 use hakaru_engine::tcp::{FlowSocket, Payload, SideConfig, SideRun};
 use hakaru_engine::udp::{UdpConfig, UdpFlowSocket, UdpRun};
@@ -259,6 +261,68 @@ struct Driver<'a> {
     started_unix: f64,
 }
 
+/// A run's driver with what only the run has: its observer and the user's stop.
+struct Carried<'d, 'a> {
+    d: &'d mut Driver<'a>,
+    observer: &'d mut dyn Observer,
+    stop: &'d AtomicBool,
+}
+
+impl Carrier<machine::Session> for Carried<'_, '_> {
+    type Conn = RawConn;
+    /// `Ok(interrupted)`.
+    type End = Result<bool, ClientError>;
+
+    fn conn(&mut self) -> &mut RawConn {
+        &mut self.d.ctl
+    }
+
+    fn act(&mut self, m: &mut machine::Session, out: machine::Output) -> ControlFlow<Self::End> {
+        if let machine::Output::End(how) = out {
+            if let Some(run) = self.d.run.take() {
+                run.abort();
+            }
+            return ControlFlow::Break(how.map_err(|e| self.d.error(e)));
+        }
+        if let Err(e) = self.d.act(m, out, self.observer) {
+            m.handle(machine::Input::Failed(e), Instant::now());
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn input(&mut self, got: Received<Vec<u8>>) -> Option<machine::Input> {
+        Some(match got {
+            Received::Got(b) => machine::Input::Bytes(b),
+            Received::Nothing => return None,
+            Received::Closed | Received::Reset(_) => machine::Input::Closed,
+            Received::Garbage(e) => machine::Input::ReadFailed(format!("control connection: {e}")),
+            Received::Failed(e) => machine::Input::ReadFailed(format!("control connection: {e}")),
+        })
+    }
+
+    fn tick(&self) -> Duration {
+        Duration::from_millis(50)
+    }
+
+    /// Live intervals; while the test runs, the user's stop, a failed stream, an amount moved.
+    fn event(&mut self, m: &mut machine::Session, left: Duration) -> Wait {
+        self.d.show(self.observer);
+        if m.is_running() {
+            if let Some(input) = self.d.check_run(self.stop) {
+                m.handle(input, Instant::now());
+                return Wait::Handled;
+            }
+        }
+        Wait::Read(left)
+    }
+
+    fn finished(&mut self, _m: &mut machine::Session) -> Self::End {
+        Err(ClientError::Flow(
+            "internal error: the iperf3 session ended without saying how".into(),
+        ))
+    }
+}
+
 impl Driver<'_> {
     /// Runs the session to its end: `Ok(interrupted)`.
     fn drive(
@@ -267,46 +331,12 @@ impl Driver<'_> {
         observer: &mut dyn Observer,
         stop: &AtomicBool,
     ) -> Result<bool, ClientError> {
-        loop {
-            while let Some(out) = m.poll_output() {
-                if let machine::Output::End(how) = out {
-                    if let Some(run) = self.run.take() {
-                        run.abort();
-                    }
-                    return how.map_err(|e| self.error(e));
-                }
-                if let Err(e) = self.act(m, out, observer) {
-                    m.handle(machine::Input::Failed(e), Instant::now());
-                }
-            }
-            self.show(observer);
-            if m.is_running() {
-                if let Some(input) = self.check_run(stop) {
-                    m.handle(input, Instant::now());
-                    continue;
-                }
-            }
-            let wait = m
-                .timeout()
-                .map_or(Duration::from_millis(50), |t| {
-                    t.saturating_duration_since(Instant::now())
-                })
-                .min(Duration::from_millis(50));
-            let input = match self.ctl.read(wait) {
-                Received::Got(b) => Some(machine::Input::Bytes(b)),
-                Received::Nothing => None,
-                Received::Closed | Received::Reset(_) => Some(machine::Input::Closed),
-                Received::Garbage(e) | Received::Failed(e) => Some(machine::Input::ReadFailed(
-                    format!("control connection: {e}"),
-                )),
-            };
-            if let Some(i) = input {
-                m.handle(i, Instant::now());
-            }
-            if m.timeout().is_some_and(|t| Instant::now() >= t) {
-                m.handle_timeout(Instant::now());
-            }
-        }
+        let mut c = Carried {
+            d: self,
+            observer,
+            stop,
+        };
+        hakaru_engine::drive::drive(m, &mut c)
     }
 
     /// What the running engine says: the user's stop, a failed stream, an amount moved.

@@ -5,7 +5,7 @@
 use hakaru_session::Machine as _;
 use std::io::Write;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use hakaru_engine::ping::{self, PingConfig, PingFlow, PingOutcome, PingSocket, Pinger};
@@ -16,7 +16,7 @@ use hakaru_model::{
 };
 use hakaru_proto::Message;
 
-use hakaru_session::client::{Ended, Input};
+use hakaru_session::client::Input;
 
 use crate::drive::{Control, Local};
 use crate::{udp, ClientError, ClientOptions};
@@ -91,7 +91,11 @@ pub(crate) fn run(
             });
         }
     };
-    let ended = drive(s.ctl, &mut me, &mut clock, observer, stop)?;
+    let mut pinging = Pinging {
+        me: &mut me,
+        clock: &mut clock,
+    };
+    let ended = s.ctl.run_local(&mut pinging, observer, stop)?;
     let (outcome, _) = me.outcome.ok_or_else(|| {
         ClientError::Flow("internal error: the latency test ended without the pinger".into())
     })?;
@@ -114,48 +118,49 @@ pub(crate) fn run(
     })
 }
 
-/// Feeds the machine the control messages, this end's records and the pinger's end, and
-/// carries out what it says, to the session's end.
-fn drive(
-    ctl: &mut Control,
-    me: &mut Me,
-    clock: &mut Ticks,
-    observer: &mut dyn Observer,
-    stop: &AtomicBool,
-) -> Result<Box<Ended>, ClientError> {
-    loop {
-        if let Some(end) = ctl.carry_out(me, observer) {
-            return end;
-        }
-        if stop.load(Ordering::Acquire) {
-            ctl.m.handle(Input::Stop, Instant::now());
-        }
-        if let Some(p) = &me.pinger {
-            if p.is_done() {
-                // The interval that ends the test, after the last reply.
-                if let Some(rec) = clock.last(p) {
-                    ctl.m.handle(Input::LocalInterval(rec), Instant::now());
-                }
-                let started = p.started();
-                let o = me
-                    .pinger
-                    .take()
-                    .map(|p| (p.wait(), started.elapsed().as_secs_f64()));
-                let error = o.as_ref().and_then(|o| o.0.error.clone());
-                me.outcome = o;
-                ctl.m.handle(Input::LocalDone { error }, Instant::now());
-                continue;
-            }
-            if let Some(rec) = clock.tick(p) {
-                ctl.m.handle(Input::LocalInterval(rec), Instant::now());
-            }
-        }
-        ctl.step(POLL);
-    }
+/// This end of a running latency test, as the driver feeds it to the machine: the pinger and
+/// its interval clock.
+struct Pinging<'a> {
+    me: &'a mut Me,
+    clock: &'a mut Ticks,
 }
 
-/// How long the loop waits on the control connection at most: the interval clock's grain.
-const POLL: Duration = Duration::from_millis(20);
+impl Local for Pinging<'_> {
+    fn stop(&mut self) {
+        self.me.stop();
+    }
+
+    fn report(&mut self) -> SideReport {
+        self.me.report()
+    }
+
+    /// This end's interval records, and the pinger's end.
+    fn news(&mut self, m: &mut hakaru_session::client::Session) -> bool {
+        let Some(p) = &self.me.pinger else {
+            return false;
+        };
+        if p.is_done() {
+            // The interval that ends the test, after the last reply.
+            if let Some(rec) = self.clock.last(p) {
+                m.handle(Input::LocalInterval(rec), Instant::now());
+            }
+            let started = p.started();
+            let o = self
+                .me
+                .pinger
+                .take()
+                .map(|p| (p.wait(), started.elapsed().as_secs_f64()));
+            let error = o.as_ref().and_then(|o| o.0.error.clone());
+            self.me.outcome = o;
+            m.handle(Input::LocalDone { error }, Instant::now());
+            return true;
+        }
+        if let Some(rec) = self.clock.tick(p) {
+            m.handle(Input::LocalInterval(rec), Instant::now());
+        }
+        false
+    }
+}
 
 /// Opens the test's ping flows: TCP connections, or UDP sockets whose hellos were answered.
 fn open_flows(s: &Session<'_>) -> Result<Vec<PingFlow>, ClientError> {

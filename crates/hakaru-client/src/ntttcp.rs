@@ -8,9 +8,11 @@
 //! say so).
 
 use hakaru_engine::control::{RawConn, Received, Transport};
+use hakaru_engine::drive::{Carrier, Wait};
 use hakaru_session::Machine as _;
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpStream};
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -121,7 +123,6 @@ pub(crate) fn run(
         intervals: Vec::new(),
         dirs: opts.spec.flow_plan().into_iter().collect(),
         local: None,
-        gone: false,
     };
     let mut m = machine::Session::new(proposed, Instant::now());
     let driven = d.drive(&mut m, observer, &stop);
@@ -202,7 +203,75 @@ struct Driver<'a> {
     intervals: Vec<hakaru_model::IntervalRecord>,
     dirs: BTreeMap<u32, FlowDir>,
     local: Option<SideReport>,
-    gone: bool,
+}
+
+/// A run's driver with what only the run has: its observer and the user's stop.
+struct Carried<'d, 'a> {
+    d: &'d mut Driver<'a>,
+    observer: &'d mut dyn Observer,
+    stop: &'d AtomicBool,
+    told_stop: bool,
+}
+
+impl Carrier<machine::Session> for Carried<'_, '_> {
+    type Conn = RawConn;
+    /// `Ok(interrupted)`.
+    type End = Result<bool, ClientError>;
+
+    fn conn(&mut self) -> &mut RawConn {
+        &mut self.d.sync
+    }
+
+    fn act(&mut self, m: &mut machine::Session, out: Output) -> ControlFlow<Self::End> {
+        if let Output::End(how) = out {
+            if let Some(run) = self.d.run.take() {
+                run.abort();
+                self.d.local.get_or_insert(run.wait());
+            }
+            self.d.show(self.observer);
+            return ControlFlow::Break(how.map_err(|e| self.d.error(e)));
+        }
+        if let Err(e) = self.d.act(m, out, self.observer) {
+            m.handle(Input::Failed(e), Instant::now());
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn input(&mut self, got: Received<Vec<u8>>) -> Option<Input> {
+        Some(match got {
+            Received::Got(b) => Input::Bytes(b),
+            Received::Closed => Input::Closed,
+            Received::Nothing => return None,
+            Received::Garbage(e) => Input::ReadFailed(e.to_string()),
+            Received::Reset(e) | Received::Failed(e) => Input::ReadFailed(e),
+        })
+    }
+
+    fn tick(&self) -> Duration {
+        Duration::from_millis(20)
+    }
+
+    /// Live intervals, the user's stop, this end's side done.
+    fn event(&mut self, m: &mut machine::Session, left: Duration) -> Wait {
+        self.d.show(self.observer);
+        if !self.told_stop && self.stop.load(Ordering::Acquire) {
+            self.told_stop = true;
+            m.handle(Input::Interrupt, Instant::now());
+            return Wait::Handled;
+        }
+        if self.d.run.as_ref().is_some_and(|r| r.is_done()) {
+            let ran = self.d.finish_side();
+            m.handle(Input::SideDone { ran }, Instant::now());
+            return Wait::Handled;
+        }
+        Wait::Read(left)
+    }
+
+    fn finished(&mut self, _m: &mut machine::Session) -> Self::End {
+        Err(ClientError::Flow(
+            "internal error: the ntttcp session ended without saying how".into(),
+        ))
+    }
 }
 
 impl Driver<'_> {
@@ -213,57 +282,13 @@ impl Driver<'_> {
         observer: &mut dyn Observer,
         stop: &AtomicBool,
     ) -> Result<bool, ClientError> {
-        let mut told_stop = false;
-        loop {
-            while let Some(out) = m.poll_output() {
-                if let Output::End(how) = out {
-                    if let Some(run) = self.run.take() {
-                        run.abort();
-                        self.local.get_or_insert(run.wait());
-                    }
-                    self.show(observer);
-                    return how.map_err(|e| self.error(e));
-                }
-                if let Err(e) = self.act(m, out, observer) {
-                    m.handle(Input::Failed(e), Instant::now());
-                }
-            }
-            self.show(observer);
-            if !told_stop && stop.load(Ordering::Acquire) {
-                told_stop = true;
-                m.handle(Input::Interrupt, Instant::now());
-                continue;
-            }
-            if self.run.as_ref().is_some_and(|r| r.is_done()) {
-                let ran = self.finish_side();
-                m.handle(Input::SideDone { ran }, Instant::now());
-                continue;
-            }
-            self.read(m);
-            if m.timeout().is_some_and(|t| Instant::now() >= t) {
-                m.handle_timeout(Instant::now());
-            }
-        }
-    }
-
-    fn read(&mut self, m: &mut machine::Session) {
-        let wait = m
-            .timeout()
-            .map_or(Duration::from_millis(20), |t| {
-                t.saturating_duration_since(Instant::now())
-            })
-            .clamp(Duration::from_millis(1), Duration::from_millis(20));
-        if self.gone {
-            return std::thread::sleep(wait);
-        }
-        let input = match self.sync.read(wait) {
-            Received::Got(b) => Input::Bytes(b),
-            Received::Closed => Input::Closed,
-            Received::Nothing => return,
-            Received::Reset(e) | Received::Garbage(e) | Received::Failed(e) => Input::ReadFailed(e),
+        let mut c = Carried {
+            d: self,
+            observer,
+            stop,
+            told_stop: false,
         };
-        self.gone = !matches!(input, Input::Bytes(_));
-        m.handle(input, Instant::now());
+        hakaru_engine::drive::drive(m, &mut c)
     }
 
     /// Live intervals: this end's numbers only.

@@ -136,7 +136,7 @@ pub enum Received<T> {
     /// apart; a framed one reads it as closed).
     Reset(String),
     /// The peer broke the framing (framed only).
-    Garbage(String),
+    Garbage(ProtoError),
     /// The socket failed, in the system's words.
     Failed(String),
 }
@@ -166,7 +166,8 @@ impl Transport for ControlConn {
             Ok(Some(m)) => Received::Got(m),
             Ok(None) => Received::Nothing,
             Err(ControlError::Closed) => Received::Closed,
-            Err(ControlError::Proto(e)) => Received::Garbage(e.to_string()),
+            Err(ControlError::Proto(e)) => Received::Garbage(e),
+            Err(ControlError::Io(e)) => Received::Failed(e.to_string()),
             Err(e) => Received::Failed(e.to_string()),
         }
     }

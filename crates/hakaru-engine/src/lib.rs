@@ -9,6 +9,7 @@ pub mod connect;
 pub mod connect_server;
 pub mod control;
 pub mod counters;
+pub mod drive;
 pub mod framing;
 pub mod hist;
 pub mod http;

@@ -11,8 +11,6 @@ mod acl;
 mod budget;
 mod config;
 mod dispatch;
-#[cfg(fuzzing)]
-pub mod fuzzing;
 pub mod http;
 mod iperf3;
 mod limits;

@@ -19,7 +19,9 @@
 //! client can only ever open what its tests asked for.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
+
+pub use hakaru_session::limits::{Client, Prefixes};
 use std::sync::{Arc, Mutex};
 
 /// The limits and their defaults (docs/security.md).
@@ -56,54 +58,14 @@ impl Limits {
     /// The client `ip` belongs to: its network under the prefix lengths (IPv4-mapped IPv6
     /// addresses as IPv4).
     pub fn client_of(&self, ip: IpAddr) -> Client {
-        match ip.to_canonical() {
-            IpAddr::V4(v4) => {
-                let len = self.prefix_v4.min(32);
-                let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
-                Client {
-                    net: IpAddr::V4(Ipv4Addr::from(u32::from(v4) & mask)),
-                    len,
-                    full: 32,
-                }
-            }
-            IpAddr::V6(v6) => {
-                let len = self.prefix_v6.min(128);
-                let mask = u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0);
-                Client {
-                    net: IpAddr::V6(Ipv6Addr::from(u128::from(v6) & mask)),
-                    len,
-                    full: 128,
-                }
-            }
-        }
+        self.prefixes().client_of(ip)
     }
-}
 
-/// A client as the limits count it: an address, or a network of them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Client {
-    net: IpAddr,
-    len: u8,
-    full: u8,
-}
-
-impl Client {
-    /// "one address", or "one /64 network", for refusals.
-    fn one(&self) -> String {
-        if self.len == self.full {
-            "one address".into()
-        } else {
-            format!("one /{} network", self.len)
-        }
-    }
-}
-
-impl std::fmt::Display for Client {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.len == self.full {
-            write!(f, "{}", self.net)
-        } else {
-            write!(f, "{}/{}", self.net, self.len)
+    /// Which sources are one client.
+    pub fn prefixes(&self) -> Prefixes {
+        Prefixes {
+            v4: self.prefix_v4,
+            v6: self.prefix_v6,
         }
     }
 }

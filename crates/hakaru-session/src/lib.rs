@@ -1,8 +1,9 @@
 //! hakaru's control sessions as sans-IO state machines (after quinn-proto's `Connection`).
 //!
 //! A machine owns the protocol logic of one control session, and nothing else: no socket, no
-//! thread, no clock. Its driver (hakaru-server, hakaru-client) does the I/O and turns what
-//! happens into calls, all with the time of the event, `now`:
+//! thread, no clock. Its driver (one for all: `hakaru_engine::drive`, with a carrier per
+//! session in hakaru-server and hakaru-client) does the I/O and turns what happens into calls,
+//! all with the time of the event, `now`:
 //!
 //! - `handle(input, now)`: a decoded control message, the peer closing, a data path arriving,
 //!   the data plane's report, an answer the machine asked the driver for;

@@ -33,7 +33,7 @@ pub(super) fn run(
     let iface = tests
         .list
         .first()
-        .and_then(|t| t.conn.stream().local_addr().ok())
+        .and_then(|t| t.io.conn.stream().local_addr().ok())
         .and_then(|a| sys::interface_for_addr(a.ip()));
     let cfg = SideConfig::for_spec(End::Client, spec, opts.affinity.clone(), iface);
     let (tx, rx) = mpsc::channel::<IntervalSample>();

@@ -14,11 +14,13 @@ mod rr;
 
 use hakaru_session::Machine as _;
 use std::net::{SocketAddr, TcpStream};
+use std::ops::ControlFlow;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hakaru_engine::control::{RawConn, Received, Transport};
+use hakaru_engine::drive::{Carrier, Drive};
 use hakaru_engine::Observer;
 use hakaru_model::{Environment, RunResult, SideReport, TestSpec};
 use hakaru_proto::netperf::{OmniRequest, OmniResponse, OmniResults, MSG_LEN};
@@ -43,73 +45,84 @@ fn peer_note(name: &str, tests: usize) -> String {
     )
 }
 
-/// One netperf test: its control connection and session.
+/// One netperf test: its session, driven a turn at a time (a run's tests share a thread).
 struct Test {
     m: machine::Session,
+    io: Link,
+    drive: Drive,
+}
+
+/// One test's control connection and what its machine said.
+struct Link {
     conn: RawConn,
-    gone: bool,
     ready: Option<OmniResponse>,
     results: Option<OmniResults>,
     ended: Option<Result<(), machine::Error>>,
-    abort: bool,
+    /// The longest wait of the next turn.
+    wait: Duration,
 }
 
 impl Test {
     fn new(conn: TcpStream, req: &OmniRequest, passphrase: Option<&[u8]>) -> Test {
         Test {
             m: machine::Session::new(req, passphrase, Instant::now()),
-            conn: RawConn::new(conn, Duration::from_secs(5), MSG_LEN),
-            gone: false,
-            ready: None,
-            results: None,
-            ended: None,
-            abort: false,
+            io: Link {
+                conn: RawConn::new(conn, Duration::from_secs(5), MSG_LEN),
+                ready: None,
+                results: None,
+                ended: None,
+                wait: Duration::from_millis(1),
+            },
+            drive: Drive::new(),
         }
     }
 
-    /// Carries out what the machine says.
-    fn carry_out(&mut self) {
-        while let Some(out) = self.m.poll_output() {
-            match out {
-                // A write that fails is netserver gone: the next read says so.
-                Output::Send(b) => {
-                    let _ = self.conn.send(&b);
-                }
-                Output::Ready(r) => self.ready = Some(*r),
-                Output::AbortData => self.abort = true,
-                Output::Results(r) => self.results = Some(*r),
-                Output::End(how) => self.ended = Some(how),
-            }
-        }
-    }
-
-    /// Reads what arrives within `wait` and acts on it and on the machine's deadline.
+    /// One turn of the driver: reads what arrives within `wait` and acts on it and on the
+    /// machine's deadline.
     fn step(&mut self, wait: Duration) {
-        self.carry_out();
-        if self.m.is_done() {
-            return;
-        }
-        if self.gone {
-            std::thread::sleep(wait);
-        } else {
-            let input = match self.conn.read(wait) {
-                Received::Got(b) => Some(Input::Bytes(b)),
-                Received::Closed => Some(Input::Closed),
-                Received::Nothing => None,
-                Received::Reset(e) | Received::Garbage(e) | Received::Failed(e) => {
-                    Some(Input::ReadFailed(e))
-                }
-            };
-            if let Some(i) = input {
-                self.gone = !matches!(i, Input::Bytes(_));
-                self.m.handle(i, Instant::now());
-            }
-        }
-        if self.m.timeout().is_some_and(|t| Instant::now() >= t) {
-            self.m.handle_timeout(Instant::now());
-        }
-        self.carry_out();
+        self.io.wait = wait;
+        let _ = self.drive.turn(&mut self.m, &mut self.io);
     }
+}
+
+impl Carrier<machine::Session> for Link {
+    type Conn = RawConn;
+    type End = ();
+
+    fn conn(&mut self) -> &mut RawConn {
+        &mut self.conn
+    }
+
+    fn act(&mut self, _m: &mut machine::Session, out: Output) -> ControlFlow<()> {
+        match out {
+            // A write that fails is netserver gone: the next read says so.
+            Output::Send(b) => {
+                let _ = self.conn.send(&b);
+            }
+            Output::Ready(r) => self.ready = Some(*r),
+            // The run's loop stops the data plane once a test has ended in a failure.
+            Output::AbortData => {}
+            Output::Results(r) => self.results = Some(*r),
+            Output::End(how) => self.ended = Some(how),
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn input(&mut self, got: Received<Vec<u8>>) -> Option<Input> {
+        Some(match got {
+            Received::Got(b) => Input::Bytes(b),
+            Received::Closed => Input::Closed,
+            Received::Nothing => return None,
+            Received::Garbage(e) => Input::ReadFailed(e.to_string()),
+            Received::Reset(e) | Received::Failed(e) => Input::ReadFailed(e),
+        })
+    }
+
+    fn tick(&self) -> Duration {
+        self.wait
+    }
+
+    fn finished(&mut self, _m: &mut machine::Session) {}
 }
 
 /// The tests of one run, their server and what is said about them.
@@ -131,7 +144,7 @@ impl Tests {
             .map(|t| {
                 SocketAddr::new(
                     self.server.ip(),
-                    t.ready.as_ref().map_or(0, |r| r.data_port),
+                    t.io.ready.as_ref().map_or(0, |r| r.data_port),
                 )
             })
             .collect()
@@ -139,7 +152,7 @@ impl Tests {
 
     /// The first test that failed, as the client says it.
     fn failure(&self) -> Option<ClientError> {
-        self.list.iter().find_map(|t| match &t.ended {
+        self.list.iter().find_map(|t| match &t.io.ended {
             Some(Err(e)) => Some(self.error(e.clone())),
             _ => None,
         })
@@ -164,8 +177,8 @@ impl Tests {
         }
         let wait = Duration::from_millis((20 / self.list.len().max(1) as u64).max(1));
         // Bounded: each machine ends by its results or its results deadline.
-        while self.list.iter().any(|t| t.ended.is_none()) {
-            for t in self.list.iter_mut().filter(|t| t.ended.is_none()) {
+        while self.list.iter().any(|t| t.io.ended.is_none()) {
+            for t in self.list.iter_mut().filter(|t| t.io.ended.is_none()) {
                 t.step(wait);
             }
         }
@@ -175,7 +188,7 @@ impl Tests {
         Ok(self
             .list
             .iter_mut()
-            .map(|t| t.results.take().unwrap_or_default())
+            .map(|t| t.io.results.take().unwrap_or_default())
             .collect())
     }
 
@@ -329,10 +342,10 @@ fn set_up(
         let _ = conn.set_nodelay(true);
         let mut t = Test::new(conn, req, opts.netperf_passphrase.as_deref());
         // Bounded by the machine's response deadline.
-        while t.ready.is_none() && t.ended.is_none() {
+        while t.io.ready.is_none() && t.io.ended.is_none() {
             t.step(Duration::from_millis(50));
         }
-        if let Some(Err(e)) = t.ended.take() {
+        if let Some(Err(e)) = t.io.ended.take() {
             return Err(tests.error(e));
         }
         tests.list.push(t);

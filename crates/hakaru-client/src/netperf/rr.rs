@@ -26,7 +26,7 @@ fn iface(tests: &Tests) -> Option<String> {
     tests
         .list
         .first()
-        .and_then(|t| t.conn.stream().local_addr().ok())
+        .and_then(|t| t.io.conn.stream().local_addr().ok())
         .and_then(|a| sys::interface_for_addr(a.ip()))
 }
 

@@ -15,11 +15,13 @@
 
 use hakaru_session::Machine as _;
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
+use std::ops::ControlFlow;
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hakaru_engine::control::{RawConn, Received, Transport};
+use hakaru_engine::drive::{drive, Carrier, Wait};
 use hakaru_engine::sockopt::{apply_tcp_options, apply_udp_options};
 use hakaru_engine::sys;
 use hakaru_engine::tcp::{FlowSocket, Payload, SideConfig, SideRun};
@@ -160,9 +162,9 @@ pub(crate) fn accept(
         side_done: false,
         report: None,
         samples: Arc::new(Mutex::new(Vec::new())),
-        gone: false,
+        told_shutdown: false,
     };
-    d.drive(&mut m);
+    drive(&mut m, &mut d);
     ctx.registry.remove(&d.cookie);
     ctx.iperf3.end(&d.cookie);
 }
@@ -212,45 +214,53 @@ struct Driver<'a> {
     side_done: bool,
     report: Option<hakaru_model::SideReport>,
     samples: Samples,
-    /// The control connection is closed or failed.
-    gone: bool,
+    /// The machine has heard of the server's shutdown.
+    told_shutdown: bool,
 }
 
 /// What failed on the server, with the i_errno the client hears.
 type Failure = (i32, String);
 
-impl Driver<'_> {
-    fn drive(&mut self, m: &mut machine::Session) {
-        let mut told_shutdown = false;
-        loop {
-            while let Some(out) = m.poll_output() {
-                if let machine::Output::End(how) = out {
-                    return self.finish(how);
-                }
-                if let Err((code, why)) = self.act(m, out) {
-                    m.handle(machine::Input::Failed(code, why), Instant::now());
-                }
-            }
-            if !told_shutdown && self.ctx.shutdown.load(Ordering::Acquire) {
-                told_shutdown = true;
-                m.handle(machine::Input::Shutdown, Instant::now());
-                continue;
-            }
-            self.wait(m);
-            if m.timeout().is_some_and(|t| Instant::now() >= t) {
-                m.handle_timeout(Instant::now());
-            }
-        }
+impl Carrier<machine::Session> for Driver<'_> {
+    type Conn = RawConn;
+    type End = ();
+
+    fn conn(&mut self) -> &mut RawConn {
+        &mut self.ctl
     }
 
-    /// Waits for the next event, no longer than the machine's next deadline.
-    fn wait(&mut self, m: &mut machine::Session) {
-        let left = m
-            .timeout()
-            .map_or(Duration::from_millis(100), |t| {
-                t.saturating_duration_since(Instant::now())
-            })
-            .min(Duration::from_millis(100));
+    fn act(&mut self, m: &mut machine::Session, out: machine::Output) -> ControlFlow<()> {
+        if let machine::Output::End(how) = out {
+            self.finish(how);
+            return ControlFlow::Break(());
+        }
+        if let Err((code, why)) = self.carry(m, out) {
+            m.handle(machine::Input::Failed(code, why), Instant::now());
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn input(&mut self, got: Received<Vec<u8>>) -> Option<machine::Input> {
+        Some(match got {
+            Received::Got(b) => machine::Input::Bytes(b),
+            Received::Nothing => return None,
+            Received::Closed | Received::Reset(_) => machine::Input::Closed,
+            Received::Garbage(e) => machine::Input::ReadFailed(format!("control connection: {e}")),
+            Received::Failed(e) => machine::Input::ReadFailed(format!("control connection: {e}")),
+        })
+    }
+
+    fn tick(&self) -> Duration {
+        Duration::from_millis(100)
+    }
+
+    /// The server's shutdown, arriving data streams, the data plane's end.
+    fn event(&mut self, m: &mut machine::Session, left: Duration) -> Wait {
+        if !self.told_shutdown && self.ctx.shutdown.load(Ordering::Acquire) {
+            self.told_shutdown = true;
+            m.handle(machine::Input::Shutdown, Instant::now());
+            return Wait::Handled;
+        }
         if let Some(rx) = &self.rx {
             let mut next = rx.recv_timeout(left.min(Duration::from_millis(50))).ok();
             while let Some(c) = next.take() {
@@ -258,40 +268,29 @@ impl Driver<'_> {
                     Ok(true) => m.handle(machine::Input::StreamArrived, Instant::now()),
                     Ok(false) => {}
                     Err((code, why)) => {
-                        return m.handle(machine::Input::Failed(code, why), Instant::now())
+                        m.handle(machine::Input::Failed(code, why), Instant::now());
+                        return Wait::Handled;
                     }
                 }
                 next = self.rx.as_ref().and_then(|rx| rx.try_recv().ok());
             }
-            return self.read(m, Duration::ZERO);
+            return Wait::Read(Duration::ZERO);
         }
         if let Some(run) = &self.run {
             if !self.side_done && run.is_done() {
                 self.side_done = true;
                 let error = run.first_error();
-                return m.handle(machine::Input::SideDone { error }, Instant::now());
+                m.handle(machine::Input::SideDone { error }, Instant::now());
+                return Wait::Handled;
             }
         }
-        self.read(m, left);
+        Wait::Read(left)
     }
 
-    fn read(&mut self, m: &mut machine::Session, wait: Duration) {
-        if self.gone {
-            std::thread::sleep(wait);
-            return;
-        }
-        let input = match self.ctl.read(wait) {
-            Received::Got(b) => machine::Input::Bytes(b),
-            Received::Nothing => return,
-            Received::Closed | Received::Reset(_) => machine::Input::Closed,
-            Received::Garbage(e) | Received::Failed(e) => {
-                machine::Input::ReadFailed(format!("control connection: {e}"))
-            }
-        };
-        self.gone = !matches!(input, machine::Input::Bytes(_));
-        m.handle(input, Instant::now());
-    }
+    fn finished(&mut self, _m: &mut machine::Session) {}
+}
 
+impl Driver<'_> {
     /// A data stream from the registry: `Ok(true)` when it is one of the test's.
     fn take_stream(&mut self, c: DataConn) -> Result<bool, Failure> {
         let udp = self.plan.as_ref().is_some_and(|p| p.udp);
@@ -320,7 +319,7 @@ impl Driver<'_> {
     }
 
     /// Carries out one output of the machine.
-    fn act(&mut self, m: &mut machine::Session, out: machine::Output) -> Result<(), Failure> {
+    fn carry(&mut self, m: &mut machine::Session, out: machine::Output) -> Result<(), Failure> {
         use machine::Output as O;
         match out {
             // A write that fails is the client gone: the next read says so.

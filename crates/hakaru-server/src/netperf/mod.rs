@@ -24,12 +24,14 @@ pub(crate) use sink::UdpSink;
 use hakaru_session::Machine as _;
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use hakaru_engine::control::{RawConn, Received, Transport};
+use hakaru_engine::drive::{drive, Carrier, Wait};
 use hakaru_proto::netperf::{OmniRequest, OmniResponse};
 use hakaru_session::netperf::server::{self as machine, errno, Ending, Input, Output};
 use socket2::{Domain, Protocol, Socket, Type};
@@ -202,6 +204,7 @@ fn spawn_session(ctx: &Arc<Ctx>, stream: TcpStream, peer: SocketAddr, slot: Slot
                 peer,
                 pending: None,
                 running: None,
+                told_shutdown: false,
             };
             d.serve();
         });
@@ -250,6 +253,61 @@ struct Driver<'a> {
     peer: SocketAddr,
     pending: Option<Pending>,
     running: Option<Running>,
+    /// The machine has heard of the server's shutdown.
+    told_shutdown: bool,
+}
+
+impl Carrier<machine::Session> for Driver<'_> {
+    type Conn = RawConn;
+    type End = ();
+
+    fn conn(&mut self) -> &mut RawConn {
+        &mut self.ctl
+    }
+
+    fn act(&mut self, m: &mut machine::Session, out: Output) -> ControlFlow<()> {
+        if let Some(input) = self.carry(out) {
+            m.handle(input, Instant::now());
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn input(&mut self, got: Received<Vec<u8>>) -> Option<Input> {
+        Some(match got {
+            Received::Got(b) => Input::Bytes(b),
+            Received::Closed => Input::PeerClosed,
+            Received::Nothing => return None,
+            Received::Garbage(e) => Input::ReadFailed(e.to_string()),
+            Received::Reset(e) | Received::Failed(e) => Input::ReadFailed(e),
+        })
+    }
+
+    fn tick(&self) -> Duration {
+        if self.running.is_some() {
+            RUNNING_TICK
+        } else {
+            IDLE_TICK
+        }
+    }
+
+    /// The server's shutdown, the data phase's end.
+    fn event(&mut self, m: &mut machine::Session, left: Duration) -> Wait {
+        if !self.told_shutdown && self.ctx.shutdown.load(Ordering::Acquire) {
+            self.told_shutdown = true;
+            m.handle(Input::Shutdown, Instant::now());
+            return Wait::Handled;
+        }
+        match self.data_result() {
+            Some(done) => {
+                m.handle(done, Instant::now());
+                Wait::Handled
+            }
+            None => Wait::Read(left),
+        }
+    }
+
+    /// The machine's end has been carried out (its `End` output): nothing is left.
+    fn finished(&mut self, _m: &mut machine::Session) {}
 }
 
 impl Driver<'_> {
@@ -262,43 +320,7 @@ impl Driver<'_> {
         };
         let mut m = machine::Session::new(cfg, Instant::now());
         // Bounded: every phase of the machine has a deadline, and it ends the session.
-        loop {
-            while let Some(out) = m.poll_output() {
-                if let Some(input) = self.act(out) {
-                    m.handle(input, Instant::now());
-                }
-            }
-            if m.is_done() {
-                return;
-            }
-            if self.ctx.shutdown.load(Ordering::Acquire) {
-                m.handle(Input::Shutdown, Instant::now());
-                continue;
-            }
-            let tick = if self.running.is_some() {
-                RUNNING_TICK
-            } else {
-                IDLE_TICK
-            };
-            let input = match self.ctl.read(tick) {
-                Received::Got(b) => Some(Input::Bytes(b)),
-                Received::Closed => Some(Input::PeerClosed),
-                Received::Nothing => None,
-                Received::Reset(e) | Received::Garbage(e) | Received::Failed(e) => {
-                    Some(Input::ReadFailed(e))
-                }
-            };
-            if let Some(i) = input {
-                m.handle(i, Instant::now());
-            }
-            if let Some(done) = self.data_result() {
-                m.handle(done, Instant::now());
-            }
-            let now = Instant::now();
-            if m.timeout().is_some_and(|t| now >= t) {
-                m.handle_timeout(now);
-            }
-        }
+        drive(&mut m, self);
     }
 
     /// The data phase's end, once it has come.
@@ -330,7 +352,7 @@ impl Driver<'_> {
     }
 
     /// Carries out one output; gives the machine's answer when there is one.
-    fn act(&mut self, out: Output) -> Option<Input> {
+    fn carry(&mut self, out: Output) -> Option<Input> {
         match out {
             Output::Send(bytes) => self
                 .ctl

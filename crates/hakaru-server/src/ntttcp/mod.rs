@@ -41,18 +41,9 @@ use crate::accept::{is_idle, AcceptErrors};
 use crate::limits::Slot;
 use crate::Ctx;
 
-mod front;
-#[cfg(any(test, fuzzing))]
-mod script;
 mod session;
 
-pub(crate) use front::{Front, Start};
-
-/// The fuzz target `ntttcp_groups` (`script`).
-#[cfg(fuzzing)]
-pub(crate) fn fuzz_groups(data: &[u8]) {
-    script::run(data);
-}
+pub(crate) use hakaru_session::ntttcp::front::{Front, Start};
 
 /// Longest wait for a connection before the accept loop looks at the shutdown flag.
 const ACCEPT_WAIT: Duration = Duration::from_millis(200);
@@ -126,7 +117,7 @@ impl NtttcpPorts {
                 multi,
                 ctx.cfg.ntttcp_max_conns as usize,
                 ctx.cfg.max_flows as usize,
-                ctx.cfg.limits,
+                ctx.cfg.limits.prefixes(),
             ),
             data: self.data,
             taking: Mutex::new(()),

@@ -2,8 +2,10 @@
 //! for the sender that starts the test, the engine that counts the group's connections.
 
 use hakaru_engine::control::{RawConn, Received, Transport};
+use hakaru_engine::drive::{drive, Carrier, Wait};
 use hakaru_session::Machine as _;
 use std::net::{SocketAddr, TcpStream};
+use std::ops::ControlFlow;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -57,10 +59,10 @@ pub(super) fn spawn(ctx: Arc<Ctx>, shared: Arc<Shared>, s: TcpStream, peer: Sock
                 side_done: false,
                 report: None,
                 started: Instant::now(),
-                gone: false,
+                told_shutdown: false,
             };
             let mut m = machine::Session::new(Instant::now());
-            d.drive(&mut m);
+            drive(&mut m, &mut d);
             if let Some(g) = d.group {
                 shared.front.leave(g);
             }
@@ -93,36 +95,50 @@ struct Driver<'a> {
     side_done: bool,
     report: Option<SideReport>,
     started: Instant,
-    /// The sync connection is closed or failed.
-    gone: bool,
+    /// The machine has heard of the server's shutdown.
+    told_shutdown: bool,
 }
 
-impl Driver<'_> {
-    fn drive(&mut self, m: &mut machine::Session) {
-        let mut told_shutdown = false;
-        loop {
-            while let Some(out) = m.poll_output() {
-                if let Output::End(how) = out {
-                    return self.finish(how);
-                }
-                if let Err(why) = self.act(m, out) {
-                    m.handle(Input::Failed(why), Instant::now());
-                }
-            }
-            if !told_shutdown && self.ctx.shutdown.load(Ordering::Acquire) {
-                told_shutdown = true;
-                m.handle(Input::Shutdown, Instant::now());
-                continue;
-            }
-            self.wait(m);
-            if m.timeout().is_some_and(|t| Instant::now() >= t) {
-                m.handle_timeout(Instant::now());
-            }
-        }
+impl Carrier<machine::Session> for Driver<'_> {
+    type Conn = RawConn;
+    type End = ();
+
+    fn conn(&mut self) -> &mut RawConn {
+        &mut self.s
     }
 
-    /// Waits for the next event, no longer than the machine's next deadline.
-    fn wait(&mut self, m: &mut machine::Session) {
+    fn act(&mut self, m: &mut machine::Session, out: Output) -> ControlFlow<()> {
+        if let Output::End(how) = out {
+            self.finish(how);
+            return ControlFlow::Break(());
+        }
+        if let Err(why) = self.carry(m, out) {
+            m.handle(Input::Failed(why), Instant::now());
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn input(&mut self, got: Received<Vec<u8>>) -> Option<Input> {
+        Some(match got {
+            Received::Got(b) => Input::Bytes(b),
+            Received::Closed => Input::Closed,
+            Received::Nothing => return None,
+            Received::Garbage(e) => Input::ReadFailed(e.to_string()),
+            Received::Reset(e) | Received::Failed(e) => Input::ReadFailed(e),
+        })
+    }
+
+    fn tick(&self) -> Duration {
+        TICK
+    }
+
+    /// The server's shutdown, the group's verdict, the data plane's end.
+    fn event(&mut self, m: &mut machine::Session, left: Duration) -> Wait {
+        if !self.told_shutdown && self.ctx.shutdown.load(Ordering::Acquire) {
+            self.told_shutdown = true;
+            m.handle(Input::Shutdown, Instant::now());
+            return Wait::Handled;
+        }
         if m.is_waiting() {
             if let Some(v) = self.group.and_then(|g| self.shared.front.verdict(g)) {
                 let input = match v {
@@ -131,35 +147,27 @@ impl Driver<'_> {
                         Input::Refused(format!("the last sender's test was refused: {why}"))
                     }
                 };
-                return m.handle(input, Instant::now());
+                m.handle(input, Instant::now());
+                return Wait::Handled;
             }
         }
         if let Some(run) = &self.run {
             if !self.side_done && run.is_done() {
                 self.side_done = true;
                 let error = run.first_error();
-                return m.handle(Input::SideDone { error }, Instant::now());
+                m.handle(Input::SideDone { error }, Instant::now());
+                return Wait::Handled;
             }
         }
-        let left = m
-            .timeout()
-            .map_or(TICK, |t| t.saturating_duration_since(Instant::now()))
-            .clamp(Duration::from_millis(1), TICK);
-        if self.gone {
-            return std::thread::sleep(left);
-        }
-        let input = match self.s.read(left) {
-            Received::Got(b) => Input::Bytes(b),
-            Received::Closed => Input::Closed,
-            Received::Nothing => return,
-            Received::Reset(e) | Received::Garbage(e) | Received::Failed(e) => Input::ReadFailed(e),
-        };
-        self.gone = !matches!(input, Input::Bytes(_));
-        m.handle(input, Instant::now());
+        Wait::Read(left)
     }
 
+    fn finished(&mut self, _m: &mut machine::Session) {}
+}
+
+impl Driver<'_> {
     /// Carries out one output of the machine.
-    fn act(&mut self, m: &mut machine::Session, out: Output) -> Result<(), String> {
+    fn carry(&mut self, m: &mut machine::Session, out: Output) -> Result<(), String> {
         match out {
             // A write that fails is the sender gone: the next read says so.
             Output::Send(w) => {

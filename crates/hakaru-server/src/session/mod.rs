@@ -5,6 +5,7 @@
 
 use hakaru_session::Machine as _;
 use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::ops::ControlFlow;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -12,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use hakaru_engine::connect::Usage;
 use hakaru_engine::connect_server::{ConnectServer, ConnectServerConfig};
-use hakaru_engine::control::{ControlConn, Received, Transport as _};
+use hakaru_engine::control::{ControlConn, Received};
+use hakaru_engine::drive::{drive, Carrier, Wait};
 use hakaru_engine::ping::{Echo, PingFlow, PingSocket};
 use hakaru_engine::sys;
 use hakaru_engine::tcp::{SideConfig, SideRun};
@@ -83,8 +85,8 @@ struct Driver<'a> {
     side: Side,
     /// The latency probes' path and echo (`--latency-probe`).
     probe: Option<probe::ProbePath>,
-    /// The control connection is closed or failed: nothing more to read.
-    gone: bool,
+    /// The machine has heard of the server's shutdown.
+    told_shutdown: bool,
     strays_before: u64,
     /// The end's log line, once the data plane has reported.
     summary: String,
@@ -151,49 +153,56 @@ pub(crate) fn control(ctx: &Ctx, o: Opening) {
         test: None,
         side: Side::None,
         probe: None,
-        gone: false,
+        told_shutdown: false,
         strays_before: 0,
         summary: String::new(),
         refused: false,
         collecting: false,
         baseline: None,
     };
-    d.run(&mut machine);
+    drive(&mut machine, &mut d);
 }
 
-impl Driver<'_> {
-    fn run(&mut self, m: &mut Session) {
-        let mut told_shutdown = false;
-        loop {
-            while let Some(out) = m.poll_output() {
-                if let Output::End(how) = out {
-                    return self.finish(m, how);
-                }
-                if let Err(why) = self.act(m, out) {
-                    m.handle(Input::Failed(why), Instant::now());
-                }
-            }
-            if !told_shutdown && self.ctx.shutdown.load(Ordering::Acquire) {
-                told_shutdown = true;
-                m.handle(Input::Shutdown, Instant::now());
-                continue;
-            }
-            self.wait(m);
-            if m.timeout().is_some_and(|t| Instant::now() >= t) {
-                m.handle_timeout(Instant::now());
-            }
-        }
+impl Carrier<Session> for Driver<'_> {
+    type Conn = ControlConn;
+    type End = ();
+
+    fn conn(&mut self) -> &mut ControlConn {
+        &mut self.conn
     }
 
-    /// Waits for the next event (a message, a data path, the data plane's end) no longer than
-    /// the machine's next deadline, and hands it over.
-    fn wait(&mut self, m: &mut Session) {
-        let left = m
-            .timeout()
-            .map_or(Duration::from_millis(100), |t| {
-                t.saturating_duration_since(Instant::now())
-            })
-            .min(Duration::from_millis(100));
+    fn act(&mut self, m: &mut Session, out: Output) -> ControlFlow<()> {
+        if let Output::End(how) = out {
+            self.finish(m, how);
+            return ControlFlow::Break(());
+        }
+        if let Err(why) = self.carry(m, out) {
+            m.handle(Input::Failed(why), Instant::now());
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn input(&mut self, got: Received<Message>) -> Option<Input> {
+        Some(match got {
+            Received::Got(msg) => Input::Message(msg),
+            Received::Nothing => return None,
+            Received::Closed | Received::Reset(_) => Input::Closed,
+            Received::Garbage(e) => Input::Garbage(e.to_string()),
+            Received::Failed(e) => Input::ReadFailed(format!("control connection: {e}")),
+        })
+    }
+
+    fn tick(&self) -> Duration {
+        Duration::from_millis(100)
+    }
+
+    /// The server's shutdown, a data path, the data plane's end, a failed echo.
+    fn event(&mut self, m: &mut Session, left: Duration) -> Wait {
+        if !self.told_shutdown && self.ctx.shutdown.load(Ordering::Acquire) {
+            self.told_shutdown = true;
+            m.handle(Input::Shutdown, Instant::now());
+            return Wait::Handled;
+        }
         if let (Side::Paths(paths), Some(test), true) =
             (&mut self.side, &self.test, self.collecting)
         {
@@ -215,7 +224,10 @@ impl Driver<'_> {
                 match taken {
                     Ok(Some(flow)) => m.handle(Input::PathArrived { flow }, Instant::now()),
                     Ok(None) => {}
-                    Err(why) => return m.handle(Input::Failed(why), Instant::now()),
+                    Err(why) => {
+                        m.handle(Input::Failed(why), Instant::now());
+                        return Wait::Handled;
+                    }
                 }
                 next = test.rx.try_recv().ok();
             }
@@ -225,7 +237,7 @@ impl Driver<'_> {
             } else {
                 Duration::ZERO
             };
-            return self.read(m, wait);
+            return Wait::Read(wait);
         }
         // An echo whose peer stopped reading its replies (a latency test's flow, or the
         // latency probes of a bulk test) fails the test within its stall timeout.
@@ -237,33 +249,23 @@ impl Driver<'_> {
         }
         .or_else(|| self.probe.as_ref().and_then(probe::ProbePath::failed));
         if let Some(why) = echo_failed {
-            return m.handle(Input::Failed(why), Instant::now());
+            m.handle(Input::Failed(why), Instant::now());
+            return Wait::Handled;
         }
         if matches!(&self.side, Side::Running(run) if run.is_done()) {
             if let Side::Running(run) = std::mem::replace(&mut self.side, Side::None) {
                 let report = self.report(run, m.spec());
-                return m.handle(Input::SideDone(Box::new(report)), Instant::now());
+                m.handle(Input::SideDone(Box::new(report)), Instant::now());
+                return Wait::Handled;
             }
         }
-        self.read(m, left);
+        Wait::Read(left)
     }
 
-    fn read(&mut self, m: &mut Session, wait: Duration) {
-        if self.gone {
-            std::thread::sleep(wait);
-            return;
-        }
-        let input = match self.conn.read(wait) {
-            Received::Got(msg) => Input::Message(msg),
-            Received::Nothing => return,
-            Received::Closed | Received::Reset(_) => Input::Closed,
-            Received::Garbage(e) => Input::Garbage(e),
-            Received::Failed(e) => Input::ReadFailed(e),
-        };
-        self.gone = matches!(input, Input::Closed | Input::ReadFailed(_));
-        m.handle(input, Instant::now());
-    }
+    fn finished(&mut self, _m: &mut Session) {}
+}
 
+impl Driver<'_> {
     fn send(&self, mut msg: Message) -> Result<(), String> {
         // The clock as the answer leaves: the client times the exchange around it.
         if let Message::AuthOk {
@@ -283,7 +285,7 @@ impl Driver<'_> {
 
     /// Carries out one output. An error is something that failed on the server; the machine
     /// tells the client and ends the test.
-    fn act(&mut self, m: &mut Session, out: Output) -> Result<(), String> {
+    fn carry(&mut self, m: &mut Session, out: Output) -> Result<(), String> {
         match out {
             Output::SendRaw(bytes) => {
                 let mut w = self

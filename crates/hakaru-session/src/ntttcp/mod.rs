@@ -2,6 +2,11 @@
 //! machines.
 
 pub mod client;
+pub mod front;
+/// The model-checked script of [`front`] (its unit test here, and the fuzz target
+/// `ntttcp_groups`, which compiles this file into itself).
+#[cfg(test)]
+mod script;
 pub mod server;
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use std::time::Duration;
 use hakaru_proto::ntttcp::MAX_SENDERS;
 
 use super::front::{Front, Start};
-use crate::limits::{Client, Limits};
+use crate::limits::{Client, Prefixes};
 
 /// A group as the model sees it.
 struct Group {
@@ -28,7 +28,7 @@ struct Model {
     multi: bool,
     per_sender: usize,
     max_conns: usize,
-    limits: Limits,
+    prefixes: Prefixes,
     groups: Vec<Group>,
     /// Sync sessions in a group: (group id, address).
     senders: Vec<(u64, IpAddr)>,
@@ -40,7 +40,7 @@ impl Model {
     }
 
     fn join(&mut self, f: &Front<u32>, ip: IpAddr) {
-        let client = self.limits.client_of(ip);
+        let client = self.prefixes.client_of(ip);
         let got = f.join(ip);
         let busy = if self.multi {
             self.groups.first().is_some_and(|g| g.running)
@@ -77,7 +77,7 @@ impl Model {
     }
 
     fn place(&mut self, f: &Front<u32>, ip: IpAddr, conn: u32) {
-        let client = self.limits.client_of(ip);
+        let client = self.prefixes.client_of(ip);
         let (per_sender, max_conns) = (self.per_sender, self.max_conns);
         let got = f.place(ip, conn);
         let room = self
@@ -147,23 +147,23 @@ impl Model {
 
 /// Runs the script `data` (see the module's comment); panics when the front and the model
 /// disagree.
-pub(crate) fn run(data: &[u8]) {
+pub fn run(data: &[u8]) {
     let Some(([setup, sizes], script)) = data.split_first_chunk::<2>() else {
         return;
     };
-    let limits = Limits {
-        prefix_v4: if setup & 2 != 0 { 24 } else { 32 },
-        ..Limits::default()
+    let prefixes = Prefixes {
+        v4: if setup & 2 != 0 { 24 } else { 32 },
+        ..Prefixes::default()
     };
     let mut m = Model {
         multi: setup & 1 != 0,
         per_sender: 1 + usize::from(sizes & 3),
         max_conns: 1 + usize::from((sizes >> 2) & 7),
-        limits,
+        prefixes,
         groups: Vec::new(),
         senders: Vec::new(),
     };
-    let f: Front<u32> = Front::new(m.multi, m.per_sender, m.max_conns, limits);
+    let f: Front<u32> = Front::new(m.multi, m.per_sender, m.max_conns, prefixes);
     let v6 = setup & 4 != 0;
     let mut next = 0u32;
     for (k, step) in script.chunks(2).enumerate() {

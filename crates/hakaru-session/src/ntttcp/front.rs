@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use hakaru_proto::ntttcp::MAX_SENDERS;
 
-use crate::limits::{Client, Limits};
+use crate::limits::{Client, Prefixes};
 
 /// The senders of one test and the data connections that arrived for it.
 struct Group<C> {
@@ -36,20 +36,20 @@ struct Group<C> {
 }
 
 /// What the sync sessions share: the groups, and the data connections each has gathered.
-pub(crate) struct Front<C> {
+pub struct Front<C> {
     multi: bool,
     /// Data connections one sender may bring (`--ntttcp-max-conns`).
     per_sender: usize,
     /// Data connections one test may have (`--max-flows`).
     max_conns: usize,
     /// Who is one client.
-    limits: Limits,
+    prefixes: Prefixes,
     groups: Mutex<Vec<Group<C>>>,
     next_group: AtomicU64,
 }
 
 /// The answer to a sender's 'R' or 'L'.
-pub(crate) enum Start<C> {
+pub enum Start<C> {
     /// Run the test on these connections (this session owns the data plane).
     Own(Vec<C>),
     /// Wait for the last sender.
@@ -59,19 +59,19 @@ pub(crate) enum Start<C> {
 }
 
 impl<C> Front<C> {
-    pub(crate) fn new(multi: bool, per_sender: usize, max_conns: usize, limits: Limits) -> Self {
+    pub fn new(multi: bool, per_sender: usize, max_conns: usize, prefixes: Prefixes) -> Self {
         Front {
             multi,
             per_sender: per_sender.clamp(1, max_conns.max(1)),
             max_conns: max_conns.max(1),
-            limits,
+            prefixes,
             groups: Mutex::new(Vec::new()),
             next_group: AtomicU64::new(1),
         }
     }
 
     /// Data connections one sender may bring.
-    pub(crate) fn per_sender(&self) -> usize {
+    pub fn per_sender(&self) -> usize {
         self.per_sender
     }
 
@@ -80,8 +80,8 @@ impl<C> Front<C> {
     }
 
     /// Puts a sender from `ip` in a group: `Some(group id)`, or `None` when busy.
-    pub(crate) fn join(&self, ip: IpAddr) -> Option<u64> {
-        let client = self.limits.client_of(ip);
+    pub fn join(&self, ip: IpAddr) -> Option<u64> {
+        let client = self.prefixes.client_of(ip);
         let multi = self.multi;
         self.with(|groups| {
             if multi {
@@ -115,8 +115,8 @@ impl<C> Front<C> {
     }
 
     /// The cycle a sender of group `id` gets for its proposal.
-    pub(crate) fn negotiate(&self, id: u64, proposed: i32, max: Option<Duration>) -> i32 {
-        let mine = hakaru_session::ntttcp::server::negotiate(proposed, max);
+    pub fn negotiate(&self, id: u64, proposed: i32, max: Option<Duration>) -> i32 {
+        let mine = super::server::negotiate(proposed, max);
         if !self.multi {
             return mine;
         }
@@ -129,7 +129,7 @@ impl<C> Front<C> {
 
     /// A sender of group `id` asks to start (`last`: with 'L'). `admit` takes the test's
     /// budget for the connections gathered; its refusal refuses every waiting sender.
-    pub(crate) fn start(
+    pub fn start(
         &self,
         id: u64,
         last: bool,
@@ -176,7 +176,7 @@ impl<C> Front<C> {
     }
 
     /// For a waiting sender of group `id`: the last sender's verdict, once there is one.
-    pub(crate) fn verdict(&self, id: u64) -> Option<Result<(), String>> {
+    pub fn verdict(&self, id: u64) -> Option<Result<(), String>> {
         self.with(|groups| {
             groups
                 .iter()
@@ -188,7 +188,7 @@ impl<C> Front<C> {
 
     /// A sync session of group `id` ended; the last one out removes the group (and closes
     /// connections nobody took).
-    pub(crate) fn leave(&self, id: u64) {
+    pub fn leave(&self, id: u64) {
         let _ = self.with(|groups| {
             if let Some(g) = groups.iter_mut().find(|g| g.id == id) {
                 g.senders = g.senders.saturating_sub(1);
@@ -200,8 +200,8 @@ impl<C> Front<C> {
     /// A data connection from `ip`: kept for the group of its client if that group is
     /// gathering and has room (`--ntttcp-max-conns` per sender, `--max-flows` in all);
     /// otherwise handed back with why.
-    pub(crate) fn place(&self, ip: IpAddr, conn: C) -> Result<(), (String, C)> {
-        let client = self.limits.client_of(ip);
+    pub fn place(&self, ip: IpAddr, conn: C) -> Result<(), (String, C)> {
+        let client = self.prefixes.client_of(ip);
         let (per_sender, max_conns) = (self.per_sender, self.max_conns);
         let mut conn = Some(conn);
         let refused = self.with(|groups| {
@@ -231,10 +231,9 @@ impl<C> Front<C> {
         }
     }
 
-    /// Groups and the connections they hold now: (groups, connections); for the script that
-    /// checks them against a model.
-    #[cfg(any(test, fuzzing))]
-    pub(crate) fn held(&self) -> (usize, usize) {
+    /// Groups and the connections they hold now: (groups, connections); what the script that
+    /// checks them against a model reads.
+    pub fn held(&self) -> (usize, usize) {
         self.with(|groups| (groups.len(), groups.iter().map(|g| g.conns.len()).sum()))
             .unwrap_or((0, 0))
     }
@@ -245,7 +244,7 @@ mod tests {
     use super::*;
 
     fn front(multi: bool) -> Front<u32> {
-        Front::new(multi, 3, 8, Limits::default())
+        Front::new(multi, 3, 8, Prefixes::default())
     }
 
     const A: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 1));
@@ -320,7 +319,7 @@ mod tests {
             "the last sender out closes what nobody took"
         );
         // A client is a network when the limits say so: an IPv6 /64 is one sender.
-        let f: Front<u32> = Front::new(false, 2, 8, Limits::default());
+        let f: Front<u32> = Front::new(false, 2, 8, Prefixes::default());
         let v6 = |s: &str| s.parse::<IpAddr>().unwrap();
         assert!(f.join(v6("2001:db8::1")).is_some());
         assert_eq!(f.join(v6("2001:db8::2")), None, "one /64 is one client");
