@@ -112,6 +112,35 @@ pub fn drive<M: Machine, C: Carrier<M>>(m: &mut M, c: &mut C) -> C::End {
     Drive::new().run(m, c)
 }
 
+/// How a machine that reads raw bytes hears of a reset connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnReset {
+    /// As the peer closing (iperf3's machines).
+    Close,
+    /// As a failed read, in the system's words (netperf's and ntttcp's).
+    Fail,
+}
+
+/// One read of a raw control connection as a machine's input: its bytes, the peer closing, or
+/// a failed read in the system's words (`None` for silence). For the iperf3, netperf and ntttcp
+/// carriers' [`Carrier::input`].
+pub fn raw_input<I>(
+    got: Received<Vec<u8>>,
+    reset: OnReset,
+    bytes: impl FnOnce(Vec<u8>) -> I,
+    closed: impl FnOnce() -> I,
+    failed: impl FnOnce(String) -> I,
+) -> Option<I> {
+    Some(match got {
+        Received::Got(b) => bytes(b),
+        Received::Nothing => return None,
+        Received::Closed => closed(),
+        Received::Reset(_) if reset == OnReset::Close => closed(),
+        Received::Reset(e) | Received::Failed(e) => failed(e),
+        Received::Garbage(e) => failed(e.to_string()),
+    })
+}
+
 /// Carries out the machine's outputs, in order; `Break` once the session is over.
 pub fn carry_out<M: Machine, C: Carrier<M>>(m: &mut M, c: &mut C) -> ControlFlow<C::End> {
     while let Some(out) = m.poll_output() {
@@ -265,5 +294,34 @@ mod tests {
         let (_c, s) = pair();
         let (mut m, mut io) = session(s, Some(Instant::now() + Duration::from_millis(50)));
         assert_eq!(drive(&mut m, &mut io), "deadline");
+    }
+
+    /// A reset reads as a close or as a failure, as the machine takes it; broken framing and a
+    /// failed socket as a failure in the system's words; silence as nothing.
+    #[test]
+    fn raw_reads_become_the_machines_inputs() {
+        #[derive(Debug, PartialEq)]
+        enum In {
+            Bytes(Vec<u8>),
+            Closed,
+            Failed(String),
+        }
+        let map = |got, reset| raw_input(got, reset, In::Bytes, || In::Closed, In::Failed);
+        assert_eq!(
+            map(Received::Got(b"x".to_vec()), OnReset::Fail),
+            Some(In::Bytes(b"x".to_vec()))
+        );
+        assert_eq!(map(Received::Nothing, OnReset::Fail), None);
+        assert_eq!(map(Received::Closed, OnReset::Fail), Some(In::Closed));
+        let reset = || Received::Reset("Connection reset by peer".into());
+        assert_eq!(map(reset(), OnReset::Close), Some(In::Closed));
+        assert_eq!(
+            map(reset(), OnReset::Fail),
+            Some(In::Failed("Connection reset by peer".into()))
+        );
+        assert_eq!(
+            map(Received::Failed("Broken pipe".into()), OnReset::Close),
+            Some(In::Failed("Broken pipe".into()))
+        );
     }
 }

@@ -139,7 +139,7 @@ fn run_metrics(b: &RunResult, n: &RunResult) -> Vec<Raw> {
         n,
         v: Vec::new(),
     };
-    crate::compare_metrics::of(&b.spec).metrics(&mut m);
+    crate::kinds::of(&b.spec).metrics(&mut m);
     m.v
 }
 

@@ -1,8 +1,9 @@
 //! What `hakaru compare` reads from each kind's results: the [`KindMetrics`] trait, answered by
 //! every kind (no default, no wildcard: a new kind that does not say what to compare does not
-//! compile), and [`of`], the one place that picks the kind.
+//! compile; `kinds::of` picks the kind), and the metrics the bulk, latency, connect and http
+//! kinds share. A newer kind answers it in its own `NAME_text.rs` (rpm, capacity).
 
-use hakaru_model::{FlowDir, RunResult, TestSpec};
+use hakaru_model::{FlowDir, RunResult};
 
 use serde::Serialize;
 
@@ -46,20 +47,6 @@ pub(crate) trait KindMetrics {
     fn metrics(&self, m: &mut Metrics<'_>);
 }
 
-/// The metrics of `spec`'s kind.
-pub(crate) fn of(spec: &TestSpec) -> &dyn KindMetrics {
-    match spec {
-        TestSpec::Tcp(t) => t,
-        TestSpec::Udp(u) => u,
-        TestSpec::Latency(l) => l,
-        TestSpec::Connect(c) => c,
-        TestSpec::Raw(r) => r,
-        TestSpec::Http(h) => h,
-        TestSpec::Rpm(r) => r,
-        TestSpec::Udpst(u) => u,
-    }
-}
-
 macro_rules! metrics_by {
     ($spec:ty, $f:ident) => {
         impl KindMetrics for $spec {
@@ -77,8 +64,6 @@ metrics_by!(hakaru_model::raw::RawSpec, bulk_metrics);
 metrics_by!(hakaru_model::latency::LatencySpec, latency_metrics);
 metrics_by!(hakaru_model::ConnectSpec, connect_metrics);
 metrics_by!(hakaru_model::http::HttpSpec, http_metrics);
-metrics_by!(hakaru_model::rpm::RpmSpec, rpm_metrics);
-metrics_by!(hakaru_model::udpst::UdpstSpec, udpst_metrics);
 
 pub(crate) fn interval_series(
     r: &RunResult,
@@ -102,7 +87,7 @@ pub(crate) struct Metrics<'a> {
 
 impl Metrics<'_> {
     /// Adds a metric if both results have it.
-    fn push(
+    pub(crate) fn push(
         &mut self,
         metric: String,
         unit: &'static str,
@@ -304,81 +289,6 @@ fn bulk_metrics(m: &mut Metrics<'_>) {
                     r.server_end.bytes_per_cpu_second
                 }
             }),
-            None,
-        );
-    }
-}
-
-fn rpm_metrics(m: &mut Metrics<'_>) {
-    let (b, n) = (m.b, m.n);
-    let both = |f: &dyn Fn(&RunResult) -> Option<f64>| Some((f(b)?, f(n)?));
-    type Pick = fn(&hakaru_model::rpm::RpmResult) -> Option<f64>;
-    let higher: [(&str, &'static str, Pick); 5] = [
-        ("RPM", "1/min", |r| Some(r.rpm)),
-        ("foreign RPM", "1/min", |r| Some(r.foreign_rpm)),
-        ("self RPM", "1/min", |r| Some(r.self_rpm)),
-        ("download goodput", "bit/s", |r| Some(r.download?.0)),
-        ("upload goodput", "bit/s", |r| Some(r.upload?.0)),
-    ];
-    for (name, unit, f) in higher {
-        m.push(
-            name.into(),
-            unit,
-            (Better::Higher, Scale::Relative),
-            both(&|r| f(r.detail.rpm()?)),
-            None,
-        );
-    }
-    m.push(
-        "responsiveness".into(),
-        "ms",
-        (Better::Lower, Scale::Relative),
-        both(&|r| Some(r.detail.rpm()?.responsiveness_ms)),
-        None,
-    );
-}
-
-/// The capacity figures, and for two fixed-row runs the loss. In a search the server raises
-/// the rate until it sees loss, so a search's loss and the climb of its sub-interval rates say
-/// how the search went, not how the path changed: a search is judged on its maximum and mean
-/// alone, without the sub-interval spread as noise. Delay variation and RTT come in whole
-/// milliseconds from the protocol: a change of one unit is a resolution step, not a verdict,
-/// so they stay out.
-fn udpst_metrics(m: &mut Metrics<'_>) {
-    let (b, n) = (m.b, m.n);
-    let both = |f: &dyn Fn(&RunResult) -> Option<f64>| Some((f(b)?, f(n)?));
-    let fixed = |r: &RunResult| match &r.spec {
-        TestSpec::Udpst(s) => s.row.is_some() && !s.start_only,
-        _ => false,
-    };
-    let fixed_rows = fixed(b) && fixed(n);
-    let subs = |r: &RunResult| -> Vec<f64> {
-        r.detail
-            .udpst()
-            .iter()
-            .flat_map(|u| u.sub_intervals.iter().map(|s| s.ip_mbps * 1e6))
-            .collect()
-    };
-    m.push(
-        "maximum IP capacity".into(),
-        "bit/s",
-        (Better::Higher, Scale::Relative),
-        both(&|r| Some(r.detail.udpst()?.max_ip_capacity_mbps * 1e6)),
-        None,
-    );
-    m.push(
-        "mean IP rate".into(),
-        "bit/s",
-        (Better::Higher, Scale::Relative),
-        both(&|r| Some(r.detail.udpst()?.mean_ip_mbps * 1e6)),
-        fixed_rows.then(|| (subs(b), subs(n))),
-    );
-    if fixed_rows {
-        m.push(
-            "loss".into(),
-            "%",
-            (Better::Lower, Scale::Absolute),
-            both(&|r| Some(100.0 - r.detail.udpst()?.delivered_percent)),
             None,
         );
     }

@@ -54,24 +54,24 @@ pub const COLUMNS: &[&str] = &[
 ];
 
 /// One row under construction: a value per column, empty when it does not apply.
-struct Row(Vec<String>);
+pub(crate) struct Row(Vec<String>);
 
 impl Row {
-    fn new(test: &str, row: &str) -> Row {
+    pub(crate) fn new(test: &str, row: &str) -> Row {
         let mut v = vec![String::new(); COLUMNS.len()];
         v[0] = test.to_string();
         v[1] = row.to_string();
         Row(v)
     }
 
-    fn set(&mut self, col: &str, value: impl ToString) -> &mut Row {
+    pub(crate) fn set(&mut self, col: &str, value: impl ToString) -> &mut Row {
         if let Some(i) = COLUMNS.iter().position(|c| *c == col) {
             self.0[i] = value.to_string();
         }
         self
     }
 
-    fn opt<T: ToString>(&mut self, col: &str, value: Option<T>) -> &mut Row {
+    pub(crate) fn opt<T: ToString>(&mut self, col: &str, value: Option<T>) -> &mut Row {
         if let Some(v) = value {
             self.set(col, v);
         }
@@ -88,7 +88,7 @@ impl Row {
             .set("rtt_max_us", num(s.max_us))
     }
 
-    fn line(&self) -> String {
+    pub(crate) fn line(&self) -> String {
         let mut s = self
             .0
             .iter()
@@ -101,7 +101,7 @@ impl Row {
 }
 
 /// A number as CSV text: integers stay integers, others get up to 6 decimals.
-fn num(v: f64) -> String {
+pub(crate) fn num(v: f64) -> String {
     if v.is_finite() && v.fract() == 0.0 && v.abs() < 1e15 {
         format!("{v:.0}")
     } else if v.is_finite() {
@@ -285,7 +285,7 @@ fn probe_totals(test: &str, p: &hakaru_model::ProbeResult, loaded_secs: f64) -> 
 /// The `total` rows of a finished test, as its kind writes them (`KindText::csv_totals`): one
 /// per direction (bulk, rpm), or one (latency, connect, http).
 pub fn total_rows(r: &RunResult) -> String {
-    crate::kind_text::of(&r.spec).csv_totals(r)
+    crate::kinds::of(&r.spec).csv_totals(r)
 }
 
 /// Both ends' CPU busy shares, where they were measured.
@@ -356,13 +356,6 @@ pub(crate) fn http_totals(r: &RunResult) -> String {
     row.line()
 }
 
-/// A responsiveness run's `total` rows (see [`rpm_rows`]).
-pub(crate) fn rpm_totals(r: &RunResult) -> String {
-    r.detail
-        .rpm()
-        .map_or_else(String::new, |x| rpm_rows(r.spec.name(), x))
-}
-
 /// A bulk run's `total` rows, one per direction (TCP's retransmits, UDP's datagram counts),
 /// and its latency probes' rows if it had them. Raw transfers write the same; a capacity run
 /// has no totals of this shape and writes none.
@@ -399,31 +392,6 @@ pub(crate) fn bulk_totals(r: &RunResult) -> String {
     if let Some(p) = r.detail.probe() {
         let secs = r.totals.first().map_or(0.0, |t| t.receiver.seconds);
         s.push_str(&probe_totals(test, p, secs));
-    }
-    s
-}
-
-/// A responsiveness run: a `total` row per loaded direction (its goodput where the client
-/// counts it), the responsiveness as a round trip in `rtt_mean_us` (60 000 000 / RPM), the
-/// probes in `transactions` and the failed ones in `failed` (docs/csv.md).
-fn rpm_rows(test: &str, x: &hakaru_model::RpmResult) -> String {
-    let mut s = String::new();
-    for (dir, bps, col) in [
-        (hakaru_model::FlowDir::Down, x.download, "receiver_bps"),
-        (hakaru_model::FlowDir::Up, x.upload, "sender_bps"),
-    ] {
-        let Some(bps) = bps else { continue };
-        let mut row = Row::new(test, "total");
-        row.set("start", 0)
-            .set("end", num(x.seconds))
-            .set("dir", dir.label())
-            .set("flow", "")
-            .set(col, num(bps.0))
-            .set("transactions", x.probes.foreign + x.probes.selfp)
-            .set("failed", x.failed_probes)
-            .set("rtt_mean_us", num(x.responsiveness_ms * 1000.0))
-            .set("connections", x.connections);
-        s.push_str(&row.line());
     }
     s
 }

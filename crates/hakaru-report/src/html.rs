@@ -12,7 +12,7 @@ use hakaru_model::plan::{PlanResult, StepResult};
 use hakaru_model::{FlowDir, RunResult};
 
 use crate::charts::{self, Chart, Figure, Series, Stroke};
-use crate::kind_charts::{self, dir_words, rate_chart};
+use crate::kind_charts::{dir_words, rate_chart};
 use crate::View;
 
 // The inputs live in their own module (compare reads them too, and the report's compare
@@ -29,7 +29,7 @@ pub fn esc(s: &str) -> String {
 
 /// The charts of one test result; `p` prefixes their ids.
 pub fn run_charts(p: &str, r: &RunResult) -> Vec<Chart> {
-    kind_charts::of(&r.spec).charts(p, r)
+    crate::kinds::of(&r.spec).charts(p, r)
 }
 
 /// Per receiver and direction of each plan step: each sender's rate stacked, the total, and
@@ -175,7 +175,7 @@ fn overlay_charts(inputs: &[Input]) -> Vec<Chart> {
     if rest.is_empty() || rest.iter().any(|(_, r)| r.spec.name() != first.spec.name()) {
         return Vec::new();
     }
-    kind_charts::of(&first.spec).overlay(&runs)
+    crate::kinds::of(&first.spec).overlay(&runs)
 }
 
 /// A chart with at least one point to draw. A result without intervals (`quick`, `-i 0`)
@@ -225,7 +225,7 @@ pub fn all_charts(inputs: &[Input]) -> Vec<(Option<usize>, Chart)> {
 
 /// What a test result measured, in words: the start of its heading and its charts' titles.
 fn what_of(r: &RunResult) -> String {
-    kind_charts::of(&r.spec).what(r)
+    crate::kinds::of(&r.spec).what(r)
 }
 
 /// Charts whose titles start with the test they belong to (a quick report has two latency

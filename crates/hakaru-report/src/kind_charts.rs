@@ -1,9 +1,8 @@
 //! How each kind draws in the HTML report: the [`KindCharts`] trait, implemented once per
-//! kind in that kind's charts module (tcp, udp and http in `bulk_charts`, latency in
-//! `latency_charts`, connect in `connect_charts`, raw in `raw_charts`), [`of`], the one
-//! place that picks the kind, and the chart builders those modules share.
+//! kind in that kind's charts module (tcp, udp and http in `bulk_charts`, the others in
+//! `NAME_charts`), and the chart builders those modules share; `kinds::of` picks the kind.
 
-use hakaru_model::{FlowDir, IntervalRecord, RunResult, TestSpec};
+use hakaru_model::{FlowDir, IntervalRecord, RunResult};
 
 use crate::charts::{self, Chart, Series, Stroke};
 
@@ -17,20 +16,6 @@ pub(crate) trait KindCharts {
     /// Several results of this kind on shared axes, each series labelled with its input's
     /// name (before/after comparisons).
     fn overlay(&self, runs: &[(&str, &RunResult)]) -> Vec<Chart>;
-}
-
-/// The charts of `spec`'s kind.
-pub(crate) fn of(spec: &TestSpec) -> &dyn KindCharts {
-    match spec {
-        TestSpec::Tcp(t) => t,
-        TestSpec::Udp(u) => u,
-        TestSpec::Latency(l) => l,
-        TestSpec::Connect(c) => c,
-        TestSpec::Raw(r) => r,
-        TestSpec::Http(h) => h,
-        TestSpec::Rpm(r) => r,
-        TestSpec::Udpst(u) => u,
-    }
 }
 
 /// Interval length in seconds (never zero).

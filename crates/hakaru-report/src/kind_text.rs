@@ -1,8 +1,7 @@
 //! How each kind reads as human text: the [`KindText`] trait, implemented once per kind in
-//! that kind's module (tcp in `text`, the others in `udp_text`, `latency_text`,
-//! `connect_text`, `raw_text`, `http_text`), and [`of`], the one place that picks the kind.
+//! that kind's module (tcp in `text`, the others in `NAME_text`); `kinds::of` picks the kind.
 
-use hakaru_model::{IntervalRecord, RunResult, TestSpec};
+use hakaru_model::{IntervalRecord, RunResult};
 
 use crate::View;
 
@@ -40,18 +39,4 @@ pub(crate) struct Row {
     /// What the run measured against, where the kind knows better than the server's
     /// address (a URL, a raw transfer's peer).
     pub peer: Option<String>,
-}
-
-/// The text of `spec`'s kind.
-pub(crate) fn of(spec: &TestSpec) -> &dyn KindText {
-    match spec {
-        TestSpec::Tcp(t) => t,
-        TestSpec::Udp(u) => u,
-        TestSpec::Latency(l) => l,
-        TestSpec::Connect(c) => c,
-        TestSpec::Raw(r) => r,
-        TestSpec::Http(h) => h,
-        TestSpec::Rpm(r) => r,
-        TestSpec::Udpst(u) => u,
-    }
 }

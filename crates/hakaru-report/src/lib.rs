@@ -28,6 +28,7 @@ pub mod jsonl;
 #[cfg(feature = "charts")]
 mod kind_charts;
 mod kind_text;
+mod kinds;
 #[cfg(feature = "charts")]
 mod latency_charts;
 pub mod latency_text;

@@ -6,6 +6,8 @@ use std::fmt::Write;
 
 use hakaru_model::{RpmResult, RpmSpec, RunResult};
 
+use crate::compare_metrics::{Better, KindMetrics, Metrics, Scale};
+use crate::csv::{num, Row};
 use crate::text_parts::{end_lines, RULE};
 use crate::View;
 
@@ -166,8 +168,67 @@ impl crate::kind_text::KindText for RpmSpec {
         }
     }
     fn csv_totals(&self, r: &RunResult) -> String {
-        crate::csv::rpm_totals(r)
+        r.detail
+            .rpm()
+            .map_or_else(String::new, |x| rpm_rows(r.spec.name(), x))
     }
+}
+
+/// What `hakaru compare` reads of a responsiveness run.
+impl KindMetrics for RpmSpec {
+    fn metrics(&self, m: &mut Metrics<'_>) {
+        let (b, n) = (m.b, m.n);
+        let both = |f: &dyn Fn(&RunResult) -> Option<f64>| Some((f(b)?, f(n)?));
+        type Pick = fn(&hakaru_model::rpm::RpmResult) -> Option<f64>;
+        let higher: [(&str, &'static str, Pick); 5] = [
+            ("RPM", "1/min", |r| Some(r.rpm)),
+            ("foreign RPM", "1/min", |r| Some(r.foreign_rpm)),
+            ("self RPM", "1/min", |r| Some(r.self_rpm)),
+            ("download goodput", "bit/s", |r| Some(r.download?.0)),
+            ("upload goodput", "bit/s", |r| Some(r.upload?.0)),
+        ];
+        for (name, unit, f) in higher {
+            m.push(
+                name.into(),
+                unit,
+                (Better::Higher, Scale::Relative),
+                both(&|r| f(r.detail.rpm()?)),
+                None,
+            );
+        }
+        m.push(
+            "responsiveness".into(),
+            "ms",
+            (Better::Lower, Scale::Relative),
+            both(&|r| Some(r.detail.rpm()?.responsiveness_ms)),
+            None,
+        );
+    }
+}
+
+/// A responsiveness run: a `total` row per loaded direction (its goodput where the client
+/// counts it), the responsiveness as a round trip in `rtt_mean_us` (60 000 000 / RPM), the
+/// probes in `transactions` and the failed ones in `failed` (docs/csv.md).
+fn rpm_rows(test: &str, x: &hakaru_model::RpmResult) -> String {
+    let mut s = String::new();
+    for (dir, bps, col) in [
+        (hakaru_model::FlowDir::Down, x.download, "receiver_bps"),
+        (hakaru_model::FlowDir::Up, x.upload, "sender_bps"),
+    ] {
+        let Some(bps) = bps else { continue };
+        let mut row = Row::new(test, "total");
+        row.set("start", 0)
+            .set("end", num(x.seconds))
+            .set("dir", dir.label())
+            .set("flow", "")
+            .set(col, num(bps.0))
+            .set("transactions", x.probes.foreign + x.probes.selfp)
+            .set("failed", x.failed_probes)
+            .set("rtt_mean_us", num(x.responsiveness_ms * 1000.0))
+            .set("connections", x.connections);
+        s.push_str(&row.line());
+    }
+    s
 }
 
 #[cfg(test)]

@@ -63,7 +63,7 @@ pub fn of_run(r: &RunResult) -> Summary {
         ..Summary::default()
     };
     let mut row = crate::kind_text::Row::default();
-    crate::kind_text::of(&r.spec).row(r, &mut row);
+    crate::kinds::of(&r.spec).row(r, &mut row);
     s.direction = row.direction;
     s.flows = row.flows;
     s.headline = row.headline;

@@ -38,17 +38,17 @@ impl crate::kind_text::KindText for TcpSpec {
 
 /// The line that opens a run.
 pub fn header(spec: &TestSpec, server: &str, embedded: bool) -> String {
-    crate::kind_text::of(spec).header(server, embedded)
+    crate::kinds::of(spec).header(server, embedded)
 }
 
 /// Column headings for the interval lines of a test.
 pub fn interval_heading(spec: &TestSpec, view: &View) -> String {
-    crate::kind_text::of(spec).interval_heading(view)
+    crate::kinds::of(spec).interval_heading(view)
 }
 
 /// Warnings about one interval that need the test's spec: a paced UDP sender held back.
 pub fn interval_warnings(rec: &IntervalRecord, spec: &TestSpec) -> String {
-    crate::kind_text::of(spec).interval_warnings(rec)
+    crate::kinds::of(spec).interval_warnings(rec)
 }
 
 /// Lines for one interval of any test.
@@ -77,7 +77,7 @@ pub fn interval_lines(rec: &IntervalRecord, view: &View) -> String {
 /// The final summary of any test, ending with its one-line headline; with
 /// [`View::summary_only`], only the per-direction sums and the headline.
 pub fn summary(r: &RunResult, view: &View) -> String {
-    let kind = crate::kind_text::of(&r.spec);
+    let kind = crate::kinds::of(&r.spec);
     let mut s = if view.summary_only {
         kind.sums_and_headline(r, view)
     } else {

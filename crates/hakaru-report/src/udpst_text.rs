@@ -5,8 +5,9 @@
 
 use std::fmt::Write;
 
-use hakaru_model::{RunResult, UdpstResult, UdpstSpec, UdpstSubInterval};
+use hakaru_model::{RunResult, TestSpec, UdpstResult, UdpstSpec, UdpstSubInterval};
 
+use crate::compare_metrics::{Better, KindMetrics, Metrics, Scale};
 use crate::text_parts::RULE;
 use crate::View;
 
@@ -155,6 +156,54 @@ impl crate::kind_text::KindText for UdpstSpec {
     }
     fn csv_totals(&self, r: &RunResult) -> String {
         crate::csv::bulk_totals(r)
+    }
+}
+
+/// The capacity figures, and for two fixed-row runs the loss. In a search the server raises
+/// the rate until it sees loss, so a search's loss and the climb of its sub-interval rates say
+/// how the search went, not how the path changed: a search is judged on its maximum and mean
+/// alone, without the sub-interval spread as noise. Delay variation and RTT come in whole
+/// milliseconds from the protocol: a change of one unit is a resolution step, not a verdict,
+/// so they stay out.
+impl KindMetrics for UdpstSpec {
+    fn metrics(&self, m: &mut Metrics<'_>) {
+        let (b, n) = (m.b, m.n);
+        let both = |f: &dyn Fn(&RunResult) -> Option<f64>| Some((f(b)?, f(n)?));
+        let fixed = |r: &RunResult| match &r.spec {
+            TestSpec::Udpst(s) => s.row.is_some() && !s.start_only,
+            _ => false,
+        };
+        let fixed_rows = fixed(b) && fixed(n);
+        let subs = |r: &RunResult| -> Vec<f64> {
+            r.detail
+                .udpst()
+                .iter()
+                .flat_map(|u| u.sub_intervals.iter().map(|s| s.ip_mbps * 1e6))
+                .collect()
+        };
+        m.push(
+            "maximum IP capacity".into(),
+            "bit/s",
+            (Better::Higher, Scale::Relative),
+            both(&|r| Some(r.detail.udpst()?.max_ip_capacity_mbps * 1e6)),
+            None,
+        );
+        m.push(
+            "mean IP rate".into(),
+            "bit/s",
+            (Better::Higher, Scale::Relative),
+            both(&|r| Some(r.detail.udpst()?.mean_ip_mbps * 1e6)),
+            fixed_rows.then(|| (subs(b), subs(n))),
+        );
+        if fixed_rows {
+            m.push(
+                "loss".into(),
+                "%",
+                (Better::Lower, Scale::Absolute),
+                both(&|r| Some(100.0 - r.detail.udpst()?.delivered_percent)),
+                None,
+            );
+        }
     }
 }
 

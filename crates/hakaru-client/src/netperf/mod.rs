@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hakaru_engine::control::{RawConn, Received, Transport};
-use hakaru_engine::drive::{Carrier, Drive};
+use hakaru_engine::drive::{raw_input, Carrier, Drive, OnReset};
 use hakaru_engine::Observer;
 use hakaru_model::{Environment, RunResult, SideReport, TestSpec};
 use hakaru_proto::netperf::{OmniRequest, OmniResponse, OmniResults, MSG_LEN};
@@ -109,13 +109,13 @@ impl Carrier<machine::Session> for Link {
     }
 
     fn input(&mut self, got: Received<Vec<u8>>) -> Option<Input> {
-        Some(match got {
-            Received::Got(b) => Input::Bytes(b),
-            Received::Closed => Input::Closed,
-            Received::Nothing => return None,
-            Received::Garbage(e) => Input::ReadFailed(e.to_string()),
-            Received::Reset(e) | Received::Failed(e) => Input::ReadFailed(e),
-        })
+        raw_input(
+            got,
+            OnReset::Fail,
+            Input::Bytes,
+            || Input::Closed,
+            Input::ReadFailed,
+        )
     }
 
     fn tick(&self) -> Duration {

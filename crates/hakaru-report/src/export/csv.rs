@@ -3,7 +3,7 @@
 
 use hakaru_model::TestSpec;
 
-use super::{as_saved, DocKind, Document, Exporter, Live, LiveItem, RunKind};
+use super::{as_saved, DocKind, Document, Exporter, Live, LiveItem};
 use crate::{history, View};
 
 /// CSV rows as the test runs.
@@ -16,7 +16,7 @@ impl Exporter for Csv {
 
     fn supports(&self, doc: DocKind) -> bool {
         match doc {
-            DocKind::Run(k) => !matches!(k, RunKind::Raw | RunKind::Capacity),
+            DocKind::Run(k) => k.has_csv_rows(),
             DocKind::History | DocKind::Trend => true,
             _ => false,
         }

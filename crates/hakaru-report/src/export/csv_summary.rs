@@ -1,7 +1,7 @@
 //! `--format csv-summary`: the CSV header and one total row per direction, for spreadsheets
 //! of many runs (docs/csv.md).
 
-use super::{as_saved, DocKind, Document, Exporter, RunKind};
+use super::{as_saved, DocKind, Document, Exporter};
 use crate::View;
 
 /// One total row per direction at the end.
@@ -13,7 +13,7 @@ impl Exporter for CsvSummary {
     }
 
     fn supports(&self, doc: DocKind) -> bool {
-        matches!(doc, DocKind::Run(k) if !matches!(k, RunKind::Raw | RunKind::Capacity))
+        matches!(doc, DocKind::Run(k) if k.has_csv_rows())
     }
 
     fn help(&self, _doc: DocKind) -> &'static str {

@@ -39,59 +39,7 @@ pub static EXPORTERS: &[&dyn Exporter] = &[
     &markdown::Markdown,
 ];
 
-/// Which test a run result is of, as far as its formats care.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RunKind {
-    Tcp,
-    Udp,
-    Pps,
-    Latency,
-    Connect,
-    Http,
-    /// `hakaru rpm`: the responsiveness test.
-    Rpm,
-    /// `hakaru capacity`: RFC 9946's maximum IP-layer capacity.
-    Capacity,
-    /// `sink` and `source`: a plain stream to or from any peer.
-    Raw,
-}
-
-impl RunKind {
-    /// The kind of a test spec (udp's packet-rate mode is `pps`).
-    pub fn of(spec: &TestSpec) -> RunKind {
-        match spec {
-            TestSpec::Tcp(_) => RunKind::Tcp,
-            TestSpec::Udp(u) if u.mode == hakaru_model::UdpMode::Pps => RunKind::Pps,
-            TestSpec::Udp(_) => RunKind::Udp,
-            TestSpec::Latency(_) => RunKind::Latency,
-            TestSpec::Connect(_) => RunKind::Connect,
-            TestSpec::Http(_) => RunKind::Http,
-            TestSpec::Rpm(_) => RunKind::Rpm,
-            TestSpec::Udpst(_) => RunKind::Capacity,
-            TestSpec::Raw(_) => RunKind::Raw,
-        }
-    }
-
-    /// The test's name (`sink or source` for both ends of a plain stream).
-    pub fn name(self) -> &'static str {
-        match self {
-            RunKind::Tcp => "tcp",
-            RunKind::Udp => "udp",
-            RunKind::Pps => "pps",
-            RunKind::Latency => "latency",
-            RunKind::Connect => "connect",
-            RunKind::Http => "http",
-            RunKind::Rpm => "rpm",
-            RunKind::Capacity => "capacity",
-            RunKind::Raw => "sink or source",
-        }
-    }
-
-    /// Whether iperf3 has this test (and so `iperf3 -J` a shape for it).
-    pub fn has_iperf3_form(self) -> bool {
-        matches!(self, RunKind::Tcp | RunKind::Udp | RunKind::Pps)
-    }
-}
+pub use crate::kinds::{run_document, RunKind};
 
 /// What a document is, without its data: what an exporter is asked whether it supports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -2,13 +2,13 @@ use super::*;
 use hakaru_model::UdpSpec;
 
 const ALL_KINDS: [DocKind; 15] = [
-    DocKind::Run(RunKind::Tcp),
-    DocKind::Run(RunKind::Udp),
-    DocKind::Run(RunKind::Pps),
-    DocKind::Run(RunKind::Latency),
-    DocKind::Run(RunKind::Connect),
-    DocKind::Run(RunKind::Http),
-    DocKind::Run(RunKind::Raw),
+    DocKind::Run(RunKind::TCP),
+    DocKind::Run(RunKind::UDP),
+    DocKind::Run(RunKind::PPS),
+    DocKind::Run(RunKind::LATENCY),
+    DocKind::Run(RunKind::CONNECT),
+    DocKind::Run(RunKind::HTTP),
+    DocKind::Run(RunKind::RAW),
     DocKind::Runs,
     DocKind::FindMax,
     DocKind::Quick,
@@ -86,16 +86,16 @@ fn the_formats_of_each_document_are_todays() {
         "csv",
         "csv-summary",
     ];
-    for k in [RunKind::Tcp, RunKind::Udp, RunKind::Pps] {
+    for k in [RunKind::TCP, RunKind::UDP, RunKind::PPS] {
         assert_eq!(names(DocKind::Run(k)), all, "{k:?}");
     }
     let no_iperf3 = ["text", "json", "json-stream", "csv", "csv-summary"];
-    for k in [RunKind::Latency, RunKind::Connect, RunKind::Http] {
+    for k in [RunKind::LATENCY, RunKind::CONNECT, RunKind::HTTP] {
         assert_eq!(names(DocKind::Run(k)), no_iperf3, "{k:?}");
     }
     let three = ["text", "json", "json-stream"];
     for d in [
-        DocKind::Run(RunKind::Raw),
+        DocKind::Run(RunKind::RAW),
         DocKind::FindMax,
         DocKind::Quick,
         DocKind::Plan,
@@ -118,7 +118,7 @@ fn an_unsupported_document_is_an_error_naming_format_and_document() {
         "--find-max prints text, json or json-stream, not csv"
     );
     let iperf3 = Format::named("iperf3-json").unwrap();
-    let e = iperf3.check(DocKind::Run(RunKind::Latency)).unwrap_err();
+    let e = iperf3.check(DocKind::Run(RunKind::LATENCY)).unwrap_err();
     assert_eq!(e.format, "iperf3-json");
     assert!(
         e.to_string()
@@ -129,7 +129,7 @@ fn an_unsupported_document_is_an_error_naming_format_and_document() {
     let md = Format::named("markdown").unwrap();
     let r = tcp_result();
     assert!(md.write(&Document::Run(&r), &View::default()).is_err());
-    assert!(iperf3.check(DocKind::Run(RunKind::Pps)).is_ok());
+    assert!(iperf3.check(DocKind::Run(RunKind::PPS)).is_ok());
 }
 
 #[test]

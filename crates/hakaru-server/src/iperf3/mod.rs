@@ -21,7 +21,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hakaru_engine::control::{RawConn, Received, Transport};
-use hakaru_engine::drive::{drive, Carrier, Wait};
+use hakaru_engine::drive::{drive, raw_input, Carrier, OnReset, Wait};
 use hakaru_engine::sockopt::{apply_tcp_options, apply_udp_options};
 use hakaru_engine::sys;
 use hakaru_engine::tcp::{FlowSocket, Payload, SideConfig, SideRun};
@@ -241,13 +241,13 @@ impl Carrier<machine::Session> for Driver<'_> {
     }
 
     fn input(&mut self, got: Received<Vec<u8>>) -> Option<machine::Input> {
-        Some(match got {
-            Received::Got(b) => machine::Input::Bytes(b),
-            Received::Nothing => return None,
-            Received::Closed | Received::Reset(_) => machine::Input::Closed,
-            Received::Garbage(e) => machine::Input::ReadFailed(format!("control connection: {e}")),
-            Received::Failed(e) => machine::Input::ReadFailed(format!("control connection: {e}")),
-        })
+        raw_input(
+            got,
+            OnReset::Close,
+            machine::Input::Bytes,
+            || machine::Input::Closed,
+            |e| machine::Input::ReadFailed(format!("control connection: {e}")),
+        )
     }
 
     fn tick(&self) -> Duration {

@@ -31,7 +31,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use hakaru_engine::control::{RawConn, Received, Transport};
-use hakaru_engine::drive::{drive, Carrier, Wait};
+use hakaru_engine::drive::{drive, raw_input, Carrier, OnReset, Wait};
 use hakaru_proto::netperf::{OmniRequest, OmniResponse};
 use hakaru_session::netperf::server::{self as machine, errno, Ending, Input, Output};
 use socket2::{Domain, Protocol, Socket, Type};
@@ -273,13 +273,13 @@ impl Carrier<machine::Session> for Driver<'_> {
     }
 
     fn input(&mut self, got: Received<Vec<u8>>) -> Option<Input> {
-        Some(match got {
-            Received::Got(b) => Input::Bytes(b),
-            Received::Closed => Input::PeerClosed,
-            Received::Nothing => return None,
-            Received::Garbage(e) => Input::ReadFailed(e.to_string()),
-            Received::Reset(e) | Received::Failed(e) => Input::ReadFailed(e),
-        })
+        raw_input(
+            got,
+            OnReset::Fail,
+            Input::Bytes,
+            || Input::PeerClosed,
+            Input::ReadFailed,
+        )
     }
 
     fn tick(&self) -> Duration {

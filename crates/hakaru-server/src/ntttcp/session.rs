@@ -2,7 +2,7 @@
 //! for the sender that starts the test, the engine that counts the group's connections.
 
 use hakaru_engine::control::{RawConn, Received, Transport};
-use hakaru_engine::drive::{drive, Carrier, Wait};
+use hakaru_engine::drive::{drive, raw_input, Carrier, OnReset, Wait};
 use hakaru_session::Machine as _;
 use std::net::{SocketAddr, TcpStream};
 use std::ops::ControlFlow;
@@ -119,13 +119,13 @@ impl Carrier<machine::Session> for Driver<'_> {
     }
 
     fn input(&mut self, got: Received<Vec<u8>>) -> Option<Input> {
-        Some(match got {
-            Received::Got(b) => Input::Bytes(b),
-            Received::Closed => Input::Closed,
-            Received::Nothing => return None,
-            Received::Garbage(e) => Input::ReadFailed(e.to_string()),
-            Received::Reset(e) | Received::Failed(e) => Input::ReadFailed(e),
-        })
+        raw_input(
+            got,
+            OnReset::Fail,
+            Input::Bytes,
+            || Input::Closed,
+            Input::ReadFailed,
+        )
     }
 
     fn tick(&self) -> Duration {

@@ -3,30 +3,17 @@
 //! its document.
 
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
-use hakaru_report::export::{formats_for, DocKind, Format, RunKind};
+use hakaru_report::export::{formats_for, run_document, DocKind, Format, RunKind};
 
-/// The document each subcommand with the shared `--format` flags prints.
-const DOCUMENTS: [(&str, DocKind); 12] = [
-    ("tcp", DocKind::Run(RunKind::Tcp)),
-    ("udp", DocKind::Run(RunKind::Udp)),
-    ("pps", DocKind::Run(RunKind::Pps)),
-    ("latency", DocKind::Run(RunKind::Latency)),
-    ("connect", DocKind::Run(RunKind::Connect)),
-    ("http", DocKind::Run(RunKind::Http)),
-    ("rpm", DocKind::Run(RunKind::Rpm)),
-    ("capacity", DocKind::Run(RunKind::Capacity)),
-    ("sink", DocKind::Run(RunKind::Raw)),
-    ("source", DocKind::Run(RunKind::Raw)),
-    ("quick", DocKind::Quick),
-    ("nic", DocKind::Nic),
-];
-
-/// The document `hakaru COMMAND` prints, for the subcommands in [`DOCUMENTS`].
+/// The document `hakaru COMMAND` prints, for the subcommands with the shared `--format` flags:
+/// a test's result (the report crate knows which test subcommand prints which), `quick`'s
+/// screen, `nic`'s table.
 pub fn document_of(command: &str) -> Option<DocKind> {
-    DOCUMENTS
-        .iter()
-        .find(|(n, _)| *n == command)
-        .map(|(_, d)| *d)
+    match command {
+        "quick" => Some(DocKind::Quick),
+        "nic" => Some(DocKind::Nic),
+        _ => run_document(command).map(DocKind::Run),
+    }
 }
 
 /// `--format`'s parser for a command that prints `doc`: the formats that can write it, each
@@ -49,7 +36,7 @@ pub fn names(doc: DocKind) -> impl TypedValueParser<Value = Format> {
 /// Whether a subcommand printing `doc` offers fewer formats than [`any_run`] (tcp, udp and pps
 /// offer them all and keep its parser, with each value's help).
 pub fn narrows(doc: DocKind) -> bool {
-    formats_for(doc) != formats_for(DocKind::Run(RunKind::Tcp))
+    formats_for(doc) != formats_for(DocKind::Run(RunKind::TCP))
 }
 
 fn named(v: String) -> Format {
@@ -59,20 +46,32 @@ fn named(v: String) -> Format {
 /// The parser of the shared flags before [`crate::cli::command`] narrows it per subcommand:
 /// every format of a test result.
 pub fn any_run() -> impl TypedValueParser<Value = Format> {
-    parser(DocKind::Run(RunKind::Tcp))
+    parser(DocKind::Run(RunKind::TCP))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The subcommands that print a document of [`document_of`]'s, with it.
+    fn documents() -> Vec<(String, DocKind)> {
+        let cmd = crate::cli::command();
+        let subs = cmd.get_subcommands().map(|c| c.get_name().to_string());
+        let docs: Vec<_> = subs
+            .filter_map(|n| Some((n.clone(), document_of(&n)?)))
+            .collect();
+        // Every test subcommand (tcp ... source), quick and nic.
+        assert_eq!(docs.len(), 12, "{docs:?}");
+        docs
+    }
+
     #[test]
     fn every_listed_command_offers_text_and_json() {
-        for (name, doc) in DOCUMENTS {
+        for (name, doc) in documents() {
             let names: Vec<&str> = formats_for(doc).iter().map(|f| f.name()).collect();
             assert!(names.starts_with(&["text", "json"]), "{name}: {names:?}");
         }
-        assert_eq!(document_of("pps"), Some(DocKind::Run(RunKind::Pps)));
+        assert_eq!(document_of("pps"), Some(DocKind::Run(RunKind::PPS)));
         assert_eq!(document_of("server"), None);
     }
 
@@ -99,8 +98,8 @@ mod tests {
                 .map(|f| f.name().to_string())
                 .collect()
         };
-        for (sub, doc) in DOCUMENTS {
-            assert_eq!(offered(&cmd, &[sub]), names(doc), "{sub}");
+        for (sub, doc) in documents() {
+            assert_eq!(offered(&cmd, &[&sub]), names(doc), "{sub}");
         }
         assert_eq!(offered(&cmd, &["plan", "run"]), names(DocKind::Plan));
         assert_eq!(offered(&cmd, &["history"]), ["text", "json", "csv"]);
@@ -109,7 +108,7 @@ mod tests {
         // tcp offers every format of a test result, each with its exporter's help.
         let tcp = cmd.find_subcommand_mut("tcp").expect("tcp");
         let help = tcp.render_long_help().to_string();
-        for f in formats_for(DocKind::Run(RunKind::Tcp)) {
+        for f in formats_for(DocKind::Run(RunKind::TCP)) {
             let line = format!("- {}:", f.name());
             assert!(help.contains(&line), "{line} in {help}");
         }

@@ -200,7 +200,7 @@ fn format_value(
             .map_or("", |(_, i)| *i);
         // The formats of a test result, as the exporters list them.
         use hakaru_report::export::{formats_for, or_list, DocKind, RunKind};
-        let names: Vec<&str> = formats_for(DocKind::Run(RunKind::Tcp))
+        let names: Vec<&str> = formats_for(DocKind::Run(RunKind::TCP))
             .iter()
             .map(|f| f.name())
             .collect();
