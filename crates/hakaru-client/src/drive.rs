@@ -173,7 +173,7 @@ impl Control {
 }
 
 /// What a read of the native control connection tells the client machine.
-pub(crate) fn native_input(got: Received<Message>) -> Option<Input> {
+fn native_input(got: Received<Message>) -> Option<Input> {
     Some(match got {
         Received::Got(msg) => Input::Message(msg),
         Received::Nothing => return None,
@@ -185,8 +185,13 @@ pub(crate) fn native_input(got: Received<Message>) -> Option<Input> {
 
 /// Sends `msg`; a send that fails is told to the machine.
 pub(crate) fn send(conn: &mut ControlConn, m: &mut Session, msg: &Message) {
-    if let Err(e) = conn.send(msg) {
-        let (what, fault) = (msg.name(), fault(e));
+    sent(m, msg.name(), conn.send(msg));
+}
+
+/// Tells the machine that the send of `what` failed, if it did.
+fn sent(m: &mut Session, what: &'static str, r: Result<(), ControlError>) {
+    if let Err(e) = r {
+        let fault = fault(e);
         m.handle(Input::SendFailed { what, fault }, Instant::now());
     }
 }
@@ -207,12 +212,7 @@ impl Carrier<Session> for Pull<'_> {
 
     fn act(&mut self, m: &mut Session, out: Output) -> ControlFlow<Output> {
         match out {
-            Output::Open(msg) => {
-                if let Err(e) = self.conn.send_raw(&opening(&msg)) {
-                    let (what, fault) = (msg.name(), fault(e));
-                    m.handle(Input::SendFailed { what, fault }, Instant::now());
-                }
-            }
+            Output::Open(msg) => sent(m, msg.name(), self.conn.send_raw(&opening(&msg))),
             Output::Send(msg) => send(self.conn, m, &msg),
             other => return ControlFlow::Break(other),
         }

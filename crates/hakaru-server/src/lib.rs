@@ -100,6 +100,16 @@ pub(crate) struct Ctx {
 }
 
 impl Ctx {
+    /// True once, for a session that has not yet heard it (`told` remembers): the server is
+    /// shutting down. The session's driver tells its machine then.
+    pub(crate) fn shutdown_news(&self, told: &mut bool) -> bool {
+        if *told || !self.shutdown.load(Ordering::Acquire) {
+            return false;
+        }
+        *told = true;
+        true
+    }
+
     /// `Ok` when data connections can arrive over MPTCP; otherwise the refusal for a test that
     /// asks for it, naming why.
     pub(crate) fn mptcp_listener(&self) -> Result<(), String> {

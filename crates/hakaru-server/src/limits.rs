@@ -20,9 +20,9 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 
 pub use hakaru_session::limits::{Client, Prefixes};
-use std::sync::{Arc, Mutex};
 
 /// The limits and their defaults (docs/security.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -134,8 +134,7 @@ impl Carrier<machine::Session> for Driver<'_> {
 
     /// The server's shutdown, the group's verdict, the data plane's end.
     fn event(&mut self, m: &mut machine::Session, left: Duration) -> Wait {
-        if !self.told_shutdown && self.ctx.shutdown.load(Ordering::Acquire) {
-            self.told_shutdown = true;
+        if self.ctx.shutdown_news(&mut self.told_shutdown) {
             m.handle(Input::Shutdown, Instant::now());
             return Wait::Handled;
         }

@@ -198,8 +198,7 @@ impl Carrier<Session> for Driver<'_> {
 
     /// The server's shutdown, a data path, the data plane's end, a failed echo.
     fn event(&mut self, m: &mut Session, left: Duration) -> Wait {
-        if !self.told_shutdown && self.ctx.shutdown.load(Ordering::Acquire) {
-            self.told_shutdown = true;
+        if self.ctx.shutdown_news(&mut self.told_shutdown) {
             m.handle(Input::Shutdown, Instant::now());
             return Wait::Handled;
         }
