@@ -9,19 +9,19 @@ use std::time::Duration;
 use super::common::{kill, run_cmd};
 use super::netns_link::{Link, Shaping};
 
-/// Allowed relative difference between the two tools' median round trips.
-/// Under a full parallel test run the pairs spread by ±20 % (seen: ratios 0.81 to 1.05 in one
-/// CI run, median 0.89), so a wrong measurement (a clock or framing error is 2x or more) still
-/// fails but scheduling noise does not.
+/// Allowed relative difference between the two tools' quietest median round trips. A wrong
+/// measurement (a clock or framing error, a missed reply, an extra system call per round trip on
+/// a 10 us path) is off by far more; two honest tools on the same path agree to a few percent.
 const TOLERANCE: f64 = 0.20;
-/// Short alternating runs: other tests of this binary run in parallel and change the machine's
-/// load from second to second, so each hakaru run is paired with the sockperf run next to it
-/// and the ratio of each pair is what is compared (median over the pairs).
+/// Short alternating runs. Other tests of this binary run in parallel and flip the path between
+/// two modes from second to second (seen in one CI run: medians of 9 us and of 80-120 us, for
+/// either tool, in neighbouring runs), so neither the median of one run nor the ratio of
+/// neighbouring runs is steady. Scheduling noise only ever adds to a round trip, so each tool's
+/// quietest run (the lowest of its medians) is its figure for the path, and those are compared.
 const ROUNDS: usize = 7;
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+fn lowest(v: &[f64]) -> f64 {
+    v.iter().copied().fold(f64::INFINITY, f64::min)
 }
 
 /// sockperf's p50 round trip, microseconds, from its `--full-rtt` output.
@@ -132,13 +132,14 @@ fn udp_median_rtt_agrees_with_sockperf() {
     }
     kill(sr.id(), 15);
     let _ = sr.wait();
-    let ratio = median(hk.iter().zip(&sp).map(|(h, s)| h / s).collect());
+    let (h, s) = (lowest(&hk), lowest(&sp));
+    let ratio = h / s;
     eprintln!(
-        "netns latency: hakaru p50 {hk:?} us, sockperf p50 {sp:?} us, median of pair ratios {ratio:.3}"
+        "netns latency: hakaru p50 {hk:?} us, sockperf p50 {sp:?} us, quietest {h:.3} / {s:.3} = {ratio:.3}"
     );
     assert!(
         (ratio - 1.0).abs() <= TOLERANCE,
-        "hakaru's median RTT is not within {:.0} % of sockperf's on the same path: pairs {hk:?} / {sp:?} us",
+        "hakaru's quietest median RTT ({h:.3} us) is not within {:.0} % of sockperf's ({s:.3} us) on the same path: runs {hk:?} / {sp:?} us",
         TOLERANCE * 100.0
     );
 }
