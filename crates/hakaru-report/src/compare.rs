@@ -221,9 +221,11 @@ pub fn compare(
             )
         }
         _ => {
-            return Err(
-                "compare takes test results (tcp, udp, pps, latency, connect, http, sink, source, rpm, capacity) and quick results; plan results are compared per run: write each run with -o".into(),
-            )
+            let kinds: Vec<&str> = crate::kinds::test_commands().collect();
+            return Err(format!(
+                "compare takes test results ({}) and quick results; plan results are compared per run: write each run with -o",
+                kinds.join(", ")
+            ));
         }
     };
     if raws.is_empty() {
@@ -460,6 +462,34 @@ pub(crate) mod tests {
         let n = noise(&a, &a).unwrap();
         assert!((n - 2.0 * (2.0 * cv * cv / 4.0).sqrt()).abs() < 1e-12);
         assert_eq!(noise(&[1.0], &a), None);
+    }
+
+    #[test]
+    fn plans_are_refused_with_every_test_kind_named() {
+        let plan = hakaru_model::plan::PlanResult {
+            schema_version: 1,
+            tool: "hakaru".into(),
+            tool_version: "0".into(),
+            test: "plan".into(),
+            plan: "p.toml".into(),
+            started_at: String::new(),
+            started_at_unix: 0.0,
+            hosts: Vec::new(),
+            steps: Vec::new(),
+            interrupted: false,
+            errors: Vec::new(),
+        };
+        let input = |label: &str| Input {
+            label: label.into(),
+            content: Content::Plan(Box::new(plan.clone())),
+        };
+        let e = compare(&input("a"), &input("b"), 0.05, 0.1, false).expect_err("plans compared");
+        assert!(e.contains("plan results are compared per run"), "{e}");
+        // The list comes from the report's kinds: a new kind is named without touching this.
+        for c in crate::kinds::test_commands() {
+            assert!(e.contains(c), "{c} missing from: {e}");
+        }
+        assert!(e.contains("tcp, udp, pps"), "{e}");
     }
 
     fn tcp_fixture() -> RunResult {

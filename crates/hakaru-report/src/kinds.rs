@@ -131,6 +131,11 @@ const COMMANDS: [(&str, RunKind); 10] = [
     ("source", RunKind::RAW),
 ];
 
+/// The test subcommands, in the order `hakaru --help` lists them.
+pub fn test_commands() -> impl Iterator<Item = &'static str> {
+    COMMANDS.iter().map(|(c, _)| *c)
+}
+
 /// The result `hakaru COMMAND` prints, for a test subcommand.
 pub fn run_document(command: &str) -> Option<RunKind> {
     COMMANDS
