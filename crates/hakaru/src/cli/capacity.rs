@@ -151,16 +151,14 @@ pub fn run(a: Args) -> anyhow::Result<()> {
 
 /// A server on loopback with only its udpst port open to this run (an ephemeral port).
 fn embedded() -> anyhow::Result<(hakaru_server::ServerHandle, std::net::SocketAddr)> {
-    let ip = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
-    let server = hakaru_server::Server::bind(hakaru_server::ServerConfig {
-        bind: Some(ip),
-        port: 0,
-        udpst_port: Some(0),
-        budgets: hakaru_server::Budgets::local(),
-        ..hakaru_server::ServerConfig::default()
-    })
-    .and_then(hakaru_server::Server::spawn)
-    .context("starting the embedded loopback server")?;
+    let server = super::common::embedded_server(
+        std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+        hakaru_server::ServerConfig {
+            udpst_port: Some(0),
+            budgets: hakaru_server::Budgets::local(),
+            ..hakaru_server::ServerConfig::default()
+        },
+    )?;
     let addr = server
         .udpst_addr()
         .context("the embedded server has no udpst port")?;

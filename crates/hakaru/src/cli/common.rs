@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use hakaru_client::{run_test, ClientOptions, Family};
 use hakaru_model::{Amount, Bytes, Direction, Dur, TestSpec};
-use hakaru_server::{Server, ServerConfig, DEFAULT_PORT};
+use hakaru_server::{Server, ServerConfig, ServerHandle, DEFAULT_PORT};
 
 use crate::output::{self, Format};
 
@@ -339,18 +339,16 @@ impl Target {
                 } else {
                     IpAddr::V4(Ipv4Addr::LOCALHOST)
                 };
-                let server = Server::bind(ServerConfig {
-                    bind: Some(ip),
-                    port: 0,
-                    // With a key, the embedded server asks for it too.
-                    psk: self.psk()?,
-                    // The user's own test on loopback: no budgets but the CPU count.
-                    budgets: hakaru_server::Budgets::local(),
-                    ..ServerConfig::default()
-                })
-                .context("starting the embedded loopback server")?
-                .spawn()
-                .context("starting the embedded loopback server")?;
+                let server = embedded_server(
+                    ip,
+                    ServerConfig {
+                        // With a key, the embedded server asks for it too.
+                        psk: self.psk()?,
+                        // The user's own test on loopback: no budgets but the CPU count.
+                        budgets: hakaru_server::Budgets::local(),
+                        ..ServerConfig::default()
+                    },
+                )?;
                 let port = server.addr().port();
                 Endpoint {
                     server: Some(server),
@@ -783,6 +781,19 @@ fn stdin_key() -> Result<String, String> {
 /// server's lifeline, `--sync-start`'s `go` and `stop`).
 fn read_key_line(r: &mut impl std::io::BufRead) -> Result<String, String> {
     super::stdin::read_line_of(r, "--psk-file -", "the key", hakaru_client::MAX_PSK_LEN)
+}
+
+/// An in-process `hakaru server` on loopback address `ip` (its control port ephemeral) with
+/// what `with` opens beside it (an http, sockperf, rpm or udpst port; its budgets and key): the
+/// embedded default of every subcommand run without a HOST. It stops when the handle drops.
+pub fn embedded_server(ip: IpAddr, with: ServerConfig) -> anyhow::Result<ServerHandle> {
+    Server::bind(ServerConfig {
+        bind: Some(ip),
+        port: 0,
+        ..with
+    })
+    .and_then(Server::spawn)
+    .context("starting the embedded loopback server")
 }
 
 #[cfg(test)]

@@ -6,9 +6,9 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use anyhow::Context;
 use hakaru_model::{Bytes, Dur, HttpMethod, HttpSpec, TestSpec};
-use hakaru_server::{Server, ServerConfig};
+use hakaru_server::ServerConfig;
 
-use super::common::{stop_flag, Formats, OutputFiles, UsageError, ViewFlags};
+use super::common::{embedded_server, stop_flag, Formats, OutputFiles, UsageError, ViewFlags};
 use crate::output;
 
 /// Size of `/bytes/SIZE` on the embedded endpoint when neither -n nor -t is given.
@@ -122,14 +122,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         a.urls.clone()
     })?;
     let embedded = if a.urls.is_empty() {
-        let server = Server::bind(ServerConfig {
-            bind: Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
-            port: 0,
-            http_port: Some(0),
-            ..ServerConfig::default()
-        })
-        .context("starting the embedded endpoint on loopback")?;
-        Some(server.spawn().context("starting the embedded endpoint")?)
+        Some(embedded_server(
+            IpAddr::V4(Ipv4Addr::LOCALHOST),
+            ServerConfig {
+                http_port: Some(0),
+                ..ServerConfig::default()
+            },
+        )?)
     } else {
         None
     };

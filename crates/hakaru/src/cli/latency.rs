@@ -13,9 +13,11 @@ use hakaru_model::{
     TestSpec, UnderLoad, DEFAULT_LATENCY_LENGTH,
 };
 
-use hakaru_server::{Server, ServerConfig, SOCKPERF_DEFAULT_PORT as SOCKPERF_PORT};
+use hakaru_server::{ServerConfig, SOCKPERF_DEFAULT_PORT as SOCKPERF_PORT};
 
-use super::common::{run_and_print, stop_flag, CpuList, Endpoint, Target, UsageError};
+use super::common::{
+    embedded_server, run_and_print, stop_flag, CpuList, Endpoint, Target, UsageError,
+};
 use super::netperf::NetperfPeer;
 use crate::output;
 
@@ -230,14 +232,13 @@ fn run_sockperf(a: &Args, test: TestSpec) -> anyhow::Result<()> {
     let mut _embedded = None;
     if a.target.host.is_none() {
         let ip = a.target.loopback();
-        let server = Server::bind(ServerConfig {
-            bind: Some(ip),
-            port: 0,
-            sockperf_ports: Some((0, 0)),
-            ..ServerConfig::default()
-        })
-        .and_then(Server::spawn)
-        .context("starting the embedded loopback server")?;
+        let server = embedded_server(
+            ip,
+            ServerConfig {
+                sockperf_ports: Some((0, 0)),
+                ..ServerConfig::default()
+            },
+        )?;
         let addr = server
             .sockperf_addr()
             .context("the embedded server has no sockperf port")?;

@@ -8,7 +8,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use anyhow::Context;
 use hakaru_model::{Dur, RpmDirection, RpmSpec, TestSpec};
 
-use super::common::{stop_flag, Formats, OutputFiles, UsageError, ViewFlags};
+use super::common::{embedded_server, stop_flag, Formats, OutputFiles, UsageError, ViewFlags};
 use crate::output;
 
 /// Options of `hakaru rpm`.
@@ -148,18 +148,17 @@ pub fn run(a: Args) -> anyhow::Result<()> {
 fn embedded(
     congestion: Option<String>,
 ) -> anyhow::Result<(hakaru_server::ServerHandle, std::net::SocketAddr)> {
-    let server = hakaru_server::Server::bind(hakaru_server::ServerConfig {
-        bind: Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
-        port: 0,
-        rpm: Some(hakaru_server::RpmConfig {
-            congestion,
-            ..Default::default()
-        }),
-        budgets: hakaru_server::Budgets::local(),
-        ..hakaru_server::ServerConfig::default()
-    })
-    .and_then(hakaru_server::Server::spawn)
-    .context("starting the embedded endpoint on loopback")?;
+    let server = embedded_server(
+        IpAddr::V4(Ipv4Addr::LOCALHOST),
+        hakaru_server::ServerConfig {
+            rpm: Some(hakaru_server::RpmConfig {
+                congestion,
+                ..Default::default()
+            }),
+            budgets: hakaru_server::Budgets::local(),
+            ..hakaru_server::ServerConfig::default()
+        },
+    )?;
     let addr = server
         .rpm_addr()
         .context("the embedded server has no rpm port")?;
