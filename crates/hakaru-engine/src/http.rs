@@ -275,6 +275,7 @@ fn client_side(
         half_close: false,
         window_at_peer_end: false,
         shares_host: false,
+        thread_per_flow: false,
         subflow_guard: None,
         start_at: None,
     }

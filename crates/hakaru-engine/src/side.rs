@@ -355,15 +355,28 @@ fn udp_flow_side(om: &CounterSnapshot, fin: &CounterSnapshot) -> UdpFlowSide {
     }
 }
 
+/// Workers per CPU at most where a side runs a thread per flow ([`SideConfig::thread_per_flow`]).
+const FLOW_THREADS_PER_CPU: usize = 4;
+
 /// Starts a side's workers: one per CPU (or per `-A` CPU), never more than flows, each given
 /// every nth flow index and the CPU to pin to. If a thread cannot start, the side is aborted
 /// (so those already started return) and the error is given back.
 /// Workers a side starts for `flows` flows: one per CPU it may use, at most one per flow. The
 /// CPUs are the -A list when there is one; otherwise all online CPUs, or half of them when the
 /// peer's workers run on the same kernel.
-fn worker_count(flows: usize, online: usize, pinned: usize, shares_host: bool) -> usize {
+/// With `per_flow` (a peer whose own server runs a thread per stream), one worker per flow, up
+/// to [`FLOW_THREADS_PER_CPU`] per CPU.
+fn worker_count(
+    flows: usize,
+    online: usize,
+    pinned: usize,
+    shares_host: bool,
+    per_flow: bool,
+) -> usize {
     let cpus = if pinned > 0 {
         pinned
+    } else if per_flow {
+        online.max(1) * FLOW_THREADS_PER_CPU
     } else if shares_host {
         online / 2
     } else {
@@ -387,6 +400,7 @@ where
         sys::online_cpus(),
         core.cfg.affinity.len(),
         core.cfg.shares_host,
+        core.cfg.thread_per_flow,
     );
     let c = Arc::clone(core);
     let work = Arc::new(move |mine: Vec<usize>, pin: Option<usize>| {
@@ -508,6 +522,12 @@ pub struct SideConfig {
     /// TCP -P 4 on loopback a third of its rate (docs/BENCHMARKS.md, packet rate with many
     /// flows).
     pub shares_host: bool,
+    /// One worker per flow (at most [`FLOW_THREADS_PER_CPU`] per CPU) instead of one per CPU:
+    /// set where the peer's own server runs a thread per stream (iperf3 3.16 and later). On a
+    /// machine that the peer's client shares, the scheduler gives each runnable thread its
+    /// share, so a server with fewer receiving threads than the client has sending ones gets
+    /// less of the CPUs than the stock server would (docs/performance-notes.md, section 11).
+    pub thread_per_flow: bool,
     /// Server: who may add a subflow to a flow's MPTCP connection (the access list checks
     /// only the first subflow's address at accept); `None` checks nothing.
     pub subflow_guard: Option<SubflowGuard>,
@@ -634,6 +654,7 @@ impl SideConfig {
             half_close: true,
             window_at_peer_end: false,
             shares_host: false,
+            thread_per_flow: false,
             subflow_guard: None,
             start_at: None,
         }
@@ -644,20 +665,34 @@ impl SideConfig {
 mod tests {
     use super::worker_count;
 
+    fn wc(flows: usize, online: usize, pinned: usize, shares_host: bool) -> usize {
+        worker_count(flows, online, pinned, shares_host, false)
+    }
+
+    #[test]
+    fn a_thread_per_flow_follows_the_flows_up_to_a_bound_per_cpu() {
+        assert_eq!(worker_count(4, 2, 0, false, true), 4);
+        assert_eq!(worker_count(1, 2, 0, false, true), 1);
+        assert_eq!(worker_count(128, 2, 0, false, true), 8);
+        assert_eq!(worker_count(128, 0, 0, false, true), 4);
+        // An -A list still decides.
+        assert_eq!(worker_count(4, 2, 1, false, true), 1);
+    }
+
     #[test]
     fn workers_follow_flows_cpus_pins_and_a_shared_host() {
         // One flow, one worker, however many CPUs.
-        assert_eq!(worker_count(1, 8, 0, false), 1);
+        assert_eq!(wc(1, 8, 0, false), 1);
         // Peers on other machines: one worker per CPU.
-        assert_eq!(worker_count(64, 2, 0, false), 2);
-        assert_eq!(worker_count(64, 8, 0, false), 8);
+        assert_eq!(wc(64, 2, 0, false), 2);
+        assert_eq!(wc(64, 8, 0, false), 8);
         // Both ends on one kernel: half the CPUs each, at least one.
-        assert_eq!(worker_count(64, 2, 0, true), 1);
-        assert_eq!(worker_count(64, 8, 0, true), 4);
-        assert_eq!(worker_count(64, 1, 0, true), 1);
+        assert_eq!(wc(64, 2, 0, true), 1);
+        assert_eq!(wc(64, 8, 0, true), 4);
+        assert_eq!(wc(64, 1, 0, true), 1);
         // An -A list decides, shared or not.
-        assert_eq!(worker_count(64, 8, 3, true), 3);
-        assert_eq!(worker_count(2, 8, 3, false), 2);
-        assert_eq!(worker_count(0, 8, 0, false), 1);
+        assert_eq!(wc(64, 8, 3, true), 3);
+        assert_eq!(wc(2, 8, 3, false), 2);
+        assert_eq!(wc(0, 8, 0, false), 1);
     }
 }

@@ -755,6 +755,7 @@ mod tests {
             half_close: true,
             window_at_peer_end: false,
             shares_host: false,
+            thread_per_flow: false,
             subflow_guard: None,
             start_at: None,
         }

@@ -440,6 +440,8 @@ impl Driver<'_> {
         cfg.half_close = false;
         cfg.window_at_peer_end = matches!(plan.spec.common().amount, hakaru_model::Amount::Time(_));
         cfg.stall_timeout = IDLE_LIMIT;
+        // iperf3 -s (3.16 and later) receives and sends each stream on a thread of its own.
+        cfg.thread_per_flow = matches!(plan.spec, hakaru_model::TestSpec::Tcp(_));
         cfg.subflow_guard = self.ctx.subflow_guard();
         cfg.payload = if p.repeating_payload {
             Payload::Digits
