@@ -829,3 +829,66 @@ fn low_rate_udp_receiver_seconds_match_a_stock_server() {
         rate(b)
     );
 }
+
+/// Data threads of the server's worker pool (`hakaru-flow-N`) alive in process `pid` now.
+#[cfg(target_os = "linux")]
+fn flow_threads(pid: u32) -> usize {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|c| c.starts_with("hakaru-flow"))
+        .count()
+}
+
+#[test]
+#[cfg(target_os = "linux")]
+fn an_iperf3_tcp_test_gets_a_thread_per_stream_up_to_four_per_cpu() {
+    // As iperf3 -s runs a thread per stream; the bound (four per online CPU) keeps a client's
+    // -P 128 from costing the server 128 threads (docs/security.md, "Data threads of one test").
+    let online: usize = run_cmd(
+        Command::new("getconf").arg("_NPROCESSORS_ONLN"),
+        Duration::from_secs(10),
+    )
+    .stdout
+    .iter()
+    .map(|&b| b as char)
+    .collect::<String>()
+    .trim()
+    .parse()
+    .expect("getconf _NPROCESSORS_ONLN");
+    let srv = ServerProc::start(&[]);
+    let port = srv.port.to_string();
+    for flows in [2usize, 64] {
+        // The last test's threads are gone before the next starts (bounded: 5 s).
+        for _ in 0..100 {
+            if flow_threads(srv.child.id()) == 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let mut client = hakaru()
+            .args(["tcp", "127.0.0.1", "-p", &port, "--iperf3", "-t", "2"])
+            .args(["-P", &flows.to_string(), "-b", "100M"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the client");
+        let mut most = 0;
+        // Bounded: the test runs 2 s; 100 samples of 50 ms at most.
+        for _ in 0..100 {
+            most = most.max(flow_threads(srv.child.id()));
+            if client.try_wait().expect("client").is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = client.wait();
+        assert_eq!(
+            most,
+            flows.min(4 * online),
+            "{flows} streams on {online} CPUs: the server ran {most} data threads"
+        );
+    }
+}
