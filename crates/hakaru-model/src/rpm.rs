@@ -168,6 +168,18 @@ pub struct RpmProbes {
     pub foreign: u64,
     /// Self probes in the window.
     pub selfp: u64,
+    /// The trimmed mean of the self probes during whose wait their connection neither
+    /// received a segment out of order nor retransmitted one (no hole held their request or
+    /// answer back): a diagnostic beside `self_ms`, which the RPM takes as the draft says;
+    /// Linux and HTTP/2 only. Against `self_ms` it tells the path's queue from the load's loss
+    /// recovery.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub self_in_order_ms: Option<f64>,
+    /// Self probes in the window whose connection received segments out of order or
+    /// retransmitted while they waited (a loss, or a reordering, ahead of them); Linux and
+    /// HTTP/2 only (absent where no probe could be told apart).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub self_behind_loss: Option<u64>,
 }
 
 /// One interval of the run.

@@ -85,6 +85,15 @@ pub fn sums(r: &RunResult) -> String {
         },
         x.self_rpm
     );
+    if let Some(ms_in_order) = p.self_in_order_ms {
+        let _ = writeln!(
+            s,
+            "  with nothing out of order ahead of them: {} ms ({} of {} waited behind a loss)",
+            ms(Some(ms_in_order)),
+            p.self_behind_loss.unwrap_or(0),
+            p.selfp
+        );
+    }
     let mut load = Vec::new();
     if let Some(d) = x.download {
         load.push(format!("download {d}"));
@@ -250,6 +259,8 @@ mod tests {
                 self_ms: Some(60.0),
                 foreign: 12,
                 selfp: 11,
+                self_in_order_ms: Some(52.0),
+                self_behind_loss: Some(3),
             },
             download: Some(BitRate(20e6)),
             upload: None,
@@ -280,6 +291,12 @@ mod tests {
             "{s}"
         );
         assert!(s.contains("self probes (11): 60.00 ms -> 1000 RPM"), "{s}");
+        assert!(
+            s.contains(
+                "nothing out of order ahead of them: 52.00 ms (3 of 11 waited behind a loss)"
+            ),
+            "{s}"
+        );
         let load = format!("download {} over 5 connection(s)", BitRate(20e6));
         assert!(s.contains(&load), "{s}");
         assert!(s.contains("goodput high, responsiveness medium"), "{s}");

@@ -34,7 +34,9 @@ const MAX_ERRORS: usize = 16;
 struct Shared {
     down: AtomicU64,
     up: AtomicU64,
-    senders: Mutex<Vec<h2::client::SendRequest<Bytes>>>,
+    /// The HTTP/2 load connections: an id, the request handle and the socket (whose marks of
+    /// loss tell a self probe that waited behind one).
+    senders: Mutex<Vec<(u64, h2::client::SendRequest<Bytes>, hakaru_sys::RawFd)>>,
     fds: Mutex<Vec<(u64, hakaru_sys::RawFd)>>,
     errors: Mutex<Vec<String>>,
     tls: Mutex<Option<String>>,
@@ -58,7 +60,9 @@ enum Probe {
         tls: Option<f64>,
         http: f64,
     },
-    Own(f64),
+    /// A self probe: ms, and whether its connection received segments out of order or
+    /// retransmitted while it waited (`None` where the OS does not say, or over HTTP/1.1).
+    Own(f64, Option<bool>),
 }
 
 /// Runs the test; `stop` (Ctrl-C) ends it early with the figures so far.
@@ -149,7 +153,14 @@ fn drain(prx: &mut mpsc::UnboundedReceiver<Probe>) -> Samples {
                 s.tls.extend(tls);
                 s.http.push(http);
             }
-            Probe::Own(ms) => s.selfp.push(ms),
+            Probe::Own(ms, behind_loss) => {
+                s.selfp.push(ms);
+                match behind_loss {
+                    Some(false) => s.self_in_order.push(ms),
+                    Some(true) => s.self_behind_loss += 1,
+                    None => {}
+                }
+            }
         }
     }
     s
@@ -287,12 +298,21 @@ async fn load(d: Arc<Dialer>, sh: Arc<Shared>, dir: RpmDirection, paths: Arc<(St
         if d.http1 {
             h1_load(&d, &sh, dir, &paths, opened).await
         } else {
-            let chunk = opened.chunk.clone();
+            let (chunk, fd) = (opened.chunk.clone(), opened.fd);
             let send = conn::h2_client(opened.io).await?;
+            let id = sh.next_id.fetch_add(1, Ordering::Relaxed);
             if let Ok(mut v) = sh.senders.lock() {
-                v.push(send.clone());
+                v.push((id, send.clone(), fd));
             }
-            h2_load(&d, &sh, dir, &paths, send, &chunk).await
+            let r = h2_load(&d, &sh, dir, &paths, send, &chunk).await;
+            // Out of the list as soon as the load ends. The connection's task may have closed
+            // the socket a moment before: a probe in that moment reads the marks of whatever
+            // reused the descriptor (or none), which can misfile that one probe's diagnostic
+            // and nothing else (the descriptor is only read with getsockopt).
+            if let Ok(mut v) = sh.senders.lock() {
+                v.retain(|(i, _, _)| *i != id);
+            }
+            r
         }
     }
     .await;
@@ -498,16 +518,30 @@ async fn self_probe(
             // Read under the lock: the connection cannot close meanwhile.
             hakaru_sys::tcp_info(*fd).ok().map(|i| i.rtt_us)
         });
-        return Ok(fd.map(|us| Probe::Own(f64::from(us) / 1000.0)));
+        return Ok(fd.map(|us| Probe::Own(f64::from(us) / 1000.0, None)));
     }
-    let send = sh.senders.lock().ok().and_then(|v| {
+    let pick = sh.senders.lock().ok().and_then(|v| {
         let n = v.len();
         (n > 0).then(|| v.get(which % n).cloned()).flatten()
     });
-    let Some(mut send) = send else {
+    let Some((id, mut send, fd)) = pick else {
         return Ok(None);
     };
+    let before = loss_marks(sh, id, fd);
     let t = Instant::now();
     conn::h2_get(&mut send, conn::request(d, http::Method::GET, small)).await?;
-    Ok(Some(Probe::Own(t.elapsed().as_secs_f64() * 1000.0)))
+    let ms = t.elapsed().as_secs_f64() * 1000.0;
+    let behind_loss = before.zip(loss_marks(sh, id, fd)).map(|(a, b)| b > a);
+    Ok(Some(Probe::Own(ms, behind_loss)))
+}
+
+/// Load connection `id`'s marks of loss (segments received out of order or retransmitted),
+/// read while it is still in the list (so `fd` is still its socket); `None` when it is gone or
+/// the OS does not say.
+fn loss_marks(sh: &Shared, id: u64, fd: hakaru_sys::RawFd) -> Option<u64> {
+    let v = sh.senders.lock().ok()?;
+    v.iter()
+        .any(|(i, _, _)| *i == id)
+        .then(|| hakaru_sys::tcp_loss_marks(fd).ok())
+        .flatten()
 }

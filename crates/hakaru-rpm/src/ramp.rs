@@ -53,6 +53,11 @@ pub struct Samples {
     pub http: Vec<f64>,
     /// Self probes.
     pub selfp: Vec<f64>,
+    /// Self probes (of `selfp`) whose connection received nothing out of order while they
+    /// waited.
+    pub self_in_order: Vec<f64>,
+    /// Self probes whose connection received segments out of order while they waited.
+    pub self_behind_loss: u64,
 }
 
 /// What the driver does next.
@@ -222,6 +227,8 @@ impl Ramp {
             all(|s| &s.http),
             all(|s| &s.selfp),
         );
+        let in_order = all(|s| &s.self_in_order);
+        let behind: u64 = self.window.iter().map(|s| s.self_behind_loss).sum();
         let probes = RpmProbes {
             tcp_ms: stats::trimmed_mean(&tcp),
             tls_ms: stats::trimmed_mean(&tls),
@@ -229,6 +236,8 @@ impl Ramp {
             self_ms: stats::trimmed_mean(&selfp),
             foreign: http.len() as u64,
             selfp: selfp.len() as u64,
+            self_in_order_ms: stats::trimmed_mean(&in_order),
+            self_behind_loss: (behind > 0 || !in_order.is_empty()).then_some(behind),
         };
         let (rpm, foreign_rpm, self_rpm) =
             stats::responsiveness(probes.tcp_ms, probes.tls_ms, probes.http_ms, probes.self_ms)?;
@@ -287,6 +296,8 @@ mod tests {
             tls: vec![foreign; 10],
             http: vec![foreign; 10],
             selfp: vec![own; 10],
+            self_in_order: vec![own; 10],
+            self_behind_loss: 0,
         }
     }
 
@@ -321,6 +332,26 @@ mod tests {
         assert!(steps >= 4 + 3 + 3 + 3, "finished after {steps}");
         assert_eq!(o.intervals.len(), steps);
         assert!(o.connections > 4);
+    }
+
+    #[test]
+    fn self_probes_behind_a_loss_are_counted_apart_and_the_rpm_still_takes_them() {
+        let mut r = Ramp::new(params());
+        // Each interval: 8 self probes at 100 ms that waited for nothing, 2 at 300 ms that
+        // waited behind a retransmission.
+        let mut s = probes(50.0, 100.0);
+        s.selfp = [vec![100.0; 8], vec![300.0; 2]].concat();
+        s.self_in_order = vec![100.0; 8];
+        s.self_behind_loss = 2;
+        for _ in 0..4 {
+            let _ = r.on_interval(1_000_000, s.clone());
+        }
+        let p = r.result().window.expect("a window").probes;
+        assert_eq!((p.selfp, p.self_behind_loss), (40, Some(8)));
+        assert_eq!(p.self_in_order_ms, Some(100.0));
+        // The draft's figure keeps every self probe: its trimmed mean is above the in-order
+        // ones'.
+        assert!(p.self_ms.expect("self") > 100.0, "{p:?}");
     }
 
     #[test]

@@ -430,6 +430,14 @@ pub fn tcp_peer_window(_fd: RawFd) -> io::Result<u64> {
     Err(unsupported("reading the peer's TCP window"))
 }
 
+/// Marks of loss (segments received out of order, retransmitted): unsupported here.
+#[cfg_attr(target_os = "linux", allow(dead_code))]
+pub fn tcp_loss_marks(_fd: RawFd) -> io::Result<u64> {
+    Err(unsupported(
+        "counting TCP segments received out of order or retransmitted",
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -24,6 +24,8 @@
 //!   does not report read 0; the optional ones Windows (SIO_TCP_INFO) and macOS
 //!   (TCP_CONNECTION_INFO) do not have are `None` (docs/platforms.md lists them).
 //! - [`tcp_send_queue`], [`tcp_peer_window`]: unacknowledged bytes and the peer's window.
+//! - [`tcp_loss_marks`]: segments received out of order or retransmitted (Linux): a hole that
+//!   holds back what follows it.
 //!   Unsupported: `Err`.
 //! - [`own_listen_port`], [`fine_timers`]: a listener that keeps its port to itself, and
 //!   fine-grained sleeps for paced senders (per OS, in their own documentation).
@@ -152,7 +154,7 @@ pub use linux::{
     interface_for_addr, is_virtual_interface, local_port_range, nic_snapshot, nic_snapshot_all,
     online_cpus, pin_current_thread, process_usage, recv_discard, send_zerocopy, set_busy_poll,
     set_max_pacing_rate, stream_recv_stamped, tcp_defer_accept, tcp_enable_rx_stamps, tcp_info,
-    tcp_peer_window, tcp_send_queue, ZeroCopySource, DISCARD_SUPPORTED,
+    tcp_loss_marks, tcp_peer_window, tcp_send_queue, ZeroCopySource, DISCARD_SUPPORTED,
 };
 
 #[cfg(target_os = "linux")]
@@ -166,7 +168,7 @@ pub use fallback::{
     accept_nonblocking, available_congestion, bind_address_no_port, environment,
     is_virtual_interface, local_port_range, pin_current_thread, recv_discard, send_zerocopy,
     set_busy_poll, set_max_pacing_rate, stream_recv_stamped, tcp_defer_accept,
-    tcp_enable_rx_stamps, ZeroCopySource, DISCARD_SUPPORTED,
+    tcp_enable_rx_stamps, tcp_loss_marks, ZeroCopySource, DISCARD_SUPPORTED,
 };
 
 #[cfg(not(any(target_os = "linux", target_os = "macos", windows)))]
@@ -325,6 +327,7 @@ mod tests {
         same!(tcp_info: fn(RawFd) -> io::Result<TcpInfo>);
         same!(tcp_send_queue: fn(RawFd) -> io::Result<u64>);
         same!(tcp_peer_window: fn(RawFd) -> io::Result<u64>);
+        same!(tcp_loss_marks: fn(RawFd) -> io::Result<u64>);
         same!(cpu_snapshot: fn() -> Option<CpuSnapshot>);
         same!(nic_snapshot: fn(&str) -> Option<NicSnapshot>);
         same!(nic_snapshot_all: fn() -> Vec<NicSnapshot>);

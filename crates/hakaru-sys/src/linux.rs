@@ -134,6 +134,16 @@ pub fn tcp_peer_window(fd: RawFd) -> io::Result<u64> {
     Ok(u64::from(raw_tcp_info(fd)?.tcpi_snd_wnd))
 }
 
+/// Marks of loss over the connection's life, both directions: the segments this end received
+/// out of order (tcpi_rcv_ooopack, Linux 5.4) plus those it retransmitted
+/// (tcpi_total_retrans). The count grows while a hole holds bytes back on their way in (they
+/// wait for the peer's retransmission, or a reordered segment) or out (the peer holds what
+/// follows this end's lost segment).
+pub fn tcp_loss_marks(fd: RawFd) -> io::Result<u64> {
+    let raw = raw_tcp_info(fd)?;
+    Ok(u64::from(raw.tcpi_rcv_ooopack) + u64::from(raw.tcpi_total_retrans))
+}
+
 fn raw_tcp_info(fd: RawFd) -> io::Result<RawTcpInfo> {
     let mut raw = RawTcpInfo::default();
     let mut len = mem::size_of::<RawTcpInfo>() as libc::socklen_t;
@@ -817,6 +827,20 @@ mod tests {
         let cc = info.congestion.expect("congestion");
         assert!(!cc.is_empty() && cc.is_ascii(), "{cc:?}");
         assert!(info.pacing_rate_bps.is_none_or(f64::is_finite));
+    }
+
+    #[test]
+    fn a_loopback_connection_has_no_marks_of_loss() {
+        let (mut client, mut server) = pair();
+        client.write_all(&[7u8; 100_000]).expect("write");
+        let mut got = vec![0u8; 100_000];
+        server.read_exact(&mut got).expect("read");
+        // Loopback neither loses nor reorders; the count is the kernel's, and a socket that
+        // is not TCP has none.
+        assert_eq!(tcp_loss_marks(server.as_raw_fd()).expect("count"), 0);
+        assert_eq!(tcp_loss_marks(client.as_raw_fd()).expect("count"), 0);
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0").expect("udp");
+        assert!(tcp_loss_marks(udp.as_raw_fd()).is_err());
     }
 
     #[test]
