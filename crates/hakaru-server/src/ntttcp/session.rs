@@ -295,6 +295,10 @@ impl Driver<'_> {
         cfg.duration = None;
         cfg.half_close = false;
         cfg.stall_timeout = STALL;
+        // `ntttcp -r` receives each connection on a thread of its own (one per port); with a
+        // worker per CPU, a sender of more connections than CPUs on the same machine got the
+        // larger share of the CPUs (docs/performance-notes.md, section 11).
+        cfg.thread_per_flow = true;
         let flows = streams
             .into_iter()
             .zip(0u32..)

@@ -832,7 +832,7 @@ fn low_rate_udp_receiver_seconds_match_a_stock_server() {
 
 /// Data threads of the server's worker pool (`hakaru-flow-N`) alive in process `pid` now.
 #[cfg(target_os = "linux")]
-fn flow_threads(pid: u32) -> usize {
+pub(super) fn flow_threads(pid: u32) -> usize {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return 0;
     };

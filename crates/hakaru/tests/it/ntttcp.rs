@@ -139,8 +139,29 @@ fn one_sender(threads: u32) {
     let Some(bin) = ntttcp() else { return };
     let first = free_range(4);
     let s = server(first, &[]);
-    let out = wait_child(sender(bin, first, threads, &[]), LIMIT);
+    let mut child = sender(bin, first, threads, &[]);
+    // As `ntttcp -r` receives each connection on a thread of its own, so does the server
+    // (docs/performance-notes.md, section 11): one data thread per connection (four are
+    // under the bound of four per CPU). Sampled while the 2 s test runs (bounded: 100 x 50 ms).
+    let mut most = 0;
+    for _ in 0..100 {
+        #[cfg(target_os = "linux")]
+        {
+            most = most.max(super::iperf3::flow_threads(s.child.id()));
+        }
+        if child.try_wait().expect("ntttcp -s").is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = wait_child(child, LIMIT);
     assert!(out.status.success(), "ntttcp -s failed: {}", stderr(&out));
+    if cfg!(target_os = "linux") {
+        assert_eq!(
+            most, threads as usize,
+            "data threads of the server for {threads} connections"
+        );
+    }
     let (conns, total) = server_test(&s);
     assert_eq!(conns.len(), threads as usize, "one line per connection");
     assert!(
