@@ -53,10 +53,11 @@ pub struct Samples {
     pub http: Vec<f64>,
     /// Self probes.
     pub selfp: Vec<f64>,
-    /// Self probes (of `selfp`) whose connection received nothing out of order while they
-    /// waited.
+    /// Self probes (of `selfp`) whose connection neither received a segment out of order
+    /// nor retransmitted one while they waited.
     pub self_in_order: Vec<f64>,
-    /// Self probes whose connection received segments out of order while they waited.
+    /// Self probes whose connection received segments out of order or retransmitted while
+    /// they waited (a loss ahead of them).
     pub self_behind_loss: u64,
 }
 
