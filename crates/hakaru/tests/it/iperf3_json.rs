@@ -318,9 +318,13 @@ fn assert_consistent(doc: &Value, d: &Dashboard) {
             .sum();
         let total = doc["end"][total]["bytes"].as_u64().unwrap();
         let diff = (sum as f64 - total as f64).abs();
+        // 2 %: under the whole suite's load a --bidir run's reverse direction once counted
+        // 1.03 % more in its total than in its intervals (2,060,586,510 against 2,039,418,382
+        // bytes: about 16 ms of its 10 Gbit/s received after the last interval closed); an
+        // interval lost or counted twice is a half of this 2 s run.
         assert!(
-            diff <= total as f64 * 0.01,
-            "intervals' {sum_key} bytes {sum} vs end.{total} {total} (more than 1 % apart)"
+            diff <= total as f64 * 0.02,
+            "intervals' {sum_key} bytes {sum} vs end.{total} {total} (more than 2 % apart)"
         );
         assert!(total > 0, "end.{total} moved nothing");
     };
