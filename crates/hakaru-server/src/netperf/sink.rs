@@ -16,6 +16,15 @@
 //! [`WINDOW`], and it hands the tests back to their own threads ([`SPREAD_FOR`]: new tests
 //! receive on their own threads for that long, then try the poller again).
 //!
+//! A test that starts while no other UDP_STREAM test runs receives on its own thread instead,
+//! one blocking read per datagram as netserver does ([`UdpSink::alone`]): with one test there
+//! is nothing to share a wait with, and the poller's wait, its reads until the socket is
+//! empty and its wake-ups cost about two more system calls per wake-up, which on a receiver
+//! sharing one CPU with its sender are datagrams lost (netperf UDP_STREAM -m 1400, both on one
+//! CPU: 0.71x and 0.74x of netserver's messages through the poller, 0.93x and 0.91x on its own
+//! thread, old and new builds alternated; docs/performance-notes.md, section 12). Tests that
+//! start while it runs go to the poller.
+//!
 //! The poller runs while any test is registered and ends with the last one, so an idle server
 //! holds no thread for it. A socket belongs to its entry; the poller drops its copy of a removed
 //! entry at its next wait, so a descriptor is never polled after it is closed. A self-connected
@@ -117,6 +126,17 @@ struct State {
     /// Set when the poller was starved of CPU: until then, tests receive on their own threads
     /// (those registered take their sockets back).
     spread_until: Option<Instant>,
+    /// A test receives on its own thread because it started alone ([`UdpSink::alone`]).
+    alone: bool,
+}
+
+/// The lone test's claim ([`UdpSink::alone`]); given back when dropped.
+pub(crate) struct Alone(UdpSink);
+
+impl Drop for Alone {
+    fn drop(&mut self) {
+        self.0.state().alone = false;
+    }
 }
 
 struct Shared {
@@ -192,6 +212,18 @@ impl UdpSink {
         drop(st);
         self.wake();
         Ok(Ok(entry))
+    }
+
+    /// Claims the lone test's place when no other UDP_STREAM test runs (none registered, none
+    /// alone): the caller receives on its own thread while it holds the claim, and tests that
+    /// start meanwhile go to the poller.
+    pub fn alone(&self) -> Option<Alone> {
+        let mut st = self.state();
+        if st.alone || !st.entries.is_empty() {
+            return None;
+        }
+        st.alone = true;
+        Some(Alone(self.clone()))
     }
 
     /// True while new tests receive on their own threads (the poller was starved of CPU).
@@ -388,6 +420,27 @@ mod tests {
         tx_c.send(&[1u8; 3]).unwrap();
         assert!(until(|| c.counts() == (3, 1)));
         sink.remove(&c);
+    }
+
+    #[test]
+    fn a_test_alone_receives_on_its_own_thread_and_those_beside_it_share_the_poller() {
+        let sink = UdpSink::new().unwrap();
+        let local = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let first = sink.alone().expect("no other test: alone");
+        assert!(sink.alone().is_none(), "one test alone at a time");
+        let (rx, _tx) = pair();
+        let beside = sink.add(rx, local, 65_536).unwrap().unwrap();
+        assert!(
+            sink.running(),
+            "a test beside the lone one goes to the poller"
+        );
+        drop(first);
+        assert!(
+            sink.alone().is_none(),
+            "a test is registered with the poller"
+        );
+        sink.remove(&beside);
+        assert!(sink.alone().is_some(), "nothing runs: alone again");
     }
 
     #[test]
