@@ -228,6 +228,77 @@ fn an_idle_test_fails_at_the_stall_timeout_and_frees_its_slot_and_memory() {
     assert!(after.2 <= before.2 + 2, "threads left behind");
 }
 
+/// The UDP_STREAM poller's thread name (netperf/sink.rs).
+const SINK: &str = "hakaru-np-sink";
+
+/// Whether process `pid` has a thread named `name`.
+fn has_thread(pid: u32, name: &str) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|d| {
+        d.flatten().any(|t| {
+            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim_end() == name)
+        })
+    })
+}
+
+/// A lone UDP_STREAM test receives on its own thread, not through the shared poller
+/// (netperf/sink.rs, `UdpSink::alone`): an idle one still fails at the stall timeout, a test
+/// sending datagrams and then nothing still ends at the server's timer with them counted, and
+/// neither leaves a thread behind.
+#[test]
+fn a_lone_udp_test_ends_at_the_stall_timeout_and_at_the_timer() {
+    let (s, port) = server(&["--stall-timeout", "2s"]);
+    let pid = s.child.id();
+    let before = figures("before", pid);
+    // Admitted, its data port never sent to: alone, so no poller thread; a second test beside
+    // it goes to the poller. Each fails with ETIMEDOUT well before its 30 s are up.
+    let (a, answer) = omni(port, None, &request(PROTO_UDP, direction::RECV, 30));
+    assert_eq!(
+        answer.map(|a| a.0),
+        Some(0),
+        "the idle UDP test was refused"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!has_thread(pid, SINK), "a lone test went to the poller");
+    let (b, answer) = omni(port, None, &request(PROTO_UDP, direction::RECV, 30));
+    assert_eq!(
+        answer.map(|a| a.0),
+        Some(0),
+        "the second idle UDP test was refused"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        has_thread(pid, SINK),
+        "the test beside the lone one has no poller"
+    );
+    let t0 = Instant::now();
+    for mut c in [a, b] {
+        let m = read_msg(&mut c, Duration::from_secs(20)).expect("an answer when it stalls");
+        let (errno, _) = decode_response(&m).expect("an OMNI_RESPONSE");
+        assert_eq!(errno, 110, "the stalled UDP test's errno");
+    }
+    assert!(t0.elapsed() < Duration::from_secs(15), "{:?}", t0.elapsed());
+    // A one-second test whose client sends datagrams and never its empty one: the server's
+    // timer ends it (the stall timeout, 2 s, would come later), with the datagrams counted.
+    let (mut c, answer) = omni(port, None, &request(PROTO_UDP, direction::RECV, 1));
+    let (errno, resp) = answer.expect("an answer");
+    assert_eq!(errno, 0);
+    let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for _ in 0..100 {
+        tx.send_to(&[7u8; 100], ("127.0.0.1", resp.data_port))
+            .unwrap();
+    }
+    let results = read_msg(&mut c, Duration::from_secs(15)).expect("the results at the timer");
+    let r = hakaru_proto::netperf::decode_results(&results).expect("results");
+    assert!(
+        r.bytes_received > 0 && r.bytes_received <= 10_000,
+        "{} bytes counted of 10,000 sent",
+        r.bytes_received
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let after = figures("after", pid);
+    assert!(after.2 <= before.2 + 2, "threads left behind");
+}
+
 /// TCP_RR with 64 KiB responses ran at tens of Gbit/s under --max-rate 1M; now what the
 /// server sends in RR tests is paced to it (checked loosely: at most 3x the rate).
 #[test]
