@@ -173,8 +173,9 @@ impl Depth {
     /// to a round trip (measured: 30 to 95 ms of a 90 ms queue's round trip on eight
     /// connections sharing 20 Mbit/s). Paced, the packets and their acknowledgements are
     /// spread over the round trip and the answer leaves after what is ahead of it at the
-    /// connection's rate. Never at loopback rates (pacing there would cost speed), and not
-    /// from the handshake's round trip alone, which a busy machine can make long.
+    /// connection's rate. Never at loopback rates (no queue there for a burst to wait in, and
+    /// the loopback load's speed was measured unpaced), and not from the handshake's round
+    /// trip alone, which a busy machine can make long.
     pub fn pace(&self) -> bool {
         self.measured >= PACE_AFTER && self.chunk() < MAX_CHUNK
     }

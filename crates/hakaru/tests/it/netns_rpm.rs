@@ -331,7 +331,7 @@ fn a_full_tbf_queue_reads_as_its_delay_and_a_small_one_reads_low() {
             // The server paces its load connections here (their rates are shares of 20
             // Mbit/s, hakaru_rpm::shallow): unpaced, a probe's answer waited for the next burst
             // of its connection's acknowledgements, up to a round trip (seen: in-order self
-            // probes 121 to 151 ms; paced 102 to 117).
+            // probes 121 to 151 ms; paced 108 to 117 in this test).
             assert!(
                 paced.paced >= 1 && paced.paced <= paced.seen,
                 "{paced:?}: no paced connection on the rpm port {} into the run",
