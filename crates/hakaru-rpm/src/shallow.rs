@@ -170,8 +170,7 @@ impl Depth {
     /// below one [`MAX_CHUNK`] a millisecond. Unpaced, a congestion window's packets leave in
     /// bursts and sit together in the bottleneck's queue, so their acknowledgements come back
     /// together too; a probe's answer written just after a burst waits for the next one, up
-    /// to a round trip (measured: 30 to 95 ms of a 90 ms queue's round trip on eight
-    /// connections sharing 20 Mbit/s). Paced, the packets and their acknowledgements are
+    /// to a round trip (docs/rpm.md, "Bursts"). Paced, the packets and their acknowledgements are
     /// spread over the round trip and the answer leaves after what is ahead of it at the
     /// connection's rate. Never at loopback rates (no queue there for a burst to wait in, and
     /// the loopback load's speed was measured unpaced), and not from the handshake's round

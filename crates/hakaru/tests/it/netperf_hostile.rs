@@ -251,27 +251,19 @@ fn a_lone_udp_test_ends_at_the_stall_timeout_and_at_the_timer() {
     let before = figures("before", pid);
     // Admitted, its data port never sent to: alone, so no poller thread; a second test beside
     // it goes to the poller. Each fails with ETIMEDOUT well before its 30 s are up.
-    let (a, answer) = omni(port, None, &request(PROTO_UDP, direction::RECV, 30));
-    assert_eq!(
-        answer.map(|a| a.0),
-        Some(0),
-        "the idle UDP test was refused"
-    );
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(!has_thread(pid, SINK), "a lone test went to the poller");
-    let (b, answer) = omni(port, None, &request(PROTO_UDP, direction::RECV, 30));
-    assert_eq!(
-        answer.map(|a| a.0),
-        Some(0),
-        "the second idle UDP test was refused"
-    );
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(
-        has_thread(pid, SINK),
-        "the test beside the lone one has no poller"
-    );
+    let mut held = Vec::new();
+    for (polled, what) in [
+        (false, "a lone test went to the poller"),
+        (true, "the test beside the lone one has no poller"),
+    ] {
+        let (c, answer) = omni(port, None, &request(PROTO_UDP, direction::RECV, 30));
+        assert_eq!(answer.map(|a| a.0), Some(0), "an idle UDP test was refused");
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(has_thread(pid, SINK), polled, "{what}");
+        held.push(c);
+    }
     let t0 = Instant::now();
-    for mut c in [a, b] {
+    for mut c in held {
         let m = read_msg(&mut c, Duration::from_secs(20)).expect("an answer when it stalls");
         let (errno, _) = decode_response(&m).expect("an OMNI_RESPONSE");
         assert_eq!(errno, 110, "the stalled UDP test's errno");
