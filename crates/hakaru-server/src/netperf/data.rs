@@ -10,7 +10,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,6 +20,8 @@ use hakaru_session::netperf::server::{errno, UDP_RR_FREE_RESPONSE};
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
 
 use super::sizes::{asked_buf, bind_port, sizes, AUTOTUNED};
+
+mod watch;
 
 /// How long a blocking call waits before the loop looks at its stop flag and deadline.
 const TICK: Duration = Duration::from_millis(100);
@@ -206,6 +208,20 @@ struct Counts {
     /// UDP_RR requests left unanswered: their response would have been larger than both the
     /// request and [`UDP_RR_FREE_RESPONSE`].
     unanswered: u64,
+    /// Where the bytes moved so far are shown to a watchdog on another thread ([`watch`]).
+    shown: Option<Arc<AtomicU64>>,
+}
+
+impl Counts {
+    /// Shows the bytes moved so far to the watchdog, if there is one (a relaxed store).
+    fn show(&self) {
+        if let Some(s) = &self.shown {
+            s.store(
+                self.bytes_received.saturating_add(self.bytes_sent),
+                Ordering::Relaxed,
+            );
+        }
+    }
 }
 
 /// Why a data phase stopped short: the errno netperf hears and the log line.
@@ -460,7 +476,11 @@ fn tcp_loop(
     if req.is_rr() {
         let mut pacer = Pacer::new(job.max_rate);
         let sizes = (rsize, ssize);
-        rr_on(&mut s, job, &lim, sizes, &mut pacer, &mut c, false)?;
+        if sys::SHUTDOWN_WAKES_BLOCKED_RECV {
+            watch::rr_untimed(&mut s, job, &lim, sizes, &mut pacer, &mut c)?;
+        } else {
+            rr_on(&mut s, job, &lim, sizes, &mut pacer, &mut c, false)?;
+        }
     } else if req.xmit_only() {
         let buf = vec![b'n'; ssize];
         let mut left = lim.units;
@@ -517,6 +537,7 @@ fn read_request(
                 got += n;
                 c.bytes_received += n as u64;
                 c.recv_calls += 1;
+                c.show();
             }
             Err(e) if is_tick(&e) => {}
             Err(e) => return Err(e),
@@ -594,6 +615,7 @@ fn write_all(
             match s.write(part) {
                 Ok(n) => {
                     c.bytes_sent += n as u64;
+                    c.show();
                     part = part.get(n..).unwrap_or_default();
                     buf = buf.get(n..).unwrap_or_default();
                 }
@@ -736,7 +758,7 @@ mod tests {
     use super::super::sizes::{DEFAULT_RECV, MAX_BUF};
     use super::*;
 
-    fn req(direction: u32, protocol: u32, test_length: i32) -> OmniRequest {
+    pub(super) fn req(direction: u32, protocol: u32, test_length: i32) -> OmniRequest {
         OmniRequest {
             cpu_binding: -1,
             send_buf_size: -1,

@@ -291,6 +291,68 @@ fn a_lone_udp_test_ends_at_the_stall_timeout_and_at_the_timer() {
     assert!(after.2 <= before.2 + 2, "threads left behind");
 }
 
+/// The TCP_RR loop's watchdog thread (netperf/data/watch.rs).
+const WATCH: &str = "hakaru-np-watch";
+
+/// Connects to a TCP_RR test's data port and makes `n` one-byte transactions.
+fn transactions(data_port: u16, n: usize) -> TcpStream {
+    let mut d = TcpStream::connect(("127.0.0.1", data_port)).expect("the data connection");
+    d.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut one = [0u8; 1];
+    for _ in 0..n {
+        d.write_all(b"q").unwrap();
+        d.read_exact(&mut one).expect("a response");
+    }
+    d
+}
+
+/// TCP_RR waits for requests with no receive timeout (no kernel timer per transaction) and a
+/// watchdog thread of the test's own ends the wait: a client gone quiet mid-test still fails
+/// at the stall timeout, one that stops after its length still ends at the server's timer
+/// with its transactions counted, and the watchdog leaves with its test.
+#[test]
+fn an_rr_test_waits_without_a_timeout_and_still_ends_at_the_stall_timeout_and_the_timer() {
+    let (s, port) = server(&["--stall-timeout", "2s"]);
+    let pid = s.child.id();
+    let before = figures("before", pid);
+    let rr = |secs| request(PROTO_TCP, direction::XMIT | direction::RECV, secs);
+    // 30 s asked, quiet after 10 transactions: ETIMEDOUT well before the 30 s.
+    let (mut c, answer) = omni(port, None, &rr(30));
+    let (errno, resp) = answer.expect("an answer");
+    assert_eq!(errno, 0);
+    let d = transactions(resp.data_port, 10);
+    assert!(
+        has_thread(pid, WATCH),
+        "no watchdog thread beside a TCP_RR test"
+    );
+    let t0 = Instant::now();
+    let m = read_msg(&mut c, Duration::from_secs(20)).expect("an answer when it stalls");
+    let (errno, _) = decode_response(&m).expect("an OMNI_RESPONSE");
+    assert_eq!(errno, 110, "the stalled TCP_RR test's errno");
+    assert!(t0.elapsed() < Duration::from_secs(15), "{:?}", t0.elapsed());
+    drop(d);
+    // One second asked, 25 transactions and then nothing: past its length a quiet client is
+    // the end, not a stall, and the server's timer (the length and netserver's pad) ends it.
+    let (mut c, answer) = omni(port, None, &rr(1));
+    let (errno, resp) = answer.expect("an answer");
+    assert_eq!(errno, 0);
+    let d = transactions(resp.data_port, 25);
+    let results = read_msg(&mut c, Duration::from_secs(20)).expect("the results at the timer");
+    let r = hakaru_proto::netperf::decode_results(&results).expect("results");
+    assert_eq!(r.trans_received, 25, "transactions counted");
+    assert_eq!((r.bytes_received, r.bytes_sent), (25, 25));
+    drop(d);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!has_thread(pid, WATCH), "the watchdog outlived its test");
+    let after = figures("after", pid);
+    assert!(after.2 <= before.2 + 2, "threads left behind");
+    // A stock client's TCP_RR test still runs to its end.
+    if let Some(bin) = netperf_bin() {
+        let (ok, _, text) = netperf(&bin, port, &["-t", "TCP_RR", "-l", "1"]);
+        assert!(ok, "a netperf TCP_RR test after: {text}");
+    }
+}
+
 /// TCP_RR with 64 KiB responses ran at tens of Gbit/s under --max-rate 1M; now what the
 /// server sends in RR tests is paced to it (checked loosely: at most 3x the rate).
 #[test]
