@@ -4,8 +4,9 @@
 //! datagrams, a per-transaction connection), so the figures netserver reports are kept here
 //! call by call, in one blocking loop per test on its own thread, rather than through the
 //! engine's side core. Every loop waits at most [`TICK`] at a time, so it sees the stop flag
-//! and its deadline; only the control connection's address is served (connections from
-//! elsewhere are closed, datagrams from elsewhere dropped and never answered).
+//! and its deadline, except TCP_RR's on Linux, whose receive has no timeout and is ended by a
+//! watchdog thread ([`watch`]); only the control connection's address is served (connections
+//! from elsewhere are closed, datagrams from elsewhere dropped and never answered).
 #![cfg_attr(not(test), deny(clippy::indexing_slicing))]
 
 use std::io::{self, Read, Write};
