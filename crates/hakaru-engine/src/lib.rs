@@ -16,6 +16,7 @@ pub mod http;
 pub mod observer;
 pub mod ping;
 pub mod raw;
+pub mod recvbuf;
 pub mod running;
 pub mod seq;
 pub mod side;

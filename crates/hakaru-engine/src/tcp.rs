@@ -450,9 +450,9 @@ fn worker(s: &Shared, mine: Vec<usize>, pin: Option<usize>) {
     }
     let needs_buf = !s.cfg.discard || !sys::DISCARD_SUPPORTED;
     let mut rbuf = if needs_buf && mine.iter().any(|&i| s.meta[i].role == Role::Receiver) {
-        vec![0u8; s.cfg.length]
+        crate::recvbuf::RecvBuf::new(s.cfg.length)
     } else {
-        Vec::new()
+        crate::recvbuf::RecvBuf::new(0)
     };
     let deadline = s.deadline();
     let now = Instant::now();

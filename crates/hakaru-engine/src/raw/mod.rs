@@ -18,6 +18,7 @@ use hakaru_model::{
 };
 use hakaru_proto::iperf2::{self, TestHeader};
 
+use crate::recvbuf::RecvBuf;
 use crate::side::{spawn_ticker, Core, FlowMeta, TickerOut};
 use crate::sys::{self, AsRawFd};
 use crate::tcp::{Payload, SideConfig};
@@ -494,7 +495,7 @@ fn read_stream(
     spec: &RawSpec,
     stop: &AtomicBool,
 ) -> StreamEnd {
-    let mut buf = vec![0u8; spec.length.0 as usize];
+    let mut buf = RecvBuf::new(spec.length.0 as usize);
     let mut sniffer = spec.iperf2.then(HeaderSniffer::default);
     let mut out = (spec.stdio && i == 0).then(io::stdout);
     let mut end = StreamEnd::default();
@@ -503,7 +504,7 @@ fn read_stream(
             end.interrupted = true;
             break;
         }
-        let n = match (&*stream).read(&mut buf) {
+        let n = match (&*stream).read(&mut buf[..]) {
             Ok(0) => break,
             Ok(n) => n,
             Err(e) if is_retry(&e) => continue,

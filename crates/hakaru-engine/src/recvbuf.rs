@@ -1,0 +1,92 @@
+//! Receive buffers placed at a chosen offset within their page.
+//!
+//! How fast the kernel copies received data into a buffer (`copy_to_user`, `rep movsb` on
+//! x86) depends on where the buffer starts within its 4 KiB page relative to where the data
+//! sits in the kernel's pages: with the destination 8 to 24 bytes past the source, or 24 to 48
+//! bytes before it, in the low twelve address bits, each load waits on a store made a moment
+//! earlier at an address that looks the same to the CPU (4K aliasing), and the copy runs at a
+//! third (data in page-cache pages, iperf3 `-Z`) to three quarters (data the sender copied)
+//! of its speed. Where an allocator puts a buffer is chance: glibc serves 128 KiB and more from
+//! a fresh `mmap` (the data then starts 16 bytes into a page: the slow case for data the kernel
+//! holds from the start of a page, as page-cache pages and page fragments), smaller ones from a
+//! thread's arena at any offset. [`RecvBuf`] takes the chance away and starts on a page, where
+//! `iperf3 -s` (which maps its buffers) has its own; the measurements are in
+//! docs/performance-notes.md, section 13, and `bench/recv_offset.py` shows the kernel's side
+//! with no hakaru in it.
+
+use std::ops::{Deref, DerefMut};
+
+/// The size of a page, as far as the copy's aliasing goes (the low twelve address bits).
+pub const PAGE: usize = 4096;
+
+/// Where a receive buffer starts within its page: on the page, clear of both slow bands, and
+/// where the stock iperf3 server's buffers start, so that no comparison with it turns on this.
+pub const DEFAULT_OFFSET: usize = 0;
+
+/// A zeroed byte buffer whose first byte lies `offset` bytes into a page.
+#[derive(Debug)]
+pub struct RecvBuf {
+    raw: Vec<u8>,
+    start: usize,
+    len: usize,
+}
+
+impl RecvBuf {
+    /// A buffer of `len` bytes starting [`DEFAULT_OFFSET`] bytes into a page (on the page).
+    pub fn new(len: usize) -> Self {
+        Self::at(len, DEFAULT_OFFSET)
+    }
+
+    /// A buffer of `len` bytes starting `offset % PAGE` bytes into a page.
+    pub fn at(len: usize, offset: usize) -> Self {
+        let offset = offset % PAGE;
+        let raw = vec![0u8; len + PAGE];
+        let here = raw.as_ptr() as usize % PAGE;
+        let start = (offset + PAGE - here) % PAGE;
+        Self { raw, start, len }
+    }
+}
+
+impl Deref for RecvBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.raw[self.start..self.start + self.len]
+    }
+}
+
+impl DerefMut for RecvBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.raw[self.start..self.start + self.len]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_buffer_starts_at_its_offset_in_a_page_and_has_its_length() {
+        for len in [0, 1, 14, 4096, 128 << 10, 1 << 20] {
+            for off in [0, 16, 2048, 4095, 4096 + 100] {
+                let mut b = RecvBuf::at(len, off);
+                assert_eq!(b.len(), len);
+                assert_eq!(
+                    b.as_ptr() as usize % PAGE,
+                    off % PAGE,
+                    "len {len} offset {off}"
+                );
+                assert!(b.iter().all(|&x| x == 0));
+                if len > 0 {
+                    b[len - 1] = 7;
+                    assert_eq!(b[len - 1], 7);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_new_buffer_starts_at_the_default_offset() {
+        let b = RecvBuf::new(128 << 10);
+        assert_eq!(b.as_ptr() as usize % PAGE, DEFAULT_OFFSET);
+    }
+}
