@@ -109,12 +109,17 @@
 //!   waiting for sockets with readiness per entry, a nanosecond timeout on Linux; where there is
 //!   no poll they sleep a millisecond and report every entry ready (sockets are non-blocking).
 //!
+//! - [`SendRoom`] (feature `tokio`, `send_room.rs`): an async wait for a TCP socket's unsent
+//!   bytes to fall under its TCP_NOTSENT_LOWAT mark. Unsupported (not Linux): `new` is `None`.
+//!
 //! Descriptors are borrowed: no function here closes a socket it is given.
 
 mod counters;
 mod mptcp;
 mod poll;
 mod portable;
+#[cfg(feature = "tokio")]
+mod send_room;
 mod sockopts;
 
 #[cfg(target_os = "linux")]
@@ -143,6 +148,8 @@ pub use portable::{
     is_out_of_buffers, is_out_of_descriptors, send_before_close, stream_recv, stream_send,
     wait_listener, ACCEPT_INHERITS_TIMEOUTS, SHUTDOWN_WAKES_BLOCKED_RECV, UDP_SHARED_PORT_DEMUX,
 };
+#[cfg(feature = "tokio")]
+pub use send_room::SendRoom;
 pub use sockopts::{
     set_congestion, set_mss, set_notsent_lowat, set_notsent_lowat_fd, set_recv_lowat, set_tos,
     NOTSENT_LOWAT_SUPPORTED,

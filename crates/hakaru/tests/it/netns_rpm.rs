@@ -52,7 +52,8 @@ const TOLERANCE: f64 = 0.10;
 /// 1.17 (means 1.10, 1.13): both clients' self probes got faster, hakaru's trimmed mean more,
 /// mach's median too (92 to 98 ms) but its RPM takes the trimmed mean of one interval's few
 /// self probes on a random connection, which keeps the probes that waited behind a loss
-/// (docs/rpm.md).
+/// (docs/rpm.md). Since the server waits for room in the socket: 1.06 to 1.23 (means 1.07,
+/// 1.11, 1.17).
 const MACH_AGREE: f64 = 0.20;
 /// Least share of its limit the queue holds on average under the cubic load (seen: 89 to 95 %).
 const FULL: f64 = 0.85;
@@ -331,7 +332,8 @@ fn a_full_tbf_queue_reads_as_its_delay_and_a_small_one_reads_low() {
             // The server paces its load connections here (their rates are shares of 20
             // Mbit/s, hakaru_rpm::shallow): unpaced, a probe's answer waited for the next burst
             // of its connection's acknowledgements, up to a round trip (seen: in-order self
-            // probes 121 to 151 ms; paced 108 to 117 in this test).
+            // probes 121 to 151 ms; paced 108 to 117 in this test; 99 to 114 since TLS is
+            // handed a write only when the socket has room).
             assert!(
                 paced.paced >= 1 && paced.paced <= paced.seen,
                 "{paced:?}: no paced connection on the rpm port {} into the run",

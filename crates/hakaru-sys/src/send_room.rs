@@ -1,0 +1,240 @@
+//! Waiting, in an async task, for a TCP socket's unsent bytes to fall under a mark (the
+//! socket's TCP_NOTSENT_LOWAT): [`SendRoom`]. A writer that hands its next bytes to a layer
+//! above the socket (TLS) only once the socket has room keeps that layer empty, so what waits
+//! above the socket is the write in progress and nothing more (the rpm server's load
+//! connections, hakaru-rpm's `shallow.rs`).
+//!
+//! The kernel reports a socket writable while fewer bytes than its unsent mark wait, but it
+//! wakes a waiter only when the socket was seen full first (SOCK_NOSPACE, set when a write
+//! blocks or a poll finds no room). A registration that stays in epoll across successful
+//! writes is never woken when the socket drains: the first version of this stalled the load
+//! at a tenth of its rate. So each wait registers the socket afresh (tokio's `AsyncFd` on a
+//! second descriptor of it), which polls it once, and deregisters when woken.
+
+use std::io;
+use std::task::{Context, Poll};
+
+use crate::RawFd;
+
+/// Watches one TCP socket's unsent bytes (module doc). Linux only: elsewhere [`SendRoom::new`]
+/// answers `None` and the caller writes as it would without one.
+pub struct SendRoom {
+    #[cfg(target_os = "linux")]
+    inner: linux::Room,
+}
+
+impl SendRoom {
+    /// A watcher of `fd` (borrowed: it must stay open while the watcher lives; the watcher
+    /// holds a second descriptor of it, closed on drop). `None` where the OS has no unsent
+    /// mark or the descriptor could not be duplicated.
+    pub fn new(fd: RawFd) -> Option<SendRoom> {
+        #[cfg(target_os = "linux")]
+        {
+            linux::Room::new(fd).map(|inner| SendRoom { inner })
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = fd;
+            None
+        }
+    }
+
+    /// Ready once fewer than `mark` bytes wait unsent in the socket (at once if so already);
+    /// pending otherwise, with `cx`'s waker woken when the kernel signals room. Must be called
+    /// within a tokio runtime. `mark` should be the socket's TCP_NOTSENT_LOWAT: the kernel's
+    /// signal comes when the unsent bytes fall under that, and a lower `mark` would wait again.
+    pub fn poll_room(&mut self, cx: &mut Context<'_>, mark: u32) -> Poll<io::Result<()>> {
+        #[cfg(target_os = "linux")]
+        {
+            self.inner.poll_room(cx, mark)
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = (cx, mark);
+            Poll::Ready(Ok(()))
+        }
+    }
+}
+
+#[cfg(target_os = "linux")]
+mod linux {
+    use std::io;
+    use std::os::fd::OwnedFd;
+    use std::task::{ready, Context, Poll};
+
+    use tokio::io::unix::AsyncFd;
+    use tokio::io::Interest;
+
+    use crate::RawFd;
+
+    /// Registrations one wait may go through before it yields (a mark that disagrees with the
+    /// socket's would otherwise spin: the kernel says "room", the count says none).
+    const MAX_REARMS: u32 = 4;
+
+    /// Bytes a TCP socket holds that it has not sent yet (SIOCOUTQNSD, Linux 2.6.38).
+    pub(super) fn notsent(fd: RawFd) -> io::Result<u32> {
+        let mut n: libc::c_int = 0;
+        // SAFETY: SIOCOUTQNSD writes one int through the pointer; `fd` is a socket the caller
+        // keeps open.
+        let r = unsafe { libc::ioctl(fd, libc::SIOCOUTQNSD as _, &mut n) };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(n.max(0) as u32)
+        }
+    }
+
+    /// A second descriptor of the socket `fd` (dup, close-on-exec), owned by the caller.
+    fn dup_socket(fd: RawFd) -> io::Result<OwnedFd> {
+        // SAFETY: the caller's `fd` is an open descriptor for the duration of this call; the
+        // borrow ends before it returns, and the clone is a new descriptor this process owns.
+        unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }.try_clone_to_owned()
+    }
+
+    pub(super) struct Room {
+        fd: RawFd,
+        /// The second descriptor while no wait is registered.
+        idle: Option<OwnedFd>,
+        /// The registration of the wait in progress.
+        waiting: Option<AsyncFd<OwnedFd>>,
+    }
+
+    impl Room {
+        pub(super) fn new(fd: RawFd) -> Option<Room> {
+            Some(Room {
+                fd,
+                idle: Some(dup_socket(fd).ok()?),
+                waiting: None,
+            })
+        }
+
+        fn has_room(&self, mark: u32) -> bool {
+            // Unreadable: say yes, and the writer writes as it would without a watcher.
+            notsent(self.fd).map_or(true, |n| n < mark)
+        }
+
+        fn disarm(&mut self) {
+            if let Some(w) = self.waiting.take() {
+                self.idle = Some(w.into_inner());
+            }
+        }
+
+        pub(super) fn poll_room(
+            &mut self,
+            cx: &mut Context<'_>,
+            mark: u32,
+        ) -> Poll<io::Result<()>> {
+            for _ in 0..MAX_REARMS {
+                if self.has_room(mark) {
+                    self.disarm();
+                    return Poll::Ready(Ok(()));
+                }
+                if self.waiting.is_none() {
+                    let Some(fd) = self.idle.take() else {
+                        return Poll::Ready(Ok(()));
+                    };
+                    // Registering polls the socket: it is full, so the kernel marks it to
+                    // signal when room comes.
+                    // SAFETY: the descriptor is an `OwnedFd`: open, and the same one, for as
+                    // long as the registration holds it (until `into_inner` or drop).
+                    match unsafe { AsyncFd::register_with_interest(fd, Interest::WRITABLE) } {
+                        Ok(w) => self.waiting = Some(w),
+                        Err(e) => {
+                            let (fd, e) = e.into_parts();
+                            self.idle = Some(fd);
+                            return Poll::Ready(Err(e));
+                        }
+                    }
+                }
+                let Some(w) = self.waiting.as_ref() else {
+                    return Poll::Ready(Ok(()));
+                };
+                let mut guard = ready!(w.poll_write_ready(cx))?;
+                guard.clear_ready();
+                // Woken (or already writable at registration): look again, with a fresh
+                // registration if there is still no room.
+                self.disarm();
+            }
+            // The count and the kernel disagree (a mark other than the socket's): go on
+            // rather than spin; the next write comes back here.
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::os::fd::AsRawFd;
+    use std::time::Duration;
+
+    /// A connected pair whose sender has `mark` as its unsent mark and a small receive window
+    /// at the reader, so what is written beyond it stays unsent.
+    fn pair(mark: u32) -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let r = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        r.set_recv_buffer_size(4096).unwrap();
+        r.connect(&l.local_addr().unwrap().into()).unwrap();
+        let (w, _) = l.accept().unwrap();
+        crate::set_notsent_lowat(&socket2::SockRef::from(&w), mark).unwrap();
+        w.set_nonblocking(true).unwrap();
+        (w, r.into())
+    }
+
+    #[test]
+    fn waits_while_the_socket_is_full_and_wakes_when_it_drains() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (mut w, mut r) = pair(1024);
+            let mut room = SendRoom::new(w.as_raw_fd()).expect("a watcher on Linux");
+            // Empty: room at once.
+            std::future::poll_fn(|cx| room.poll_room(cx, 1024))
+                .await
+                .unwrap();
+            // Fill: the reader's window takes a few KiB, the rest waits unsent.
+            let mut sent = 0usize;
+            let chunk = [7u8; 16 << 10];
+            while sent < 4 << 20 {
+                match w.write(&chunk) {
+                    Ok(n) => sent += n,
+                    Err(_) => break,
+                }
+            }
+            assert!(linux::notsent(w.as_raw_fd()).unwrap() >= 1024);
+            let full = tokio::time::timeout(
+                Duration::from_millis(200),
+                std::future::poll_fn(|cx| room.poll_room(cx, 1024)),
+            )
+            .await;
+            assert!(full.is_err(), "no room while {sent} bytes wait");
+            // Drain on another thread: the wait must be woken, not time out.
+            let reader = std::thread::spawn(move || {
+                let mut buf = vec![0u8; 64 << 10];
+                let mut got = 0usize;
+                while got < sent {
+                    match r.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => got += n,
+                    }
+                }
+                got
+            });
+            tokio::time::timeout(
+                Duration::from_secs(10),
+                std::future::poll_fn(|cx| room.poll_room(cx, 1024)),
+            )
+            .await
+            .expect("woken when the socket drained")
+            .unwrap();
+            assert!(linux::notsent(w.as_raw_fd()).unwrap() < 1024);
+            drop(w);
+            assert_eq!(reader.join().unwrap(), sent);
+        });
+    }
+}
