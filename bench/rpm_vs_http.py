@@ -11,7 +11,7 @@ time. The ratio is the median of the per-round ratios rpm / http. The table goes
 docs/BENCHMARKS.md. The server is stopped by its PID. (hakaru http -P N -t T against this port
 takes tens of seconds after T to exit; its figure covers T: hence the long timeout.)
 
-Usage: python3 bench/rpm_vs_http.py [--rounds 5] [--conns 4]
+Usage: python3 bench/rpm_vs_http.py [--rounds 5] [--secs 12] [--conns 4]
 """
 import argparse, json, os, re, statistics, subprocess, sys, time
 
@@ -74,7 +74,7 @@ def main():
         stop_process(server)
     med = statistics.median(ratios)
     cpus = os.cpu_count()
-    block = (f"`python3 bench/rpm_vs_http.py --rounds {a.rounds} --conns {a.conns}` "
+    block = (f"`python3 bench/rpm_vs_http.py --rounds {a.rounds} --secs {a.secs} --conns {a.conns}` "
              f"({time.strftime('%Y-%m-%d')}, release build, {cpus} CPUs shared with other work, "
              "loopback, one `hakaru server --rpm-port`, TLS 1.3 AES-128-GCM both ways):\n\n"
              "| round | `hakaru rpm` download (h2) | connections | RPM | `hakaru http -P N` (HTTP/1.1) | ratio |\n"
