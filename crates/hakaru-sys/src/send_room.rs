@@ -24,8 +24,8 @@ pub struct SendRoom {
 }
 
 impl SendRoom {
-    /// A watcher of `fd` (borrowed: it must stay open while the watcher lives; the watcher
-    /// holds a second descriptor of it, closed on drop). `None` where the OS has no unsent
+    /// A watcher of `fd` (borrowed for this call only: the watcher holds a second descriptor
+    /// of the socket, closed on drop, so it keeps the socket open while it lives). `None` where the OS has no unsent
     /// mark or the descriptor could not be duplicated.
     pub fn new(fd: RawFd) -> Option<SendRoom> {
         #[cfg(target_os = "linux")]
@@ -92,6 +92,8 @@ mod linux {
     }
 
     pub(super) struct Room {
+        /// The second descriptor's number (open while the watcher lives, in `idle` or
+        /// `waiting`): the socket is read through it, so the caller's may close first.
         fd: RawFd,
         /// The second descriptor while no wait is registered.
         idle: Option<OwnedFd>,
@@ -101,9 +103,11 @@ mod linux {
 
     impl Room {
         pub(super) fn new(fd: RawFd) -> Option<Room> {
+            use std::os::fd::AsRawFd;
+            let own = dup_socket(fd).ok()?;
             Some(Room {
-                fd,
-                idle: Some(dup_socket(fd).ok()?),
+                fd: own.as_raw_fd(),
+                idle: Some(own),
                 waiting: None,
             })
         }
