@@ -210,9 +210,13 @@ pub struct Shallow {
     blind: bool,
     /// The kernel paces the socket ([`Depth::pace`]).
     paced: bool,
-    /// Waits for room under the socket's unsent mark before a write below full size; `None`
-    /// where the OS cannot (then TLS may hold one write while the socket is full).
+    /// Waits for room under the socket's unsent mark before a write below full size, made at
+    /// the first such write (it holds a second descriptor of the socket: connections at
+    /// loopback rates never need one); `None` before, or where the OS cannot (then TLS may
+    /// hold one write while the socket is full).
     room: Option<hakaru_sys::SendRoom>,
+    /// [`Shallow::room`] was asked for.
+    room_made: bool,
 }
 
 impl Shallow {
@@ -233,7 +237,8 @@ impl Shallow {
             chunk: chunk.clone(),
             blind: false,
             paced: false,
-            room: hakaru_sys::SendRoom::new(fd),
+            room: None,
+            room_made: false,
         };
         // The sizes from the handshake's round trip, before the first frame is queued.
         s.retune();
@@ -246,6 +251,10 @@ impl Shallow {
     /// the test's path: in-order self probes' wait at the server from 19 to 16 ms with this
     /// alone, to 12 ms with one load frame queued; docs/rpm.md).
     fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        if !self.room_made {
+            self.room_made = true;
+            self.room = hakaru_sys::SendRoom::new(self.fd);
+        }
         let mark = self.depth.lowat();
         match self.room.as_mut() {
             Some(r) => r.poll_room(cx, mark),

@@ -228,23 +228,27 @@ impl RpmPath {
 /// connections opened first have run for more than a second.
 const PACED_AT: Duration = Duration::from_secs(2);
 
-/// The server's established connections on the rpm port, and how many of them the kernel
+/// The server's established connections on the rpm port, how many of them the kernel
 /// paces (`ss -ti` shows `pacing_rate RATE/MAX` for a socket with SO_MAX_PACING_RATE set,
-/// `pacing_rate RATE` for the others).
+/// `pacing_rate RATE` for the others), and the server's descriptors of them (`ss -p` lists
+/// each: a slow connection has a second one, for the wait for room under its unsent mark,
+/// hakaru_sys::SendRoom).
 #[derive(Debug, Default)]
 struct Paced {
     seen: usize,
     paced: usize,
+    fds: usize,
 }
 
 impl Paced {
     fn read(ns: &str) -> Paced {
         let filter = format!("sport = :{RPM_PORT}");
-        let o = in_ns_must(ns, &["ss", "-tin", "state", "established", &filter]);
+        let o = in_ns_must(ns, &["ss", "-tinp", "state", "established", &filter]);
         let text = String::from_utf8_lossy(&o.stdout).to_string();
         Paced {
             seen: text.matches(&format!(":{RPM_PORT} ")).count(),
             paced: text.matches("bps/").count(),
+            fds: text.matches(",fd=").count(),
         }
     }
 }
@@ -338,6 +342,12 @@ fn a_full_tbf_queue_reads_as_its_delay_and_a_small_one_reads_low() {
                 paced.paced >= 1 && paced.paced <= paced.seen,
                 "{paced:?}: no paced connection on the rpm port {} into the run",
                 PACED_AT.as_secs()
+            );
+            // The slow connections wait for room in their sockets through a second descriptor
+            // each (docs/security.md: at most two per connection; seen: 13 for 7, 10 for 5).
+            assert!(
+                paced.fds > paced.seen && paced.fds <= 2 * paced.seen,
+                "{paced:?}: the server's descriptors of its rpm connections"
             );
             let in_order = probe(&doc, "self_in_order_ms");
             assert!(
