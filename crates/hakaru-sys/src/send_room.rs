@@ -67,8 +67,9 @@ mod linux {
 
     use crate::RawFd;
 
-    /// Registrations one wait may go through before it yields (a mark that disagrees with the
-    /// socket's would otherwise spin: the kernel says "room", the count says none).
+    /// Registrations one wait may go through before it says room anyway (a mark that
+    /// disagrees with the socket's would otherwise spin: the kernel says "room", the count
+    /// says none).
     const MAX_REARMS: u32 = 4;
 
     /// Bytes a TCP socket holds that it has not sent yet (SIOCOUTQNSD, Linux 2.6.38).
@@ -99,6 +100,8 @@ mod linux {
         idle: Option<OwnedFd>,
         /// The registration of the wait in progress.
         waiting: Option<AsyncFd<OwnedFd>>,
+        /// Wake-ups of this wait that found no room, across polls.
+        rearms: u32,
     }
 
     impl Room {
@@ -109,6 +112,7 @@ mod linux {
                 fd: own.as_raw_fd(),
                 idle: Some(own),
                 waiting: None,
+                rearms: 0,
             })
         }
 
@@ -128,8 +132,12 @@ mod linux {
             cx: &mut Context<'_>,
             mark: u32,
         ) -> Poll<io::Result<()>> {
-            for _ in 0..MAX_REARMS {
-                if self.has_room(mark) {
+            loop {
+                if self.has_room(mark) || self.rearms >= MAX_REARMS {
+                    // Room; or the count and the kernel disagree (a mark other than the
+                    // socket's): say room rather than spin, and the writer writes as it would
+                    // without a watcher. The next wait starts afresh.
+                    self.rearms = 0;
                     self.disarm();
                     return Poll::Ready(Ok(()));
                 }
@@ -158,11 +166,8 @@ mod linux {
                 // Woken (or already writable at registration): look again, with a fresh
                 // registration if there is still no room.
                 self.disarm();
+                self.rearms += 1;
             }
-            // The count and the kernel disagree (a mark other than the socket's): go on
-            // rather than spin; the next write comes back here.
-            cx.waker().wake_by_ref();
-            Poll::Pending
         }
     }
 }
@@ -186,6 +191,42 @@ mod tests {
         crate::set_notsent_lowat(&socket2::SockRef::from(&w), mark).unwrap();
         w.set_nonblocking(true).unwrap();
         (w, r.into())
+    }
+
+    #[test]
+    fn a_mark_under_the_sockets_own_says_room_rather_than_spin() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (mut w, _r) = pair(1024);
+            // The kernel's mark far above the caller's, and memory to spare: the kernel says
+            // "room" while a few KiB wait unsent behind the reader's closed window, which the
+            // caller's mark calls none.
+            let sock = socket2::SockRef::from(&w);
+            sock.set_send_buffer_size(1 << 20).unwrap();
+            crate::set_notsent_lowat(&sock, 1 << 20).unwrap();
+            let chunk = [7u8; 2 << 10];
+            for _ in 0..1000 {
+                if linux::notsent(w.as_raw_fd()).unwrap() >= 4096 {
+                    break;
+                }
+                let _ = w.write(&chunk);
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let unsent = linux::notsent(w.as_raw_fd()).unwrap();
+            assert!(unsent >= 4096, "{unsent}");
+            let mut room = SendRoom::new(w.as_raw_fd()).expect("a watcher on Linux");
+            tokio::time::timeout(
+                Duration::from_secs(2),
+                std::future::poll_fn(|cx| room.poll_room(cx, 1024)),
+            )
+            .await
+            .expect("room said, not a spin")
+            .unwrap();
+            assert!(linux::notsent(w.as_raw_fd()).unwrap() >= 1024);
+        });
     }
 
     #[test]
