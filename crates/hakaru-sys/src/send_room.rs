@@ -193,13 +193,27 @@ mod tests {
         (w, r.into())
     }
 
-    #[test]
-    fn a_mark_under_the_sockets_own_says_room_rather_than_spin() {
-        let rt = tokio::runtime::Builder::new_current_thread()
+    /// Runs `f` on a one-thread runtime with its I/O and timers.
+    fn block_on<F: std::future::Future<Output = ()>>(f: F) {
+        tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .unwrap();
-        rt.block_on(async {
+            .unwrap()
+            .block_on(f)
+    }
+
+    /// `room`'s wait for room under `mark`, within `limit` (`Err` when it did not end).
+    async fn wait(
+        room: &mut SendRoom,
+        mark: u32,
+        limit: Duration,
+    ) -> Result<io::Result<()>, tokio::time::error::Elapsed> {
+        tokio::time::timeout(limit, std::future::poll_fn(|cx| room.poll_room(cx, mark))).await
+    }
+
+    #[test]
+    fn a_mark_under_the_sockets_own_says_room_rather_than_spin() {
+        block_on(async {
             let (mut w, _r) = pair(1024);
             // The kernel's mark far above the caller's, and memory to spare: the kernel says
             // "room" while a few KiB wait unsent behind the reader's closed window, which the
@@ -218,29 +232,23 @@ mod tests {
             let unsent = linux::notsent(w.as_raw_fd()).unwrap();
             assert!(unsent >= 4096, "{unsent}");
             let mut room = SendRoom::new(w.as_raw_fd()).expect("a watcher on Linux");
-            tokio::time::timeout(
-                Duration::from_secs(2),
-                std::future::poll_fn(|cx| room.poll_room(cx, 1024)),
-            )
-            .await
-            .expect("room said, not a spin")
-            .unwrap();
+            wait(&mut room, 1024, Duration::from_secs(2))
+                .await
+                .expect("room said, not a spin")
+                .unwrap();
             assert!(linux::notsent(w.as_raw_fd()).unwrap() >= 1024);
         });
     }
 
     #[test]
     fn waits_while_the_socket_is_full_and_wakes_when_it_drains() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
+        block_on(async {
             let (mut w, mut r) = pair(1024);
             let mut room = SendRoom::new(w.as_raw_fd()).expect("a watcher on Linux");
             // Empty: room at once.
-            std::future::poll_fn(|cx| room.poll_room(cx, 1024))
+            wait(&mut room, 1024, Duration::from_secs(2))
                 .await
+                .expect("room at once")
                 .unwrap();
             // Fill: the reader's window takes a few KiB, the rest waits unsent.
             let mut sent = 0usize;
@@ -252,11 +260,7 @@ mod tests {
                 }
             }
             assert!(linux::notsent(w.as_raw_fd()).unwrap() >= 1024);
-            let full = tokio::time::timeout(
-                Duration::from_millis(200),
-                std::future::poll_fn(|cx| room.poll_room(cx, 1024)),
-            )
-            .await;
+            let full = wait(&mut room, 1024, Duration::from_millis(200)).await;
             assert!(full.is_err(), "no room while {sent} bytes wait");
             // Drain on another thread: the wait must be woken, not time out.
             let reader = std::thread::spawn(move || {
@@ -270,13 +274,10 @@ mod tests {
                 }
                 got
             });
-            tokio::time::timeout(
-                Duration::from_secs(10),
-                std::future::poll_fn(|cx| room.poll_room(cx, 1024)),
-            )
-            .await
-            .expect("woken when the socket drained")
-            .unwrap();
+            wait(&mut room, 1024, Duration::from_secs(10))
+                .await
+                .expect("woken when the socket drained")
+                .unwrap();
             assert!(linux::notsent(w.as_raw_fd()).unwrap() < 1024);
             drop(w);
             assert_eq!(reader.join().unwrap(), sent);
