@@ -247,9 +247,8 @@ impl Shallow {
 
     /// Ready once the socket holds fewer unsent bytes than its mark (at once without a
     /// watcher): what TLS is handed next then goes through to the socket, not into TLS's
-    /// buffer, where a probe answer written after it would wait a write longer (measured on
-    /// the test's path: in-order self probes' wait at the server from 19 to 16 ms with this
-    /// alone, to 12 ms with one load frame queued; docs/rpm.md).
+    /// buffer, where a probe answer written after it would wait a write longer (docs/rpm.md,
+    /// "The endpoints' buffers").
     fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         if !self.room_made {
             self.room_made = true;
