@@ -454,6 +454,7 @@ fn worker(s: &Shared, mine: Vec<usize>, pin: Option<usize>) {
     } else {
         crate::recvbuf::RecvBuf::new(0)
     };
+    let block = lone_receiver_blocks(s, &mine);
     let deadline = s.deadline();
     let now = Instant::now();
     let mut active: Vec<FlowState> = mine
@@ -491,6 +492,8 @@ fn worker(s: &Shared, mine: Vec<usize>, pin: Option<usize>) {
             stop: s.stop_send.load(Ordering::Acquire) || deadline.is_some_and(|d| now >= d),
             progressed: false,
             next_due: None,
+            block,
+            waited: false,
         };
         let mut k = 0;
         while k < active.len() {
@@ -500,7 +503,7 @@ fn worker(s: &Shared, mine: Vec<usize>, pin: Option<usize>) {
                 active.swap_remove(k);
             }
         }
-        if !t.progressed && !active.is_empty() {
+        if !t.progressed && !t.waited && !active.is_empty() {
             let mut wait = Duration::from_millis(100);
             if let Some(d) = deadline {
                 wait = wait.min(d.saturating_duration_since(Instant::now()));
@@ -518,14 +521,47 @@ fn worker(s: &Shared, mine: Vec<usize>, pin: Option<usize>) {
     }
 }
 
+/// How long a lone receiver's blocking read waits for data before its worker looks at the
+/// side's flags again (abort, drain, a stall): as long as a polling worker's longest wait.
+const BLOCKING_READ_WAIT: Duration = Duration::from_millis(100);
+
+/// Whether a worker's reads wait in the read itself: where the side runs a thread per flow
+/// (a peer's stock client, whose own server reads each stream on a thread of its own with
+/// blocking reads) and this worker has one flow, a receiver. One system call per wait where
+/// a non-blocking read and a poll take three (the poll, the read, the read that finds the
+/// socket empty): on a CPU the stock client shares, those calls are the client's time
+/// (docs/performance-notes.md, section 14). The stream is made blocking with a read timeout
+/// of [`BLOCKING_READ_WAIT`]; false (and the stream as it was) when the OS refuses.
+fn lone_receiver_blocks(s: &Shared, mine: &[usize]) -> bool {
+    let [i] = mine else {
+        return false;
+    };
+    if !s.cfg.thread_per_flow || s.meta[*i].role != Role::Receiver {
+        return false;
+    }
+    let stream = &s.streams[*i];
+    if stream.set_read_timeout(Some(BLOCKING_READ_WAIT)).is_err() {
+        return false;
+    }
+    if stream.set_nonblocking(false).is_err() {
+        let _ = stream.set_nonblocking(true);
+        return false;
+    }
+    true
+}
+
 /// One pass of a worker over its flows: the instant, whether senders stop now, and what the
-/// pass found (a flow moved bytes; the earliest a paced sender may write again).
+/// pass found (a flow moved bytes; the earliest a paced sender may write again; a read waited
+/// for data in the call, so the worker need not wait again).
 struct Round {
     now: Instant,
     now_ns: u64,
     stop: bool,
     progressed: bool,
     next_due: Option<Instant>,
+    /// The worker's reads wait in the call ([`lone_receiver_blocks`]).
+    block: bool,
+    waited: bool,
 }
 
 impl Round {
@@ -544,7 +580,7 @@ impl Round {
                 }
                 None => send_step(s, i, f.remaining),
             },
-            Role::Receiver => recv_step(s, i, rbuf),
+            Role::Receiver => recv_step(s, i, rbuf, self.block.then_some(&mut self.waited)),
         };
         let outcome = match outcome {
             Step::Blocked
@@ -644,7 +680,10 @@ fn send_step(s: &Shared, i: usize, remaining: Option<u64>) -> Step {
 /// Bytes per read once the measured window is closed (see `recv_step`).
 const AFTER_WINDOW_READ: usize = 16 << 10;
 
-fn recv_step(s: &Shared, i: usize, buf: &mut [u8]) -> Step {
+/// One read of flow `i`. With `waited` (a blocking stream, [`lone_receiver_blocks`]), the read
+/// waits for data in the call and says so through `waited`; the reads after the window, which
+/// look at each read's stamp, do not wait.
+fn recv_step(s: &Shared, i: usize, buf: &mut [u8], waited: Option<&mut bool>) -> Step {
     let stream = &s.streams[i];
     let discard = s.cfg.discard && sys::DISCARD_SUPPORTED;
     // Once the window is closed (read before the read, so these bytes are not in the window's
@@ -668,10 +707,17 @@ fn recv_step(s: &Shared, i: usize, buf: &mut [u8]) -> Step {
         }
         return classify(r.map(|(n, _)| n), Role::Receiver);
     }
-    let r = if discard {
-        sys::recv_discard(stream.as_raw_fd(), s.cfg.length)
-    } else {
-        sys::stream_recv(stream, buf)
+    let r = match (discard, waited) {
+        (true, None) => sys::recv_discard(stream.as_raw_fd(), s.cfg.length),
+        (false, None) => sys::stream_recv(stream, buf),
+        (true, Some(w)) => {
+            *w = true;
+            sys::recv_discard_wait(stream.as_raw_fd(), s.cfg.length)
+        }
+        (false, Some(w)) => {
+            *w = true;
+            sys::stream_recv_wait(stream, buf)
+        }
     };
     classify(r, Role::Receiver)
 }

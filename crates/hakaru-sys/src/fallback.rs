@@ -158,6 +158,11 @@ pub fn recv_discard(_sock: RawFd, _len: usize) -> io::Result<usize> {
     Err(unsupported("receive without copying (--discard)"))
 }
 
+/// Receive-side discard that waits: unsupported here, like [`recv_discard`].
+pub fn recv_discard_wait(_sock: RawFd, _len: usize) -> io::Result<usize> {
+    Err(unsupported("receive without copying (--discard)"))
+}
+
 /// Whether [`recv_discard`] really discards: not here.
 pub const DISCARD_SUPPORTED: bool = false;
 

@@ -70,6 +70,8 @@
 //!   `net.mptcp.enabled` 0, or an OS without it).
 //! - [`recv_discard`] and [`DISCARD_SUPPORTED`]: drop received TCP bytes without copying them
 //!   (--discard). Where [`DISCARD_SUPPORTED`] is false the caller must read into a buffer.
+//!   [`recv_discard_wait`] and [`stream_recv_wait`] wait in the call (a blocking socket with
+//!   a read timeout): one system call per wait for a thread that reads one stream.
 //! - [`tcp_enable_rx_stamps`] and [`stream_recv_stamped`]: a TCP read that also says when the
 //!   last segment it took reached the host (SO_TIMESTAMPNS); elsewhere `false` and no stamp.
 //!
@@ -145,8 +147,9 @@ pub use mptcp::{mptcp_available, mptcp_socket, mptcp_state, mptcp_subflow_peers,
 pub use poll::{tighten_timer_slack, wait_fd, Interest, PollSet};
 pub use portable::{
     connect_bounded, connect_start, is_connect_cut_short, is_gso_refused, is_not_found,
-    is_out_of_buffers, is_out_of_descriptors, send_before_close, stream_recv, stream_send,
-    wait_listener, ACCEPT_INHERITS_TIMEOUTS, SHUTDOWN_WAKES_BLOCKED_RECV, UDP_SHARED_PORT_DEMUX,
+    is_out_of_buffers, is_out_of_descriptors, send_before_close, stream_recv, stream_recv_wait,
+    stream_send, wait_listener, ACCEPT_INHERITS_TIMEOUTS, SHUTDOWN_WAKES_BLOCKED_RECV,
+    UDP_SHARED_PORT_DEMUX,
 };
 #[cfg(feature = "tokio")]
 pub use send_room::SendRoom;
@@ -159,9 +162,10 @@ pub use sockopts::{
 pub use linux::{
     accept_nonblocking, available_congestion, bind_address_no_port, cpu_snapshot, environment,
     interface_for_addr, is_virtual_interface, local_port_range, nic_snapshot, nic_snapshot_all,
-    online_cpus, pin_current_thread, process_usage, recv_discard, send_zerocopy, set_busy_poll,
-    set_max_pacing_rate, stream_recv_stamped, tcp_defer_accept, tcp_enable_rx_stamps, tcp_info,
-    tcp_loss_marks, tcp_peer_window, tcp_send_queue, ZeroCopySource, DISCARD_SUPPORTED,
+    online_cpus, pin_current_thread, process_usage, recv_discard, recv_discard_wait, send_zerocopy,
+    set_busy_poll, set_max_pacing_rate, stream_recv_stamped, tcp_defer_accept,
+    tcp_enable_rx_stamps, tcp_info, tcp_loss_marks, tcp_peer_window, tcp_send_queue,
+    ZeroCopySource, DISCARD_SUPPORTED,
 };
 
 #[cfg(target_os = "linux")]
@@ -173,8 +177,8 @@ pub use linux_udp::{
 #[cfg(not(target_os = "linux"))]
 pub use fallback::{
     accept_nonblocking, available_congestion, bind_address_no_port, environment,
-    is_virtual_interface, local_port_range, pin_current_thread, recv_discard, send_zerocopy,
-    set_busy_poll, set_max_pacing_rate, stream_recv_stamped, tcp_defer_accept,
+    is_virtual_interface, local_port_range, pin_current_thread, recv_discard, recv_discard_wait,
+    send_zerocopy, set_busy_poll, set_max_pacing_rate, stream_recv_stamped, tcp_defer_accept,
     tcp_enable_rx_stamps, tcp_loss_marks, ZeroCopySource, DISCARD_SUPPORTED,
 };
 

@@ -652,6 +652,16 @@ pub fn send_zerocopy(sock: RawFd, src: &ZeroCopySource, count: usize) -> io::Res
 
 /// Discards up to `len` bytes queued on TCP socket `sock` without copying them; 0 means EOF.
 pub fn recv_discard(sock: RawFd, len: usize) -> io::Result<usize> {
+    discard(sock, len, libc::MSG_DONTWAIT)
+}
+
+/// Like [`recv_discard`] on a blocking socket: waits at most the socket's SO_RCVTIMEO for data
+/// (a timeout reads as `WouldBlock`), one system call per wait (`super::stream_recv_wait`).
+pub fn recv_discard_wait(sock: RawFd, len: usize) -> io::Result<usize> {
+    discard(sock, len, 0)
+}
+
+fn discard(sock: RawFd, len: usize, flags: libc::c_int) -> io::Result<usize> {
     if len == 0 {
         // recv would return 0, which reads as EOF.
         return Err(io::Error::new(
@@ -663,14 +673,7 @@ pub fn recv_discard(sock: RawFd, len: usize) -> io::Result<usize> {
         // SAFETY: with MSG_TRUNC, Linux TCP drops the bytes without touching the buffer; on
         // a socket type that would copy, the null buffer makes the kernel fail with EFAULT
         // instead of writing anywhere.
-        let n = unsafe {
-            libc::recv(
-                sock,
-                std::ptr::null_mut(),
-                len,
-                libc::MSG_TRUNC | libc::MSG_DONTWAIT,
-            )
-        };
+        let n = unsafe { libc::recv(sock, std::ptr::null_mut(), len, libc::MSG_TRUNC | flags) };
         if let Ok(n) = usize::try_from(n) {
             return Ok(n);
         }
@@ -1037,6 +1040,43 @@ mod tests {
         assert_eq!(total, 5000);
         // EOF stays EOF.
         assert_eq!(recv_discard(fd, 10).expect("eof"), 0);
+    }
+
+    #[test]
+    fn a_waiting_discard_waits_for_data_and_reads_its_timeout_as_would_block() {
+        let (mut client, server) = pair();
+        server.set_nonblocking(false).expect("blocking");
+        server
+            .set_read_timeout(Some(Duration::from_millis(50)))
+            .expect("timeout");
+        let fd = server.as_raw_fd();
+        let t0 = Instant::now();
+        let e = recv_discard_wait(fd, 10).expect_err("nothing queued");
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+        // It waited in the call (the timeout), where recv_discard returns at once.
+        assert!(
+            t0.elapsed() >= Duration::from_millis(40),
+            "{:?}",
+            t0.elapsed()
+        );
+        let writer = thread::spawn(move || {
+            thread::sleep(Duration::from_millis(20));
+            client.write_all(&[7u8; 3000]).expect("write");
+            client
+        });
+        server
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        // Data that comes while it waits ends the wait; each call takes at most `len`.
+        let n = recv_discard_wait(fd, 1 << 20).expect("data");
+        assert!(n > 0 && n <= 3000, "{n}");
+        let mut total = n;
+        while total < 3000 {
+            total += recv_discard_wait(fd, 100).expect("the rest");
+        }
+        assert_eq!(total, 3000);
+        drop(writer.join().expect("writer"));
+        assert_eq!(recv_discard_wait(fd, 10).expect("eof"), 0);
     }
 
     #[test]

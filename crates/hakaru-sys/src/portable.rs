@@ -82,6 +82,20 @@ pub fn stream_recv(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
     }
 }
 
+/// Receives from a blocking stream, waiting at most its read timeout (SO_RCVTIMEO, which the
+/// caller sets) for data: one system call per wait, where a non-blocking read and a poll take
+/// three (the poll, the read, the read that finds the socket empty). A timeout reads as
+/// `WouldBlock` on every OS (Windows says `TimedOut`).
+pub fn stream_recv_wait(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    io::Read::read(&mut &*stream, buf).map_err(|e| {
+        if e.kind() == io::ErrorKind::TimedOut {
+            io::Error::from(io::ErrorKind::WouldBlock)
+        } else {
+            e
+        }
+    })
+}
+
 /// Connects a blocking socket, waiting at most `timeout`. Unix bounds a blocking connect by
 /// SO_SNDTIMEO (which the caller sets): one system call, the thing a connection-rate test
 /// measures. Windows does not, so there the connect waits at most the timeout itself.
@@ -295,6 +309,34 @@ mod tests {
         // End of stream (not the timeout's error), well before the timeout.
         assert_eq!(reader.join().unwrap().unwrap(), 0);
         assert!(t0.elapsed() < Duration::from_secs(2));
+    }
+
+    #[test]
+    fn a_waiting_read_waits_for_data_and_reads_its_timeout_as_would_block() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        b.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+        let mut buf = [0u8; 16];
+        let t0 = std::time::Instant::now();
+        let e = stream_recv_wait(&b, &mut buf).unwrap_err();
+        // WouldBlock on every OS (Windows says TimedOut), after waiting in the call.
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+        assert!(
+            t0.elapsed() >= Duration::from_millis(40),
+            "{:?}",
+            t0.elapsed()
+        );
+        b.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            io::Write::write_all(&mut &a, b"hello").unwrap();
+            a
+        });
+        assert_eq!(stream_recv_wait(&b, &mut buf).unwrap(), 5);
+        assert_eq!(&buf[..5], b"hello");
+        drop(writer.join().unwrap());
+        assert_eq!(stream_recv_wait(&b, &mut buf).unwrap(), 0);
     }
 
     /// Linux: the last bytes wait for the close and arrive with its FIN, so the reader that
