@@ -236,6 +236,14 @@ pub fn is_not_found(e: &io::Error) -> bool {
 mod tests {
     use super::*;
 
+    /// A connected pair on loopback: the connecting end and the accepted one.
+    fn loopback_pair() -> (TcpStream, TcpStream) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        (a, b)
+    }
+
     #[test]
     fn errors_are_told_apart_by_their_os_codes() {
         #[cfg(unix)]
@@ -293,9 +301,7 @@ mod tests {
         if !SHUTDOWN_WAKES_BLOCKED_RECV {
             return;
         }
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let _a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let (b, _) = l.accept().unwrap();
+        let (_a, b) = loopback_pair();
         // A timeout far beyond the shutdown, so a platform that does not wake fails, not hangs.
         b.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
         let cut = b.try_clone().unwrap();
@@ -313,9 +319,7 @@ mod tests {
 
     #[test]
     fn a_waiting_read_waits_for_data_and_reads_its_timeout_as_would_block() {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let (b, _) = l.accept().unwrap();
+        let (a, b) = loopback_pair();
         b.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
         let mut buf = [0u8; 16];
         let t0 = std::time::Instant::now();
@@ -345,9 +349,7 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn the_last_bytes_leave_with_the_fin() {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let (b, _) = l.accept().unwrap();
+        let (a, b) = loopback_pair();
         b.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
         let writer = std::thread::spawn(move || {
             assert_eq!(send_before_close(&a, b"bye").unwrap(), 3);
@@ -367,9 +369,7 @@ mod tests {
 
     #[test]
     fn stream_calls_move_bytes_without_blocking() {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let (b, _) = l.accept().unwrap();
+        let (a, b) = loopback_pair();
         a.set_nonblocking(true).unwrap();
         b.set_nonblocking(true).unwrap();
         let mut buf = [0u8; 8];
