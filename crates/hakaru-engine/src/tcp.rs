@@ -521,33 +521,30 @@ fn worker(s: &Shared, mine: Vec<usize>, pin: Option<usize>) {
     }
 }
 
-/// How long a lone receiver's blocking read waits for data before its worker looks at the
-/// side's flags again (abort, drain, a stall): as long as a polling worker's longest wait.
+/// A lone receiver's longest wait in a read: a polling worker's longest wait.
 const BLOCKING_READ_WAIT: Duration = Duration::from_millis(100);
 
-/// Whether a worker's reads wait in the read itself: where the side runs a thread per flow
-/// (a peer's stock client, whose own server reads each stream on a thread of its own with
-/// blocking reads) and this worker has one flow, a receiver. One system call per wait where
-/// a non-blocking read and a poll take three (the poll, the read, the read that finds the
-/// socket empty): on a CPU the stock client shares, those calls are the client's time
-/// (docs/performance-notes.md, section 14). The stream is made blocking with a read timeout
-/// of [`BLOCKING_READ_WAIT`]; false (and the stream as it was) when the OS refuses.
+/// Whether a worker waits in its reads (blocking, [`BLOCKING_READ_WAIT`] at most): its one flow
+/// is a receiver on a side with a thread per flow, as the peer's own server reads. One system
+/// call per wait where polling takes three (docs/performance-notes.md, section 14).
 fn lone_receiver_blocks(s: &Shared, mine: &[usize]) -> bool {
     let [i] = mine else {
         return false;
     };
-    if !s.cfg.thread_per_flow || s.meta[*i].role != Role::Receiver {
+    if !sys::RECV_TIMEOUT_KEEPS_STREAM
+        || !s.cfg.thread_per_flow
+        || s.meta[*i].role != Role::Receiver
+    {
         return false;
     }
     let stream = &s.streams[*i];
-    if stream.set_read_timeout(Some(BLOCKING_READ_WAIT)).is_err() {
-        return false;
+    if stream.set_read_timeout(Some(BLOCKING_READ_WAIT)).is_ok()
+        && stream.set_nonblocking(false).is_ok()
+    {
+        return true;
     }
-    if stream.set_nonblocking(false).is_err() {
-        let _ = stream.set_nonblocking(true);
-        return false;
-    }
-    true
+    let _ = stream.set_nonblocking(true);
+    false
 }
 
 /// One pass of a worker over its flows: the instant, whether senders stop now, and what the
@@ -580,7 +577,15 @@ impl Round {
                 }
                 None => send_step(s, i, f.remaining),
             },
-            Role::Receiver => recv_step(s, i, rbuf, self.block.then_some(&mut self.waited)),
+            Role::Receiver => {
+                let step = recv_step(s, i, rbuf, self.block.then_some(&mut self.waited));
+                if self.waited {
+                    // The read waited: what it brought came now, not when the round began.
+                    self.now = Instant::now();
+                    self.now_ns = self.now.duration_since(s.start).as_nanos() as u64;
+                }
+                step
+            }
         };
         let outcome = match outcome {
             Step::Blocked
@@ -710,6 +715,20 @@ fn recv_step(s: &Shared, i: usize, buf: &mut [u8], waited: Option<&mut bool>) ->
     let r = match (discard, waited) {
         (true, None) => sys::recv_discard(stream.as_raw_fd(), s.cfg.length),
         (false, None) => sys::stream_recv(stream, buf),
+        (_, Some(w)) if s.rx_stamps => {
+            *w = true;
+            // The window can close while the read waits: what it then brings that reached the
+            // host before the end (held out of order behind a lost segment) counts in the
+            // window, as the stamped reads above count it.
+            let buf = if discard { &mut [][..] } else { buf };
+            let r = sys::stream_recv_stamped_wait(stream, buf, s.cfg.length);
+            if let (Ok((n, Some(at))), Some(end)) = (&r, s.window_end_unix_ns()) {
+                if *n > 0 && *at <= end {
+                    s.counters[i].add_arrived_in_window(*n as u64);
+                }
+            }
+            r.map(|(n, _)| n)
+        }
         (true, Some(w)) => {
             *w = true;
             sys::recv_discard_wait(stream.as_raw_fd(), s.cfg.length)

@@ -171,6 +171,19 @@ pub fn tcp_enable_rx_stamps(_stream: &std::net::TcpStream) -> bool {
     false
 }
 
+/// A waiting read without an arrival stamp ([`super::stream_recv_wait`]); an empty `buf`
+/// (discard) is unsupported here.
+pub fn stream_recv_stamped_wait(
+    stream: &std::net::TcpStream,
+    buf: &mut [u8],
+    _len: usize,
+) -> io::Result<(usize, Option<u64>)> {
+    if buf.is_empty() {
+        return Err(unsupported("receive without copying (--discard)"));
+    }
+    super::stream_recv_wait(stream, buf).map(|n| (n, None))
+}
+
 /// A read without an arrival stamp; an empty `buf` (discard) is unsupported here.
 pub fn stream_recv_stamped(
     stream: &std::net::TcpStream,

@@ -126,6 +126,8 @@ mod sockopts;
 
 #[cfg(target_os = "linux")]
 mod linux;
+#[cfg(target_os = "linux")]
+mod linux_stamps;
 
 #[cfg(target_os = "linux")]
 mod linux_udp;
@@ -148,8 +150,8 @@ pub use poll::{tighten_timer_slack, wait_fd, Interest, PollSet};
 pub use portable::{
     connect_bounded, connect_start, is_connect_cut_short, is_gso_refused, is_not_found,
     is_out_of_buffers, is_out_of_descriptors, send_before_close, stream_recv, stream_recv_wait,
-    stream_send, wait_listener, ACCEPT_INHERITS_TIMEOUTS, SHUTDOWN_WAKES_BLOCKED_RECV,
-    UDP_SHARED_PORT_DEMUX,
+    stream_send, wait_listener, ACCEPT_INHERITS_TIMEOUTS, RECV_TIMEOUT_KEEPS_STREAM,
+    SHUTDOWN_WAKES_BLOCKED_RECV, UDP_SHARED_PORT_DEMUX,
 };
 #[cfg(feature = "tokio")]
 pub use send_room::SendRoom;
@@ -163,10 +165,11 @@ pub use linux::{
     accept_nonblocking, available_congestion, bind_address_no_port, cpu_snapshot, environment,
     interface_for_addr, is_virtual_interface, local_port_range, nic_snapshot, nic_snapshot_all,
     online_cpus, pin_current_thread, process_usage, recv_discard, recv_discard_wait, send_zerocopy,
-    set_busy_poll, set_max_pacing_rate, stream_recv_stamped, tcp_defer_accept,
-    tcp_enable_rx_stamps, tcp_info, tcp_loss_marks, tcp_peer_window, tcp_send_queue,
-    ZeroCopySource, DISCARD_SUPPORTED,
+    set_busy_poll, set_max_pacing_rate, tcp_defer_accept, tcp_info, tcp_loss_marks,
+    tcp_peer_window, tcp_send_queue, ZeroCopySource, DISCARD_SUPPORTED,
 };
+#[cfg(target_os = "linux")]
+pub use linux_stamps::{stream_recv_stamped, stream_recv_stamped_wait, tcp_enable_rx_stamps};
 
 #[cfg(target_os = "linux")]
 pub use linux_udp::{
@@ -178,8 +181,9 @@ pub use linux_udp::{
 pub use fallback::{
     accept_nonblocking, available_congestion, bind_address_no_port, environment,
     is_virtual_interface, local_port_range, pin_current_thread, recv_discard, recv_discard_wait,
-    send_zerocopy, set_busy_poll, set_max_pacing_rate, stream_recv_stamped, tcp_defer_accept,
-    tcp_enable_rx_stamps, tcp_loss_marks, ZeroCopySource, DISCARD_SUPPORTED,
+    send_zerocopy, set_busy_poll, set_max_pacing_rate, stream_recv_stamped,
+    stream_recv_stamped_wait, tcp_defer_accept, tcp_enable_rx_stamps, tcp_loss_marks,
+    ZeroCopySource, DISCARD_SUPPORTED,
 };
 
 #[cfg(not(any(target_os = "linux", target_os = "macos", windows)))]

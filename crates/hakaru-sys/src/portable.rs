@@ -85,7 +85,8 @@ pub fn stream_recv(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
 /// Receives from a blocking stream, waiting at most its read timeout (SO_RCVTIMEO, which the
 /// caller sets) for data: one system call per wait, where a non-blocking read and a poll take
 /// three (the poll, the read, the read that finds the socket empty). A timeout reads as
-/// `WouldBlock` on every OS (Windows says `TimedOut`).
+/// `WouldBlock` on every OS (Windows says `TimedOut`); where [`RECV_TIMEOUT_KEEPS_STREAM`] is
+/// false the stream may not be read again after one.
 pub fn stream_recv_wait(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
     io::Read::read(&mut &*stream, buf).map_err(|e| {
         if e.kind() == io::ErrorKind::TimedOut {
@@ -167,6 +168,12 @@ pub const ACCEPT_INHERITS_TIMEOUTS: bool = cfg!(target_os = "linux");
 /// loopback round trip) and still be ended by whoever stops it. Elsewhere the loops keep their
 /// timeouts.
 pub const SHUTDOWN_WAKES_BLOCKED_RECV: bool = cfg!(target_os = "linux");
+
+/// Whether a stream stays usable after a blocking read timed out (SO_RCVTIMEO): on Unix the
+/// read just fails with EAGAIN; Windows documents the connection as indeterminate after a
+/// receive that timed out, so there a loop that waits with a timeout must not read that way
+/// ([`stream_recv_wait`]).
+pub const RECV_TIMEOUT_KEEPS_STREAM: bool = cfg!(unix);
 
 /// The process or the system is out of file descriptors (EMFILE, ENFILE).
 pub fn is_out_of_descriptors(e: &io::Error) -> bool {
@@ -319,7 +326,7 @@ mod tests {
 
     #[test]
     fn a_waiting_read_waits_for_data_and_reads_its_timeout_as_would_block() {
-        let (a, b) = loopback_pair();
+        let (_idle, b) = loopback_pair();
         b.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
         let mut buf = [0u8; 16];
         let t0 = std::time::Instant::now();
@@ -331,6 +338,8 @@ mod tests {
             "{:?}",
             t0.elapsed()
         );
+        // A stream that never timed out (Windows leaves one that did indeterminate).
+        let (a, b) = loopback_pair();
         b.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let writer = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(20));
