@@ -178,10 +178,7 @@ pub fn stream_recv_stamped_wait(
     buf: &mut [u8],
     _len: usize,
 ) -> io::Result<(usize, Option<u64>)> {
-    if buf.is_empty() {
-        return Err(unsupported("receive without copying (--discard)"));
-    }
-    super::stream_recv_wait(stream, buf).map(|n| (n, None))
+    unstamped(buf, |b| super::stream_recv_wait(stream, b))
 }
 
 /// A read without an arrival stamp; an empty `buf` (discard) is unsupported here.
@@ -190,10 +187,17 @@ pub fn stream_recv_stamped(
     buf: &mut [u8],
     _len: usize,
 ) -> io::Result<(usize, Option<u64>)> {
+    unstamped(buf, |b| super::stream_recv(stream, b))
+}
+
+fn unstamped(
+    buf: &mut [u8],
+    read: impl FnOnce(&mut [u8]) -> io::Result<usize>,
+) -> io::Result<(usize, Option<u64>)> {
     if buf.is_empty() {
         return Err(unsupported("receive without copying (--discard)"));
     }
-    super::stream_recv(stream, buf).map(|n| (n, None))
+    read(buf).map(|n| (n, None))
 }
 
 /// Largest number of GSO segments one send may carry that we use (the same as on Linux, so
