@@ -712,31 +712,31 @@ fn recv_step(s: &Shared, i: usize, buf: &mut [u8], waited: Option<&mut bool>) ->
         }
         return classify(r.map(|(n, _)| n), Role::Receiver);
     }
-    let r = match (discard, waited) {
-        (true, None) => sys::recv_discard(stream.as_raw_fd(), s.cfg.length),
-        (false, None) => sys::stream_recv(stream, buf),
-        (_, Some(w)) if s.rx_stamps => {
-            *w = true;
-            // The window can close while the read waits: what it then brings that reached the
-            // host before the end (held out of order behind a lost segment) counts in the
-            // window, as the stamped reads above count it.
-            let buf = if discard { &mut [][..] } else { buf };
-            let r = sys::stream_recv_stamped_wait(stream, buf, s.cfg.length);
-            if let (Ok((n, Some(at))), Some(end)) = (&r, s.window_end_unix_ns()) {
-                if *n > 0 && *at <= end {
-                    s.counters[i].add_arrived_in_window(*n as u64);
-                }
+    let Some(waited) = waited else {
+        let r = if discard {
+            sys::recv_discard(stream.as_raw_fd(), s.cfg.length)
+        } else {
+            sys::stream_recv(stream, buf)
+        };
+        return classify(r, Role::Receiver);
+    };
+    *waited = true;
+    let r = if s.rx_stamps {
+        // The window can close while the read waits: what it then brings that reached the host
+        // before the end (held out of order behind a lost segment) counts in the window, as the
+        // stamped reads above count it.
+        let buf = if discard { &mut [][..] } else { buf };
+        let r = sys::stream_recv_stamped_wait(stream, buf, s.cfg.length);
+        if let (Ok((n, Some(at))), Some(end)) = (&r, s.window_end_unix_ns()) {
+            if *n > 0 && *at <= end {
+                s.counters[i].add_arrived_in_window(*n as u64);
             }
-            r.map(|(n, _)| n)
         }
-        (true, Some(w)) => {
-            *w = true;
-            sys::recv_discard_wait(stream.as_raw_fd(), s.cfg.length)
-        }
-        (false, Some(w)) => {
-            *w = true;
-            sys::stream_recv_wait(stream, buf)
-        }
+        r.map(|(n, _)| n)
+    } else if discard {
+        sys::recv_discard_wait(stream.as_raw_fd(), s.cfg.length)
+    } else {
+        sys::stream_recv_wait(stream, buf)
     };
     classify(r, Role::Receiver)
 }
