@@ -422,18 +422,18 @@ def main():
             if med < 0.97:
                 low.append(f"{case[0]} ({pl}): {med:.2f}x, interval {lo:.2f}-{hi:.2f}"
                            + (" BEHIND" if hi < 1.0 else ""))
-                recheck.append((row, case, pl))
+                recheck.append((row, case, pl, len(low) - 1))
     # A second pass, at the end (another moment of the machine's), for the rows under 0.97x: on
     # this VM the rate moves between rows and between a row's servers, so one pass calls a row
     # behind by chance more often than its interval says.
-    for row, case, pl in recheck if a.again else []:
+    for row, case, pl, k in recheck if a.again else []:
         _, ratios = measure(case, pl, a.again, a.time)
         if ratios:
             med = statistics.median(ratios)
             lo, hi = median_interval(ratios)
             row[9] = f"{med:.2f}x {verdict(lo, hi)} ({lo:.2f}-{hi:.2f})"
             print(f"again: {case[0]} ({pl}): {row[9]}", flush=True)
-            low = [l + (f"; again {row[9]}" if l.startswith(f"{case[0]} ({pl}):") else "") for l in low]
+            low[k] += f"; again {row[9]}"
         else:
             row[9] = "no round completed"
     more = (f" --more {a.more}" if a.more else "") + (f" --again {a.again}" if a.again else "")
