@@ -15,6 +15,9 @@ zero-window adverts (TcpExt TCPToZeroWindowAdv) and the segments coalesced into 
 backlog (TCPBacklogCoalesce), per second. On loopback a receiver that falls behind takes the
 sender's transmission over (its reads reopen the window and the ACK, processed on its CPU,
 sends the queued data): zero-window adverts, and the server's CPU busy where the client's idles.
+Over the same span, each process's own CPU time (user and system, all threads, /proc/PID/stat)
+as a share of the span: with client and server on one CPU (--server-cpu 0 --client-cpu 0) the
+CPU columns are the same CPU's and these tell the two apart.
 """
 import argparse, json, os, statistics, subprocess, sys, time
 
@@ -46,6 +49,14 @@ def shares(a, b):
 
 
 KEYS = ("TCPToZeroWindowAdv", "TCPBacklogCoalesce")
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def proc_cpu(pid):
+    """User and system CPU seconds of process `pid`, all its threads (/proc/PID/stat). Softirq
+    work the kernel accounts apart (IRQ time accounting) is not in it: the CPU columns are."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 def one_test(server_argv, port, a):
@@ -60,8 +71,10 @@ def one_test(server_argv, port, a):
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(a.time / 3)
         c0, s0, k0, t0 = cpu_times(a.client_cpu), cpu_times(a.server_cpu), tcpext(*KEYS), time.time()
+        p0 = proc_cpu(srv.pid), proc_cpu(cli.pid)
         time.sleep(a.time / 2)
         c1, s1, k1, t1 = cpu_times(a.client_cpu), cpu_times(a.server_cpu), tcpext(*KEYS), time.time()
+        p1 = proc_cpu(srv.pid), proc_cpu(cli.pid)
         out, err = cli.communicate(timeout=a.time + 60)
         if cli.returncode != 0:
             raise RuntimeError(f"client failed ({cli.returncode}): {out[-1000:]}{err[-1000:]}")
@@ -71,8 +84,9 @@ def one_test(server_argv, port, a):
     ci, _ = shares(c0, c1)
     si, ss = shares(s0, s1)
     zw, bl = ((y - x) / (t1 - t0) for x, y in zip(k0, k1))
+    sp, cp = (100.0 * (y - x) / (t1 - t0) for x, y in zip(p0, p1))
     return {"gbps": gbps, "client_idle": ci, "server_idle": si, "server_softirq": ss,
-            "zero_windows": zw, "backlog": bl}
+            "zero_windows": zw, "backlog": bl, "server_proc": sp, "client_proc": cp}
 
 
 def main():
@@ -113,16 +127,19 @@ def main():
     pct = lambda x: f"{x:.0f} %"
     num = lambda x: f"{x:,.0f}"
     print(f"\n`python3 bench/loopback_regime.py --client {a.client} --args=\"{a.args}\" --rounds "
-          f"{a.rounds} --time {a.time}`; client on CPU {a.client_cpu}, servers on CPU "
+          f"{a.rounds} --time {a.time} --server-cpu {a.server_cpu} --client-cpu {a.client_cpu}`; "
+          f"client on CPU {a.client_cpu}, servers on CPU "
           f"{a.server_cpu}; load {load} before; {time.strftime('%Y-%m-%d')}\n")
     print("| server | Gbit/s (median) | client's CPU idle | server's CPU idle | server's softirq "
-          "| zero-window adverts/s | backlog coalesced/s |")
-    print("|---|---|---|---|---|---|---|")
+          "| zero-window adverts/s | backlog coalesced/s | server process CPU | client process "
+          "CPU |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for n, xs in res.items():
         col = lambda k, f: rng([x[k] for x in xs], f)
         print(f"| {n} | {statistics.median(x['gbps'] for x in xs):.1f} | {col('client_idle', pct)} | "
               f"{col('server_idle', pct)} | {col('server_softirq', pct)} | "
-              f"{col('zero_windows', num)} | {col('backlog', num)} |")
+              f"{col('zero_windows', num)} | {col('backlog', num)} | {col('server_proc', pct)} | "
+              f"{col('client_proc', pct)} |")
 
 
 if __name__ == "__main__":

@@ -12,9 +12,9 @@ Rows (the client is the same binary for both servers; the stock server is the cl
   `--bidir`, `-P 4`, `-u -b 0 -l 16`, `--skip-rx-copy` (3.21 only: 3.12 lacks it), `-Z`; into
   `hakaru server` and into `iperf3 -s` of the same version. Figure: what the receiver counted
   (`end.sum_received`; both directions summed for --bidir); for UDP the datagrams that arrived
-  per second (`packets - lost_packets` over the test's seconds). One control row: 3.12 `-P 4`
-  into `hakaru server` and into iperf3 3.21's `-s` (a thread per stream, as hakaru's server),
-  since 3.12's own server reads every stream on one thread.
+  per second (`packets - lost_packets` over the test's seconds). Two control rows: 3.12 `-P 4`
+  and `-Z` into `hakaru server` and into iperf3 3.21's `-s` (a thread per stream, as hakaru's
+  server), since 3.12's own server reads every stream on one thread.
 - sockperf 3.10 (/opt/hakaru-peers/sockperf): `tp --pps max -m 14` (figure: datagrams read by
   the receiving application per second, from the kernel's Udp InDatagrams counters across the
   run), `pp` and `ul` (figure: sockperf's avg-latency, lower is better); into
@@ -254,8 +254,10 @@ def cases(cc=None):
     # Control: 3.12's own server is single-threaded and the others (hakaru, iperf3 3.16+ -s)
     # read each stream on a thread; the same client into a stock server of the second kind
     # tells the server's design from hakaru (docs/BENCHMARKS.md, issue 46's section).
-    out.append(("iperf3 3.12 -P 4, control: into iperf3 3.21 -s" + (f" -C {cc}" if cc else ""), "Gbit/s",
-                True, iperf3_client(I3_OLD, ["-P", "4"] + extra), hk_server, iperf3_server(I3_NEW), "tcp"))
+    for label, args in (("-P 4", ["-P", "4"]), ("-Z", ["-Z"])):
+        out.append((f"iperf3 3.12 {label}, control: into iperf3 3.21 -s" + (f" -C {cc}" if cc else ""),
+                    "Gbit/s", True, iperf3_client(I3_OLD, args + extra), hk_server,
+                    iperf3_server(I3_NEW), "tcp"))
     out += [
         ("sockperf tp --pps max -m 14", "datagrams/s", True, sockperf_client("tp", ["--pps", "max", "-m", "14"]),
          hk_sockperf, sr, "udp"),
