@@ -1,4 +1,5 @@
-"""Shared by the benchmark scripts: writing a result block into docs/BENCHMARKS.md."""
+"""Shared by the benchmark scripts: writing a result block into docs/BENCHMARKS.md, ports,
+processes (stopping one, its CPU time), the machine (load, CPU model)."""
 import os
 
 
@@ -51,6 +52,14 @@ def wait_port(port, limit=10.0):
         except OSError:
             time.sleep(0.05)
     raise RuntimeError(f"nothing listens on 127.0.0.1:{port}")
+
+
+def process_cpu(pid):
+    """User and system CPU seconds of process `pid`, all its threads: fields 14 and 15 of
+    /proc/PID/stat. Softirq time the kernel accounts apart (IRQ time accounting) is not in it."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def loadavg():

@@ -21,7 +21,7 @@ CPU columns are the same CPU's and these tell the two apart.
 """
 import argparse, json, os, statistics, subprocess, sys, time
 
-from benchlib import loadavg, stop_process
+from benchlib import loadavg, process_cpu, stop_process
 from stock_clients import HAKARU, I3_NEW, I3_OLD, free_ports, wait_listen
 
 
@@ -49,14 +49,6 @@ def shares(a, b):
 
 
 KEYS = ("TCPToZeroWindowAdv", "TCPBacklogCoalesce")
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def proc_cpu(pid):
-    """User and system CPU seconds of process `pid`, all its threads (/proc/PID/stat). Softirq
-    work the kernel accounts apart (IRQ time accounting) is not in it: the CPU columns are."""
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 def one_test(server_argv, port, a):
@@ -71,10 +63,10 @@ def one_test(server_argv, port, a):
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(a.time / 3)
         c0, s0, k0, t0 = cpu_times(a.client_cpu), cpu_times(a.server_cpu), tcpext(*KEYS), time.time()
-        p0 = proc_cpu(srv.pid), proc_cpu(cli.pid)
+        p0 = process_cpu(srv.pid), process_cpu(cli.pid)
         time.sleep(a.time / 2)
         c1, s1, k1, t1 = cpu_times(a.client_cpu), cpu_times(a.server_cpu), tcpext(*KEYS), time.time()
-        p1 = proc_cpu(srv.pid), proc_cpu(cli.pid)
+        p1 = process_cpu(srv.pid), process_cpu(cli.pid)
         out, err = cli.communicate(timeout=a.time + 60)
         if cli.returncode != 0:
             raise RuntimeError(f"client failed ({cli.returncode}): {out[-1000:]}{err[-1000:]}")

@@ -29,13 +29,12 @@ stopped by its PID and every namespace deleted at the end, also on Ctrl-C. Needs
 """
 import argparse, json, os, signal, statistics, subprocess, sys, time
 
-from benchlib import cpu_model, loadavg, write_block
+from benchlib import cpu_model, loadavg, process_cpu, write_block
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HAKARU = os.path.join(ROOT, "target", "release", "hakaru")
 PORT = 5209
 TAG = f"hkm{os.getpid() % 100000}"
-CLK = os.sysconf("SC_CLK_TCK")
 
 
 def sh(*argv, check=True):
@@ -106,11 +105,6 @@ class Fleet:
             sh("ip", "netns", "del", n, check=False)
 
 
-def cpu_ticks(pid):
-    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return int(f[11]) + int(f[12])
-
-
 def rss_kib(pid):
     for line in open(f"/proc/{pid}/status"):
         if line.startswith("VmRSS:"):
@@ -160,13 +154,13 @@ def main():
         time.sleep(args.settle)
         pids = fleet.pids()
         r0, _ = fleet.report(peers)
-        c0 = [cpu_ticks(p) for p in pids]
+        c0 = [process_cpu(p) for p in pids]
         t0 = time.time()
         time.sleep(args.measure)
-        c1 = [cpu_ticks(p) for p in pids]
+        c1 = [process_cpu(p) for p in pids]
         dt = time.time() - t0
         r1, report_s = fleet.report(peers)
-        cpu = [(b - a_) / CLK / dt * 100 for a_, b in zip(c0, c1)]
+        cpu = [(b - a_) / dt * 100 for a_, b in zip(c0, c1)]
         rss = [rss_kib(p) for p in pids]
         pairs = len(r1["pairs"])
         answered = sum(1 for h in r1["hosts"] if h["answered"])

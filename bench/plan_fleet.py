@@ -29,7 +29,7 @@ Every process is stopped by its PID; the namespaces are deleted at the end, also
 """
 import argparse, json, os, statistics, subprocess, sys, tempfile, time
 
-from benchlib import write_block
+from benchlib import process_cpu, write_block
 import plan_sync
 from plan_sync import teardown
 
@@ -39,18 +39,10 @@ HAKARU = os.path.join(TARGET_DIR, "release", "hakaru")
 HEADING = "## Plans across a fleet: 100 hosts"
 PREFIX = f"hkf{os.getpid() % 10000}"
 NET = "198.19.201"
-CLK = os.sysconf("SC_CLK_TCK")
 
 
 def build(n):
     return plan_sync.build(n, prefix=PREFIX, net=NET, one_segment=False)
-
-
-def own_cpu(pid):
-    """utime + stime of `pid` alone (fields 14 and 15 of /proc/PID/stat), in seconds."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK
 
 
 def run(members, steps):
@@ -73,7 +65,7 @@ def run(members, steps):
                 # Wait for the exit without reaping, so /proc still has the coordinator's own times.
                 os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)
                 wall = time.monotonic() - t0
-                cpu = own_cpu(p.pid)
+                cpu = process_cpu(p.pid)
             finally:
                 if p.poll() is None:
                     p.kill()
