@@ -273,7 +273,7 @@ fn client_side(
         payload: Payload::Letters,
         pace_bps: None,
         half_close: false,
-        window_at_peer_end: false,
+        window_at_peer_end: None,
         shares_host: false,
         thread_per_flow: false,
         subflow_guard: None,

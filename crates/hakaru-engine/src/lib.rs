@@ -5,6 +5,7 @@
 //! a control protocol: callers get samples through callbacks and a [`hakaru_model::SideReport`]
 //! at the end. OS-specific code lives in [`sys`].
 
+pub mod arrival;
 pub mod connect;
 pub mod connect_server;
 pub mod control;

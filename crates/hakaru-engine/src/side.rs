@@ -189,7 +189,7 @@ impl Core {
         if let Ok(mut m) = self.window_mark.lock() {
             if m.is_none() {
                 *m = Some((at_ns, counts));
-                let unix_ns = (self.start_unix * 1e9) as u64 + at_ns;
+                let unix_ns = self.unix_ns(at_ns);
                 self.window_unix_ns.store(unix_ns.max(1), Ordering::Release);
             }
         }
@@ -199,7 +199,7 @@ impl Core {
     /// `iperf3 -s` stops its clock at that message; what arrives later is not in the headline.
     pub fn peer_ended(&self) {
         self.ended_by_peer.store(true, Ordering::Release);
-        if self.cfg.window_at_peer_end {
+        if self.cfg.window_at_peer_end.is_some() {
             let counts = self.counters.iter().map(FlowCounters::snapshot).collect();
             self.mark_window(self.now_ns(), counts);
         }
@@ -218,6 +218,21 @@ impl Core {
 
     fn window_mark(&self) -> Option<(u64, Vec<CounterSnapshot>)> {
         self.window_mark.lock().ok().and_then(|m| m.clone())
+    }
+
+    /// When the measured window of a timed test is due to close, nanoseconds since the start:
+    /// at its duration, or about when the peer will end it (`window_at_peer_end`).
+    pub fn window_due_ns(&self) -> Option<u64> {
+        self.cfg
+            .duration
+            .or(self.cfg.window_at_peer_end)
+            .map(|d| (self.cfg.omit + d).as_nanos() as u64)
+    }
+
+    /// The instant `at_ns` (nanoseconds since the start) on the wall clock, nanoseconds since
+    /// the Unix epoch, on the same base as [`Self::window_end_unix_ns`].
+    pub fn unix_ns(&self, at_ns: u64) -> u64 {
+        (self.start_unix * 1e9) as u64 + at_ns
     }
 
     /// End of the measured window of a timed TCP test, nanoseconds since the start (warm-up
@@ -512,8 +527,10 @@ pub struct SideConfig {
     pub half_close: bool,
     /// The peer's end of the test (iperf3's TEST_END) closes the measured window of a timed
     /// test: receivers count what arrives later apart from the headline, as `iperf3 -s` stops
-    /// counting there. False for `-n`/`-k` transfers, which are counted whole.
-    pub window_at_peer_end: bool,
+    /// counting there. The value is the test's time as the peer asked for it (after `omit`),
+    /// so the side knows about when the end will come. `None` for `-n`/`-k` transfers, which
+    /// are counted whole.
+    pub window_at_peer_end: Option<Duration>,
     /// Both ends run on this kernel (loopback, network namespaces): the peer's workers use
     /// the same CPUs, so this side starts workers for half of them (at least one). Set for
     /// UDP only: two UDP flows on a 2-CPU machine ran four busy threads, and the senders'
@@ -652,7 +669,7 @@ impl SideConfig {
                 _ => None,
             },
             half_close: true,
-            window_at_peer_end: false,
+            window_at_peer_end: None,
             shares_host: false,
             thread_per_flow: false,
             subflow_guard: None,

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use hakaru_model::{FlowDir, IntervalSample, MptcpFlow, Role, SideReport, TcpInfo};
 
+use crate::arrival::{self, FlowStamps};
 use crate::side::{spawn_ticker, spawn_workers, Core, DoneFn, FlowMeta, TcpProbe, TickerOut};
 pub use crate::side::{Payload, SideConfig, SubflowGuard};
 use crate::sys::{self, AsRawFd};
@@ -71,8 +72,10 @@ struct Shared {
     drain: std::sync::atomic::AtomicBool,
     /// Paced senders: true when the kernel paces every sending socket too.
     kernel_paced: bool,
-    /// The kernel stamps arrivals on (some of) the receiving flows (SO_TIMESTAMPNS).
-    rx_stamps: bool,
+    /// Receivers ask the kernel for arrival stamps (SO_TIMESTAMPNS) from this instant on,
+    /// nanoseconds since the start (see [`arrival::STAMP_LEAD`]); `None`: never (no window
+    /// closes while flows run).
+    stamps_from_ns: Option<u64>,
     /// Most bytes per write: the configured length, or for paced senders about 10 ms of the
     /// rate, so a flow never runs a whole large write ahead of its schedule.
     write_cap: usize,
@@ -166,10 +169,6 @@ impl SideRun {
         let mut streams = Vec::with_capacity(flows.len());
         let mut meta = Vec::with_capacity(flows.len());
         let mut kernel_paced = cfg.pace_bps.is_some();
-        // A window that closes while flows still run (a timed test, or the peer's TEST_END)
-        // counts by arrival what TCP releases after it (see recv_step).
-        let stamp_arrivals = cfg.duration.is_some() || cfg.window_at_peer_end;
-        let mut rx_stamps = false;
         for f in flows {
             if let (Some(bps), Role::Sender) = (cfg.pace_bps, f.role) {
                 // The kernel spreads each flow's segments over time (no bursts of a whole
@@ -177,9 +176,6 @@ impl SideRun {
                 // kernel's cap leaves room for headers so it never undercuts the payload rate.
                 let bytes = (bps as f64 / 8.0 * KERNEL_PACING_HEADROOM).ceil() as u64;
                 kernel_paced &= sys::set_max_pacing_rate(f.stream.as_raw_fd(), bytes).is_ok();
-            }
-            if f.role == Role::Receiver && stamp_arrivals {
-                rx_stamps |= sys::tcp_enable_rx_stamps(&f.stream);
             }
             f.stream
                 .set_nonblocking(true)
@@ -200,6 +196,11 @@ impl SideRun {
             Vec::new()
         };
         let core = Arc::new(Core::new(cfg, meta, on_done, false));
+        // A window that closes while flows still run (a timed test, or the peer's TEST_END)
+        // counts by arrival what TCP releases after it (see recv_step).
+        let stamps_from_ns = core
+            .window_due_ns()
+            .map(|due| due.saturating_sub(arrival::STAMP_LEAD.as_nanos() as u64));
         let shared = Arc::new(Shared {
             core: Arc::clone(&core),
             streams,
@@ -210,7 +211,7 @@ impl SideRun {
             zc,
             drain: std::sync::atomic::AtomicBool::new(false),
             kernel_paced,
-            rx_stamps,
+            stamps_from_ns,
             write_cap: cfg_write_cap(&core.cfg),
         });
         let probe: TcpProbe = {
@@ -375,6 +376,8 @@ struct FlowState {
     sent: u64,
     /// Whether the flow has been logged as starved (once per flow).
     starved: bool,
+    /// A receiver's arrival stamps.
+    stamps: FlowStamps,
 }
 
 /// A blocked flow: past the stall timeout it fails (and true is returned), unless another
@@ -465,6 +468,7 @@ fn worker(s: &Shared, mine: Vec<usize>, pin: Option<usize>) {
             last_progress: now,
             sent: 0,
             starved: false,
+            stamps: FlowStamps::default(),
         })
         .collect();
     // A sender with a zero quota has nothing to do.
@@ -477,11 +481,14 @@ fn worker(s: &Shared, mine: Vec<usize>, pin: Option<usize>) {
         }
     });
     let mut next_guard = now;
+    // A waited read reads the clock when it returns; the next round begins at that instant
+    // rather than reading the clock again (one clock read per read for a lone receiver).
+    let mut after_wait: Option<Instant> = None;
     while !active.is_empty() {
         if s.abort.load(Ordering::Acquire) {
             return;
         }
-        let now = Instant::now();
+        let now = after_wait.take().unwrap_or_else(Instant::now);
         if let Some(g) = s.cfg.subflow_guard.as_ref().filter(|_| now >= next_guard) {
             next_guard = now + GUARD_EVERY;
             active.retain(|f| subflows_allowed(s, g, f.idx));
@@ -502,6 +509,9 @@ fn worker(s: &Shared, mine: Vec<usize>, pin: Option<usize>) {
             } else {
                 active.swap_remove(k);
             }
+        }
+        if t.waited {
+            after_wait = Some(t.now);
         }
         if !t.progressed && !t.waited && !active.is_empty() {
             let mut wait = Duration::from_millis(100);
@@ -578,7 +588,12 @@ impl Round {
                 None => send_step(s, i, f.remaining),
             },
             Role::Receiver => {
-                let step = recv_step(s, i, rbuf, self.block.then_some(&mut self.waited));
+                if let Some(from) = s.stamps_from_ns {
+                    let unix_now = s.unix_ns(self.now_ns);
+                    f.stamps
+                        .turn_on_if_due(&s.streams[i], from, self.now_ns, unix_now);
+                }
+                let step = recv_step(s, i, f.stamps, rbuf, self.block.then_some(&mut self.waited));
                 if self.waited {
                     // The read waited: what it brought came now, not when the round began.
                     self.now = Instant::now();
@@ -682,59 +697,39 @@ fn send_step(s: &Shared, i: usize, remaining: Option<u64>) -> Step {
     classify(r, Role::Sender)
 }
 
-/// Bytes per read once the measured window is closed (see `recv_step`).
-const AFTER_WINDOW_READ: usize = 16 << 10;
-
 /// One read of flow `i`. With `waited` (a blocking stream, [`lone_receiver_blocks`]), the read
 /// waits for data in the call and says so through `waited`; the reads after the window, which
 /// look at each read's stamp, do not wait.
-fn recv_step(s: &Shared, i: usize, buf: &mut [u8], waited: Option<&mut bool>) -> Step {
+fn recv_step(
+    s: &Shared,
+    i: usize,
+    stamps: FlowStamps,
+    buf: &mut [u8],
+    waited: Option<&mut bool>,
+) -> Step {
     let stream = &s.streams[i];
     let discard = s.cfg.discard && sys::DISCARD_SUPPORTED;
+    let buf = if discard { &mut [][..] } else { buf };
+    let (len, counters) = (s.cfg.length, &s.counters[i]);
     // Once the window is closed (read before the read, so these bytes are not in the window's
-    // snapshot), each read says when its bytes reached the host: those that arrived in time,
-    // held out of order behind a lost segment until its retransmission, count in the window.
-    if let Some(end) = s.window_end_unix_ns().filter(|_| s.rx_stamps) {
-        // Small reads: a read's stamp is its last segment's, so a read that also takes
-        // segments that came after the end would leave out the ones that came before.
-        let len = s.cfg.length.min(AFTER_WINDOW_READ);
-        let take = len.min(buf.len());
-        let buf = if discard {
-            &mut [][..]
-        } else {
-            &mut buf[..take]
-        };
-        let r = sys::stream_recv_stamped(stream, buf, len);
-        if let Ok((n, Some(at))) = r {
-            if n > 0 && at <= end {
-                s.counters[i].add_arrived_in_window(n as u64);
-            }
-        }
-        return classify(r.map(|(n, _)| n), Role::Receiver);
+    // snapshot), each read says when its bytes reached the host.
+    if let Some(end) = s.window_end_unix_ns().filter(|_| stamps.on()) {
+        let r = stamps.read_after_window(stream, buf, len, end, counters);
+        return classify(r, Role::Receiver);
     }
     let Some(waited) = waited else {
         let r = if discard {
-            sys::recv_discard(stream.as_raw_fd(), s.cfg.length)
+            sys::recv_discard(stream.as_raw_fd(), len)
         } else {
             sys::stream_recv(stream, buf)
         };
         return classify(r, Role::Receiver);
     };
     *waited = true;
-    let r = if s.rx_stamps {
-        // The window can close while the read waits: what it then brings that reached the host
-        // before the end (held out of order behind a lost segment) counts in the window, as the
-        // stamped reads above count it.
-        let buf = if discard { &mut [][..] } else { buf };
-        let r = sys::stream_recv_stamped_wait(stream, buf, s.cfg.length);
-        if let (Ok((n, Some(at))), Some(end)) = (&r, s.window_end_unix_ns()) {
-            if *n > 0 && *at <= end {
-                s.counters[i].add_arrived_in_window(*n as u64);
-            }
-        }
-        r.map(|(n, _)| n)
+    let r = if stamps.on() {
+        stamps.read_waiting(stream, buf, len, || s.window_end_unix_ns(), counters)
     } else if discard {
-        sys::recv_discard_wait(stream.as_raw_fd(), s.cfg.length)
+        sys::recv_discard_wait(stream.as_raw_fd(), len)
     } else {
         sys::stream_recv_wait(stream, buf)
     };
@@ -818,12 +813,48 @@ mod tests {
             payload: Payload::Letters,
             pace_bps,
             half_close: true,
-            window_at_peer_end: false,
+            window_at_peer_end: None,
             shares_host: false,
             thread_per_flow: false,
             subflow_guard: None,
             start_at: None,
         }
+    }
+
+    /// A timed receiver asks for arrival stamps only as its window nears its end; before, the
+    /// kernel stamps nothing for it.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_timed_receiver_turns_its_stamps_on_only_near_the_end() {
+        let time = arrival::STAMP_LEAD + Duration::from_millis(1500);
+        let (run, mut peers) = side_timed(&[Role::Receiver], Duration::from_secs(10), Some(time));
+        let running = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let writer = keep(peers.remove(0), &running, |s, buf| {
+            let _ = std::io::Write::write(s, &buf[..1024]);
+            std::thread::sleep(Duration::from_millis(5));
+        });
+        let begun = run.started();
+        std::thread::sleep(Duration::from_millis(500));
+        let stream = &run.shared.streams[0];
+        assert!(
+            !sys::tcp_rx_stamps_on(stream),
+            "stamps on {:?} into a test of {time:?}",
+            begun.elapsed()
+        );
+        // Past the due end, the receiver still reading (the peer has not closed): by now a
+        // round has run inside the lead.
+        while begun.elapsed() < time + Duration::from_millis(500) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(
+            sys::tcp_rx_stamps_on(stream),
+            "stamps still off {:?} into a test of {time:?}",
+            begun.elapsed()
+        );
+        running.store(false, Ordering::Release);
+        drop(writer.join().unwrap());
+        let report = report_of(run);
+        assert!(report.flows[0].bytes > 0, "{report:?}");
     }
 
     #[test]

@@ -171,6 +171,11 @@ pub fn tcp_enable_rx_stamps(_stream: &std::net::TcpStream) -> bool {
     false
 }
 
+/// Arrival stamps on TCP reads: never on here.
+pub fn tcp_rx_stamps_on(_stream: &std::net::TcpStream) -> bool {
+    false
+}
+
 /// A waiting read without an arrival stamp ([`super::stream_recv_wait`]); an empty `buf`
 /// (discard) is unsupported here.
 pub fn stream_recv_stamped_wait(
@@ -450,6 +455,11 @@ pub fn tcp_send_queue(_fd: RawFd) -> io::Result<u64> {
 #[cfg_attr(any(windows, target_os = "macos"), allow(dead_code))]
 pub fn tcp_peer_window(_fd: RawFd) -> io::Result<u64> {
     Err(unsupported("reading the peer's TCP window"))
+}
+
+/// Segments received out of order: not counted here.
+pub fn tcp_out_of_order(_fd: RawFd) -> Option<u64> {
+    None
 }
 
 /// Marks of loss (segments received out of order, retransmitted): unsupported here.

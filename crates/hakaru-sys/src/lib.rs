@@ -166,10 +166,12 @@ pub use linux::{
     interface_for_addr, is_virtual_interface, local_port_range, nic_snapshot, nic_snapshot_all,
     online_cpus, pin_current_thread, process_usage, recv_discard, recv_discard_wait, send_zerocopy,
     set_busy_poll, set_max_pacing_rate, tcp_defer_accept, tcp_info, tcp_loss_marks,
-    tcp_peer_window, tcp_send_queue, ZeroCopySource, DISCARD_SUPPORTED,
+    tcp_out_of_order, tcp_peer_window, tcp_send_queue, ZeroCopySource, DISCARD_SUPPORTED,
 };
 #[cfg(target_os = "linux")]
-pub use linux_stamps::{stream_recv_stamped, stream_recv_stamped_wait, tcp_enable_rx_stamps};
+pub use linux_stamps::{
+    stream_recv_stamped, stream_recv_stamped_wait, tcp_enable_rx_stamps, tcp_rx_stamps_on,
+};
 
 #[cfg(target_os = "linux")]
 pub use linux_udp::{
@@ -183,7 +185,7 @@ pub use fallback::{
     is_virtual_interface, local_port_range, pin_current_thread, recv_discard, recv_discard_wait,
     send_zerocopy, set_busy_poll, set_max_pacing_rate, stream_recv_stamped,
     stream_recv_stamped_wait, tcp_defer_accept, tcp_enable_rx_stamps, tcp_loss_marks,
-    ZeroCopySource, DISCARD_SUPPORTED,
+    tcp_out_of_order, tcp_rx_stamps_on, ZeroCopySource, DISCARD_SUPPORTED,
 };
 
 #[cfg(not(any(target_os = "linux", target_os = "macos", windows)))]
@@ -343,6 +345,7 @@ mod tests {
         same!(tcp_send_queue: fn(RawFd) -> io::Result<u64>);
         same!(tcp_peer_window: fn(RawFd) -> io::Result<u64>);
         same!(tcp_loss_marks: fn(RawFd) -> io::Result<u64>);
+        same!(tcp_out_of_order: fn(RawFd) -> Option<u64>);
         same!(cpu_snapshot: fn() -> Option<CpuSnapshot>);
         same!(nic_snapshot: fn(&str) -> Option<NicSnapshot>);
         same!(nic_snapshot_all: fn() -> Vec<NicSnapshot>);

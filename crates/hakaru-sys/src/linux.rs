@@ -144,7 +144,21 @@ pub fn tcp_loss_marks(fd: RawFd) -> io::Result<u64> {
     Ok(u64::from(raw.tcpi_rcv_ooopack) + u64::from(raw.tcpi_total_retrans))
 }
 
+/// Segments this end has received out of order over the connection's life
+/// (tcpi_rcv_ooopack): more than zero once a hole has held bytes back on their way in. `None`
+/// when the kernel does not count them (before Linux 5.4) or the call fails.
+pub fn tcp_out_of_order(fd: RawFd) -> Option<u64> {
+    let (raw, len) = raw_tcp_info_len(fd).ok()?;
+    let need = mem::offset_of!(RawTcpInfo, tcpi_rcv_ooopack) + mem::size_of::<u32>();
+    (len >= need).then(|| u64::from(raw.tcpi_rcv_ooopack))
+}
+
 fn raw_tcp_info(fd: RawFd) -> io::Result<RawTcpInfo> {
+    raw_tcp_info_len(fd).map(|(raw, _)| raw)
+}
+
+/// TCP_INFO and how many bytes of it the kernel wrote (an older kernel writes a prefix).
+fn raw_tcp_info_len(fd: RawFd) -> io::Result<(RawTcpInfo, usize)> {
     let mut raw = RawTcpInfo::default();
     let mut len = mem::size_of::<RawTcpInfo>() as libc::socklen_t;
     // SAFETY: the buffer is a live, writable RawTcpInfo and `len` is its size; the kernel
@@ -161,7 +175,7 @@ fn raw_tcp_info(fd: RawFd) -> io::Result<RawTcpInfo> {
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(raw)
+    Ok((raw, len as usize))
 }
 
 fn tcp_info_from(fd: RawFd, raw: &RawTcpInfo) -> io::Result<TcpInfo> {

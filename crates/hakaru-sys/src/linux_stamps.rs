@@ -18,6 +18,24 @@ pub fn tcp_enable_rx_stamps(stream: &std::net::TcpStream) -> bool {
     .is_ok()
 }
 
+/// Whether arrival stamps are on for `stream` ([`tcp_enable_rx_stamps`] was called and held).
+pub fn tcp_rx_stamps_on(stream: &std::net::TcpStream) -> bool {
+    let mut v: libc::c_int = 0;
+    let mut len = mem::size_of_val(&v) as libc::socklen_t;
+    // SAFETY: `v` is a live c_int of `len` bytes the kernel fills; `len` is updated to what it
+    // wrote.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPNS,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    rc == 0 && v != 0
+}
+
 /// Receives from a TCP stream without blocking, like [`super::stream_recv`] (or, with an empty
 /// `buf`, discards up to `len` bytes like [`recv_discard`]), and returns the bytes moved with
 /// the arrival stamp (nanoseconds since the Unix epoch) of the last segment the read took,

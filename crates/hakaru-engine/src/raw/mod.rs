@@ -118,7 +118,7 @@ impl Meter {
             payload: Payload::Letters,
             pace_bps: None,
             half_close: true,
-            window_at_peer_end: false,
+            window_at_peer_end: None,
             shares_host: false,
             thread_per_flow: false,
             subflow_guard: None,

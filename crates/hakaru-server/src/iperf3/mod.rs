@@ -438,7 +438,10 @@ impl Driver<'_> {
         // share of the amount, as stock iperf3 does.
         cfg.duration = None;
         cfg.half_close = false;
-        cfg.window_at_peer_end = matches!(plan.spec.common().amount, hakaru_model::Amount::Time(_));
+        cfg.window_at_peer_end = match plan.spec.common().amount {
+            hakaru_model::Amount::Time(t) => Some(t.0),
+            _ => None,
+        };
         cfg.stall_timeout = IDLE_LIMIT;
         // iperf3 -s (3.16 and later) receives and sends each stream on a thread of its own.
         cfg.thread_per_flow = matches!(plan.spec, hakaru_model::TestSpec::Tcp(_));
