@@ -314,9 +314,20 @@ impl Shared {
 
 struct UdpClient {
     counts: SockperfCounts,
+    /// When it was last seen sending, to a sweep's precision ([`refresh`]): the path of a
+    /// datagram reads no clock.
     last: Instant,
+    /// Its datagrams as of `last` ([`UdpClient::datagrams`]).
+    seen: u64,
     /// The local port it sent to.
     port: u16,
+}
+
+impl UdpClient {
+    /// Every datagram it sent (each is a message, ignored, or malformed).
+    fn datagrams(&self) -> u64 {
+        self.counts.messages + self.counts.ignored + self.counts.malformed
+    }
 }
 
 /// Datagrams read from one socket before the thread turns to its next ready socket, so one
@@ -452,46 +463,54 @@ fn recv_burst(
             ctx.denied.fetch_add(1, Ordering::Relaxed);
             continue;
         }
-        if !clients.contains_key(&from) && clients.len() >= shared.max_udp_clients {
+        let msg = buf.get_mut(..n).unwrap_or_default();
+        // One lookup per datagram; a new client costs a second (and a clock read).
+        if let Some(c) = clients.get_mut(&from) {
+            answer(shared, sock, msg, from, c);
+            continue;
+        }
+        if clients.len() >= shared.max_udp_clients {
             let oldest = oldest_idle(clients);
             sweep(clients, total, oldest);
         }
-        let c = clients.entry(from).or_insert_with(|| {
-            tracing::debug!("sockperf UDP client {from}: first message (port {port})");
-            UdpClient {
-                counts: SockperfCounts::default(),
-                last: Instant::now(),
-                port,
-            }
+        tracing::debug!("sockperf UDP client {from}: first message (port {port})");
+        let c = clients.entry(from).or_insert(UdpClient {
+            counts: SockperfCounts::default(),
+            last: Instant::now(),
+            seen: 0,
+            port,
         });
-        c.last = Instant::now();
-        let msg = buf.get_mut(..n).unwrap_or_default();
-        match parse_datagram(msg, sp::MAX_UDP_MESSAGE) {
-            Err(e) => {
-                c.counts.malformed += 1;
-                if c.counts.malformed <= 3 {
-                    tracing::debug!("sockperf UDP client {from}: ignored: {e}");
-                }
-            }
-            Ok(h) => match verdict(&h) {
-                Verdict::Ignore => c.counts.ignored += 1,
-                v => {
-                    c.counts.messages += 1;
-                    c.counts.bytes += n as u64;
-                    if v == Verdict::Reply && !shared.take_reply(from.ip()) {
-                        c.counts.withheld += 1;
-                    } else if v == Verdict::Reply {
-                        make_reply(msg);
-                        match send_reply(sock, msg, from) {
-                            Ok(_) => c.counts.replies += 1,
-                            Err(e) => tracing::debug!("sockperf UDP client {from}: reply: {e}"),
-                        }
-                    }
-                }
-            },
-        }
+        answer(shared, sock, msg, from, c);
     }
     true
+}
+
+/// Counts one datagram from client `c` at `from` and answers it if it asks for a reply.
+fn answer(shared: &Shared, sock: &UdpSocket, msg: &mut [u8], from: SocketAddr, c: &mut UdpClient) {
+    match parse_datagram(msg, sp::MAX_UDP_MESSAGE) {
+        Err(e) => {
+            c.counts.malformed += 1;
+            if c.counts.malformed <= 3 {
+                tracing::debug!("sockperf UDP client {from}: ignored: {e}");
+            }
+        }
+        Ok(h) => match verdict(&h) {
+            Verdict::Ignore => c.counts.ignored += 1,
+            v => {
+                c.counts.messages += 1;
+                c.counts.bytes += msg.len() as u64;
+                if v == Verdict::Reply && !shared.take_reply(from.ip()) {
+                    c.counts.withheld += 1;
+                } else if v == Verdict::Reply {
+                    make_reply(msg);
+                    match send_reply(sock, msg, from) {
+                        Ok(_) => c.counts.replies += 1,
+                        Err(e) => tracing::debug!("sockperf UDP client {from}: reply: {e}"),
+                    }
+                }
+            }
+        },
+    }
 }
 
 /// Replies per source address (`--sockperf-reply-rate`): a token bucket of one second's
@@ -546,18 +565,33 @@ impl ReplyBudgets {
     }
 }
 
-fn oldest_idle(clients: &HashMap<SocketAddr, UdpClient>) -> Duration {
+/// Marks the clients that sent since the last look as seen `now`.
+fn refresh(clients: &mut HashMap<SocketAddr, UdpClient>, now: Instant) {
+    for c in clients.values_mut() {
+        let d = c.datagrams();
+        if d != c.seen {
+            c.seen = d;
+            c.last = now;
+        }
+    }
+}
+
+fn oldest_idle(clients: &mut HashMap<SocketAddr, UdpClient>) -> Duration {
+    let now = Instant::now();
+    refresh(clients, now);
     clients
         .values()
-        .map(|c| c.last.elapsed())
+        .map(|c| now.saturating_duration_since(c.last))
         .max()
         .unwrap_or_default()
 }
 
 /// Summarises and forgets the clients silent for at least `idle`.
 fn sweep(clients: &mut HashMap<SocketAddr, UdpClient>, total: &mut SockperfCounts, idle: Duration) {
+    let now = Instant::now();
+    refresh(clients, now);
     clients.retain(|addr, c| {
-        if c.last.elapsed() < idle {
+        if now.saturating_duration_since(c.last) < idle {
             return true;
         }
         tracing::info!(
@@ -929,6 +963,35 @@ mod tests {
             .unwrap();
         assert!(e.to_string().contains("at most 1024"), "{e}");
         assert!(SockperfPorts::bind(ip, 5, 3, false).is_err());
+    }
+
+    /// A client's idleness is kept without a clock read per datagram: a sweep marks the
+    /// clients that sent since the last look as seen, and forgets only the others.
+    #[test]
+    fn a_sweep_forgets_only_the_clients_that_sent_nothing_since_the_last_look() {
+        let long_ago = Instant::now() - Duration::from_secs(10);
+        let client = |messages| UdpClient {
+            counts: SockperfCounts {
+                messages,
+                ..SockperfCounts::default()
+            },
+            last: long_ago,
+            seen: 5,
+            port: 1,
+        };
+        let busy: SocketAddr = "127.0.0.1:1000".parse().unwrap();
+        let quiet: SocketAddr = "127.0.0.1:1001".parse().unwrap();
+        let mut clients = HashMap::from([(busy, client(6)), (quiet, client(5))]);
+        let mut total = SockperfCounts::default();
+        assert!(oldest_idle(&mut clients) >= Duration::from_secs(10));
+        sweep(&mut clients, &mut total, UDP_CLIENT_IDLE);
+        assert!(clients.contains_key(&busy), "the client that sent was forgotten");
+        assert!(!clients.contains_key(&quiet), "the quiet client was kept");
+        assert_eq!(total.messages, 5);
+        assert!(oldest_idle(&mut clients) < UDP_CLIENT_IDLE);
+        sweep(&mut clients, &mut total, Duration::ZERO);
+        assert!(clients.is_empty());
+        assert_eq!(total.messages, 11);
     }
 
     #[test]
