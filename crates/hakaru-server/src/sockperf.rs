@@ -985,7 +985,10 @@ mod tests {
         let mut total = SockperfCounts::default();
         assert!(oldest_idle(&mut clients) >= Duration::from_secs(10));
         sweep(&mut clients, &mut total, UDP_CLIENT_IDLE);
-        assert!(clients.contains_key(&busy), "the client that sent was forgotten");
+        assert!(
+            clients.contains_key(&busy),
+            "the client that sent was forgotten"
+        );
         assert!(!clients.contains_key(&quiet), "the quiet client was kept");
         assert_eq!(total.messages, 5);
         assert!(oldest_idle(&mut clients) < UDP_CLIENT_IDLE);
