@@ -128,6 +128,9 @@ pub struct Filter {
     pub limit: Option<usize>,
 }
 
+/// The pause before opening again after SQLite said "busy" without waiting ([`Archive::open`]).
+const OPEN_RETRY: Duration = Duration::from_millis(20);
+
 /// An open archive.
 pub struct Archive {
     conn: Connection,
@@ -164,7 +167,23 @@ impl Archive {
         Self::open_file(path, BUSY_TIMEOUT)
     }
 
+    /// Opens (creating, switching to WAL and migrating as needed) within `timeout`. SQLite
+    /// answers "busy" at once, without waiting, where waiting could deadlock: several processes
+    /// opening a new file together each read it and then want it alone to switch its journal
+    /// mode. Opening again after a short pause settles that (one of them wins the switch).
     fn open_file(path: &Path, timeout: Duration) -> Result<Archive, Error> {
+        let start = std::time::Instant::now();
+        loop {
+            match Self::open_once(path, timeout) {
+                Err(Error::Locked { .. }) if start.elapsed() < timeout => {
+                    std::thread::sleep(OPEN_RETRY.min(timeout.saturating_sub(start.elapsed())));
+                }
+                r => return r,
+            }
+        }
+    }
+
+    fn open_once(path: &Path, timeout: Duration) -> Result<Archive, Error> {
         let conn = Connection::open(path).map_err(|e| classify(path, e, timeout))?;
         let mut a = Archive {
             conn,
