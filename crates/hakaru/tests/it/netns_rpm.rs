@@ -388,10 +388,12 @@ fn a_full_tbf_queue_reads_as_its_delay_and_a_small_one_reads_low() {
             // held: a probe whose connection waited for a retransmission timeout (200 ms at
             // least) moves the trimmed mean of 27 by tens of milliseconds (seen: all self
             // probes 390.8 ms once, the in-order ones 21.7; in-order 20.9 to 38.8 in twelve
-            // runs). None in order (every self probe behind a loss) leaves nothing to bound.
+            // runs; 65.0 once in CI, 17 of 28 probes behind a loss). The bound, 100 ms, stays
+            // far under what fixed buffers read and under one retransmission timeout. None in
+            // order (every self probe behind a loss) leaves nothing to bound.
             let in_order = doc["rpm"]["probes"]["self_in_order_ms"].as_f64();
             assert!(
-                own > tcp && in_order.is_none_or(|ms| ms > tcp && ms < 60.0),
+                own > tcp && in_order.is_none_or(|ms| ms > tcp && ms < 100.0),
                 "self {own:.1} ms, in order {in_order:?}, with a {full_ms} ms queue (tcp {tcp:.1} ms)"
             );
         }
