@@ -312,7 +312,36 @@ impl Shared {
     }
 }
 
+/// A UDP client's address as the key of the client map: what identifies it in a
+/// [`SocketAddr`] (the address, IPv4 as its IPv6-mapped form, the port and the scope) in one
+/// 24-byte hash write, where `SocketAddr`'s own `Hash` makes four to six. The hasher stays
+/// std's keyed SipHash: the keys come from strangers (docs/performance-notes.md, section 17).
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct ClientKey([u8; 24]);
+
+impl From<SocketAddr> for ClientKey {
+    fn from(a: SocketAddr) -> ClientKey {
+        let (ip, scope) = match a {
+            SocketAddr::V4(v4) => (v4.ip().to_ipv6_mapped(), 0),
+            SocketAddr::V6(v6) => (*v6.ip(), v6.scope_id()),
+        };
+        let mut k = [0u8; 24];
+        k[..16].copy_from_slice(&ip.octets());
+        k[16..18].copy_from_slice(&a.port().to_be_bytes());
+        k[18..22].copy_from_slice(&scope.to_be_bytes());
+        ClientKey(k)
+    }
+}
+
+impl std::hash::Hash for ClientKey {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        h.write(&self.0);
+    }
+}
+
 struct UdpClient {
+    /// Its address, for the log.
+    from: SocketAddr,
     counts: SockperfCounts,
     /// When it was last seen sending, to a sweep's precision ([`refresh`]): the path of a
     /// datagram reads no clock.
@@ -357,7 +386,7 @@ fn serve_accept(ctx: &Arc<Ctx>, shared: &Shared, listeners: &[TcpListener]) {
 fn serve_udp(ctx: &Arc<Ctx>, shared: &Shared, socks: &[UdpSocket]) {
     use hakaru_engine::sys::{AsRawFd, Interest, PollSet};
     let mut buf = vec![0u8; 65_536];
-    let mut clients: HashMap<SocketAddr, UdpClient> = HashMap::new();
+    let mut clients: HashMap<ClientKey, UdpClient> = HashMap::new();
     let mut total = SockperfCounts::default();
     let mut last_sweep = Instant::now();
     let local: Vec<u16> = socks
@@ -428,11 +457,11 @@ const REPLY_WAIT: Duration = Duration::from_millis(10);
 /// Sends one reply; when the socket's send buffer is full, waits for room a little (a
 /// non-blocking socket polls for it, a blocking one has REPLY_WAIT as its send timeout).
 fn send_reply(sock: &UdpSocket, msg: &[u8], to: SocketAddr) -> io::Result<usize> {
-    use hakaru_engine::sys::{wait_fd, AsRawFd, Interest};
-    match sock.send_to(msg, to) {
+    use hakaru_engine::sys::{udp_send_to, wait_fd, AsRawFd, Interest};
+    match udp_send_to(sock, msg, to) {
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
             wait_fd(sock.as_raw_fd(), Interest::Write, REPLY_WAIT);
-            sock.send_to(msg, to)
+            udp_send_to(sock, msg, to)
         }
         r => r,
     }
@@ -445,11 +474,11 @@ fn recv_burst(
     sock: &UdpSocket,
     port: u16,
     buf: &mut [u8],
-    clients: &mut HashMap<SocketAddr, UdpClient>,
+    clients: &mut HashMap<ClientKey, UdpClient>,
     total: &mut SockperfCounts,
 ) -> bool {
     for _ in 0..BURST {
-        let (n, from) = match sock.recv_from(buf) {
+        let (n, from) = match hakaru_engine::sys::udp_recv_from(sock, buf) {
             Ok(v) => v,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -465,7 +494,8 @@ fn recv_burst(
         }
         let msg = buf.get_mut(..n).unwrap_or_default();
         // One lookup per datagram; a new client costs a second (and a clock read).
-        if let Some(c) = clients.get_mut(&from) {
+        let key = ClientKey::from(from);
+        if let Some(c) = clients.get_mut(&key) {
             answer(shared, sock, msg, from, c);
             continue;
         }
@@ -474,7 +504,8 @@ fn recv_burst(
             sweep(clients, total, oldest);
         }
         tracing::debug!("sockperf UDP client {from}: first message (port {port})");
-        let c = clients.entry(from).or_insert(UdpClient {
+        let c = clients.entry(key).or_insert(UdpClient {
+            from,
             counts: SockperfCounts::default(),
             last: Instant::now(),
             seen: 0,
@@ -566,7 +597,7 @@ impl ReplyBudgets {
 }
 
 /// Marks the clients that sent since the last look as seen `now`.
-fn refresh(clients: &mut HashMap<SocketAddr, UdpClient>, now: Instant) {
+fn refresh(clients: &mut HashMap<ClientKey, UdpClient>, now: Instant) {
     for c in clients.values_mut() {
         let d = c.datagrams();
         if d != c.seen {
@@ -576,7 +607,7 @@ fn refresh(clients: &mut HashMap<SocketAddr, UdpClient>, now: Instant) {
     }
 }
 
-fn oldest_idle(clients: &mut HashMap<SocketAddr, UdpClient>) -> Duration {
+fn oldest_idle(clients: &mut HashMap<ClientKey, UdpClient>) -> Duration {
     let now = Instant::now();
     refresh(clients, now);
     clients
@@ -587,15 +618,16 @@ fn oldest_idle(clients: &mut HashMap<SocketAddr, UdpClient>) -> Duration {
 }
 
 /// Summarises and forgets the clients silent for at least `idle`.
-fn sweep(clients: &mut HashMap<SocketAddr, UdpClient>, total: &mut SockperfCounts, idle: Duration) {
+fn sweep(clients: &mut HashMap<ClientKey, UdpClient>, total: &mut SockperfCounts, idle: Duration) {
     let now = Instant::now();
     refresh(clients, now);
-    clients.retain(|addr, c| {
+    clients.retain(|_, c| {
         if now.saturating_duration_since(c.last) < idle {
             return true;
         }
         tracing::info!(
-            "sockperf UDP client {addr} (port {}) done: {}",
+            "sockperf UDP client {} (port {}) done: {}",
+            c.from,
             c.port,
             c.counts
         );
@@ -971,6 +1003,7 @@ mod tests {
     fn a_sweep_forgets_only_the_clients_that_sent_nothing_since_the_last_look() {
         let long_ago = Instant::now() - Duration::from_secs(10);
         let client = |messages| UdpClient {
+            from: "127.0.0.1:1".parse().unwrap(),
             counts: SockperfCounts {
                 messages,
                 ..SockperfCounts::default()
@@ -981,6 +1014,7 @@ mod tests {
         };
         let busy: SocketAddr = "127.0.0.1:1000".parse().unwrap();
         let quiet: SocketAddr = "127.0.0.1:1001".parse().unwrap();
+        let (busy, quiet) = (ClientKey::from(busy), ClientKey::from(quiet));
         let mut clients = HashMap::from([(busy, client(6)), (quiet, client(5))]);
         let mut total = SockperfCounts::default();
         assert!(oldest_idle(&mut clients) >= Duration::from_secs(10));
@@ -995,6 +1029,29 @@ mod tests {
         sweep(&mut clients, &mut total, Duration::ZERO);
         assert!(clients.is_empty());
         assert_eq!(total.messages, 11);
+    }
+
+    /// The map key tells apart what a socket address tells apart, and takes an IPv4 client
+    /// and its IPv6-mapped form (a dual-stack socket's view of it) as one.
+    #[test]
+    fn a_client_key_is_its_address_port_and_scope() {
+        let key = |s: &str| ClientKey::from(s.parse::<SocketAddr>().unwrap());
+        assert!(key("192.0.2.1:5000") == key("[::ffff:192.0.2.1]:5000"));
+        let distinct = [
+            "192.0.2.1:5000",
+            "192.0.2.1:5001",
+            "192.0.2.2:5000",
+            "[2001:db8::1]:5000",
+            "[2001:db8::1]:5001",
+            "[fe80::1%2]:5000",
+            "[fe80::1%3]:5000",
+            "[fe80::1]:5000",
+        ];
+        for (i, a) in distinct.iter().enumerate() {
+            for b in &distinct[i + 1..] {
+                assert!(key(a) != key(b), "{a} and {b} share a key");
+            }
+        }
     }
 
     #[test]

@@ -72,6 +72,9 @@
 //!   (--discard). Where [`DISCARD_SUPPORTED`] is false the caller must read into a buffer.
 //!   [`recv_discard_wait`] and [`stream_recv_wait`] wait in the call (a blocking socket with
 //!   a read timeout): one system call per wait for a thread that reads one stream.
+//! - [`stream_recv`], [`stream_send`], [`udp_recv_from`], [`udp_send_to`]: one receive or send
+//!   as the C library's call makes it; on Linux through `syscall(2)`, without the library's
+//!   thread-cancellation wrapper (`linux_calls.rs`), since nothing in hakaru cancels a thread.
 //! - [`tcp_enable_rx_stamps`] and [`stream_recv_stamped`]: a TCP read that also says when the
 //!   last segment it took reached the host (SO_TIMESTAMPNS); elsewhere `false` and no stamp.
 //!
@@ -127,6 +130,8 @@ mod sockopts;
 #[cfg(target_os = "linux")]
 mod linux;
 #[cfg(target_os = "linux")]
+mod linux_calls;
+#[cfg(target_os = "linux")]
 mod linux_stamps;
 
 #[cfg(target_os = "linux")]
@@ -150,8 +155,8 @@ pub use poll::{tighten_timer_slack, wait_fd, Interest, PollSet};
 pub use portable::{
     connect_bounded, connect_start, is_connect_cut_short, is_gso_refused, is_not_found,
     is_out_of_buffers, is_out_of_descriptors, send_before_close, stream_recv, stream_recv_wait,
-    stream_send, wait_listener, ACCEPT_INHERITS_TIMEOUTS, RECV_TIMEOUT_KEEPS_STREAM,
-    SHUTDOWN_WAKES_BLOCKED_RECV, UDP_SHARED_PORT_DEMUX,
+    stream_send, udp_recv_from, udp_send_to, wait_listener, ACCEPT_INHERITS_TIMEOUTS,
+    RECV_TIMEOUT_KEEPS_STREAM, SHUTDOWN_WAKES_BLOCKED_RECV, UDP_SHARED_PORT_DEMUX,
 };
 #[cfg(feature = "tokio")]
 pub use send_room::SendRoom;

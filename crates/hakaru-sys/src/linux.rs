@@ -687,13 +687,12 @@ fn discard(sock: RawFd, len: usize, flags: libc::c_int) -> io::Result<usize> {
         // SAFETY: with MSG_TRUNC, Linux TCP drops the bytes without touching the buffer; on
         // a socket type that would copy, the null buffer makes the kernel fail with EFAULT
         // instead of writing anywhere.
-        let n = unsafe { libc::recv(sock, std::ptr::null_mut(), len, libc::MSG_TRUNC | flags) };
-        if let Ok(n) = usize::try_from(n) {
-            return Ok(n);
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
+        let r = unsafe {
+            super::linux_calls::recv(sock, std::ptr::null_mut(), len, libc::MSG_TRUNC | flags)
+        };
+        match r {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            r => return r,
         }
     }
 }

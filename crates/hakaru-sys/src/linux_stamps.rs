@@ -92,16 +92,15 @@ fn recv_stamped(
         hdr.msg_controllen = mem::size_of_val(&control) as _;
         // SAFETY: the iovec points into `buf` (valid for writes of its length) or is null with
         // MSG_TRUNC (the kernel copies nothing); the control buffer is ours and live.
-        let n = unsafe { libc::recvmsg(stream.as_raw_fd(), &mut hdr, flags) };
-        if let Ok(n) = usize::try_from(n) {
-            // SAFETY: recvmsg filled `hdr`'s control buffer (ours, aligned) with
-            // msg_controllen bytes of control messages.
-            let stamp = unsafe { tcp_stamp(&hdr) };
-            return Ok((n, stamp));
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
+        match unsafe { super::linux_calls::recvmsg(stream.as_raw_fd(), &mut hdr, flags) } {
+            Ok(n) => {
+                // SAFETY: recvmsg filled `hdr`'s control buffer (ours, aligned) with
+                // msg_controllen bytes of control messages.
+                let stamp = unsafe { tcp_stamp(&hdr) };
+                return Ok((n, stamp));
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
         }
     }
 }

@@ -11,12 +11,18 @@ use socket2::{SockAddr, Socket};
 /// MSG_NOSIGNAL)` on Linux, `MSG_DONTWAIT` on other Unixes (where the runtime ignores SIGPIPE),
 /// a plain write elsewhere (the stream is non-blocking already).
 pub fn stream_send(stream: &TcpStream, buf: &[u8]) -> io::Result<usize> {
-    #[cfg(unix)]
+    #[cfg(target_os = "linux")]
     {
         use std::os::fd::AsRawFd;
-        #[cfg(any(target_os = "linux", target_os = "android"))]
         let flags = libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT;
-        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        crate::linux_calls::send(stream.as_raw_fd(), buf, flags)
+    }
+    #[cfg(all(unix, not(target_os = "linux")))]
+    {
+        use std::os::fd::AsRawFd;
+        #[cfg(target_os = "android")]
+        let flags = libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT;
+        #[cfg(not(target_os = "android"))]
         let flags = libc::MSG_DONTWAIT;
         // SAFETY: buf is valid for buf.len() bytes; the fd is owned by `stream`.
         let n = unsafe { libc::send(stream.as_raw_fd(), buf.as_ptr().cast(), buf.len(), flags) };
@@ -55,10 +61,17 @@ pub fn send_before_close(stream: &TcpStream, buf: &[u8]) -> io::Result<usize> {
     }
 }
 
-/// Receives from a stream without blocking (`recv(MSG_DONTWAIT)` on Unix, a plain read of a
-/// non-blocking stream elsewhere).
+/// Receives from a stream without blocking (`recv(MSG_DONTWAIT)` on Unix, made without the C
+/// library's cancellation wrapper on Linux; a plain read of a non-blocking stream elsewhere).
 pub fn stream_recv(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
-    #[cfg(unix)]
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let (ptr, len) = (buf.as_mut_ptr().cast(), buf.len());
+        // SAFETY: buf is valid for writes of buf.len() bytes; the fd is owned by `stream`.
+        unsafe { crate::linux_calls::recv(stream.as_raw_fd(), ptr, len, libc::MSG_DONTWAIT) }
+    }
+    #[cfg(all(unix, not(target_os = "linux")))]
     {
         use std::os::fd::AsRawFd;
         // SAFETY: buf is valid for writes of buf.len() bytes; the fd is owned by `stream`.
@@ -88,13 +101,58 @@ pub fn stream_recv(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
 /// `WouldBlock` on every OS (Windows says `TimedOut`); where [`RECV_TIMEOUT_KEEPS_STREAM`] is
 /// false the stream may not be read again after one.
 pub fn stream_recv_wait(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
-    io::Read::read(&mut &*stream, buf).map_err(|e| {
+    #[cfg(target_os = "linux")]
+    let r = {
+        use std::os::fd::AsRawFd;
+        let (ptr, len) = (buf.as_mut_ptr().cast(), buf.len());
+        // SAFETY: buf is valid for writes of buf.len() bytes; the fd is owned by `stream`.
+        unsafe { crate::linux_calls::recv(stream.as_raw_fd(), ptr, len, 0) }
+    };
+    #[cfg(not(target_os = "linux"))]
+    let r = io::Read::read(&mut &*stream, buf);
+    r.map_err(|e| {
         if e.kind() == io::ErrorKind::TimedOut {
             io::Error::from(io::ErrorKind::WouldBlock)
         } else {
             e
         }
     })
+}
+
+/// Receives one datagram and its sender, as [`std::net::UdpSocket::recv_from`] does (blocking or
+/// not as the socket is), without the C library's cancellation wrapper on Linux
+/// (`linux_calls.rs`): for servers that answer one datagram at a time.
+pub fn udp_recv_from(
+    sock: &std::net::UdpSocket,
+    buf: &mut [u8],
+) -> io::Result<(usize, std::net::SocketAddr)> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        crate::linux_calls::recv_from(sock.as_raw_fd(), buf, 0)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        sock.recv_from(buf)
+    }
+}
+
+/// Sends `buf` as one datagram to `to`, as [`std::net::UdpSocket::send_to`] does, without the C
+/// library's cancellation wrapper on Linux.
+pub fn udp_send_to(
+    sock: &std::net::UdpSocket,
+    buf: &[u8],
+    to: std::net::SocketAddr,
+) -> io::Result<usize> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        crate::linux_calls::send_to(sock.as_raw_fd(), buf, to, 0)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        sock.send_to(buf, to)
+    }
 }
 
 /// Connects a blocking socket, waiting at most `timeout`. Unix bounds a blocking connect by
