@@ -53,8 +53,23 @@ pub(crate) unsafe fn recvmsg(
 
 /// send(2) of `buf`.
 pub(crate) fn send(fd: RawFd, buf: &[u8], flags: libc::c_int) -> io::Result<usize> {
-    let null = std::ptr::null::<libc::c_void>();
-    // SAFETY: `buf` is valid for reads of its length; no address is given.
+    // SAFETY: a null address of length 0 is no address.
+    unsafe { sendto(fd, buf, flags, std::ptr::null(), 0) }
+}
+
+/// sendto(2) of `buf` to the address at `to` (`to_len` bytes; null and 0 for none).
+///
+/// # Safety
+///
+/// `to` is null with `to_len` 0, or points to a live socket address of `to_len` bytes.
+unsafe fn sendto(
+    fd: RawFd,
+    buf: &[u8],
+    flags: libc::c_int,
+    to: *const SockAddrStorage,
+    to_len: libc::socklen_t,
+) -> io::Result<usize> {
+    // SAFETY: `buf` is valid for reads of its length; the caller vouches for `to`.
     done(unsafe {
         libc::syscall(
             libc::SYS_sendto,
@@ -62,8 +77,8 @@ pub(crate) fn send(fd: RawFd, buf: &[u8], flags: libc::c_int) -> io::Result<usiz
             buf.as_ptr(),
             buf.len(),
             flags,
-            null,
-            0 as libc::socklen_t,
+            to,
+            to_len,
         )
     })
 }
@@ -111,19 +126,8 @@ pub(crate) fn send_to(
     flags: libc::c_int,
 ) -> io::Result<usize> {
     let to = SockAddr::from(to);
-    // SAFETY: `buf` is valid for reads of its length; `to` is a live socket address of
-    // `to.len()` bytes.
-    done(unsafe {
-        libc::syscall(
-            libc::SYS_sendto,
-            fd,
-            buf.as_ptr(),
-            buf.len(),
-            flags,
-            to.as_ptr(),
-            to.len(),
-        )
-    })
+    // SAFETY: `to` is a live socket address of `to.len()` bytes.
+    unsafe { sendto(fd, buf, flags, to.as_ptr(), to.len()) }
 }
 
 #[cfg(test)]
