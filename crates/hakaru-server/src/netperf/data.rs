@@ -718,7 +718,7 @@ fn udp_loop(
     let mut pacer = Pacer::new(job.max_rate);
     // Bounded by the client's empty datagram, the timer or the stop flag.
     while !over(job, &lim, &mut c) {
-        match u.recv_from(&mut buf) {
+        match hakaru_engine::sys::udp_recv_from(u, &mut buf) {
             Ok((_, from)) if from.ip().to_canonical() != job.peer_ip.to_canonical() => {}
             Ok((0, _)) => break,
             Ok((n, from)) => {
@@ -737,7 +737,7 @@ fn udp_loop(
                     break;
                 }
                 if rr {
-                    match u.send_to(&resp, from) {
+                    match hakaru_engine::sys::udp_send_to(u, &resp, from) {
                         Ok(k) => {
                             c.bytes_sent += k as u64;
                             c.send_calls += 1;

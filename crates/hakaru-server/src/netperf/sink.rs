@@ -95,7 +95,7 @@ impl Entry {
     /// Reads what is waiting, up to [`BURST`] datagrams; true when the socket may hold more.
     fn drain(&self, buf: &mut [u8]) -> bool {
         for _ in 0..BURST {
-            match self.sock.recv_from(buf) {
+            match hakaru_engine::sys::udp_recv_from(&self.sock, buf) {
                 Ok((_, from)) if from.ip().to_canonical() != self.peer.to_canonical() => {}
                 Ok((0, _)) => {
                     self.ended.store(true, Ordering::Release);
