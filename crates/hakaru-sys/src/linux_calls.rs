@@ -4,10 +4,9 @@
 //! points: in a process with more than one thread, glibc wraps each in two atomic updates of
 //! the thread's cancellation state (`__pthread_enable_asynccancel` and `..._disable_...`), and
 //! musl in its own check. hakaru never cancels a thread, so the wrapper is pure cost, and on
-//! a path that makes one call per datagram or per read it showed: 2.4 % of a sockperf
-//! ping-pong server's samples, 0.7 % of a TCP receiver's (docs/performance-notes.md, section
-//! 17). `syscall(2)` is not a cancellation point and goes straight to the kernel. The
-//! results, errors and blocking behaviour are the kernel's, as through the C library.
+//! a path that makes one call per datagram it shows (docs/performance-notes.md, section 17).
+//! `syscall(2)` is not a cancellation point and goes straight to the kernel. The results,
+//! errors and blocking behaviour are the kernel's, as through the C library.
 //! `recv`/`send` are `recvfrom`/`sendto` without an address, as the C library makes them.
 
 use std::io;
