@@ -224,7 +224,9 @@ pub const ACCEPT_INHERITS_TIMEOUTS: bool = cfg!(target_os = "linux");
 /// a receive blocked on it, which then returns 0. Linux does, so a blocking round-trip loop can
 /// wait with no receive timeout (a timeout arms a kernel timer for every wait, about 2 % of a
 /// loopback round trip) and still be ended by whoever stops it. Elsewhere the loops keep their
-/// timeouts.
+/// timeouts. Linux does the same for a UDP socket, connected or not (for one that is not, the
+/// call answers ENOTCONN but shuts the side all the same, and the receive returns 0 bytes from
+/// no address).
 pub const SHUTDOWN_WAKES_BLOCKED_RECV: bool = cfg!(target_os = "linux");
 
 /// Whether a stream stays usable after a blocking read timed out (SO_RCVTIMEO): on Unix the
@@ -379,6 +381,32 @@ mod tests {
         cut.shutdown(std::net::Shutdown::Read).unwrap();
         // End of stream (not the timeout's error), well before the timeout.
         assert_eq!(reader.join().unwrap().unwrap(), 0);
+        assert!(t0.elapsed() < Duration::from_secs(2));
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn shutting_an_unconnected_udp_sockets_receive_side_ends_a_blocked_receive() {
+        const { assert!(SHUTDOWN_WAKES_BLOCKED_RECV) };
+        let b = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        // A timeout far beyond the shutdown, so a kernel that does not wake fails, not hangs.
+        b.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        let cut = b.try_clone().unwrap();
+        let t0 = std::time::Instant::now();
+        let reader = std::thread::spawn(move || {
+            let mut buf = [0u8; 8];
+            udp_recv_from(&b, &mut buf).map(|(n, _)| n)
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        // Not connected: the call says so, and shuts the side anyway.
+        let r = socket2::SockRef::from(&cut).shutdown(std::net::Shutdown::Read);
+        assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::ENOTCONN));
+        // The receive returned (0 bytes from no address, which the call cannot name), not the
+        // timeout's WouldBlock, well before the timeout.
+        match reader.join().unwrap() {
+            Ok(n) => assert_eq!(n, 0),
+            Err(e) => assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}"),
+        }
         assert!(t0.elapsed() < Duration::from_secs(2));
     }
 

@@ -274,7 +274,7 @@ pub(crate) fn run(sock: DataSock, job: &Job) -> Result<OmniResults, DataError> {
             .filter(|_| !job.req.is_rr() && job.req.cpu_binding < 0)
         {
             Some(sink) => sink_loop(sink, u, job, lim, recv_size, send_size),
-            None => udp_loop(&u, job, lim, recv_size, send_size, Counts::default()),
+            None => udp_recv(&u, job, lim, recv_size, send_size, Counts::default()),
         },
         DataSock::Tcp(l) if job.req.connect_test() => crr_loop(&l, job, lim, recv_size, send_size),
         DataSock::Tcp(l) => tcp_loop(&l, job, lim, recv_size, send_size),
@@ -669,12 +669,12 @@ fn sink_loop(
     ssize: usize,
 ) -> io::Result<Counts> {
     if let Some(_alone) = sink.alone() {
-        return udp_loop(&u, job, lim, rsize, ssize, Counts::default());
+        return udp_recv(&u, job, lim, rsize, ssize, Counts::default());
     }
     let entry = match sink.add(u, job.peer_ip, rsize)? {
         Ok(e) => e,
         // Spread: the poller was starved of CPU lately.
-        Err(u) => return udp_loop(&u, job, lim, rsize, ssize, Counts::default()),
+        Err(u) => return udp_recv(&u, job, lim, rsize, ssize, Counts::default()),
     };
     let mut c = Counts::default();
     // Bounded by the client's empty datagram, the timer or the stop flag, each seen within a
@@ -696,34 +696,58 @@ fn sink_loop(
         // The poller gave the socket back: receive on it here, counting on.
         let u = entry.socket();
         u.set_nonblocking(false)?;
-        return udp_loop(u, job, lim, rsize, ssize, c);
+        return udp_recv(u, job, lim, rsize, ssize, c);
     }
     Ok(c)
 }
 
-/// UDP_STREAM and UDP_RR: datagrams from the test's client until its empty datagrams (or the
-/// timer).
-fn udp_loop(
+/// UDP_STREAM and UDP_RR on this thread: with no receive timeout and a watchdog where another
+/// thread can end a blocked receive ([`watch::udp_untimed`]), else [`udp_loop`] with its tick.
+fn udp_recv(
     u: &UdpSocket,
     job: &Job,
     lim: Limits,
     rsize: usize,
     ssize: usize,
-    mut c: Counts,
+    c: Counts,
 ) -> io::Result<Counts> {
-    u.set_read_timeout(Some(TICK))?;
+    if sys::SHUTDOWN_WAKES_BLOCKED_RECV {
+        watch::udp_untimed(u, job, lim, (rsize, ssize), c)
+    } else {
+        udp_loop(u, job, lim, (rsize, ssize), c, None)
+    }
+}
+
+/// UDP_STREAM and UDP_RR: datagrams from the test's client until its empty datagrams (or the
+/// timer). Each receive waits at most a [`TICK`], unless `cut` is given: then it waits with no
+/// timeout, and a receive that fails once `cut` is set (a watchdog shut the socket's receive
+/// side, [`watch::udp_untimed`]) ends the loop.
+fn udp_loop(
+    u: &UdpSocket,
+    job: &Job,
+    lim: Limits,
+    (rsize, ssize): (usize, usize),
+    mut c: Counts,
+    cut: Option<&AtomicBool>,
+) -> io::Result<Counts> {
+    u.set_read_timeout(cut.is_none().then_some(TICK))?;
+    let cut_off = || cut.is_some_and(|k| k.load(Ordering::Acquire));
     let mut buf = vec![0u8; rsize.max(1)];
     let resp = vec![b'r'; ssize];
     let rr = job.req.is_rr();
     let mut pacer = Pacer::new(job.max_rate);
-    // Bounded by the client's empty datagram, the timer or the stop flag.
+    // Bounded by the client's empty datagram, the timer or the stop flag (with `cut`, the
+    // watchdog's shutdown ends a wait for them).
     while !over(job, &lim, &mut c) {
         match hakaru_engine::sys::udp_recv_from(u, &mut buf) {
             Ok((_, from)) if from.ip().to_canonical() != job.peer_ip.to_canonical() => {}
             Ok((0, _)) => break,
+            // The watchdog's shutdown wakes the receive with 0 bytes from no address.
+            _ if cut_off() => break,
             Ok((n, from)) => {
                 c.bytes_received += n as u64;
                 c.recv_calls += 1;
+                c.show();
                 // One small datagram never buys a larger answer than the fixed allowance.
                 if rr && resp.len() > n.max(UDP_RR_FREE_RESPONSE) {
                     c.unanswered += 1;

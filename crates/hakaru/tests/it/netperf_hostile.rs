@@ -257,9 +257,10 @@ fn thread_becomes(pid: u32, name: &str, want: bool) -> bool {
 }
 
 /// A lone UDP_STREAM test receives on its own thread, not through the shared poller
-/// (netperf/sink.rs, `UdpSink::alone`): an idle one still fails at the stall timeout, a test
-/// sending datagrams and then nothing still ends at the server's timer with them counted, and
-/// neither leaves a thread behind.
+/// (netperf/sink.rs, `UdpSink::alone`), with no receive timeout and a watchdog thread beside
+/// it (netperf/data/watch.rs): an idle one still fails at the stall timeout, a test sending
+/// datagrams and then nothing still ends at the server's timer with them counted, and neither
+/// leaves a thread behind.
 #[test]
 fn a_lone_udp_test_ends_at_the_stall_timeout_and_at_the_timer() {
     let (s, port) = server(&["--stall-timeout", "2s"]);
@@ -284,6 +285,12 @@ fn a_lone_udp_test_ends_at_the_stall_timeout_and_at_the_timer() {
             },
             "{what}"
         );
+        if !polled {
+            assert!(
+                thread_becomes(pid, WATCH, true),
+                "no watchdog thread beside a lone UDP_STREAM test"
+            );
+        }
         held.push(c);
     }
     let t0 = Instant::now();
@@ -311,6 +318,10 @@ fn a_lone_udp_test_ends_at_the_stall_timeout_and_at_the_timer() {
         r.bytes_received
     );
     std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        thread_becomes(pid, WATCH, false),
+        "the watchdog outlived its UDP test"
+    );
     let after = figures("after", pid);
     assert!(after.2 <= before.2 + 2, "threads left behind");
 }
