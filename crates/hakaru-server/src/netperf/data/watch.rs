@@ -12,7 +12,7 @@
 //! once when the loop ends, it reads the bytes the loop has shown it and asks the same question
 //! the loop would ([`over`]); when the test must end it shuts the socket's receive side,
 //! which ends the blocked receive, and says why (the timer or a stall). The loop pays
-//! a relaxed store per transaction or datagram.
+//! two relaxed stores per TCP_RR transaction, one per UDP datagram.
 
 use std::io;
 use std::net::{Shutdown, TcpStream, UdpSocket};
