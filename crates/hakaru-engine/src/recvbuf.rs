@@ -37,6 +37,12 @@ impl RecvBuf {
         Self::at(len, DEFAULT_OFFSET)
     }
 
+    /// A buffer for reads of `len` bytes placed by stream position ([`at_stream_pos`]): `len`
+    /// bytes and a page less one, starting on a page.
+    pub fn for_stream(len: usize) -> Self {
+        Self::new(len.saturating_add(PAGE - 1))
+    }
+
     /// A buffer of `len` bytes starting `offset % PAGE` bytes into a page.
     pub fn at(len: usize, offset: usize) -> Self {
         let offset = offset % PAGE;
@@ -58,6 +64,27 @@ impl DerefMut for RecvBuf {
     fn deref_mut(&mut self) -> &mut [u8] {
         &mut self.raw[self.start..self.start + self.len]
     }
+}
+
+/// Where a read of `len` bytes, `pos` bytes into a stream, goes in `buf` (at least
+/// `len + PAGE - 1` bytes long): `len` bytes from `pos % PAGE`, so each byte lands at its
+/// stream position's offset within a page (and within a cache line) however the reads before
+/// it were cut. A sender's bytes sit in the kernel's pages at offsets that follow the stream
+/// (page-cache pages for `sendfile`, page fragments filled in order for a copying sender), so
+/// source and destination of the kernel's copy keep one distance for the whole test. A buffer
+/// read from its start would, after a short read of a length not a multiple of 64, meet every
+/// later byte at a new distance within its cache line, where `rep movsb` copies up to 5 %
+/// slower (docs/performance-notes.md, section 19). An empty `buf` (a discarding read) stays
+/// empty; a shorter one yields what it holds from that offset, and a non-empty one never
+/// yields an empty slice (which would read as a discard).
+pub fn at_stream_pos(buf: &mut [u8], pos: u64, len: usize) -> &mut [u8] {
+    if buf.is_empty() {
+        return buf;
+    }
+    // pos % PAGE < PAGE, so it fits a usize; the clamps keep any length a non-panic.
+    let at = ((pos % PAGE as u64) as usize).min(buf.len() - 1);
+    let end = at.saturating_add(len.max(1)).min(buf.len());
+    &mut buf[at..end]
 }
 
 #[cfg(test)]
@@ -82,6 +109,36 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_read_lands_each_byte_at_its_stream_offset_in_a_page() {
+        let len = 128 << 10;
+        let mut b = RecvBuf::for_stream(len);
+        let base = b.as_ptr() as usize;
+        for pos in [
+            0u64,
+            7,
+            4095,
+            4096 + 33,
+            128 << 10,
+            (128 << 10) * 5 + 100,
+            u64::MAX,
+        ] {
+            let at = at_stream_pos(&mut b, pos, len);
+            assert_eq!(at.len(), len, "pos {pos}: a read of the whole length");
+            let off = at.as_ptr() as usize - base;
+            assert_eq!(off as u64, pos % PAGE as u64, "pos {pos}");
+            // The buffer starts on a page, so the byte's page offset is its stream offset's.
+            assert_eq!((at.as_ptr() as usize) % PAGE, (pos % PAGE as u64) as usize);
+        }
+        // A buffer with no slack gives what it holds; an empty one stays empty.
+        let mut short = RecvBuf::new(100);
+        assert_eq!(at_stream_pos(&mut short, 40, 100).len(), 60);
+        assert_eq!(at_stream_pos(&mut short, 4095, 100).len(), 1);
+        assert_eq!(at_stream_pos(&mut short, 7, 0).len(), 1);
+        let mut empty = RecvBuf::new(0);
+        assert!(at_stream_pos(&mut empty, 12345, 100).is_empty());
     }
 
     #[test]

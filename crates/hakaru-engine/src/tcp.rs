@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use hakaru_model::{FlowDir, IntervalSample, MptcpFlow, Role, SideReport, TcpInfo};
 
 use crate::arrival::{self, FlowStamps};
+use crate::recvbuf::at_stream_pos;
 use crate::side::{spawn_ticker, spawn_workers, Core, DoneFn, FlowMeta, TcpProbe, TickerOut};
 pub use crate::side::{Payload, SideConfig, SubflowGuard};
 use crate::sys::{self, AsRawFd};
@@ -372,7 +373,7 @@ struct FlowState {
     idx: usize,
     remaining: Option<u64>,
     last_progress: Instant,
-    /// Bytes sent so far, for pacing.
+    /// Bytes moved so far: a sender's for pacing, a receiver's to place its next read.
     sent: u64,
     /// Whether the flow has been logged as starved (once per flow).
     starved: bool,
@@ -453,7 +454,7 @@ fn worker(s: &Shared, mine: Vec<usize>, pin: Option<usize>) {
     }
     let needs_buf = !s.cfg.discard || !sys::DISCARD_SUPPORTED;
     let mut rbuf = if needs_buf && mine.iter().any(|&i| s.meta[i].role == Role::Receiver) {
-        crate::recvbuf::RecvBuf::new(s.cfg.length)
+        crate::recvbuf::RecvBuf::for_stream(s.cfg.length)
     } else {
         crate::recvbuf::RecvBuf::new(0)
     };
@@ -593,7 +594,8 @@ impl Round {
                     f.stamps
                         .turn_on_if_due(&s.streams[i], from, self.now_ns, unix_now);
                 }
-                let step = recv_step(s, i, f.stamps, rbuf, self.block.then_some(&mut self.waited));
+                let block = self.block.then_some(&mut self.waited);
+                let step = recv_step(s, i, f.stamps, rbuf, f.sent, block);
                 if self.waited {
                     // The read waited: what it brought came now, not when the round began.
                     self.now = Instant::now();
@@ -697,20 +699,22 @@ fn send_step(s: &Shared, i: usize, remaining: Option<u64>) -> Step {
     classify(r, Role::Sender)
 }
 
-/// One read of flow `i`. With `waited` (a blocking stream, [`lone_receiver_blocks`]), the read
-/// waits for data in the call and says so through `waited`; the reads after the window, which
-/// look at each read's stamp, do not wait.
+/// One read of flow `i`, `read` bytes in, into `buf` at that offset in a page ([`at_stream_pos`]).
+/// With `waited` (a blocking stream, [`lone_receiver_blocks`]), the read waits for data in the
+/// call and says so through `waited`; the reads after the window, which look at each read's
+/// stamp, do not wait.
 fn recv_step(
     s: &Shared,
     i: usize,
     stamps: FlowStamps,
     buf: &mut [u8],
+    read: u64,
     waited: Option<&mut bool>,
 ) -> Step {
-    let stream = &s.streams[i];
+    let (stream, len, counters) = (&s.streams[i], s.cfg.length, &s.counters[i]);
     let discard = s.cfg.discard && sys::DISCARD_SUPPORTED;
-    let buf = if discard { &mut [][..] } else { buf };
-    let (len, counters) = (s.cfg.length, &s.counters[i]);
+    // A discarding read has no buffer; an empty one stays empty.
+    let buf = at_stream_pos(if discard { &mut [][..] } else { buf }, read, len);
     // Once the window is closed (read before the read, so these bytes are not in the window's
     // snapshot), each read says when its bytes reached the host.
     if let Some(end) = s.window_end_unix_ns().filter(|_| stamps.on()) {

@@ -495,7 +495,9 @@ fn read_stream(
     spec: &RawSpec,
     stop: &AtomicBool,
 ) -> StreamEnd {
-    let mut buf = RecvBuf::new(spec.length.0 as usize);
+    let len = spec.length.0 as usize;
+    let mut buf = RecvBuf::for_stream(len);
+    let mut read = 0u64;
     let mut sniffer = spec.iperf2.then(HeaderSniffer::default);
     let mut out = (spec.stdio && i == 0).then(io::stdout);
     let mut end = StreamEnd::default();
@@ -504,7 +506,9 @@ fn read_stream(
             end.interrupted = true;
             break;
         }
-        let n = match (&*stream).read(&mut buf[..]) {
+        // Each byte at its stream position's offset in a page (recvbuf::at_stream_pos).
+        let got = crate::recvbuf::at_stream_pos(&mut buf, read, len);
+        let n = match (&*stream).read(got) {
             Ok(0) => break,
             Ok(n) => n,
             Err(e) if is_retry(&e) => continue,
@@ -513,15 +517,17 @@ fn read_stream(
                 break;
             }
         };
+        read += n as u64;
+        let got = &got[..n];
         core.counters[i].add(n as u64, core.now_ns());
         if let Some(s) = sniffer.as_mut() {
-            if let Err(e) = s.feed(&buf[..n], stream) {
+            if let Err(e) = s.feed(got, stream) {
                 end.error = Some(e);
                 break;
             }
         }
         if let Some(o) = out.as_mut() {
-            match o.write_all(&buf[..n]) {
+            match o.write_all(got) {
                 Ok(()) => end.stdio_bytes += n as u64,
                 // The reader of stdout has gone (`| head`): the transfer ends here, as an
                 // interrupted one, not a failed one.

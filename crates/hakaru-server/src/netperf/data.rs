@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hakaru_engine::recvbuf::RecvBuf;
+use hakaru_engine::recvbuf::{at_stream_pos, RecvBuf};
 use hakaru_engine::sys;
 use hakaru_proto::netperf::{self as wire, OmniRequest, OmniResponse, OmniResults};
 use hakaru_session::netperf::server::{errno, UDP_RR_FREE_RESPONSE};
@@ -501,10 +501,11 @@ fn tcp_loop(
         }
         let _ = s.shutdown(std::net::Shutdown::Write);
     } else {
-        let mut buf = RecvBuf::new(rsize);
+        let mut buf = RecvBuf::for_stream(rsize);
         // Bounded by EOF, the timer or the stop flag.
         while !over(job, &lim, &mut c) {
-            match s.read(&mut buf[..]) {
+            // Each byte at its stream position's offset in a page (recvbuf::at_stream_pos).
+            match s.read(at_stream_pos(&mut buf, c.bytes_received, rsize)) {
                 Ok(0) => break,
                 Ok(n) => {
                     c.bytes_received += n as u64;
