@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 
-from benchlib import stop_process
+from benchlib import free_port, stop_process
 
 SOCKPERF = "/opt/hakaru-peers/sockperf/bin/sockperf"
 PLACEMENTS = {"unpinned": (None, None), "apart": ("1", "0"), "together": ("0", "0")}
@@ -49,7 +49,9 @@ def main():
     if not 1 <= a.rounds <= 100 or not 1 <= a.time <= 60:
         sys.exit("--rounds must be 1-100 and --time 1-60 seconds")
     srv, cli = PLACEMENTS[a.placement]
-    ports = (31931, 31932)
+    ports = (free_port(), free_port())
+    while ports[1] == ports[0]:
+        ports = (ports[0], free_port())
     servers = [subprocess.Popen(pin(srv) + [SOCKPERF, "sr", "-i", "127.0.0.1", "-p", str(p)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                for p in ports]
