@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use hakaru_model::{FlowDir, IntervalSample, MptcpFlow, Role, SideReport, TcpInfo};
 
 use crate::arrival::{self, FlowStamps};
-use crate::recvbuf::at_stream_pos;
+use crate::recvbuf::{at_stream_pos, block_rest};
 use crate::side::{spawn_ticker, spawn_workers, Core, DoneFn, FlowMeta, TcpProbe, TickerOut};
 pub use crate::side::{Payload, SideConfig, SubflowGuard};
 use crate::sys::{self, AsRawFd};
@@ -699,10 +699,9 @@ fn send_step(s: &Shared, i: usize, remaining: Option<u64>) -> Step {
     classify(r, Role::Sender)
 }
 
-/// One read of flow `i`, `read` bytes in, into `buf` at that offset in a page ([`at_stream_pos`]).
-/// With `waited` (a blocking stream, [`lone_receiver_blocks`]), the read waits for data in the
-/// call and says so through `waited`; the reads after the window, which look at each read's
-/// stamp, do not wait.
+/// One read of flow `i`, `read` bytes in, placed by [`at_stream_pos`] or sized by [`block_rest`].
+/// With `waited` (a blocking stream, [`lone_receiver_blocks`]) the read waits in the call and says
+/// so; the reads after the window, which look at each read's stamp, do not wait.
 fn recv_step(
     s: &Shared,
     i: usize,
@@ -711,8 +710,9 @@ fn recv_step(
     read: u64,
     waited: Option<&mut bool>,
 ) -> Step {
-    let (stream, len, counters) = (&s.streams[i], s.cfg.length, &s.counters[i]);
+    let (stream, counters, blk) = (&s.streams[i], &s.counters[i], s.cfg.length);
     let discard = s.cfg.discard && sys::DISCARD_SUPPORTED;
+    let len = if discard { block_rest(read, blk) } else { blk };
     // A discarding read has no buffer; an empty one stays empty.
     let buf = at_stream_pos(if discard { &mut [][..] } else { buf }, read, len);
     // Once the window is closed (read before the read, so these bytes are not in the window's
