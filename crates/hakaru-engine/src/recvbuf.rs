@@ -92,7 +92,7 @@ pub fn at_stream_pos(buf: &mut [u8], pos: u64, len: usize) -> &mut [u8] {
 /// short read is followed by one that finishes its block rather than one that asks for a whole
 /// block. A discarding read costs little, and which of the two it makes decides how much the
 /// socket holds between reads and so the ACKs the sender sees: with whole-block asks a stock
-/// iperf3 3.21 `--skip-rx-copy` client, BBR pacing on loopback, read 0.71x of what it reads
+/// iperf3 3.21 `--skip-rx-copy` client, BBR pacing on loopback, read 0.79x of what it reads
 /// into `iperf3 -s` with client and server on two CPUs (docs/performance-notes.md, section 20).
 /// Never 0 (a zero-length read would read as the end of the stream); `len` 0 asks for 1.
 pub fn block_rest(pos: u64, len: usize) -> usize {
