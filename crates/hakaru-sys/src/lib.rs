@@ -75,6 +75,8 @@
 //! - [`stream_recv`], [`stream_send`], [`udp_recv_from`], [`udp_send_to`]: one receive or send
 //!   as the C library's call makes it; on Linux through `syscall(2)`, without the library's
 //!   thread-cancellation wrapper (`linux_calls.rs`), since nothing in hakaru cancels a thread.
+//!   [`udp_recv_from_now`]: one datagram if one is queued (MSG_DONTWAIT), `WouldBlock` if not;
+//!   `Unsupported` off Linux.
 //! - [`tcp_enable_rx_stamps`] and [`stream_recv_stamped`]: a TCP read that also says when the
 //!   last segment it took reached the host (SO_TIMESTAMPNS); elsewhere `false` and no stamp.
 //!
@@ -155,8 +157,9 @@ pub use poll::{tighten_timer_slack, wait_fd, Interest, PollSet};
 pub use portable::{
     connect_bounded, connect_start, is_connect_cut_short, is_gso_refused, is_not_found,
     is_out_of_buffers, is_out_of_descriptors, send_before_close, stream_recv, stream_recv_wait,
-    stream_send, udp_recv_from, udp_send_to, wait_listener, ACCEPT_INHERITS_TIMEOUTS,
-    RECV_TIMEOUT_KEEPS_STREAM, SHUTDOWN_WAKES_BLOCKED_RECV, UDP_SHARED_PORT_DEMUX,
+    stream_send, udp_recv_from, udp_recv_from_now, udp_send_to, wait_listener,
+    ACCEPT_INHERITS_TIMEOUTS, RECV_TIMEOUT_KEEPS_STREAM, SHUTDOWN_WAKES_BLOCKED_RECV,
+    UDP_SHARED_PORT_DEMUX,
 };
 #[cfg(feature = "tokio")]
 pub use send_room::SendRoom;

@@ -137,6 +137,29 @@ pub fn udp_recv_from(
     }
 }
 
+/// Receives one datagram and its sender if one is queued, without waiting whatever the
+/// socket's mode: `WouldBlock` when the socket is empty. Linux only (MSG_DONTWAIT on one
+/// call); elsewhere [`io::ErrorKind::Unsupported`], and the caller waits in
+/// [`udp_recv_from`] instead.
+pub fn udp_recv_from_now(
+    sock: &std::net::UdpSocket,
+    buf: &mut [u8],
+) -> io::Result<(usize, std::net::SocketAddr)> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        crate::linux_calls::recv_from(sock.as_raw_fd(), buf, libc::MSG_DONTWAIT)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (sock, buf);
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "a receive that does not wait needs MSG_DONTWAIT (Linux)",
+        ))
+    }
+}
+
 /// Sends `buf` as one datagram to `to`, as [`std::net::UdpSocket::send_to`] does, without the C
 /// library's cancellation wrapper on Linux.
 pub fn udp_send_to(
@@ -309,6 +332,41 @@ mod tests {
         let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let (b, _) = l.accept().unwrap();
         (a, b)
+    }
+
+    #[test]
+    fn a_receive_now_takes_what_is_queued_and_never_waits() {
+        let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        // A blocking socket with no timeout: a receive that waited would hang the test.
+        let mut buf = [0u8; 64];
+        let r = udp_recv_from_now(&rx, &mut buf);
+        if !cfg!(target_os = "linux") {
+            assert_eq!(r.unwrap_err().kind(), io::ErrorKind::Unsupported);
+            return;
+        }
+        assert_eq!(r.unwrap_err().kind(), io::ErrorKind::WouldBlock);
+        let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        tx.send_to(b"queued", rx.local_addr().unwrap()).unwrap();
+        // Loopback delivers within the send; allow a moment on a loaded machine.
+        let t0 = std::time::Instant::now();
+        let (n, from) = loop {
+            match udp_recv_from_now(&rx, &mut buf) {
+                Ok(got) => break got,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    assert!(t0.elapsed() < Duration::from_secs(5), "never delivered");
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(e) => panic!("{e}"),
+            }
+        };
+        assert_eq!(
+            (&buf[..n], from),
+            (&b"queued"[..], tx.local_addr().unwrap())
+        );
+        assert_eq!(
+            udp_recv_from_now(&rx, &mut buf).unwrap_err().kind(),
+            io::ErrorKind::WouldBlock
+        );
     }
 
     #[test]

@@ -18,11 +18,13 @@ use std::time::{Duration, Instant};
 use hakaru_engine::recvbuf::{at_stream_pos, RecvBuf};
 use hakaru_engine::sys;
 use hakaru_proto::netperf::{self as wire, OmniRequest, OmniResponse, OmniResults};
-use hakaru_session::netperf::server::{errno, UDP_RR_FREE_RESPONSE};
+use hakaru_session::netperf::server::errno;
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
 
 use super::sizes::{asked_buf, bind_port, sizes, AUTOTUNED};
 
+mod nap;
+mod udp;
 mod watch;
 
 /// How long a blocking call waits before the loop looks at its stop flag and deadline.
@@ -273,8 +275,8 @@ pub(crate) fn run(sock: DataSock, job: &Job) -> Result<OmniResults, DataError> {
             .as_ref()
             .filter(|_| !job.req.is_rr() && job.req.cpu_binding < 0)
         {
-            Some(sink) => sink_loop(sink, u, job, lim, recv_size, send_size),
-            None => udp_recv(&u, job, lim, recv_size, send_size, Counts::default()),
+            Some(sink) => udp::sink_loop(sink, u, job, lim, recv_size, send_size),
+            None => udp::udp_recv(&u, job, lim, recv_size, send_size, Counts::default()),
         },
         DataSock::Tcp(l) if job.req.connect_test() => crr_loop(&l, job, lim, recv_size, send_size),
         DataSock::Tcp(l) => tcp_loop(&l, job, lim, recv_size, send_size),
@@ -652,128 +654,6 @@ fn crr_loop(
             Ok(()) => {}
             // A client that gave up on one connection does not end the test.
             Err(e) if e.kind() == io::ErrorKind::ConnectionReset => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(c)
-}
-
-/// UDP_STREAM through the server's shared receiver ([`super::sink`]): this thread waits for
-/// the client's empty datagram, the timer, the stop flag or a stall, and reads the counts. A
-/// test that starts while no other runs receives here instead ([`super::UdpSink::alone`]).
-fn sink_loop(
-    sink: &super::UdpSink,
-    u: UdpSocket,
-    job: &Job,
-    lim: Limits,
-    rsize: usize,
-    ssize: usize,
-) -> io::Result<Counts> {
-    if let Some(_alone) = sink.alone() {
-        return udp_recv(&u, job, lim, rsize, ssize, Counts::default());
-    }
-    let entry = match sink.add(u, job.peer_ip, rsize)? {
-        Ok(e) => e,
-        // Spread: the poller was starved of CPU lately.
-        Err(u) => return udp_recv(&u, job, lim, rsize, ssize, Counts::default()),
-    };
-    let mut c = Counts::default();
-    // Bounded by the client's empty datagram, the timer or the stop flag, each seen within a
-    // TICK (the timer at once).
-    loop {
-        (c.bytes_received, c.recv_calls) = entry.counts();
-        if entry.ended() || entry.spread() || over(job, &lim, &mut c) {
-            break;
-        }
-        let now = Instant::now();
-        let wait = lim
-            .deadline
-            .map_or(TICK, |d| d.saturating_duration_since(now).min(TICK));
-        sink.wait_end(&entry, wait);
-    }
-    sink.remove(&entry);
-    (c.bytes_received, c.recv_calls) = entry.counts();
-    if entry.spread() && !entry.ended() && !c.timed_out && !c.stalled {
-        // The poller gave the socket back: receive on it here, counting on.
-        let u = entry.socket();
-        u.set_nonblocking(false)?;
-        return udp_recv(u, job, lim, rsize, ssize, c);
-    }
-    Ok(c)
-}
-
-/// UDP_STREAM and UDP_RR on this thread: with no receive timeout and a watchdog where another
-/// thread can end a blocked receive ([`watch::udp_untimed`]), else [`udp_loop`] with its tick.
-fn udp_recv(
-    u: &UdpSocket,
-    job: &Job,
-    lim: Limits,
-    rsize: usize,
-    ssize: usize,
-    c: Counts,
-) -> io::Result<Counts> {
-    if sys::SHUTDOWN_WAKES_BLOCKED_RECV {
-        watch::udp_untimed(u, job, lim, (rsize, ssize), c)
-    } else {
-        udp_loop(u, job, lim, (rsize, ssize), c, None)
-    }
-}
-
-/// UDP_STREAM and UDP_RR: datagrams from the test's client until its empty datagrams (or the
-/// timer). Each receive waits at most a [`TICK`], unless `cut` is given: then it waits with no
-/// timeout, and a receive that fails once `cut` is set (a watchdog shut the socket's receive
-/// side, [`watch::udp_untimed`]) ends the loop.
-fn udp_loop(
-    u: &UdpSocket,
-    job: &Job,
-    lim: Limits,
-    (rsize, ssize): (usize, usize),
-    mut c: Counts,
-    cut: Option<&AtomicBool>,
-) -> io::Result<Counts> {
-    u.set_read_timeout(cut.is_none().then_some(TICK))?;
-    let cut_off = || cut.is_some_and(|k| k.load(Ordering::Acquire));
-    let mut buf = vec![0u8; rsize.max(1)];
-    let resp = vec![b'r'; ssize];
-    let rr = job.req.is_rr();
-    let mut pacer = Pacer::new(job.max_rate);
-    // Bounded by the client's empty datagram, the timer or the stop flag (with `cut`, the
-    // watchdog's shutdown ends a wait for them).
-    while !over(job, &lim, &mut c) {
-        match hakaru_engine::sys::udp_recv_from(u, &mut buf) {
-            Ok((_, from)) if from.ip().to_canonical() != job.peer_ip.to_canonical() => {}
-            Ok((0, _)) => break,
-            // The watchdog's shutdown wakes the receive with 0 bytes from no address.
-            _ if cut_off() => break,
-            Ok((n, from)) => {
-                c.bytes_received += n as u64;
-                c.recv_calls += 1;
-                c.show();
-                // One small datagram never buys a larger answer than the fixed allowance.
-                if rr && resp.len() > n.max(UDP_RR_FREE_RESPONSE) {
-                    c.unanswered += 1;
-                    continue;
-                }
-                if rr
-                    && pacer
-                        .as_mut()
-                        .is_some_and(|p| !p.wait(resp.len(), job, &lim, &mut c))
-                {
-                    break;
-                }
-                if rr {
-                    match hakaru_engine::sys::udp_send_to(u, &resp, from) {
-                        Ok(k) => {
-                            c.bytes_sent += k as u64;
-                            c.send_calls += 1;
-                        }
-                        Err(e) if hakaru_engine::sys::is_out_of_buffers(&e) => {}
-                        Err(e) => return Err(e),
-                    }
-                    c.trans += 1;
-                }
-            }
-            Err(e) if is_tick(&e) => {}
             Err(e) => return Err(e),
         }
     }

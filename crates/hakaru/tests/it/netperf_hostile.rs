@@ -326,6 +326,89 @@ fn a_lone_udp_test_ends_at_the_stall_timeout_and_at_the_timer() {
     assert!(after.2 <= before.2 + 2, "threads left behind");
 }
 
+/// The threads of process `pid` named `name`.
+fn threads_named(pid: u32, name: &str) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(format!("/proc/{pid}/task")).map_or(Vec::new(), |d| {
+        d.flatten()
+            .map(|t| t.path())
+            .filter(|t| std::fs::read_to_string(t.join("comm")).is_ok_and(|c| c.trim_end() == name))
+            .collect()
+    })
+}
+
+/// A lone UDP_STREAM test naps once its socket is empty while datagrams keep coming
+/// (netperf/data/nap.rs), so the sender's deliveries find no waiter to wake: sampled while a
+/// steady flow arrives, the test's thread is seen asleep on a timer of its own, which a
+/// receiver that only waits on its socket never is. It still counts only what was sent and
+/// ends at the client's empty datagram.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_lone_udp_test_naps_while_datagrams_keep_coming() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let (s, port) = server(&[]);
+    let pid = s.child.id();
+    let (mut c, answer) = omni(port, None, &request(PROTO_UDP, direction::RECV, 30));
+    let (errno, resp) = answer.expect("an answer");
+    assert_eq!(errno, 0);
+    // The data thread, "hakaru-netperf-data" cut to the kernel's 15 bytes, as the control
+    // connection's thread is: both are sampled (the control thread waits on its connection).
+    let t0 = Instant::now();
+    let threads = loop {
+        let found = threads_named(pid, "hakaru-netperf-");
+        if found.len() >= 2 {
+            break found;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "no data thread");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let to = ("127.0.0.1", resp.data_port);
+    let (done, sent) = (AtomicBool::new(false), AtomicU64::new(0));
+    let (mut naps, mut on_socket, mut samples) = (0u32, 0u32, 0u32);
+    std::thread::scope(|scope| {
+        // Bursts of 16 datagrams (well within the default receive buffer), for at most 3 s.
+        scope.spawn(|| {
+            let t0 = Instant::now();
+            while !done.load(Ordering::Relaxed) && t0.elapsed() < Duration::from_secs(3) {
+                for _ in 0..16 {
+                    if tx.send_to(&[7u8; 1400], to).is_ok() {
+                        sent.fetch_add(1400, Ordering::Relaxed);
+                    }
+                }
+                std::thread::sleep(Duration::from_micros(20));
+            }
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_millis(1500) {
+            for t in &threads {
+                let w = std::fs::read_to_string(t.join("wchan")).unwrap_or_default();
+                naps += u32::from(w.contains("nanosleep"));
+                on_socket += u32::from(w.contains("wait_for_more_packets"));
+            }
+            samples += 1;
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        done.store(true, Ordering::Relaxed);
+    });
+    eprintln!("{samples} samples: {naps} napping, {on_socket} waiting on the socket");
+    for _ in 0..3 {
+        let _ = tx.send_to(&[], to);
+    }
+    let results = read_msg(&mut c, Duration::from_secs(10)).expect("the results at the end");
+    let r = hakaru_proto::netperf::decode_results(&results).expect("results");
+    let sent = sent.load(Ordering::Relaxed);
+    assert!(
+        r.bytes_received > 0 && r.bytes_received <= sent && r.bytes_received.is_multiple_of(1400),
+        "{} bytes counted of {sent} sent",
+        r.bytes_received
+    );
+    assert!(
+        naps >= 3,
+        "the receiver never napped: {naps} of {samples} samples asleep on a timer, {on_socket} on the socket"
+    );
+}
+
 /// The TCP_RR loop's watchdog thread (netperf/data/watch.rs).
 const WATCH: &str = "hakaru-np-watch";
 

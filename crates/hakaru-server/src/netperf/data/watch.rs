@@ -1,6 +1,7 @@
 //! TCP_RR and the UDP tests received on their own thread (UDP_STREAM alone, UDP_RR) without a
 //! kernel timer per wait, where another thread can end a blocked receive
-//! ([`hakaru_engine::sys::SHUTDOWN_WAKES_BLOCKED_RECV`]: Linux).
+//! ([`hakaru_engine::sys::SHUTDOWN_WAKES_BLOCKED_RECV`]: Linux). The watchdog and TCP_RR's
+//! wait are here; the UDP tests' wait under the watchdog is `udp_untimed` in `udp.rs`.
 //!
 //! The other loops of the data phase wait at most a [`TICK`] in a receive with SO_RCVTIMEO, so
 //! they see the stop flag, the server's timer and `--stall-timeout` themselves. A receive with
@@ -15,14 +16,12 @@
 //! two relaxed stores per TCP_RR transaction, one per UDP datagram.
 
 use std::io;
-use std::net::{Shutdown, TcpStream, UdpSocket};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
-use socket2::SockRef;
-
-use super::{over, rr_on, udp_loop, Counts, Job, Limits, Pacer, TICK};
+use super::{over, rr_on, Counts, Job, Limits, Pacer, TICK};
 
 /// The watchdog's thread name (within the kernel's 15 bytes; the tests look for it).
 pub(super) const WATCH: &str = "hakaru-np-watch";
@@ -69,60 +68,16 @@ pub(super) fn rr_untimed(
     })
 }
 
-/// Receives a UDP test on `u` (as [`udp_loop`], counting on from `c`) with no receive
-/// timeout, a watchdog ending the wait at a stop, at the server's timer or at a stall by
-/// shutting the socket's receive side. Linux does that for an unconnected UDP socket too: the
-/// call answers ENOTCONN, but the side is shut and the blocked receive returns (0 bytes, from
-/// no address), which the loop reads as the end once the watchdog's flag is set. Where no
-/// watchdog thread can be had, the loop keeps its timeout.
-pub(super) fn udp_untimed(
-    u: &UdpSocket,
-    job: &Job,
-    lim: Limits,
-    sizes: (usize, usize),
-    mut c: Counts,
-) -> io::Result<Counts> {
-    let shown = Arc::new(AtomicU64::new(
-        c.bytes_received.saturating_add(c.bytes_sent),
-    ));
-    let cut = AtomicBool::new(false);
-    let (end, ended) = mpsc::channel::<()>();
-    std::thread::scope(|scope| {
-        let (seen, flag, lim_ref) = (&shown, &cut, &lim);
-        let end_wait = move || {
-            flag.store(true, Ordering::Release);
-            let _ = SockRef::from(u).shutdown(Shutdown::Read);
-        };
-        let dog = std::thread::Builder::new()
-            .name(WATCH.into())
-            .spawn_scoped(scope, move || watch(end_wait, job, lim_ref, seen, &ended));
-        let Ok(dog) = dog else {
-            return udp_loop(u, job, lim, sizes, c, None);
-        };
-        c.shown = Some(Arc::clone(&shown));
-        let r = udp_loop(u, job, lim, sizes, c, Some(&cut));
-        // The loop is over: the watchdog returns at once.
-        drop(end);
-        let why = dog.join().unwrap_or_default();
-        r.map(|mut c| {
-            c.shown = None;
-            c.timed_out |= why.timed_out;
-            c.stalled |= why.stalled;
-            c
-        })
-    })
-}
-
 /// Why the watchdog ended the test (neither: the loop ended first).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-struct Why {
-    timed_out: bool,
-    stalled: bool,
+pub(super) struct Why {
+    pub timed_out: bool,
+    pub stalled: bool,
 }
 
 /// Looks every tick until the loop ends (`ended` disconnects) or the test must end, which it
 /// makes happen through `end_wait` (shutting the socket's receive side).
-fn watch(
+pub(super) fn watch(
     end_wait: impl FnOnce(),
     job: &Job,
     lim: &Limits,
@@ -156,7 +111,7 @@ fn watch(
 mod tests {
     use super::*;
     use std::io::{Read, Write};
-    use std::net::{TcpListener, UdpSocket};
+    use std::net::TcpListener;
     use std::sync::atomic::AtomicBool;
     use std::time::Duration;
 
@@ -232,75 +187,6 @@ mod tests {
         });
         let mut c = Counts::default();
         rr_untimed(&mut b, &j, &lim, (1, 1), &mut None, &mut c).unwrap();
-        stopper.join().unwrap();
-        assert!(!c.stalled && !c.timed_out, "{c:?}");
-        assert!(t0.elapsed() < Duration::from_secs(5));
-    }
-
-    fn udp_job(stall: Option<Duration>) -> Job {
-        let mut j = job(stall);
-        j.req.direction = hakaru_proto::netperf::direction::RECV;
-        j.req.protocol = hakaru_proto::netperf::PROTO_UDP;
-        j
-    }
-
-    fn udp_pair() -> (UdpSocket, UdpSocket) {
-        let a = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let b = UdpSocket::bind("127.0.0.1:0").unwrap();
-        a.connect(b.local_addr().unwrap()).unwrap();
-        (a, b)
-    }
-
-    /// UDP_STREAM on its own thread: the receive waits with no timeout, counts the client's
-    /// datagrams and ends at its empty one, the watchdog with it.
-    #[test]
-    fn a_udp_test_counts_with_no_timeout_and_ends_at_the_empty_datagram() {
-        let (a, b) = udp_pair();
-        let j = udp_job(None);
-        let lim = super::super::limits(&j.req, Instant::now(), None);
-        let client = std::thread::spawn(move || {
-            for _ in 0..50 {
-                a.send(&[7u8; 100]).unwrap();
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            a.send(&[]).unwrap();
-        });
-        let c = udp_untimed(&b, &j, lim, (65_536, 0), Counts::default()).unwrap();
-        client.join().unwrap();
-        assert_eq!((c.bytes_received, c.recv_calls), (5_000, 50));
-        assert!(!c.stalled && !c.timed_out && c.shown.is_none(), "{c:?}");
-        // It waited with no receive timeout.
-        assert_eq!(b.read_timeout().unwrap(), None);
-    }
-
-    /// A UDP receive blocked with no timeout is ended by the watchdog: at a stall (marked, the
-    /// datagrams before it counted) and at a stop.
-    #[test]
-    fn a_blocked_udp_receive_ends_at_a_stall_and_at_a_stop() {
-        let (a, b) = udp_pair();
-        let j = udp_job(Some(Duration::from_millis(400)));
-        let lim = super::super::limits(&j.req, Instant::now(), None);
-        for _ in 0..3 {
-            a.send(&[1u8; 10]).unwrap();
-        }
-        let t0 = Instant::now();
-        let c = udp_untimed(&b, &j, lim, (65_536, 0), Counts::default()).unwrap();
-        assert!(c.stalled && !c.timed_out, "{c:?}");
-        assert_eq!(c.bytes_received, 30);
-        let waited = t0.elapsed();
-        assert!(waited >= Duration::from_millis(400), "{waited:?}");
-        assert!(waited < Duration::from_secs(5), "{waited:?}");
-
-        let (_a, b) = udp_pair();
-        let j = udp_job(None);
-        let lim = super::super::limits(&j.req, Instant::now(), None);
-        let stop = Arc::clone(&j.stop);
-        let stopper = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(300));
-            stop.store(true, Ordering::Release);
-        });
-        let t0 = Instant::now();
-        let c = udp_untimed(&b, &j, lim, (65_536, 0), Counts::default()).unwrap();
         stopper.join().unwrap();
         assert!(!c.stalled && !c.timed_out, "{c:?}");
         assert!(t0.elapsed() < Duration::from_secs(5));
