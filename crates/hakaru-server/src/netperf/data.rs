@@ -714,7 +714,8 @@ mod tests {
         assert_eq!(unbounded.deadline, None);
     }
 
-    fn job(req: OmniRequest, stall: Option<Duration>) -> Job {
+    /// A test's job on loopback for `req`, nothing else asked.
+    pub(super) fn job(req: OmniRequest, stall: Option<Duration>) -> Job {
         Job {
             req,
             peer_ip: "127.0.0.1".parse().unwrap(),

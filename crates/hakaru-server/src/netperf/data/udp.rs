@@ -221,19 +221,11 @@ mod tests {
     use std::time::Duration;
 
     fn udp_job(stall: Option<Duration>) -> Job {
-        Job {
-            req: super::super::tests::req(
-                hakaru_proto::netperf::direction::RECV,
-                hakaru_proto::netperf::PROTO_UDP,
-                30,
-            ),
-            peer_ip: std::net::Ipv4Addr::LOCALHOST.into(),
-            stop: Arc::new(AtomicBool::new(false)),
-            max: None,
+        use hakaru_proto::netperf::{direction, PROTO_UDP};
+        super::super::tests::job(
+            super::super::tests::req(direction::RECV, PROTO_UDP, 30),
             stall,
-            max_rate: None,
-            sink: None,
-        }
+        )
     }
 
     fn udp_pair() -> (UdpSocket, UdpSocket) {

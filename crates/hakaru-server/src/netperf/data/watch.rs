@@ -112,7 +112,6 @@ mod tests {
     use super::*;
     use std::io::{Read, Write};
     use std::net::TcpListener;
-    use std::sync::atomic::AtomicBool;
     use std::time::Duration;
 
     fn job(stall: Option<Duration>) -> Job {
@@ -123,15 +122,7 @@ mod tests {
         );
         req.request_size = 1;
         req.response_size = 1;
-        Job {
-            req,
-            peer_ip: std::net::Ipv4Addr::LOCALHOST.into(),
-            stop: Arc::new(AtomicBool::new(false)),
-            max: None,
-            stall,
-            max_rate: None,
-            sink: None,
-        }
+        super::super::tests::job(req, stall)
     }
 
     fn pair() -> (TcpStream, TcpStream) {
