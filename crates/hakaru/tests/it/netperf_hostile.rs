@@ -327,6 +327,7 @@ fn a_lone_udp_test_ends_at_the_stall_timeout_and_at_the_timer() {
 }
 
 /// The threads of process `pid` named `name`.
+#[cfg(target_os = "linux")]
 fn threads_named(pid: u32, name: &str) -> Vec<std::path::PathBuf> {
     std::fs::read_dir(format!("/proc/{pid}/task")).map_or(Vec::new(), |d| {
         d.flatten()
