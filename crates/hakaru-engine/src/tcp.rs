@@ -16,10 +16,12 @@ use std::time::{Duration, Instant};
 use hakaru_model::{FlowDir, IntervalSample, MptcpFlow, Role, SideReport, TcpInfo};
 
 use crate::arrival::{self, FlowStamps};
-use crate::recvbuf::{at_stream_pos, block_rest};
 use crate::side::{spawn_ticker, spawn_workers, Core, DoneFn, FlowMeta, TcpProbe, TickerOut};
 pub use crate::side::{Payload, SideConfig, SubflowGuard};
 use crate::sys::{self, AsRawFd};
+
+mod read;
+use read::{lone_receiver_blocks, recv_step, Wake};
 
 /// One data connection handed to a side, with what it must do.
 #[derive(Debug)]
@@ -379,6 +381,8 @@ struct FlowState {
     starved: bool,
     /// A receiver's arrival stamps.
     stamps: FlowStamps,
+    /// A lone receiver's wake-up rule ([`Wake`]).
+    wake: Option<Wake>,
 }
 
 /// A blocked flow: past the stall timeout it fails (and true is returned), unless another
@@ -470,6 +474,7 @@ fn worker(s: &Shared, mine: Vec<usize>, pin: Option<usize>) {
             sent: 0,
             starved: false,
             stamps: FlowStamps::default(),
+            wake: Wake::for_flow(s, block, now),
         })
         .collect();
     // A sender with a zero quota has nothing to do.
@@ -532,32 +537,6 @@ fn worker(s: &Shared, mine: Vec<usize>, pin: Option<usize>) {
     }
 }
 
-/// A lone receiver's longest wait in a read: a polling worker's longest wait.
-const BLOCKING_READ_WAIT: Duration = Duration::from_millis(100);
-
-/// Whether a worker waits in its reads (blocking, [`BLOCKING_READ_WAIT`] at most): its one flow
-/// is a receiver on a side with a thread per flow, as the peer's own server reads. One system
-/// call per wait where polling takes three (docs/performance-notes.md, section 14).
-fn lone_receiver_blocks(s: &Shared, mine: &[usize]) -> bool {
-    let [i] = mine else {
-        return false;
-    };
-    if !sys::RECV_TIMEOUT_KEEPS_STREAM
-        || !s.cfg.thread_per_flow
-        || s.meta[*i].role != Role::Receiver
-    {
-        return false;
-    }
-    let stream = &s.streams[*i];
-    if stream.set_read_timeout(Some(BLOCKING_READ_WAIT)).is_ok()
-        && stream.set_nonblocking(false).is_ok()
-    {
-        return true;
-    }
-    let _ = stream.set_nonblocking(true);
-    false
-}
-
 /// One pass of a worker over its flows: the instant, whether senders stop now, and what the
 /// pass found (a flow moved bytes; the earliest a paced sender may write again; a read waited
 /// for data in the call, so the worker need not wait again).
@@ -601,6 +580,7 @@ impl Round {
                     self.now = Instant::now();
                     self.now_ns = self.now.duration_since(s.start).as_nanos() as u64;
                 }
+                Wake::after_read(&mut f.wake, &s.streams[i], &step, self.now);
                 step
             }
         };
@@ -697,47 +677,6 @@ fn send_step(s: &Shared, i: usize, remaining: Option<u64>) -> Step {
         None => sys::stream_send(stream, &s.pattern[..len.min(s.pattern.len())]),
     };
     classify(r, Role::Sender)
-}
-
-/// One read of flow `i`, `read` bytes in, placed by [`at_stream_pos`] or sized by [`block_rest`].
-/// With `waited` (a blocking stream, [`lone_receiver_blocks`]) the read waits in the call and says
-/// so; the reads after the window, which look at each read's stamp, do not wait.
-fn recv_step(
-    s: &Shared,
-    i: usize,
-    stamps: FlowStamps,
-    buf: &mut [u8],
-    read: u64,
-    waited: Option<&mut bool>,
-) -> Step {
-    let (stream, counters, blk) = (&s.streams[i], &s.counters[i], s.cfg.length);
-    let discard = s.cfg.discard && sys::DISCARD_SUPPORTED;
-    let len = if discard { block_rest(read, blk) } else { blk };
-    // A discarding read has no buffer; an empty one stays empty.
-    let buf = at_stream_pos(if discard { &mut [][..] } else { buf }, read, len);
-    // Once the window is closed (read before the read, so these bytes are not in the window's
-    // snapshot), each read says when its bytes reached the host.
-    if let Some(end) = s.window_end_unix_ns().filter(|_| stamps.on()) {
-        let r = stamps.read_after_window(stream, buf, len, end, counters);
-        return classify(r, Role::Receiver);
-    }
-    let Some(waited) = waited else {
-        let r = if discard {
-            sys::recv_discard(stream.as_raw_fd(), len)
-        } else {
-            sys::stream_recv(stream, buf)
-        };
-        return classify(r, Role::Receiver);
-    };
-    *waited = true;
-    let r = if stamps.on() {
-        stamps.read_waiting(stream, buf, len, || s.window_end_unix_ns(), counters)
-    } else if discard {
-        sys::recv_discard_wait(stream.as_raw_fd(), len)
-    } else {
-        sys::stream_recv_wait(stream, buf)
-    };
-    classify(r, Role::Receiver)
 }
 
 fn wait_ready(s: &Shared, active: &[FlowState], timeout: Duration) {

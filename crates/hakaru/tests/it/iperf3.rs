@@ -892,3 +892,85 @@ fn an_iperf3_tcp_test_gets_a_thread_per_stream_up_to_four_per_cpu() {
         );
     }
 }
+
+/// A fast stream's reader is woken once per 128 KiB queued, not for every segment
+/// (engine/tcp/read.rs, `Wake`): the server's reading thread, with the client on the other CPU
+/// so that it waits in its reads, switches out voluntarily at most once per 150 KiB the client
+/// sent (each wait ends with 128 KiB queued, and a read that finds that much does not wait),
+/// where a reader woken for every one of loopback's 64 KiB segments does about once per 100
+/// KiB. The bytes still agree at both ends.
+#[cfg(target_os = "linux")]
+#[test]
+fn iperf3_fast_stream_reader_is_woken_per_batch_not_per_segment() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    if !peer("iperf3", "iperf3") {
+        return;
+    }
+    let srv = ServerProc::start(&[]);
+    let pid = srv.child.id();
+    // The server's threads on CPU 1 (the flow's thread, created later, inherits it), the
+    // client on CPU 0.
+    let pinned = Command::new("taskset")
+        .args(["-a", "-p", "-c", "1", &pid.to_string()])
+        .stdout(Stdio::null())
+        .status()
+        .expect("taskset runs");
+    assert!(pinned.success(), "taskset -a -p -c 1 {pid} failed");
+    let (stop, last) = (AtomicBool::new(false), AtomicU64::new(0));
+    let (o, v) = std::thread::scope(|sc| {
+        sc.spawn(|| {
+            // The flow thread's voluntary switches, sampled until the test ends.
+            while !stop.load(Ordering::Relaxed) {
+                let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+                    .into_iter()
+                    .flatten();
+                for t in tasks.flatten().map(|t| t.path()) {
+                    let name = std::fs::read_to_string(t.join("comm")).unwrap_or_default();
+                    if !name.starts_with("hakaru-flow") {
+                        continue;
+                    }
+                    let status = std::fs::read_to_string(t.join("status")).unwrap_or_default();
+                    let n = status
+                        .lines()
+                        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                        .and_then(|n| n.trim().parse::<u64>().ok());
+                    if let Some(n) = n {
+                        last.fetch_max(n, Ordering::Relaxed);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        });
+        let p = srv.port.to_string();
+        let o = run_cmd(
+            Command::new("taskset").args([
+                "-c",
+                "0",
+                "iperf3",
+                "-c",
+                "127.0.0.1",
+                "-p",
+                &p,
+                "-t",
+                "2",
+                "-J",
+            ]),
+            LIMIT,
+        );
+        stop.store(true, Ordering::Relaxed);
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+        (o, v)
+    });
+    assert_ok(&o, &v);
+    let (rx, _) = server_counts(&srv);
+    let sent = sum_bytes(&v, "sum_sent");
+    assert!(within_1pct(sent, rx), "sent {sent}, the server read {rx}");
+    let switches = last.load(Ordering::Relaxed);
+    assert!(switches > 0, "the flow's thread was never seen");
+    let per = sent / switches;
+    assert!(
+        per >= 150 * 1024,
+        "the reader switched out {switches} times for {sent} bytes ({per} bytes each): woken \
+         for every segment, not per 128 KiB"
+    );
+}
