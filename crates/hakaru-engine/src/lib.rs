@@ -26,6 +26,7 @@ pub mod sockopt;
 pub use hakaru_sys as sys;
 pub mod tcp;
 pub mod udp;
+pub mod wake;
 
 pub use observer::Observer;
 pub use running::Running;

@@ -21,7 +21,8 @@ pub use crate::side::{Payload, SideConfig, SubflowGuard};
 use crate::sys::{self, AsRawFd};
 
 mod read;
-use read::{lone_receiver_blocks, recv_step, Wake};
+use crate::wake::Wake;
+use read::{lone_receiver_blocks, moved, recv_step, wake_for};
 
 /// One data connection handed to a side, with what it must do.
 #[derive(Debug)]
@@ -474,7 +475,7 @@ fn worker(s: &Shared, mine: Vec<usize>, pin: Option<usize>) {
             sent: 0,
             starved: false,
             stamps: FlowStamps::default(),
-            wake: Wake::for_flow(s, block, now),
+            wake: wake_for(s, block, now),
         })
         .collect();
     // A sender with a zero quota has nothing to do.
@@ -580,7 +581,7 @@ impl Round {
                     self.now = Instant::now();
                     self.now_ns = self.now.duration_since(s.start).as_nanos() as u64;
                 }
-                Wake::after_read(&mut f.wake, &s.streams[i], &step, self.now);
+                Wake::after_read(&mut f.wake, &s.streams[i], moved(&step), self.now);
                 step
             }
         };

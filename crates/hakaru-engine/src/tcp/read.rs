@@ -1,7 +1,6 @@
 //! How a TCP receiver reads: whether a worker waits in its reads, one read of a flow, and when
 //! the kernel wakes a lone receiver ([`Wake`]).
 
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use hakaru_model::Role;
@@ -10,6 +9,7 @@ use super::{classify, Shared, Step};
 use crate::arrival::FlowStamps;
 use crate::recvbuf::{at_stream_pos, block_rest};
 use crate::sys::{self, AsRawFd};
+use crate::wake::Wake;
 
 /// A lone receiver's longest wait in a read: a polling worker's longest wait.
 const BLOCKING_READ_WAIT: Duration = Duration::from_millis(100);
@@ -78,141 +78,19 @@ pub(super) fn recv_step(
     classify(r, Role::Receiver)
 }
 
-/// The low-water mark of a fast flow's socket: a waiting read is woken once this many bytes
-/// are queued (or at its timeout, the end of the stream, an error), two of loopback's 64 KiB
-/// segments, where Linux wakes it for every segment otherwise.
-pub(super) const BATCH: u32 = 128 * 1024;
-
-/// A flow reads [`BATCH`] at a time from this rate on (bits/s) and goes back to every segment
-/// under half of it, so a batch waits at most about 2 ms for its last byte.
-const FAST_BPS: f64 = 1e9;
-
-/// The span over which the rate is measured.
-const LOOK: Duration = Duration::from_millis(10);
-
-/// When the kernel wakes a lone receiver that copies what it reads. A waiting reader is woken
-/// by the sender's CPU, once per segment by default; on loopback, and more so in a virtual
-/// machine where waking a reader on another CPU costs an interrupt between CPUs, that work is
-/// taken from the sender, and a stock client's rate with it (docs/performance-notes.md, section
-/// 22). A fast flow asks for one wake-up per [`BATCH`] bytes instead (SO_RCVLOWAT); a slow one
-/// keeps the default, so its bytes are counted as they arrive. Reads that skip the copy keep
-/// the default too: Linux acknowledges every segment below the mark at once, which costs more
-/// than the wake-up saves when the read itself costs almost nothing.
-#[derive(Debug)]
-pub(super) struct Wake {
-    batched: bool,
-    since: Instant,
-    bytes: u64,
+/// The wake-up rule for a flow of a worker that waits in its reads (`block`), when its reads
+/// copy ([`Wake`]: a read that skips the copy keeps the default). Arrival stamps near a window's
+/// end ([`crate::arrival`]) are the kernel's, per segment: when the reader is woken does not
+/// change them.
+pub(super) fn wake_for(s: &Shared, block: bool, now: Instant) -> Option<Wake> {
+    let copies = !(s.cfg.discard && sys::DISCARD_SUPPORTED);
+    (block && copies).then(|| Wake::new(now))
 }
 
-impl Wake {
-    /// The rule for a flow of a worker that waits in its reads (`block`), when its reads copy.
-    /// Arrival stamps near a window's end ([`crate::arrival`]) are the kernel's, per segment:
-    /// when the reader is woken does not change them.
-    pub(super) fn for_flow(s: &Shared, block: bool, now: Instant) -> Option<Wake> {
-        let copies = !(s.cfg.discard && sys::DISCARD_SUPPORTED);
-        (block && copies).then(|| Wake::new(now))
-    }
-
-    fn new(now: Instant) -> Wake {
-        Wake {
-            batched: false,
-            since: now,
-            bytes: 0,
-        }
-    }
-
-    /// Counts a read of `n` bytes (0 for one that found none) at `now`: the low-water mark to
-    /// set when it changes.
-    fn read(&mut self, n: u64, now: Instant) -> Option<u32> {
-        self.bytes += n;
-        let span = now.saturating_duration_since(self.since);
-        if span < LOOK {
-            return None;
-        }
-        let bps = self.bytes as f64 * 8.0 / span.as_secs_f64();
-        (self.since, self.bytes) = (now, 0);
-        let fast = bps
-            >= if self.batched {
-                FAST_BPS / 2.0
-            } else {
-                FAST_BPS
-            };
-        (fast != self.batched).then(|| {
-            self.batched = fast;
-            if fast {
-                BATCH
-            } else {
-                1
-            }
-        })
-    }
-
-    /// After a read of `stream`: counts it and sets the socket's low-water mark when the rule
-    /// says so; a socket that refuses it (not Linux) drops the rule.
-    pub(super) fn after_read(
-        wake: &mut Option<Wake>,
-        stream: &TcpStream,
-        step: &Step,
-        now: Instant,
-    ) {
-        let Some(w) = wake.as_mut() else {
-            return;
-        };
-        let n = match step {
-            Step::Moved(n) => *n as u64,
-            _ => 0,
-        };
-        if let Some(mark) = w.read(n, now) {
-            if sys::set_recv_lowat(&socket2::SockRef::from(stream), mark).is_err() {
-                *wake = None;
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn ms(base: Instant, t: u64) -> Instant {
-        base + Duration::from_millis(t)
-    }
-
-    #[test]
-    fn a_fast_flow_batches_and_a_slow_one_goes_back_to_every_segment() {
-        let t0 = Instant::now();
-        let mut w = Wake::new(t0);
-        // 2 Gbit/s: 250 KB a millisecond, read in 64 KiB pieces; nothing before LOOK is over.
-        assert_eq!(w.read(250_000, ms(t0, 1)), None);
-        assert_eq!(w.read(2_250_000, ms(t0, 10)), Some(BATCH));
-        // Still fast: no change.
-        assert_eq!(w.read(2_500_000, ms(t0, 20)), None);
-        // 0.6 Gbit/s: above half of FAST, stays batched.
-        assert_eq!(w.read(750_000, ms(t0, 30)), None);
-        // 0.4 Gbit/s: back to every segment.
-        assert_eq!(w.read(500_000, ms(t0, 40)), Some(1));
-        // 0.9 Gbit/s: under FAST, stays unbatched.
-        assert_eq!(w.read(1_125_000, ms(t0, 50)), None);
-    }
-
-    #[test]
-    fn reads_that_find_nothing_bring_the_rate_down() {
-        let t0 = Instant::now();
-        let mut w = Wake::new(t0);
-        assert_eq!(w.read(3_000_000, ms(t0, 10)), Some(BATCH));
-        // The sender stops: a read that timed out after 100 ms counts as none.
-        assert_eq!(w.read(0, ms(t0, 110)), Some(1));
-        assert_eq!(w.read(0, ms(t0, 210)), None);
-    }
-
-    #[test]
-    fn a_slow_flow_never_batches() {
-        let t0 = Instant::now();
-        let mut w = Wake::new(t0);
-        // 100 Mbit/s, a read a millisecond, for a second.
-        for t in 1..=1000 {
-            assert_eq!(w.read(12_500, ms(t0, t)), None, "at {t} ms");
-        }
+/// The bytes a read moved, for [`Wake::after_read`] (0 for one that moved none).
+pub(super) fn moved(step: &Step) -> u64 {
+    match step {
+        Step::Moved(n) => *n as u64,
+        _ => 0,
     }
 }

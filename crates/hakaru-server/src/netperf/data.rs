@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use hakaru_engine::recvbuf::{at_stream_pos, RecvBuf};
 use hakaru_engine::sys;
+use hakaru_engine::wake::Wake;
 use hakaru_proto::netperf::{self as wire, OmniRequest, OmniResponse, OmniResults};
 use hakaru_session::netperf::server::errno;
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
@@ -504,18 +505,20 @@ fn tcp_loop(
         let _ = s.shutdown(std::net::Shutdown::Write);
     } else {
         let mut buf = RecvBuf::for_stream(rsize);
+        // A fast flow's reader is woken per 128 KiB queued, not per segment (engine::wake).
+        let mut wake = Some(Wake::new(Instant::now()));
         // Bounded by EOF, the timer or the stop flag.
         while !over(job, &lim, &mut c) {
             // Each byte at its stream position's offset in a page (recvbuf::at_stream_pos).
-            match s.read(at_stream_pos(&mut buf, c.bytes_received, rsize)) {
+            let n = match s.read(at_stream_pos(&mut buf, c.bytes_received, rsize)) {
                 Ok(0) => break,
-                Ok(n) => {
-                    c.bytes_received += n as u64;
-                    c.recv_calls += 1;
-                }
-                Err(e) if is_tick(&e) => {}
+                Ok(n) => n,
+                Err(e) if is_tick(&e) => 0,
                 Err(e) => return Err(e),
-            }
+            };
+            c.bytes_received += n as u64;
+            c.recv_calls += u64::from(n > 0);
+            Wake::after_read(&mut wake, &s, n as u64, Instant::now());
         }
     }
     c.bufs = Some(bufs(&SockRef::from(&s)));
