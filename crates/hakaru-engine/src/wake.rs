@@ -25,8 +25,8 @@ const ROOM: usize = 4 * BATCH as usize;
 const LOOK: Duration = Duration::from_millis(10);
 
 /// When the kernel wakes a TCP reader that waits in its reads and copies what it reads (the
-/// engine's lone receiver, `tcp/read.rs`; the netperf server's TCP_STREAM). A waiting reader is woken
-/// by the sender's CPU, once per segment by default; on loopback, and more so in a virtual
+/// engine's lone receiver, `tcp/read.rs`; the netperf server's TCP_STREAM). A waiting reader is
+/// woken by the sender's CPU, once per segment by default; on loopback, and more so in a virtual
 /// machine where waking a reader on another CPU costs an interrupt between CPUs, that work is
 /// taken from the sender, and a stock client's rate with it (docs/performance-notes.md, section
 /// 22). A fast flow asks for one wake-up per [`BATCH`] bytes instead (SO_RCVLOWAT); a slow one
