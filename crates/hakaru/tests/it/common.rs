@@ -70,6 +70,32 @@ pub fn kill(pid: u32, sig: i32) {
     }
 }
 
+/// The threads of process `pid` whose name begins with `prefix` (the kernel keeps 15 bytes of a
+/// thread's name), as /proc/PID/task/TID paths.
+#[cfg(target_os = "linux")]
+pub fn threads_named(pid: u32, prefix: &str) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(format!("/proc/{pid}/task")).map_or(Vec::new(), |d| {
+        d.flatten()
+            .map(|t| t.path())
+            .filter(|t| {
+                std::fs::read_to_string(t.join("comm")).is_ok_and(|c| c.starts_with(prefix))
+            })
+            .collect()
+    })
+}
+
+/// Pins every thread of process `pid` to CPU `cpu` (`taskset -a -p`); threads it creates later
+/// inherit their creator's CPU.
+#[cfg(target_os = "linux")]
+pub fn pin_all_threads(pid: u32, cpu: u32) {
+    let pinned = Command::new("taskset")
+        .args(["-a", "-p", "-c", &cpu.to_string(), &pid.to_string()])
+        .stdout(Stdio::null())
+        .status()
+        .expect("taskset runs");
+    assert!(pinned.success(), "taskset -a -p -c {cpu} {pid} failed");
+}
+
 /// Parses stdout as one JSON document.
 pub fn json(o: &Output) -> serde_json::Value {
     serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {

@@ -894,7 +894,7 @@ fn an_iperf3_tcp_test_gets_a_thread_per_stream_up_to_four_per_cpu() {
 }
 
 /// A fast stream's reader is woken once per 128 KiB queued, not for every segment
-/// (engine/tcp/read.rs, `Wake`): the server's reading thread, with the client on the other CPU
+/// (`engine::wake::Wake`): the server's reading thread, with the client on the other CPU
 /// so that it waits in its reads, switches out voluntarily at most once per 150 KiB the client
 /// sent (each wait ends with 128 KiB queued, and a read that finds that much does not wait),
 /// where a reader woken for every one of loopback's 64 KiB segments does about once per 100
@@ -910,25 +910,13 @@ fn iperf3_fast_stream_reader_is_woken_per_batch_not_per_segment() {
     let pid = srv.child.id();
     // The server's threads on CPU 1 (the flow's thread, created later, inherits it), the
     // client on CPU 0.
-    let pinned = Command::new("taskset")
-        .args(["-a", "-p", "-c", "1", &pid.to_string()])
-        .stdout(Stdio::null())
-        .status()
-        .expect("taskset runs");
-    assert!(pinned.success(), "taskset -a -p -c 1 {pid} failed");
+    pin_all_threads(pid, 1);
     let (stop, last) = (AtomicBool::new(false), AtomicU64::new(0));
     let (o, v) = std::thread::scope(|sc| {
         sc.spawn(|| {
             // The flow thread's voluntary switches, sampled until the test ends.
             while !stop.load(Ordering::Relaxed) {
-                let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
-                    .into_iter()
-                    .flatten();
-                for t in tasks.flatten().map(|t| t.path()) {
-                    let name = std::fs::read_to_string(t.join("comm")).unwrap_or_default();
-                    if !name.starts_with("hakaru-flow") {
-                        continue;
-                    }
+                for t in threads_named(pid, "hakaru-flow") {
                     let status = std::fs::read_to_string(t.join("status")).unwrap_or_default();
                     let n = status
                         .lines()

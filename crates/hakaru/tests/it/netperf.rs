@@ -50,12 +50,15 @@ pub(crate) fn netperf(
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    let keys = text
-        .lines()
+    (out.status.success(), keys_of(&text), text)
+}
+
+/// The KEY=VALUE pairs of netperf's `-k` output.
+fn keys_of(text: &str) -> HashMap<String, String> {
+    text.lines()
         .filter_map(|l| l.split_once('='))
         .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-        .collect();
-    (out.status.success(), keys, text)
+        .collect()
 }
 
 pub(crate) fn figure(keys: &HashMap<String, String>, key: &str, text: &str) -> f64 {
@@ -687,13 +690,7 @@ fn netperf_port_flags_are_checked() {
 fn a_fast_stream_is_read_a_batch_per_wake_up() {
     let Some(bin) = netperf_bin() else { return };
     let (s, port) = server(&[]);
-    let pid = s.child.id().to_string();
-    let pinned = Command::new("taskset")
-        .args(["-a", "-p", "-c", "1", &pid])
-        .stdout(Stdio::null())
-        .status()
-        .expect("taskset runs");
-    assert!(pinned.success(), "taskset -a -p -c 1 {pid} failed");
+    crate::common::pin_all_threads(s.child.id(), 1);
     let out = Command::new("taskset")
         .args(["-c", "0"])
         .arg(&bin)
@@ -714,11 +711,7 @@ fn a_fast_stream_is_read_a_batch_per_wake_up() {
         .expect("run netperf");
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(out.status.success(), "netperf failed:\n{text}");
-    let keys: HashMap<String, String> = text
-        .lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-        .collect();
+    let keys = keys_of(&text);
     let per_recv = figure(&keys, "REMOTE_BYTES_PER_RECV", &text);
     assert!(
         per_recv >= 112.0 * 1024.0,

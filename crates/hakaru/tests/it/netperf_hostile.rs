@@ -326,17 +326,6 @@ fn a_lone_udp_test_ends_at_the_stall_timeout_and_at_the_timer() {
     assert!(after.2 <= before.2 + 2, "threads left behind");
 }
 
-/// The threads of process `pid` named `name`.
-#[cfg(target_os = "linux")]
-fn threads_named(pid: u32, name: &str) -> Vec<std::path::PathBuf> {
-    std::fs::read_dir(format!("/proc/{pid}/task")).map_or(Vec::new(), |d| {
-        d.flatten()
-            .map(|t| t.path())
-            .filter(|t| std::fs::read_to_string(t.join("comm")).is_ok_and(|c| c.trim_end() == name))
-            .collect()
-    })
-}
-
 /// A lone UDP_STREAM test naps once its socket is empty while datagrams keep coming
 /// (netperf/data/nap.rs), so the sender's deliveries find no waiter to wake: sampled while a
 /// steady flow arrives, the test's thread is seen asleep on a timer of its own, which a
@@ -345,6 +334,7 @@ fn threads_named(pid: u32, name: &str) -> Vec<std::path::PathBuf> {
 #[cfg(target_os = "linux")]
 #[test]
 fn a_lone_udp_test_naps_while_datagrams_keep_coming() {
+    use crate::common::threads_named;
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     let (s, port) = server(&[]);
     let pid = s.child.id();
