@@ -29,13 +29,16 @@ const LOOK: Duration = Duration::from_millis(10);
 /// woken by the sender's CPU, once per segment by default; on loopback, and more so in a virtual
 /// machine where waking a reader on another CPU costs an interrupt between CPUs, that work is
 /// taken from the sender, and a stock client's rate with it (docs/performance-notes.md, section
-/// 22). A fast flow asks for one wake-up per [`BATCH`] bytes instead (SO_RCVLOWAT); a slow one
-/// keeps the default, so its bytes are counted as they arrive. Reads that skip the copy keep
+/// 22). A fast flow whose sender runs on another CPU asks for one wake-up per [`BATCH`] bytes
+/// instead (SO_RCVLOWAT); a slow one, or one whose sender shares the reader's CPU, keeps the
+/// default, so its bytes are counted as they arrive. Reads that skip the copy keep
 /// the default too: Linux acknowledges every segment below the mark at once, which costs more
 /// than the wake-up saves when the read itself costs almost nothing.
 #[derive(Debug)]
 pub struct Wake {
     batched: bool,
+    /// Spans in a row that ended with the sender on the reader's CPU.
+    shared: u8,
     since: Instant,
     bytes: u64,
 }
@@ -45,14 +48,16 @@ impl Wake {
     pub fn new(now: Instant) -> Wake {
         Wake {
             batched: false,
+            shared: 0,
             since: now,
             bytes: 0,
         }
     }
 
     /// Counts a read of `n` bytes (0 for one that found none) at `now`: the low-water mark to
-    /// set when it changes.
-    fn read(&mut self, n: u64, now: Instant) -> Option<u32> {
+    /// set when it changes. `shared` tells, when a span ends on a fast flow, whether its sender
+    /// runs on the reader's CPU.
+    fn read(&mut self, n: u64, now: Instant, shared: impl FnOnce() -> bool) -> Option<u32> {
         self.bytes += n;
         let span = now.saturating_duration_since(self.since);
         if span < LOOK {
@@ -66,6 +71,17 @@ impl Wake {
             } else {
                 FAST_BPS
             };
+        // A sender on the reader's own CPU wakes it without an interrupt between CPUs, and the
+        // mark's cost stays: Linux acknowledges at once every segment that leaves fewer bytes
+        // than the mark queued, work done on that one CPU (section 22). The kernel names the
+        // reader's CPU for a segment now and then (one span in about 60 with the sender pinned
+        // elsewhere), so a batching flow stops only after two such spans in a row.
+        self.shared = if fast && shared() {
+            self.shared.saturating_add(1)
+        } else {
+            0
+        };
+        let fast = fast && self.shared < if self.batched { 2 } else { 1 };
         (fast != self.batched).then(|| {
             self.batched = fast;
             if fast {
@@ -83,10 +99,11 @@ impl Wake {
         let Some(w) = wake.as_mut() else {
             return;
         };
-        let Some(mark) = w.read(n, now) else {
+        let sock = socket2::SockRef::from(stream);
+        let shared = || sys::shares_cpu_with_sender(&sock).unwrap_or(false);
+        let Some(mark) = w.read(n, now, shared) else {
             return;
         };
-        let sock = socket2::SockRef::from(stream);
         if mark == BATCH && sock.recv_buffer_size().map_or(true, |b| b < ROOM) {
             // Not yet: the next span asks again.
             w.batched = false;
@@ -102,6 +119,11 @@ impl Wake {
 mod tests {
     use super::*;
 
+    /// The sender runs on another CPU.
+    fn apart() -> bool {
+        false
+    }
+
     fn ms(base: Instant, t: u64) -> Instant {
         base + Duration::from_millis(t)
     }
@@ -111,26 +133,26 @@ mod tests {
         let t0 = Instant::now();
         let mut w = Wake::new(t0);
         // 2 Gbit/s: 250 KB a millisecond, read in 64 KiB pieces; nothing before LOOK is over.
-        assert_eq!(w.read(250_000, ms(t0, 1)), None);
-        assert_eq!(w.read(2_250_000, ms(t0, 10)), Some(BATCH));
+        assert_eq!(w.read(250_000, ms(t0, 1), apart), None);
+        assert_eq!(w.read(2_250_000, ms(t0, 10), apart), Some(BATCH));
         // Still fast: no change.
-        assert_eq!(w.read(2_500_000, ms(t0, 20)), None);
+        assert_eq!(w.read(2_500_000, ms(t0, 20), apart), None);
         // 0.6 Gbit/s: above half of FAST, stays batched.
-        assert_eq!(w.read(750_000, ms(t0, 30)), None);
+        assert_eq!(w.read(750_000, ms(t0, 30), apart), None);
         // 0.4 Gbit/s: back to every segment.
-        assert_eq!(w.read(500_000, ms(t0, 40)), Some(1));
+        assert_eq!(w.read(500_000, ms(t0, 40), apart), Some(1));
         // 0.9 Gbit/s: under FAST, stays unbatched.
-        assert_eq!(w.read(1_125_000, ms(t0, 50)), None);
+        assert_eq!(w.read(1_125_000, ms(t0, 50), apart), None);
     }
 
     #[test]
     fn reads_that_find_nothing_bring_the_rate_down() {
         let t0 = Instant::now();
         let mut w = Wake::new(t0);
-        assert_eq!(w.read(3_000_000, ms(t0, 10)), Some(BATCH));
+        assert_eq!(w.read(3_000_000, ms(t0, 10), apart), Some(BATCH));
         // The sender stops: a read that timed out after 100 ms counts as none.
-        assert_eq!(w.read(0, ms(t0, 110)), Some(1));
-        assert_eq!(w.read(0, ms(t0, 210)), None);
+        assert_eq!(w.read(0, ms(t0, 110), apart), Some(1));
+        assert_eq!(w.read(0, ms(t0, 210), apart), None);
     }
 
     #[test]
@@ -139,7 +161,31 @@ mod tests {
         let mut w = Wake::new(t0);
         // 100 Mbit/s, a read a millisecond, for a second.
         for t in 1..=1000 {
-            assert_eq!(w.read(12_500, ms(t0, t)), None, "at {t} ms");
+            assert_eq!(w.read(12_500, ms(t0, t), apart), None, "at {t} ms");
         }
+    }
+
+    #[test]
+    fn a_sender_on_the_readers_cpu_is_read_per_segment() {
+        let t0 = Instant::now();
+        let mut w = Wake::new(t0);
+        // 2 Gbit/s with the sender on the reader's CPU: no batching.
+        assert_eq!(w.read(2_500_000, ms(t0, 10), || true), None);
+        // The sender moves to another CPU: batching.
+        assert_eq!(w.read(2_500_000, ms(t0, 20), apart), Some(BATCH));
+        // One span that names the reader's CPU is not enough to stop batching; two in a row.
+        assert_eq!(w.read(2_500_000, ms(t0, 30), || true), None);
+        assert_eq!(w.read(2_500_000, ms(t0, 40), apart), None);
+        assert_eq!(w.read(2_500_000, ms(t0, 50), || true), None);
+        assert_eq!(w.read(2_500_000, ms(t0, 60), || true), Some(1));
+        // Asked only when a span ends on a fast flow.
+        let asked = std::cell::Cell::new(0);
+        let ask = || {
+            asked.set(asked.get() + 1);
+            false
+        };
+        assert_eq!(w.read(2_500_000, ms(t0, 65), ask), None);
+        assert_eq!(w.read(100, ms(t0, 90), ask), None);
+        assert_eq!(asked.get(), 0, "mid-span and slow spans do not ask");
     }
 }

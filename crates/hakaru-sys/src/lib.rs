@@ -165,7 +165,7 @@ pub use portable::{
 pub use send_room::SendRoom;
 pub use sockopts::{
     set_congestion, set_mss, set_notsent_lowat, set_notsent_lowat_fd, set_recv_lowat, set_tos,
-    NOTSENT_LOWAT_SUPPORTED,
+    shares_cpu_with_sender, NOTSENT_LOWAT_SUPPORTED,
 };
 
 #[cfg(target_os = "linux")]

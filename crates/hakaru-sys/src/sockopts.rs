@@ -159,6 +159,25 @@ pub fn set_recv_lowat(sock: &socket2::SockRef<'_>, bytes: u32) -> io::Result<()>
     }
 }
 
+/// Whether the last segment `sock` received was processed on the CPU the caller runs on now
+/// (SO_INCOMING_CPU against `sched_getcpu`). On loopback a segment is processed on its sender's
+/// CPU, so this tells a reader whether its sender shares its CPU. Linux only; `None` elsewhere
+/// or when either is unknown.
+pub fn shares_cpu_with_sender(sock: &socket2::SockRef<'_>) -> Option<bool> {
+    #[cfg(target_os = "linux")]
+    {
+        let incoming = sock.cpu_affinity().ok()?;
+        // SAFETY: sched_getcpu takes nothing and returns the caller's CPU or -1.
+        let here = usize::try_from(unsafe { libc::sched_getcpu() }).ok()?;
+        Some(incoming == here)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = sock;
+        None
+    }
+}
+
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
@@ -184,5 +203,36 @@ mod tests {
         a.write_all(&[2u8; 10]).unwrap();
         assert!(readable(&b, Duration::from_secs(5)), "20 bytes: readable");
         set_recv_lowat(&socket2::SockRef::from(&b), 1).unwrap();
+    }
+
+    #[test]
+    fn a_reader_sees_whether_its_loopback_sender_shares_its_cpu() {
+        let cpus = crate::online_cpus();
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        // The sender on the reader's CPU, then (with two CPUs) on another one.
+        for apart in [false, true] {
+            if apart && cpus < 2 {
+                continue;
+            }
+            let (tx, rx) = std::sync::mpsc::channel::<usize>();
+            let sender = std::thread::spawn(move || {
+                let cpu = rx.recv().unwrap();
+                crate::pin_current_thread(cpu).unwrap();
+                let mut a = std::net::TcpStream::connect(addr).unwrap();
+                a.write_all(&[7u8; 1000]).unwrap();
+            });
+            crate::pin_current_thread(0).unwrap();
+            tx.send(usize::from(apart)).unwrap();
+            let (mut b, _) = l.accept().unwrap();
+            let mut buf = [0u8; 1000];
+            std::io::Read::read_exact(&mut b, &mut buf).unwrap();
+            sender.join().unwrap();
+            assert_eq!(
+                shares_cpu_with_sender(&socket2::SockRef::from(&b)),
+                Some(!apart),
+                "sender apart: {apart}"
+            );
+        }
     }
 }
