@@ -205,14 +205,31 @@ mod tests {
         set_recv_lowat(&socket2::SockRef::from(&b), 1).unwrap();
     }
 
+    /// The CPUs this thread may run on (its affinity, which a cpuset may narrow).
+    fn allowed_cpus() -> Vec<usize> {
+        // SAFETY: a zeroed cpu_set_t is an empty set; sched_getaffinity fills one of the size
+        // passed, and CPU_ISSET reads it within its bounds.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            assert_eq!(
+                libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set),
+                0,
+                "sched_getaffinity"
+            );
+            (0..libc::CPU_SETSIZE as usize)
+                .filter(|&c| libc::CPU_ISSET(c, &set))
+                .collect()
+        }
+    }
+
     #[test]
     fn a_reader_sees_whether_its_loopback_sender_shares_its_cpu() {
-        let cpus = crate::online_cpus();
+        let cpus = allowed_cpus();
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
         // The sender on the reader's CPU, then (with two CPUs) on another one.
         for apart in [false, true] {
-            if apart && cpus < 2 {
+            if apart && cpus.len() < 2 {
                 continue;
             }
             let (tx, rx) = std::sync::mpsc::channel::<usize>();
@@ -222,8 +239,8 @@ mod tests {
                 let mut a = std::net::TcpStream::connect(addr).unwrap();
                 a.write_all(&[7u8; 1000]).unwrap();
             });
-            crate::pin_current_thread(0).unwrap();
-            tx.send(usize::from(apart)).unwrap();
+            crate::pin_current_thread(cpus[0]).unwrap();
+            tx.send(cpus[usize::from(apart)]).unwrap();
             let (mut b, _) = l.accept().unwrap();
             let mut buf = [0u8; 1000];
             std::io::Read::read_exact(&mut b, &mut buf).unwrap();
