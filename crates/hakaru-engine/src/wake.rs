@@ -74,8 +74,8 @@ impl Wake {
         // A sender on the reader's own CPU wakes it without an interrupt between CPUs, and the
         // mark's cost stays: Linux acknowledges at once every segment that leaves fewer bytes
         // than the mark queued, work done on that one CPU (section 22). The kernel names the
-        // reader's CPU for a segment now and then (one span in about 60 with the sender pinned
-        // elsewhere), so a batching flow stops only after two such spans in a row.
+        // reader's CPU for a segment now and then even with the sender pinned elsewhere, so a
+        // batching flow stops only after two such spans in a row.
         self.shared = if fast && shared() {
             self.shared.saturating_add(1)
         } else {
