@@ -5,7 +5,8 @@ no hakaru in it (docs/BENCHMARKS.md, issue 46's section).
 Usage: python3 bench/sockperf_ul_aa.py [--rounds 9] [--time 3] [--placement together|apart|unpinned]
 
 Two identical `sockperf sr` processes listen on loopback; each round runs the stock client's
-`ul` for --time seconds into the first and then into the second, and prints both average
+`ul` for --time seconds into each, the first server first in odd rounds and the second first in
+even ones (as bench/stock_clients.py alternates its two servers), and prints both average
 latencies and their ratio, second over first (bench/stock_clients.py reads a latency as the
 stock server's over hakaru's; the first stands in hakaru's place). A row whose A/A ratios spread as wide
 as its hakaru/stock ratios measures the scheduler's placement of the processes, not a server.
@@ -59,10 +60,14 @@ def main():
         time.sleep(0.5)
         ratios = []
         for r in range(1, a.rounds + 1):
-            first, second = ul(ports[0], a.time, cli), ul(ports[1], a.time, cli)
+            if r % 2:
+                first, second = ul(ports[0], a.time, cli), ul(ports[1], a.time, cli)
+            else:
+                second, first = ul(ports[1], a.time, cli), ul(ports[0], a.time, cli)
             ratios.append(second / first)
-            print(f"round {r}: first {first:.3f} us, second {second:.3f} us, ratio {ratios[-1]:.2f}",
-                  flush=True)
+            order = "first, then second" if r % 2 else "second, then first"
+            print(f"round {r} ({order}): first {first:.3f} us, second {second:.3f} us, "
+                  f"ratio {ratios[-1]:.2f}", flush=True)
     finally:
         for p in servers:
             stop_process(p)
