@@ -121,11 +121,23 @@ fn find_max_says_when_no_rate_meets_the_target() {
     assert!(doc["best"].is_null(), "{doc}");
     let outcome = doc["outcome"].as_str().unwrap_or_default();
     assert!(outcome.contains("no rate met the target"), "{outcome}");
-    // Every trial lost about 1 %, more than the 0.5 % target.
-    for t in doc["trials"].as_array().unwrap() {
+    // nft dropped 1 % of every trial's datagrams. A trial at the floor sends only enough to
+    // measure the 0.5 % target (2,000 datagrams in 3 s), where chance alone reads 0.5 % or less
+    // about one time in a hundred; so each trial lost something and under 2 %, and all of
+    // them together (weighted by datagrams sent, the trials being equally long) about 1 %.
+    let trials = doc["trials"].as_array().unwrap();
+    let (mut lost, mut sent) = (0.0, 0.0);
+    for t in trials {
         let loss = num(t, "/loss_percent");
-        assert!(loss > 0.5 && loss < 2.0, "{t}");
+        assert!(loss > 0.0 && loss < 2.0, "{t}");
+        lost += loss * num(t, "/sent_pps");
+        sent += num(t, "/sent_pps");
     }
+    let overall = lost / sent;
+    assert!(
+        overall > 0.5 && overall < 2.0,
+        "{overall} % over {trials:?}"
+    );
 }
 
 #[test]
