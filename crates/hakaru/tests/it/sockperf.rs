@@ -918,3 +918,57 @@ fn the_reply_rate_holds_across_the_range() {
         "{replies} replies to {asked} requests; one budget of {rate}/s allows at most {bound}"
     );
 }
+
+/// A lone sockperf port's receiver waits with no receive timeout on Linux, the accept thread
+/// waking it with empty datagrams of its own every tick and shutting its receive side at a
+/// stop. Against the real binary: a client's summary still comes once it has been quiet
+/// (only a wake-up can end that wait), the wake-ups are no client (the stop's total is the
+/// two clients' messages alone, and no other client is summarised), and SIGTERM with a client
+/// mid-test stops the server (it joins the receiver, which would otherwise wait forever).
+#[test]
+fn the_lone_ports_wake_ups_are_no_client_and_a_stop_ends_its_wait() {
+    let (mut s, port) = server();
+    let ask = |c: &UdpSocket, n: u64| {
+        c.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        for seq in 0..n {
+            c.send_to(&probe_request(seq), ("127.0.0.1", port)).unwrap();
+            let mut buf = [0u8; 64];
+            let got = c.recv(&mut buf).expect("an answer");
+            assert!(is_answer(&buf[..got]), "{:?}", &buf[..got]);
+        }
+    };
+    let quiet = UdpSocket::bind("127.0.0.1:0").unwrap();
+    ask(&quiet, 5);
+    let c = client_done(&s, "UDP");
+    assert_eq!((c.messages, c.replies, c.malformed), (5, 5, 0), "{c:?}");
+    // A second client mid-test (it never goes quiet for long) when the server is stopped,
+    // after a second of wake-ups.
+    let busy = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let busy_port = busy.local_addr().unwrap().port();
+    ask(&busy, 3);
+    std::thread::sleep(Duration::from_secs(1));
+    ask(&busy, 3);
+    kill(s.child.id(), 15);
+    let t0 = Instant::now();
+    while s.alive() && t0.elapsed() < Duration::from_secs(15) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!s.alive(), "the server did not stop on SIGTERM");
+    // Every line, up to the end of the log (the reader ends with the process's stderr).
+    let mut rest = Vec::new();
+    while let Ok(l) = s.log.recv_timeout(Duration::from_secs(5)) {
+        rest.push(l);
+    }
+    let total = rest
+        .iter()
+        .find(|l| l.contains("sockperf UDP total: "))
+        .unwrap_or_else(|| panic!("no total in {rest:?}"));
+    let t = Counts::of(total);
+    assert_eq!((t.messages, t.replies, t.malformed), (11, 11, 0), "{total}");
+    let done: Vec<&String> = rest.iter().filter(|l| l.contains(" done: ")).collect();
+    assert_eq!(done.len(), 1, "{done:?}");
+    assert!(
+        done[0].contains(&format!("client 127.0.0.1:{busy_port} ")),
+        "{done:?}"
+    );
+}
