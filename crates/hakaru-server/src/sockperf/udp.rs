@@ -144,9 +144,15 @@ pub(super) fn serve_udp(
     let mut clients: HashMap<ClientKey, UdpClient> = HashMap::new();
     let mut total = SockperfCounts::default();
     let mut last_sweep = Instant::now();
-    let local: Vec<u16> = socks
+    let rxs: Vec<Rx> = socks
         .iter()
-        .map(|u| u.local_addr().map(|a| a.port()).unwrap_or(0))
+        .map(|sock| Rx {
+            ctx,
+            shared,
+            sock,
+            port: sock.local_addr().map(|a| a.port()).unwrap_or(0),
+            wake,
+        })
         .collect();
     // One socket: a blocking receive that comes back at least every TICK, by its timeout or by
     // the accept thread's wake-up (the socket is this thread's alone). Several: poll them and
@@ -173,16 +179,8 @@ pub(super) fn serve_udp(
             last_sweep = Instant::now();
         }
         if blocking {
-            let port = local.first().copied().unwrap_or(0);
-            if let Some(u) = socks.first() {
+            if let Some(rx) = rxs.first() {
                 // At most BURST datagrams, or TICK without one, between the checks above.
-                let rx = Rx {
-                    ctx,
-                    shared,
-                    sock: u,
-                    port,
-                    wake,
-                };
                 rx.burst(&mut buf, &mut clients, &mut total);
             }
             continue;
@@ -196,18 +194,10 @@ pub(super) fn serve_udp(
         // the next wait after a TICK).
         let drain_start = Instant::now();
         while busy.iter().any(|&b| b) && drain_start.elapsed() < TICK {
-            for (i, u) in socks.iter().enumerate() {
+            for (i, rx) in rxs.iter().enumerate() {
                 if !busy.get(i).copied().unwrap_or(false) {
                     continue;
                 }
-                let port = local.get(i).copied().unwrap_or(0);
-                let rx = Rx {
-                    ctx,
-                    shared,
-                    sock: u,
-                    port,
-                    wake,
-                };
                 let more = rx.burst(&mut buf, &mut clients, &mut total);
                 if let Some(b) = busy.get_mut(i) {
                     *b = more;
