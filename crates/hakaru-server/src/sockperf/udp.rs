@@ -64,14 +64,14 @@ impl UdpClient {
 /// timeout. A receive with SO_RCVTIMEO arms a kernel timer each time it sleeps, and a port
 /// answering `sockperf ul` or `pp` sleeps once per datagram (docs/performance-notes.md,
 /// section 23); so the receiver waits untimed and the accept thread, which wakes every
-/// [`TICK`] anyway, stands in for the timeout: an empty datagram every half TICK or so sends
-/// the receiver round its loop (the client sweep, the shutdown flag), and at shutdown the
+/// [`TICK`] anyway, stands in for the timeout: an empty datagram every TICK (never closer
+/// than half a TICK) sends the receiver round its loop (the client sweep, the shutdown flag), and at shutdown the
 /// socket's receive side is shut, which ends a blocked receive at once and every later one
 /// (Linux: [`hakaru_engine::sys::SHUTDOWN_WAKES_BLOCKED_RECV`]; elsewhere the receiver keeps
 /// its timeout).
 pub(super) struct Wake {
     /// Bound on the receiver's address (loopback of its family for a wildcard bind) and
-    /// connected to it: nothing else can send to it.
+    /// connected to it: only the receiver's address can send to it, and it never does.
     from: UdpSocket,
     /// A second handle on the receiver's socket, to shut its receive side.
     cut: UdpSocket,
