@@ -924,7 +924,8 @@ fn the_reply_rate_holds_across_the_range() {
 /// stop. Against the real binary: a client's summary still comes once it has been quiet
 /// (only a wake-up can end that wait), the wake-ups are no client (the stop's total is the
 /// two clients' messages alone, and no other client is summarised), and SIGTERM with a client
-/// mid-test stops the server (it joins the receiver, which would otherwise wait forever).
+/// mid-test stops the server (it joins the receiver, whose untimed wait the stop must end:
+/// shutting the receive side does so for certain, the accept thread's last wake-up usually).
 #[test]
 fn the_lone_ports_wake_ups_are_no_client_and_a_stop_ends_its_wait() {
     let (mut s, port) = server();
